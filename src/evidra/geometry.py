@@ -1,0 +1,207 @@
+"""Boxes and the coordinate spaces between a page and what a model sees.
+
+Three frames matter (see ``CoordSpace``):
+
+* page pixels: the stored page image, where gold boxes live;
+* model pixels: the image after Qwen's ``smart_resize`` (multiples of patch*merge). Qwen2.5-VL
+  writes ``bbox_2d`` in absolute pixels of this resized image;
+* 0..1000 normalised: Qwen2-VL (``<|box_start|>(x1,y1),(x2,y2)<|box_end|>``) and Qwen3-VL.
+
+A page of size (W, H) shown to a model becomes (W', H') = smart_resize(H, W); a point maps as
+x' = x * W'/W, y' = y * H'/H. Everything that converts between frames lives in this file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from evidra.errors import InvalidInputError
+from evidra.types import Box, CoordSpace
+
+NORM_SCALE = 1000.0
+MAX_ASPECT_RATIO = 200
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """How an architecture turns an image into tokens, and how it writes boxes."""
+
+    arch: str
+    patch_size: int
+    merge_size: int
+    min_pixels: int
+    max_pixels: int
+    box_space: CoordSpace
+
+    @property
+    def factor(self) -> int:
+        """Side lengths are multiples of this (28 for Qwen2/2.5-VL, 32 for Qwen3-VL)."""
+        return self.patch_size * self.merge_size
+
+    def with_pixels(self, min_pixels: int | None = None, max_pixels: int | None = None) -> VisionSpec:
+        return VisionSpec(
+            self.arch,
+            self.patch_size,
+            self.merge_size,
+            self.min_pixels if min_pixels is None else min_pixels,
+            self.max_pixels if max_pixels is None else max_pixels,
+            self.box_space,
+        )
+
+
+# Defaults of the released checkpoints' preprocessor_config.json (not transformers' class defaults).
+VISION_SPECS: dict[str, VisionSpec] = {
+    "qwen2_vl": VisionSpec("qwen2_vl", 14, 2, 56 * 56, 28 * 28 * 16384, CoordSpace.NORM1000),
+    "qwen2_5_vl": VisionSpec("qwen2_5_vl", 14, 2, 56 * 56, 28 * 28 * 16384, CoordSpace.MODEL),
+    "qwen3_vl": VisionSpec("qwen3_vl", 16, 2, 65536, 16777216, CoordSpace.NORM1000),
+}
+
+
+def vision_spec(arch: str) -> VisionSpec:
+    try:
+        return VISION_SPECS[arch]
+    except KeyError:
+        raise InvalidInputError(f"unknown architecture {arch!r}; known: {', '.join(VISION_SPECS)}") from None
+
+
+def smart_resize(
+    height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280
+) -> tuple[int, int]:
+    """Qwen-VL's resize rule: returns ``(new_height, new_width)``, both multiples of ``factor``.
+
+    Sides are rounded to the nearest multiple (Python's round-half-to-even, as upstream); if the
+    area exceeds ``max_pixels`` both sides shrink by sqrt(hw/max) rounding down, if it is under
+    ``min_pixels`` both grow by sqrt(min/hw) rounding up. Argument order is (height, width).
+
+    >>> smart_resize(1754, 1240, 28, 3136, 12845056)
+    (1764, 1232)
+    >>> smart_resize(1754, 1240, 28, 3136, 1003520)
+    (1176, 840)
+    """
+    if height <= 0 or width <= 0:
+        raise InvalidInputError(f"image size must be positive, got height={height}, width={width}")
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise InvalidInputError(
+            f"image {width}x{height} has aspect ratio above {MAX_ASPECT_RATIO}; crop or pad it first"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def model_input_size(width: int, height: int, spec: VisionSpec) -> tuple[int, int]:
+    """``(W', H')`` of a ``width x height`` image after the processor's resize."""
+    h, w = smart_resize(height, width, spec.factor, spec.min_pixels, spec.max_pixels)
+    return w, h
+
+
+def image_grid(width: int, height: int, spec: VisionSpec) -> tuple[int, int, int]:
+    """The processor's ``image_grid_thw`` for one still image: (1, H'/patch, W'/patch)."""
+    w, h = model_input_size(width, height, spec)
+    return 1, h // spec.patch_size, w // spec.patch_size
+
+
+def num_image_tokens(width: int, height: int, spec: VisionSpec) -> int:
+    """Number of ``<|image_pad|>`` tokens an image becomes: grid_h * grid_w / merge^2."""
+    _, gh, gw = image_grid(width, height, spec)
+    return gh * gw // (spec.merge_size**2)
+
+
+@dataclass(frozen=True)
+class ImageFrame:
+    """One image as displayed: its page-pixel size and the model-input size it became."""
+
+    page_width: int
+    page_height: int
+    model_width: int
+    model_height: int
+
+    @classmethod
+    def for_page(cls, width: int, height: int, spec: VisionSpec) -> ImageFrame:
+        mw, mh = model_input_size(width, height, spec)
+        return cls(width, height, mw, mh)
+
+    def size(self, space: CoordSpace) -> tuple[float, float]:
+        """Width and height of the image in ``space`` units."""
+        if space is CoordSpace.PAGE:
+            return float(self.page_width), float(self.page_height)
+        if space is CoordSpace.MODEL:
+            return float(self.model_width), float(self.model_height)
+        return NORM_SCALE, NORM_SCALE
+
+
+def convert_box(box: Box, target: CoordSpace, frame: ImageFrame) -> Box:
+    """Express ``box`` in ``target`` space for the image described by ``frame``.
+
+    Scaling is linear per axis and exact (no rounding): round only when writing a prompt.
+    """
+    if box.space is target:
+        return box
+    sw, sh = frame.size(box.space)
+    tw, th = frame.size(target)
+    fx, fy = tw / sw, th / sh
+    return Box(box.x1 * fx, box.y1 * fy, box.x2 * fx, box.y2 * fy, target)
+
+
+def bounds(space: CoordSpace, frame: ImageFrame | None) -> tuple[float, float]:
+    if space is CoordSpace.NORM1000:
+        return NORM_SCALE, NORM_SCALE
+    if frame is None:
+        raise InvalidInputError(f"boxes in {space.value!r} space need an ImageFrame to know the image size")
+    return frame.size(space)
+
+
+def clip_box(box: Box, width: float, height: float) -> Box:
+    """Clamp a box to ``[0, width] x [0, height]`` in its own space."""
+    return Box(
+        min(max(box.x1, 0.0), width),
+        min(max(box.y1, 0.0), height),
+        min(max(box.x2, 0.0), width),
+        min(max(box.y2, 0.0), height),
+        box.space,
+    )
+
+
+def is_valid_box(box: Box, width: float, height: float) -> bool:
+    """True if the box has positive area and lies inside ``[0, width] x [0, height]``."""
+    return 0 <= box.x1 < box.x2 <= width and 0 <= box.y1 < box.y2 <= height
+
+
+def area(box: Box) -> float:
+    return box.width * box.height
+
+
+def iou(a: Box, b: Box) -> float:
+    """Intersection over union of two boxes in the same space (pixel convention, no +1).
+
+    >>> iou(Box(0, 0, 10, 10), Box(5, 0, 15, 10))
+    0.3333333333333333
+    """
+    if a.space is not b.space:
+        raise InvalidInputError(f"IoU of boxes in different spaces ({a.space.value} vs {b.space.value})")
+    iw = min(a.x2, b.x2) - max(a.x1, b.x1)
+    ih = min(a.y2, b.y2) - max(a.y1, b.y1)
+    if iw <= 0 or ih <= 0:
+        return 0.0
+    inter = iw * ih
+    union = area(a) + area(b) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def max_pairwise_iou(boxes: Sequence[Box]) -> float:
+    """Largest IoU between any two distinct boxes (0 for fewer than two)."""
+    best = 0.0
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            best = max(best, iou(boxes[i], boxes[j]))
+    return best
