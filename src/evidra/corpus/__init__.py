@@ -1,0 +1,25 @@
+"""Documents in, pages out: ingest PDFs and images into a page store with word boxes.
+
+>>> from evidra.corpus import PageStore, ingest          # doctest: +SKIP
+>>> report = ingest("docs/", "store/", dpi=150)          # doctest: +SKIP
+>>> pages = PageStore.open("store/").pages()             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from evidra.corpus.images import IMAGE_SUFFIXES, WordExtractor
+from evidra.corpus.ingest import SUPPORTED_SUFFIXES, FailedFile, IngestReport, ingest
+from evidra.corpus.pdf import RenderedPage, render_pdf
+from evidra.corpus.store import PageStore
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "SUPPORTED_SUFFIXES",
+    "FailedFile",
+    "IngestReport",
+    "PageStore",
+    "RenderedPage",
+    "WordExtractor",
+    "ingest",
+    "render_pdf",
+]

@@ -1,0 +1,184 @@
+"""Ingest a folder of PDFs and images into a ``PageStore``.
+
+Run it as ``ingest("docs/", "store/")``. Every page gets the id
+``make_page_id(content_hash(file bytes), page_number)``, so ingesting again is idempotent: a
+file whose content hash is already stored is skipped without rendering (only its path is
+recorded, which covers identical copies under other names), and nothing is duplicated.
+Changing the DPI therefore does not re-render stored files: use a new store for that.
+
+Only files under ``root`` are read: a symlink resolving outside it is refused with a warning,
+as is anything unreadable; hidden files and folders (names starting with ".") and the store's
+own directory are not scanned. One bad file never stops the run; the report lists it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from evidra.corpus.images import IMAGE_SUFFIXES, WordExtractor, render_image
+from evidra.corpus.pdf import RenderedPage, render_pdf
+from evidra.corpus.store import PageStore
+from evidra.errors import EvidraError, InvalidInputError
+from evidra.types import content_hash, make_page_id
+
+logger = logging.getLogger(__name__)
+
+PDF_SUFFIXES = frozenset({".pdf"})
+SUPPORTED_SUFFIXES = PDF_SUFFIXES | IMAGE_SUFFIXES
+
+
+@dataclass(frozen=True)
+class FailedFile:
+    """A file that was not ingested, and why."""
+
+    path: str  # relative to the ingest root
+    reason: str
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What one ``ingest`` call did."""
+
+    added: tuple[str, ...]  # page ids rendered and stored by this call
+    skipped: tuple[str, ...]  # page ids whose file content was already stored
+    failed: tuple[FailedFile, ...]
+    elapsed_s: float
+    files_seen: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.added)} pages added, {len(self.skipped)} unchanged, "
+            f"{len(self.failed)} files failed, {self.files_seen} files seen in {self.elapsed_s:.2f}s"
+        )
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def discover(
+    root: Path, *, recursive: bool = True, exclude: Path | None = None
+) -> tuple[list[Path], list[FailedFile]]:
+    """Supported files under ``root`` (resolved), sorted by relative path, plus refused ones.
+
+    Symlinks are followed only while their targets stay inside ``root``; each real directory
+    is visited once, so link cycles terminate.
+    """
+    files: list[Path] = []
+    refused: list[FailedFile] = []
+    seen_dirs: set[Path] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        here = Path(dirpath)
+        real = here.resolve()
+        rel_dir = here.relative_to(root)
+        if real in seen_dirs or not _inside(real, root) or (exclude is not None and _inside(real, exclude)):
+            if not _inside(real, root):
+                refused.append(FailedFile(rel_dir.as_posix(), f"resolves to {real}, outside the ingest root"))
+            dirnames[:] = []
+            continue
+        seen_dirs.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")) if recursive else []
+        for name in sorted(filenames):
+            path = here / name
+            if name.startswith(".") or path.suffix.lower() not in SUPPORTED_SUFFIXES:
+                continue
+            target = path.resolve()
+            if not _inside(target, root):
+                refused.append(
+                    FailedFile((rel_dir / name).as_posix(), f"resolves to {target}, outside the ingest root")
+                )
+            elif target.is_file():
+                files.append(path)
+    files.sort(key=lambda p: p.relative_to(root).as_posix())
+    return files, refused
+
+
+def _with_ocr(page: RenderedPage, ocr: WordExtractor | None) -> RenderedPage:
+    if ocr is None or page.words:
+        return page
+    return RenderedPage(page.page_number, page.image, tuple(ocr(page.image)))
+
+
+def _render(path: Path, data: bytes, source: str, dpi: float) -> Iterator[RenderedPage]:
+    if path.suffix.lower() in PDF_SUFFIXES:
+        return render_pdf(data, dpi, source)
+    return render_image(data, source)
+
+
+def _ingest_file(
+    store: PageStore, path: Path, source: str, dpi: float, ocr: WordExtractor | None
+) -> tuple[list[str], bool]:
+    """Store one file; returns its page ids and whether they were newly added."""
+    data = path.read_bytes()
+    file_hash = content_hash(data)
+    existing = store.page_ids_for_hash(file_hash)
+    if existing:
+        if store.hash_of_source(source) != file_hash:
+            store.record_source(source, file_hash)
+        return existing, False
+    pages = (
+        (make_page_id(file_hash, r.page_number), _with_ocr(r, ocr)) for r in _render(path, data, source, dpi)
+    )
+    is_pdf = path.suffix.lower() in PDF_SUFFIXES
+    return store.write_file(source, file_hash, pages, dpi if is_pdf else None), True
+
+
+def ingest(
+    root: str | Path,
+    store: PageStore | str | Path,
+    *,
+    dpi: float = 150,
+    recursive: bool = True,
+    ocr: WordExtractor | None = None,
+) -> IngestReport:
+    """Ingest every PDF and image under ``root`` into ``store`` (a store or a path to create one).
+
+    ``ocr``, if given, supplies words for pages without a text layer (images, scanned PDFs).
+    ``root`` may also be a single file. Raises ``InvalidInputError`` if ``root`` does not exist;
+    per-file problems are logged as warnings and listed in ``IngestReport.failed``.
+    """
+    start = time.perf_counter()
+    given = Path(root).expanduser()
+    if not given.exists():
+        raise InvalidInputError(
+            f"ingest root {str(root)!r} does not exist; pass a folder or file of documents"
+        )
+    if dpi <= 0:
+        raise InvalidInputError(f"dpi must be positive, got {dpi}")
+    owned = not isinstance(store, PageStore)
+    page_store = PageStore.create(store) if not isinstance(store, PageStore) else store
+    real = given.resolve()
+    refused: list[FailedFile] = []
+    if real.is_file():
+        base, files = real.parent, [real]
+    else:
+        base = real
+        files, refused = discover(real, recursive=recursive, exclude=page_store.root)
+    for item in refused:
+        logger.warning("skipping %s: %s", item.path, item.reason)
+    added: list[str] = []
+    skipped: list[str] = []
+    failed = list(refused)
+    try:
+        for path in files:
+            source = path.relative_to(base).as_posix()
+            try:
+                ids, new = _ingest_file(page_store, path, source, dpi, ocr)
+            except (EvidraError, OSError, ValueError, RuntimeError) as exc:
+                logger.warning("skipping %s: %s", source, exc)
+                failed.append(FailedFile(source, str(exc)))
+                continue
+            (added if new else skipped).extend(ids)
+    finally:
+        if owned:
+            page_store.close()
+    report = IngestReport(
+        tuple(added), tuple(skipped), tuple(failed), time.perf_counter() - start, len(files)
+    )
+    logger.info("ingest %s: %s", real, report.summary())
+    return report
