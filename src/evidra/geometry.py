@@ -67,13 +67,21 @@ def vision_spec(arch: str) -> VisionSpec:
 
 
 def smart_resize(
-    height: int, width: int, factor: int = 28, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280
+    height: int,
+    width: int,
+    factor: int = 28,
+    min_pixels: int = 56 * 56,
+    max_pixels: int = 28 * 28 * 1280,
+    *,
+    require_min_side: bool = False,
 ) -> tuple[int, int]:
     """Qwen-VL's resize rule: returns ``(new_height, new_width)``, both multiples of ``factor``.
 
     Sides are rounded to the nearest multiple (Python's round-half-to-even, as upstream); if the
     area exceeds ``max_pixels`` both sides shrink by sqrt(hw/max) rounding down, if it is under
     ``min_pixels`` both grow by sqrt(min/hw) rounding up. Argument order is (height, width).
+    ``require_min_side`` rejects sides shorter than ``factor``, as qwen-vl-utils and VRAG-RL's
+    copy do; transformers' processor (the default here) accepts them.
 
     >>> smart_resize(1754, 1240, 28, 3136, 12845056)
     (1764, 1232)
@@ -82,6 +90,8 @@ def smart_resize(
     """
     if height <= 0 or width <= 0:
         raise InvalidInputError(f"image size must be positive, got height={height}, width={width}")
+    if require_min_side and min(height, width) < factor:
+        raise InvalidInputError(f"image {width}x{height} has a side shorter than the factor {factor}")
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
         raise InvalidInputError(
             f"image {width}x{height} has aspect ratio above {MAX_ASPECT_RATIO}; crop or pad it first"

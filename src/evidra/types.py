@@ -260,7 +260,9 @@ class Message:
         object.__setattr__(self, "content", tuple(self.content))
         for part in self.content:
             if not isinstance(part, (TextPart, ImagePart)):
-                raise InvalidInputError(f"Message part must be TextPart or ImagePart, got {type(part).__name__}")
+                raise InvalidInputError(
+                    f"Message part must be TextPart or ImagePart, got {type(part).__name__}"
+                )
 
     @classmethod
     def text(cls, role: Role, text: str) -> Message:
@@ -382,4 +384,3 @@ class Trajectory:
     def text(self) -> str:
         """All policy turns' text, in order (what single-turn rewards look at)."""
         return "".join(self.texts)
-

@@ -41,7 +41,9 @@ class RewardResult:
 
 
 class RewardFn(Protocol):
-    def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult: ...
+    def __call__(
+        self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None
+    ) -> RewardResult: ...
 
 
 REWARDS: Registry[RewardFn] = Registry("reward")

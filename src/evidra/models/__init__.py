@@ -1,0 +1,1 @@
+"""Vision-language models: loading, chat inputs, generation, log-probs, tiny offline models."""

@@ -1,0 +1,168 @@
+"""Load Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints (and ColQwen2 retrievers) from disk.
+
+Only local directories are accepted: a path that does not exist is an error here, never a
+hub lookup. ``min_pixels`` / ``max_pixels`` override the checkpoint's image limits, which
+decide how many tokens a page costs (see ``evidra.geometry.smart_resize``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evidra.errors import ModelLoadError
+from evidra.geometry import VISION_SPECS, VisionSpec
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_ARCHS = tuple(VISION_SPECS)
+
+
+@dataclass(frozen=True, eq=False)
+class VLM:
+    """A loaded policy model with its processor and the facts the rest of evidra needs."""
+
+    model: Any  # transformers PreTrainedModel (or a PEFT wrapper around one)
+    processor: Any
+    arch: str
+    spec: VisionSpec
+    path: Path
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.processor.tokenizer
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Token ids that end a completion: ``<|im_end|>`` and ``<|endoftext|>``."""
+        tok = self.tokenizer
+        ids = {tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+        ids.discard(tok.unk_token_id)
+        return tuple(sorted(i for i in ids if i is not None))
+
+    @property
+    def pad_token_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+
+def read_model_type(path: str | Path) -> str:
+    """The ``model_type`` of a checkpoint directory, with a clear error if it is not one."""
+    root = Path(path)
+    cfg = root / "config.json"
+    if not root.is_dir():
+        raise ModelLoadError(
+            f"model path {str(root)!r} is not a directory; pass a local checkpoint directory "
+            "(evidra never downloads weights; build a tiny one with `evidra.models.tiny.build_tiny`)"
+        )
+    if not cfg.is_file():
+        raise ModelLoadError(f"{str(root)!r} has no config.json; is it a transformers checkpoint directory?")
+    try:
+        model_type = json.loads(cfg.read_text())["model_type"]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise ModelLoadError(f"{cfg} is not a valid transformers config ({exc})") from exc
+    return str(model_type)
+
+
+def _torch_dtype(dtype: str | Any) -> Any:
+    import torch
+
+    if not isinstance(dtype, str) or dtype == "auto":
+        return dtype
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    except KeyError:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use float32, bfloat16, float16 or auto") from None
+
+
+def load_processor(
+    path: str | Path, arch: str, *, min_pixels: int | None = None, max_pixels: int | None = None
+) -> Any:
+    """Load the image-only processor of a checkpoint; tokenizer left-padded for generation."""
+    from evidra.models.processors import image_only_processor_class
+
+    cls = image_only_processor_class(arch)
+    try:
+        processor = cls.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # transformers raises many types here; report the file
+        raise ModelLoadError(f"could not load the processor from {str(path)!r}: {exc}") from exc
+    size = dict(processor.image_processor.size)
+    if min_pixels is not None:
+        size["shortest_edge"] = min_pixels
+    if max_pixels is not None:
+        size["longest_edge"] = max_pixels
+    processor.image_processor.size = type(processor.image_processor.size)(**size)
+    processor.tokenizer.padding_side = "left"
+    return processor
+
+
+def processor_spec(processor: Any, arch: str) -> VisionSpec:
+    """The vision facts (patch, merge, pixel limits) this processor actually applies."""
+    ip = processor.image_processor
+    size = ip.size
+    return VisionSpec(
+        arch=arch,
+        patch_size=int(ip.patch_size),
+        merge_size=int(ip.merge_size),
+        min_pixels=int(size["shortest_edge"]),
+        max_pixels=int(size["longest_edge"]),
+        box_space=VISION_SPECS[arch].box_space,
+    )
+
+
+def load_vlm(
+    path: str | Path,
+    *,
+    dtype: str | Any = "float32",
+    device: str = "cpu",
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    attn_implementation: str | None = None,
+) -> VLM:
+    """Load a Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint directory for generation and training.
+
+    >>> vlm = load_vlm("ckpt/Qwen2.5-VL-7B-Instruct", dtype="bfloat16", device="cuda")  # doctest: +SKIP
+    """
+    from transformers import AutoModelForImageTextToText
+
+    arch = read_model_type(path)
+    if arch not in SUPPORTED_ARCHS:
+        raise ModelLoadError(
+            f"{str(path)!r} is a {arch!r} checkpoint; load_vlm supports {', '.join(SUPPORTED_ARCHS)}"
+        )
+    processor = load_processor(path, arch, min_pixels=min_pixels, max_pixels=max_pixels)
+    kwargs: dict[str, Any] = {"dtype": _torch_dtype(dtype), "local_files_only": True}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(f"could not load model weights from {str(path)!r}: {exc}") from exc
+    model.to(device)
+    model.eval()
+    spec = processor_spec(processor, arch)
+    logger.info("loaded %s from %s (%s pixels %d..%d)", arch, path, dtype, spec.min_pixels, spec.max_pixels)
+    return VLM(model=model, processor=processor, arch=arch, spec=spec, path=Path(path))
+
+
+def load_colqwen2(path: str | Path, *, dtype: str | Any = "float32", device: str = "cpu") -> tuple[Any, Any]:
+    """Load a ColQwen2 retriever and its processor: ``(model, processor)``."""
+    from transformers import ColQwen2ForRetrieval, ColQwen2Processor
+
+    arch = read_model_type(path)
+    if arch != "colqwen2":
+        raise ModelLoadError(f"{str(path)!r} is a {arch!r} checkpoint, not colqwen2")
+    try:
+        processor = ColQwen2Processor.from_pretrained(str(path), local_files_only=True)
+        model = ColQwen2ForRetrieval.from_pretrained(
+            str(path), dtype=_torch_dtype(dtype), local_files_only=True
+        )
+    except Exception as exc:
+        raise ModelLoadError(f"could not load ColQwen2 from {str(path)!r}: {exc}") from exc
+    return model.to(device).eval(), processor
