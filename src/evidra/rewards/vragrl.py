@@ -1,0 +1,351 @@
+"""VRAG-RL rewards: retrieval NDCG, model-based answer reward, pattern reward (VRAG-RL §2.3).
+
+``r = alpha * r_Ret + beta * r_Ans + gamma * r_Pat`` (VRAG-RL Eq. 12), with r_Ret the
+modified NDCG of the pages the trajectory inserted (Eq. 7-9), r_Ans the judge's 0/1 verdict
+(Eq. 11) and r_Pat the pattern reward (Eq. 10). The paper fixes only alpha + beta + gamma = 1
+and gamma = 0.1 for a cold start; the default weights (0.2, 0.7, 0.1) are the released ones.
+
+Two modes:
+
+* ``paper`` (default): the pattern reward and the extracted answer read the *policy* turns
+  only (``Trajectory.texts``), so text injected by the environment (the invalid-action
+  message, which itself contains ``<search>`` and ``<answer> Beijing </answer>``) can neither
+  pass the pattern check nor become the answer; NDCG counts distinct pages; plain weighted sum.
+* ``upstream``: ``train_reward_upstream`` reproduces ``RMManager.__call__`` of the released
+  ``rm.py``: the whole decoded response (observations included) is checked, the reward is 0
+  without both an ``<answer>`` and a ``<search>``, NDCG counts duplicates.
+
+Inputs of the ``RewardFn`` wrapper: the question and ``answers[0]`` of the ``Sample``, its
+``gold_pages``, and the retrieved page ids in insertion order, read from
+``parsed.fields["retrieved_pages"]`` (newline-separated) as written by the search-agent parser.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from evidra.errors import InvalidInputError
+from evidra.eval.metrics import anls_vrag_upstream
+from evidra.rewards.base import REWARDS, RewardResult
+from evidra.rewards.judge import Judge, JudgeItem, RuleJudge, Verdict
+from evidra.rewards.ranking import vragrl_ndcg, vragrl_ndcg_upstream
+from evidra.types import Parsed, Sample, Trajectory
+
+logger = logging.getLogger(__name__)
+
+RETRIEVED_FIELD = "retrieved_pages"
+Mode = Literal["paper", "upstream"]
+UPSTREAM_DATA_SOURCES = ("rag", "slidevqa_test", "mmlongdoc", "vidoseek")
+NO_ANSWER_PLACEHOLDER = "Please Judge False"  # what rm.py sends the judge when no answer exists
+
+
+class UnknownDataSourceError(InvalidInputError, NotImplementedError):
+    """rm.py's ``_default_compute_score`` raises NotImplementedError for other data sources."""
+
+
+# --- upstream text helpers (VRAG-RL verl/utils/reward_score/vrag.py) -------------------------
+
+_USER_TURN = re.compile(r"<\|im_start\|>user.*?<\|im_end\|>")  # no DOTALL, as released
+_ANSWER_GREEDY = re.compile(r"<answer>.*</answer>", re.DOTALL)
+_SEARCH_GREEDY = re.compile(r"<search>.*</search>", re.DOTALL)
+_ALL_TAGS = re.compile(r"<(answer|search|think|bbox)>(.*?)</\1>", re.DOTALL)
+_ACTION_TAG = re.compile(r"<(search|answer|bbox)>(.*?)</\1>", re.DOTALL)
+_FIRST_JUDGE = re.compile(r"<judge>(.*?)</judge>", re.DOTALL)
+
+
+def remove_text_between_tags(text: str) -> str:
+    """Delete ``<|im_start|>user ... <|im_end|>`` spans on ONE line (released: no DOTALL).
+
+    Real observation turns start ``<|im_start|>user\\n``, so they are never removed: this is
+    the upstream bug that lets injected instructions reach the format check.
+    """
+    return _USER_TURN.sub("", text)
+
+
+def compute_format_reward_only(
+    predict_str: str, ground_truth: object = None, extra_info: object = None
+) -> float:
+    """1.0 iff ``<answer>.*</answer>`` and ``<search>.*</search>`` both occur (released rule).
+
+    >>> compute_format_reward_only("<search>q</search><answer>x</answer>")
+    1.0
+    >>> compute_format_reward_only("<answer>x</answer>")  # answering without a search scores 0
+    0.0
+    """
+    text = remove_text_between_tags(predict_str)
+    return 1.0 if _ANSWER_GREEDY.search(text) and _SEARCH_GREEDY.search(text) else 0.0
+
+
+def get_answer_from_predict_str(text: str) -> str | None:
+    """Raw text of the LAST ``<answer>..</answer>`` (rfind rule, not stripped), None if absent.
+
+    >>> get_answer_from_predict_str("<answer>a</answer> <answer> b </answer>")
+    ' b '
+    """
+    end = text.rfind("</answer>")
+    if end == -1:
+        return None
+    start = text.rfind("<answer>", 0, end)
+    if start == -1:
+        return None
+    return text[start + len("<answer>") : end]
+
+
+def extract_tags(text: str) -> str:
+    """The rollout's cleaning step: keep only ``<answer|search|think|bbox>`` blocks, one per line."""
+    return "\n".join(f"<{m.group(1)}>{m.group(2)}</{m.group(1)}>" for m in _ALL_TAGS.finditer(text))
+
+
+def postprocess_predictions(predictions: Sequence[str]) -> tuple[list[str | None], list[str]]:
+    """First ``<search|answer|bbox>`` block of each prediction as ``(action, stripped content)``."""
+    actions: list[str | None] = []
+    contents: list[str] = []
+    for prediction in predictions:
+        match = _ACTION_TAG.search(prediction) if isinstance(prediction, str) else None
+        actions.append(match.group(1) if match else None)
+        contents.append(match.group(2).strip() if match else "")
+    return actions, contents
+
+
+def validate_bbox_action(content: str) -> list[Any] | Literal["INVALID"]:
+    """Released ``<bbox>`` check: a JSON list of 4 values all ``>= 0``, else ``"INVALID"``.
+
+    No ``x1 < x2`` check and no upper bound, as released; any parse or comparison error is
+    an invalid action (the environment then inserts its invalid-action message).
+    """
+    try:
+        value = json.loads(content)
+        if len(value) == 4 and all(x >= 0 for x in value):
+            return list(value)
+    except Exception:  # upstream: a bare except around parse + comparison
+        return "INVALID"
+    return "INVALID"
+
+
+def parse_judge_response_upstream(response: str) -> bool | None:
+    """rm.py ``parse_judge_response``, for replay only (``judge.parse_verdicts`` is strict).
+
+    On the FIRST case-sensitive ``<judge>..</judge>`` match including its tags: True if
+    'true'/'True' occurs, elif 'false'/'False' -> False, else None; so
+    ``<judge>False. It is not true</judge>`` reads as True.
+    """
+    match = _FIRST_JUDGE.search(response if isinstance(response, str) else "")
+    if match is None:
+        return None
+    full = match.group(0)
+    if "true" in full or "True" in full:
+        return True
+    if "false" in full or "False" in full:
+        return False
+    return None
+
+
+def compute_score_intended(
+    predict_str: str, ground_truth: str | Sequence[str], extra_info: object = None
+) -> float:
+    """What vrag.py ``compute_score`` was written to do: format gate, then ANLS(0.5) of the answer.
+
+    The released function always raises TypeError (it calls ``compute_format_reward_only``
+    with one argument); this deliberate deviation returns the intended value instead.
+    """
+    if compute_format_reward_only(predict_str) == 0.0:
+        return 0.0
+    answer = get_answer_from_predict_str(predict_str)
+    if answer is None:
+        return 0.0
+    golds = [ground_truth] if isinstance(ground_truth, str) else list(ground_truth)
+    return anls_vrag_upstream(golds, answer, threshold=0.5) if golds else 0.0
+
+
+def page_names_upstream(
+    retrieved_image_paths: Sequence[str], file_name: str, pages: Sequence[int]
+) -> tuple[list[str], list[str]]:
+    """rm.py naming: retrieved basenames without ``.jpg``; gold ``{file_name minus .pdf}_{page}``."""
+    retrieved = [os.path.basename(p).replace(".jpg", "") for p in retrieved_image_paths]
+    stem = file_name.replace(".pdf", "")
+    return retrieved, [f"{stem}_{page}" for page in pages]
+
+
+def train_reward_upstream(
+    response_str: str,
+    data_source: str,
+    retrieved_image_paths: Sequence[str],
+    file_name: str,
+    reference_pages: Sequence[int],
+    judge_score: float,
+    eval_mode: bool = False,
+) -> float:
+    """``RMManager.__call__`` per item: 0 unless the pattern passes; else
+    ``0.7 * judge + 0.1 * pattern + 0.2 * ndcg`` (train) or the judge score (eval)."""
+    if data_source not in UPSTREAM_DATA_SOURCES:
+        raise UnknownDataSourceError(
+            f"data_source {data_source!r} is not scored by the released reward manager; "
+            f"use one of {UPSTREAM_DATA_SOURCES}"
+        )
+    score = compute_format_reward_only(response_str, None, None)
+    if score <= 0:
+        return 0.0
+    if eval_mode:
+        return judge_score
+    retrieved, gold = page_names_upstream(retrieved_image_paths, file_name, reference_pages)
+    return 0.7 * judge_score + 0.1 * score + 0.2 * vragrl_ndcg_upstream(retrieved, gold)
+
+
+# --- paper-mode components -------------------------------------------------------------------
+
+_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_SEARCH_BLOCK = re.compile(r"<search>(.*?)</search>", re.DOTALL)
+
+
+def pattern_reward(policy_turns: Sequence[str]) -> float:
+    """VRAG-RL Eq. 10 on the policy's own turns: 1.0 iff some turn holds a non-empty
+    ``<search>`` action and the final turn holds an ``<answer>``."""
+    if not policy_turns:
+        return 0.0
+    searched = any(m.group(1).strip() for turn in policy_turns for m in _SEARCH_BLOCK.finditer(turn))
+    return 1.0 if searched and _ANSWER_BLOCK.search(policy_turns[-1]) else 0.0
+
+
+def final_answer(policy_turns: Sequence[str]) -> str | None:
+    """Stripped content of the last ``<answer>`` block written by the policy."""
+    for turn in reversed(policy_turns):
+        answer = get_answer_from_predict_str(turn)
+        if answer is not None:
+            return answer.strip()
+    return None
+
+
+@dataclass(frozen=True)
+class VragRLWeights:
+    """alpha, beta, gamma of VRAG-RL Eq. 12 (must sum to 1)."""
+
+    retrieval: float = 0.2
+    answer: float = 0.7
+    pattern: float = 0.1
+
+    def __post_init__(self) -> None:
+        total = self.retrieval + self.answer + self.pattern
+        if abs(total - 1.0) > 1e-9 or min(self.retrieval, self.answer, self.pattern) < 0:
+            raise InvalidInputError(
+                f"VRAG-RL weights must be >= 0 and sum to 1 (Eq. 12), got {self} (sum {total})"
+            )
+
+
+def combine(r_ret: float, r_ans: float, r_pat: float, weights: VragRLWeights) -> float:
+    """VRAG-RL Eq. 12."""
+    return weights.retrieval * r_ret + weights.answer * r_ans + weights.pattern * r_pat
+
+
+# --- RewardFn wrapper ------------------------------------------------------------------------
+
+
+def _policy_turns(parsed: Parsed, trajectory: Trajectory | None) -> list[str]:
+    return list(trajectory.texts) if trajectory is not None and trajectory.texts else [parsed.text]
+
+
+def _retrieved(parsed: Parsed) -> list[str]:
+    return [line for line in parsed.fields.get(RETRIEVED_FIELD, "").split("\n") if line]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    r_ret: float
+    r_pat: float
+    item: JudgeItem | None  # None: no judge call (no answer, or gated by the pattern)
+
+
+class VragRLReward:
+    """VRAG-RL's integrated reward as a ``RewardFn``; the judge is an injected service.
+
+    ``score_batch`` judges a whole group in one call. An item whose verdict stays None is
+    returned as ``RewardResult.unscored("judge")`` and counted in ``unscored_count``.
+    ``mode="upstream"`` applies the released gate (0 without both answer and search, over
+    ``parsed.text`` as the full decoded response) and duplicate-counting NDCG.
+    """
+
+    def __init__(
+        self,
+        judge: Judge | None = None,
+        weights: VragRLWeights | None = None,
+        mode: Mode = "paper",
+        eval_mode: bool = False,
+    ) -> None:
+        if mode not in ("paper", "upstream"):
+            raise InvalidInputError(f"VRAG-RL reward mode must be 'paper' or 'upstream', got {mode!r}")
+        self.judge = judge if judge is not None else RuleJudge()
+        self.weights = weights or VragRLWeights()
+        self.mode = mode
+        self.eval_mode = eval_mode
+        self.unscored_count = 0
+
+    def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
+        return self.score_batch([(parsed, sample, trajectory)])[0]
+
+    def _prepare(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None) -> _Prepared:
+        retrieved = _retrieved(parsed)
+        reference = sample.answers[0] if sample.answers else None
+        if self.mode == "upstream":
+            r_pat = compute_format_reward_only(parsed.text)
+            r_ret = vragrl_ndcg_upstream(retrieved, list(sample.gold_pages))
+            answer = get_answer_from_predict_str(parsed.text)
+            generated = answer if answer is not None else NO_ANSWER_PLACEHOLDER
+            item = JudgeItem(sample.question, reference, generated) if r_pat > 0 else None
+            return _Prepared(r_ret, r_pat, item)
+        turns = _policy_turns(parsed, trajectory)
+        answer = final_answer(turns)
+        item = JudgeItem(sample.question, reference, answer) if answer else None
+        return _Prepared(vragrl_ndcg(retrieved, sample.gold_pages), pattern_reward(turns), item)
+
+    def score_batch(self, batch: Sequence[tuple[Parsed, Sample, Trajectory | None]]) -> list[RewardResult]:
+        prepared = [self._prepare(*entry) for entry in batch]
+        to_judge = [p.item for p in prepared if p.item is not None]
+        verdicts = iter(self.judge.judge(to_judge) if to_judge else [])
+        results = []
+        for p in prepared:
+            verdict = next(verdicts) if p.item is not None else Verdict(False)
+            results.append(self._result(p, verdict))
+        return results
+
+    def _result(self, p: _Prepared, verdict: Verdict) -> RewardResult:
+        if verdict.value is None:
+            self.unscored_count += 1
+            logger.debug("VRAG-RL item unscored: %s", verdict.error)
+            return RewardResult.unscored("judge")
+        r_ans = float(verdict.value)
+        components = {"retrieval": p.r_ret, "answer": r_ans, "pattern": p.r_pat}
+        if self.mode == "upstream":
+            if p.r_pat <= 0:
+                total = 0.0
+            elif self.eval_mode:
+                total = r_ans
+            else:  # rm.py's order of terms, so the float sum matches bit for bit
+                w = self.weights
+                total = w.answer * r_ans + w.pattern * p.r_pat + w.retrieval * p.r_ret
+        else:
+            total = r_ans if self.eval_mode else combine(p.r_ret, r_ans, p.r_pat, self.weights)
+        return RewardResult(total=total, components=components)
+
+
+def retrieval_reward(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
+    """VRAG-RL Eq. 9 alone (distinct pages)."""
+    value = vragrl_ndcg(_retrieved(parsed), sample.gold_pages)
+    return RewardResult(total=value, components={"retrieval": value})
+
+
+def pattern_reward_fn(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
+    """VRAG-RL Eq. 10 alone, on the policy turns."""
+    value = pattern_reward(_policy_turns(parsed, trajectory))
+    return RewardResult(total=value, components={"pattern": value})
+
+
+REWARDS.add("vragrl.retrieval", retrieval_reward)
+REWARDS.add("vragrl.pattern", pattern_reward_fn)
+REWARDS.add("vragrl.answer", VragRLReward(eval_mode=True))
+REWARDS.add("vragrl.total", VragRLReward())
+REWARDS.add("vragrl.upstream", VragRLReward(mode="upstream"))
