@@ -1,0 +1,1 @@
+"""The ``evidra`` command line: one module per subcommand, wired together in ``main``."""

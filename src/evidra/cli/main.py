@@ -1,0 +1,65 @@
+"""Entry point of the ``evidra`` command.
+
+Each subcommand lives in its own module with ``register(subparsers)``, which adds its parser
+and sets ``func(args) -> int``. Errors raised on purpose (``EvidraError``) print one line and
+exit with status 2; only the CLI configures logging and progress bars, never the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from evidra import __version__
+from evidra.errors import EvidraError
+
+SUBCOMMANDS = ("ingest", "pages", "ask", "demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="evidra",
+        description="Evidence-grounded visual document RAG: ingest, ask, train, evaluate.",
+    )
+    parser.add_argument("--version", action="version", version=f"evidra {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"evidra.cli.{name}").register(subparsers)
+    return parser
+
+
+def _setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.WARNING if quiet else logging.DEBUG if verbose > 1 else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if verbose < 2:  # transformers and friends are chatty at INFO
+        for noisy in ("transformers", "httpx", "urllib3", "PIL"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    _setup_logging(args.verbose, args.quiet)
+    try:
+        return int(args.func(args))
+    except EvidraError as exc:
+        print(f"evidra {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"evidra {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

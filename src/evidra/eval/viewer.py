@@ -1,0 +1,101 @@
+"""A self-contained HTML evidence viewer: each page with its boxes, beside question and answer.
+
+Every piece of model or document text is HTML-escaped; boxes are absolutely positioned
+overlays in percentages of the page, so the page image can be scaled freely.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evidra.types import Box, CoordSpace
+
+
+@dataclass(frozen=True)
+class ViewerBox:
+    box: Box  # page pixels
+    label: str
+    color: str = "#16a34a"
+
+
+@dataclass(frozen=True)
+class ViewerPage:
+    image_path: str
+    width: int
+    height: int
+    title: str = ""
+    boxes: tuple[ViewerBox, ...] = ()
+
+
+@dataclass(frozen=True)
+class ViewerRecord:
+    question: str
+    prediction: str | None
+    answers: tuple[str, ...]
+    correct: bool | None
+    pages: tuple[ViewerPage, ...]
+    output: str = ""
+    details: dict[str, str] = field(default_factory=dict)
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:24px;background:#f8fafc;color:#0f172a}
+.rec{background:#fff;border:1px solid #e2e8f0;border-radius:8px;padding:16px;margin-bottom:20px}
+.pages{display:flex;gap:12px;flex-wrap:wrap}.page{position:relative;width:280px}
+.page img{width:100%;display:block;border:1px solid #cbd5e1}
+.box{position:absolute;border:2px solid;box-sizing:border-box}
+.box span{position:absolute;top:-16px;left:0;font-size:10px;background:#fff;padding:0 2px;white-space:nowrap}
+.ok{color:#15803d}.bad{color:#b91c1c}pre{white-space:pre-wrap;background:#f1f5f9;padding:8px;font-size:12px}
+"""
+
+
+def _box_div(vb: ViewerBox, page: ViewerPage) -> str:
+    b = vb.box
+    if b.space is not CoordSpace.PAGE:
+        raise ValueError(f"viewer boxes must be in page pixels, got {b.space.value}")
+    left, top = 100 * b.x1 / page.width, 100 * b.y1 / page.height
+    width, height = 100 * b.width / page.width, 100 * b.height / page.height
+    color = html.escape(vb.color, quote=True)
+    style = f"left:{left:.3f}%;top:{top:.3f}%;width:{width:.3f}%;height:{height:.3f}%;border-color:{color}"
+    return f'<div class="box" style="{style}"><span>{html.escape(vb.label)}</span></div>'
+
+
+def _page_html(page: ViewerPage, base: Path) -> str:
+    src = os.path.relpath(page.image_path, base)
+    boxes = "".join(_box_div(vb, page) for vb in page.boxes)
+    alt = html.escape(page.title, quote=True)
+    return f'<div class="page"><img src="{html.escape(src, quote=True)}" alt="{alt}">{boxes}</div>'
+
+
+def _record_html(i: int, rec: ViewerRecord, base: Path) -> str:
+    verdict = (
+        ""
+        if rec.correct is None
+        else ('<b class="ok">correct</b>' if rec.correct else '<b class="bad">wrong</b>')
+    )
+    pred = html.escape(rec.prediction) if rec.prediction is not None else "<i>(no answer parsed)</i>"
+    gold = html.escape(" | ".join(rec.answers)) if rec.answers else "<i>(none)</i>"
+    details = "".join(f"<div>{html.escape(k)}: {html.escape(v)}</div>" for k, v in rec.details.items())
+    pages = "".join(_page_html(p, base) for p in rec.pages)
+    return (
+        f'<div class="rec" id="rec-{i}"><h3>{i + 1}. {html.escape(rec.question)}</h3>'
+        f"<div>prediction: <b>{pred}</b> {verdict}</div><div>gold: {gold}</div>{details}"
+        f'<div class="pages">{pages}</div><pre>{html.escape(rec.output)}</pre></div>'
+    )
+
+
+def write_viewer(records: Sequence[ViewerRecord], path: str | Path, title: str = "evidra report") -> Path:
+    """Write the viewer page to ``path``; image links are relative to its folder."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(_record_html(i, r, out.parent.resolve()) for i, r in enumerate(records))
+    doc = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
+    )
+    out.write_text(doc, encoding="utf-8")
+    return out
