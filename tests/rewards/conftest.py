@@ -65,6 +65,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("case", cases, ids=[f"{name}-{i}" for i in range(len(cases))])
 
 
+def same(got: Any, expected: Any) -> bool:
+    """Recursive equality; numbers within 1e-12 (upstream float order is reproduced, not assumed)."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return bool(got == expected)
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        return bool(got == pytest.approx(expected, rel=1e-12, abs=1e-12))
+    if isinstance(expected, list) and isinstance(got, (list, tuple)):
+        return len(got) == len(expected) and all(same(g, e) for g, e in zip(got, expected, strict=True))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return got.keys() == expected.keys() and all(same(got[k], expected[k]) for k in expected)
+    return bool(got == expected)
+
+
+@pytest.fixture(name="same")
+def same_fixture() -> Callable[[Any, Any], bool]:
+    """``same(got, expected)``: the comparison used to replay conformance outputs."""
+    return same
+
+
 @pytest.fixture
 def conformance() -> Callable[[str], dict[str, Any]]:
     """Loader of a whole conformance file by name (skips the test if it is absent)."""

@@ -3,7 +3,7 @@ hand-computed paper-mode cases."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -24,6 +24,8 @@ from evidra.rewards.lat import (
 from evidra.rewards.text import normalize_lat, token_recall
 from evidra.types import Box, EvidenceBox, Page, Parsed, Sample
 
+Same = Callable[[Any, Any], bool]
+
 # Upstream raised; we return a documented safe value instead (docs/rewards.md, deviations table).
 DOCUMENTED_SAFE = {
     "lat_iou_train": {"ZeroDivisionError": 0.0, "IndexError": 0.0},
@@ -35,20 +37,7 @@ DOCUMENTED_SAFE = {
 }
 
 
-def same(got: Any, expected: Any) -> bool:
-    """Recursive equality; floats within 1e-12 (upstream float order is reproduced, not assumed)."""
-    if isinstance(expected, bool) or isinstance(got, bool):
-        return got == expected
-    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        return bool(got == pytest.approx(expected, rel=1e-12, abs=1e-12))
-    if isinstance(expected, list) and isinstance(got, (list, tuple)):
-        return len(got) == len(expected) and all(same(g, e) for g, e in zip(got, expected, strict=True))
-    if isinstance(expected, dict) and isinstance(got, dict):
-        return got.keys() == expected.keys() and all(same(got[k], expected[k]) for k in expected)
-    return bool(got == expected)
-
-
-def _check(name: str, case: dict[str, Any], got: Any) -> None:
+def _check(name: str, case: dict[str, Any], got: Any, same: Callable[[Any, Any], bool]) -> None:
     if "exception" in case:
         safe = DOCUMENTED_SAFE.get(name, {})
         etype = case["exception"]["type"]
@@ -63,63 +52,63 @@ def _contents(case: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.conformance("lat_normalize_text")
-def test_normalize_text(case: dict[str, Any]) -> None:
-    _check("lat_normalize_text", case, normalize_lat(*case["args"]))
+def test_normalize_text(case: dict[str, Any], same: Same) -> None:
+    _check("lat_normalize_text", case, normalize_lat(*case["args"]), same)
 
 
 @pytest.mark.conformance("lat_calculate_f1_reward")
-def test_calculate_f1_reward(case: dict[str, Any]) -> None:
-    _check("lat_calculate_f1_reward", case, token_recall(*case["args"]))
+def test_calculate_f1_reward(case: dict[str, Any], same: Same) -> None:
+    _check("lat_calculate_f1_reward", case, token_recall(*case["args"]), same)
 
 
 @pytest.mark.conformance("lat_accuracy_reward")
-def test_accuracy_reward_upstream(case: dict[str, Any]) -> None:
+def test_accuracy_reward_upstream(case: dict[str, Any], same: Same) -> None:
     kw = case["kwargs"]
     got = [
         accuracy_reward(c, a, answerable=int(i) != -1, mode="upstream")
         for c, a, i in zip(_contents(case), kw["answer"], kw["index_page"], strict=True)
     ]
-    _check("lat_accuracy_reward", case, got)
+    _check("lat_accuracy_reward", case, got, same)
 
 
 @pytest.mark.conformance("lat_format_reward")
-def test_format_reward(case: dict[str, Any]) -> None:
-    _check("lat_format_reward", case, [format_reward(c) for c in _contents(case)])
+def test_format_reward(case: dict[str, Any], same: Same) -> None:
+    _check("lat_format_reward", case, [format_reward(c) for c in _contents(case)], same)
 
 
 @pytest.mark.conformance("lat_iou_train")
-def test_iou_train(case: dict[str, Any]) -> None:
-    _check("lat_iou_train", case, lat_iou_train(*case["args"]))
+def test_iou_train(case: dict[str, Any], same: Same) -> None:
+    _check("lat_iou_train", case, lat_iou_train(*case["args"]), same)
 
 
 @pytest.mark.conformance("lat_iou_eval")
-def test_iou_eval(case: dict[str, Any]) -> None:
-    _check("lat_iou_eval", case, lat_iou_eval(*case["args"]))
+def test_iou_eval(case: dict[str, Any], same: Same) -> None:
+    _check("lat_iou_eval", case, lat_iou_eval(*case["args"]), same)
 
 
 @pytest.mark.conformance("lat_has_similar_bbox")
-def test_has_similar_bbox(case: dict[str, Any]) -> None:
-    _check("lat_has_similar_bbox", case, lat_has_similar_bbox(*case["args"], **case.get("kwargs", {})))
+def test_has_similar_bbox(case: dict[str, Any], same: Same) -> None:
+    _check("lat_has_similar_bbox", case, lat_has_similar_bbox(*case["args"], **case.get("kwargs", {})), same)
 
 
 @pytest.mark.conformance("lat_iou_reward")
-def test_iou_reward_upstream(case: dict[str, Any]) -> None:
+def test_iou_reward_upstream(case: dict[str, Any], same: Same) -> None:
     kw = case["kwargs"]
     got = [
         ground_reward(c, s, int(i), mode="upstream")
         for c, s, i in zip(_contents(case), kw["solution"], kw["index_page"], strict=True)
     ]
-    _check("lat_iou_reward", case, got)
+    _check("lat_iou_reward", case, got, same)
 
 
 @pytest.mark.conformance("lat_eval_acc_compute")
-def test_eval_acc_compute(case: dict[str, Any]) -> None:
-    _check("lat_eval_acc_compute", case, eval_accuracy(*case["args"]))
+def test_eval_acc_compute(case: dict[str, Any], same: Same) -> None:
+    _check("lat_eval_acc_compute", case, eval_accuracy(*case["args"]), same)
 
 
 @pytest.mark.conformance("lat_eval_extract_metadata")
-def test_eval_extract_metadata(case: dict[str, Any]) -> None:
-    _check("lat_eval_extract_metadata", case, lat_extract_metadata(*case["args"]))
+def test_eval_extract_metadata(case: dict[str, Any], same: Same) -> None:
+    _check("lat_eval_extract_metadata", case, lat_extract_metadata(*case["args"]), same)
 
 
 class StubSimilarity:
@@ -145,7 +134,7 @@ def _page(name: str, sizes: dict[str, list[int]], colors: dict[str, int]) -> Ima
 
 
 @pytest.mark.conformance("lat_step_reward_stubbed")
-def test_step_reward_upstream(case: dict[str, Any]) -> None:
+def test_step_reward_upstream(case: dict[str, Any], same: Same) -> None:
     kw, sizes = case["kwargs"], case["image_sizes"]
     got, calls = [], []
     for i, content in enumerate(_contents(case)):
@@ -169,7 +158,7 @@ def test_step_reward_upstream(case: dict[str, Any]) -> None:
         )
         assert sim.n_batches <= 1
         calls += sim.calls
-    _check("lat_step_reward_stubbed", case, got)
+    _check("lat_step_reward_stubbed", case, got, same)
     expected = [(c["query"], list(c["crop_size"]), c["image_path"]) for c in case["similarity_calls"]]
     assert calls == expected
 
