@@ -391,8 +391,8 @@ _COMMA_STRIP = re.compile(r"(\d)(,)(\d)")
 
 
 def normalize_vqa(text: str) -> str:
-    """VQA-eval ``processPunctuation`` + ``processDigitArticle``: punctuation removed (kept
-    inside numbers like 1,000 and 3.5), lowercase, number words 0-10 to digits, articles
+    """VQA-eval ``processPunctuation`` + ``processDigitArticle``: punctuation removed (a
+    decimal point between digits is kept, "1,000" becomes "1000"), lowercase, number words 0-10 to digits, articles
     dropped, common contractions restored.
 
     >>> normalize_vqa("The Two dogs.")
