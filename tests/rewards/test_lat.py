@@ -29,10 +29,11 @@ Same = Callable[[Any, Any], bool]
 # Upstream raised; we return a documented safe value instead (docs/rewards.md, deviations table).
 DOCUMENTED_SAFE = {
     "lat_iou_train": {"ZeroDivisionError": 0.0, "IndexError": 0.0},
-    "lat_has_similar_bbox": {"ZeroDivisionError": False},
+    "lat_has_similar_bbox": {"ZeroDivisionError": False, "IndexError": False},
     "lat_eval_extract_metadata": {
         "TypeError": [{"bbox": [0, 0, 0, 0], "image_id": 0}],
         "OverflowError": [{"bbox": [0, 0, 0, 0], "image_id": 0}],
+        "RecursionError": [{"bbox": [0, 0, 0, 0], "image_id": 0}],
     },
 }
 

@@ -233,7 +233,7 @@ def lat_iou_train(box1: Sequence[float], box2: Sequence[float]) -> float:
     ix1, iy1 = max(box1[0], box2[0]), max(box1[1], box2[1])
     ix2, iy2 = min(box1[2], box2[2]), min(box1[3], box2[3])
     inter = (ix2 - ix1) * (iy2 - iy1) if ix1 < ix2 and iy1 < iy2 else 0
-    union = (box1[2] - box1[0]) * (box1[3] - box1[1]) + (box2[2] - box2[0]) * (box2[3] - box2[1]) - inter
+    union = lat_box_union(box1, box2)
     return float(inter) / union if union != 0 else 0.0
 
 
@@ -260,15 +260,27 @@ def lat_has_similar_bbox(
     iou_threshold: float = 0.5,
 ) -> bool:
     """LAT's duplicate test: a previous box on the *same* ``Image_index`` (Python ``==``, so
-    1 != "1") with training IoU >= threshold. Zero-union pairs count as IoU 0 (see lat_iou_train).
+    1 != "1") with training IoU >= threshold, checked in order.
+
+    Documented deviation: where upstream raises (zero union -> ZeroDivisionError, ``box``
+    shorter than 4 -> IndexError) before finding a duplicate, this returns False.
 
     >>> lat_has_similar_bbox([[0, 0, 10, 10]], [1], [0, 0, 10, 20], 1)
     True
     """
-    return any(
-        lat_iou_train(prev, box) >= iou_threshold and rid == image_id
-        for prev, rid in zip(bboxes, result_id, strict=False)
-    )
+    for prev, rid in zip(bboxes, result_id, strict=False):
+        if len(prev) == 4 and (len(box) < 4 or lat_box_union(prev, box) == 0):
+            return False
+        if lat_iou_train(prev, box) >= iou_threshold and rid == image_id:
+            return True
+    return False
+
+
+def lat_box_union(a: Sequence[float], b: Sequence[float]) -> float:
+    """Union area of two [x1, y1, x2, y2] boxes as LAT computes it (no reordering, can be <= 0)."""
+    ix1, iy1, ix2, iy2 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
+    inter = (ix2 - ix1) * (iy2 - iy1) if ix1 < ix2 and iy1 < iy2 else 0
+    return (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
 
 
 @dataclass(frozen=True)

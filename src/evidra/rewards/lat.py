@@ -22,7 +22,14 @@ import regex
 
 from evidra.geometry import iou, is_valid_box
 from evidra.rewards.base import REWARDS, RewardResult
-from evidra.rewards.boxes import lat_iou_train, lat_read_json_box, parse_lat_boxes, py_int, py_int_list
+from evidra.rewards.boxes import (
+    lat_box_union,
+    lat_iou_train,
+    lat_read_json_box,
+    parse_lat_boxes,
+    py_int,
+    py_int_list,
+)
 from evidra.rewards.text import NO_ANSWER, normalize_lat, soft_exact_match, token_recall
 from evidra.types import Box, CoordSpace, Page, Parsed, Sample, Trajectory
 
@@ -156,8 +163,8 @@ def _ground_upstream(text: str, gold_box: Sequence[float], gold_page: int) -> fl
         coords, index = py_int_list(parsed.bbox), py_int(parsed.image_index)
         if parsed.status != "ok" or coords is None or index is None:
             return 0.0  # upstream: the exception leaves the reward at 0
-        if len(coords) == 4 and _zero_union(coords, gold_box):
-            return 0.0  # upstream: ZeroDivisionError
+        if len(coords) == 4 and (len(gold_box) < 4 or lat_box_union(coords, gold_box) == 0):
+            return 0.0  # upstream: IndexError / ZeroDivisionError inside iou()
         hits.append(lat_iou_train(coords, gold_box) > 0.5 and index - 1 == gold_page)
     all_right = all(span in think for span in spans)
     reward = 1.0 if any(hits) and all_right else 0.0
@@ -165,12 +172,6 @@ def _ground_upstream(text: str, gold_box: Sequence[float], gold_page: int) -> fl
     if gold_page == -1 and (NO_ANSWER in norm or "not" in norm):
         reward = 1.0
     return reward
-
-
-def _zero_union(a: Sequence[float], b: Sequence[float]) -> bool:
-    ix1, iy1, ix2, iy2 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
-    inter = (ix2 - ix1) * (iy2 - iy1) if ix1 < ix2 and iy1 < iy2 else 0
-    return bool((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter == 0)
 
 
 def ground_reward(
@@ -194,9 +195,7 @@ def ground_reward(
     """
     unanswerable = gold_page is None or gold_page == -1
     if mode == "upstream":
-        if gold_box is None or len(gold_box) < 4:
-            return 0.0
-        return _ground_upstream(text, gold_box, -1 if unanswerable else int(gold_page or 0))
+        return _ground_upstream(text, gold_box or (), -1 if unanswerable else int(gold_page or 0))
     raw = answer_text(text)
     if raw is None:
         return 0.0
