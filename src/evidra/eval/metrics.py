@@ -392,8 +392,8 @@ _COMMA_STRIP = re.compile(r"(\d)(,)(\d)")
 
 def normalize_vqa(text: str) -> str:
     """VQA-eval ``processPunctuation`` + ``processDigitArticle``: punctuation removed (a
-    decimal point between digits is kept, "1,000" becomes "1000"), lowercase, number words 0-10 to digits, articles
-    dropped, common contractions restored.
+    decimal point between digits is kept, "1,000" becomes "1000"), lowercase, number words
+    0-10 to digits, articles dropped, common contractions restored.
 
     >>> normalize_vqa("The Two dogs.")
     '2 dogs'
