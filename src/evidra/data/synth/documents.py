@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 PAGE_SIZE = (612.0, 792.0)  # US Letter in points
 NO_ANSWER = "No answer"
+DOCS_DIR = "docs"  # documents to ingest
+RENDERS_DIR = "renders"  # PNG renders of the PDF pages
 Kind = Literal["text", "table", "chart", "none"]
 
 
@@ -55,7 +57,7 @@ class SynthQuestion:
     answers: tuple[str, ...]
     kind: Kind
     doc_id: str
-    source: str  # file name relative to the corpus root
+    source: str  # file name relative to ``SynthCorpus.docs_dir``, as ingest records it
     page_number: int | None
     page_id: str | None
     gold_box: Box | None
@@ -90,7 +92,7 @@ class SynthDocument:
     """One generated file: its id, file name, page ids and rendered page images."""
 
     id: str
-    source: str  # file name relative to the corpus root (a .pdf, or a .png for image documents)
+    source: str  # file name relative to ``SynthCorpus.docs_dir`` (.pdf, or .png for image documents)
     page_ids: tuple[str, ...]
     image_paths: tuple[str, ...]  # absolute paths of the page PNGs, in page order
     page_sizes: tuple[tuple[int, int], ...]  # (width, height) in pixels of each PNG
@@ -104,6 +106,11 @@ class SynthCorpus:
     dpi: float
     documents: tuple[SynthDocument, ...]
     questions: tuple[SynthQuestion, ...]
+
+    @property
+    def docs_dir(self) -> Path:
+        """The folder to ingest: the documents only, not the PNG renders (which would duplicate pages)."""
+        return Path(self.root) / DOCS_DIR
 
     def pages(self) -> dict[str, Page]:
         """Pages built from the rendered PNGs (no words), keyed by page id."""
@@ -129,7 +136,7 @@ class SynthCorpus:
             missing = [pid for pid in ids if pid not in by_id]
             if missing:
                 raise InvalidInputError(
-                    f"pages {missing} of {q.source} are not in the given pages; ingest {self.root} first"
+                    f"pages {missing} of {q.source} are not in the given pages; ingest {self.docs_dir} first"
                 )
             out.append(q.to_sample([by_id[pid] for pid in ids], dataset))
         return tuple(out)
@@ -275,14 +282,16 @@ def generate_documents(
 ) -> SynthCorpus:
     """Write ``n_docs`` PDFs with PNG renders into ``out_dir`` and return their questions.
 
-    Files: ``doc_{i:03d}.pdf`` and ``doc_{i:03d}_p{n}.png``. Page kinds cycle through text,
+    Files: ``docs/doc_{i:03d}.pdf`` and ``renders/doc_{i:03d}_p{n}.png``; ingest
+    ``corpus.docs_dir`` to get the pages the questions refer to. Page kinds cycle through text,
     table and chart so that every kind appears once ``n_docs * pages >= 3``.
     """
     from evidra.corpus.pdf import render_pdf
 
     _check(n_docs, dpi, max_pages)
     root = Path(out_dir).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    (root / DOCS_DIR).mkdir(parents=True, exist_ok=True)
+    (root / RENDERS_DIR).mkdir(exist_ok=True)
     rng = random.Random(seed)
     pools = content.Pools.new(rng)
     target = _PdfTarget(dpi / 72.0)
@@ -295,12 +304,12 @@ def generate_documents(
             content.layout_page(rng, pools, target, content.KINDS[(i + j) % 3]) for j in range(n_pages)
         ]
         data = write_pdf([target.draw(layout) for layout in layouts])
-        (root / source).write_bytes(data)
+        (root / DOCS_DIR / source).write_bytes(data)
         file_hash = content_hash(data)
         ids = tuple(make_page_id(file_hash, n) for n in range(1, n_pages + 1))
         paths, sizes = [], []
         for rendered in render_pdf(data, dpi, source):
-            path = root / f"{doc_id}_p{rendered.page_number}.png"
+            path = root / RENDERS_DIR / f"{doc_id}_p{rendered.page_number}.png"
             rendered.image.save(path, format="PNG", compress_level=3)
             paths.append(str(path))
             sizes.append(rendered.image.size)
@@ -323,13 +332,13 @@ def generate_image_documents(
     questions_per_page: int = 2,
     unanswerable_per_doc: int = 1,
 ) -> SynthCorpus:
-    """Write ``n_docs`` single-page PNGs (``img_{i:03d}.png``) drawn with PIL; no PDF, no text layer.
+    """Write ``n_docs`` single-page PNGs (``docs/img_{i:03d}.png``) drawn with PIL; no PDF, no text layer.
 
     Gold boxes come from ``ImageDraw.textbbox`` of the drawn text (PIL's built-in font).
     """
     _check(n_docs, dpi, 1)
     root = Path(out_dir).expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    (root / DOCS_DIR).mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     pools = content.Pools.new(rng)
     docs: list[SynthDocument] = []
@@ -339,7 +348,7 @@ def generate_image_documents(
         doc_id, source = f"img_{i:03d}", f"img_{i:03d}.png"
         layout = content.layout_page(rng, pools, target, content.KINDS[i % 3])
         data = target.draw(layout)
-        path = root / source
+        path = root / DOCS_DIR / source
         path.write_bytes(data)
         pid = make_page_id(content_hash(data), 1)
         size = (round(PAGE_SIZE[0] * target.scale), round(PAGE_SIZE[1] * target.scale))
