@@ -43,7 +43,13 @@ class RecordingStubJudge:
 def _check_cases(data: dict[str, Any], fn: Callable[..., Any]) -> None:
     failures = []
     for i, case in enumerate(data["cases"]):
-        assert "exception" not in case, f"case {i}: upstream raised {case['exception']}; handle it explicitly"
+        if "exception" in case:  # upstream raised: we must raise the same class (by name)
+            want = case["exception"]["type"]
+            with pytest.raises(Exception) as info:
+                fn(*case.get("args", []), **case.get("kwargs", {}))
+            if not any(cls.__name__ == want for cls in type(info.value).__mro__):
+                failures.append(f"case {i}: raised {type(info.value).__name__}, upstream {want}")
+            continue
         got = fn(*case.get("args", []), **case.get("kwargs", {}))
         if got != case["output"]:
             failures.append(f"case {i} {case.get('note', '')}: got {got!r}, want {case['output']!r}")

@@ -107,7 +107,9 @@ def postprocess_predictions(predictions: Sequence[str]) -> tuple[list[str | None
     actions: list[str | None] = []
     contents: list[str] = []
     for prediction in predictions:
-        match = _ACTION_TAG.search(prediction) if isinstance(prediction, str) else None
+        if not isinstance(prediction, str):  # released: ValueError for a non-string prediction
+            raise InvalidInputError(f"prediction must be a str, got {type(prediction).__name__}")
+        match = _ACTION_TAG.search(prediction)
         actions.append(match.group(1) if match else None)
         contents.append(match.group(2).strip() if match else "")
     return actions, contents
