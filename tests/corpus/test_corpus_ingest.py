@@ -143,11 +143,15 @@ def test_symlinks_resolving_outside_the_root_are_refused(
     (docs / "link.pdf").symlink_to(outside / "secret.pdf")
     (docs / "linkdir").symlink_to(outside, target_is_directory=True)
     (docs / "inside-link.pdf").symlink_to(docs / "report.pdf")  # stays inside: allowed
+    (docs / "dangling.pdf").symlink_to(docs / "missing.pdf")
     with caplog.at_level(logging.WARNING, logger="evidra.corpus"):
         report = ingest(docs, tmp_path / "store", dpi=72)
-    refused = {f.path for f in report.failed}
-    assert refused == {"link.pdf", "linkdir"}
-    assert all("outside the ingest root" in f.reason for f in report.failed)
+    refused = {f.path: f.reason for f in report.failed}
+    assert set(refused) == {"link.pdf", "linkdir", "dangling.pdf"}
+    assert (
+        "outside the ingest root" in refused["link.pdf"] and "outside the ingest root" in refused["linkdir"]
+    )
+    assert "broken symbolic link" in refused["dangling.pdf"]
     assert "skipping link.pdf" in caplog.text
     with PageStore.open(tmp_path / "store") as store:
         assert not [p for p in store.pages() if "secret" in p.text]

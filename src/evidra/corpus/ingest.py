@@ -94,8 +94,18 @@ def discover(
                 )
             elif target.is_file():
                 files.append(path)
+            elif not target.exists():
+                refused.append(FailedFile((rel_dir / name).as_posix(), "is a broken symbolic link"))
     files.sort(key=lambda p: p.relative_to(root).as_posix())
     return files, refused
+
+
+def _collect(real: Path, recursive: bool, store_root: Path) -> tuple[Path, list[Path], list[FailedFile]]:
+    """The base folder sources are relative to, the files to ingest, and refused paths."""
+    if real.is_file():
+        return real.parent, [real], []
+    files, refused = discover(real, recursive=recursive, exclude=store_root)
+    return real, files, refused
 
 
 def _with_ocr(page: RenderedPage, ocr: WordExtractor | None) -> RenderedPage:
@@ -153,12 +163,7 @@ def ingest(
     owned = not isinstance(store, PageStore)
     page_store = PageStore.create(store) if not isinstance(store, PageStore) else store
     real = given.resolve()
-    refused: list[FailedFile] = []
-    if real.is_file():
-        base, files = real.parent, [real]
-    else:
-        base = real
-        files, refused = discover(real, recursive=recursive, exclude=page_store.root)
+    base, files, refused = _collect(real, recursive, page_store.root)
     for item in refused:
         logger.warning("skipping %s: %s", item.path, item.reason)
     added: list[str] = []

@@ -270,6 +270,21 @@ def _check(n_docs: int, dpi: float, max_pages: int) -> None:
         raise InvalidInputError(f"max_pages must be 1, 2 or 3, got {max_pages}")
 
 
+def _render_pngs(
+    data: bytes, dpi: float, out: Path, doc_id: str
+) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """Render every page of a PDF to ``out/{doc_id}_p{n}.png``; returns paths and sizes."""
+    from evidra.corpus.pdf import render_pdf
+
+    paths, sizes = [], []
+    for rendered in render_pdf(data, dpi, doc_id):
+        path = out / f"{doc_id}_p{rendered.page_number}.png"
+        rendered.image.save(path, format="PNG", compress_level=3)
+        paths.append(str(path))
+        sizes.append(rendered.image.size)
+    return tuple(paths), tuple(sizes)
+
+
 def generate_documents(
     out_dir: str | Path,
     *,
@@ -286,8 +301,6 @@ def generate_documents(
     ``corpus.docs_dir`` to get the pages the questions refer to. Page kinds cycle through text,
     table and chart so that every kind appears once ``n_docs * pages >= 3``.
     """
-    from evidra.corpus.pdf import render_pdf
-
     _check(n_docs, dpi, max_pages)
     root = Path(out_dir).expanduser().resolve()
     (root / DOCS_DIR).mkdir(parents=True, exist_ok=True)
@@ -307,17 +320,13 @@ def generate_documents(
         (root / DOCS_DIR / source).write_bytes(data)
         file_hash = content_hash(data)
         ids = tuple(make_page_id(file_hash, n) for n in range(1, n_pages + 1))
-        paths, sizes = [], []
-        for rendered in render_pdf(data, dpi, source):
-            path = root / RENDERS_DIR / f"{doc_id}_p{rendered.page_number}.png"
-            rendered.image.save(path, format="PNG", compress_level=3)
-            paths.append(str(path))
-            sizes.append(rendered.image.size)
-        docs.append(SynthDocument(doc_id, source, ids, tuple(paths), tuple(sizes)))
-        for n, layout in enumerate(layouts, start=1):
-            for fact in _pick(rng, layout.facts, questions_per_page):
-                qid = f"{doc_id}-q{len([q for q in questions if q.doc_id == doc_id])}"
-                questions.append(_question(fact, target, qid, doc_id, source, n, ids[n - 1]))
+        paths, sizes = _render_pngs(data, dpi, root / RENDERS_DIR, doc_id)
+        docs.append(SynthDocument(doc_id, source, ids, paths, sizes))
+        picked = [
+            (n, f) for n, lay in enumerate(layouts, 1) for f in _pick(rng, lay.facts, questions_per_page)
+        ]
+        for k, (n, fact) in enumerate(picked):
+            questions.append(_question(fact, target, f"{doc_id}-q{k}", doc_id, source, n, ids[n - 1]))
         for k in range(unanswerable_per_doc):
             questions.append(_absent(rng, pools, f"{doc_id}-none{k}", doc_id, source))
     return SynthCorpus(str(root), float(dpi), tuple(docs), tuple(questions))
