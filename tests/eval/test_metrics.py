@@ -118,13 +118,20 @@ def test_mmlongbench_acc_f1() -> None:
 
 def test_slidevqa() -> None:
     assert normalize_slidevqa("Twelve", "") == "12"
-    assert normalize_slidevqa("5 employees", "How many employees joined?") == "5"
+    assert normalize_slidevqa("5 employees", "how many employees joined?") == "5"
+    # released rule: the question is not lowercased, so "How many" removes no unit
+    assert normalize_slidevqa("5 employees", "How many employees joined?") == "5 employees"
     assert normalize_slidevqa("No, never.", "") == "no"
-    assert normalize_slidevqa("The Apple", "Which company is it?") == "apple"
+    assert normalize_slidevqa("Northern area", "") == "northern"  # "no" prefix rule, as released
+    assert normalize_slidevqa("The Apple", "which company is it?") == "apple"
+    assert normalize_slidevqa("Salt & pepper", "") == "salt pepper"  # & -> "," -> removed
+    assert normalize_slidevqa("80 percent", "") == "80"
+    assert normalize_slidevqa("x", "how many") == "x"  # no word after the cue: skipped
     assert slidevqa_em("Three.", "3") == 1.0
+    assert slidevqa_em("", "") == 0.0  # no overlap: skipped (0) by the released script
     # pred "red big car", gold "red car": overlap 2, P 2/3, R 1 -> F1 0.8
     assert slidevqa_f1("red big car", "a red car") == pytest.approx(0.8)
-    assert token_f1([], []) == 1.0 and token_f1(["a"], []) == 0.0
+    assert token_f1([], []) == 0.0 and token_f1(["a"], []) == 0.0
 
 
 def test_vqa_normalisation_and_visrag_accuracy() -> None:

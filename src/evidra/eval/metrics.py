@@ -297,39 +297,50 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
 
 
-def _unit_after(question: str, cue: str) -> str | None:
-    idx = question.find(cue)
-    if idx < 0:
-        return None
-    words = question[idx + len(cue) :].translate(_PUNCT).split()
-    return words[0] if words else None
+# Phrase rewrites of the released SlideVQA script, applied in this order as plain substring
+# replacements (so "and" inside "band" becomes ","; reproduced as released).
+_SLIDEVQA_REWRITES = (
+    ("this is ", ""), ("it is ", ""), ("&", ","), ("and", ","), ("percent", ""),
+    ("organisation", "organization"), ("because of", ""), ("because", ""), ("due to", ""),
+    ("hours", "hrs"), ("minites", "min"),
+)  # fmt: skip
+
+
+def _remove_unit(text: str, question: str) -> str:
+    """Delete (as a substring) the word after "how many" / "which" in the question.
+
+    The question is not lowercased, as released, so a capitalised "How many" at the start of
+    a question removes nothing. A cue with no word after it is skipped (released: IndexError).
+    """
+    for cue in ("how many", "which"):
+        idx = question.find(cue)
+        words = question[idx + len(cue) :].split() if idx >= 0 else []
+        if words:
+            text = text.replace(words[0], "")
+    return text
 
 
 def normalize_slidevqa(s: str, question: str = "") -> str:
-    """SlideVQA ``normalize_answer(s, question)``: lowercase; drop the unit word that follows
-    "how many"/"which" in the question; remove punctuation and articles; a leading yes/no
-    collapses to that word; number words 0-19 become digits.
+    """SlideVQA ``normalize_answer(s, question)``: lowercase, phrase rewrites, unit removal,
+    ASCII punctuation and articles removed, a leading "yes"/"no" prefix keeps only the first
+    token, whitespace collapsed, number words 0-19 to digits.
 
-    >>> normalize_slidevqa("Three slides", "How many slides are there?")
+    >>> normalize_slidevqa("Three slides", "how many slides are there?")
     '3'
     >>> normalize_slidevqa("Yes, it is.", "Is it?")
     'yes'
     """
-    text, q = s.lower(), question.lower()
-    for cue in ("how many", "which"):
-        unit = _unit_after(q, cue)
-        if unit:
-            text = re.sub(rf"\b{re.escape(unit)}\b", " ", text)
-    tokens = _ARTICLES.sub(" ", text.translate(_PUNCT)).split()
-    if tokens and tokens[0] in ("yes", "no"):
-        tokens = tokens[:1]
-    return " ".join(_SLIDEVQA_NUMBERS.get(t, t) for t in tokens)
+    text = s.lower()
+    for old, new in _SLIDEVQA_REWRITES:
+        text = text.replace(old, new)
+    text = _ARTICLES.sub(" ", _remove_unit(text, question).translate(_PUNCT))
+    if text[:3] == "yes" or text[:2] == "no":
+        text = text.split()[0]
+    return " ".join(_SLIDEVQA_NUMBERS.get(t, t) for t in text.split())
 
 
 def token_f1(pred_tokens: Sequence[str], gold_tokens: Sequence[str]) -> float:
-    """SQuAD bag-of-words F1 (multiset overlap); 1.0 if both are empty, 0.0 if one is."""
-    if not pred_tokens or not gold_tokens:
-        return 1.0 if not pred_tokens and not gold_tokens else 0.0
+    """SQuAD bag-of-words F1 (multiset overlap); 0.0 when nothing overlaps (both empty too)."""
     overlap = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
     if overlap == 0:
         return 0.0
@@ -338,8 +349,13 @@ def token_f1(pred_tokens: Sequence[str], gold_tokens: Sequence[str]) -> float:
 
 
 def slidevqa_em(prediction: str, answer: str, question: str = "") -> float:
-    """SlideVQA QA exact match after ``normalize_slidevqa``."""
-    return 1.0 if normalize_slidevqa(prediction, question) == normalize_slidevqa(answer, question) else 0.0
+    """SlideVQA QA exact match: equal normalized token lists that share at least one token
+    (the released script skips items without overlap, so two empty answers score 0)."""
+    pred, gold = (
+        normalize_slidevqa(prediction, question).split(),
+        normalize_slidevqa(answer, question).split(),
+    )
+    return 1.0 if pred == gold and pred else 0.0
 
 
 def slidevqa_f1(prediction: str, answer: str, question: str = "") -> float:
@@ -357,11 +373,16 @@ def slidevqa_f1(prediction: str, answer: str, question: str = "") -> float:
 
 _VQA_NUMBERS = {w: str(i) for i, w in enumerate(_NUMBER_WORDS[:11])}
 _VQA_NUMBERS["none"] = "0"
+# A common subset of the VQA-eval contraction map.
 _CONTRACTIONS = {
     "arent": "aren't", "cant": "can't", "couldnt": "couldn't", "didnt": "didn't", "doesnt": "doesn't",
     "dont": "don't", "hadnt": "hadn't", "hasnt": "hasn't", "havent": "haven't", "isnt": "isn't",
     "shouldnt": "shouldn't", "wasnt": "wasn't", "werent": "weren't", "wont": "won't",
-    "wouldnt": "wouldn't", "youre": "you're", "theyre": "they're", "im": "i'm", "ive": "i've",
+    "wouldnt": "wouldn't", "youre": "you're", "theyre": "they're", "thats": "that's", "theres": "there's",
+    "whats": "what's", "wheres": "where's", "whos": "who's", "hes": "he's", "itll": "it'll",
+    "youll": "you'll", "youve": "you've", "weve": "we've", "theyll": "they'll", "theyve": "they've",
+    "wouldve": "would've", "shouldve": "should've", "couldve": "could've", "mightve": "might've",
+    "mustve": "must've",
 }  # fmt: skip
 _VQA_PUNCT = [
     ";",
@@ -404,7 +425,7 @@ def normalize_vqa(text: str) -> str:
             out = out.replace(p, "")
         else:
             out = out.replace(p, " ")
-    out = _PERIOD_STRIP.sub("", out).replace("'", "'")
+    out = _PERIOD_STRIP.sub("", out)
     words = [_VQA_NUMBERS.get(w, w) for w in out.split() if w not in ("a", "an", "the")]
     return " ".join(_CONTRACTIONS.get(w, w) for w in words)
 
