@@ -527,3 +527,4 @@ def _open(page: Page) -> PILImage | None:
 for _name in _COMPONENTS:
     REWARDS.add(f"lat.{_name}", LatReward(components=(_name,)))
 REWARDS.add("lat", LatReward())
+REWARDS.add("lat.upstream", LatReward(mode="upstream"))
