@@ -32,7 +32,7 @@ import string
 import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -295,6 +295,9 @@ class DiskCache:
         with self._lock, self._conn:
             self._conn.execute("INSERT OR REPLACE INTO judge VALUES (?, ?)", (key, value))
 
+    def close(self) -> None:
+        self._conn.close()
+
 
 def cache_key(model: str, messages: Sequence[Mapping[str, str]]) -> str:
     """Stable key of a request: the model and the exact prompt messages."""
@@ -307,14 +310,14 @@ class HttpJudgeConfig:
     """Endpoint and retry policy of an ``OpenAIJudge``.
 
     ``batch_size``: items per request for the Lang2Act prompt (10 in toolrl, 5 in actionrl);
-    the VRAG-RL prompt always sends one. Retries are bounded: ``max_retries`` extra attempts
-    with backoff ``min(max_backoff_s, backoff_s * 2**attempt)``.
+    the VRAG-RL prompt always sends one. Retries are bounded: ``max_retries`` extra attempts,
+    retry ``r`` (1-based) after ``min(max_backoff_s, backoff_s * 2**(r - 1))`` seconds.
     """
 
     base_url: str
     model: str
     style: PromptStyle = "lang2act"
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never logged
     batch_size: int = 10
     concurrency: int = 8
     timeout_s: float = 60.0
@@ -347,6 +350,10 @@ class JudgeStats:
 
 class _Retryable(Exception):
     """A failed attempt worth retrying (timeout, connection error, 5xx/429, bad reply)."""
+
+
+class _Fatal(Exception):
+    """A failed attempt that retrying cannot fix (4xx other than 429)."""
 
 
 class OpenAIJudge:
@@ -447,7 +454,3 @@ class OpenAIJudge:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise _Retryable(f"reply is not an OpenAI chat completion: {exc!r}") from exc
         return content if isinstance(content, str) else ""
-
-
-class _Fatal(Exception):
-    """A failed attempt that retrying cannot fix (4xx other than 429)."""
