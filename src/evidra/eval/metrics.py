@@ -26,8 +26,8 @@ def levenshtein(a: str, b: str) -> int:
     """Edit distance (insert, delete, substitute all cost 1).
 
     Two-row dynamic programme: O(len(a) * len(b)) time, O(min(len)) memory. Pure Python runs
-    about 10^7 cell updates per second, fine for answers (tens of characters); do not feed it
-    whole pages.
+    about 3 million cell updates per second (measured: 0.8 ms for two 50-character strings,
+    80 ms for 500 x 500): fine for short answers, too slow for whole pages.
 
     >>> levenshtein("kitten", "sitting")
     3

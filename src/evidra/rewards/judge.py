@@ -8,15 +8,18 @@ number of verdicts in a batch) and carries the reason. Reward wrappers turn None
 Backends:
 
 * ``RuleJudge``: normalized exact / containment match, offline and deterministic.
-* ``OpenAIJudge``: any OpenAI-compatible
-  ``POST {base_url}/chat/completions`` endpoint (vLLM, SGLang, hosted), async with bounded
+* ``OpenAIJudge``: any OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint (vLLM, SGLang, hosted), async with bounded
   concurrency, timeouts, bounded exponential-backoff retries and a cache keyed by
   ``(model, prompt)``. The released code retried forever (VRAG-RL) or scored failures as 0
   (Lang2Act); neither is reproduced.
 
 Prompts: VRAG-RL sends one item as a single user message (``VRAGRL_JUDGE_TEMPLATE``);
 Lang2Act sends batches as system prompt + one user message (``lang2act_user_message``).
-The verbatim texts come from the conformance README (released rm.py / toolrl.py).
+The verbatim texts come from the conformance README (released rm.py / toolrl.py). The
+released, lenient reply parsers are kept for replay next to their rewards:
+``vragrl.parse_judge_response_upstream`` and ``lang2act.parse_judge_batch_upstream``.
+
+``OpenAIJudge`` needs ``httpx`` (optional extra ``judge``).
 """
 
 from __future__ import annotations
