@@ -418,5 +418,6 @@ def tool_reward(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = 
 REWARDS.add("lang2act.format", format_reward)
 REWARDS.add("lang2act.tool", tool_reward)
 REWARDS.add("lang2act.actionrl", Lang2ActReward(stage="actionrl"))
+REWARDS.add("lang2act.actionrl_upstream", Lang2ActReward(stage="actionrl", mode="upstream"))
 REWARDS.add("lang2act.toolrl", Lang2ActReward(stage="toolrl"))
 REWARDS.add("lang2act.toolrl_upstream", Lang2ActReward(stage="toolrl", mode="upstream"))
