@@ -93,7 +93,7 @@ def test_vragrl_reward_wrapper_in_range(text: str, retrieved: list[str]) -> None
     sample = Sample(id="s", question="q?", answers=("p2 answer",), gold_pages=("p2",))
     parsed = Parsed(text=text, fields={"retrieved_pages": "\n".join(retrieved)})
     for mode in ("paper", "upstream"):
-        result = VragRLReward(judge=RuleJudge(), mode=mode)(parsed, sample)  # type: ignore[arg-type]
+        result = VragRLReward(judge=RuleJudge(), mode=mode)(parsed, sample)
         assert result.scored and result.total >= 0.0
         if mode == "paper":
             assert _in01(result.total)
@@ -126,7 +126,7 @@ def test_lang2act_rewards_in_range(text: str) -> None:
     sample = Sample(id="s", question="q?", answers=("Image 1",))
     for stage in ("actionrl", "toolrl"):
         for mode in ("paper", "upstream"):
-            result = Lang2ActReward(stage=stage, judge=RuleJudge(), mode=mode)(Parsed(text=text), sample)  # type: ignore[arg-type]
+            result = Lang2ActReward(stage=stage, judge=RuleJudge(), mode=mode)(Parsed(text=text), sample)
             assert result.scored and _in01(result.total)
 
 

@@ -122,7 +122,9 @@ ITEMS = [
 
 
 def _judge(base: str, scenario: str, **kw: Any) -> OpenAIJudge:
-    cfg = dict(style="lang2act", batch_size=2, timeout_s=0.3, max_retries=2, backoff_s=0.01) | kw
+    cfg: dict[str, Any] = (
+        dict(style="lang2act", batch_size=2, timeout_s=0.3, max_retries=2, backoff_s=0.01) | kw
+    )
     return OpenAIJudge(HttpJudgeConfig(base_url=f"{base}/{scenario}", model="judge-m", **cfg))
 
 

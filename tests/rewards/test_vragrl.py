@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -180,7 +180,7 @@ class _ScriptedJudge:
         self.values = values
         self.calls: list[list[JudgeItem]] = []
 
-    def judge(self, items: list[JudgeItem]) -> list[Verdict]:  # type: ignore[override]
+    def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         self.calls.append(list(items))
         return [Verdict(self.values.pop(0), None if v is not None else "down") for v in list(items)]
 
