@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import regex
 
+from evidra.errors import InvalidInputError
 from evidra.geometry import iou, is_valid_box
 from evidra.rewards.base import REWARDS, RewardResult
 from evidra.rewards.boxes import (
+    extract_tag,
     lat_box_union,
     lat_iou_train,
     lat_read_json_box,
@@ -311,7 +313,7 @@ def plan_steps_paper(text: str, pages: Sequence[PILImage | None], *, single_imag
     r_t is the whole text since the previous box (minus the "Bounding box:" label). A step is
     scored only if its box parses, its page exists and it lies inside the page (non-strict).
     """
-    think = _extract_think(text)
+    think = extract_tag(text, "think")
     if think is None:
         return StepPlan((), has_think=False)
     steps: list[StepCitation] = []
@@ -326,19 +328,14 @@ def plan_steps_paper(text: str, pages: Sequence[PILImage | None], *, single_imag
             if is_valid_box(parsed.box, *page.size) and segment:
                 b = parsed.box
                 crop = _fit_aspect(page.crop((round(b.x1), round(b.y1), round(b.x2), round(b.y2))))
+                error = None if crop is not None else "box has no area in pixels"
             else:
                 error = "box outside the page or empty step text"
         elif error is None:
             error = "page image unavailable"
         box = parsed.box.as_tuple() if parsed.box is not None else None
-        steps.append(StepCitation(segment, box, page_index, crop, error if crop is None else None))
+        steps.append(StepCitation(segment, box, page_index, crop, error))
     return StepPlan(tuple(steps), has_think=True)
-
-
-def _extract_think(text: str) -> str | None:
-    from evidra.rewards.boxes import extract_tag
-
-    return extract_tag(text, "think")
 
 
 def score_plans(plans: Sequence[StepPlan], similarity: Similarity) -> list[list[float]]:
@@ -346,8 +343,6 @@ def score_plans(plans: Sequence[StepPlan], similarity: Similarity) -> list[list[
     pairs = [pair for plan in plans for pair in plan.queries]
     flat = similarity.score([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else []
     if len(flat) != len(pairs):
-        from evidra.errors import InvalidInputError
-
         raise InvalidInputError(
             f"similarity service returned {len(flat)} scores for {len(pairs)} (crop, text) pairs; "
             "it must return one score per pair"
