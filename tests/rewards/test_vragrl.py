@@ -266,3 +266,22 @@ def test_weights_validated_and_registry_names() -> None:
     rule = VragRLReward(judge=RuleJudge())
     result = rule(_parsed("<search>q</search><answer>It is 12.5 bn.</answer>", ["doc_5"]), _sample())
     assert result.total == pytest.approx(1.0)
+
+
+def test_paper_mode_ignores_injected_observation_text() -> None:
+    """The full decoded text carries the environment's invalid-action message (with <search>
+    and <answer> Beijing </answer>); the policy turns do not. Paper mode reads the turns."""
+    policy = ["<think>t</think><bbox>[1,2]</bbox>", "<think>t</think>"]
+    full = (
+        policy[0]
+        + "<|im_end|>\n<|im_start|>user\nYour previous action is invalid ... <search> query </search>"
+        " ... <answer> Beijing </answer>.\n<|im_end|>\n<|im_start|>assistant\n" + policy[1]
+    )
+    judge = _ScriptedJudge([])
+    paper = VragRLReward(judge=judge)(_parsed(full, []), _sample(), _traj(policy))
+    assert judge.calls == [] and paper.total == 0.0
+    assert paper.components == {"retrieval": 0.0, "answer": 0.0, "pattern": 0.0}
+    upstream_judge = _ScriptedJudge([False])
+    upstream = VragRLReward(judge=upstream_judge, mode="upstream")(_parsed(full, []), _sample())
+    assert upstream.total == pytest.approx(0.1)  # the released bug: pattern passes on injected text
+    assert upstream_judge.calls[0][0].generated == " Beijing "
