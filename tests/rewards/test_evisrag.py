@@ -28,6 +28,12 @@ from evidra.types import Page, Parsed, Sample, Span, Trajectory
 Same = Callable[[Any, Any], bool]
 
 
+def bind(case: dict[str, Any], *names: str) -> list[Any]:
+    """The case's arguments in the order of upstream's parameter ``names`` (args, then kwargs)."""
+    values = dict(zip(names, case.get("args", []), strict=False)) | case.get("kwargs", {})
+    return [values[n] for n in names if n in values]
+
+
 def _replay(case: dict[str, Any], call: Any, same: Callable[[Any, Any], bool]) -> None:
     """Compare with the recorded output; where upstream raised IndexError (gold without the
     block it reads), we raise GoldFormatError, an IndexError, on purpose."""
@@ -42,42 +48,42 @@ def _replay(case: dict[str, Any], call: Any, same: Callable[[Any, Any], bool]) -
 
 @pytest.mark.conformance("evisrag_normalize_answer_qa")
 def test_normalize_answer_qa(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: normalize_squad(*case["args"]), same)
+    _replay(case, lambda: normalize_squad(*bind(case, "s")), same)
 
 
 @pytest.mark.conformance("evisrag_f1_match")
 def test_f1_match(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: set_f1(*case["args"]), same)
+    _replay(case, lambda: set_f1(*bind(case, "response", "ground_truth")), same)
 
 
 @pytest.mark.conformance("evisrag_em_match")
 def test_em_match(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: substring_em(*case["args"]), same)
+    _replay(case, lambda: substring_em(*bind(case, "response", "ground_truth")), same)
 
 
 @pytest.mark.conformance("evisrag_accuracy_reward")
 def test_accuracy_reward(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: derivation_reward(*case["args"], mode="upstream"), same)
+    _replay(case, lambda: derivation_reward(*bind(case, "response", "ground_truth"), mode="upstream"), same)
 
 
 @pytest.mark.conformance("evisrag_evidence_reward")
 def test_evidence_reward(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: perception_reward(*case["args"], mode="upstream"), same)
+    _replay(case, lambda: perception_reward(*bind(case, "response", "ground_truth"), mode="upstream"), same)
 
 
 @pytest.mark.conformance("evisrag_format_reward")
 def test_format_reward(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: format_reward(case["args"][0]), same)
+    _replay(case, lambda: format_reward(bind(case, "response")[0]), same)
 
 
 @pytest.mark.conformance("evisrag_isObserve_punishment")
 def test_is_observe(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: observe_punishment(*case["args"]), same)
+    _replay(case, lambda: observe_punishment(*bind(case, "response")), same)
 
 
 @pytest.mark.conformance("evisrag_isThink_punishment")
 def test_is_think(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: think_punishment(*case["args"]), same)
+    _replay(case, lambda: think_punishment(*bind(case, "response")), same)
 
 
 def _overlong_by_hand(length: int, max_len: int, buffer: int, min_len: int) -> float:
@@ -90,7 +96,9 @@ def _overlong_by_hand(length: int, max_len: int, buffer: int, min_len: int) -> f
 
 @pytest.mark.conformance("evisrag_soft_overlong_punishment")
 def test_soft_overlong(case: dict[str, Any], same: Same) -> None:
-    args = case["args"]
+    args = bind(
+        case, "response_length", "max_response_length", "overlong_buffer_length", "min_response_length"
+    )
     if "exception" in case:
         # Documented deviation: upstream's 3-argument call (remove_evidence) raises TypeError;
         # ours defaults min_length to the training value 200.
@@ -102,12 +110,14 @@ def test_soft_overlong(case: dict[str, Any], same: Same) -> None:
 
 @pytest.mark.conformance("evisrag_sum_all")
 def test_sum_all(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: [sum_all(**item) for item in case["args"][0]], same)
+    _replay(case, lambda: [sum_all(**item) for item in bind(case, "reward_inputs")[0]], same)
 
 
 @pytest.mark.conformance("evisrag_eval_evaluate_predictions")
 def test_evaluate_predictions(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: evaluate_predictions(*case["args"]), same)
+    pred, golds, *rest = bind(case, "output_info", "labeled_answer", "mode")
+    # upstream scores only mode='qa'; any other mode returns the initial all-zero metrics
+    _replay(case, lambda: evaluate_predictions(pred, golds if rest in ([], ["qa"]) else []), same)
 
 
 # ---- paper mode, hand-computed ---------------------------------------------------------------

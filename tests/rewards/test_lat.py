@@ -26,6 +26,13 @@ from evidra.types import Box, EvidenceBox, Page, Parsed, Sample
 
 Same = Callable[[Any, Any], bool]
 
+
+def bind(case: dict[str, Any], *names: str) -> list[Any]:
+    """The case's arguments in the order of upstream's parameter ``names`` (args, then kwargs)."""
+    values = dict(zip(names, case.get("args", []), strict=False)) | case.get("kwargs", {})
+    return [values[n] for n in names if n in values]
+
+
 # Upstream raised; we return a documented safe value instead (docs/rewards.md, deviations table).
 DOCUMENTED_SAFE = {
     "lat_iou_train": {"ZeroDivisionError": 0.0, "IndexError": 0.0},
@@ -54,12 +61,12 @@ def _contents(case: dict[str, Any]) -> list[str]:
 
 @pytest.mark.conformance("lat_normalize_text")
 def test_normalize_text(case: dict[str, Any], same: Same) -> None:
-    _check("lat_normalize_text", case, normalize_lat(*case["args"]), same)
+    _check("lat_normalize_text", case, normalize_lat(*bind(case, "text")), same)
 
 
 @pytest.mark.conformance("lat_calculate_f1_reward")
 def test_calculate_f1_reward(case: dict[str, Any], same: Same) -> None:
-    _check("lat_calculate_f1_reward", case, token_recall(*case["args"]), same)
+    _check("lat_calculate_f1_reward", case, token_recall(*bind(case, "pred_norm", "gt_norm")), same)
 
 
 @pytest.mark.conformance("lat_accuracy_reward")
@@ -79,17 +86,18 @@ def test_format_reward(case: dict[str, Any], same: Same) -> None:
 
 @pytest.mark.conformance("lat_iou_train")
 def test_iou_train(case: dict[str, Any], same: Same) -> None:
-    _check("lat_iou_train", case, lat_iou_train(*case["args"]), same)
+    _check("lat_iou_train", case, lat_iou_train(*bind(case, "box1", "box2")), same)
 
 
 @pytest.mark.conformance("lat_iou_eval")
 def test_iou_eval(case: dict[str, Any], same: Same) -> None:
-    _check("lat_iou_eval", case, lat_iou_eval(*case["args"]), same)
+    _check("lat_iou_eval", case, lat_iou_eval(*bind(case, "box1", "box2")), same)
 
 
 @pytest.mark.conformance("lat_has_similar_bbox")
 def test_has_similar_bbox(case: dict[str, Any], same: Same) -> None:
-    _check("lat_has_similar_bbox", case, lat_has_similar_bbox(*case["args"], **case.get("kwargs", {})), same)
+    args = bind(case, "bboxes", "result_id", "box", "image_id", "iou_threshold")
+    _check("lat_has_similar_bbox", case, lat_has_similar_bbox(*args), same)
 
 
 @pytest.mark.conformance("lat_iou_reward")
@@ -104,12 +112,12 @@ def test_iou_reward_upstream(case: dict[str, Any], same: Same) -> None:
 
 @pytest.mark.conformance("lat_eval_acc_compute")
 def test_eval_acc_compute(case: dict[str, Any], same: Same) -> None:
-    _check("lat_eval_acc_compute", case, eval_accuracy(*case["args"]), same)
+    _check("lat_eval_acc_compute", case, eval_accuracy(*bind(case, "content", "ground_truth")), same)
 
 
 @pytest.mark.conformance("lat_eval_extract_metadata")
 def test_eval_extract_metadata(case: dict[str, Any], same: Same) -> None:
-    _check("lat_eval_extract_metadata", case, lat_extract_metadata(*case["args"]), same)
+    _check("lat_eval_extract_metadata", case, lat_extract_metadata(*bind(case, "input_str")), same)
 
 
 class StubSimilarity:

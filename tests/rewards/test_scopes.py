@@ -24,7 +24,9 @@ MARKERS = {"<think>": [901, 902], "<evidence>": [801], "<answer>": [701, 702], "
 
 @pytest.mark.conformance("evisrag_scope_masks")
 def test_scope_masks_upstream(case: dict[str, Any], same: Callable[[Any, Any], bool]) -> None:
-    got = scope_masks(*case["args"])
+    values = dict(zip(("response_ids", "response_mask", "marker_ids"), case.get("args", []), strict=False))
+    values |= case.get("kwargs", {})
+    got = scope_masks(values["response_ids"], values["response_mask"], values["marker_ids"])
     assert same(got, case["output"]), (got, case["output"])
 
 
