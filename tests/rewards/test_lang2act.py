@@ -180,3 +180,20 @@ def test_registry_names() -> None:
     for name in ("lang2act.format", "lang2act.tool", "lang2act.actionrl", "lang2act.toolrl"):
         assert name in REWARDS
     assert REWARDS.get("lang2act.format")(Parsed(text=VALID), _sample()).total == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        # a second <tool opening that is not a well-formed call (no args) next to a valid one
+        VALID.replace("</description>", '<tool name="read_text_element">x</tool></description>'),
+        # duplicated <answer> block
+        VALID + "<answer>8%</answer>",
+        # tool call smuggled into <think>
+        VALID.replace("Image 2 is relevant.", '<tool name="read_text_element" args="Image 2: a">b</tool>'),
+        # truncated output
+        VALID[: len(VALID) // 2],
+    ],
+)
+def test_tool_validity_rejects_hacks(response: str) -> None:
+    assert tool_validity(response, num_images=3) == 0.0

@@ -285,3 +285,16 @@ def test_paper_mode_ignores_injected_observation_text() -> None:
     upstream = VragRLReward(judge=upstream_judge, mode="upstream")(_parsed(full, []), _sample())
     assert upstream.total == pytest.approx(0.1)  # the released bug: pattern passes on injected text
     assert upstream_judge.calls[0][0].generated == " Beijing "
+
+
+@pytest.mark.parametrize(
+    "turns",
+    [
+        ["<search> </search>", "<answer>12.5 bn</answer>"],  # empty query is not a search
+        ["<answer>12.5 bn</answer>"],  # answering without retrieval
+        ["<search>q</search><answer>12.5 bn</answer>", "<think>more</think>"],  # answer not final
+        ["<search>q", "</search><answer>x</answer>"],  # tag split across turns
+    ],
+)
+def test_pattern_reward_rejects_hacks(turns: list[str]) -> None:
+    assert pattern_reward(turns) == 0.0
