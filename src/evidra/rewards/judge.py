@@ -8,10 +8,10 @@ number of verdicts in a batch) and carries the reason. Reward wrappers turn None
 Backends:
 
 * ``RuleJudge``: normalized exact / containment match, offline and deterministic.
-* ``OpenAIJudge``: any OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint (vLLM, SGLang, hosted), async with bounded
-  concurrency, timeouts, bounded exponential-backoff retries and a cache keyed by
-  ``(model, prompt)``. The released code retried forever (VRAG-RL) or scored failures as 0
-  (Lang2Act); neither is reproduced.
+* ``OpenAIJudge``: any OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint
+  (vLLM, SGLang, hosted), async with bounded concurrency, timeouts, bounded exponential-backoff
+  retries and a cache keyed by ``(model, prompt)``. The released code retried forever
+  (VRAG-RL) or scored failures as 0 (Lang2Act); neither is reproduced.
 
 Prompts: VRAG-RL sends one item as a single user message (``VRAGRL_JUDGE_TEMPLATE``);
 Lang2Act sends batches as system prompt + one user message (``lang2act_user_message``).
