@@ -233,3 +233,11 @@ def test_reward_fn_wrappers() -> None:
     )  # fmt: skip
     result = up(Parsed(text=text), sample, traj)
     assert result.total == 7.0 and result.components["accuracy"] == 3.0 and result.scopes["overlong"] == 0.0
+
+
+def test_component_rewards_registered() -> None:
+    sample = Sample(id="s", question="q?", answers=("5 million",), extras={"ground_truth": GOLD})
+    text = _response(f"{FACT}\n{NEG}", "5 million")  # derivation F1 = 0.8 (see test_derivation_paper)
+    assert REWARDS.get("evisrag.derivation")(Parsed(text=text), sample).total == pytest.approx(0.8)
+    assert REWARDS.get("evisrag.perception")(Parsed(text=text), sample).total == 1.0
+    assert REWARDS.get("evisrag.format")(Parsed(text="junk"), sample).total == 0.0

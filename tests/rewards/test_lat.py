@@ -321,3 +321,29 @@ def test_lat_reward_fn(tmp_path: Any) -> None:
     assert not unscored.scored
     assert REWARDS.get("lat.accuracy")(Parsed(text=text), sample).total == 1.0
     assert REWARDS.get("lat.format")(Parsed(text="junk"), sample).total == -1.0
+
+
+def test_score_group_makes_one_similarity_call(tmp_path: Any) -> None:
+    path = tmp_path / "p.png"
+    Image.new("RGB", (1000, 1400)).save(path)
+    page = Page(id="p1", image_path=str(path), width=1000, height=1400)
+    sample = Sample(id="s", question="who?", answers=("John Williams",), pages=(page,))
+    texts = [
+        _coe([("A.", "10, 10, 200, 60", 1), ("B.", "10, 300, 500, 400", 1)], "John Williams"),
+        _coe([("C.", "10, 10, 200, 60", 1)], "Paris"),  # gate fails: R_acc = 0
+        "no tags at all",
+    ]
+
+    class Counting(ConstSimilarity):
+        calls = 0
+
+        def score(self, crops: Sequence[Image.Image], texts: Sequence[str]) -> list[float]:
+            Counting.calls += 1
+            return super().score(crops, texts)
+
+    sim = Counting({})
+    results = LatReward(components=("step",), similarity=sim).score_group(
+        [Parsed(text=t) for t in texts], sample
+    )
+    assert [r.total for r in results] == [1.0, 0.0, 0.0]
+    assert Counting.calls == 1 and sim.texts == ["A.", "B.", "C."]

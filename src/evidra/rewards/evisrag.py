@@ -346,3 +346,5 @@ class EvisragReward:
 
 REWARDS.add("evisrag", EvisragReward())
 REWARDS.add("evisrag.upstream", EvisragReward(mode="upstream"))
+for _name in ("perception", "derivation", "format"):
+    REWARDS.add(f"evisrag.{_name}", EvisragReward(weights={_name: 1.0}))
