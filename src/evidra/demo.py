@@ -85,7 +85,7 @@ def run_demo(
     say("rendering a synthetic corpus")
     corpus = generate_documents(out / "documents", n_docs=n_docs, seed=seed, dpi=dpi)
     say("ingesting it into a page store")
-    report = ingest(out / "documents", out / "store", dpi=dpi)
+    report = ingest(corpus.docs_dir, out / "store", dpi=dpi)
     store = PageStore.open(out / "store")
     samples = corpus.samples({p.id: p for p in store.pages()})
     say(f"building a tiny {arch} checkpoint")

@@ -30,9 +30,9 @@ def corpus_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from evidra.data.synth.documents import generate_documents
 
     root = tmp_path_factory.mktemp("cli")
-    generate_documents(root / "docs", n_docs=2, seed=1, dpi=72)
-    assert main(["-q", "ingest", str(root / "docs"), "--store", str(root / "store"), "--dpi", "72"]) == 0
-    return root / "docs", root / "store"
+    corpus = generate_documents(root / "docs", n_docs=2, seed=1, dpi=72)
+    assert main(["-q", "ingest", str(corpus.docs_dir), "--store", str(root / "store"), "--dpi", "72"]) == 0
+    return Path(corpus.docs_dir), root / "store"
 
 
 def test_ingest_is_idempotent_and_pages_lists(

@@ -5,7 +5,7 @@ from pathlib import Path
 import torch
 
 from evidra.models.adapters import LoraSpec, apply_lora, merge_lora, trainable_parameter_names
-from evidra.models.generation import build_teacher_forcing_batch, forward_logprobs
+from evidra.models.generation import forward_logprobs, teacher_forcing_batch
 from evidra.models.loading import load_vlm
 from evidra.types import Message
 
@@ -20,7 +20,7 @@ def test_lora_step_changes_only_adapter_weights(tiny_dirs: dict[str, Path]) -> N
 
     chat = [Message.text("user", "What year was the Orion project founded?")]
     completion = vlm.tokenizer.encode("It was founded in 1987.")
-    inputs, ids, mask = build_teacher_forcing_batch(vlm.processor, [chat], [completion], vlm.pad_token_id)
+    inputs, ids, mask = teacher_forcing_batch(vlm, [chat], [completion])
     vlm.model.train()
     opt = torch.optim.AdamW([p for p in vlm.model.parameters() if p.requires_grad], lr=1e-2)
     loss = -(forward_logprobs(vlm.model, inputs, ids) * mask).sum() / mask.sum()

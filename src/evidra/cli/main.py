@@ -42,6 +42,9 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
         for noisy in ("transformers", "httpx", "urllib3", "PIL"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if verbose < 1:  # weight loading/saving bars are noise for CLI users
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """Turn evidra ``Message`` conversations into model inputs.
 
 Several images may appear in one turn and several turns may carry images; the processor
-expands each ``<|image_pad|>`` placeholder into as many tokens as the resized image needs.
-Batches are left-padded so every prompt ends at the same position, which generation needs.
+expands each ``<|image_pad|>`` placeholder into as many tokens as the resized image needs
+(see ``evidra.models.context`` for tokenized contexts and batching).
 """
 
 from __future__ import annotations
@@ -44,37 +44,3 @@ def to_chat_dicts(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], li
                 images.append(load_image(part))
         chat.append({"role": msg.role, "content": content})
     return chat, images
-
-
-def render_prompt(processor: Any, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
-    """The chat template applied to ``messages`` (one placeholder per image, not expanded)."""
-    chat, _ = to_chat_dicts(messages)
-    text = processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=add_generation_prompt)
-    return str(text)
-
-
-def encode_chats(
-    processor: Any, chats: Sequence[Sequence[Message]], *, add_generation_prompt: bool = True
-) -> Any:
-    """Tokenize a batch of conversations with their images, left-padded.
-
-    Returns the processor's ``BatchFeature``: ``input_ids``/``attention_mask`` ``(B, P)`` and,
-    when any image is present, ``pixel_values`` ``(sum patches, D)`` and ``image_grid_thw``
-    ``(num_images, 3)`` in the order the images appear across the batch.
-    """
-    if not chats:
-        raise InvalidInputError("encode_chats needs at least one conversation")
-    texts: list[str] = []
-    images: list[Any] = []
-    for messages in chats:
-        chat, imgs = to_chat_dicts(messages)
-        texts.append(
-            str(
-                processor.apply_chat_template(
-                    chat, tokenize=False, add_generation_prompt=add_generation_prompt
-                )
-            )
-        )
-        images.extend(imgs)
-    processor.tokenizer.padding_side = "left"
-    return processor(text=texts, images=images or None, padding=True, return_tensors="pt")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from evidra.errors import InvalidInputError
-from evidra.models.chat import encode_chats
+from evidra.models.context import Context, collate_left, collate_split, encode_messages
 from evidra.models.loading import VLM
 from evidra.types import Message
 
@@ -69,6 +69,9 @@ def _generation_config(vlm: VLM, params: SamplingParams) -> Any:
         eos_token_id=list(vlm.eos_token_ids),
         pad_token_id=vlm.pad_token_id,
         repetition_penalty=1.0,
+        # vision placeholders are never policy output: a sampled <|image_pad|> would be taken for
+        # an image slot by the next forward pass. Log-probs stay those of the raw logits.
+        suppress_tokens=list(vlm.vision_token_ids),
         output_logits=True,
         return_dict_in_generate=True,
         stop_strings=list(params.stop) or None,
@@ -99,11 +102,20 @@ def _cut(ids: list[int], eos: set[int], stop: Sequence[str], tokenizer: Any) -> 
     return end, reason  # type: ignore[return-value]
 
 
+def _to(inputs: dict[str, Any], device: Any) -> dict[str, Any]:
+    return {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
+
+
 def generate(vlm: VLM, chats: Sequence[Sequence[Message]], params: SamplingParams) -> list[Generation]:
     """Sample one completion per conversation, all prompts in one left-padded batch."""
+    return generate_contexts(vlm, [encode_messages(vlm.processor, chat) for chat in chats], params)
+
+
+def generate_contexts(vlm: VLM, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
+    """Sample one completion after each tokenized context (multi-turn rollouts call this)."""
     import torch
 
-    inputs = encode_chats(vlm.processor, chats).to(vlm.device)
+    inputs = _to(collate_left(contexts, vlm.pad_token_id, vlm.image_token_id), vlm.device)
     prompt_len = inputs["input_ids"].shape[1]
     if params.seed is not None:
         torch.manual_seed(params.seed)
@@ -118,15 +130,14 @@ def generate(vlm: VLM, chats: Sequence[Sequence[Message]], params: SamplingParam
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)  # (B, T)
     eos = set(vlm.eos_token_ids)
     results = []
-    for row in range(sampled.shape[0]):
+    for row, context in enumerate(contexts):
         ids = sampled[row].tolist()
         end, reason = _cut(ids, eos, params.stop, tokenizer)
         ids = ids[:end]
         body = ids[:-1] if reason == "eos" else ids
-        prompt = inputs["input_ids"][row][inputs["attention_mask"][row].bool()].tolist()
         results.append(
             Generation(
-                prompt_ids=tuple(prompt),
+                prompt_ids=context.token_ids,
                 token_ids=tuple(ids),
                 logprobs=tuple(logprobs[row, :end].tolist()),
                 text=tokenizer.decode(body, skip_special_tokens=False),
@@ -136,47 +147,29 @@ def generate(vlm: VLM, chats: Sequence[Sequence[Message]], params: SamplingParam
     return results
 
 
-def build_teacher_forcing_batch(
-    processor: Any, chats: Sequence[Sequence[Message]], completions: Sequence[Sequence[int]], pad_id: int
-) -> tuple[dict[str, Any], Any, Any]:
-    """Inputs for scoring ``completions`` after their prompts in one forward pass.
+def forward_logprobs(model: Any, inputs: dict[str, Any], response_ids: Any, temperature: float = 1.0) -> Any:
+    """Log-probs ``(B, R)`` of ``response_ids``, the last R columns of ``inputs["input_ids"]``.
 
-    Prompts are left-padded and completions right-padded, so every completion starts at the
-    same column. Returns ``(model_inputs, completion_ids (B, C), completion_mask (B, C))``.
-    """
-    import torch
-
-    if len(chats) != len(completions):
-        raise InvalidInputError(f"{len(chats)} conversations but {len(completions)} completions")
-    enc = encode_chats(processor, chats)
-    width = max(1, max(len(c) for c in completions))
-    ids = torch.full((len(completions), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(completions), width), dtype=torch.long)
-    for i, comp in enumerate(completions):
-        ids[i, : len(comp)] = torch.tensor(list(comp), dtype=torch.long)
-        mask[i, : len(comp)] = 1
-    inputs = dict(enc)
-    inputs["input_ids"] = torch.cat([enc["input_ids"], ids], dim=1)
-    inputs["attention_mask"] = torch.cat([enc["attention_mask"], mask], dim=1)
-    if "mm_token_type_ids" in enc:  # per-token modality ids (0 = text) must cover the completion
-        inputs["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros_like(ids)], dim=1)
-    return inputs, ids, mask
-
-
-def forward_logprobs(
-    model: Any, inputs: dict[str, Any], completion_ids: Any, temperature: float = 1.0
-) -> Any:
-    """Log-probs ``(B, C)`` of ``completion_ids`` (the last C columns of ``inputs``).
-
-    Differentiable: the trainer calls this under autograd. Only the last C + 1 positions'
+    Differentiable: the trainer calls this under autograd. Only the last R + 1 positions'
     logits are materialised (``logits_to_keep``), so memory does not grow with the prompt.
     """
     import torch
 
-    width = completion_ids.shape[1]
+    width = response_ids.shape[1]
     out = model(**inputs, logits_to_keep=width + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float() / temperature  # (B, C, V): position t predicts t + 1
-    return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    logits = out.logits[:, :-1, :].float() / temperature  # (B, R, V): position t predicts t + 1
+    return torch.log_softmax(logits, dim=-1).gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+
+
+def teacher_forcing_batch(
+    vlm: VLM, chats: Sequence[Sequence[Message]], completions: Sequence[Sequence[int]]
+) -> tuple[dict[str, Any], Any, Any]:
+    """Model inputs to score ``completions`` after their prompts: ``(inputs, ids (B, R), mask (B, R))``."""
+    if len(chats) != len(completions):
+        raise InvalidInputError(f"{len(chats)} conversations but {len(completions)} completions")
+    prompts = [encode_messages(vlm.processor, chat) for chat in chats]
+    full = [p.append_ids(c) for p, c in zip(prompts, completions, strict=True)]
+    return collate_split(full, [len(p) for p in prompts], vlm.pad_token_id, vlm.image_token_id)
 
 
 def sequence_logprobs(
@@ -189,8 +182,7 @@ def sequence_logprobs(
     """Per-token log-probs of given completions, all in one no-grad forward pass."""
     import torch
 
-    inputs, ids, mask = build_teacher_forcing_batch(vlm.processor, chats, completions, vlm.pad_token_id)
-    inputs = {k: v.to(vlm.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+    inputs, ids, mask = teacher_forcing_batch(vlm, chats, completions)
     with torch.no_grad():
-        lp = forward_logprobs(vlm.model, inputs, ids.to(vlm.device), temperature)
+        lp = forward_logprobs(vlm.model, _to(inputs, vlm.device), ids.to(vlm.device), temperature)
     return [lp[i, : int(mask[i].sum())].tolist() for i in range(len(completions))]

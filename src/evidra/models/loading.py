@@ -48,6 +48,17 @@ class VLM:
         return int(self.tokenizer.pad_token_id)
 
     @property
+    def image_token_id(self) -> int:
+        return int(self.tokenizer.convert_tokens_to_ids("<|image_pad|>"))
+
+    @property
+    def vision_token_ids(self) -> tuple[int, ...]:
+        """Placeholder and delimiter tokens of images and videos."""
+        names = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>")
+        ids = {self.tokenizer.convert_tokens_to_ids(n) for n in names} - {self.tokenizer.unk_token_id, None}
+        return tuple(sorted(ids))
+
+    @property
     def device(self) -> Any:
         return next(self.model.parameters()).device
 

@@ -1,0 +1,7 @@
+"""Episode environments: the prompt, each observation, and when an episode ends."""
+
+from evidra.env.base import ENVIRONMENTS, Environment, StepResult
+from evidra.env.single_turn import SingleTurnEnv
+from evidra.env.toy import KeyValueEnv
+
+__all__ = ["ENVIRONMENTS", "Environment", "KeyValueEnv", "SingleTurnEnv", "StepResult"]

@@ -1,0 +1,46 @@
+"""The environment protocol: one episode of a paradigm, turn by turn.
+
+``reset(sample)`` returns the prompt messages; ``step(text)`` takes the policy's text of one
+turn and returns the observation to insert (user messages with text and images) or ``done``.
+A single-turn paradigm is an environment that ends after one step, so one rollout loop serves
+every paradigm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from evidra.registry import Registry
+from evidra.types import Message, Sample
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What the environment answers to one policy turn."""
+
+    observation: tuple[Message, ...] = ()  # inserted as the next user turn(s); empty when done
+    done: bool = False
+    info: Mapping[str, Any] = field(default_factory=dict)  # action, invalid, retrieved ids...
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "observation", tuple(self.observation))
+        object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
+
+
+class Environment(Protocol):
+    """One episode at a time; create one instance per episode (they keep state)."""
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Strings that end a policy turn besides end-of-turn (e.g. ``</search>``)."""
+        ...
+
+    def reset(self, sample: Sample) -> list[Message]: ...
+
+    def step(self, text: str) -> StepResult: ...
+
+
+ENVIRONMENTS: Registry[Any] = Registry("environment")  # name -> factory(**options) -> Environment

@@ -1,0 +1,26 @@
+"""A paradigm's prompt, one policy turn, done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from evidra.env.base import ENVIRONMENTS, StepResult
+from evidra.paradigms.base import Paradigm
+from evidra.types import Message, Sample
+
+
+@dataclass
+class SingleTurnEnv:
+    paradigm: Paradigm
+    stop: tuple[str, ...] = ()
+    _sample: Sample | None = field(default=None, repr=False)
+
+    def reset(self, sample: Sample) -> list[Message]:
+        self._sample = sample
+        return self.paradigm.build_messages(sample, sample.pages)
+
+    def step(self, text: str) -> StepResult:
+        return StepResult(done=True, info={"action": "answer"})
+
+
+ENVIRONMENTS.add("single_turn", SingleTurnEnv)

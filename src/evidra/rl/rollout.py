@@ -1,0 +1,174 @@
+"""One rollout loop for single- and multi-turn episodes.
+
+B samples x G episodes advance together, turn by turn: every still-active episode's context
+is generated in one batch until end-of-turn or one of its environment's stop strings, each
+environment answers, observations (text and images) are tokenised with the chat template and
+appended, and the episodes that are not done continue. A trajectory keeps the exact sampled
+token ids, a mask that is 1 on policy tokens and 0 on observation tokens, and the span of each
+policy turn. Turn and token limits end an episode as truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from evidra.env.base import Environment
+from evidra.errors import InvalidInputError
+from evidra.models.context import Context, encode_messages, encode_turn
+from evidra.models.generation import Generation, SamplingParams, generate_contexts
+from evidra.models.loading import VLM
+from evidra.types import Sample, Span, Trajectory
+
+
+class GenerationBackend(Protocol):
+    """Generates after tokenized contexts. HF ``generate`` here; a vLLM server fits the same shape."""
+
+    @property
+    def processor(self) -> Any: ...
+
+    def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]: ...
+
+
+@dataclass(frozen=True)
+class HFBackend:
+    """Generation with the policy's own transformers model (the default, CPU or GPU)."""
+
+    vlm: VLM
+
+    @property
+    def processor(self) -> Any:
+        return self.vlm.processor
+
+    def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
+        return generate_contexts(self.vlm, contexts, params)
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    max_turns: int = 1
+    max_new_tokens: int = 256  # per policy turn
+    max_response_tokens: int = 1024  # everything after the prompt, observations included
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1 or self.max_new_tokens < 1 or self.max_response_tokens < 1:
+            raise InvalidInputError(f"rollout limits must be positive, got {self}")
+
+
+@dataclass(frozen=True, eq=False)
+class Episode:
+    """A finished episode: the trajectory, the full token context with images, what happened."""
+
+    sample: Sample
+    group: int  # index of the sample in the batch: episodes of one group share it
+    trajectory: Trajectory
+    context: Context  # prompt + response, with every image (what the policy loss needs)
+    infos: tuple[Mapping[str, Any], ...]  # the environment's info for each step
+
+
+@dataclass
+class _Running:
+    env: Environment
+    sample: Sample
+    group: int
+    prompt: Context
+    context: Context
+    limits: RolloutLimits
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Span] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    infos: list[Mapping[str, Any]] = field(default_factory=list)
+    done: bool = False
+    truncated: bool = False
+
+    @property
+    def budget(self) -> int:
+        return self.limits.max_response_tokens - len(self.ids)
+
+    def add_policy(self, gen: Generation) -> None:
+        start = len(self.ids)
+        self.ids.extend(gen.token_ids)
+        self.mask.extend([1] * len(gen.token_ids))
+        self.logprobs.extend(gen.logprobs)
+        self.context = self.context.append_ids(gen.token_ids)
+        self.turns.append(Span(start, len(self.ids)))
+        self.texts.append(gen.text)
+
+    def add_observation(self, obs: Context) -> None:
+        self.ids.extend(obs.token_ids)
+        self.mask.extend([0] * len(obs))
+        self.logprobs.extend([0.0] * len(obs))
+        self.context = self.context.extend(obs)
+
+    def finish(self) -> Episode:
+        traj = Trajectory(
+            prompt_ids=self.prompt.token_ids,
+            token_ids=tuple(self.ids),
+            policy_mask=tuple(self.mask),
+            logprobs=tuple(self.logprobs),
+            turns=tuple(self.turns),
+            texts=tuple(self.texts),
+            truncated=self.truncated,
+            finished=self.done and not self.truncated,
+        )
+        return Episode(self.sample, self.group, traj, self.context, tuple(self.infos))
+
+
+def _clip(gen: Generation, budget: int, tokenizer: Any) -> Generation:
+    """Cut a generation to the episode's remaining token budget (the batch shared one limit)."""
+    if len(gen.token_ids) <= budget:
+        return gen
+    ids = gen.token_ids[:budget]
+    return replace(gen, token_ids=ids, logprobs=gen.logprobs[:budget], text=tokenizer.decode(list(ids)),
+                   finish_reason="length")  # fmt: skip
+
+
+def _apply_turn(ep: _Running, gen: Generation, processor: Any) -> None:
+    """Record one policy turn, let the environment answer, insert its observation."""
+    gen = _clip(gen, ep.budget, processor.tokenizer)
+    ep.add_policy(gen)
+    result = ep.env.step(gen.text)
+    ep.infos.append(result.info)
+    if result.done:
+        ep.done = True
+        return
+    if len(ep.turns) >= ep.limits.max_turns or not result.observation or ep.budget <= 0:
+        ep.done = ep.truncated = True  # out of turns or tokens, or an environment with nothing to say
+        return
+    obs = encode_turn(processor, result.observation, close_previous=gen.finish_reason != "eos")
+    if len(obs) >= ep.budget:
+        ep.done = ep.truncated = True
+        return
+    ep.add_observation(obs)
+
+
+def rollout(
+    backend: GenerationBackend,
+    make_env: Callable[[Sample], Environment],
+    samples: Sequence[Sample],
+    group_size: int,
+    params: SamplingParams,
+    limits: RolloutLimits,
+) -> list[Episode]:
+    """Run ``group_size`` episodes per sample; returns them grouped: sample 0's G, then sample 1's."""
+    if group_size < 1:
+        raise InvalidInputError(f"group_size must be >= 1, got {group_size}")
+    running: list[_Running] = []
+    for g, sample in enumerate(samples):
+        for _ in range(group_size):
+            env = make_env(sample)
+            prompt = encode_messages(backend.processor, env.reset(sample))
+            running.append(_Running(env, sample, g, prompt, prompt, limits))
+    while active := [ep for ep in running if not ep.done]:
+        by_stop: dict[tuple[str, ...], list[_Running]] = {}
+        for ep in active:  # episodes whose environments stop on different strings generate apart
+            by_stop.setdefault(tuple(ep.env.stop), []).append(ep)
+        for stop, eps in by_stop.items():
+            max_new = min(limits.max_new_tokens, max(ep.budget for ep in eps))
+            turn_params = replace(params, stop=stop or params.stop, max_new_tokens=max_new)
+            for ep, gen in zip(eps, backend.generate([e.context for e in eps], turn_params), strict=True):
+                _apply_turn(ep, gen, backend.processor)
+    return [ep.finish() for ep in running]

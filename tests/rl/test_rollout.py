@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from evidra.env import KeyValueEnv, SingleTurnEnv, StepResult
+from evidra.models.context import collate_split
+from evidra.models.generation import SamplingParams, forward_logprobs
+from evidra.paradigms import Direct
+from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
+from evidra.types import ImagePart, Message, Page, Sample
+
+CORPUS = {"alpha": "17", "beta": "42", "gamma": "99"}
+
+
+def _samples() -> list[Sample]:
+    return [
+        Sample(id=k, question=f"What is the value of {k}?", answers=(v,)) for k, v in list(CORPUS.items())[:2]
+    ]
+
+
+def _rescore(vlm: Any, episodes: list[Any]) -> list[list[float]]:
+    contexts = [ep.context for ep in episodes]
+    prompt_lens = [len(ep.trajectory.prompt_ids) for ep in episodes]
+    inputs, ids, mask = collate_split(contexts, prompt_lens, vlm.pad_token_id, vlm.image_token_id)
+    with torch.no_grad():
+        lp = forward_logprobs(vlm.model, inputs, ids, temperature=1.0)
+    return [lp[i, : int(mask[i].sum())].tolist() for i in range(len(episodes))]
+
+
+class _ScriptedEnv(KeyValueEnv):
+    """Key-value env whose observations also carry an image, to test image insertion."""
+
+    def step(self, text: str) -> StepResult:
+        result = super().step(text)
+        if result.done:
+            return result
+        image = Image.fromarray(np.full((60, 90, 3), 200, dtype=np.uint8))
+        obs = Message("user", (ImagePart(image), *result.observation[0].content))
+        return StepResult((obs,), info=result.info)
+
+
+@pytest.mark.parametrize("env_cls", [KeyValueEnv, _ScriptedEnv])
+def test_multi_turn_rollout_keeps_exact_tokens_and_masks(tiny_vlms: dict[str, Any], env_cls: type) -> None:
+    vlm = tiny_vlms["qwen2_5_vl"]
+    limits = RolloutLimits(max_turns=3, max_new_tokens=12, max_response_tokens=400)
+    params = SamplingParams(temperature=1.0, seed=0)
+    episodes = rollout(HFBackend(vlm), lambda s: env_cls(CORPUS), _samples(), 2, params, limits)
+    assert [ep.group for ep in episodes] == [0, 0, 1, 1]
+    for ep in episodes:
+        t = ep.trajectory
+        assert len(t.token_ids) == len(t.policy_mask) == len(t.logprobs) <= limits.max_response_tokens
+        assert 1 <= t.num_turns <= limits.max_turns
+        assert sum(len(s) for s in t.turns) == t.num_policy_tokens
+        for span in t.turns:  # every policy turn is masked in, with negative log-probs
+            assert all(t.policy_mask[i] == 1 and t.logprobs[i] <= 0 for i in range(span.start, span.end))
+        assert ep.context.token_ids == t.prompt_ids + t.token_ids
+        obs_ids = [tok for tok, m in zip(t.token_ids, t.policy_mask, strict=True) if m == 0]
+        if t.num_turns > 1:  # an observation sits between turns, ending with the assistant header
+            text = vlm.tokenizer.decode(obs_ids)
+            assert "<|im_start|>user" in text and text.endswith("<|im_start|>assistant\n")
+            assert ("<information>" in text) or ("Invalid action" in text)
+        if env_cls is _ScriptedEnv:
+            assert ep.context.num_images == t.num_turns - 1  # one image per inserted observation
+        assert t.finished != t.truncated
+    # teacher forcing over the whole multi-turn context reproduces the sampled log-probs
+    for ep, ref in zip(episodes, _rescore(vlm, episodes), strict=True):
+        t = ep.trajectory
+        sampled = [lp for lp, m in zip(t.logprobs, t.policy_mask, strict=True) if m]
+        rescored = [lp for lp, m in zip(ref, t.policy_mask, strict=True) if m]
+        assert np.allclose(sampled, rescored, atol=1e-4)
+
+
+def test_turn_limit_truncates(tiny_vlms: dict[str, Any]) -> None:
+    vlm = tiny_vlms["qwen2_5_vl"]
+    limits = RolloutLimits(max_turns=1, max_new_tokens=6, max_response_tokens=200)
+    (ep,) = rollout(
+        HFBackend(vlm), lambda s: KeyValueEnv(CORPUS), _samples()[:1], 1, SamplingParams(seed=1), limits
+    )
+    # a random policy virtually never writes a well-formed action in 6 tokens: invalid -> truncated
+    if ep.infos[0]["action"] != "answer":
+        assert ep.trajectory.truncated and ep.trajectory.num_turns == 1
+        assert ep.trajectory.policy_mask == (1,) * len(ep.trajectory.token_ids)
+
+
+def test_token_budget_cuts_a_turn(tiny_vlms: dict[str, Any]) -> None:
+    vlm = tiny_vlms["qwen2_5_vl"]
+    limits = RolloutLimits(max_turns=5, max_new_tokens=16, max_response_tokens=20)
+    episodes = rollout(
+        HFBackend(vlm), lambda s: KeyValueEnv(CORPUS), _samples(), 2, SamplingParams(seed=2), limits
+    )
+    for ep in episodes:
+        assert len(ep.trajectory.token_ids) <= 20
+
+
+def test_single_turn_env_with_pages(tiny_vlms: dict[str, Any], tmp_path: Any) -> None:
+    vlm = tiny_vlms["qwen2_vl"]
+    path = tmp_path / "p.png"
+    Image.new("RGB", (200, 260), "white").save(path)
+    page = Page(id="p-p0001", image_path=str(path), width=200, height=260)
+    sample = Sample(id="s", question="Year?", answers=("1987",), pages=(page,))
+    limits = RolloutLimits(max_turns=1, max_new_tokens=8)
+    episodes = rollout(
+        HFBackend(vlm), lambda s: SingleTurnEnv(Direct()), [sample], 3, SamplingParams(seed=0), limits
+    )
+    assert len(episodes) == 3 and all(ep.trajectory.num_turns == 1 for ep in episodes)
+    assert all(ep.context.num_images == 1 and ep.trajectory.finished for ep in episodes)
+    assert all(sum(ep.trajectory.policy_mask) == len(ep.trajectory.token_ids) for ep in episodes)
