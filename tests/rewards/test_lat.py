@@ -3,6 +3,7 @@ hand-computed paper-mode cases."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,7 +11,13 @@ import pytest
 from PIL import Image
 
 from evidra.rewards.base import REWARDS
-from evidra.rewards.boxes import lat_extract_metadata, lat_has_similar_bbox, lat_iou_eval, lat_iou_train
+from evidra.rewards.boxes import (
+    lat_extract_metadata,
+    lat_has_similar_bbox,
+    lat_iou_eval,
+    lat_iou_train,
+    py_int,
+)
 from evidra.rewards.lat import (
     LatConfig,
     LatReward,
@@ -25,6 +32,7 @@ from evidra.rewards.text import normalize_lat, token_recall
 from evidra.types import Box, EvidenceBox, Page, Parsed, Sample
 
 Same = Callable[[Any, Any], bool]
+UNMATCHABLE = 10**9
 
 
 def bind(case: dict[str, Any], *names: str) -> list[Any]:
@@ -72,11 +80,20 @@ def test_calculate_f1_reward(case: dict[str, Any], same: Same) -> None:
 @pytest.mark.conformance("lat_accuracy_reward")
 def test_accuracy_reward_upstream(case: dict[str, Any], same: Same) -> None:
     kw = case["kwargs"]
-    got = [
-        accuracy_reward(c, a, answerable=int(i) != -1, mode="upstream")
-        for c, a, i in zip(_contents(case), kw["answer"], kw["index_page"], strict=True)
-    ]
-    _check("lat_accuracy_reward", case, got, same)
+
+    def run() -> list[float]:
+        # upstream calls int(index_page) unguarded; our API takes a bool, so the caller's int()
+        # raises the same class (TypeError / ValueError) for an index that is not an integer
+        return [
+            accuracy_reward(c, a, answerable=int(i) != -1, mode="upstream")
+            for c, a, i in zip(_contents(case), kw["answer"], kw["index_page"], strict=True)
+        ]
+
+    if "exception" in case:
+        with pytest.raises(getattr(builtins, case["exception"]["type"])):
+            run()
+        return
+    _check("lat_accuracy_reward", case, run(), same)
 
 
 @pytest.mark.conformance("lat_format_reward")
@@ -104,7 +121,9 @@ def test_has_similar_bbox(case: dict[str, Any], same: Same) -> None:
 def test_iou_reward_upstream(case: dict[str, Any], same: Same) -> None:
     kw = case["kwargs"]
     got = [
-        ground_reward(c, s, int(i), mode="upstream")
+        # an index_page that int() rejects makes upstream fall into its except: 0.0; an
+        # unmatchable page reproduces that
+        ground_reward(c, s, UNMATCHABLE if py_int(i) is None else py_int(i), mode="upstream")
         for c, s, i in zip(_contents(case), kw["solution"], kw["index_page"], strict=True)
     ]
     _check("lat_iou_reward", case, got, same)
@@ -153,7 +172,7 @@ def test_step_reward_upstream(case: dict[str, Any], same: Same) -> None:
         pages = [_page(n, sizes, colors) for n in names]
         sim = StubSimilarity(case["similarity"]["per_query"], case["similarity"]["default"], {})
         sim.names = {c: f"../data/visa/{kw['file'][i]}/image/{n}.bin" for n, c in colors.items()}
-        index = int(kw["index_page"][i])
+        index = py_int(kw["index_page"][i])  # upstream's failing int() comes after the reward is set
         got.append(
             step_reward(
                 content,
