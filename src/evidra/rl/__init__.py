@@ -1,0 +1,87 @@
+"""RL algorithms as pure tensor functions: advantages, policy losses and their aggregation, KL
+estimators, and group filtering. Rollouts and the trainer live in their own modules and are not
+imported here, so importing ``evidra.rl`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from evidra.rl.advantages import (
+    ADVANTAGES,
+    dr_grpo,
+    group_ids,
+    group_normalize,
+    grpo,
+    router_advantages,
+    rs_grpo_advantages,
+    scope_masks_from_spans,
+    scoped_token_advantages,
+    spans_to_mask,
+    turn_credit_advantages,
+    turn_masks,
+)
+from evidra.rl.filtering import (
+    DAPO_FILTER,
+    EVISRAG_FILTER,
+    DifficultySelection,
+    DynamicSampler,
+    DynamicSamplingError,
+    Round,
+    SamplingResult,
+    all_of,
+    difficulty_filter,
+    filter_groups,
+    mean_within,
+    std_above,
+)
+from evidra.rl.kl import KL_ESTIMATORS, kl_in_reward, kl_loss, kl_penalty
+from evidra.rl.losses import (
+    LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
+    PolicyLossOutput,
+    active_scope_count,
+    aggregate,
+    aggregate_scoped,
+    batch_counts,
+    gspo_loss,
+    ppo_clip_loss,
+)
+
+__all__ = [
+    "ADVANTAGES",
+    "DAPO_FILTER",
+    "EVISRAG_FILTER",
+    "KL_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
+    "POLICY_LOSSES",
+    "DifficultySelection",
+    "DynamicSampler",
+    "DynamicSamplingError",
+    "PolicyLossOutput",
+    "Round",
+    "SamplingResult",
+    "active_scope_count",
+    "aggregate",
+    "aggregate_scoped",
+    "all_of",
+    "batch_counts",
+    "difficulty_filter",
+    "dr_grpo",
+    "filter_groups",
+    "group_ids",
+    "group_normalize",
+    "grpo",
+    "gspo_loss",
+    "kl_in_reward",
+    "kl_loss",
+    "kl_penalty",
+    "mean_within",
+    "ppo_clip_loss",
+    "router_advantages",
+    "rs_grpo_advantages",
+    "scope_masks_from_spans",
+    "scoped_token_advantages",
+    "spans_to_mask",
+    "std_above",
+    "turn_credit_advantages",
+    "turn_masks",
+]

@@ -1,0 +1,218 @@
+"""DAPO dynamic sampling (drop groups with no learning signal, resample until the batch is full)
+and offline difficulty filtering of a dataset.
+
+Group predicates work on a (P, G) reward tensor and return which groups to keep (P,):
+
+* :func:`std_above` keeps groups whose rewards are not all equal (DAPO: ``0 < acc < 1``; with
+  continuous rewards OpenRLHF #1270 asks for exactly this std test);
+* :func:`mean_within` keeps groups whose mean is strictly inside ``(low, high)`` (EasyR1's
+  ``online_filtering`` 0.01/0.99; EVisRAG keeps ``0.01 < mean(overall) < 6.9``);
+* :func:`all_of` combines predicates. ``DAPO_FILTER`` and ``EVISRAG_FILTER`` are the presets.
+
+:class:`DynamicSampler` keeps calling a generator callback for new rounds until enough groups
+pass, capped at ``max_rounds`` (verl recipe ``max_num_gen_batches``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+import torch
+from torch import Tensor
+
+from evidra.errors import EvidraError, InvalidInputError
+
+GroupPredicate = Callable[[Tensor], Tensor]  # (P, G) rewards -> (P,) bool keep
+T = TypeVar("T")
+
+
+def _as_groups(rewards: Tensor) -> Tensor:
+    if rewards.dim() != 2 or rewards.shape[1] < 1:
+        raise InvalidInputError(f"group rewards must be (P, G), got shape {tuple(rewards.shape)}")
+    return rewards.to(torch.float64)  # (P, G)
+
+
+def std_above(tol: float = 0.0) -> GroupPredicate:
+    """Keep groups whose population std exceeds ``tol`` (their rewards are not all equal).
+
+    >>> std_above()(torch.tensor([[1.0, 1.0], [0.0, 1.0]])).tolist()
+    [False, True]
+    """
+
+    def keep(rewards: Tensor) -> Tensor:
+        groups = _as_groups(rewards)  # (P, G)
+        return groups.std(dim=1, correction=0) > tol  # (P,)
+
+    return keep
+
+
+def mean_within(low: float, high: float) -> GroupPredicate:
+    """Keep groups whose mean reward lies strictly between ``low`` and ``high``."""
+    if not low < high:
+        raise InvalidInputError(f"mean_within needs low < high, got ({low}, {high})")
+
+    def keep(rewards: Tensor) -> Tensor:
+        mean = _as_groups(rewards).mean(dim=1)  # (P,)
+        return (mean > low) & (mean < high)
+
+    return keep
+
+
+def all_of(*predicates: GroupPredicate) -> GroupPredicate:
+    """Keep a group only if every predicate keeps it."""
+
+    def keep(rewards: Tensor) -> Tensor:
+        out = torch.ones(rewards.shape[0], dtype=torch.bool)  # (P,)
+        for predicate in predicates:
+            out &= predicate(rewards)
+        return out
+
+    return keep
+
+
+DAPO_FILTER: GroupPredicate = std_above(0.0)  # DAPO: drop all-correct / all-wrong groups
+EVISRAG_FILTER: GroupPredicate = mean_within(0.01, 6.9)  # EVisRAG on the 'overall' reward
+
+
+def filter_groups(rewards: Tensor, predicate: GroupPredicate = DAPO_FILTER) -> Tensor:
+    """Keep mask (P,) of the groups of ``rewards`` (P, G) that pass ``predicate``."""
+    keep = predicate(_as_groups(rewards))  # (P,)
+    if keep.shape != (rewards.shape[0],) or keep.dtype != torch.bool:
+        raise InvalidInputError(
+            f"a group predicate must return a (P,) bool tensor, got {keep.dtype} {tuple(keep.shape)}"
+        )
+    return keep
+
+
+@dataclass(frozen=True)
+class Round(Generic[T]):
+    """One generation round: a payload per group and the groups' rewards (P, G)."""
+
+    groups: Sequence[T]
+    rewards: Tensor  # (P, G)
+
+
+@dataclass(frozen=True)
+class SamplingResult(Generic[T]):
+    """The groups kept for one training batch and what it took to collect them."""
+
+    groups: list[T]
+    rounds: int  # generation rounds used
+    generated: int  # groups generated over all rounds
+    filtered: int  # groups dropped by the predicate
+    surplus: int  # kept groups beyond the batch size, discarded (verl truncates them)
+    full: bool  # True if ``batch_groups`` were collected
+    per_round_kept: list[int] = field(default_factory=list)
+
+
+class DynamicSamplingError(EvidraError, RuntimeError):
+    """Too few groups passed the filter within ``max_rounds``."""
+
+
+class DynamicSampler(Generic[T]):
+    """Accumulate groups that pass ``predicate`` over generation rounds until ``batch_groups``.
+
+    ``generate(round_index)`` returns a :class:`Round`. After ``max_rounds`` rounds without a full
+    batch, ``on_short="raise"`` raises (verl's DAPO recipe does) and ``"partial"`` returns
+    what was kept with ``full=False``.
+    """
+
+    def __init__(
+        self,
+        batch_groups: int,
+        predicate: GroupPredicate = DAPO_FILTER,
+        *,
+        max_rounds: int = 10,
+        on_short: Literal["raise", "partial"] = "raise",
+    ) -> None:
+        if batch_groups < 1 or max_rounds < 1:
+            raise InvalidInputError(
+                f"batch_groups and max_rounds must be >= 1, got {batch_groups} and {max_rounds}"
+            )
+        if on_short not in ("raise", "partial"):
+            raise InvalidInputError(f"on_short must be 'raise' or 'partial', got {on_short!r}")
+        self.batch_groups, self.predicate = batch_groups, predicate
+        self.max_rounds, self.on_short = max_rounds, on_short
+
+    def collect(self, generate: Callable[[int], Round[T]]) -> SamplingResult[T]:
+        """Run rounds until the batch is full or ``max_rounds`` is reached."""
+        kept: list[T] = []
+        generated = filtered = rounds = 0
+        per_round: list[int] = []
+        while len(kept) < self.batch_groups and rounds < self.max_rounds:
+            batch = generate(rounds)
+            rounds += 1
+            if len(batch.groups) != batch.rewards.shape[0]:
+                raise InvalidInputError(
+                    f"round {rounds - 1} has {len(batch.groups)} groups but rewards for "
+                    f"{batch.rewards.shape[0]}; return one reward row per group"
+                )
+            keep = filter_groups(batch.rewards, self.predicate).tolist()  # (P,)
+            kept.extend(g for g, k in zip(batch.groups, keep, strict=True) if k)
+            generated += len(keep)
+            filtered += len(keep) - sum(keep)
+            per_round.append(sum(keep))
+        full = len(kept) >= self.batch_groups
+        if not full and self.on_short == "raise":
+            raise DynamicSamplingError(
+                f"only {len(kept)} of {self.batch_groups} groups passed the filter in {rounds} rounds "
+                f"({filtered} of {generated} filtered); raise max_rounds, loosen the predicate, "
+                "or pass on_short='partial'"
+            )
+        return SamplingResult(
+            groups=kept[: self.batch_groups],
+            rounds=rounds,
+            generated=generated,
+            filtered=filtered,
+            surplus=max(0, len(kept) - self.batch_groups),
+            full=full,
+            per_round_kept=per_round,
+        )
+
+
+@dataclass(frozen=True)
+class DifficultySelection:
+    """Question ids kept by difficulty filtering, in input order and in curriculum order."""
+
+    kept: list[Hashable]
+    curriculum: list[Hashable]  # easiest (highest success rate) first
+    dropped_easy: list[Hashable]
+    dropped_hard: list[Hashable]
+
+
+def difficulty_filter(
+    successes: Mapping[Hashable, float],
+    k: int,
+    *,
+    min_success: float = 0.0,
+    max_success: float | None = None,
+    order: Literal["easy_first", "hard_first"] = "easy_first",
+) -> DifficultySelection:
+    """Keep questions whose success count out of ``k`` sampled completions lies in
+    ``[min_success, max_success]`` (default ``max_success = k - 1``: drop questions solved by all
+    k, as EVisRAG drops perfect-score items out of 8 completions, App. A.2), then order them for
+    a curriculum by success rate (EVisRAG: simple to complex). Ties keep input order.
+
+    >>> difficulty_filter({"a": 8, "b": 3, "c": 6}, 8).curriculum
+    ['c', 'b']
+    """
+    if k < 1:
+        raise InvalidInputError(f"k (completions per question) must be >= 1, got {k}")
+    high = k - 1 if max_success is None else max_success
+    if min_success > high:
+        raise InvalidInputError(
+            f"min_success {min_success} exceeds max_success {high}; nothing would be kept"
+        )
+    bad = {q: s for q, s in successes.items() if not 0 <= s <= k}
+    if bad:
+        raise InvalidInputError(f"success counts must lie in [0, {k}], got {bad}")
+    kept = [q for q, s in successes.items() if min_success <= s <= high]
+    ranked = sorted(kept, key=lambda q: -successes[q] if order == "easy_first" else successes[q])
+    return DifficultySelection(
+        kept=kept,
+        curriculum=ranked,
+        dropped_easy=[q for q, s in successes.items() if s > high],
+        dropped_hard=[q for q, s in successes.items() if s < min_success],
+    )
