@@ -217,6 +217,11 @@ def test_accuracy_paper_hand_computed() -> None:
     assert accuracy_reward("<answer>1 2</answer>", "1 - 2", mode="upstream") == 0.5  # "1  2" != "1 2"
     # unicode
     assert accuracy_reward("<answer>Ünïcode Straße</answer>", "ünïcode straße") == 1.0
+    # paper mode also strips the cold-start box syntax and lower-case labels (upstream keeps them:
+    # "paris bounding box bbox2d 1 2 3 4 imageindex 1" contains "paris", recall 1 -> 1.0 anyway)
+    cold = "<answer>Paris. bounding box: (bbox_2d: (1, 2, 3, 4), Image_index: 1)</answer>"
+    assert accuracy_reward(cold, "Paris") == 1.0
+    assert accuracy_reward(cold, "Paris France") == 0.75  # "paris" in gold, recall 1/2
 
 
 def test_accuracy_unanswerable() -> None:

@@ -51,6 +51,7 @@ _STEP_SOURCE = regex.compile(r"Bounding box:\s*(\{.*?\})")
 _SENTENCE_SPLIT = regex.compile(r"\. |\n")
 _JSON_SPAN = regex.compile(r"\{.*?\}")
 _BOX_LABEL = regex.compile(r"bounding\s*box\s*:?\s*$", regex.IGNORECASE)
+_BOX_LABELS = regex.compile(r"bounding\s*box(?:es)?\s*:?|,\s*(?=,|$)", regex.IGNORECASE)
 MAX_CROP_ASPECT = 200  # ColQwen2's processor rejects thinner crops; upstream resizes them
 
 
@@ -88,6 +89,21 @@ def strip_answer_boxes(answer: str) -> str:
     return _ANSWER_BOXES.sub("", answer).strip().strip(".")
 
 
+def strip_cited_boxes(answer: str) -> str:
+    """Paper mode: the answer without any LAT box in any accepted syntax, nor "Bounding box:"
+    labels (case-insensitive), stripped of spaces and dots.
+
+    >>> strip_cited_boxes("Paris.\\nbounding box: (bbox_2d: (1, 2, 3, 4), Image_index: 1)")
+    'Paris'
+    """
+    kept, pos = [], 0
+    for parsed in parse_lat_boxes(answer):
+        kept.append(answer[pos : parsed.start])
+        pos = parsed.end
+    kept.append(answer[pos:])
+    return _BOX_LABELS.sub(" ", "".join(kept)).strip().strip(".").strip()
+
+
 def _acc_upstream(student: str, gold: str) -> float:
     cleaned = normalize_lat(strip_answer_boxes(student))
     gold_n = normalize_lat(gold)
@@ -117,7 +133,7 @@ def accuracy_reward(text: str, gold: str, *, answerable: bool = True, mode: Mode
         return _acc_upstream(student, gold)
     if raw is None:
         return 0.0
-    pred = normalize_lat(strip_answer_boxes(raw), upstream=False)
+    pred = normalize_lat(strip_cited_boxes(raw), upstream=False)
     if not answerable:
         return 1.0 if NO_ANSWER in pred else 0.0
     gold_n = normalize_lat(gold, upstream=False)
