@@ -37,8 +37,8 @@ LOSS_AGGREGATIONS: Registry[Callable[..., Tensor]] = Registry("loss aggregation"
 
 
 def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    m = mask.to(values.dtype).expand_as(values)  # (B, L)
-    return ((values * m).sum() / m.sum().clamp(min=1.0)).detach()
+    v, m = torch.broadcast_tensors(values, mask.to(values.dtype))  # (B, L)
+    return ((v * m).sum() / m.sum().clamp(min=1.0)).detach()
 
 
 def _broadcast_advantages(advantages: Tensor, log_probs: Tensor) -> Tensor:
@@ -115,8 +115,7 @@ def gspo_loss(
     ``seq-mean-token-mean``.
     """
     adv = _broadcast_advantages(advantages, log_probs)  # (B, L)
-    m = mask.to(log_probs.dtype).expand_as(log_probs)  # (B, L)
-    log_ratio = log_probs - old_log_probs  # (B, L)
+    log_ratio, m = torch.broadcast_tensors(log_probs - old_log_probs, mask.to(log_probs.dtype))  # (B, L)
     seq_log_ratio = (log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)  # (B,)
     log_seq = log_probs - log_probs.detach() + seq_log_ratio.detach().unsqueeze(-1)  # (B, L)
     ratio = torch.exp(log_seq.clamp(max=log_ratio_clamp))  # (B, L)
