@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from evidra.errors import InvalidInputError, RegistryError
+from evidra.rl.advantages import router_advantages
 from evidra.rl.losses import (
     LOSS_AGGREGATIONS,
     POLICY_LOSSES,
@@ -344,3 +347,54 @@ def test_aggregate_scoped_empty_scope_is_zero_not_nan() -> None:
     assert aggregate_scoped(loss, masks).item() == pytest.approx(1.0)
     with pytest.raises(InvalidInputError, match=r"\(B, K, L\)"):
         aggregate_scoped(loss[0], masks[0])
+
+
+# --- upstream RS-GRPO pipeline on recorded inputs ----------------------------------------------
+
+
+def _upstream_compute_policy_loss(
+    logp: Tensor, old: Tensor, adv: Tensor, masks: Tensor, low: float, high: float, dual: float
+) -> Tensor:
+    """EVisRAG core_algos.compute_policy_loss (router), re-implemented from its formulas: per-scope
+    advantages times masks, log-space ratio clipping, dual clip, then average_loss "router"."""
+    a = adv.unsqueeze(-1) * masks  # (B, K, L)
+    nak = torch.clamp(logp - old, -20.0, 20.0).unsqueeze(-2).repeat(1, a.size(1), 1)
+    ratio = torch.exp(nak)
+    clipped_ratio = torch.exp(torch.clamp(nak, math.log(1.0 - low), math.log(1.0 + high)))
+    higher = torch.max(-a * ratio, -a * clipped_ratio)
+    final = torch.where(a < 0, torch.min(higher, -a * dual), higher)
+    return (final * masks).sum(dim=(0, 2)) / (masks.sum(dim=(0, 2)) + 1e-8)  # (K,)
+
+
+def test_router_pipeline_on_recorded_scope_masks_and_advantages() -> None:
+    folder = Path(__file__).resolve().parents[3] / "shared" / "conformance"
+    if not (folder / "evisrag_scope_masks.json").is_file():
+        pytest.skip("conformance files not found")
+    scope_cases = json.loads((folder / "evisrag_scope_masks.json").read_text())["cases"]
+    router_cases = json.loads((folder / "evisrag_router_advantage.json").read_text())["cases"]
+    names = ["accuracy", "evidence", "format", "overlong", "isObserve", "isThink"]  # sum_all order
+    case = next(c for c in router_cases if len(c["args"][0]) == 8 and len(c["args"][0][0]) == 6)
+    adv = router_advantages(torch.tensor(case["args"][0]), index=case["args"][1])  # (8, 6)
+    rows = [scope_cases[i % len(scope_cases)]["output"] for i in range(8)]
+    length = max(len(r["format"]) for r in rows)
+    masks = torch.zeros(8, 6, length)  # (B, K, L) recorded upstream masks, right-padded
+    for b, row in enumerate(rows):
+        for k, name in enumerate(names):
+            masks[b, k, : len(row[name])] = torch.tensor(row[name], dtype=torch.float32)
+    g = torch.Generator().manual_seed(1)
+    logp, old = -torch.rand(8, length, generator=g), -torch.rand(8, length, generator=g)
+    total = masks.sum(dim=(0, 2))
+    for part in (slice(0, 4), slice(4, 8)):  # two micro-batches of one mini-batch
+        per_scope = _upstream_compute_policy_loss(
+            logp[part], old[part], adv[part], masks[part], 0.2, 0.28, 3.0
+        )
+        upstream = (per_scope * masks[part].sum(dim=(0, 2)) / total).sum() / (per_scope != 0.0).sum()
+        loss = ppo_clip_loss(
+            logp[part].unsqueeze(1),
+            old[part].unsqueeze(1),
+            adv[part].unsqueeze(-1),
+            masks[part],
+            clip_high=0.28,
+        ).loss  # (B, K, L)
+        ours = aggregate_scoped(loss, masks[part], global_scope_tokens=total)
+        assert torch.allclose(ours, upstream, atol=1e-6)

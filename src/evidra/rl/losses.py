@@ -248,7 +248,8 @@ def aggregate_scoped(
     this call's). ``active_scopes`` replaces the per-call non-zero count; pass
     :func:`active_scope_count` of the full batch to make micro-batching exact (upstream counts
     per micro-batch). Deviation: a scope with no token anywhere contributes 0 here, where
-    upstream's ``0/0`` gives NaN.
+    upstream's ``0/0`` gives NaN. KL "averaged over the reward masks": add ``coef·kl_t`` as a
+    (B, 1, L) term to the per-scope loss before calling, so each scope averages it over its tokens.
     """
     if loss.shape != scope_masks.shape or loss.dim() != 3:
         raise InvalidInputError(
