@@ -19,6 +19,7 @@ Run the tests with ``OMP_NUM_THREADS=1 .venv/bin/pytest tests/rl/test_advantages
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from typing import Literal
 
 import torch
@@ -295,44 +296,34 @@ def turn_credit_advantages(
         )
     b, t_max = turn_values.shape
     present = turn_mask.to(torch.bool)  # (B, T)
-    rows = _valid_rows(turn_values.masked_fill(~present, 0.0), valid)  # (B,)
-    groups = group_ids(b, group_size, index)  # (B,)
     values = turn_values.masked_fill(~present, 0.0)  # (B, T)
+    rows = _valid_rows(values, valid)  # (B,)
+    norm = partial(group_normalize, scale_by_std=scale_by_std, eps=eps, std=std, singleton=singleton)
+    per_turn = _normalise_turns(values, present, rows, group_ids(b, group_size, index), normalize, norm)
+    per_turn = per_turn * (present & rows[:, None])  # (B, T)
+    masks = turn_masks(turn_spans, t_max, length, dtype=turn_values.dtype)  # (B, T, L)
+    return (per_turn.unsqueeze(-1) * masks).sum(dim=1)  # (B, L)
+
+
+def _normalise_turns(
+    values: Tensor, present: Tensor, rows: Tensor, groups: Tensor, normalize: str, norm: Callable[..., Tensor]
+) -> Tensor:
+    """Per-turn advantages (B, T) for :func:`turn_credit_advantages`'s ``normalize`` modes."""
+    b, t_max = values.shape
     if normalize == "trajectory":
-        adv = group_normalize(
-            values.sum(dim=1),
-            groups,
-            valid=rows,
-            scale_by_std=scale_by_std,
-            eps=eps,
-            std=std,
-            singleton=singleton,
-        )  # (B,)
-        per_turn = adv[:, None].expand(b, t_max)  # (B, T)
-    elif normalize in ("turn_index", "group_turns"):
+        return norm(values.sum(dim=1), groups, valid=rows)[:, None].expand(b, t_max)  # (B, T)
+    if normalize == "none":
+        return values
+    if normalize == "turn_index":
         turn_groups = groups[:, None] * t_max + torch.arange(t_max)[None, :]  # (B, T)
-        if normalize == "group_turns":
-            turn_groups = groups[:, None].expand(b, t_max)  # (B, T)
-        keep = (present & rows[:, None]).reshape(-1)  # (B*T,)
-        flat = values.reshape(-1)  # (B*T,)
-        per_turn = group_normalize(
-            flat,
-            turn_groups.reshape(-1),
-            valid=keep,
-            scale_by_std=scale_by_std,
-            eps=eps,
-            std=std,
-            singleton=singleton,
-        ).reshape(b, t_max)
-    elif normalize == "none":
-        per_turn = values
+    elif normalize == "group_turns":
+        turn_groups = groups[:, None].expand(b, t_max)  # (B, T)
     else:
         raise InvalidInputError(
             f"normalize must be trajectory, turn_index, group_turns or none, got {normalize!r}"
         )
-    per_turn = per_turn * (present & rows[:, None])  # (B, T)
-    masks = turn_masks(turn_spans, t_max, length, dtype=turn_values.dtype)  # (B, T, L)
-    return (per_turn.unsqueeze(-1) * masks).sum(dim=1)  # (B, L)
+    keep = (present & rows[:, None]).reshape(-1)  # (B*T,)
+    return norm(values.reshape(-1), turn_groups.reshape(-1), valid=keep).reshape(b, t_max)
 
 
 def spans_to_mask(
