@@ -1,0 +1,75 @@
+"""Helpers shared by the embedded indexes: input checks, device choice, top-k to hits."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from evidra.errors import InvalidInputError
+from evidra.retrieval.base import Hit
+
+
+def pick_device(device: str) -> torch.device:
+    """``auto`` means the GPU when one is present, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def check_embeddings(
+    page_ids: Sequence[str], embeddings: Sequence[Tensor], dim: int, *, single: bool
+) -> list[np.ndarray]:
+    """Validate page embeddings and return them as float16 numpy arrays ``(L, D)``."""
+    if isinstance(page_ids, str) or len(page_ids) != len(embeddings):
+        raise InvalidInputError(f"got {len(page_ids)} page ids but {len(embeddings)} embeddings")
+    if len(set(page_ids)) != len(page_ids):
+        dup = sorted({p for p in page_ids if list(page_ids).count(p) > 1})
+        raise InvalidInputError(f"duplicate page ids in one call: {dup[:5]}")
+    out = []
+    for pid, emb in zip(page_ids, embeddings, strict=True):
+        if not pid or not isinstance(pid, str):
+            raise InvalidInputError(f"page ids must be non-empty strings, got {pid!r}")
+        t = torch.as_tensor(emb)
+        if t.ndim == 1:
+            t = t.unsqueeze(0)
+        if t.ndim != 2 or t.shape[0] == 0 or t.shape[1] != dim:
+            raise InvalidInputError(
+                f"page {pid!r}: embedding must have shape (L >= 1, {dim}), got {tuple(t.shape)}"
+            )
+        if single and t.shape[0] != 1:
+            raise InvalidInputError(
+                f"page {pid!r}: a single-vector index takes (1, {dim}), got {tuple(t.shape)}"
+            )
+        if not bool(torch.isfinite(t).all()):
+            raise InvalidInputError(f"page {pid!r}: embedding holds NaN or infinite values")
+        out.append(t.detach().to("cpu", torch.float16).numpy())
+    return out
+
+
+def exclusion_mask(
+    exclude: Sequence[Collection[str]], row_of: Mapping[str, int], n_rows: int, device: torch.device
+) -> Tensor | None:
+    """``(Q, N)`` True where query ``i`` must skip row ``j``; None when nothing is excluded."""
+    pairs = [(i, row_of[pid]) for i, ids in enumerate(exclude) for pid in ids if pid in row_of]
+    if not pairs:
+        return None
+    mask = torch.zeros(len(exclude), n_rows, dtype=torch.bool)
+    idx = torch.tensor(pairs, dtype=torch.int64)
+    mask[idx[:, 0], idx[:, 1]] = True
+    return mask.to(device)
+
+
+def top_hits(scores: Tensor, k: int, ids: Sequence[str], images: Sequence[str]) -> list[list[Hit]]:
+    """Top ``k`` finite scores per row of ``(Q, N)`` as hits, best first (ties: lower row first)."""
+    if scores.shape[1] == 0:
+        return [[] for _ in range(scores.shape[0])]
+    values, rows = scores.float().cpu().topk(min(k, scores.shape[1]), dim=1, sorted=True)
+    out = []
+    for vals, rs in zip(values.tolist(), rows.tolist(), strict=True):
+        out.append(
+            [Hit(ids[r], float(v), images[r]) for v, r in zip(vals, rs, strict=True) if v != float("-inf")]
+        )
+    return out

@@ -1,0 +1,145 @@
+"""Exact inner-product index for single-vector encoders (DSE / VisRAG-Ret / sentence embeddings).
+
+Same on-disk format and crash-safety as ``MultiVectorIndex`` (``_shards``), with one vector per
+page. Scores are ``<q, p>``; encoders normalise, so this is cosine similarity.
+
+>>> index = DenseIndex.create("idx/", dim=64)                     # doctest: +SKIP
+>>> index.add(["p1"], [torch.randn(1, 64)])                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from evidra.errors import InvalidInputError
+from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.index._common import check_embeddings, exclusion_mask, pick_device, top_hits
+from evidra.retrieval.index._shards import ShardStore
+
+
+class DenseIndex:
+    """One vector per page, exact top-k by inner product."""
+
+    kind: Literal["single"] = "single"
+
+    def __init__(self, store: ShardStore, *, device: str = "auto", verify: bool = True) -> None:
+        self.store = store
+        self.device = pick_device(device)
+        self._verify = verify
+        self._load()
+
+    @classmethod
+    def create(cls, path: str | Path, dim: int, *, device: str = "auto", encoder: str = "") -> DenseIndex:
+        return cls(ShardStore.create(path, kind="single", dim=dim, extra={"encoder": encoder}), device=device)
+
+    @classmethod
+    def open(cls, path: str | Path, *, device: str = "auto", verify: bool = True) -> DenseIndex:
+        store = ShardStore.open(path)
+        if store.meta()["kind"] != "single":
+            raise InvalidInputError(f"index {str(path)!r} is multi-vector; open it with MultiVectorIndex")
+        return cls(store, device=device, verify=verify)
+
+    def _load(self) -> None:
+        shards = self.store.load_shards(verify=self._verify, mmap=False)
+        recs = self.store.records()
+        self._ids = [r.page_id for r in recs]
+        self._images = [r.image_path for r in recs]
+        self._row_of = {pid: i for i, pid in enumerate(self._ids)}
+        rows = [shards[r.shard][r.offset] for r in recs]
+        matrix = np.stack(rows) if rows else np.zeros((0, self.store.dim), dtype=np.float16)
+        self._matrix = torch.from_numpy(matrix).to(self.device)  # (N, D) float16
+        self._alive = torch.ones(len(self._ids), dtype=torch.bool)
+
+    @property
+    def dim(self) -> int:
+        return self.store.dim
+
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    def __contains__(self, page_id: object) -> bool:
+        return page_id in self._row_of
+
+    def page_ids(self) -> list[str]:
+        return sorted(self._row_of)
+
+    def add(
+        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
+    ) -> None:
+        present = self.store.contains(page_ids)
+        if present:
+            raise InvalidInputError(
+                f"pages already in the index: {present[:5]}; use update() to replace them"
+            )
+        self._write(page_ids, embeddings, image_paths, replace=())
+
+    def update(
+        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
+    ) -> None:
+        self._write(page_ids, embeddings, image_paths, replace=self.store.contains(page_ids))
+
+    def _write(
+        self,
+        page_ids: Sequence[str],
+        embeddings: Sequence[Tensor],
+        image_paths: Sequence[str] | None,
+        replace: Sequence[str],
+    ) -> None:
+        arrays = check_embeddings(page_ids, embeddings, self.dim, single=True)
+        images = list(image_paths) if image_paths is not None else [""] * len(arrays)
+        if len(images) != len(arrays):
+            raise InvalidInputError(f"got {len(arrays)} pages but {len(images)} image paths")
+        if not arrays:
+            return
+        self.store.write_pages(list(page_ids), arrays, images, replace=replace)
+        for pid in replace:
+            self._alive[self._row_of.pop(pid)] = False
+        first = len(self._ids)
+        self._ids += list(page_ids)
+        self._images += images
+        self._row_of.update({pid: first + i for i, pid in enumerate(page_ids)})
+        new = torch.from_numpy(np.concatenate(arrays)).to(self.device)  # (n, D)
+        self._matrix = torch.cat([self._matrix, new])
+        self._alive = torch.cat([self._alive, torch.ones(len(arrays), dtype=torch.bool)])
+
+    def delete(self, page_ids: Sequence[str]) -> int:
+        present = self.store.contains(page_ids)
+        self.store.delete_pages(present)
+        for pid in present:
+            self._alive[self._row_of.pop(pid)] = False
+        return len(present)
+
+    def compact(self) -> None:
+        self.store.compact()
+        self._load()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def search(self, queries: Sequence[Tensor], k: int = 10, exclude: Exclude = None) -> list[list[Hit]]:
+        check_k(k)
+        excl = check_exclude(exclude, len(queries))
+        if not queries:
+            return []
+        qs = []
+        for i, q in enumerate(queries):
+            t = torch.as_tensor(q).reshape(-1, q.shape[-1]) if q.ndim else q
+            if t.ndim != 2 or t.shape != (1, self.dim):
+                raise InvalidInputError(f"query {i} must have shape (1, {self.dim}), got {tuple(q.shape)}")
+            qs.append(t)
+        q = torch.cat(qs).to(self.device, self._matrix.dtype)  # (Q, D)
+        scores = (q @ self._matrix.T).float()  # (Q, N)
+        scores = scores.masked_fill(~self._alive.to(scores.device).unsqueeze(0), float("-inf"))
+        mask = exclusion_mask(excl, self._row_of, len(self._ids), scores.device)
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        return top_hits(scores, k, self._ids, self._images)
+
+
+INDEXES.add("dense", DenseIndex)

@@ -1,0 +1,243 @@
+"""The embedded default index: exact MaxSim over fp16 multi-vector shards (torch, GPU if present).
+
+Exact search scores every live page (``evidra.retrieval.maxsim``); with ``prefilter="pooled"`` a
+first stage scores mean-pooled vectors (``pool_factor`` patches per vector) held in memory,
+keeps ``candidates`` pages per query and re-ranks them with exact MaxSim over the full vectors,
+read from memory-mapped shards. That trades a little recall for ``pool_factor`` x less memory.
+
+>>> index = MultiVectorIndex.create("idx/", dim=128)                        # doctest: +SKIP
+>>> index.add(["p1", "p2"], [torch.randn(700, 128), torch.randn(760, 128)])  # doctest: +SKIP
+>>> index.search([torch.randn(20, 128)], k=1, exclude=[{"p1"}])             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from evidra.errors import InvalidInputError
+from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.index._common import check_embeddings, exclusion_mask, pick_device, top_hits
+from evidra.retrieval.index._shards import ShardStore
+from evidra.retrieval.maxsim import Block, build_blocks, mean_pool, score_blocks
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class MaxSimOptions:
+    """Search settings (not persisted: choose them per process)."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    compute_dtype: Literal["float16", "bfloat16", "float32"] = "float16"
+    block_tokens: int = 16384  # page vectors per scoring block
+    max_elements: int = 1 << 25  # bound on one similarity matrix (Q tokens x block tokens)
+    prefilter: Literal["none", "pooled"] = "none"
+    pool_factor: int = 4
+    candidates: int = 256  # pages per query re-ranked exactly after the pooled stage
+    compact_at: float = 0.5  # compact on delete once this fraction of stored vectors is dead
+    verify: bool = True  # check shard checksums on open
+
+    def __post_init__(self) -> None:
+        if self.compute_dtype not in _DTYPES:
+            raise InvalidInputError(f"compute_dtype {self.compute_dtype!r}: use one of {', '.join(_DTYPES)}")
+        if self.prefilter not in ("none", "pooled"):
+            raise InvalidInputError(f"prefilter {self.prefilter!r}: use 'none' or 'pooled'")
+        if self.pool_factor < 1 or self.candidates < 1 or self.block_tokens < 1:
+            raise InvalidInputError("pool_factor, candidates and block_tokens must all be >= 1")
+
+
+class MultiVectorIndex:
+    """Late-interaction index; see the module docstring."""
+
+    kind: Literal["multi"] = "multi"
+
+    def __init__(self, store: ShardStore, options: MaxSimOptions) -> None:
+        self.store = store
+        self.options = options
+        self.device = pick_device(options.device)
+        self._dtype = _DTYPES[options.compute_dtype]
+        self._load()
+
+    @classmethod
+    def create(
+        cls, path: str | Path, dim: int, *, options: MaxSimOptions | None = None, encoder: str = ""
+    ) -> MultiVectorIndex:
+        store = ShardStore.create(path, kind="multi", dim=dim, extra={"encoder": encoder})
+        return cls(store, options or MaxSimOptions())
+
+    @classmethod
+    def open(cls, path: str | Path, *, options: MaxSimOptions | None = None) -> MultiVectorIndex:
+        store = ShardStore.open(path)
+        if store.meta()["kind"] != "multi":
+            raise InvalidInputError(f"index {str(path)!r} is single-vector; open it with DenseIndex")
+        return cls(store, options or MaxSimOptions())
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        self._shards = self.store.load_shards(verify=self.options.verify)
+        self._ids: list[str] = []
+        self._images: list[str] = []
+        self._views: list[np.ndarray] = []  # per row: (L, D) float16 view into a shard
+        self._row_of: dict[str, int] = {}
+        self._alive = torch.zeros(0, dtype=torch.bool)
+        self._blocks: list[Block] = []
+        recs = self.store.records()
+        self._append(
+            [r.page_id for r in recs],
+            [self._shards[r.shard][r.offset : r.offset + r.length] for r in recs],
+            [r.image_path for r in recs],
+        )
+
+    def _append(self, ids: Sequence[str], views: Sequence[np.ndarray], images: Sequence[str]) -> None:
+        first = len(self._ids)
+        rows = list(range(first, first + len(ids)))
+        self._ids += ids
+        self._images += images
+        self._views += views
+        self._row_of.update({pid: r for pid, r in zip(ids, rows, strict=True)})
+        self._alive = torch.cat([self._alive, torch.ones(len(ids), dtype=torch.bool)])
+        if not ids:
+            return
+        if self.options.prefilter == "pooled":
+            pages = [mean_pool(_tensor(v), self.options.pool_factor) for v in views]
+        else:
+            pages = [_tensor(v) for v in views]
+        self._blocks += build_blocks(
+            pages, rows, max_tokens=self.options.block_tokens, dtype=self._dtype, device=self.device
+        )
+
+    @property
+    def dim(self) -> int:
+        return self.store.dim
+
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    def __contains__(self, page_id: object) -> bool:
+        return page_id in self._row_of
+
+    def page_ids(self) -> list[str]:
+        return sorted(self._row_of)
+
+    def image_path(self, page_id: str) -> str:
+        return self._images[self._row_of[page_id]]
+
+    def memory_bytes(self) -> int:
+        """Bytes of vectors held in (device) memory for scoring: blocks only, not mmapped shards."""
+        return sum(b.vectors.numel() * b.vectors.element_size() for b in self._blocks)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add(
+        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
+    ) -> None:
+        present = self.store.contains(page_ids)
+        if present:
+            raise InvalidInputError(
+                f"pages already in the index: {present[:5]}; use update() to replace them"
+            )
+        self._write(page_ids, embeddings, image_paths, replace=())
+
+    def update(
+        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
+    ) -> None:
+        self._write(page_ids, embeddings, image_paths, replace=self.store.contains(page_ids))
+
+    def _write(
+        self,
+        page_ids: Sequence[str],
+        embeddings: Sequence[Tensor],
+        image_paths: Sequence[str] | None,
+        replace: Sequence[str],
+    ) -> None:
+        arrays = check_embeddings(page_ids, embeddings, self.dim, single=False)
+        images = list(image_paths) if image_paths is not None else [""] * len(arrays)
+        if len(images) != len(arrays):
+            raise InvalidInputError(f"got {len(arrays)} pages but {len(images)} image paths")
+        if not arrays:
+            return
+        records = self.store.write_pages(list(page_ids), arrays, images, replace=replace)
+        for pid in replace:
+            self._alive[self._row_of.pop(pid)] = False
+        shard = np.load(self.store.root / "shards" / records[0].shard, mmap_mode="r")
+        self._shards[records[0].shard] = shard
+        views = [shard[r.offset : r.offset + r.length] for r in records]
+        self._append([r.page_id for r in records], views, images)
+
+    def delete(self, page_ids: Sequence[str]) -> int:
+        present = self.store.contains(page_ids)
+        self.store.delete_pages(present)
+        for pid in present:
+            self._alive[self._row_of.pop(pid)] = False
+        if present and self.store.dead_fraction() > self.options.compact_at:
+            self.compact()
+        return len(present)
+
+    def compact(self) -> None:
+        """Drop deleted vectors from disk and rebuild the in-memory blocks."""
+        self._blocks = []
+        self._shards = {}
+        self._views = []
+        self.store.compact()
+        self._load()
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- search --------------------------------------------------------------------------------
+
+    def search(self, queries: Sequence[Tensor], k: int = 10, exclude: Exclude = None) -> list[list[Hit]]:
+        check_k(k)
+        excl = check_exclude(exclude, len(queries))
+        queries = [self._check_query(i, q) for i, q in enumerate(queries)]
+        if not queries:
+            return []
+        scores = score_blocks(queries, self._blocks, len(self._ids), max_elements=self.options.max_elements)
+        scores = self._mask(scores, excl)  # (Q, N)
+        if self.options.prefilter == "pooled":
+            scores = self._rerank(queries, scores)
+        return top_hits(scores, k, self._ids, self._images)
+
+    def _check_query(self, i: int, query: Tensor) -> Tensor:
+        q = torch.as_tensor(query)
+        if q.ndim != 2 or q.shape[0] == 0 or q.shape[1] != self.dim:
+            raise InvalidInputError(f"query {i} must have shape (L >= 1, {self.dim}), got {tuple(q.shape)}")
+        return q
+
+    def _mask(self, scores: Tensor, exclude: Sequence[Sequence[str] | object]) -> Tensor:
+        scores = scores.masked_fill(~self._alive.to(scores.device).unsqueeze(0), float("-inf"))
+        mask = exclusion_mask(exclude, self._row_of, len(self._ids), scores.device)  # type: ignore[arg-type]
+        return scores if mask is None else scores.masked_fill(mask, float("-inf"))
+
+    def _rerank(self, queries: Sequence[Tensor], first: Tensor) -> Tensor:
+        """Exact MaxSim over each query's ``candidates`` best pages by the pooled first stage."""
+        n_cand = min(self.options.candidates, first.shape[1])
+        values, rows = first.topk(n_cand, dim=1)  # (Q, C)
+        keep = torch.zeros_like(first, dtype=torch.bool)
+        keep.scatter_(1, rows, values > float("-inf"))
+        union = sorted(set(rows[values > float("-inf")].tolist()))
+        pages = [_tensor(self._views[r]) for r in union]
+        blocks = build_blocks(
+            pages, union, max_tokens=self.options.block_tokens, dtype=self._dtype, device=self.device
+        )
+        exact = score_blocks(queries, blocks, len(self._ids), max_elements=self.options.max_elements)
+        return exact.masked_fill(~keep.to(exact.device), float("-inf"))
+
+
+def _tensor(view: np.ndarray) -> Tensor:
+    """A page's vectors as a tensor (copied: shard memory maps are read-only)."""
+    return torch.from_numpy(np.array(view, dtype=np.float16))
+
+
+INDEXES.add("maxsim", MultiVectorIndex)

@@ -1,0 +1,180 @@
+"""Exact late-interaction (MaxSim) scoring as pure tensor functions.
+
+``score(q, d) = sum_i max_j <q_i, d_j>`` over the query's token vectors ``q_i`` and the page's
+patch vectors ``d_j`` (ColBERT Eq. 1; ColPali/ColQwen2 and ViDoRe score the same way). Pages
+of different lengths are never padded with zero vectors during the max: a zero vector would
+put a floor of 0 under every query token's best match (OFFLINE_STACK pitfall 8).
+
+Layout for speed (RETRIEVAL.md §4): pages are sorted by length and cut into ``Block`` s of
+shape ``(C, L, D)``; one matmul scores all query tokens of a batch against a whole block,
+giving ``(T, C, L)`` with the patch axis last, so the max reduction runs over contiguous memory.
+Queries are packed token-wise and summed per query with ``index_add_``.
+
+>>> import torch
+>>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])            # 2 query tokens
+>>> d = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.0, -1.0]])
+>>> float(maxsim(q, d))                                      # max(.5, 1, 0) + max(.5, 0, -1)
+1.5
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from evidra.errors import InvalidInputError
+
+
+def maxsim(query: Tensor, page: Tensor) -> Tensor:
+    """Reference MaxSim of one query ``(Lq, D)`` against one page ``(Ld, D)``: a scalar."""
+    return (query.float() @ page.float().T).amax(dim=1).sum()  # (Lq, Ld) -> (Lq,) -> ()
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """Pages of similar length stacked as ``(C, L, D)``, zero-filled past each page's length.
+
+    ``rows`` are the pages' row numbers in the owning index; ``pad`` is a ``(C, L)`` mask that is
+    True on filler positions, or None when every page in the block has length ``L``.
+    """
+
+    vectors: Tensor  # (C, L, D)
+    rows: Tensor  # (C,) int64
+    pad: Tensor | None  # (C, L) bool
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.vectors.shape[0] * self.vectors.shape[1])
+
+
+def build_blocks(
+    pages: Sequence[Tensor],
+    rows: Sequence[int],
+    *,
+    max_tokens: int = 16384,
+    dtype: torch.dtype = torch.float16,
+    device: str | torch.device = "cpu",
+) -> list[Block]:
+    """Sort ``pages`` (each ``(L_i, D)``) by length and pack them into blocks of <= ``max_tokens``.
+
+    Sorting keeps the filler small: a block pads only up to its own longest page.
+    """
+    if len(pages) != len(rows):
+        raise InvalidInputError(f"build_blocks got {len(pages)} pages but {len(rows)} rows")
+    order = sorted(range(len(pages)), key=lambda i: int(pages[i].shape[0]))
+    blocks: list[Block] = []
+    start = 0
+    while start < len(order):
+        longest = int(pages[order[start]].shape[0])
+        end = start + 1
+        while end < len(order):
+            longest_next = int(pages[order[end]].shape[0])
+            if (end - start + 1) * longest_next > max_tokens:
+                break
+            longest, end = longest_next, end + 1
+        blocks.append(
+            _block(
+                [pages[i] for i in order[start:end]],
+                [rows[i] for i in order[start:end]],
+                longest,
+                dtype,
+                device,
+            )
+        )
+        start = end
+    return blocks
+
+
+def _block(
+    pages: Sequence[Tensor], rows: Sequence[int], length: int, dtype: torch.dtype, device: str | torch.device
+) -> Block:
+    dim = int(pages[0].shape[1])
+    vectors = torch.zeros(len(pages), length, dim, dtype=dtype)  # (C, L, D)
+    pad = torch.zeros(len(pages), length, dtype=torch.bool)  # (C, L)
+    for i, page in enumerate(pages):
+        n = int(page.shape[0])
+        vectors[i, :n] = page.to(dtype)
+        pad[i, n:] = True
+    has_pad = bool(pad.any())
+    return Block(
+        vectors=vectors.to(device),
+        rows=torch.as_tensor(list(rows), dtype=torch.int64),
+        pad=pad.to(device) if has_pad else None,
+    )
+
+
+def pack_queries(queries: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+    """Concatenate query token vectors: ``(T, D)`` plus the query index of each token ``(T,)``."""
+    if not queries:
+        raise InvalidInputError("no queries given; pass at least one (L, D) query embedding")
+    for i, q in enumerate(queries):
+        if q.ndim != 2 or q.shape[0] == 0:
+            raise InvalidInputError(
+                f"query {i} must be a non-empty (L, D) tensor, got shape {tuple(q.shape)}"
+            )
+    tokens = torch.cat([q.float() for q in queries])  # (T, D)
+    owner = torch.repeat_interleave(torch.arange(len(queries)), torch.tensor([q.shape[0] for q in queries]))
+    return tokens, owner
+
+
+def score_block(tokens: Tensor, owner: Tensor, n_queries: int, block: Block) -> Tensor:
+    """MaxSim scores of packed queries against one block: ``(Q, C)`` float32."""
+    c, length, dim = block.vectors.shape
+    sims = tokens.to(block.vectors.dtype) @ block.vectors.view(c * length, dim).T  # (T, C*L)
+    sims = sims.view(-1, c, length)  # (T, C, L)
+    if block.pad is not None:
+        sims = sims.masked_fill(block.pad.unsqueeze(0), float("-inf"))
+    best = sims.amax(dim=2).float()  # (T, C)
+    out = torch.zeros(n_queries, c, dtype=torch.float32, device=best.device)  # (Q, C)
+    return out.index_add_(0, owner.to(best.device), best)
+
+
+def score_blocks(
+    queries: Sequence[Tensor], blocks: Sequence[Block], n_rows: int, *, max_elements: int = 1 << 25
+) -> Tensor:
+    """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32.
+
+    Rows not present in any block score ``-inf``. Queries are processed in groups so that one
+    similarity matrix never holds more than about ``max_elements`` entries.
+    """
+    device = blocks[0].vectors.device if blocks else torch.device("cpu")
+    out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32, device=device)
+    if not blocks:
+        return out
+    widest = max(b.n_tokens for b in blocks)
+    start = 0
+    while start < len(queries):
+        end, tokens_so_far = start, 0
+        while end < len(queries) and (
+            end == start or (tokens_so_far + queries[end].shape[0]) * widest <= max_elements
+        ):
+            tokens_so_far += int(queries[end].shape[0])
+            end += 1
+        tokens, owner = pack_queries(queries[start:end])
+        tokens = tokens.to(device)
+        for block in blocks:
+            out[start:end, block.rows.to(device)] = score_block(tokens, owner, end - start, block)
+        start = end
+    return out
+
+
+def mean_pool(page: Tensor, factor: int) -> Tensor:
+    """Mean of each run of ``factor`` consecutive vectors, renormalised: ``(ceil(L/factor), D)``.
+
+    The cheap first stage of two-stage search (Qdrant's pooled-prefetch recipe, RETRIEVAL.md §2).
+    """
+    if factor < 1:
+        raise InvalidInputError(f"pool factor must be >= 1, got {factor}")
+    if factor == 1:
+        return page
+    n, dim = page.shape
+    groups = -(-n // factor)
+    padded = torch.zeros(groups * factor, dim, dtype=torch.float32)
+    padded[:n] = page.float()
+    counts = torch.full((groups,), float(factor))
+    counts[-1] = n - (groups - 1) * factor
+    pooled = padded.view(groups, factor, dim).sum(dim=1) / counts.unsqueeze(1)  # (G, D)
+    return torch.nn.functional.normalize(pooled, dim=-1)

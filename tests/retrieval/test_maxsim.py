@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evidra.errors import InvalidInputError
+from evidra.retrieval.maxsim import build_blocks, maxsim, mean_pool, score_blocks
+
+
+def test_maxsim_hand_computed() -> None:
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    d = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.0, -1.0]])
+    # token 1: max(0.5, 1.0, 0.0) = 1.0; token 2: max(0.5, 0.0, -1.0) = 0.5
+    assert float(maxsim(q, d)) == pytest.approx(1.5)
+
+
+def test_padding_never_floors_negative_similarities() -> None:
+    # page 0 has one vector (all sims negative), page 1 has three: block pads page 0 to length 3.
+    q = torch.tensor([[1.0, 0.0]])
+    short = torch.tensor([[-1.0, 0.0]])
+    long = torch.tensor([[-0.5, 0.5], [0.0, 1.0], [-1.0, 0.0]])
+    blocks = build_blocks([short, long], [0, 1], dtype=torch.float32)
+    assert len(blocks) == 1 and blocks[0].pad is not None
+    scores = score_blocks([q], blocks, 2)
+    # a zero-vector floor would give 0.0 for the short page; exact MaxSim is -1.0
+    assert scores.tolist() == [[-1.0, 0.0]]
+
+
+def test_blocked_scores_match_reference_for_ragged_pages_and_queries() -> None:
+    g = torch.Generator().manual_seed(0)
+    pages = [
+        torch.nn.functional.normalize(torch.randn(n, 16, generator=g), dim=-1) for n in (3, 9, 5, 9, 1, 7)
+    ]
+    queries = [torch.nn.functional.normalize(torch.randn(n, 16, generator=g), dim=-1) for n in (4, 1, 6)]
+    blocks = build_blocks(pages, list(range(6)), max_tokens=12, dtype=torch.float32)
+    assert len(blocks) > 1  # forces several blocks
+    got = score_blocks(queries, blocks, 6, max_elements=20)  # forces one query per group
+    want = torch.tensor([[float(maxsim(q, p)) for p in pages] for q in queries])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_rows_without_pages_score_minus_inf() -> None:
+    blocks = build_blocks([torch.ones(2, 4)], [1], dtype=torch.float32)
+    scores = score_blocks([torch.ones(1, 4)], blocks, 3)
+    assert scores[0, 0] == float("-inf") and scores[0, 2] == float("-inf") and scores[0, 1] == 4.0
+
+
+def test_mean_pool_hand_computed() -> None:
+    page = torch.tensor([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]])
+    pooled = mean_pool(page, 2)
+    # group 1: mean (0.5, 0.5) -> normalised (0.7071, 0.7071); group 2: (3, 4) -> (0.6, 0.8)
+    torch.testing.assert_close(pooled, torch.tensor([[0.70710678, 0.70710678], [0.6, 0.8]]))
+
+
+def test_bad_queries_are_rejected() -> None:
+    blocks = build_blocks([torch.ones(2, 4)], [0], dtype=torch.float32)
+    with pytest.raises(InvalidInputError, match="query 0"):
+        score_blocks([torch.ones(0, 4)], blocks, 1)
+    with pytest.raises(InvalidInputError, match="pool factor"):
+        mean_pool(torch.ones(2, 4), 0)
