@@ -284,3 +284,15 @@ def test_scope_masks_from_spans_times_policy_mask() -> None:
     policy = torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]])
     got = scope_masks_from_spans(scopes, ["a", "b"], 4, policy_mask=policy)
     assert got.tolist() == [[[1, 0, 1, 0], [0, 0, 0, 1]], [[0, 1, 0, 0], [0, 0, 0, 0]]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 4), st.integers(2, 5), st.integers(1, 6))
+def test_single_channel_scoped_estimators_reduce_to_grpo(seed: int, p: int, g: int, length: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    rewards = torch.randint(0, 3, (p * g, 1), generator=gen).to(torch.float32)
+    mask = (torch.rand(p * g, 1, length, generator=gen) < 0.7).to(torch.float32)
+    plain = grpo(rewards[:, 0], g)  # (P*G,)
+    assert torch.equal(router_advantages(rewards, g)[:, 0], plain)
+    assert torch.equal(rs_grpo_advantages(rewards, mask, g), plain[:, None] * mask[:, 0])
+    assert torch.equal(scoped_token_advantages(plain[:, None], mask), plain[:, None] * mask[:, 0])

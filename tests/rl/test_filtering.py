@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evidra.errors import EvidraError, InvalidInputError
 from evidra.rl.filtering import (
@@ -115,3 +117,18 @@ def test_difficulty_filter_errors() -> None:
         difficulty_filter({"a": 1}, 8, min_success=5, max_success=2)
     with pytest.raises(InvalidInputError, match="k \\(completions"):
         difficulty_filter({"a": 0}, 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 6), st.integers(1, 4))
+def test_dynamic_sampler_accounting(seed: int, batch: int, rounds: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    tables = [torch.randint(0, 2, (3, 4), generator=gen).float().tolist() for _ in range(rounds)]
+    result = DynamicSampler[str](batch, max_rounds=rounds, on_short="partial").collect(FakeGenerator(tables))
+    kept_total = sum(result.per_round_kept)
+    assert result.generated == 3 * result.rounds and result.filtered + kept_total == result.generated
+    assert len(result.groups) == min(batch, kept_total) and result.full == (kept_total >= batch)
+    assert result.surplus == max(0, kept_total - batch)
+    for name in result.groups:  # every kept group has rewards that are not all equal
+        r, i = int(name[1 : name.index("g")]), int(name[name.index("g") + 1 :])
+        assert len(set(tables[r][i])) > 1
