@@ -54,8 +54,11 @@ class EncoderOptions:
 class Encoder(Protocol):
     """Embeds pages and queries into the same space."""
 
-    name: str
-    kind: EmbeddingKind
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> EmbeddingKind: ...
 
     def embed_pages(self, pages: Sequence[Page]) -> list[Tensor]:
         """One ``(L, D)`` float tensor per page, on CPU, padding removed."""
@@ -70,7 +73,8 @@ class Encoder(Protocol):
 class VectorIndex(Protocol):
     """A persistent set of page embeddings with exact (or prefiltered) top-k search."""
 
-    kind: EmbeddingKind
+    @property
+    def kind(self) -> EmbeddingKind: ...
 
     def add(
         self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None

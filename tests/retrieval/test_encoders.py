@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from evidra.errors import InvalidInputError, MissingDependencyError, ModelLoadError
+from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions
+from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever, tokenize
+from evidra.retrieval.encoders.colvision import ColVisionEncoder
+from evidra.retrieval.encoders.dse import SingleVectorEncoder
+from evidra.retrieval.maxsim import maxsim
+from evidra.retrieval.ocr import ocr_words, page_text
+from evidra.types import Box, Page, Word
+
+
+def test_colqwen2_removes_padding_per_item(tiny_colqwen2: Any, ragged_pages: list[Page]) -> None:
+    enc: ColVisionEncoder = tiny_colqwen2
+    assert isinstance(enc, Encoder) and enc.kind == "multi"
+    batched = enc.embed_pages(ragged_pages)
+    lengths = [e.shape[0] for e in batched]
+    assert len(set(lengths)) > 1  # the pages really have different token counts
+    for page, emb in zip(ragged_pages, batched, strict=True):
+        alone = enc.embed_pages([page])[0]
+        assert alone.shape == emb.shape == (emb.shape[0], enc.dim)
+        torch.testing.assert_close(emb, alone, atol=1e-4, rtol=1e-4)
+        # no zero vector survives: every kept token is unit norm
+        torch.testing.assert_close(emb.norm(dim=-1), torch.ones(emb.shape[0]), atol=1e-4, rtol=0)
+    queries = enc.embed_queries(["red box", "a much longer query about a blue rectangle on the page"])
+    assert queries[0].shape[0] < queries[1].shape[0]
+    torch.testing.assert_close(queries[0], enc.embed_queries(["red box"])[0], atol=1e-4, rtol=1e-4)
+
+
+def test_colqwen2_scores_match_transformers_on_equal_lengths(
+    tiny_colqwen2: Any, ragged_pages: list[Page]
+) -> None:
+    enc: ColVisionEncoder = tiny_colqwen2
+    # pages 0 and 3 have equal lengths, so score_retrieval's zero padding is a no-op
+    pages = enc.embed_pages([ragged_pages[0], ragged_pages[3]])
+    assert pages[0].shape == pages[1].shape and not torch.equal(pages[0], pages[1])
+    queries = enc.embed_queries(["red box", "blue"])
+    ref = enc.processor.score_retrieval(queries, pages, batch_size=2)  # (Q, P)
+    ours = torch.tensor([[float(maxsim(q, p)) for p in pages] for q in queries])
+    torch.testing.assert_close(ours, ref.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_colqwen2_rejects_other_checkpoints(tiny_dirs: dict[str, Path]) -> None:
+    with pytest.raises(ModelLoadError, match="qwen2_vl"):
+        ColVisionEncoder.load(tiny_dirs["qwen2_vl"])
+    with pytest.raises(InvalidInputError, match="list of query strings"):
+        ColVisionEncoder.load(tiny_dirs["colqwen2"]).embed_queries("one string")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_single_vector_encoder(tiny_dirs: dict[str, Path], ragged_pages: list[Page], pooling: str) -> None:
+    enc = SingleVectorEncoder.load(tiny_dirs["qwen2_vl"], EncoderOptions(batch_size=4), pooling=pooling)  # type: ignore[arg-type]
+    assert enc.kind == "single"
+    pages = enc.embed_pages(ragged_pages)
+    assert all(p.shape == (1, enc.dim) for p in pages)
+    torch.testing.assert_close(torch.cat(pages).norm(dim=-1), torch.ones(4))
+    # left padding: a page embedded in a ragged batch equals it embedded alone
+    torch.testing.assert_close(pages[2], enc.embed_pages([ragged_pages[2]])[0], atol=1e-4, rtol=1e-4)
+    q = enc.embed_queries(["short", "a considerably longer query text"])
+    torch.testing.assert_close(q[0], enc.embed_queries(["short"])[0], atol=1e-4, rtol=1e-4)
+
+
+def test_registry_names_the_encoders() -> None:
+    assert {"colqwen2", "colpali", "dse", "visrag", "minilm"} <= set(ENCODERS.names())
+    with pytest.raises(KeyError, match="did you mean 'colqwen2'"):
+        ENCODERS.get("colqwen")
+
+
+def test_bm25_hand_computed() -> None:
+    texts = {"a": "the red fox", "b": "a blue whale", "c": "red red whale", "d": "fox"}
+    bm25 = BM25Retriever.build(texts, BM25Params(k1=1.5, b=0.75))
+    # N=4, avgdl=2.5; df(red)=df(whale)=df(fox)=2 -> idf = ln(1 + 2.5/2.5) = ln 2
+    # |d|=3: k1*(1-b+b*3/2.5) = 1.725; |d|=1: 0.825
+    # c: ln2*(2*2.5/(2+1.725) + 2.5/(1+1.725)) = 1.566314; a, b: ln2*2.5/2.725 = 0.635915
+    scores = bm25.scores("red whale red")  # repeated query terms count once
+    assert scores.tolist() == pytest.approx([0.635915, 0.635915, 1.566314, 0.0], abs=1e-6)
+    # fox: d is shorter, so it wins: ln2*2.5/1.825 = 0.949517
+    hits = bm25.search(["Fox!"], k=3)[0]
+    assert [(h.page_id, round(h.score, 6)) for h in hits] == [("d", 0.949517), ("a", 0.635915), ("b", 0.0)]
+    assert [h.page_id for h in bm25.search(["fox"], k=2, exclude=[{"d"}])[0]] == ["a", "b"]
+
+
+def test_bm25_save_load_roundtrip(tmp_path: Path) -> None:
+    bm25 = BM25Retriever.build({"x": "alpha beta", "y": "beta gamma"}, images={"x": "x.png"})
+    bm25.save(tmp_path)
+    again = BM25Retriever.load(tmp_path)
+    assert again.search(["alpha"], k=1) == bm25.search(["alpha"], k=1)
+    assert again.search(["alpha"], k=1)[0][0].image_path == "x.png"
+    assert tokenize("Ünïcode Wörds, 42") == ["ünïcode", "wörds", "42"]
+    with pytest.raises(InvalidInputError, match="k1"):
+        BM25Params(k1=-1.0)
+
+
+def test_sentence_encoder_missing_dependency(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails as if not installed
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "sentence_transformers" else real(n, *a)
+    )
+    with pytest.raises(MissingDependencyError, match=r"evidra\[text-encoder\]"):
+        ENCODERS.get("minilm")(tmp_path)
+
+
+def _fake_tesseract(found: bool) -> types.ModuleType:
+    mod = types.ModuleType("pytesseract")
+    mod.__spec__ = importlib.machinery.ModuleSpec("pytesseract", None)
+
+    class TesseractNotFoundError(OSError):
+        pass
+
+    def image_to_data(image: Any, lang: str, output_type: Any) -> dict[str, list[Any]]:
+        if not found:
+            raise TesseractNotFoundError
+        return {"level": [1, 5, 5, 5], "conf": [-1, 96, 30, 90], "text": ["", "Total", "noise", "42"]}
+
+    mod.TesseractNotFoundError = TesseractNotFoundError  # type: ignore[attr-defined]
+    mod.Output = types.SimpleNamespace(DICT="dict")  # type: ignore[attr-defined]
+    mod.image_to_data = image_to_data  # type: ignore[attr-defined]
+    return mod
+
+
+def test_ocr_fallback_and_missing_binary(monkeypatch: pytest.MonkeyPatch, ragged_pages: list[Page]) -> None:
+    page = ragged_pages[0]
+    monkeypatch.setitem(sys.modules, "pytesseract", _fake_tesseract(found=True))
+    assert ocr_words(None, min_conf=50) == ["Total", "42"]
+    assert page_text(page, ocr=True) == "Total noise 42"
+    assert page_text(page) == ""  # OCR only on request
+    worded = Page("w", page.image_path, 10, 10, words=(Word("hi", Box(0, 0, 1, 1)),))
+    assert page_text(worded, ocr=True) == "hi"  # a text layer wins over OCR
+    monkeypatch.setitem(sys.modules, "pytesseract", _fake_tesseract(found=False))
+    with pytest.raises(MissingDependencyError, match="apt-get install tesseract-ocr"):
+        ocr_words(None)
