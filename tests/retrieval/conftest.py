@@ -29,3 +29,15 @@ def tiny_colqwen2(tiny_dirs: dict[str, Path]) -> object:
     from evidra.retrieval.encoders.colvision import ColVisionEncoder
 
     return ColVisionEncoder.load(tiny_dirs["colqwen2"], EncoderOptions(batch_size=4))
+
+
+@pytest.fixture(scope="session")
+def synth_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    """A page store of 6 synthetic documents (text layer included) and their questions."""
+    from evidra.corpus import ingest
+    from evidra.data.synth.documents import generate_documents
+
+    root = tmp_path_factory.mktemp("synth")
+    corpus = generate_documents(root / "docs", n_docs=6, seed=3, dpi=40)
+    ingest(corpus.docs_dir, root / "store", dpi=40)
+    return root / "store", corpus

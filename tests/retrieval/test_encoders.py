@@ -85,8 +85,8 @@ def test_bm25_hand_computed() -> None:
     assert scores.tolist() == pytest.approx([0.635915, 0.635915, 1.566314, 0.0], abs=1e-6)
     # fox: d is shorter, so it wins: ln2*2.5/1.825 = 0.949517
     hits = bm25.search(["Fox!"], k=3)[0]
-    assert [(h.page_id, round(h.score, 6)) for h in hits] == [("d", 0.949517), ("a", 0.635915), ("b", 0.0)]
-    assert [h.page_id for h in bm25.search(["fox"], k=2, exclude=[{"d"}])[0]] == ["a", "b"]
+    assert [(h.page_id, round(h.score, 6)) for h in hits] == [("d", 0.949517), ("a", 0.635915)]
+    assert [h.page_id for h in bm25.search(["fox"], k=2, exclude=[{"d"}])[0]] == ["a"]
 
 
 def test_bm25_save_load_roundtrip(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from evidra import __version__
 from evidra.errors import EvidraError
 
-SUBCOMMANDS = ("ingest", "pages", "ask", "demo")
+SUBCOMMANDS = ("ingest", "pages", "ask", "train", "demo", "index")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        importlib.import_module(f"evidra.cli.{name}").register(subparsers)
+        importlib.import_module(f"evidra.cli.{name.replace('-', '_')}").register(subparsers)
     return parser
 
 

@@ -6,7 +6,8 @@ Variant: Okapi BM25 with Lucene's non-negative idf (as bm25s ``method="lucene"``
     score(q, d) = sum over distinct terms t of q:
                   idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
 
-with ``k1 = 1.5`` and ``b = 0.75`` by default. Tokens are lower-cased Unicode word runs
+with ``k1 = 1.5`` and ``b = 0.75`` by default. Pages sharing no term with the query score 0
+and are not returned, so a search may give fewer than ``k`` hits. Tokens are lower-cased Unicode word runs
 (``\\w+``); no stemming or stop words, so results do not depend on a language pack. Pages without
 a text layer can be OCR'd first (``evidra.retrieval.ocr``, extra ``evidra[ocr]``).
 
@@ -70,16 +71,20 @@ class BM25Retriever:
         self._ids = list(ids)
         self._images = list(images) if images is not None else [""] * len(ids)
         self._docs = list(docs)
-        lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
-        avgdl = float(lengths.mean()) if len(docs) and lengths.mean() > 0 else 1.0
-        self._norm = params.k1 * (1 - params.b + params.b * lengths / avgdl)  # (N,)
+        self._reindex()
+
+    def _reindex(self) -> None:
+        """Recompute lengths, idf and postings (cheap: one pass over the token counts)."""
+        k1, b, n = self.params.k1, self.params.b, len(self._docs)
+        lengths = np.array([sum(d.values()) for d in self._docs], dtype=np.float64)
+        avgdl = float(lengths.mean()) if n and lengths.mean() > 0 else 1.0
+        self._norm = k1 * (1 - b + b * lengths / avgdl)  # (N,)
         postings: dict[str, tuple[list[int], list[int]]] = {}
-        for row, doc in enumerate(docs):
+        for row, doc in enumerate(self._docs):
             for term, tf in doc.items():
                 rows, tfs = postings.setdefault(term, ([], []))
                 rows.append(row)
                 tfs.append(tf)
-        n = len(docs)
         self._postings = {
             t: (
                 np.array(r, dtype=np.int64),
@@ -88,6 +93,31 @@ class BM25Retriever:
             )
             for t, (r, f) in postings.items()
         }
+
+    def add(
+        self, texts: Mapping[str, str], images: Mapping[str, str] | None = None, *, replace: bool = False
+    ) -> None:
+        """Add pages ``page_id -> text``; with ``replace`` pages already present are updated."""
+        present = [pid for pid in texts if pid in set(self._ids)]
+        if present and not replace:
+            raise InvalidInputError(f"pages already in the BM25 index: {present[:5]}; pass replace=True")
+        self.delete(present, reindex=False)
+        for pid, text in texts.items():
+            self._ids.append(pid)
+            self._docs.append(Counter(tokenize(text)))
+            self._images.append((images or {}).get(pid, ""))
+        self._reindex()
+
+    def delete(self, page_ids: Sequence[str], *, reindex: bool = True) -> int:
+        drop = set(page_ids)
+        keep = [i for i, pid in enumerate(self._ids) if pid not in drop]
+        removed = len(self._ids) - len(keep)
+        self._ids = [self._ids[i] for i in keep]
+        self._docs = [self._docs[i] for i in keep]
+        self._images = [self._images[i] for i in keep]
+        if reindex:
+            self._reindex()
+        return removed
 
     @classmethod
     def build(
@@ -129,7 +159,7 @@ class BM25Retriever:
             hits = [
                 Hit(self._ids[r], float(scores[r]), self._images[r])
                 for r in order
-                if self._ids[r] not in skip
+                if scores[r] > 0 and self._ids[r] not in skip
             ]
             out.append(hits[:k])
         return out
