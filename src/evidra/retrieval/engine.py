@@ -113,7 +113,7 @@ def build_index(
     options: EncoderOptions | None = None,
     maxsim: MaxSimOptions | None = None,
     ocr: bool = False,
-    bm25: BM25Params = BM25Params(),
+    bm25: BM25Params | None = None,
     progress: Progress | None = None,
 ) -> Engine:
     """Create an index directory at ``root`` holding ``pages`` embedded by ``encoder``."""
@@ -125,7 +125,7 @@ def build_index(
     out.mkdir(parents=True, exist_ok=True)
     if encoder == "bm25":
         spec = IndexSpec("bm25", "", "bm25", ocr)
-        retriever = BM25Retriever.build({}, bm25)
+        retriever = BM25Retriever.build({}, bm25 or BM25Params())
         engine = Engine(out, spec, None, retriever, retriever)
     else:
         enc = load_encoder(encoder, encoder_path, options)
