@@ -102,3 +102,16 @@ def test_dense_engine(synth_store: tuple[Path, Any], tiny_dirs: dict[str, Path],
     assert open_index(tmp_path / "dse").retriever.search(["x"], k=5)[0][0].page_id in {p.id for p in pages}
     with pytest.raises(InvalidInputError, match="already exists"):
         build_index(pages, tmp_path / "dse", "dse", tiny_dirs["qwen2_vl"])
+
+
+def test_serve_index_cli_parses_and_reports_missing_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evidra.cli.main import build_parser
+
+    args = build_parser().parse_args(
+        ["serve-index", "--index", "i", "--max-batch", "4", "--max-wait-ms", "2"]
+    )
+    assert (args.max_batch, args.max_wait_ms, args.host) == (4, 2.0, "127.0.0.1")
+    assert main(["serve-index", "--index", str(tmp_path / "missing")]) == 2
+    assert "evidra index build" in capsys.readouterr().err

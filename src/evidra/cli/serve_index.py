@@ -1,0 +1,49 @@
+"""``evidra serve-index --index I [--encoder CKPT]``: serve an index over HTTP with batching.
+
+evidra serve-index --index idx/ --port 8765 --max-batch 32 --max-wait-ms 5
+curl -s localhost:8765/search -d '{"queries": ["When was Orion founded?"], "k": 5}'
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("serve-index", help="serve a retrieval index over HTTP (batched search)")
+    p.add_argument("--index", required=True, help="index directory from `evidra index build`")
+    p.add_argument(
+        "--encoder", default=None, help="encoder checkpoint directory (default: the one it was built with)"
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--max-batch", type=int, default=32, help="queries per batched search")
+    p.add_argument(
+        "--max-wait-ms", type=float, default=5.0, help="how long a request waits for others to batch with"
+    )
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--dtype", default="float32", help="encoder weights: float32 | bfloat16 | float16")
+    p.add_argument("--batch-size", type=int, default=32, help="queries per encoder forward pass")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from evidra.cli.index import _options
+    from evidra.retrieval.engine import open_index
+    from evidra.retrieval.server import SearchService, ServiceOptions
+
+    enc_opts, maxsim = _options(args)
+    engine = open_index(args.index, encoder_path=args.encoder, options=enc_opts, maxsim=maxsim)
+    service = SearchService(
+        engine.retriever,
+        ServiceOptions(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms),
+        n_pages=len(engine.index),
+    )
+    print(
+        f"serving {len(engine.index)} pages of {args.index} on http://{args.host}:{args.port} (Ctrl-C stops)"
+    )
+    asyncio.run(service.serve_forever(args.host, args.port))
+    return 0

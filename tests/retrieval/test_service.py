@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evidra.corpus import PageStore
+from evidra.retrieval.client import AsyncSearchClient, SearchClient, SearchServiceError
+from evidra.retrieval.engine import build_index
+from evidra.retrieval.loadtest import run_load
+from evidra.retrieval.server import SearchService, ServiceOptions
+
+logger = logging.getLogger(__name__)
+
+
+@pytest.fixture(scope="module")
+def bm25_engine(synth_store: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    store, corpus = synth_store
+    return build_index(PageStore.open(store).pages(), tmp_path_factory.mktemp("svc") / "bm25", "bm25"), corpus
+
+
+def _raw(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(data)
+        chunks = b""
+        while chunk := s.recv(65536):
+            chunks += chunk
+    head, _, body = chunks.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_malformed_requests_get_4xx(bm25_engine: Any) -> None:
+    engine, _ = bm25_engine
+    with SearchService(engine.retriever, n_pages=len(engine.index)).running() as url:
+        client = SearchClient(url, timeout=10)
+        for body, status, fragment in [
+            ({"queries": []}, 400, "non-empty list"),
+            ({"queries": ["a"], "k": 0}, 400, '"k" must be'),
+            ({"queries": ["a"], "k": "5"}, 400, '"k" must be'),
+            ({"queries": ["a", "b"], "exclude": [[]]}, 400, '"exclude"'),
+        ]:
+            response = client._client.post(client.url, json=body)
+            assert response.status_code == status and fragment in response.json()["error"]
+        assert client._client.post(client.url, content=b"{oops").status_code == 400
+        assert client._client.get(client.url).status_code == 405
+        assert client._client.get(url + "/nope").status_code == 404
+        assert client._client.get(url + "/health").json() == {"status": "ok", "pages": len(engine.index)}
+        assert _raw(url, b"GARBAGE\r\n\r\n")[0] == 400
+        status, body = _raw(
+            url, b"POST /search HTTP/1.1\r\nContent-Length: 99999999\r\nConnection: close\r\n\r\n"
+        )
+        assert status == 413 and "exceeds" in body["error"]
+        with pytest.raises(SearchServiceError, match="400"):
+            client.search(["a"], k=1000)
+        client.close()
+    with pytest.raises(SearchServiceError, match="failed"):
+        SearchClient(url, timeout=2).search(["a"])  # the service is gone
+
+
+def test_load_test_zero_errors_and_identical_results(bm25_engine: Any) -> None:
+    engine, corpus = bm25_engine
+    queries = [q.question for q in corpus.questions][:12]
+    expected = {q: engine.retriever.search([q], k=5)[0] for q in queries}
+    service = SearchService(engine.retriever, ServiceOptions(max_batch=16, max_wait_ms=5))
+    with service.running() as url:
+        report = asyncio.run(
+            run_load(url, queries, expected, k=5, clients=6, duration_s=1.5, max_requests=150)
+        )
+        with SearchClient(url) as client:  # exclusions travel, multi-query requests split correctly
+            skip = {expected[queries[0]][0].page_id}
+            got = client.search(queries[:2], k=5, exclude=[skip, set()])
+            assert got == [
+                engine.retriever.search([queries[0]], k=5, exclude=[skip])[0],
+                expected[queries[1]],
+            ]
+    logger.info("load test: %s", report.summary())
+    assert report.requests > 0 and report.errors == 0 and report.mismatches == 0
+    assert report.max_score_diff == 0.0  # BM25 is deterministic: JSON round-trips floats exactly
+    assert max(service.batches) > 1  # concurrent requests were gathered into batches
+
+
+def test_async_client_against_colqwen2(
+    synth_store: tuple[Path, Any], tiny_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    store, _ = synth_store
+    engine = build_index(
+        PageStore.open(store).pages()[:5], tmp_path / "col", "colqwen2", tiny_dirs["colqwen2"]
+    )
+    direct = engine.retriever.search(["a question about a table"], k=3)
+
+    async def go(url: str) -> Any:
+        async with AsyncSearchClient(url, timeout=10) as client:
+            return await client.search(["a question about a table"], k=3)
+
+    with SearchService(engine.retriever).running() as url:
+        got = asyncio.run(go(url))
+    assert [h.page_id for h in got[0]] == [h.page_id for h in direct[0]]
+    assert [h.score for h in got[0]] == pytest.approx([h.score for h in direct[0]], abs=1e-4)
