@@ -38,6 +38,10 @@ class CorpusError(EvidraError, OSError):
     """A page store or document could not be read or written."""
 
 
+class CheckpointError(EvidraError, OSError):
+    """A training checkpoint could not be written or read back."""
+
+
 def require(module: str, extra: str) -> None:
     """Raise ``MissingDependencyError`` unless ``module`` can be imported.
 

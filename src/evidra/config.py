@@ -1,0 +1,142 @@
+"""Nested frozen-dataclass configs from YAML plus dotted command-line overrides.
+
+    cfg = load_config(RLConfig, "configs/lat.yaml", ["rollout.group_size=8", "optim.lr=1e-6"])
+
+Unknown keys are errors with a "did you mean"; values are checked against the field types
+(int, float, str, bool, Literal, tuples, optional, nested dataclasses). Components are chosen
+by registry name in a config, never by import path. ``dump_config`` writes the resolved
+config next to every checkpoint and result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from evidra.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {value!r} fits none of {tp}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where} must be a mapping of {tp.__name__} fields, got {value!r}")
+        return from_dict(tp, value, where)
+    if origin in (tuple, list, Sequence):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        inner = args[0] if args else Any
+        return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if tp in (int, str) and isinstance(value, tp) and not isinstance(value, bool):
+        return value
+    raise ConfigError(f"{where} must be {getattr(tp, '__name__', tp)}, got {value!r}")
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+    """Build the dataclass ``cls`` from a nested mapping, checking keys and types."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"
+            raise ConfigError(f"unknown config key {path!r}{hint}")
+        kwargs[key] = _coerce(value, hints[key], path)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{where or cls.__name__}: {exc}") from exc
+
+
+def to_dict(obj: Any) -> Any:
+    """A plain nested dict/list version of a config (for YAML and JSON)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML scalars/lists) to a nested dict."""
+    out = yaml.safe_load(yaml.safe_dump(data)) or {}  # deep copy
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
+    """Read ``path`` (YAML) if given, apply dotted ``overrides``, and build ``cls``."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file {str(file)!r} does not exist")
+        try:
+            data = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(file)!r} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
+    return from_dict(cls, apply_overrides(data, overrides))
+
+
+def dump_config(cfg: Any, path: str | Path) -> Path:
+    """Write the resolved config as YAML."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    return out

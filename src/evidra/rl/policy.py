@@ -1,0 +1,87 @@
+"""The trainable policy and its reference for the KL term.
+
+With LoRA the reference is the same model with the adapter disabled, so no second copy of
+the weights exists; with full fine-tuning it is a frozen copy; with KL off there is none.
+``model.path`` may be ``tiny:<arch>`` to build a tiny offline checkpoint on the fly.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evidra.errors import ConfigError
+from evidra.models.adapters import LoraSpec, apply_lora, freeze
+from evidra.models.loading import VLM, load_vlm
+from evidra.rl.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_model_path(path: str, cache_dir: str | Path) -> str:
+    """A local checkpoint path; ``tiny:<arch>`` builds (once) a tiny random checkpoint."""
+    if not path:
+        raise ConfigError("model.path is empty; give a local checkpoint directory or tiny:qwen2_5_vl")
+    if path.startswith("tiny:"):
+        from evidra.models.tiny import build_tiny
+
+        arch = path.split(":", 1)[1]
+        target = Path(cache_dir) / f"tiny-{arch}"
+        if not (target / "config.json").is_file():  # build aside, then publish with one rename
+            tmp = Path(cache_dir) / f".tmp-tiny-{arch}-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            build_tiny(arch, tmp)
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+        return str(target)
+    return path
+
+
+def load_policy(cfg: ModelConfig, cache_dir: str | Path, device: str = "cpu") -> VLM:
+    """Load the policy and make only what should train trainable."""
+    vlm = load_vlm(
+        resolve_model_path(cfg.path, cache_dir),
+        dtype=cfg.dtype,
+        device=device,
+        min_pixels=cfg.min_pixels,
+        max_pixels=cfg.max_pixels,
+    )
+    if cfg.lora.enabled:
+        vlm = apply_lora(vlm, LoraSpec(r=cfg.lora.r, alpha=cfg.lora.alpha, dropout=cfg.lora.dropout))
+    elif cfg.freeze_vision:
+        frozen = freeze(vlm.model, ("model.visual.", "visual."))
+        logger.info("froze %d vision-tower tensors", frozen)
+    if cfg.gradient_checkpointing:
+        vlm.model.gradient_checkpointing_enable()
+    return vlm
+
+
+@dataclass(frozen=True, eq=False)
+class Reference:
+    """Computes reference log-probs: adapter disabled (LoRA) or a frozen copy (full FT)."""
+
+    model: Any  # the policy itself under LoRA, else a frozen copy
+    lora: bool
+
+    @classmethod
+    def build(cls, policy: VLM, lora: bool) -> Reference:
+        if lora:
+            return cls(policy.model, True)
+        frozen = copy.deepcopy(policy.model).eval()
+        for p in frozen.parameters():
+            p.requires_grad_(False)
+        return cls(frozen, False)
+
+    @contextmanager
+    def active(self) -> Iterator[Any]:
+        """The model to run under ``torch.no_grad()`` for reference log-probs."""
+        ctx = self.model.disable_adapter() if self.lora else nullcontext()
+        with ctx:
+            yield self.model

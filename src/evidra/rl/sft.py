@@ -1,0 +1,173 @@
+"""Supervised fine-tuning on trajectories (the cold start before RL).
+
+A training example is a whole conversation (several images and several assistant turns
+allowed); the loss is the token-mean negative log-likelihood of the assistant tokens only,
+each assistant turn including its closing ``<|im_end|>`` so the model learns to stop. LoRA or
+full fine-tuning (vision tower frozen by default), checkpointed and resumable like RL runs.
+
+    evidra train sft --config configs/toy_sft.yaml
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evidra.config import dump_config
+from evidra.errors import ConfigError, InvalidInputError
+from evidra.models.context import Context, collate_split, encode_messages
+from evidra.models.generation import forward_logprobs
+from evidra.models.loading import VLM
+from evidra.rl.checkpoint import (
+    TrainState,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from evidra.rl.common import DataCursor, make_optimizer
+from evidra.rl.config import SFTConfig
+from evidra.rl.policy import load_policy
+from evidra.rl.sink import MetricsSink
+from evidra.rl.tasks import TASKS
+from evidra.types import Message
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class SFTExample:
+    context: Context  # the whole conversation, with its images
+    prompt_len: int  # tokens before the first assistant token
+    loss_mask: tuple[int, ...]  # over context[prompt_len:]: 1 on assistant tokens
+
+
+def assistant_mask(token_ids: Sequence[int], header: Sequence[int], end_id: int) -> list[int]:
+    """1 on every assistant turn's tokens (after its header, through its end-of-turn token).
+
+    >>> assistant_mask([9, 1, 2, 5, 7, 8, 3, 1, 2, 6, 3], header=[1, 2], end_id=3)
+    [0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1]
+    """
+    mask = [0] * len(token_ids)
+    i, h = 0, len(header)
+    while i <= len(token_ids) - h:
+        if list(token_ids[i : i + h]) == list(header):
+            j = i + h
+            while j < len(token_ids) and token_ids[j] != end_id:
+                mask[j] = 1
+                j += 1
+            if j < len(token_ids):
+                mask[j] = 1
+            i = j + 1
+        else:
+            i += 1
+    return mask
+
+
+def make_example(processor: Any, messages: Sequence[Message]) -> SFTExample:
+    tok = processor.tokenizer
+    context = encode_messages(processor, messages, add_generation_prompt=False)
+    header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    mask = assistant_mask(context.token_ids, header, tok.convert_tokens_to_ids("<|im_end|>"))
+    if 1 not in mask:
+        raise InvalidInputError("an SFT conversation has no assistant turn to learn from")
+    start = mask.index(1)
+    return SFTExample(context, start, tuple(mask[start:]))
+
+
+def sft_loss(model: Any, vlm: VLM, batch: Sequence[SFTExample], total_tokens: float) -> tuple[Any, int]:
+    """Sum of assistant-token NLL over ``batch`` divided by the whole step's token count
+    (``total_tokens``), so the micro-batch losses of a step add up to the step's token-mean loss."""
+    import torch
+
+    contexts, prompt_lens = [e.context for e in batch], [e.prompt_len for e in batch]
+    inputs, ids, _ = collate_split(contexts, prompt_lens, vlm.pad_token_id, vlm.image_token_id)
+    mask = torch.zeros(ids.shape, dtype=torch.float32)  # (b, R)
+    for i, e in enumerate(batch):
+        mask[i, : len(e.loss_mask)] = torch.tensor(e.loss_mask, dtype=torch.float32)
+    device = vlm.device
+    inputs = {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
+    logp = forward_logprobs(model, inputs, ids.to(device))  # (b, R)
+    mask = mask.to(device)
+    return -(logp * mask).sum() / total_tokens, int(mask.sum())
+
+
+class SFTTrainer:
+    def __init__(self, cfg: SFTConfig, examples: Sequence[Sequence[Message]] | None = None) -> None:
+        from accelerate.utils import set_seed
+
+        self.cfg = cfg
+        self.out = Path(cfg.run.output_dir)
+        set_seed(cfg.run.seed)
+        self.vlm = load_policy(cfg.model, self.out / "models")
+        conversations = examples if examples is not None else _task_conversations(cfg)
+        self.examples = [make_example(self.vlm.processor, c) for c in conversations]
+        self.optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim)
+        self.cursor = DataCursor(self.examples, cfg.data.seed)
+        self.sink = MetricsSink(self.out, tensorboard=cfg.run.tensorboard)
+        self.state = TrainState(0, 0, 0)
+        found = list_checkpoints(self.out) if cfg.run.resume else []
+        if found:
+            self.state = load_checkpoint(found[-1], self.vlm.model, self.optimizer, self.scheduler)
+            self.sink.truncate_after(self.state.step)
+        dump_config(cfg, self.out / "config.yaml")
+
+    def step(self) -> dict[str, float]:
+        import torch
+
+        start = time.perf_counter()
+        batch, self.state = self.cursor.take(self.state, self.cfg.run.batch_size)
+        total = float(sum(sum(e.loss_mask) for e in batch))
+        self.vlm.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, tokens = 0.0, 0
+        mb = self.cfg.run.micro_batch_size
+        for i in range(0, len(batch), mb):
+            loss, n = sft_loss(self.vlm.model, self.vlm, batch[i : i + mb], total)
+            loss.backward()
+            loss_sum, tokens = loss_sum + float(loss.detach()), tokens + n
+        params = [p for p in self.vlm.model.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
+        return {"loss": loss_sum, "tokens": float(tokens), "grad_norm": float(norm),
+                "time/step_s": time.perf_counter() - start}  # fmt: skip
+
+    def train(self, on_step: Callable[[int, dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+        history = []
+        while self.state.step < self.cfg.run.steps:
+            metrics = self.step()
+            history.append(metrics)
+            self.sink.write(self.state.step, metrics)
+            if on_step is not None:
+                on_step(self.state.step, metrics)
+            every = self.cfg.run.save_every
+            if (every and self.state.step % every == 0) or self.state.step == self.cfg.run.steps:
+                save_checkpoint(
+                    self.out, self.state, self.vlm.model, self.optimizer, self.scheduler, self.cfg
+                )
+                prune_checkpoints(self.out, self.cfg.run.keep_checkpoints)
+        self.sink.close()
+        return history
+
+    def export(self, path: str | Path) -> Path:
+        """Save a loadable checkpoint directory (LoRA merged into the weights)."""
+        from evidra.models.adapters import merge_lora
+
+        vlm = merge_lora(self.vlm) if self.cfg.model.lora.enabled else self.vlm
+        out = Path(path)
+        vlm.model.save_pretrained(out)
+        vlm.processor.save_pretrained(out)
+        return out
+
+
+def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
+    task = TASKS.get(cfg.data.task)
+    if task.oracle is None:
+        raise ConfigError(f"task {cfg.data.task!r} has no oracle trajectories; pass SFT conversations")
+    return [task.oracle(s) for s in task.samples(cfg.data)]

@@ -1,0 +1,58 @@
+"""Where training scalars go: always a JSONL file, TensorBoard when asked and installed."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from evidra.errors import MissingDependencyError
+
+logger = logging.getLogger(__name__)
+
+
+class MetricsSink:
+    def __init__(self, output_dir: str | Path, *, tensorboard: bool = False, enabled: bool = True) -> None:
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.enabled = enabled
+        self._tb: Any = None
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise MissingDependencyError(
+                    "TensorBoard logging needs `pip install 'evidra[tensorboard]'`"
+                ) from exc
+            self._tb = SummaryWriter(str(Path(output_dir) / "tensorboard"))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        clean = {
+            k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None) for k, v in metrics.items()
+        }
+        with self.path.open("a") as fh:
+            fh.write(json.dumps({"step": step, **clean}) + "\n")
+        if self._tb is not None:
+            for key, value in clean.items():
+                if value is not None:
+                    self._tb.add_scalar(key, value, step)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past ``step`` (after resuming from an earlier checkpoint)."""
+        if not self.enabled or not self.path.is_file():
+            return
+        lines = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= step]
+        self.path.write_text("".join(ln + "\n" for ln in lines))
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

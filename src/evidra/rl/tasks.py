@@ -1,0 +1,135 @@
+"""Tasks: what to train on. A task bundles a dataset, an environment, a parser and a reward.
+
+The paper recipes register their own tasks (LAT, EVisRAG, ...); the toy tasks here are small
+and verifiable, for the trainer's learning checks and for smoke runs on a CPU.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from evidra.env.base import Environment
+from evidra.env.single_turn import SingleTurnEnv
+from evidra.env.toy import KeyValueEnv
+from evidra.registry import Registry
+from evidra.rewards.base import RewardFn, RewardResult
+from evidra.rewards.toy import digit_fraction, key_value_answer, parse_answer, text_length
+from evidra.rl.config import DataConfig
+from evidra.types import Message, Page, Parsed, Sample, Trajectory
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    samples: Callable[[DataConfig], list[Sample]]
+    make_env: Callable[[Sample], Environment]
+    parse: Callable[[str], Parsed]
+    reward: RewardFn
+    oracle: Callable[[Sample], list[Message]] | None = None  # a correct conversation, for SFT
+
+    def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
+        """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
+        text = trajectory.texts[-1] if trajectory.texts else ""
+        return self.reward(self.parse(text), sample, trajectory)
+
+
+TASKS: Registry[Task] = Registry("task")
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """A fixed single-turn prompt paradigm for toy tasks."""
+
+    text: str
+    name: str = "prompt"
+
+    def build_messages(self, sample: Sample, pages: Sequence[Page]) -> list[Message]:
+        return [Message.text("user", f"{self.text}\n{sample.question}")]
+
+    def parse(self, text: str) -> Parsed:
+        return Parsed(text=text)
+
+    def reward_names(self) -> tuple[str, ...]:
+        return ("digits",)
+
+
+def _digit_samples(cfg: DataConfig) -> list[Sample]:
+    rng = random.Random(cfg.seed)
+    words = ["apples", "pages", "tables", "charts", "boxes", "years", "cities", "rows"]
+    return [
+        Sample(id=f"digits-{i}", question=f"How many {rng.choice(words)} are there?", dataset="toy.digits")
+        for i in range(cfg.size)
+    ]
+
+
+def _key_value_samples(cfg: DataConfig) -> list[Sample]:
+    rng = random.Random(cfg.seed)
+    keys = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "theta", "kappa"]
+    corpus = {k: str(rng.randint(10, 99)) for k in keys}
+    out = []
+    for i in range(cfg.size):
+        key = keys[i % len(keys)]
+        out.append(
+            Sample(
+                id=f"kv-{i}",
+                question=f"What is the value of {key}?",
+                answers=(corpus[key],),
+                dataset="toy.key_value",
+                extras={"corpus": corpus, "key": key, "round": i // len(keys)},
+            )
+        )
+    return out
+
+
+def _key_value_oracle(sample: Sample) -> list[Message]:
+    """A cold-start conversation: every other sample searches first, the rest guess directly.
+
+    The mixture is deliberate: after SFT the policy calls the tool about half of the time, and
+    RL has to discover that searching pays (a guess is right 1 time in 90).
+    """
+    env = KeyValueEnv(dict(sample.extras["corpus"]))
+    key, value = sample.extras["key"], sample.answers[0]
+    if sample.extras["round"] % 2:  # each key: searched in even rounds, guessed in odd ones
+        guess = str(random.Random(sample.id).randint(10, 99))
+        return [*env.reset(sample), Message.text("assistant", f"<answer>{guess}</answer>")]
+    return [
+        *env.reset(sample),
+        Message.text("assistant", f"<search>{key}</search>"),
+        Message.text("user", f"<information>{value}</information>"),
+        Message.text("assistant", f"<answer>{value}</answer>"),
+    ]
+
+
+TASKS.add(
+    "toy.digits",
+    Task(
+        name="toy.digits",
+        samples=_digit_samples,
+        make_env=lambda s: SingleTurnEnv(_Prompt("Answer with a number.")),
+        parse=lambda text: Parsed(text=text),
+        reward=digit_fraction,
+    ),
+)
+TASKS.add(
+    "toy.length",
+    Task(
+        name="toy.length",
+        samples=_digit_samples,
+        make_env=lambda s: SingleTurnEnv(_Prompt("Answer at length.")),
+        parse=lambda text: Parsed(text=text),
+        reward=text_length,
+    ),
+)
+TASKS.add(
+    "toy.key_value",
+    Task(
+        name="toy.key_value",
+        samples=_key_value_samples,
+        make_env=lambda s: KeyValueEnv(dict(s.extras["corpus"])),
+        parse=parse_answer,
+        reward=key_value_answer,
+        oracle=_key_value_oracle,
+    ),
+)

@@ -1,0 +1,268 @@
+"""The RL trainer: rollouts, rewards, group advantages, clipped policy updates. Thin on purpose.
+
+One step: take ``batch_size`` prompts, run ``group_size`` episodes each (``rl.rollout``), score
+them with the task's reward, turn rewards into advantages (``rl.advantages``), then update the
+policy on the exact sampled tokens with the clipped objective (``rl.losses``) and the KL term
+(``rl.kl``), over micro-batches whose loss uses whole-batch normalisers, so gradient
+accumulation equals the full batch. Runs under ``accelerate launch`` on several processes.
+
+    evidra train rl --config configs/toy.yaml run.steps=20
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from evidra.config import dump_config
+from evidra.errors import ConfigError
+from evidra.models.generation import SamplingParams
+from evidra.rewards.base import RewardResult
+from evidra.rl.advantages import ADVANTAGES
+from evidra.rl.checkpoint import (
+    TrainState,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from evidra.rl.common import DataCursor, make_optimizer
+from evidra.rl.config import RLConfig
+from evidra.rl.filtering import DynamicSampler, Round
+from evidra.rl.kl import kl_in_reward
+from evidra.rl.policy import Reference, load_policy
+from evidra.rl.rollout import Episode, HFBackend, RolloutLimits, rollout
+from evidra.rl.sink import MetricsSink
+from evidra.rl.tasks import TASKS
+from evidra.rl.update import UpdateSettings, episode_tensors, policy_update, reference_logprobs
+from evidra.types import Sample
+
+logger = logging.getLogger(__name__)
+
+Group = tuple[list[Episode], list[RewardResult]]
+
+
+class RLTrainer:
+    """GRPO-family training of a Qwen-VL policy on one registered task."""
+
+    def __init__(self, cfg: RLConfig, accelerator: Any = None) -> None:
+        import torch
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        if cfg.run.micro_batch_size < 1 or cfg.run.batch_size < 1:
+            raise ConfigError("run.batch_size and run.micro_batch_size must be >= 1")
+        self.cfg = cfg
+        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.out = Path(cfg.run.output_dir)
+        set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
+        self.task = TASKS.get(cfg.data.task)
+        self.samples = self.task.samples(cfg.data)
+        with self.acc.main_process_first():  # a tiny model is built once, by the main process
+            self.vlm = load_policy(cfg.model, self.out / "models", device=str(self.acc.device))
+        self.reference = Reference.build(self.vlm, cfg.model.lora.enabled) if cfg.algo.kl != "none" else None
+        optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim)
+        self.cursor = DataCursor(self.samples, cfg.data.seed)
+        self.model, self.optimizer = self.acc.prepare(self.vlm.model, optimizer)
+        self.sink = MetricsSink(self.out, tensorboard=cfg.run.tensorboard, enabled=self.acc.is_main_process)
+        self.state = TrainState(step=0, data_epoch=0, data_offset=0)
+        self._maybe_resume()
+        if self.acc.is_main_process:
+            dump_config(cfg, self.out / "config.yaml")
+
+    def next_samples(self) -> list[Sample]:
+        """This rank's prompts for the next step; the position is saved in checkpoints."""
+        samples, self.state = self.cursor.take(
+            self.state, self.cfg.run.batch_size, self.acc.process_index, self.acc.num_processes
+        )
+        return samples
+
+    # rollouts -----------------------------------------------------------------------------
+    def _rollout(self, samples: list[Sample]) -> list[Group]:
+        r = self.cfg.rollout
+        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
+        limits = RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
+        self.vlm.model.eval()
+        episodes = rollout(HFBackend(self.vlm), self.task.make_env, samples, r.group_size, params, limits)
+        results = [self.task.score(ep.sample, ep.trajectory) for ep in episodes]
+        g = r.group_size
+        return [(episodes[i : i + g], results[i : i + g]) for i in range(0, len(episodes), g)]
+
+    def _collect(self) -> tuple[list[Group], dict[str, float]]:
+        import torch
+
+        if not self.cfg.algo.dynamic_sampling:
+            return self._rollout(self.next_samples()), {}
+
+        def generate(_round: int) -> Round[Group]:
+            groups = self._rollout(self.next_samples())
+            rewards = torch.tensor([[res.total for res in results] for _, results in groups])  # (P, G)
+            return Round(groups, rewards)
+
+        sampler: DynamicSampler[Group] = DynamicSampler(
+            self.cfg.run.batch_size, max_rounds=self.cfg.algo.max_sampling_rounds, on_short="partial"
+        )
+        result = sampler.collect(generate)
+        stats = {"sampling/rounds": float(result.rounds), "sampling/filtered_groups": float(result.filtered)}
+        return result.groups, stats
+
+    # one step -----------------------------------------------------------------------------
+    def step(self) -> dict[str, float]:
+        import torch
+        from accelerate.utils import set_seed
+
+        # Sampling randomness is a function of (seed, step, rank): a resumed run draws exactly
+        # what the uninterrupted run drew, and every rank samples differently.
+        set_seed(self.cfg.run.seed + 7919 * (self.state.step + 1) + 1_000_003 * self.acc.process_index)
+        start = time.perf_counter()
+        groups, stats = self._collect()
+        if not groups:
+            logger.warning("step %d: every group was filtered out; skipping the update", self.state.step)
+            self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
+            return {"skipped": 1.0, **stats}
+        episodes = [ep for eps, _ in groups for ep in eps]
+        results = [res for _, rs in groups for res in rs]
+        rollout_s = time.perf_counter() - start
+        tensors = episode_tensors(self.vlm, episodes, self.cfg.run.micro_batch_size)
+        ref = (
+            reference_logprobs(self.reference, tensors, self.cfg.rollout.temperature)
+            if self.reference
+            else None
+        )
+        rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (B*G,)
+        valid = torch.tensor([r.scored for r in results])  # (B*G,)
+        shaped = self._kl_in_reward(rewards, tensors, ref)
+        advantages = self._advantages(shaped, valid)  # (B*G,)
+        self.model.train()
+        update = policy_update(
+            self.model,
+            self.optimizer,
+            self.acc,
+            tensors,
+            advantages,
+            valid,
+            ref if self.cfg.algo.kl == "loss" else None,
+            self._settings(),
+        )
+        self.scheduler.step()
+        self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
+        return {
+            **_reward_metrics(results, rewards, advantages),
+            **_episode_metrics(episodes),
+            **update,
+            **stats,
+            "lr": self.scheduler.get_last_lr()[0],
+            "time/rollout_s": rollout_s,
+            "time/step_s": time.perf_counter() - start,
+        }
+
+    def _kl_in_reward(self, rewards: Any, tensors: Any, ref: Any) -> Any:
+        if self.cfg.algo.kl != "reward" or ref is None:
+            return rewards
+        import torch
+
+        parts = [
+            kl_in_reward(
+                rewards[t.rows],
+                t.old_logprobs,
+                r,
+                t.loss_mask,
+                beta=self.cfg.algo.kl_coef,
+                estimator=self.cfg.algo.kl_estimator,
+                per="sequence",
+            )
+            for t, r in zip(tensors, ref, strict=True)
+        ]
+        return torch.cat(parts)
+
+    def _advantages(self, rewards: Any, valid: Any) -> Any:
+        algo, g = self.cfg.algo, self.cfg.rollout.group_size
+        fn = ADVANTAGES.get(algo.advantage)
+        if algo.advantage == "grpo":
+            return fn(rewards, g, valid=valid, scale_by_std=algo.scale_by_std, singleton="zero")
+        return fn(rewards, g, valid=valid, singleton="zero")
+
+    def _settings(self) -> UpdateSettings:
+        a = self.cfg.algo
+        return UpdateSettings(
+            policy_loss=a.policy_loss,
+            loss_agg=a.loss_agg,
+            clip_low=a.clip_low,
+            clip_high=a.clip_high,
+            dual_clip=a.dual_clip,
+            kl_coef=a.kl_coef,
+            kl_estimator=a.kl_estimator,
+            ppo_epochs=a.ppo_epochs,
+            max_grad_norm=self.cfg.optim.max_grad_norm,
+            temperature=self.cfg.rollout.temperature,
+            max_len=self.cfg.rollout.max_response_tokens,
+        )
+
+    # loop and checkpoints -----------------------------------------------------------------
+    def train(self, on_step: Callable[[int, dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+        history = []
+        while self.state.step < self.cfg.run.steps:
+            metrics = self.step()
+            history.append(metrics)
+            self.sink.write(self.state.step, metrics)
+            if on_step is not None:
+                on_step(self.state.step, metrics)
+            every = self.cfg.run.save_every
+            if (every and self.state.step % every == 0) or self.state.step == self.cfg.run.steps:
+                self.save()
+        self.sink.close()
+        return history
+
+    def save(self) -> Path | None:
+        self.acc.wait_for_everyone()
+        path = None
+        if self.acc.is_main_process:
+            model = self.acc.unwrap_model(self.model)
+            path = save_checkpoint(self.out, self.state, model, self.optimizer, self.scheduler, self.cfg)
+            prune_checkpoints(self.out, self.cfg.run.keep_checkpoints)
+        self.acc.wait_for_everyone()
+        return path
+
+    def _maybe_resume(self) -> None:
+        found = list_checkpoints(self.out) if self.cfg.run.resume else []
+        if not found:
+            return
+        model = self.acc.unwrap_model(self.model)
+        self.state = load_checkpoint(found[-1], model, self.optimizer, self.scheduler)
+        self.sink.truncate_after(self.state.step)
+        logger.info("resumed from %s (step %d)", found[-1], self.state.step)
+
+
+def _reward_metrics(results: list[RewardResult], rewards: Any, advantages: Any) -> dict[str, float]:
+    out = {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+        "advantage/mean": float(advantages.mean()),
+        "advantage/abs_mean": float(advantages.abs().mean()),
+        "unscored": float(sum(not r.scored for r in results)),
+    }
+    for key in sorted({k for r in results for k in r.components}):
+        out[f"reward/{key}"] = sum(r.components.get(key, 0.0) for r in results) / len(results)
+    return out
+
+
+def _episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Lengths, turns, truncation, and per-episode counts of each environment action."""
+    n = len(episodes)
+    actions: dict[str, int] = {}
+    for ep in episodes:
+        for info in ep.infos:
+            name = str(info.get("action", "unknown"))
+            actions[name] = actions.get(name, 0) + 1
+    first = sum(bool(ep.infos) and ep.infos[0].get("action") == "search" for ep in episodes)
+    return {
+        **{f"actions/{k}": v / n for k, v in sorted(actions.items())},
+        "actions/first_is_search": first / n,
+        "episode/policy_tokens": sum(e.trajectory.num_policy_tokens for e in episodes) / n,
+        "episode/tokens": sum(len(e.trajectory.token_ids) for e in episodes) / n,
+        "episode/turns": sum(e.trajectory.num_turns for e in episodes) / n,
+        "episode/truncated": sum(e.trajectory.truncated for e in episodes) / n,
+    }

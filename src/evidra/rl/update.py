@@ -1,0 +1,161 @@
+"""The policy update of one RL step over micro-batches, exactly equal to the full batch.
+
+Each micro-batch is collated on its own (its own padding), but the loss uses the token and
+sequence counts of the *whole* batch (summed over processes), so the accumulated gradient is
+the full-batch gradient whatever the micro-batch size (``rl.losses.aggregate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from evidra.models.context import collate_split
+from evidra.models.generation import forward_logprobs
+from evidra.models.loading import VLM
+from evidra.rl.kl import kl_penalty
+from evidra.rl.losses import POLICY_LOSSES, aggregate
+from evidra.rl.policy import Reference
+from evidra.rl.rollout import Episode
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    policy_loss: str = "ppo_clip"
+    loss_agg: str = "token-mean"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    ppo_epochs: int = 1
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    max_len: int | None = None  # Dr.GRPO's constant (seq-mean-token-sum-norm)
+
+
+@dataclass(frozen=True, eq=False)
+class MicroBatch:
+    rows: slice  # which episodes of the step these are
+    inputs: dict[str, Any]  # model inputs: prompts left-padded, responses right-padded
+    response_ids: Any  # (b, R)
+    loss_mask: Any  # (b, R): 1 on policy tokens, 0 on padding and observations
+    old_logprobs: Any  # (b, R): sampling log-probs, 0 off the mask
+
+
+def episode_tensors(vlm: VLM, episodes: Sequence[Episode], micro_batch_size: int) -> list[MicroBatch]:
+    """Collate episodes into micro-batches of model inputs and aligned per-token tensors."""
+    import torch
+
+    out = []
+    for start in range(0, len(episodes), micro_batch_size):
+        chunk = episodes[start : start + micro_batch_size]
+        prompt_lens = [len(ep.trajectory.prompt_ids) for ep in chunk]
+        inputs, ids, pad_mask = collate_split(
+            [ep.context for ep in chunk], prompt_lens, vlm.pad_token_id, vlm.image_token_id
+        )
+        mask = torch.zeros_like(pad_mask, dtype=torch.float32)  # (b, R)
+        old = torch.zeros_like(mask)  # (b, R)
+        for i, ep in enumerate(chunk):
+            t = ep.trajectory
+            mask[i, : len(t.policy_mask)] = torch.tensor(t.policy_mask, dtype=torch.float32)
+            old[i, : len(t.logprobs)] = torch.tensor(t.logprobs, dtype=torch.float32)
+        device = vlm.device
+        moved = {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
+        rows = slice(start, start + len(chunk))
+        out.append(MicroBatch(rows, moved, ids.to(device), mask.to(device), old.to(device)))
+    return out
+
+
+def reference_logprobs(reference: Reference, batches: Sequence[MicroBatch], temperature: float) -> list[Any]:
+    """Reference-policy log-probs ``(b, R)`` per micro-batch, without gradients."""
+    import torch
+
+    out = []
+    with torch.no_grad(), reference.active() as model:
+        for mb in batches:
+            out.append(forward_logprobs(model, mb.inputs, mb.response_ids, temperature))
+    return out
+
+
+def _global_counts(batches: Sequence[MicroBatch], valid: Any, acc: Any) -> tuple[Any, Any]:
+    import torch
+
+    tokens = torch.zeros((), device=batches[0].loss_mask.device)
+    seqs = torch.zeros((), device=tokens.device)
+    for mb in batches:
+        lengths = (mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]).sum(-1)  # (b,)
+        tokens += lengths.sum()
+        seqs += (lengths > 0).sum()
+    if acc.num_processes > 1:
+        tokens, seqs = acc.reduce(tokens, "sum"), acc.reduce(seqs, "sum")
+    return tokens, seqs
+
+
+def policy_update(
+    model: Any,
+    optimizer: Any,
+    acc: Any,
+    batches: Sequence[MicroBatch],
+    advantages: Any,
+    valid: Any,
+    ref: Sequence[Any] | None,
+    s: UpdateSettings,
+) -> dict[str, float]:
+    """``ppo_epochs`` optimizer steps over all micro-batches; returns averaged statistics."""
+
+    loss_fn = POLICY_LOSSES.get(s.policy_loss)
+    adv = advantages.to(batches[0].loss_mask.device)
+    tokens, seqs = _global_counts(batches, valid, acc)
+    stats = _Stats()
+    for _epoch in range(s.ppo_epochs):
+        optimizer.zero_grad(set_to_none=True)
+        for i, mb in enumerate(batches):
+            last = i == len(batches) - 1
+            sync = nullcontext() if last or acc.num_processes == 1 else acc.no_sync(model)
+            with sync:
+                mask = mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]  # (b, R)
+                logp = forward_logprobs(model, mb.inputs, mb.response_ids, s.temperature)  # (b, R)
+                out = loss_fn(
+                    logp, mb.old_logprobs, adv[mb.rows], mask, clip_low=s.clip_low, clip_high=s.clip_high,
+                    dual_clip=s.dual_clip,
+                )  # fmt: skip
+                per_token = out.loss  # (b, R)
+                if ref is not None and s.kl_coef:
+                    kld = kl_penalty(logp, ref[i], s.kl_estimator) * mask  # (b, R)
+                    per_token = per_token + s.kl_coef * kld
+                    stats.mean("kl", float((kld.sum() / mask.sum().clamp(min=1)).detach()))
+                loss = aggregate(
+                    per_token, mask, s.loss_agg, global_tokens=tokens, global_seqs=seqs, max_len=s.max_len,
+                    world_size=acc.num_processes,
+                )  # fmt: skip
+                acc.backward(loss)
+            stats.total("loss", float(loss.detach()) / s.ppo_epochs)  # micro losses sum to the batch loss
+            stats.mean("clip/low", float(out.clip_frac_low))
+            stats.mean("clip/high", float(out.clip_frac_high))
+            stats.mean("clip/dual", float(out.dual_clip_frac))
+            stats.mean("approx_kl", float(out.approx_kl))
+        norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], s.max_grad_norm)
+        stats.mean("grad_norm", float(norm))
+        optimizer.step()
+    return stats.result()
+
+
+class _Stats:
+    """Running sums (for the loss) and means (for everything else) of update statistics."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def total(self, key: str, value: float) -> None:
+        self._sums[key] = self._sums.get(key, 0.0) + value
+
+    def mean(self, key: str, value: float) -> None:
+        self.total(key, value)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def result(self) -> dict[str, float]:
+        return {k: v / self._counts.get(k, 1) for k, v in self._sums.items()}

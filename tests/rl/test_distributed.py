@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_hold_identical_weights_after_a_step(tmp_path: Path) -> None:
+    script = Path(__file__).with_name("ddp_step.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(script), str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    assert all(r["world"] == 2 for r in ranks)
+    assert set(ranks[0]["samples"]).isdisjoint(ranks[1]["samples"]), "each rank must get its own prompts"
+    for name, value in ranks[0]["after"].items():
+        assert torch.equal(value, ranks[1]["after"][name]), f"ranks disagree on {name}"
+    moved = [n for n, v in ranks[0]["after"].items() if not torch.equal(v, ranks[0]["before"][n])]
+    assert moved, "the step must change the weights"

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from evidra.config import load_config
+from evidra.rl.checkpoint import list_checkpoints
+from evidra.rl.config import RLConfig
+from evidra.rl.trainer import RLTrainer
+
+
+def _cfg(out: Path, *extra: str) -> RLConfig:
+    base = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={out}",
+        "run.batch_size=2",
+        "run.micro_batch_size=3",
+        "rollout.group_size=3",
+        "rollout.max_new_tokens=6",
+        "optim.lr=1e-3",
+        "data.size=8",
+    ]
+    return load_config(RLConfig, None, [*base, *extra])
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path: Path) -> None:
+    full = RLTrainer(_cfg(tmp_path / "full", "run.steps=4", "run.save_every=2")).train()
+    first = RLTrainer(_cfg(tmp_path / "cut", "run.steps=2", "run.save_every=2")).train()
+    # a half-written checkpoint (a crash mid-save) must be ignored on resume
+    (tmp_path / "cut" / "checkpoints" / ".tmp-step-000003").mkdir()
+    resumed = RLTrainer(_cfg(tmp_path / "cut", "run.steps=4", "run.save_every=2"))
+    assert resumed.state.step == 2 and resumed.state.data_offset == 4
+    rest = resumed.train()
+    for got, want in zip(first + rest, full, strict=True):
+        assert got["loss"] == pytest.approx(want["loss"], abs=1e-6)
+        assert got["reward/mean"] == pytest.approx(want["reward/mean"], abs=1e-9)
+        assert got["episode/tokens"] == want["episode/tokens"]
+    assert [p.name for p in list_checkpoints(tmp_path / "cut")] == ["step-000002", "step-000004"]
+    metrics = (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 4 and (tmp_path / "cut" / "config.yaml").is_file()
+
+
+def _loaded_params(trainer: RLTrainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.vlm.model.named_parameters() if p.requires_grad}
+
+
+def test_micro_batching_equals_full_batch(tmp_path: Path) -> None:
+    """Gradient accumulation with whole-batch normalisers gives the full-batch update."""
+    from evidra.rl.update import episode_tensors, policy_update
+
+    trainer = RLTrainer(_cfg(tmp_path, "run.steps=1", "model.lora.enabled=false", "algo.kl=none"))
+    groups = trainer._rollout(trainer.next_samples())
+    episodes = [ep for eps, _ in groups for ep in eps]
+    rewards = torch.tensor([r.total for _, rs in groups for r in rs]) + torch.arange(len(episodes)) * 0.1
+    valid = torch.ones(len(episodes), dtype=torch.bool)
+    advantages = trainer._advantages(rewards, valid)
+    start_state = copy.deepcopy(trainer.vlm.model.state_dict())
+    # plain SGD (lr 1): the weight change is the clipped gradient itself. Adam's first step is
+    # ~lr*sign(g) and flips on float-noise-sized gradients, which would hide what we compare.
+    sgd = torch.optim.SGD([p for p in trainer.model.parameters() if p.requires_grad], lr=1.0)
+    results = []
+    for micro in (len(episodes), 2):
+        trainer.vlm.model.load_state_dict(start_state)
+        batches = episode_tensors(trainer.vlm, episodes, micro)
+        stats = policy_update(
+            trainer.model, sgd, trainer.acc, batches, advantages, valid, None, trainer._settings()
+        )
+        results.append((stats, _loaded_params(trainer)))
+    (full_stats, full), (micro_stats, micro) = results
+    assert full_stats["loss"] == pytest.approx(micro_stats["loss"], abs=1e-6)
+    assert full_stats["grad_norm"] == pytest.approx(micro_stats["grad_norm"], rel=1e-4)
+    changed = [n for n in full if not torch.equal(full[n], start_state[n])]
+    assert changed
+    for name in full:
+        assert torch.allclose(full[name], micro[name], rtol=1e-4, atol=1e-7), name
+
+
+def test_lora_reference_is_the_base_model(tmp_path: Path, tiny_vlms: dict[str, Any]) -> None:
+    from evidra.rl.update import episode_tensors, reference_logprobs
+
+    trainer = RLTrainer(_cfg(tmp_path, "run.steps=2", "optim.lr=5e-2"))
+    trainer.train()
+    groups = trainer._rollout(trainer.next_samples())
+    episodes = [ep for eps, _ in groups for ep in eps]
+    batches = episode_tensors(trainer.vlm, episodes, 16)
+    assert trainer.reference is not None and trainer.reference.lora
+    (ref,) = reference_logprobs(trainer.reference, batches, 1.0)
+    from evidra.models.generation import forward_logprobs
+    from evidra.models.loading import load_vlm
+
+    base = load_vlm(tmp_path / "models" / "tiny-qwen2_5_vl")
+    with torch.no_grad():
+        want = forward_logprobs(base.model, batches[0].inputs, batches[0].response_ids)
+        policy = forward_logprobs(trainer.vlm.model, batches[0].inputs, batches[0].response_ids)
+    mask = batches[0].loss_mask.bool()
+    assert torch.allclose(ref[mask], want[mask], atol=1e-5)
+    assert not torch.allclose(policy[mask], want[mask], atol=1e-3), "the adapter should have moved the policy"
+
+
+def test_unscored_samples_are_excluded(tmp_path: Path) -> None:
+    trainer = RLTrainer(_cfg(tmp_path, "run.steps=1", "algo.kl=none"))
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.1])
+    valid = torch.tensor([True, True, False, True, True, True])
+    adv = trainer._advantages(rewards, valid)
+    assert adv[2] == 0.0
+    assert adv[:2].sum() == pytest.approx(0.0, abs=1e-6)  # group 0 normalised over its valid rows only

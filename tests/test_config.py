@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evidra.config import apply_overrides, dump_config, load_config
+from evidra.errors import ConfigError
+from evidra.rl.config import RLConfig
+
+
+def test_yaml_plus_dotted_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "rollout:\n  group_size: 8\noptim:\n  lr: 1e-6\n  betas: [0.9, 0.95]\nalgo:\n  clip_high: 0.28\n"
+    )
+    cfg = load_config(RLConfig, path, ["rollout.temperature=0.7", "algo.kl=reward", "model.lora.r=16"])
+    assert cfg.rollout.group_size == 8 and cfg.rollout.temperature == 0.7
+    assert cfg.optim.lr == 1e-6 and cfg.optim.betas == (0.9, 0.95)  # "1e-6" is a string in YAML 1.1
+    assert cfg.algo.kl == "reward" and cfg.algo.clip_high == 0.28 and cfg.model.lora.r == 16
+    again = load_config(RLConfig, dump_config(cfg, tmp_path / "resolved.yaml"))
+    assert again == cfg
+
+
+def test_config_errors_name_the_key_and_fix(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 'rollout.group_sise'; did you mean 'group_size'"
+    ):
+        load_config(RLConfig, None, ["rollout.group_sise=4"])
+    with pytest.raises(ConfigError, match=r"rollout\.group_size must be int"):
+        load_config(RLConfig, None, ["rollout.group_size=four"])
+    with pytest.raises(ConfigError, match=r"algo\.kl must be one of"):
+        load_config(RLConfig, None, ["algo.kl=off"])  # YAML reads off as false: rejected, not guessed
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(RLConfig, tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match=r"section\.key=value"):
+        apply_overrides({}, ["no-equals-sign"])
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping at the top level"):
+        load_config(RLConfig, bad)
