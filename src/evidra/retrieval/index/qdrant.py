@@ -1,0 +1,239 @@
+"""Qdrant as the scale-out index: native multi-vector MaxSim, pooled prefetch, payload filters.
+
+Each page is one point (id = uuid5 of the page id) with two named vectors:
+
+* ``multi``  - the full page multi-vector, ``MultiVectorComparator.MAX_SIM``, HNSW off (``m=0``):
+  only ever used to re-rank, so building a graph over it would be wasted (qdrant#5702).
+* ``pooled`` - the page's vectors mean-pooled ``pool_factor`` at a time, also MAX_SIM, with HNSW:
+  the prefetch stage. One ``query_points`` call prefetches ``candidates`` points on ``pooled`` and
+  re-ranks them with exact MaxSim on ``multi`` (Qdrant's ColPali recipe; keep ``candidates`` at
+  100-200, qdrant#7888). ``candidates=0`` searches ``multi`` exhaustively instead.
+
+Payload ``page_id`` / ``image_path`` (keyword-indexed ``page_id``) serve exclusions and filters.
+
+Pointing it at a server (optional extra ``evidra[qdrant]``)::
+
+    docker run -p 6333:6333 -p 6334:6334 qdrant/qdrant
+    index = QdrantIndex.connect(dim=128, url="http://localhost:6333", collection="pages")
+    index = QdrantIndex.connect(dim=128, url="https://xyz.cloud.qdrant.io", api_key="...", prefer_grpc=True)
+
+For tests and laptops, ``QdrantIndex.connect(dim=128, location=":memory:")`` or ``path="dir/"`` runs
+qdrant-client's embedded local mode: exact but pure numpy/float64, about 1 s per query at 5k pages
+(RETRIEVAL.md §4), so use it for small corpora only.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from evidra.errors import InvalidInputError, require
+from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.index._common import check_embeddings
+from evidra.retrieval.maxsim import mean_pool
+
+_NAMESPACE = uuid.UUID("6f1c1c9e-4c1b-4f55-9d0e-2f1f3a0d7a11")
+
+
+def point_id(page_id: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, page_id))
+
+
+class QdrantIndex:
+    """A ``VectorIndex`` stored in a Qdrant collection; see the module docstring."""
+
+    kind: Literal["multi"] = "multi"
+
+    def __init__(
+        self, client: Any, collection: str, dim: int, *, pool_factor: int = 4, candidates: int = 200
+    ) -> None:
+        self.client = client
+        self.collection = collection
+        self.dim = dim
+        self.pool_factor = pool_factor
+        self.candidates = candidates
+
+    @classmethod
+    def connect(
+        cls,
+        dim: int,
+        *,
+        collection: str = "evidra_pages",
+        url: str | None = None,
+        location: str | None = None,
+        path: str | None = None,
+        api_key: str | None = None,
+        prefer_grpc: bool = False,
+        pool_factor: int = 4,
+        candidates: int = 200,
+        on_disk: bool = False,
+    ) -> QdrantIndex:
+        """Open (creating if needed) ``collection`` on a server (``url``) or in local mode."""
+        require("qdrant_client", "qdrant")
+        from qdrant_client import QdrantClient
+
+        client = QdrantClient(url=url, location=location, path=path, api_key=api_key, prefer_grpc=prefer_grpc)
+        index = cls(client, collection, dim, pool_factor=pool_factor, candidates=candidates)
+        if not client.collection_exists(collection):
+            index._create(on_disk)
+        return index
+
+    def _create(self, on_disk: bool) -> None:
+        from qdrant_client import models
+
+        maxsim = models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)
+        self.client.create_collection(
+            self.collection,
+            vectors_config={
+                "multi": models.VectorParams(
+                    size=self.dim,
+                    distance=models.Distance.DOT,
+                    multivector_config=maxsim,
+                    hnsw_config=models.HnswConfigDiff(m=0),
+                    on_disk=on_disk,
+                    datatype=models.Datatype.FLOAT16,
+                ),
+                "pooled": models.VectorParams(
+                    size=self.dim, distance=models.Distance.DOT, multivector_config=maxsim
+                ),
+            },
+        )
+        with warnings.catch_warnings():  # local mode warns that payload indexes are a no-op there
+            warnings.simplefilter("ignore", UserWarning)
+            self.client.create_payload_index(self.collection, "page_id", models.PayloadSchemaType.KEYWORD)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add(
+        self,
+        page_ids: Sequence[str],
+        embeddings: Sequence[Tensor],
+        image_paths: Sequence[str] | None = None,
+        payloads: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        present = [p for p in page_ids if p in self]
+        if present:
+            raise InvalidInputError(
+                f"pages already in the index: {present[:5]}; use update() to replace them"
+            )
+        self.update(page_ids, embeddings, image_paths, payloads)
+
+    def update(
+        self,
+        page_ids: Sequence[str],
+        embeddings: Sequence[Tensor],
+        image_paths: Sequence[str] | None = None,
+        payloads: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        from qdrant_client import models
+
+        arrays = check_embeddings(page_ids, embeddings, self.dim, single=False)
+        images = list(image_paths) if image_paths is not None else [""] * len(arrays)
+        extra = list(payloads) if payloads is not None else [{}] * len(arrays)
+        points = []
+        for pid, arr, img, more in zip(page_ids, arrays, images, extra, strict=True):
+            full = torch.from_numpy(arr).float()  # (L, D), fp16-rounded like the embedded index
+            pooled = mean_pool(full, self.pool_factor)  # (ceil(L/p), D)
+            points.append(
+                models.PointStruct(
+                    id=point_id(pid),
+                    vector={"multi": full.tolist(), "pooled": pooled.tolist()},
+                    payload={**more, "page_id": pid, "image_path": img},
+                )
+            )
+        if points:
+            self.client.upsert(self.collection, points=points, wait=True)
+
+    def delete(self, page_ids: Sequence[str]) -> int:
+        from qdrant_client import models
+
+        present = [p for p in page_ids if p in self]
+        if present:
+            selector = models.PointIdsList(points=[point_id(p) for p in present])
+            self.client.delete(self.collection, points_selector=selector, wait=True)
+        return len(present)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.client.count(self.collection, exact=True).count)
+
+    def __contains__(self, page_id: object) -> bool:
+        if not isinstance(page_id, str):
+            return False
+        return bool(self.client.retrieve(self.collection, ids=[point_id(page_id)], with_payload=False))
+
+    def page_ids(self) -> list[str]:
+        out: list[str] = []
+        offset = None
+        while True:
+            points, offset = self.client.scroll(
+                self.collection, limit=1000, offset=offset, with_payload=["page_id"]
+            )
+            out += [str(p.payload["page_id"]) for p in points]
+            if offset is None:
+                return sorted(out)
+
+    def search(
+        self,
+        queries: Sequence[Tensor],
+        k: int = 10,
+        exclude: Exclude = None,
+        where: Mapping[str, Any] | None = None,
+    ) -> list[list[Hit]]:
+        """Top ``k`` per query; ``where`` keeps points whose payload equals every given value."""
+        from qdrant_client import models
+
+        check_k(k)
+        excl = check_exclude(exclude, len(queries))
+        requests = []
+        for i, (q, skip) in enumerate(zip(queries, excl, strict=True)):
+            if q.ndim != 2 or q.shape[0] == 0 or q.shape[1] != self.dim:
+                raise InvalidInputError(
+                    f"query {i} must have shape (L >= 1, {self.dim}), got {tuple(q.shape)}"
+                )
+            vec = q.float().tolist()
+            flt = _filter(skip, where)
+            prefetch = (
+                models.Prefetch(query=vec, using="pooled", limit=max(self.candidates, k), filter=flt)
+                if self.candidates > 0
+                else None
+            )
+            requests.append(
+                models.QueryRequest(
+                    query=vec, using="multi", prefetch=prefetch, filter=flt, limit=k, with_payload=True
+                )
+            )
+        if not requests:
+            return []
+        responses = self.client.query_batch_points(self.collection, requests=requests)
+        return [
+            [
+                Hit(str(p.payload["page_id"]), float(p.score), str(p.payload.get("image_path", "")))
+                for p in r.points
+            ]
+            for r in responses
+        ]
+
+
+def _filter(skip: Collection[str], where: Mapping[str, Any] | None) -> Any:
+    from qdrant_client import models
+
+    must: list[Any] = [
+        models.FieldCondition(key=key, match=models.MatchValue(value=value))
+        for key, value in (where or {}).items()
+    ]
+    must_not: list[Any] = (
+        [models.FieldCondition(key="page_id", match=models.MatchAny(any=sorted(skip)))] if skip else []
+    )
+    if not must and not must_not:
+        return None
+    return models.Filter(must=must or None, must_not=must_not or None)
+
+
+INDEXES.add("qdrant", QdrantIndex)
