@@ -10,6 +10,7 @@ import torch
 from evidra.config import load_config
 from evidra.rl.checkpoint import list_checkpoints
 from evidra.rl.config import RLConfig
+from evidra.rl.credit import token_advantages
 from evidra.rl.trainer import RLTrainer
 
 
@@ -57,20 +58,21 @@ def test_micro_batching_equals_full_batch(tmp_path: Path) -> None:
     episodes = [ep for eps, _ in groups for ep in eps]
     rewards = torch.tensor([r.total for _, rs in groups for r in rs]) + torch.arange(len(episodes)) * 0.1
     valid = torch.ones(len(episodes), dtype=torch.bool)
-    advantages = trainer._advantages(rewards, valid)
+    results = [r for _, rs in groups for r in rs]
+    advantages = token_advantages(trainer.cfg.algo, episodes, results, rewards, valid, 3)  # (N, L)
     start_state = copy.deepcopy(trainer.vlm.model.state_dict())
     # plain SGD (lr 1): the weight change is the clipped gradient itself. Adam's first step is
     # ~lr*sign(g) and flips on float-noise-sized gradients, which would hide what we compare.
     sgd = torch.optim.SGD([p for p in trainer.model.parameters() if p.requires_grad], lr=1.0)
-    results = []
+    outcomes = []
     for micro in (len(episodes), 2):
         trainer.vlm.model.load_state_dict(start_state)
         batches = episode_tensors(trainer.vlm, episodes, micro)
-        stats = policy_update(
-            trainer.model, sgd, trainer.acc, batches, advantages, valid, None, trainer._settings()
-        )
-        results.append((stats, _loaded_params(trainer)))
-    (full_stats, full), (micro_stats, micro) = results
+        for mb in batches:
+            mb.set_advantages(advantages)
+        stats = policy_update(trainer.model, sgd, trainer.acc, batches, valid, None, trainer._settings())
+        outcomes.append((stats, _loaded_params(trainer)))
+    (full_stats, full), (micro_stats, micro) = outcomes
     assert full_stats["loss"] == pytest.approx(micro_stats["loss"], abs=1e-6)
     assert full_stats["grad_norm"] == pytest.approx(micro_stats["grad_norm"], rel=1e-4)
     changed = [n for n in full if not torch.equal(full[n], start_state[n])]
@@ -103,8 +105,58 @@ def test_lora_reference_is_the_base_model(tmp_path: Path, tiny_vlms: dict[str, A
 
 def test_unscored_samples_are_excluded(tmp_path: Path) -> None:
     trainer = RLTrainer(_cfg(tmp_path, "run.steps=1", "algo.kl=none"))
+    groups = trainer._rollout(trainer.next_samples())
+    episodes = [ep for eps, _ in groups for ep in eps]
+    results = [r for _, rs in groups for r in rs]
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.1])
     valid = torch.tensor([True, True, False, True, True, True])
-    adv = trainer._advantages(rewards, valid)
+    adv = token_advantages(trainer.cfg.algo, episodes, results, rewards, valid, 3)[:, 0]  # (6,)
     assert adv[2] == 0.0
     assert adv[:2].sum() == pytest.approx(0.0, abs=1e-6)  # group 0 normalised over its valid rows only
+    assert adv[0] == pytest.approx(0.5 / (2**-0.5 + 1e-6), rel=1e-6)  # (1 - 0.5) / std([1, 0]), unbiased
+
+
+def _register_scoped_task() -> str:
+    """A toy task whose reward has two channels: one on the first half of the tokens, one on the rest."""
+    from evidra.rewards.base import RewardResult
+    from evidra.rl.tasks import TASKS, Task
+    from evidra.types import Span
+
+    name = "test.scoped"
+    if name in TASKS:
+        return name
+    base = TASKS.get("toy.length")
+
+    def scopes(traj: Any, _tok: Any) -> dict[str, tuple[Span, ...]]:
+        half = len(traj.token_ids) // 2
+        return {"head": (Span(0, half),), "tail": (Span(half, len(traj.token_ids)),)}
+
+    def reward(parsed: Any, sample: Any, traj: Any = None) -> RewardResult:
+        head = float(sum(c.isdigit() for c in parsed.text[:10]))
+        tail = len(parsed.text) / 100
+        return RewardResult(total=head + tail, scopes={"head": head, "tail": tail}, turns=(head + tail,))
+
+    TASKS.add(
+        name, Task(name, base.samples, base.make_env, base.parse, reward, None, ("head", "tail"), scopes)
+    )
+    return name
+
+
+@pytest.mark.parametrize("estimator", ["rs_grpo", "turn_credit", "dr_grpo"])
+def test_scoped_and_turn_credit_advantages_train(tmp_path: Path, estimator: str) -> None:
+    task = _register_scoped_task()
+    trainer = RLTrainer(_cfg(tmp_path, "run.steps=1", f"data.task={task}", f"algo.advantage={estimator}",
+                             "algo.kl=none", "model.lora.enabled=false"))  # fmt: skip
+    (metrics,) = trainer.train()
+    assert metrics["grad_norm"] > 0 and 0 <= metrics["advantage/zero_frac"] < 1
+    assert metrics["entropy"] > 0 and metrics["throughput/policy_tokens_per_s"] > 0
+
+
+def test_dynamic_sampling_drops_flat_groups(tmp_path: Path) -> None:
+    # toy.digits: a random policy almost never writes a digit, so most groups are all-zero
+    trainer = RLTrainer(
+        _cfg(tmp_path, "run.steps=1", "algo.dynamic_sampling=true", "algo.max_sampling_rounds=2")
+    )
+    (metrics,) = trainer.train()
+    assert metrics["sampling/rounds"] == 2  # not enough informative groups in round 1
+    assert metrics["sampling/filtered_groups"] >= 1

@@ -147,18 +147,32 @@ def generate_contexts(vlm: VLM, contexts: Sequence[Context], params: SamplingPar
     return results
 
 
-def forward_logprobs(model: Any, inputs: dict[str, Any], response_ids: Any, temperature: float = 1.0) -> Any:
+def forward_logprobs(
+    model: Any,
+    inputs: dict[str, Any],
+    response_ids: Any,
+    temperature: float = 1.0,
+    *,
+    with_entropy: bool = False,
+) -> Any:
     """Log-probs ``(B, R)`` of ``response_ids``, the last R columns of ``inputs["input_ids"]``.
 
     Differentiable: the trainer calls this under autograd. Only the last R + 1 positions'
     logits are materialised (``logits_to_keep``), so memory does not grow with the prompt.
+    ``with_entropy`` also returns the (detached) entropy of each position's distribution.
     """
     import torch
 
     width = response_ids.shape[1]
     out = model(**inputs, logits_to_keep=width + 1, use_cache=False)
     logits = out.logits[:, :-1, :].float() / temperature  # (B, R, V): position t predicts t + 1
-    return torch.log_softmax(logits, dim=-1).gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    logp_all = torch.log_softmax(logits, dim=-1)  # (B, R, V)
+    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)  # (B, R)
+    if not with_entropy:
+        return logp
+    with torch.no_grad():
+        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, R)
+    return logp, entropy
 
 
 def teacher_forcing_batch(

@@ -7,8 +7,9 @@ and verifiable, for the trainer's learning checks and for smoke runs on a CPU.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from evidra.env.base import Environment
 from evidra.env.single_turn import SingleTurnEnv
@@ -17,7 +18,7 @@ from evidra.registry import Registry
 from evidra.rewards.base import RewardFn, RewardResult
 from evidra.rewards.toy import digit_fraction, key_value_answer, parse_answer, text_length
 from evidra.rl.config import DataConfig
-from evidra.types import Message, Page, Parsed, Sample, Trajectory
+from evidra.types import Message, Page, Parsed, Sample, Span, Trajectory
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Task:
     parse: Callable[[str], Parsed]
     reward: RewardFn
     oracle: Callable[[Sample], list[Message]] | None = None  # a correct conversation, for SFT
+    scope_names: tuple[str, ...] = ()  # reward channels with token scopes (RS-GRPO)
+    scopes: Callable[[Trajectory, Any], Mapping[str, tuple[Span, ...]]] | None = None  # (traj, tokenizer)
 
     def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""

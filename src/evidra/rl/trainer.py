@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ from evidra.config import dump_config
 from evidra.errors import ConfigError
 from evidra.models.generation import SamplingParams
 from evidra.rewards.base import RewardResult
-from evidra.rl.advantages import ADVANTAGES
 from evidra.rl.checkpoint import (
     TrainState,
     list_checkpoints,
@@ -31,6 +31,7 @@ from evidra.rl.checkpoint import (
 )
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
+from evidra.rl.credit import token_advantages
 from evidra.rl.filtering import DynamicSampler, Round
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
@@ -87,6 +88,10 @@ class RLTrainer:
         limits = RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
         self.vlm.model.eval()
         episodes = rollout(HFBackend(self.vlm), self.task.make_env, samples, r.group_size, params, limits)
+        if self.task.scopes is not None:  # token spans of each reward channel (RS-GRPO)
+            annotate, tok = self.task.scopes, self.vlm.tokenizer
+            episodes = [replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
+                        for ep in episodes]  # fmt: skip
         results = [self.task.score(ep.sample, ep.trajectory) for ep in episodes]
         g = r.group_size
         return [(episodes[i : i + g], results[i : i + g]) for i in range(0, len(episodes), g)]
@@ -135,14 +140,23 @@ class RLTrainer:
         rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (B*G,)
         valid = torch.tensor([r.scored for r in results])  # (B*G,)
         shaped = self._kl_in_reward(rewards, tensors, ref)
-        advantages = self._advantages(shaped, valid)  # (B*G,)
+        advantages = token_advantages(
+            self.cfg.algo,
+            episodes,
+            results,
+            shaped,
+            valid,
+            self.cfg.rollout.group_size,
+            self.task.scope_names,
+        )  # (B*G, L)
+        for mb in tensors:
+            mb.set_advantages(advantages)
         self.model.train()
         update = policy_update(
             self.model,
             self.optimizer,
             self.acc,
             tensors,
-            advantages,
             valid,
             ref if self.cfg.algo.kl == "loss" else None,
             self._settings(),
@@ -157,6 +171,8 @@ class RLTrainer:
             "lr": self.scheduler.get_last_lr()[0],
             "time/rollout_s": rollout_s,
             "time/step_s": time.perf_counter() - start,
+            "throughput/policy_tokens_per_s": sum(e.trajectory.num_policy_tokens for e in episodes)
+            / max(1e-9, time.perf_counter() - start),
         }
 
     def _kl_in_reward(self, rewards: Any, tensors: Any, ref: Any) -> Any:
@@ -177,13 +193,6 @@ class RLTrainer:
             for t, r in zip(tensors, ref, strict=True)
         ]
         return torch.cat(parts)
-
-    def _advantages(self, rewards: Any, valid: Any) -> Any:
-        algo, g = self.cfg.algo, self.cfg.rollout.group_size
-        fn = ADVANTAGES.get(algo.advantage)
-        if algo.advantage == "grpo":
-            return fn(rewards, g, valid=valid, scale_by_std=algo.scale_by_std, singleton="zero")
-        return fn(rewards, g, valid=valid, singleton="zero")
 
     def _settings(self) -> UpdateSettings:
         a = self.cfg.algo
@@ -237,11 +246,12 @@ class RLTrainer:
 
 
 def _reward_metrics(results: list[RewardResult], rewards: Any, advantages: Any) -> dict[str, float]:
+    nonzero = advantages[advantages != 0]
     out = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-        "advantage/mean": float(advantages.mean()),
-        "advantage/abs_mean": float(advantages.abs().mean()),
+        "advantage/abs_mean": float(nonzero.abs().mean()) if nonzero.numel() else 0.0,
+        "advantage/zero_frac": 1.0 - nonzero.numel() / max(1, advantages.numel()),
         "unscored": float(sum(not r.scored for r in results)),
     }
     for key in sorted({k for r in results for k in r.components}):

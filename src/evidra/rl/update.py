@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from evidra.errors import InvalidInputError
 from evidra.models.context import collate_split
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
@@ -36,13 +37,22 @@ class UpdateSettings:
     max_len: int | None = None  # Dr.GRPO's constant (seq-mean-token-sum-norm)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class MicroBatch:
     rows: slice  # which episodes of the step these are
     inputs: dict[str, Any]  # model inputs: prompts left-padded, responses right-padded
     response_ids: Any  # (b, R)
     loss_mask: Any  # (b, R): 1 on policy tokens, 0 on padding and observations
     old_logprobs: Any  # (b, R): sampling log-probs, 0 off the mask
+    advantages: Any = None  # (b, R), set from the step's (N, L) token advantages
+
+    def set_advantages(self, all_rows: Any) -> None:
+        """Take this micro-batch's rows of the step's ``(N, L)`` advantages, cut to its width."""
+        width = self.loss_mask.shape[1]
+        block = all_rows[self.rows, :width]  # (b, <=R)
+        if block.shape[1] < width:
+            block = torch_pad(block, width)
+        self.advantages = block.to(self.loss_mask.device)
 
 
 def episode_tensors(vlm: VLM, episodes: Sequence[Episode], micro_batch_size: int) -> list[MicroBatch]:
@@ -67,6 +77,12 @@ def episode_tensors(vlm: VLM, episodes: Sequence[Episode], micro_batch_size: int
         rows = slice(start, start + len(chunk))
         out.append(MicroBatch(rows, moved, ids.to(device), mask.to(device), old.to(device)))
     return out
+
+
+def torch_pad(x: Any, width: int) -> Any:
+    import torch
+
+    return torch.cat([x, x.new_zeros(x.shape[0], width - x.shape[1])], dim=1)
 
 
 def reference_logprobs(reference: Reference, batches: Sequence[MicroBatch], temperature: float) -> list[Any]:
@@ -99,7 +115,6 @@ def policy_update(
     optimizer: Any,
     acc: Any,
     batches: Sequence[MicroBatch],
-    advantages: Any,
     valid: Any,
     ref: Sequence[Any] | None,
     s: UpdateSettings,
@@ -107,7 +122,8 @@ def policy_update(
     """``ppo_epochs`` optimizer steps over all micro-batches; returns averaged statistics."""
 
     loss_fn = POLICY_LOSSES.get(s.policy_loss)
-    adv = advantages.to(batches[0].loss_mask.device)
+    if any(mb.advantages is None for mb in batches):
+        raise InvalidInputError("set every micro-batch's advantages before the update")
     tokens, seqs = _global_counts(batches, valid, acc)
     stats = _Stats()
     for _epoch in range(s.ppo_epochs):
@@ -117,9 +133,11 @@ def policy_update(
             sync = nullcontext() if last or acc.num_processes == 1 else acc.no_sync(model)
             with sync:
                 mask = mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]  # (b, R)
-                logp = forward_logprobs(model, mb.inputs, mb.response_ids, s.temperature)  # (b, R)
+                logp, entropy = forward_logprobs(
+                    model, mb.inputs, mb.response_ids, s.temperature, with_entropy=True
+                )
                 out = loss_fn(
-                    logp, mb.old_logprobs, adv[mb.rows], mask, clip_low=s.clip_low, clip_high=s.clip_high,
+                    logp, mb.old_logprobs, mb.advantages, mask, clip_low=s.clip_low, clip_high=s.clip_high,
                     dual_clip=s.dual_clip,
                 )  # fmt: skip
                 per_token = out.loss  # (b, R)
@@ -137,6 +155,7 @@ def policy_update(
             stats.mean("clip/high", float(out.clip_frac_high))
             stats.mean("clip/dual", float(out.dual_clip_frac))
             stats.mean("approx_kl", float(out.approx_kl))
+            stats.mean("entropy", float((entropy * mask).sum() / mask.sum().clamp(min=1)))
         norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], s.max_grad_norm)
         stats.mean("grad_norm", float(norm))
         optimizer.step()
