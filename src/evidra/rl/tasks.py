@@ -136,3 +136,12 @@ TASKS.add(
         oracle=_key_value_oracle,
     ),
 )
+
+
+def _register_recipes() -> None:
+    from evidra.rl import recipes
+
+    recipes.load_all()
+
+
+_register_recipes()  # after TASKS exists: recipe modules import it
