@@ -1,0 +1,52 @@
+"""Page retrieval: encoders -> index -> search, plus a batching HTTP service.
+
+* ``encoders/``  ColQwen2 / ColPali (multi-vector), DSE / VisRAG (single-vector), sentence-transformers
+  text, BM25 over the text layer; ``ocr.py`` reads image-only pages with tesseract.
+* ``index/``     exact MaxSim over fp16 shards (embedded default), exact dense, Qdrant (scale-out).
+* ``hybrid.py``  reciprocal-rank fusion; ``evaluation.py`` Recall/MRR/nDCG from BEIR-layout qrels.
+* ``engine.py``  an index directory that knows its encoder (what ``evidra index`` builds).
+* ``server.py`` / ``client.py``  ``evidra serve-index`` and the clients environments use.
+
+Names are imported lazily, so ``from evidra.retrieval.client import SearchClient`` stays light.
+
+>>> from evidra.retrieval import build_index, open_index        # doctest: +SKIP
+>>> engine = build_index(pages, "idx/", "colqwen2", "ckpt/colqwen2")          # doctest: +SKIP
+>>> engine.retriever.search(["total revenue 2019"], k=5, exclude=[seen_ids])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ENCODERS": "evidra.retrieval.base",
+    "INDEXES": "evidra.retrieval.base",
+    "EncodedRetriever": "evidra.retrieval.base",
+    "Encoder": "evidra.retrieval.base",
+    "EncoderOptions": "evidra.retrieval.base",
+    "Hit": "evidra.retrieval.base",
+    "Retriever": "evidra.retrieval.base",
+    "VectorIndex": "evidra.retrieval.base",
+    "BM25Retriever": "evidra.retrieval.encoders.bm25",
+    "load_encoder": "evidra.retrieval.encoders",
+    "DenseIndex": "evidra.retrieval.index.dense",
+    "MaxSimOptions": "evidra.retrieval.index.multivector",
+    "MultiVectorIndex": "evidra.retrieval.index.multivector",
+    "RRFRetriever": "evidra.retrieval.hybrid",
+    "Engine": "evidra.retrieval.engine",
+    "build_index": "evidra.retrieval.engine",
+    "open_index": "evidra.retrieval.engine",
+    "evaluate": "evidra.retrieval.evaluation",
+    "SearchService": "evidra.retrieval.server",
+    "SearchClient": "evidra.retrieval.client",
+    "AsyncSearchClient": "evidra.retrieval.client",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'evidra.retrieval' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
