@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from evidra.errors import CorpusError, InvalidInputError
+from evidra.retrieval.base import Hit
 from evidra.retrieval.index import _shards
 from evidra.retrieval.index.dense import DenseIndex
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
@@ -173,7 +174,7 @@ def test_bad_inputs(tmp_path: Path) -> None:
         MultiVectorIndex.open(tmp_path / "nothing")
 
 
-def test_pooled_prefilter_finds_planted_pages(tmp_path: Path) -> None:
+def test_pooled_prefilter_finds_planted_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # each query is a noisy copy of 4 consecutive patches of its gold page (64-d: in very few
     # dimensions a mean of 4 random vectors is mostly noise and pooling cannot work)
     n_pages, length, dim = 60, 32, 64
@@ -184,6 +185,8 @@ def test_pooled_prefilter_finds_planted_pages(tmp_path: Path) -> None:
     exact = MultiVectorIndex.open(tmp_path / "idx", options=CPU)
     assert index.memory_bytes() * 8 == exact.memory_bytes()  # pooled x4 fewer, fp16 vs fp32
     found = 0
+    singles: list[list[Hit]] = []
+    queries: list[torch.Tensor] = []
     for i in range(0, n_pages, 3):
         gold = f"p{i:02d}"
         q = torch.nn.functional.normalize(pages[gold][8:12] + 0.1 * _unit(4, dim, seed=500 + i), dim=-1)
@@ -192,7 +195,18 @@ def test_pooled_prefilter_finds_planted_pages(tmp_path: Path) -> None:
         found += gold in [h.page_id for h in pooled_hits]
         # re-ranked scores are exact MaxSim scores
         assert pooled_hits[0].score == pytest.approx(exact_hits[0].score, abs=1e-2)
+        singles.append(pooled_hits)
+        queries.append(q)
     assert found == n_pages // 3
+    # 20 queries x 10 candidates: re-ranked per query (one query alone uses the union path)
+    calls: list[int] = []
+    exact_rows = index._exact
+    monkeypatch.setattr(index, "_exact", lambda qs, rows: calls.append(len(qs)) or exact_rows(qs, rows))
+    batched = index.search(queries, k=5)
+    assert calls == [1] * 20
+    assert [[h.page_id for h in r] for r in batched] == [[h.page_id for h in r] for r in singles]
+    for row, single in zip(batched, singles, strict=True):
+        assert [h.score for h in row] == pytest.approx([h.score for h in single], abs=1e-3)
 
 
 def test_dense_index(tmp_path: Path) -> None:

@@ -120,13 +120,26 @@ def pack_queries(queries: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
     return tokens, owner
 
 
-def score_block(tokens: Tensor, owner: Tensor, n_queries: int, block: Block) -> Tensor:
-    """MaxSim scores of packed queries against one block: ``(Q, C)`` float32."""
+def score_block(
+    tokens: Tensor, owner: Tensor, n_queries: int, block: Block, buffer: Tensor | None = None
+) -> Tensor:
+    """MaxSim scores of packed queries against one block: ``(Q, C)`` float32.
+
+    ``buffer`` (flat, the block's dtype, at least ``T*C*L`` elements) receives the similarity
+    matrix; reusing one buffer across blocks avoids a fresh allocation (and its page faults) for
+    every block, which on CPU costs as much as the matmul itself.
+    """
     c, length, dim = block.vectors.shape
-    sims = tokens.to(block.vectors.dtype) @ block.vectors.view(c * length, dim).T  # (T, C*L)
-    sims = sims.view(-1, c, length)  # (T, C, L)
+    t = tokens.shape[0]
+    q = tokens.to(block.vectors.dtype)  # no-op when already converted
+    pages = block.vectors.view(c * length, dim).T  # (D, C*L)
+    if buffer is not None and buffer.numel() >= t * c * length and buffer.dtype == q.dtype:
+        sims = torch.matmul(q, pages, out=buffer[: t * c * length].view(t, c * length))  # (T, C*L)
+    else:
+        sims = q @ pages  # (T, C*L)
+    sims = sims.view(t, c, length)  # (T, C, L): the max runs over contiguous memory
     if block.pad is not None:
-        sims = sims.masked_fill(block.pad.unsqueeze(0), float("-inf"))
+        sims.masked_fill_(block.pad.unsqueeze(0), float("-inf"))
     best = sims.amax(dim=2).float()  # (T, C)
     out = torch.zeros(n_queries, c, dtype=torch.float32, device=best.device)  # (Q, C)
     return out.index_add_(0, owner.to(best.device), best)
@@ -144,7 +157,9 @@ def score_blocks(
     out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32, device=device)
     if not blocks:
         return out
+    dtype = blocks[0].vectors.dtype
     widest = max(b.n_tokens for b in blocks)
+    buffer: Tensor | None = None
     start = 0
     while start < len(queries):
         end, tokens_so_far = start, 0
@@ -154,9 +169,11 @@ def score_blocks(
             tokens_so_far += int(queries[end].shape[0])
             end += 1
         tokens, owner = pack_queries(queries[start:end])
-        tokens = tokens.to(device)
+        tokens = tokens.to(device, dtype)
+        if buffer is None or buffer.numel() < tokens_so_far * widest:
+            buffer = torch.empty(tokens_so_far * widest, dtype=dtype, device=device)
         for block in blocks:
-            out[start:end, block.rows.to(device)] = score_block(tokens, owner, end - start, block)
+            out[start:end, block.rows.to(device)] = score_block(tokens, owner, end - start, block, buffer)
         start = end
     return out
 
