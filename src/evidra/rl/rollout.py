@@ -158,9 +158,12 @@ def rollout(
         raise InvalidInputError(f"group_size must be >= 1, got {group_size}")
     running: list[_Running] = []
     for g, sample in enumerate(samples):
+        encoded: dict[str, Context] = {}  # a group's episodes usually share one prompt: encode it once
         for _ in range(group_size):
             env = make_env(sample)
-            prompt = encode_messages(backend.processor, env.reset(sample))
+            messages = env.reset(sample)
+            key = repr(messages)
+            prompt = encoded.get(key) or encoded.setdefault(key, encode_messages(backend.processor, messages))
             running.append(_Running(env, sample, g, prompt, prompt, limits))
     while active := [ep for ep in running if not ep.done]:
         by_stop: dict[tuple[str, ...], list[_Running]] = {}

@@ -21,6 +21,7 @@ from typing import Any
 from evidra.config import dump_config
 from evidra.errors import ConfigError
 from evidra.models.generation import SamplingParams
+from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
 from evidra.rl.checkpoint import (
     TrainState,
@@ -68,6 +69,8 @@ class RLTrainer:
         optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim)
         self.cursor = DataCursor(self.samples, cfg.data.seed)
         self.model, self.optimizer = self.acc.prepare(self.vlm.model, optimizer)
+        ref_model = [self.reference.model] if self.reference is not None and not self.reference.lora else []
+        self.vision_cache = VisionFeatureCache([self.vlm.model, *ref_model])
         self.sink = MetricsSink(self.out, tensorboard=cfg.run.tensorboard, enabled=self.acc.is_main_process)
         self.state = TrainState(step=0, data_epoch=0, data_offset=0)
         self._maybe_resume()
@@ -116,12 +119,17 @@ class RLTrainer:
 
     # one step -----------------------------------------------------------------------------
     def step(self) -> dict[str, float]:
-        import torch
         from accelerate.utils import set_seed
 
         # Sampling randomness is a function of (seed, step, rank): a resumed run draws exactly
         # what the uninterrupted run drew, and every rank samples differently.
         set_seed(self.cfg.run.seed + 7919 * (self.state.step + 1) + 1_000_003 * self.acc.process_index)
+        with self.vision_cache.active():  # a frozen vision tower encodes each image once per step
+            return self._step()
+
+    def _step(self) -> dict[str, float]:
+        import torch
+
         start = time.perf_counter()
         groups, stats = self._collect()
         if not groups:

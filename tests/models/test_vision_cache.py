@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from evidra.models.context import collate_left, encode_messages
+from evidra.models.vision_cache import VisionFeatureCache
+from evidra.types import ImagePart, Message, TextPart
+
+
+def _ctx(vlm: Any, seed: int) -> Any:
+    img = Image.fromarray(np.random.default_rng(seed).integers(0, 255, (112, 140, 3), dtype=np.uint8))
+    return encode_messages(vlm.processor, [Message("user", (ImagePart(img), TextPart(f"q{seed}")))])
+
+
+def test_cached_features_equal_fresh_ones_and_dedupe(tiny_vlms: dict[str, Any]) -> None:
+    vlm = tiny_vlms["qwen2_5_vl"]
+    contexts = [_ctx(vlm, 0), _ctx(vlm, 1), _ctx(vlm, 0)]  # the first image appears twice
+    inputs = collate_left(contexts, vlm.pad_token_id, vlm.image_token_id)
+    with torch.no_grad():
+        fresh = vlm.model(**inputs).logits
+    for p in vlm.model.model.visual.parameters():
+        p.requires_grad_(False)
+    try:
+        cache = VisionFeatureCache([vlm.model])
+        assert cache.applicable
+        with cache.active(), torch.no_grad():
+            cached = vlm.model(**inputs).logits
+            again = vlm.model(**inputs).logits
+        assert (cache.misses, cache.hits) == (2, 4)  # 2 distinct images, then everything served
+        assert torch.allclose(fresh, cached, atol=1e-6) and torch.equal(cached, again)
+        assert "get_image_features" not in vars(vlm.model.model)  # the patch is removed on exit
+    finally:
+        for p in vlm.model.model.visual.parameters():
+            p.requires_grad_(True)
+    assert not VisionFeatureCache([vlm.model]).applicable  # a trainable tower is never cached
