@@ -1,0 +1,23 @@
+"""Benchmark loaders: each reads one benchmark's published files into ``Sample`` records.
+
+>>> from evidra.data.loaders import LOADERS
+>>> "mmlongbench" in LOADERS
+True
+"""
+
+from __future__ import annotations
+
+from evidra.data.loaders import (  # noqa: F401 - importing registers each loader
+    beir,
+    chartqa,
+    docvqa,
+    infovqa,
+    mmlongbench,
+    mpdocvqa,
+    slidevqa,
+    vidoseek,
+    visa,
+)
+from evidra.data.loaders.base import LOADERS, Loader, load
+
+__all__ = ["LOADERS", "Loader", "load"]

@@ -1,0 +1,26 @@
+"""PDF documents of a benchmark as pages, through the evidra page store.
+
+ViDoSeek and MMLongBench-Doc ship PDFs; they are ingested once into a page store (rendering
+and text layer via ``evidra.corpus``) and each question gets its document's pages in order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evidra.corpus import PageStore, ingest
+from evidra.errors import InvalidInputError
+from evidra.types import Page
+
+
+def document_pages(documents: str | Path, store: str | Path, *, dpi: float = 144) -> dict[str, list[Page]]:
+    """``{file name: pages in page order}`` for every PDF under ``documents``."""
+    docs = Path(documents)
+    if not docs.is_dir():
+        raise InvalidInputError(f"documents folder {str(documents)!r} does not exist; pass documents=")
+    ingest(docs, store, dpi=dpi)
+    by_source: dict[str, list[Page]] = {}
+    with PageStore.open(store) as ps:
+        for page in ps.pages(with_words=False):
+            by_source.setdefault(Path(page.source).name, []).append(page)
+    return {k: sorted(v, key=lambda p: p.page_number) for k, v in by_source.items()}

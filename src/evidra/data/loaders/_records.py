@@ -1,0 +1,194 @@
+"""Reading benchmark records as published: JSON, JSONL, parquet (HF exports) and their images.
+
+Benchmarks ship as Hugging Face parquet shards, as JSON/JSONL annotation files, or as a
+``datasets`` cache folder of parquet/arrow files. Every loader reads records through
+``read_records``, which yields ``Record``s that remember their file and row, so a missing or
+malformed field is reported as "file X, record N: missing field F" with a fix.
+
+Parquet and arrow need ``pyarrow`` (extra ``[data]``), imported only when such a file is read.
+JSONL exports of the same columns are read with the standard library; an HF image column
+(``{"bytes": ..., "path": ...}``) may carry its bytes base64-encoded there.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import io
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evidra.errors import InvalidInputError, MissingDependencyError
+from evidra.types import Page, content_hash
+
+_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One row of a benchmark file, with where it came from for error messages."""
+
+    data: Mapping[str, Any]
+    file: Path
+    index: int
+
+    def where(self) -> str:
+        return f"{self.file}, record {self.index}"
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.data.get(name, default)
+
+    def require(self, name: str) -> Any:
+        """The field's value; a clear error naming the file, record and field if it is absent."""
+        if name not in self.data or self.data[name] is None:
+            known = ", ".join(sorted(self.data)) or "(no fields)"
+            raise InvalidInputError(
+                f"{self.where()}: missing field {name!r} (fields present: {known}); "
+                "check that the file is this benchmark's published format"
+            )
+        return self.data[name]
+
+    def require_any(self, *names: str) -> Any:
+        """The first present field among ``names`` (benchmarks renamed columns between releases)."""
+        for name in names:
+            if self.data.get(name) is not None:
+                return self.data[name]
+        return self.require(names[0])
+
+
+def _iter_json(path: Path, list_key: str | None) -> Iterator[Mapping[str, Any]]:
+    if path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh):
+                if line.strip():
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise InvalidInputError(f"{path}, line {n + 1}: invalid JSON ({exc})") from exc
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{path}: invalid JSON ({exc})") from exc
+    if isinstance(data, Mapping):
+        key = list_key if list_key in data else next((k for k in ("data", "examples") if k in data), None)
+        if key is None:
+            raise InvalidInputError(f"{path}: expected a list of records or a {list_key or 'data'!r} key")
+        data = data[key]
+    if not isinstance(data, list):
+        raise InvalidInputError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
+    yield from data
+
+
+def _iter_arrow(path: Path) -> Iterator[Mapping[str, Any]]:
+    try:
+        import pyarrow.ipc as ipc
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"reading {path} needs pyarrow; install the extra: pip install 'evidra[data]' "
+            "(or export the split to JSONL)"
+        ) from exc
+    if path.suffix == ".parquet":
+        table = pq.read_table(path)
+    else:
+        with path.open("rb") as fh:
+            try:
+                table = ipc.open_stream(fh).read_all()
+            except Exception:
+                fh.seek(0)
+                table = ipc.open_file(fh).read_all()
+    yield from table.to_pylist()
+
+
+def data_files(path: str | Path) -> list[Path]:
+    """The record files at ``path``: the file itself, or every supported file below a folder."""
+    root = Path(path).expanduser()
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise InvalidInputError(f"benchmark path {str(path)!r} does not exist; pass a file or folder")
+    files = sorted(p for p in root.rglob("*") if p.suffix in _SUFFIXES and p.is_file())
+    files = [p for p in files if not p.name.startswith(("dataset_info", "state"))]
+    if not files:
+        raise InvalidInputError(f"no {'/'.join(_SUFFIXES)} files under {root}")
+    return files
+
+
+def read_records(path: str | Path, *, list_key: str | None = None) -> Iterator[Record]:
+    """Every record of the file(s) at ``path``, in file order."""
+    for file in data_files(path):
+        rows = _iter_arrow(file) if file.suffix in (".parquet", ".arrow") else _iter_json(file, list_key)
+        for i, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise InvalidInputError(f"{file}, record {i}: expected an object, got {type(row).__name__}")
+            yield Record(row, file, i)
+
+
+def literal_list(value: Any, record: Record, name: str) -> list[Any]:
+    """A list field that may be stored as a Python/JSON literal string (lmms-lab, MMLongBench)."""
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value.strip()) if value.strip() else []
+        except (ValueError, SyntaxError) as exc:
+            raise InvalidInputError(
+                f"{record.where()}: field {name!r} is not a list literal: {value!r}"
+            ) from exc
+    if isinstance(value, (int, float)):
+        value = [value]
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+        raise InvalidInputError(f"{record.where()}: field {name!r} must be a list, got {value!r}")
+    return list(value)
+
+
+def _image_bytes(value: Any, base: Path, record: Record) -> tuple[bytes | None, Path | None]:
+    """Bytes or an existing file behind an image cell: path string, raw bytes or HF struct."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value), None
+    if isinstance(value, Mapping):
+        raw = value.get("bytes")
+        if raw:
+            return (base64.b64decode(raw) if isinstance(raw, str) else bytes(raw)), None
+        value = value.get("path")
+    if isinstance(value, str) and value:
+        path = Path(value) if Path(value).is_absolute() else base / value
+        if path.is_file():
+            return None, path
+        raise InvalidInputError(f"{record.where()}: image file {str(path)!r} does not exist")
+    raise InvalidInputError(f"{record.where()}: image cell holds neither bytes nor a path: {value!r:.80}")
+
+
+def materialize_page(
+    value: Any, record: Record, *, page_id: str, image_dir: Path, base: Path | None = None,
+    source: str = "", page_number: int = 1,
+) -> Page:  # fmt: skip
+    """A ``Page`` for an image cell; in-memory bytes are written once to ``image_dir/<hash>.png``."""
+    from PIL import Image
+
+    data, path = _image_bytes(value, base or record.file.parent, record)
+    if data is not None:
+        image_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with Image.open(io.BytesIO(data)) as im:
+                suffix = ".png" if (im.format or "PNG").upper() == "PNG" else ".jpg"
+                path = image_dir / f"{content_hash(data)}{suffix}"
+                size = im.size
+        except OSError as exc:
+            raise InvalidInputError(f"{record.where()}: image bytes cannot be decoded ({exc})") from exc
+        if not path.exists():
+            path.write_bytes(data)
+    else:
+        assert path is not None
+        try:
+            with Image.open(path) as im:
+                size = im.size
+        except OSError as exc:
+            raise InvalidInputError(f"{record.where()}: cannot open image {path} ({exc})") from exc
+    return Page(page_id, str(path), size[0], size[1], source=source, page_number=page_number)
+
+
+def as_str(value: Any) -> str:
+    return "" if value is None else str(value)
