@@ -77,3 +77,13 @@ def test_qrels_and_queries_in_both_layouts(tmp_path: Path) -> None:
         load_qrels(tmp_path / "bad.jsonl")
     with pytest.raises(InvalidInputError, match="corpus id"):
         load_qrels(tmp_path / "q.jsonl")
+
+
+def test_package_exports_are_lazy_and_complete() -> None:
+    import evidra.retrieval as retrieval
+    from evidra.retrieval import base, hybrid
+
+    assert retrieval.Hit is base.Hit and retrieval.RRFRetriever is hybrid.RRFRetriever
+    assert all(getattr(retrieval, name) is not None for name in retrieval.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = retrieval.nope
