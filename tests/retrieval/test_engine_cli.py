@@ -76,7 +76,9 @@ def test_colqwen2_engine_roundtrip_and_hybrid(
     with pytest.raises(InvalidInputError, match="already"):
         engine.add(pages[:1])
     engine.add(pages[:1], replace=True)
+    assert main(["index", "delete", "--index", str(tmp_path / "col"), pages[1].id]) == 0
     again = open_index(tmp_path / "col")
+    assert pages[1].id not in again.index.page_ids() and len(again.index) == len(pages) - 1
     hits = again.retriever.search(["When was the project founded?"], k=3, exclude=[{pages[0].id}])[0]
     assert len(hits) == 3 and pages[0].id not in [h.page_id for h in hits]
     direct = again.index.search(

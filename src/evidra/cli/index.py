@@ -121,11 +121,14 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    from evidra.retrieval.engine import open_index
+    from evidra.retrieval.encoders.bm25 import BM25Retriever
+    from evidra.retrieval.engine import open_store_only
 
-    engine = open_index(args.index, options=None)
-    n = engine.delete(args.page_ids)
-    print(f"deleted {n} of {len(args.page_ids)} pages; the index now holds {len(engine.index)}")
+    index = open_store_only(args.index)
+    n = index.delete(args.page_ids)
+    if isinstance(index, BM25Retriever):
+        index.save(args.index)
+    print(f"deleted {n} of {len(args.page_ids)} pages; the index now holds {len(index)}")
     return 0
 
 

@@ -165,6 +165,15 @@ def open_index(
     return Engine(path, spec, enc, index, _joined(enc, index))
 
 
+def open_store_only(root: str | Path) -> VectorIndex | BM25Retriever:
+    """The index of a directory without loading its encoder (enough to delete or list pages)."""
+    path = Path(root)
+    spec = read_spec(path)
+    if spec.backend == "bm25":
+        return BM25Retriever.load(path)
+    return MultiVectorIndex.open(path) if spec.backend == "maxsim" else DenseIndex.open(path)
+
+
 def _joined(encoder: Encoder, index: VectorIndex) -> Retriever:
     from evidra.retrieval.base import EncodedRetriever
 
