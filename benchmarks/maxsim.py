@@ -27,6 +27,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,120 +117,132 @@ def recall(ids: list[list[int]], gold: list[int], k: int) -> float:
     return statistics.mean(float(g in row[:k]) for row, g in zip(ids, gold, strict=True))
 
 
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One corpus size: pages, queries with their gold pages, and the fp32 exact top-10."""
+
+    pages: list[torch.Tensor]
+    queries: list[torch.Tensor]
+    gold: list[int]
+    ref: list[list[int]]
+    args: argparse.Namespace
+
+    @property
+    def n(self) -> int:
+        return len(self.pages)
+
+    @property
+    def ids(self) -> list[str]:
+        return [f"p{i}" for i in range(self.n)]
+
+    def rows_of(self, hits: list[list[Any]]) -> list[list[int]]:
+        return [[int(h.page_id[1:]) for h in r] for r in hits]
+
+    def row(
+        self, name: str, single: float, batched: float, mem: float, ids: list[list[int]], note: str = ""
+    ) -> str:
+        m = len(ids)
+        return _row(
+            self.n,
+            name,
+            single,
+            batched,
+            mem,
+            agreement(ids, self.ref[:m]),
+            recall(ids, self.gold[:m], 5),
+            note,
+        )
+
+
+def bench_ours(case: Case, root: Path, options: MaxSimOptions) -> tuple[float, float, float, list[list[int]]]:
+    """Single-query and per-query batched latency, memory per page and top-10 rows of our index."""
+    index = MultiVectorIndex.open(root, options=options)
+    t_single = time_each(lambda q: index.search([q], k=K), case.queries[: case.args.single])
+    t_batch, hits = timed(lambda: index.search(case.queries, k=K), case.args.repeats)
+    return t_single, t_batch / Q, index.memory_bytes() / case.n, case.rows_of(hits)
+
+
 def bench_size(n: int, args: argparse.Namespace, processor: Any, bw: float, gflops: float) -> list[str]:
     pages = make_pages(n, args.length, args.dim, args.pages_kind, seed=n)
     queries, gold = make_queries(pages, seed=n)
-    ids = [f"p{i}" for i in range(n)]
-    rows: list[str] = []
+    t_ref, ref_scores = fp32_reference(pages, queries)
+    case = Case(pages, queries, gold, topk_ids(ref_scores, K), args)
     with tempfile.TemporaryDirectory() as tmp:
-        index = MultiVectorIndex.create(
-            Path(tmp) / "idx", args.dim, options=MaxSimOptions(device="cpu", verify=False)
-        )
+        root = Path(tmp) / "idx"
+        index = MultiVectorIndex.create(root, args.dim, options=MaxSimOptions(device="cpu", verify=False))
         for s in range(0, n, 2000):
-            index.add(ids[s : s + 2000], pages[s : s + 2000])
-        index = MultiVectorIndex.open(Path(tmp) / "idx", options=MaxSimOptions(device="cpu", verify=False))
-        row_of = {p: i for i, p in enumerate(ids)}
-
-        def hit_rows(hits: list[list[Any]]) -> list[list[int]]:
-            return [[row_of[h.page_id] for h in r] for r in hits]
-
-        t_single = time_each(lambda q: index.search([q], k=K), queries[: args.single])
-        t_batch, hits = timed(lambda: index.search(queries, k=K), args.repeats)
-        ours = hit_rows(hits)
-        t_ref, ref_scores = fp32_reference(pages, queries)
-        ref = topk_ids(ref_scores, K)
-        mem = index.memory_bytes() / n
-        rows.append(
-            _row(
-                n, "ours fp16 exact", t_single, t_batch / Q, mem, agreement(ours, ref), recall(ours, gold, 5)
-            )
+            index.add(case.ids[s : s + 2000], pages[s : s + 2000])
+        t_single, t_batch, mem, ours = bench_ours(case, root, MaxSimOptions(device="cpu", verify=False))
+        pooled_opts = MaxSimOptions(
+            device="cpu", verify=False, prefilter="pooled", candidates=args.candidates
         )
-        rows.append(_row(n, "fp32 exact (ref)", float("nan"), t_ref / Q, mem * 2, 1.0, recall(ref, gold, 5)))
-        pooled = MultiVectorIndex.open(
-            Path(tmp) / "idx",
-            options=MaxSimOptions(device="cpu", verify=False, prefilter="pooled", candidates=args.candidates),
-        )
-        p_single = time_each(lambda q: pooled.search([q], k=K), queries[: args.single])
-        t_pool, phits = timed(lambda: pooled.search(queries, k=K), args.repeats)
-        pids = hit_rows(phits)
-        rel = recall(pids, gold, 5) / max(recall(ours, gold, 5), 1e-9)
-        rows.append(
-            _row(
-                n,
-                f"ours pooled x4 +{args.candidates}",
-                p_single,
-                t_pool / Q,
-                pooled.memory_bytes() / n,
-                agreement(pids, ref),
-                recall(pids, gold, 5),
-                f"recall@5 vs exact {rel:.3f}",
-            )
-        )
-        sub = queries[: args.sr_queries]
-        sr_single = time_each(lambda q: processor.score_retrieval([q.half()], pages, batch_size=128), sub[:2])
-        t_sr, sr = timed(lambda: processor.score_retrieval([q.half() for q in sub], pages, batch_size=128), 1)
-        srids = topk_ids(sr, K)
-        rows.append(
-            _row(
-                n,
-                "transformers score_retrieval",
-                sr_single,
-                t_sr / len(sub),
-                mem,
-                agreement(srids, ref[: len(sub)]),
-                recall(srids, gold[: len(sub)], 5),
-                f"ours is {sr_single / t_single:.1f}x faster single, "
-                f"{t_sr / len(sub) / (t_batch / Q):.1f}x batched",
-            )
-        )
-        if n <= args.qdrant_max:
-            rows.append(_qdrant(n, ids, pages, queries, gold, ref, args, row_of))
-        scanned = n * args.length * args.dim * 2
-        flops = 2 * Q * LQ * n * args.length * args.dim
-        bound_bw, bound_flops = scanned / (bw * 1e9), flops / (gflops * 1e9)
-        rows.append(
-            f"{n:>6} | bounds: batch of {Q} scans {scanned / 1e6:.0f} MB -> "
-            f"{bound_bw * 1e3:.1f} ms at {bw:.1f} GB/s "
-            f"(batched measured {t_batch * 1e3:.0f} ms = {t_batch / bound_bw:.1f}x the bandwidth bound); "
-            f"{flops / 1e9:.0f} GFLOP -> {bound_flops * 1e3:.0f} ms at {gflops:.0f} GFLOP/s "
-            f"(measured = {t_batch / bound_flops:.2f}x that GEMM-rate estimate)"
-        )
-    return rows
+        p_single, p_batch, p_mem, pids = bench_ours(case, root, pooled_opts)
+    rel = recall(pids, gold, 5) / max(recall(ours, gold, 5), 1e-9)
+    sr_single, sr_batch, srids = bench_score_retrieval(case, processor)
+    rows = [
+        case.row("ours fp16 exact", t_single, t_batch, mem, ours),
+        case.row("fp32 exact (ref)", float("nan"), t_ref / Q, mem * 2, case.ref),
+        case.row(
+            f"ours pooled x4 +{args.candidates}",
+            p_single,
+            p_batch,
+            p_mem,
+            pids,
+            f"recall@5 vs exact {rel:.3f}",
+        ),
+        case.row(
+            "transformers score_retrieval",
+            sr_single,
+            sr_batch,
+            mem,
+            srids,
+            f"ours is {sr_single / t_single:.1f}x faster single, {sr_batch / t_batch:.1f}x batched",
+        ),
+    ]
+    if n <= args.qdrant_max:
+        rows.append(bench_qdrant(case))
+    return [*rows, bounds_row(case, t_batch * Q, bw, gflops)]
 
 
-def _qdrant(
-    n: int,
-    ids: list[str],
-    pages: list[torch.Tensor],
-    queries: list[torch.Tensor],
-    gold: list[int],
-    ref: list[list[int]],
-    args: argparse.Namespace,
-    row_of: dict[str, int],
-) -> str:
+def bench_score_retrieval(case: Case, processor: Any) -> tuple[float, float, list[list[int]]]:
+    sub = case.queries[: case.args.sr_queries]
+    single = time_each(lambda q: processor.score_retrieval([q.half()], case.pages, batch_size=128), sub[:2])
+    t, scores = timed(
+        lambda: processor.score_retrieval([q.half() for q in sub], case.pages, batch_size=128), 1
+    )
+    return single, t / len(sub), topk_ids(scores, K)
+
+
+def bounds_row(case: Case, t_batch: float, bw: float, gflops: float) -> str:
+    scanned = case.n * case.args.length * case.args.dim * 2
+    flops = 2 * Q * LQ * case.n * case.args.length * case.args.dim
+    bound_bw, bound_flops = scanned / (bw * 1e9), flops / (gflops * 1e9)
+    return (
+        f"{case.n:>6} | bounds: batch of {Q} scans {scanned / 1e6:.0f} MB -> "
+        f"{bound_bw * 1e3:.1f} ms at {bw:.1f} GB/s "
+        f"(batched measured {t_batch * 1e3:.0f} ms = {t_batch / bound_bw:.1f}x the bandwidth bound); "
+        f"{flops / 1e9:.0f} GFLOP -> {bound_flops * 1e3:.0f} ms at {gflops:.0f} GFLOP/s "
+        f"(measured = {t_batch / bound_flops:.2f}x that GEMM-rate estimate)"
+    )
+
+
+def bench_qdrant(case: Case) -> str:
     try:
         from evidra.retrieval.index.qdrant import QdrantIndex
 
-        qd = QdrantIndex.connect(args.dim, location=":memory:", candidates=0)
+        qd = QdrantIndex.connect(case.args.dim, location=":memory:", candidates=0)
     except ImportError:
-        return f"{n:>6} | qdrant local: qdrant-client not installed"
+        return f"{case.n:>6} | qdrant local: qdrant-client not installed"
     t0 = time.perf_counter()
-    for s in range(0, n, 200):
-        qd.add(ids[s : s + 200], pages[s : s + 200])
+    for s in range(0, case.n, 200):
+        qd.add(case.ids[s : s + 200], case.pages[s : s + 200])
     build = time.perf_counter() - t0
-    sub = queries[: args.sr_queries]
+    sub = case.queries[: case.args.sr_queries]
     t_single = time_each(lambda q: qd.search([q], k=K), sub[:2])
     t_batch, hits = timed(lambda: qd.search(sub, k=K), 1)
-    qids = [[row_of[h.page_id] for h in r] for r in hits]
-    return _row(
-        n,
-        "qdrant local :memory:",
-        t_single,
-        t_batch / len(sub),
-        float("nan"),
-        agreement(qids, ref[: len(sub)]),
-        recall(qids, gold[: len(sub)], 5),
-        f"ingest {n / build:.0f} pages/s",
+    note = f"ingest {case.n / build:.0f} pages/s"
+    return case.row(
+        "qdrant local :memory:", t_single, t_batch / len(sub), float("nan"), case.rows_of(hits), note
     )
 
 
