@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.maxsim import build_blocks, maxsim, mean_pool, score_blocks
@@ -58,3 +60,28 @@ def test_bad_queries_are_rejected() -> None:
         score_blocks([torch.ones(0, 4)], blocks, 1)
     with pytest.raises(InvalidInputError, match="pool factor"):
         mean_pool(torch.ones(2, 4), 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    page_lengths=st.lists(st.integers(1, 9), min_size=1, max_size=8),
+    query_lengths=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    max_tokens=st.integers(1, 40),
+    max_elements=st.integers(1, 200),
+    seed=st.integers(0, 2**16),
+)
+def test_blocked_scores_equal_reference_property(
+    page_lengths: list[int], query_lengths: list[int], max_tokens: int, max_elements: int, seed: int
+) -> None:
+    g = torch.Generator().manual_seed(seed)
+    pages = [torch.randn(n, 8, generator=g) for n in page_lengths]
+    queries = [torch.randn(n, 8, generator=g) for n in query_lengths]
+    rows = list(range(len(pages)))
+    got = score_blocks(
+        queries,
+        build_blocks(pages, rows, max_tokens=max_tokens, dtype=torch.float32),
+        len(pages),
+        max_elements=max_elements,
+    )
+    want = torch.tensor([[float(maxsim(q, p)) for p in pages] for q in queries])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
