@@ -53,7 +53,10 @@ def load_beir_corpus(root: str | Path, *, image_dir: str | Path | None = None) -
     ]
 
 
-def load_beir(path: str | Path, *, dataset: str = "beir", limit: int | None = None, **_: Any) -> list[Sample]:
+def load_beir(
+    path: str | Path, *, dataset: str = "beir", subset: str = "", limit: int | None = None, **_: Any
+) -> list[Sample]:
+    """Queries of a BEIR-layout folder; ``subset`` (e.g. "chartqa") selects VisRAG's scoring rule."""
     root = Path(path)
     qrels = load_qrels(root)
     samples = []
@@ -72,7 +75,7 @@ def load_beir(path: str | Path, *, dataset: str = "beir", limit: int | None = No
                 corpus=str(root),
                 gold_pages=tuple(c for c, s in judged.items() if s > 0),
                 dataset=dataset,
-                extras={"qrels": judged, "options": rec.get("options")},
+                extras={"qrels": judged, "options": rec.get("options"), "source": subset},
             )
         )
     return samples

@@ -1,0 +1,257 @@
+"""The evaluation harness: benchmark x paradigm x model, batched and resumable.
+
+A run prompts every sample through its paradigm's environment (single-turn by default, or any
+environment factory for agents), with either a local checkpoint (``LocalModel``: the RL rollout
+loop, greedy, batched) or an OpenAI-compatible endpoint (``EndpointModel``: the same episode
+loop over chat messages, bounded concurrency). Each finished sample is appended to a JSONL cache
+(``predictions.jsonl``) with its scores, so an interrupted run resumes where it stopped; rows
+from a different benchmark/paradigm/model in the same file are ignored. The library reports
+progress through a callback; the CLI draws the bar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from evidra.env.base import Environment
+from evidra.env.single_turn import SingleTurnEnv
+from evidra.errors import InvalidInputError
+from evidra.eval.endpoint import ChatEndpoint
+from evidra.eval.scoring import Prediction, StepBox, score
+from evidra.geometry import ImageFrame, VisionSpec, clip_box, convert_box
+from evidra.models.generation import SamplingParams
+from evidra.models.loading import VLM
+from evidra.paradigms.base import PARADIGMS, Paradigm
+from evidra.types import Box, CoordSpace, Message, Page, Parsed, Sample
+
+logger = logging.getLogger(__name__)
+
+EnvFactory = Callable[[Sample], Environment]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One evaluation run; the key (benchmark, paradigm, model) identifies its cache rows."""
+
+    benchmark: str
+    paradigm: str
+    model: str
+    batch_size: int = 4
+    max_turns: int = 1
+    max_new_tokens: int = 256
+    max_response_tokens: int = 2048
+    temperature: float = 0.0  # greedy, as the papers evaluate
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.max_turns < 1:
+            raise InvalidInputError(f"batch_size and max_turns must be >= 1, got {self}")
+
+    @property
+    def key(self) -> dict[str, str]:
+        return {"benchmark": self.benchmark, "paradigm": self.paradigm, "model": self.model}
+
+
+@dataclass(frozen=True)
+class RawEpisode:
+    """What a model backend returns for one sample before parsing."""
+
+    texts: tuple[str, ...]
+    infos: tuple[Mapping[str, Any], ...]
+    n_tokens: int
+    finished: bool
+    latency_s: float
+
+
+class ModelBackend(Protocol):
+    spec: VisionSpec  # how the model's box coordinates map back to page pixels
+
+    def run(self, samples: Sequence[Sample], make_env: EnvFactory, cfg: RunConfig) -> list[RawEpisode]: ...
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A local checkpoint (``evidra.models.load_vlm``) through ``evidra.rl.rollout``."""
+
+    vlm: VLM
+
+    @property
+    def spec(self) -> VisionSpec:
+        return self.vlm.spec
+
+    def run(self, samples: Sequence[Sample], make_env: EnvFactory, cfg: RunConfig) -> list[RawEpisode]:
+        from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
+
+        params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed)
+        limits = RolloutLimits(cfg.max_turns, cfg.max_new_tokens, cfg.max_response_tokens)
+        start = time.perf_counter()
+        episodes = rollout(HFBackend(self.vlm), make_env, samples, 1, params, limits)
+        per_sample = (time.perf_counter() - start) / max(len(samples), 1)  # batched: share the wall time
+        return [
+            RawEpisode(
+                ep.trajectory.texts,
+                ep.infos,
+                sum(ep.trajectory.policy_mask),
+                ep.trajectory.finished,
+                per_sample,
+            )
+            for ep in episodes
+        ]
+
+
+@dataclass(frozen=True)
+class EndpointModel:
+    """An OpenAI-compatible endpoint; episodes run as chat turns, ``workers`` at a time."""
+
+    endpoint: ChatEndpoint
+    spec: VisionSpec
+    workers: int = 4
+
+    def _episode(self, sample: Sample, make_env: EnvFactory, cfg: RunConfig) -> RawEpisode:
+        env = make_env(sample)
+        messages = list(env.reset(sample))
+        texts: list[str] = []
+        infos: list[Mapping[str, Any]] = []
+        tokens, latency, done = 0, 0.0, False
+        for _ in range(cfg.max_turns):
+            c = self.endpoint.complete(
+                messages, max_tokens=cfg.max_new_tokens, temperature=cfg.temperature, stop=env.stop
+            )
+            texts.append(c.text)
+            tokens, latency = tokens + c.completion_tokens, latency + c.latency_s
+            result = env.step(c.text)
+            infos.append(result.info)
+            if result.done:
+                done = True
+                break
+            messages += [Message.text("assistant", c.text), *result.observation]
+        return RawEpisode(tuple(texts), tuple(infos), tokens, done, latency)
+
+    def run(self, samples: Sequence[Sample], make_env: EnvFactory, cfg: RunConfig) -> list[RawEpisode]:
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return list(pool.map(lambda s: self._episode(s, make_env, cfg), samples))
+
+
+def _page_box(
+    box: Box | None, page: Page | None, spec: VisionSpec
+) -> tuple[float, float, float, float] | None:
+    """A parsed box in page pixels of ``page`` (clipped), or None when it cannot be placed."""
+    if box is None or page is None:
+        return None
+    if box.space is not CoordSpace.PAGE:
+        box = convert_box(box, CoordSpace.PAGE, ImageFrame.for_page(page.width, page.height, spec))
+    return clip_box(box, page.width, page.height).as_tuple()
+
+
+def _page_at(sample: Sample, index: int | None) -> Page | None:
+    return sample.pages[index] if index is not None and 0 <= index < len(sample.pages) else None
+
+
+def to_prediction(sample: Sample, raw: RawEpisode, paradigm: Paradigm, spec: VisionSpec) -> Prediction:
+    """Parse every turn; the answer (and its box) comes from the last turn that gave one."""
+    parsed: list[Parsed] = [paradigm.parse(t) for t in raw.texts]
+    final = next((p for p in reversed(parsed) if p.answer is not None), parsed[-1] if parsed else None)
+    steps = tuple(
+        StepBox(s.text, s.page_index, _page_box(s.box, _page_at(sample, s.page_index), spec))
+        for p in parsed
+        for s in p.steps
+    )
+    page = final.answer_page if final is not None else None
+    if page is None and len(sample.pages) == 1:
+        page = 0  # single-image prompts cite no page number
+    box = _page_box(final.answer_box, _page_at(sample, page), spec) if final is not None else None
+    pred = Prediction(
+        sample_id=sample.id, texts=raw.texts, answer=final.answer if final else None, answer_page=page,
+        answer_box=box, steps=steps, infos=raw.infos, errors=final.errors if final else ("no output",),
+        n_tokens=raw.n_tokens, latency_s=raw.latency_s, finished=raw.finished,
+    )  # fmt: skip
+    return dataclasses.replace(pred, scores=score(sample, pred))
+
+
+def prediction_to_json(p: Prediction, key: Mapping[str, str]) -> str:
+    row = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+    row["infos"] = [dict(i) for i in p.infos]
+    row["steps"] = [{"text": s.text, "page": s.page, "box": s.box} for s in p.steps]
+    row["scores"] = dict(p.scores)
+    return json.dumps({**key, **row}, default=str)
+
+
+def _box(value: Any) -> tuple[float, float, float, float] | None:
+    return (float(value[0]), float(value[1]), float(value[2]), float(value[3])) if value else None
+
+
+def prediction_from_json(row: Mapping[str, Any]) -> Prediction:
+    steps = tuple(StepBox(s["text"], s["page"], _box(s["box"])) for s in row.get("steps", ()))
+    return Prediction(
+        sample_id=str(row["sample_id"]),
+        texts=tuple(row["texts"]),
+        answer=row.get("answer"),
+        answer_page=row.get("answer_page"),
+        answer_box=_box(row.get("answer_box")),
+        steps=steps,
+        infos=tuple(row.get("infos", ())),
+        errors=tuple(row.get("errors", ())),
+        n_tokens=int(row.get("n_tokens", 0)),
+        latency_s=float(row.get("latency_s", 0.0)),
+        finished=bool(row.get("finished", True)),
+        scores={k: float(v) for k, v in row.get("scores", {}).items()},
+    )
+
+
+def read_cache(path: Path, key: Mapping[str, str]) -> dict[str, Prediction]:
+    """Cached predictions of this run (same benchmark, paradigm, model); torn lines are skipped."""
+    done: dict[str, Prediction] = {}
+    if not path.is_file():
+        return done
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            logger.warning("%s:%d: skipping a torn cache line", path, n)
+            continue
+        if all(row.get(k) == v for k, v in key.items()):
+            done[str(row["sample_id"])] = prediction_from_json(row)
+    return done
+
+
+def _batches(items: Sequence[Sample], size: int) -> Iterator[Sequence[Sample]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def run_eval(
+    samples: Sequence[Sample],
+    model: ModelBackend,
+    cfg: RunConfig,
+    cache: str | Path,
+    *,
+    make_env: EnvFactory | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[Prediction]:
+    """Predictions for ``samples`` in order, reusing and extending the JSONL ``cache``."""
+    paradigm = PARADIGMS.get(cfg.paradigm)()
+    factory = make_env or (lambda s: SingleTurnEnv(paradigm))
+    path = Path(cache)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = read_cache(path, cfg.key)
+    if progress and done:
+        progress(sum(1 for s in samples if s.id in done))
+    todo = [s for s in samples if s.id not in done]
+    logger.info("%s: %d cached, %d to run", cfg.key, len(samples) - len(todo), len(todo))
+    with path.open("a", encoding="utf-8") as fh:
+        for batch in _batches(todo, cfg.batch_size):
+            for sample, raw in zip(batch, model.run(batch, factory, cfg), strict=True):
+                done[sample.id] = to_prediction(sample, raw, paradigm, model.spec)
+                fh.write(prediction_to_json(done[sample.id], cfg.key) + "\n")
+            fh.flush()
+            if progress:
+                progress(len(batch))
+    return [done[s.id] for s in samples]

@@ -1,0 +1,218 @@
+"""Per-sample scores of one prediction: the benchmark's official metric plus the papers' metrics.
+
+``Prediction`` is what a run produced for one sample (the JSONL cache row of the runner); every
+box in it is already in page pixels. ``score`` returns a flat ``{metric: value}``:
+
+* the official answer metric of the sample's benchmark (``OFFICIAL``, registered per dataset
+  name, reference/BENCHMARKS.md), e.g. ``anls`` for DocVQA, ``relaxed_accuracy`` for ChartQA;
+* LAT's soft ``em`` and ``iou50`` (answer box on the gold page with IoU >= 0.5; an unanswerable
+  item counts when the answer says "No answer" and gives no box, the VISA rule; LAT §5.1);
+* EVisRAG's ``evisrag_acc`` / ``evisrag_f1`` against "insufficient to answer" when the sample's
+  context is insufficient (EVisRAG Eq. 12, ``src/evisrag/eval.py``);
+* retrieval ``recall@k``, ``mrr@10``, ``ndcg@k`` when the episode retrieved pages;
+* process statistics from the environment infos (``process``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from evidra.eval.metrics import (
+    anls,
+    mmlongbench_score,
+    relaxed_accuracy,
+    slidevqa_em,
+    slidevqa_f1,
+    visrag_accuracy,
+)
+from evidra.geometry import iou
+from evidra.registry import Registry
+from evidra.rewards.evisrag import evaluate_predictions
+from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
+from evidra.rewards.text import (
+    INSUFFICIENT_ANSWER,
+    is_no_answer,
+    normalize_lat,
+    normalize_squad,
+    soft_exact_match,
+)
+from evidra.types import Box, Sample
+
+PageBox = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class StepBox:
+    """One reasoning step (or zoom) with the box it cited, for scoring and the viewer."""
+
+    text: str
+    page: int | None  # 0-based index into the sample's pages
+    box: PageBox | None  # page pixels
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What one run produced for one sample; serialised as a JSONL cache row."""
+
+    sample_id: str
+    texts: tuple[str, ...]  # the policy's text, one entry per turn
+    answer: str | None
+    answer_page: int | None = None  # 0-based
+    answer_box: PageBox | None = None
+    steps: tuple[StepBox, ...] = ()
+    infos: tuple[Mapping[str, Any], ...] = ()
+    errors: tuple[str, ...] = ()
+    n_tokens: int = 0
+    latency_s: float = 0.0
+    finished: bool = True
+    scores: Mapping[str, float] = field(default_factory=dict)
+
+
+AnswerMetric = Callable[[Sample, str, Prediction], dict[str, float]]
+OFFICIAL: Registry[AnswerMetric] = Registry("official benchmark metric")
+
+
+def _best(fn: Callable[[str, str], float], pred: str, answers: Sequence[str]) -> float:
+    return max((fn(pred, a) for a in answers), default=0.0)
+
+
+def _anls(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    return {"anls": anls(pred, s.answers)}
+
+
+def _mpdocvqa(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    """ANLS plus APPA: the predicted answer page is the gold page (MP-DocVQA)."""
+    gold = {s.page_index(g) for g in s.gold_pages}
+    out = {"anls": 0.0 if pred.strip().lower() in ("", "none") else anls(pred, s.answers)}
+    out["appa"] = float(p.answer_page in gold) if gold else 0.0
+    return out
+
+
+def _chartqa(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    return {"relaxed_accuracy": _best(relaxed_accuracy, pred, s.answers)}
+
+
+def _slidevqa(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    return {
+        "slidevqa_em": _best(lambda x, a: slidevqa_em(x, a, s.question), pred, s.answers),
+        "slidevqa_f1": _best(lambda x, a: slidevqa_f1(x, a, s.question), pred, s.answers),
+    }
+
+
+def _mmlongbench(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    fmt = str(s.extras.get("answer_format", "Str"))
+    return {"mmlongbench_score": mmlongbench_score(s.answers[0] if s.answers else "", pred, fmt)}
+
+
+def _visrag(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    return {"visrag_accuracy": visrag_accuracy(pred, s.answers, str(s.extras.get("source", "")))}
+
+
+def _exact(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    """Synthetic benchmarks: normalised exact match against any gold answer."""
+    return {"exact_match": float(any(normalize_squad(pred) == normalize_squad(a) for a in s.answers))}
+
+
+for _name in ("docvqa", "infovqa"):
+    OFFICIAL.add(_name, _anls)
+OFFICIAL.add("mpdocvqa", _mpdocvqa)
+OFFICIAL.add("chartqa", _chartqa)
+OFFICIAL.add("slidevqa", _slidevqa)
+OFFICIAL.add("mmlongbench", _mmlongbench)
+for _name in ("visrag", "vidore", "beir"):
+    OFFICIAL.add(_name, _visrag)
+OFFICIAL.add("exact", _exact)
+
+
+def official(sample: Sample, pred: str, prediction: Prediction) -> dict[str, float]:
+    """The sample's benchmark metric; ``exact`` for datasets without a registered one."""
+    name = sample.dataset if sample.dataset in OFFICIAL else "exact"
+    return OFFICIAL.get(name)(sample, pred, prediction)
+
+
+def lat_scores(sample: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    """LAT's soft EM and IoU@0.5 (LAT §5.1; VISA's box rule for unanswerable items)."""
+    golds = sample.answers if sample.answerable else ("No answer",)
+    em = any(soft_exact_match(normalize_lat(pred), normalize_lat(g), allow_empty=False) for g in golds)
+    if not sample.answerable:
+        return {"em": float(is_no_answer(pred)), "iou50": float(is_no_answer(pred) and p.answer_box is None)}
+    hit = False
+    if p.answer_box is not None and p.answer_page is not None and 0 <= p.answer_page < len(sample.pages):
+        page_id = sample.pages[p.answer_page].id
+        box = Box.from_points(*p.answer_box)
+        hit = any(g.page_id == page_id and iou(box, g.box) >= 0.5 for g in sample.gold_boxes)
+    return {"em": float(em), "iou50": float(hit)} if sample.gold_boxes else {"em": float(em)}
+
+
+def evisrag_scores(sample: Sample, pred: str) -> dict[str, float]:
+    """EVisRAG Acc / F1; the gold is "insufficient to answer" for insufficient context."""
+    insufficient = sample.sufficient is False or not sample.answerable
+    golds = [INSUFFICIENT_ANSWER] if insufficient else list(sample.answers)
+    m = evaluate_predictions(pred, golds)
+    return {"evisrag_acc": float(m["acc"]), "evisrag_f1": float(m["f1"])}
+
+
+def retrieved_ids(infos: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every page id the episode retrieved, first occurrence first (``info["retrieved"]``)."""
+    seen: list[str] = []
+    for info in infos:
+        for pid in info.get("retrieved", ()) or ():
+            if str(pid) not in seen:
+                seen.append(str(pid))
+    return seen
+
+
+def retrieval_scores(
+    sample: Sample, infos: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1, 5)
+) -> dict[str, float]:
+    ranking = retrieved_ids(infos)
+    if not ranking or not sample.gold_pages:
+        return {}
+    qrels = dict(sample.extras.get("qrels") or {}) or list(sample.gold_pages)
+    out = {f"recall@{k}": recall_at_k(ranking, qrels, k) for k in ks}
+    out.update({f"ndcg@{k}": ndcg_at_k(ranking, qrels, k) for k in ks})
+    out["mrr@10"] = mrr_at_k(ranking, qrels, 10)
+    return out
+
+
+TOOL_ACTIONS_EXCLUDED = frozenset({"answer", "invalid"})
+
+
+def _useful_zoom(sample: Sample, info: Mapping[str, Any]) -> bool:
+    """A zoom/crop is useful when its page-pixel box overlaps a gold box on the same page."""
+    box, page = info.get("box"), info.get("page")
+    if box is None or page is None:
+        return False
+    b = Box.from_points(*box)
+    return any(g.page_id == page and iou(b, g.box) > 0 for g in sample.gold_boxes)
+
+
+def process(sample: Sample, p: Prediction) -> dict[str, float]:
+    """Invalid-action rate, finish, turns, tool calls, useful-zoom rate, tokens, latency."""
+    actions = [str(i.get("action", "")) for i in p.infos]
+    zooms = [i for i in p.infos if i.get("action") in ("zoom", "crop")]
+    out = {
+        "invalid_rate": sum(a == "invalid" for a in actions) / len(actions) if actions else 0.0,
+        "finished": float(p.finished),
+        "turns": float(len(p.texts)),
+        "tool_calls": float(sum(a not in TOOL_ACTIONS_EXCLUDED and a != "" for a in actions)),
+        "tokens": float(p.n_tokens),
+        "latency_s": p.latency_s,
+        "format_ok": float(not p.errors),
+    }
+    if zooms:
+        out["useful_zoom_rate"] = sum(_useful_zoom(sample, z) for z in zooms) / len(zooms)
+    return out
+
+
+def score(sample: Sample, p: Prediction) -> dict[str, float]:
+    """Every per-sample score of ``p`` (see the module docstring)."""
+    pred = p.answer if p.answer is not None else ""
+    out = official(sample, pred, p)
+    out.update(lat_scores(sample, pred, p))
+    out.update(evisrag_scores(sample, pred))
+    out.update(retrieval_scores(sample, p.infos))
+    out.update(process(sample, p))
+    return out
