@@ -1,0 +1,56 @@
+"""EVisRAG task: evidence-guided reasoning over synthetic documents, trained with RS-GRPO.
+
+Rewards (EVisRAG Eqs. 11-13): perception (per-image evidence vs gold evidence), derivation
+(answer F1; "insufficient to answer" when the context is insufficient) and format. RS-GRPO
+(Eq. 7-10) applies each to its own token scopes: ``RewardResult.scopes`` holds the value of each
+of the observe/evidence/think/answer channels (Eq. 8's mean of the rewards covering it) and
+``scopes()`` finds their token spans on the sampled ids.
+
+Synthetic questions without an answer in the document are the insufficient-context items
+(``Sample.sufficient = False``); their gold answer is "insufficient to answer".
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from evidra.env.single_turn import SingleTurnEnv
+from evidra.paradigms.evidence import (
+    SCOPE_NAMES,
+    EvidenceGuided,
+    evidence_oracle_text,
+    evidence_scopes,
+    parse_evidence,
+)
+from evidra.rewards.evisrag import EvisragReward
+from evidra.rl.config import DataConfig
+from evidra.rl.recipes._synth import synth_samples
+from evidra.rl.tasks import TASKS, Task
+from evidra.types import Message, Sample
+
+
+def evisrag_samples(cfg: DataConfig) -> list[Sample]:
+    return [replace(s, sufficient=s.answerable) for s in synth_samples(cfg, "synth.evisrag")]
+
+
+def evisrag_oracle(sample: Sample) -> list[Message]:
+    """The prompt plus the gold evidence block and answer (SFT cold start, EVisRAG §3.2)."""
+    return [
+        *EvidenceGuided().build_messages(sample, sample.pages),
+        Message.text("assistant", evidence_oracle_text(sample)),
+    ]
+
+
+TASKS.add(
+    "evisrag",
+    Task(
+        name="evisrag",
+        samples=evisrag_samples,
+        make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
+        parse=parse_evidence,
+        reward=EvisragReward(),
+        oracle=evisrag_oracle,
+        scope_names=SCOPE_NAMES,
+        scopes=evidence_scopes,
+    ),
+)
