@@ -9,6 +9,7 @@ is what pooling relies on. Everything runs in one process on the same queries:
 * ``ours fp16``        exact MaxSim, MultiVectorIndex (default settings), single and batched
 * ``fp32 exact``       the same blocks in float32: the reference for top-10 agreement
 * ``ours pooled``      two-stage: mean-pooled x4 prefilter, exact re-rank of the candidates
+* ``ours sign bits``   two-stage: 1-bit-per-dimension codes scored asymmetrically, exact re-rank
 * ``score_retrieval``  transformers' ColQwen2Processor.score_retrieval (einsum, fp16)
 * ``qdrant local``     qdrant-client's embedded mode, exact MAX_SIM (<= 1k pages only)
 
@@ -162,6 +163,16 @@ def bench_ours(case: Case, root: Path, options: MaxSimOptions) -> tuple[float, f
     return t_single, t_batch / Q, index.memory_bytes() / case.n, case.rows_of(hits)
 
 
+def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[int]]) -> str:
+    opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=case.args.candidates)  # type: ignore[arg-type]
+    single, batch, mem, ids = bench_ours(case, root, opts)
+    rel = recall(ids, case.gold, 5) / max(recall(exact_ids, case.gold, 5), 1e-9)
+    name = {"pooled": "ours pooled x4", "signbits": "ours sign bits"}[prefilter]
+    return case.row(
+        f"{name} +{case.args.candidates}", single, batch, mem, ids, f"recall@5 vs exact {rel:.3f}"
+    )
+
+
 def bench_size(n: int, args: argparse.Namespace, processor: Any, bw: float, gflops: float) -> list[str]:
     pages = make_pages(n, args.length, args.dim, args.pages_kind, seed=n)
     queries, gold = make_queries(pages, seed=n)
@@ -173,32 +184,15 @@ def bench_size(n: int, args: argparse.Namespace, processor: Any, bw: float, gflo
         for s in range(0, n, 2000):
             index.add(case.ids[s : s + 2000], pages[s : s + 2000])
         t_single, t_batch, mem, ours = bench_ours(case, root, MaxSimOptions(device="cpu", verify=False))
-        pooled_opts = MaxSimOptions(
-            device="cpu", verify=False, prefilter="pooled", candidates=args.candidates
-        )
-        p_single, p_batch, p_mem, pids = bench_ours(case, root, pooled_opts)
-    rel = recall(pids, gold, 5) / max(recall(ours, gold, 5), 1e-9)
+        rows = [
+            case.row("ours fp16 exact", t_single, t_batch, mem, ours),
+            case.row("fp32 exact (ref)", float("nan"), t_ref / Q, mem * 2, case.ref),
+            two_stage_row(case, root, "pooled", ours),
+            two_stage_row(case, root, "signbits", ours),
+        ]
     sr_single, sr_batch, srids = bench_score_retrieval(case, processor)
-    rows = [
-        case.row("ours fp16 exact", t_single, t_batch, mem, ours),
-        case.row("fp32 exact (ref)", float("nan"), t_ref / Q, mem * 2, case.ref),
-        case.row(
-            f"ours pooled x4 +{args.candidates}",
-            p_single,
-            p_batch,
-            p_mem,
-            pids,
-            f"recall@5 vs exact {rel:.3f}",
-        ),
-        case.row(
-            "transformers score_retrieval",
-            sr_single,
-            sr_batch,
-            mem,
-            srids,
-            f"ours is {sr_single / t_single:.1f}x faster single, {sr_batch / t_batch:.1f}x batched",
-        ),
-    ]
+    note = f"ours is {sr_single / t_single:.1f}x faster single, {sr_batch / t_batch:.1f}x batched"
+    rows.append(case.row("transformers score_retrieval", sr_single, sr_batch, mem, srids, note))
     if n <= args.qdrant_max:
         rows.append(bench_qdrant(case))
     return [*rows, bounds_row(case, t_batch * Q, bw, gflops)]

@@ -233,3 +233,21 @@ def test_dense_index(tmp_path: Path) -> None:
 def _multi(tmp_path: Path) -> Path:
     MultiVectorIndex.create(tmp_path / "m", DIM, options=CPU).close()
     return tmp_path / "m"
+
+
+def test_signbit_prefilter_finds_planted_pages(tmp_path: Path) -> None:
+    n_pages, length, dim = 60, 32, 64
+    pages = {f"p{i:02d}": _unit(length, dim, seed=i) for i in range(n_pages)}
+    opts = MaxSimOptions(device="cpu", prefilter="signbits", candidates=10)
+    index = MultiVectorIndex.create(tmp_path / "idx", dim, options=opts)
+    index.add(list(pages), list(pages.values()))
+    exact = MultiVectorIndex.open(tmp_path / "idx", options=MaxSimOptions(device="cpu"))
+    assert index.memory_bytes() * 16 == exact.memory_bytes()  # 1 bit vs 16 bits per dimension
+    queries = [
+        torch.nn.functional.normalize(pages[f"p{i:02d}"][8:12] + 0.1 * _unit(4, dim, seed=700 + i), dim=-1)
+        for i in range(0, n_pages, 3)
+    ]
+    hits = index.search(queries, k=5)
+    assert [r[0].page_id for r in hits] == [f"p{i:02d}" for i in range(0, n_pages, 3)]
+    want = exact.search(queries, k=5)
+    assert [r[0].score for r in hits] == pytest.approx([r[0].score for r in want], abs=1e-3)

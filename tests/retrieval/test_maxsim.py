@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval.maxsim import build_blocks, maxsim, mean_pool, score_blocks
+from evidra.retrieval.maxsim import build_blocks, maxsim, mean_pool, pack_signs, score_blocks, unpack_signs
 
 
 def test_maxsim_hand_computed() -> None:
@@ -85,3 +85,18 @@ def test_blocked_scores_equal_reference_property(
     )
     want = torch.tensor([[float(maxsim(q, p)) for p in pages] for q in queries])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_sign_bits_round_trip_and_asymmetric_score() -> None:
+    page = torch.tensor([[0.5, -0.1, 0.2, 0.3, -0.4, 0.6, -0.7, 0.8], [-1.0] * 8])
+    codes = pack_signs(page)
+    assert codes.tolist() == [[0b10110101], [0]]
+    signs = unpack_signs(codes, torch.float32)
+    assert signs.tolist() == [[1.0, -1, 1, 1, -1, 1, -1, 1], [-1.0] * 8]
+    # a block of codes scores q . sign(p): token (1, 0, ..., 0) -> max(+1, -1) = 1
+    q = torch.zeros(1, 8)
+    q[0, 0] = 1.0
+    blocks = build_blocks([codes], [0], dtype=torch.uint8)
+    assert score_blocks([q], blocks, 1).tolist() == [[1.0]]
+    with pytest.raises(InvalidInputError, match="divisible by 8"):
+        pack_signs(torch.ones(2, 6))

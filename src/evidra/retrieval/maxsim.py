@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -129,10 +130,13 @@ def score_block(
     matrix; reusing one buffer across blocks avoids a fresh allocation (and its page faults) for
     every block, which on CPU costs as much as the matmul itself.
     """
-    c, length, dim = block.vectors.shape
+    vectors = block.vectors
+    if vectors.dtype == torch.uint8:  # sign-bit codes (C, L, D/8) -> +-1 vectors (C, L, D)
+        vectors = unpack_signs(vectors, compute_dtype(vectors))
+    c, length, dim = vectors.shape
     t = tokens.shape[0]
-    q = tokens.to(block.vectors.dtype)  # no-op when already converted
-    pages = block.vectors.view(c * length, dim).T  # (D, C*L)
+    q = tokens.to(vectors.dtype)  # no-op when already converted
+    pages = vectors.reshape(c * length, dim).T  # (D, C*L)
     if buffer is not None and buffer.numel() >= t * c * length and buffer.dtype == q.dtype:
         sims = torch.matmul(q, pages, out=buffer[: t * c * length].view(t, c * length))  # (T, C*L)
     else:
@@ -157,7 +161,7 @@ def score_blocks(
     out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32, device=device)
     if not blocks:
         return out
-    dtype = blocks[0].vectors.dtype
+    dtype = compute_dtype(blocks[0].vectors)
     widest = max(b.n_tokens for b in blocks)
     buffer: Tensor | None = None
     start = 0
@@ -176,6 +180,36 @@ def score_blocks(
             out[start:end, block.rows.to(device)] = score_block(tokens, owner, end - start, block, buffer)
         start = end
     return out
+
+
+def compute_dtype(vectors: Tensor) -> torch.dtype:
+    """The dtype a block is scored in: its own, or float16 for sign-bit codes."""
+    return torch.float16 if vectors.dtype == torch.uint8 else vectors.dtype
+
+
+_SIGNS = (
+    torch.from_numpy(np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1)).float() * 2 - 1
+)  # (256, 8)
+
+
+def pack_signs(page: Tensor) -> Tensor:
+    """Sign bits of each vector, 8 dims per byte: ``(L, D)`` -> ``(L, D/8)`` uint8.
+
+    The cheap first stage of Vespa's binarised ColPali: ``q . sign(p)`` (asymmetric, the query
+    stays float) ranks pages nearly like ``q . p`` at 1/16 of fp16's memory.
+
+    >>> pack_signs(torch.tensor([[1.0, -2, 3, 4, -5, 6, -7, 8]])).tolist()   # bits 10110101
+    [[181]]
+    """
+    if page.shape[-1] % 8:
+        raise InvalidInputError(f"sign-bit codes need a dimension divisible by 8, got {page.shape[-1]}")
+    return torch.from_numpy(np.packbits(page.float().numpy() > 0, axis=-1))
+
+
+def unpack_signs(codes: Tensor, dtype: torch.dtype = torch.float16) -> Tensor:
+    """Inverse of ``pack_signs`` up to magnitude: ``(..., D/8)`` uint8 -> ``(..., D)`` of +-1."""
+    table = _SIGNS.to(codes.device, dtype)
+    return table[codes.long()].flatten(-2)  # (..., D/8, 8) -> (..., D)
 
 
 def mean_pool(page: Tensor, factor: int) -> Tensor:
