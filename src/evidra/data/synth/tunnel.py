@@ -1,0 +1,239 @@
+"""Tunnel-Vision-style tasks (Berman & Deng, NeurIPS 2025) as CAVE's auxiliary training data.
+
+Our own re-implementation from the task description in reference/BENCHMARKS.md §11 (the suite's
+code is not public in a form we can reuse): object re-identification (``objreid``), the visual
+scavenger hunt (``chain``) and circuit connections (``circuits``), rendered with PIL. CAVE
+(App. C) uses such data for training only, with a "perception" field of key evidence; each
+sample carries it in ``gold_evidence`` / ``extras["perception"]``.
+
+Every instance is drawn from ``random.Random(f"tunnel:{task}:{split}:{seed}:{i}")``: the same
+seed reproduces the same bytes, and splits never share a random stream (CAVE App. C, Table 10).
+Answers use the suite's braces convention: the model answers ``{red}``, ``{C3}`` or ``{yes}``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from evidra.data.synth._draw import COLORS, regular_polygon, save_sample, transform_points
+from evidra.errors import InvalidInputError
+from evidra.types import Sample
+
+CHAIN_COLORS = (
+    "red",
+    "orange",
+    "yellow",
+    "green",
+    "blue",
+    "purple",
+    "magenta",
+    "pink",
+    "cyan",
+    "gray",
+    "lime",
+)
+CHAIN_SHAPES = ("circle", "square", "triangle")
+CELL = 100  # px per grid cell
+OBJ_COLORS = ("red", "green", "blue", "orange", "purple", "teal", "magenta", "gold")
+WIRE_COLORS = ("red", "orange", "yellow", "green", "blue", "purple")
+_SIDES = {"circle": 32, "square": 4, "triangle": 3}
+
+
+def _shape(draw: ImageDraw.ImageDraw, kind: str, cx: float, cy: float, r: float, color: str) -> None:
+    angle = -math.pi / 2 if kind == "triangle" else math.pi / 4 if kind == "square" else 0.0
+    draw.polygon(regular_polygon(cx, cy, r, _SIDES[kind], angle), fill=COLORS[color])
+
+
+# ---- visual scavenger hunt (chain trial) ------------------------------------------------------
+
+
+def chain(rng: random.Random, out: Path, sid: str, steps: int = 2) -> Sample:
+    """3x3 grid; each chain cell's label names the next cell; the answer is the last cell's colour."""
+    pairs = [(s, c) for s in CHAIN_SHAPES for c in CHAIN_COLORS]
+    cells = rng.sample(pairs, 9)  # unique (shape, colour) per cell
+    order = rng.sample(range(9), steps + 1)
+    labels = {i: f"{cells[j][1]} {cells[j][0]}" for i, j in itertools.pairwise(order)}
+    for i in range(9):
+        if i not in labels:
+            decoy = rng.choice(pairs)
+            labels[i] = f"{decoy[1]} {decoy[0]}"
+    image = Image.new("RGB", (3 * CELL, 3 * CELL), "white")
+    draw = ImageDraw.Draw(image)
+    for i, (shape, color) in enumerate(cells):
+        x, y = (i % 3) * CELL, (i // 3) * CELL
+        _shape(draw, shape, x + CELL / 2, y + CELL * 0.42, 0.35 * CELL * 0.8, color)
+        draw.text((x + 4, y + CELL - 14), labels[i], fill="black")
+    start = cells[order[0]]
+    final = cells[order[-1]][1]
+    path = [f"{cells[j][1]} {cells[j][0]} (row {j // 3 + 1}, column {j % 3 + 1})" for j in order]
+    prompt = (
+        f"Starting at the {start[1]} {start[0]}, follow the labels for {steps} steps. Each cell's label "
+        f"names the next cell. After {steps} steps, what color are you on? Answer with the color in "
+        "braces, e.g. {red}."
+    )
+    meta = {"start_pair": list(start), "final_color": final, "chain": [list(cells[j]) for j in order],
+            "cells": [list(c) for c in cells], "labels": [labels[i] for i in range(9)]}  # fmt: skip
+    return save_sample([image], out, sid, prompt, final, " -> ".join(path), "tunnel_chain", meta)
+
+
+# ---- circuit connections ------------------------------------------------------------------------
+
+
+def _board_ports() -> list[tuple[float, float]]:
+    bx, by = 300, 140  # 200 x 320 breadboard centred on the 800 x 600 canvas
+    return [(bx + 60 + 80 * (k % 2), by + 40 + 60 * (k // 2)) for k in range(10)]
+
+
+def _components(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    slots = [(x, 20) for x in (20, 140, 260, 420, 540, 680)] + [
+        (x, 520) for x in (20, 140, 260, 420, 540, 680)
+    ]
+    slots += [(20, 180), (20, 300), (680, 180), (680, 300)]
+    comps = []
+    for k, (x, y) in enumerate(rng.sample(slots, n)):
+        ports = [(x + 20 + 30 * j, y + 30.0) for j in range(rng.randint(1, 3))]
+        fill = (rng.randint(190, 240), rng.randint(190, 240), rng.randint(190, 240))  # pastel
+        comps.append({"name": f"C{k + 1}", "rect": [x, y, x + 100, y + 60], "ports": ports, "fill": fill})
+    return comps
+
+
+def _wire_path(
+    rng: random.Random, a: tuple[float, float], b: tuple[float, float]
+) -> list[tuple[float, float]]:
+    """A kinked diagonal polyline from ``a`` to ``b`` (two random interior bends)."""
+    pts = [a]
+    for t in (rng.uniform(0.25, 0.45), rng.uniform(0.55, 0.75)):
+        pts.append(
+            (a[0] + t * (b[0] - a[0]) + rng.uniform(-60, 60), a[1] + t * (b[1] - a[1]) + rng.uniform(-60, 60))
+        )
+    return [*pts, b]
+
+
+def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max_wires: int = 5) -> Sample:
+    comps = _components(rng, n_components)
+    free = [(c["name"], p) for c in comps for p in c["ports"]]
+    rng.shuffle(free)
+    board = _board_ports()
+    wired = rng.sample(range(10), min(rng.randint(2, max_wires), len(free), 10))
+    wires = []
+    for port in wired:
+        comp, end = free.pop()
+        wires.append(
+            {
+                "port": port + 1,
+                "comp": comp,
+                "path": _wire_path(rng, board[port], end),
+                "color": rng.choice(WIRE_COLORS),
+            }
+        )
+    image = Image.new("RGB", (800, 600), "white")
+    draw = ImageDraw.Draw(image)
+    draw.rectangle((300, 140, 500, 460), fill="#e0e0e0")
+    for c in comps:
+        draw.rectangle(tuple(c["rect"]), fill=tuple(c["fill"]), outline="black")
+        draw.text((c["rect"][0] + 4, c["rect"][1] + 4), c["name"], fill="black")
+    for w in wires:
+        draw.line(w["path"], fill=COLORS[w["color"]], width=4, joint="curve")
+    for k, (x, y) in enumerate(board):
+        draw.ellipse((x - 10, y - 10, x + 10, y + 10), fill="white", outline="black")
+        draw.text((x - 4, y - 6), str(k + 1), fill="black")
+    query = rng.choice(wires)
+    prompt = (f"Which component does the wire from port {query['port']} on the breadboard connect to? "
+              "Answer with the component name in braces, e.g. {C3}.")  # fmt: skip
+    evidence = f"The {query['color']} wire leaves port {query['port']} and ends at a port of {query['comp']}."
+    meta = {"query_port": query["port"], "correct_comp": query["comp"], "wires": wires, "components": comps}
+    return save_sample([image], out, sid, prompt, query["comp"], evidence, "tunnel_circuits", meta)
+
+
+# ---- object re-identification ---------------------------------------------------------------------
+
+
+def _composite(rng: random.Random) -> list[dict[str, Any]]:
+    """2-5 polygons, each touching an earlier one (distance r_i + r_ref - U(0, 0.1 min r))."""
+    shapes: list[dict[str, Any]] = []
+    for _ in range(rng.randint(2, 5)):
+        r = rng.uniform(0.07, 0.20) * 512 / 2
+        if not shapes:
+            cx, cy = 256.0, 256.0
+        else:
+            ref = rng.choice(shapes)
+            d = r + ref["r"] - rng.uniform(0, 0.1 * min(r, ref["r"]))
+            a = rng.uniform(0, 2 * math.pi)
+            cx, cy = ref["cx"] + d * math.cos(a), ref["cy"] + d * math.sin(a)
+        sides = rng.choice((3, 4, 5, 6, 7, 8, 32))
+        pts = regular_polygon(cx, cy, r, sides, rng.uniform(0, 2 * math.pi))
+        shapes.append({"cx": cx, "cy": cy, "r": r, "points": pts, "color": rng.choice(OBJ_COLORS)})
+    return shapes
+
+
+def _render(shapes: list[dict[str, Any]]) -> Image.Image:
+    image = Image.new("RGB", (512, 512), "white")
+    draw = ImageDraw.Draw(image)
+    for s in shapes:
+        draw.polygon(s["points"], fill=COLORS[s["color"]])
+    return image
+
+
+def objreid(rng: random.Random, out: Path, sid: str) -> Sample:
+    """Image 2 is the composite rotated by U(-pi, pi) and scaled by U(0.5, 1.5) about the centre
+    ("yes"), or that copy with 1-2 shapes jittered by translation, rotation or scale ("no")."""
+    shapes = _composite(rng)
+    angle, scale = rng.uniform(-math.pi, math.pi), rng.uniform(0.5, 1.5)  # suite: U(0.3, 2); kept on canvas
+    moved = [{**s, "points": transform_points(s["points"], angle, scale, (256, 256))} for s in shapes]
+    same = rng.random() < 0.5
+    jittered: list[int] = []
+    if not same:
+        jittered = rng.sample(range(len(moved)), min(len(moved), rng.randint(1, 2)))
+        for j in jittered:
+            pts = moved[j]["points"]
+            cx, cy = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
+            kind = rng.choice(("translate", "rotate", "scale"))
+            if kind == "translate":
+                dx, dy = (rng.choice((-1, 1)) * rng.uniform(15, 30) for _ in range(2))
+                moved[j] = {**moved[j], "points": [(x + dx, y + dy) for x, y in pts]}
+            elif kind == "rotate":
+                turn = math.radians(rng.uniform(6, 36))
+                moved[j] = {**moved[j], "points": transform_points(pts, turn, 1.0, (cx, cy))}
+            else:
+                factor = 1 + rng.choice((-1, 1)) * rng.uniform(0.1, 0.33)
+                moved[j] = {**moved[j], "points": transform_points(pts, 0.0, factor, (cx, cy))}
+    answer = "yes" if same else "no"
+    prompt = ("The first image shows an object made of several shapes. Does this SAME object appear in the "
+              "second image, possibly rotated or scaled? Respond with {yes} or {no}.")  # fmt: skip
+    evidence = (
+        "Image 2 is a rotated, scaled copy." if same else f"Shapes {sorted(jittered)} differ in image 2."
+    )
+    meta = {"angle": angle, "scale": scale, "jittered": sorted(jittered), "n_shapes": len(shapes)}
+    return save_sample(
+        [_render(shapes), _render(moved)], out, sid, prompt, answer, evidence, "tunnel_objreid", meta
+    )
+
+
+TASKS: dict[str, Callable[[random.Random, Path, str], Sample]] = {
+    "chain": chain,
+    "circuits": circuits,
+    "objreid": objreid,
+}
+
+
+def generate_tunnel(
+    out_dir: str | Path, task: str, n: int, *, seed: int = 0, split: str = "train"
+) -> list[Sample]:
+    """``n`` samples of ``task`` (``chain``, ``circuits``, ``objreid``) with images under ``out_dir``."""
+    if task not in TASKS:
+        raise InvalidInputError(f"unknown Tunnel Vision task {task!r}; use one of {sorted(TASKS)}")
+    out = Path(out_dir) / f"tunnel_{task}_{split}_{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    return [
+        TASKS[task](
+            random.Random(f"tunnel:{task}:{split}:{seed}:{i}"), out, f"tunnel-{task}-{split}-{seed}-{i}"
+        )
+        for i in range(n)
+    ]
