@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidra.errors import InvalidInputError
-from evidra.models.context import collate_split
+from evidra.models.context import Context, collate_split
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
+from evidra.models.prefix import PREFIX_ARCHS, PrefixBatch, build_prefix_batch, prefix_logprobs
 from evidra.rl.kl import kl_penalty
 from evidra.rl.losses import POLICY_LOSSES, aggregate
 from evidra.rl.policy import Reference
@@ -40,11 +41,19 @@ class UpdateSettings:
 @dataclass(eq=False)
 class MicroBatch:
     rows: slice  # which episodes of the step these are
-    inputs: dict[str, Any]  # model inputs: prompts left-padded, responses right-padded
+    inputs: dict[str, Any] | None  # plain path: prompts left-padded, responses right-padded
+    prefix: PrefixBatch | None  # shared-prompt path (single-turn responses without images)
     response_ids: Any  # (b, R)
     loss_mask: Any  # (b, R): 1 on policy tokens, 0 on padding and observations
     old_logprobs: Any  # (b, R): sampling log-probs, 0 off the mask
     advantages: Any = None  # (b, R), set from the step's (N, L) token advantages
+
+    def logprobs(self, model: Any, temperature: float, *, with_entropy: bool = False) -> Any:
+        """Log-probs (b, R) of the responses under ``model`` (and entropies if asked)."""
+        if self.prefix is not None:
+            return prefix_logprobs(model, self.prefix, temperature, with_entropy=with_entropy)
+        assert self.inputs is not None
+        return forward_logprobs(model, self.inputs, self.response_ids, temperature, with_entropy=with_entropy)
 
     def set_advantages(self, all_rows: Any) -> None:
         """Take this micro-batch's rows of the step's ``(N, L)`` advantages, cut to its width."""
@@ -55,27 +64,61 @@ class MicroBatch:
         self.advantages = block.to(self.loss_mask.device)
 
 
+def _shared_prompts(vlm: VLM, chunk: Sequence[Episode]) -> tuple[list[Context], list[int]] | None:
+    """Distinct prompts of a chunk and each episode's prompt index; None if one cannot share."""
+    if vlm.arch not in PREFIX_ARCHS:
+        return None
+    keys: dict[tuple[int, tuple[int, ...]], int] = {}
+    prompts: list[Context] = []
+    index = []
+    for ep in chunk:
+        t = ep.trajectory
+        if vlm.image_token_id in t.token_ids:  # images inside the response: plain path
+            return None
+        key = (ep.group, t.prompt_ids)
+        if key not in keys:
+            keys[key] = len(prompts)
+            prompts.append(Context(t.prompt_ids, ep.context.pixel_values, ep.context.image_grid_thw))
+        index.append(keys[key])
+    return (prompts, index) if len(prompts) < len(chunk) else None
+
+
 def episode_tensors(vlm: VLM, episodes: Sequence[Episode], micro_batch_size: int) -> list[MicroBatch]:
-    """Collate episodes into micro-batches of model inputs and aligned per-token tensors."""
+    """Collate episodes into micro-batches of model inputs and aligned per-token tensors.
+
+    Groups of single-turn episodes share their prompt (``models.prefix``): it is encoded once
+    per micro-batch instead of once per episode.
+    """
     import torch
 
     out = []
+    device = vlm.device
     for start in range(0, len(episodes), micro_batch_size):
         chunk = episodes[start : start + micro_batch_size]
-        prompt_lens = [len(ep.trajectory.prompt_ids) for ep in chunk]
-        inputs, ids, pad_mask = collate_split(
-            [ep.context for ep in chunk], prompt_lens, vlm.pad_token_id, vlm.image_token_id
-        )
-        mask = torch.zeros_like(pad_mask, dtype=torch.float32)  # (b, R)
+        shared = _shared_prompts(vlm, chunk)
+        inputs, prefix = None, None
+        if shared is not None:
+            responses = [ep.trajectory.token_ids for ep in chunk]
+            prefix = build_prefix_batch(shared[0], shared[1], responses, vlm.pad_token_id, vlm.image_token_id)
+            prefix.prompt_inputs = {
+                k: v.to(device) if hasattr(v, "to") else v for k, v in prefix.prompt_inputs.items()
+            }
+            ids, pad_mask = prefix.response_ids.to(device), prefix.response_mask
+            prefix.response_ids, prefix.response_mask = ids, pad_mask.to(device)
+        else:
+            prompt_lens = [len(ep.trajectory.prompt_ids) for ep in chunk]
+            contexts = [ep.context for ep in chunk]
+            plain, ids, pad_mask = collate_split(contexts, prompt_lens, vlm.pad_token_id, vlm.image_token_id)
+            inputs = {k: v.to(device) if hasattr(v, "to") else v for k, v in plain.items()}
+            ids = ids.to(device)
+        mask = torch.zeros(pad_mask.shape, dtype=torch.float32)  # (b, R)
         old = torch.zeros_like(mask)  # (b, R)
         for i, ep in enumerate(chunk):
             t = ep.trajectory
             mask[i, : len(t.policy_mask)] = torch.tensor(t.policy_mask, dtype=torch.float32)
             old[i, : len(t.logprobs)] = torch.tensor(t.logprobs, dtype=torch.float32)
-        device = vlm.device
-        moved = {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
         rows = slice(start, start + len(chunk))
-        out.append(MicroBatch(rows, moved, ids.to(device), mask.to(device), old.to(device)))
+        out.append(MicroBatch(rows, inputs, prefix, ids, mask.to(device), old.to(device)))
     return out
 
 
@@ -92,7 +135,7 @@ def reference_logprobs(reference: Reference, batches: Sequence[MicroBatch], temp
     out = []
     with torch.no_grad(), reference.active() as model:
         for mb in batches:
-            out.append(forward_logprobs(model, mb.inputs, mb.response_ids, temperature))
+            out.append(mb.logprobs(model, temperature))
     return out
 
 
@@ -133,9 +176,7 @@ def policy_update(
             sync = nullcontext() if last or acc.num_processes == 1 else acc.no_sync(model)
             with sync:
                 mask = mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]  # (b, R)
-                logp, entropy = forward_logprobs(
-                    model, mb.inputs, mb.response_ids, s.temperature, with_entropy=True
-                )
+                logp, entropy = mb.logprobs(model, s.temperature, with_entropy=True)  # (b, R) each
                 out = loss_fn(
                     logp, mb.old_logprobs, mb.advantages, mask, clip_low=s.clip_low, clip_high=s.clip_high,
                     dual_clip=s.dual_clip,
