@@ -68,6 +68,15 @@ def question_text(question: str) -> str:
     return q if q.endswith("?") else q + "?"
 
 
+def _structure_errors(text: str) -> list[str]:
+    """Reward-hacking shapes the LAT format regex (Eq. 10) lets through or rejects silently."""
+    errors = [f"<{tag}> repeated" for tag in ("think", "answer") if text.count(f"<{tag}>") > 1]
+    think_at, answer_at = text.find("<think>"), text.find("<answer>")
+    if think_at >= 0 and answer_at >= 0 and answer_at < think_at:
+        errors.append("tags out of order: <answer> before <think>")
+    return errors
+
+
 def parse_coe(text: str) -> Parsed:
     """Steps (each with its page and box, page pixels), answer and answer box of a CoE output.
 
@@ -82,6 +91,7 @@ def parse_coe(text: str) -> Parsed:
         errors.append("missing <think>")
     if answer_raw is None:
         errors.append("missing <answer>")
+    errors += _structure_errors(text)
     steps: list[Step] = []
     previous = 0
     for pb in parse_lat_boxes(think or "", CoordSpace.PAGE):
