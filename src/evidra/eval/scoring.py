@@ -15,6 +15,7 @@ box in it is already in page pixels. ``score`` returns a flat ``{metric: value}`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,26 @@ OFFICIAL.add("mmlongbench", _mmlongbench)
 for _name in ("visrag", "vidore", "beir"):
     OFFICIAL.add(_name, _visrag)
 OFFICIAL.add("exact", _exact)
+
+_BRACES = re.compile(r"\{([^{}]+)\}")
+
+
+def braced_answer(text: str) -> str:
+    """Tunnel Vision's extraction: the first ``{...}`` group, else the stripped text."""
+    m = _BRACES.search(text)
+    return (m.group(1) if m else text).strip()
+
+
+def _synthetic(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
+    """Tunnel Vision / TRACER-style accuracy: braces extraction, case-insensitive equality
+    (the suite lowercases colours and yes/no and uppercases component names)."""
+    got = braced_answer(pred).casefold()
+    return {"synthetic_accuracy": float(any(got == a.strip().casefold() for a in s.answers))}
+
+
+for _name in ("tunnel_chain", "tunnel_circuits", "tunnel_objreid", "tracer_vjump", "tracer_trace",
+              "tracer_match", "tracer_subimage"):  # fmt: skip
+    OFFICIAL.add(_name, _synthetic)
 
 
 def official(sample: Sample, pred: str, prediction: Prediction) -> dict[str, float]:

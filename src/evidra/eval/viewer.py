@@ -32,6 +32,15 @@ class ViewerPage:
 
 
 @dataclass(frozen=True)
+class ViewerStep:
+    """A reasoning step listed beside the pages; ``label`` matches its box's label."""
+
+    label: str
+    text: str
+    color: str = "#2563eb"
+
+
+@dataclass(frozen=True)
 class ViewerRecord:
     question: str
     prediction: str | None
@@ -40,6 +49,8 @@ class ViewerRecord:
     pages: tuple[ViewerPage, ...]
     output: str = ""
     details: dict[str, str] = field(default_factory=dict)
+    steps: tuple[ViewerStep, ...] = ()
+    rewards: dict[str, float] = field(default_factory=dict)
 
 
 _CSS = """
@@ -49,7 +60,9 @@ body{font-family:system-ui,sans-serif;margin:24px;background:#f8fafc;color:#0f17
 .page img{width:100%;display:block;border:1px solid #cbd5e1}
 .box{position:absolute;border:2px solid;box-sizing:border-box}
 .box span{position:absolute;top:-16px;left:0;font-size:10px;background:#fff;padding:0 2px;white-space:nowrap}
-.ok{color:#15803d}.bad{color:#b91c1c}pre{white-space:pre-wrap;background:#f1f5f9;padding:8px;font-size:12px}
+.steps{margin:8px 0;padding-left:0;list-style:none;font-size:13px}.steps li{margin:2px 0}
+.tag{display:inline-block;min-width:22px;padding:0 4px;margin-right:6px;color:#fff;border-radius:3px}
+.rewards{font-size:12px;color:#334155}.ok{color:#15803d}.bad{color:#b91c1c}pre{white-space:pre-wrap;background:#f1f5f9;padding:8px;font-size:12px}
 """
 
 
@@ -84,8 +97,28 @@ def _record_html(i: int, rec: ViewerRecord, base: Path) -> str:
     return (
         f'<div class="rec" id="rec-{i}"><h3>{i + 1}. {html.escape(rec.question)}</h3>'
         f"<div>prediction: <b>{pred}</b> {verdict}</div><div>gold: {gold}</div>{details}"
-        f'<div class="pages">{pages}</div><pre>{html.escape(rec.output)}</pre></div>'
+        f"{_rewards_html(rec.rewards)}"
+        f'<div class="pages">{pages}{_steps_html(rec.steps)}</div><pre>{html.escape(rec.output)}</pre></div>'
     )
+
+
+def _steps_html(steps: tuple[ViewerStep, ...]) -> str:
+    """The step list beside the pages: each step's text after a tag coloured like its box."""
+    if not steps:
+        return ""
+    items = "".join(
+        f'<li><span class="tag" style="background:{html.escape(s.color, quote=True)}">'
+        f"{html.escape(s.label)}</span>{html.escape(s.text)}</li>"
+        for s in steps
+    )
+    return f'<ol class="steps">{items}</ol>'
+
+
+def _rewards_html(rewards: dict[str, float]) -> str:
+    if not rewards:
+        return ""
+    cells = " · ".join(f"{html.escape(k)}: {v:.3g}" for k, v in rewards.items())
+    return f'<div class="rewards">{cells}</div>'
 
 
 def write_viewer(records: Sequence[ViewerRecord], path: str | Path, title: str = "evidra report") -> Path:

@@ -1,0 +1,133 @@
+"""``evidra eval``: run paradigms x benchmarks with one model, write results, tables and viewer.
+
+    evidra eval --synthetic tunnel.chain --synthetic tracer.trace --n 16 \\
+        --paradigm direct --paradigm coe --model ./checkpoint --out runs/eval
+    evidra eval --benchmark docvqa --data val.jsonl --paradigm all \\
+        --endpoint http://127.0.0.1:8000/v1 --model-name qwen2.5-vl-7b --out runs/eval
+
+Predictions are cached in ``OUT/predictions.jsonl``: rerunning resumes. ``--paradigm all`` runs
+every registered paradigm and skips (with a warning) those that cannot prompt these samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from evidra.errors import InvalidInputError
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate paradigms on benchmarks with a local checkpoint or an OpenAI-compatible endpoint",
+        description="Writes OUT/results.jsonl, OUT/tables.md, OUT/table_*.csv and OUT/viewer.html.",
+    )
+    src = p.add_argument_group("benchmarks")
+    synth_help = (
+        "synthetic benchmark: documents, tunnel.chain|circuits|objreid, tracer.vjump|trace|match|subimage"
+    )
+    src.add_argument("--synthetic", action="append", default=[], metavar="NAME", help=synth_help)
+    src.add_argument(
+        "--benchmark",
+        default=None,
+        metavar="NAME",
+        help="published benchmark loader (see evidra.data.loaders)",
+    )
+    src.add_argument("--data", default=None, metavar="PATH", help="files of --benchmark")
+    src.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="loader option, e.g. pool=train.jsonl",
+    )
+    src.add_argument("--n", type=int, default=8, help="samples per synthetic benchmark (default 8)")
+    src.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
+    src.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--paradigm", action="append", default=[], metavar="NAME", help="paradigm name, repeatable, or 'all'"
+    )
+    model = p.add_argument_group("model")
+    model.add_argument("--model", default=None, metavar="PATH", help="local checkpoint directory")
+    model.add_argument("--endpoint", default=None, metavar="URL", help="OpenAI-compatible base URL (…/v1)")
+    model.add_argument("--model-name", default=None, help="model name sent to --endpoint")
+    model.add_argument(
+        "--arch", default="qwen2_5_vl", help="box convention of the endpoint model (default qwen2_5_vl)"
+    )
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--max-turns", type=int, default=1)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.set_defaults(func=run)
+
+
+def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
+    from evidra.eval.benchmarks import synthetic_samples
+
+    benches: dict[str, list[Any]] = {}
+    for name in args.synthetic:
+        benches[name] = synthetic_samples(name, out / "data", args.n, seed=args.seed)[: args.limit]
+    if args.benchmark:
+        from evidra.data.loaders import load
+
+        if not args.data:
+            raise InvalidInputError("--benchmark needs --data PATH (the benchmark's files)")
+        options = dict(o.split("=", 1) for o in args.option)
+        benches[args.benchmark] = load(args.benchmark, args.data, limit=args.limit, **options)
+    if not benches:
+        raise InvalidInputError("nothing to evaluate: pass --synthetic NAME or --benchmark NAME --data PATH")
+    return benches
+
+
+def _backend(args: argparse.Namespace) -> tuple[Any, str]:
+    from evidra.eval.runner import EndpointModel, LocalModel
+
+    if args.model and not args.endpoint:
+        from evidra.models.loading import load_vlm
+
+        return LocalModel(load_vlm(args.model)), Path(args.model).name
+    if args.endpoint and args.model_name:
+        from evidra.eval.endpoint import ChatEndpoint
+        from evidra.geometry import vision_spec
+
+        return EndpointModel(
+            ChatEndpoint(args.endpoint, args.model_name), vision_spec(args.arch)
+        ), args.model_name
+    raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from evidra.errors import EvidraError
+    from evidra.eval.report import RunResult, write_report
+    from evidra.eval.runner import RunConfig, run_eval
+    from evidra.eval.tables import summarize
+    from evidra.paradigms import PARADIGMS
+
+    out = Path(args.out)
+    benches = _samples(args, out)
+    backend, model_name = _backend(args)
+    paradigms = PARADIGMS.names() if args.paradigm in ([], ["all"]) else args.paradigm
+    runs = []
+    for bench, samples in benches.items():
+        for paradigm in paradigms:
+            cfg = RunConfig(bench, paradigm, model_name, batch_size=args.batch_size, max_turns=args.max_turns,
+                            max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
+            with tqdm(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
+                try:
+                    preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", progress=bar.update)
+                except EvidraError as exc:
+                    if args.paradigm not in ([], ["all"]):
+                        raise
+                    logger.warning("skipping paradigm %s on %s: %s", paradigm, bench, exc)
+                    continue
+            runs.append(RunResult(summarize(cfg.key, preds, samples), tuple(samples), tuple(preds)))
+    for path in write_report(runs, out):
+        print(path)
+    return 0

@@ -1,0 +1,86 @@
+"""Reports of evaluation runs: results JSONL, paper-style tables and the HTML evidence viewer.
+
+The viewer shows, per sample, every page with the gold boxes, the box of each reasoning step
+(numbered like the step list beside the pages) and the answer box, plus the run's scores. All
+text is escaped by ``evidra.eval.viewer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from evidra.eval.scoring import Prediction
+from evidra.eval.tables import LAYOUTS, ResultRow, write_tables
+from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, ViewerStep, write_viewer
+from evidra.types import Box, Sample
+
+GOLD, ANSWER = "#16a34a", "#dc2626"
+STEP_COLORS = ("#2563eb", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One evaluated run: its result row with the samples and predictions behind it."""
+
+    row: ResultRow
+    samples: tuple[Sample, ...]
+    predictions: tuple[Prediction, ...]
+
+
+def primary_score(scores: Mapping[str, float]) -> float | None:
+    """The benchmark's headline metric: the first official metric present in ``scores``."""
+    return next((scores[m] for m in LAYOUTS.get("official") if m in scores), None)
+
+
+def _boxes_for_page(sample: Sample, p: Prediction, index: int) -> tuple[ViewerBox, ...]:
+    page = sample.pages[index]
+    boxes = [ViewerBox(g.box, "gold", GOLD) for g in sample.gold_boxes if g.page_id == page.id]
+    for k, step in enumerate(p.steps, 1):
+        if step.box is not None and step.page == index:
+            boxes.append(ViewerBox(Box(*step.box), str(k), STEP_COLORS[(k - 1) % len(STEP_COLORS)]))
+    if p.answer_box is not None and p.answer_page == index:
+        boxes.append(ViewerBox(Box(*p.answer_box), "answer", ANSWER))
+    return tuple(boxes)
+
+
+def viewer_record(sample: Sample, p: Prediction, run: str = "") -> ViewerRecord:
+    pages = tuple(
+        ViewerPage(pg.image_path, pg.width, pg.height, title=pg.id, boxes=_boxes_for_page(sample, p, i))
+        for i, pg in enumerate(sample.pages)
+    )
+    steps = tuple(
+        ViewerStep(str(k), s.text, STEP_COLORS[(k - 1) % len(STEP_COLORS)]) for k, s in enumerate(p.steps, 1)
+    )
+    primary = primary_score(p.scores)
+    details = {"run": run, "sample": sample.id} if run else {"sample": sample.id}
+    if p.errors:
+        details["parse errors"] = "; ".join(p.errors)
+    return ViewerRecord(
+        question=sample.question,
+        prediction=p.answer,
+        answers=sample.answers,
+        correct=None if primary is None else primary >= 0.5,
+        pages=pages,
+        output="\n---\n".join(p.texts),
+        details=details,
+        steps=steps,
+        rewards=dict(p.scores),
+    )
+
+
+def write_report(runs: Sequence[RunResult], out_dir: str | Path, *, title: str = "evidra eval") -> list[Path]:
+    """``results.jsonl``, ``tables.md`` + ``table_*.csv`` and ``viewer.html`` under ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    results.write_text("".join(r.row.to_json() + "\n" for r in runs), encoding="utf-8")
+    tables = write_tables([r.row for r in runs], out)
+    records = [
+        viewer_record(s, p, f"{r.row.benchmark} / {r.row.paradigm} / {r.row.model}")
+        for r in runs
+        for s, p in zip(r.samples, r.predictions, strict=True)
+    ]
+    viewer = write_viewer(records, out / "viewer.html", title=title)
+    return [results, *tables, viewer]
