@@ -15,7 +15,9 @@ from typing import Any, Literal
 
 from evidra.errors import InvalidInputError
 from evidra.models.context import Context, collate_left, collate_split, encode_messages
+from evidra.models.decode import decode
 from evidra.models.loading import VLM
+from evidra.models.prefix import PREFIX_ARCHS
 from evidra.types import Message
 
 FinishReason = Literal["eos", "stop", "length"]
@@ -111,23 +113,49 @@ def generate(vlm: VLM, chats: Sequence[Sequence[Message]], params: SamplingParam
     return generate_contexts(vlm, [encode_messages(vlm.processor, chat) for chat in chats], params)
 
 
-def generate_contexts(vlm: VLM, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
-    """Sample one completion after each tokenized context (multi-turn rollouts call this)."""
+def generate_contexts(
+    vlm: VLM, contexts: Sequence[Context], params: SamplingParams, *, engine: str = "auto"
+) -> list[Generation]:
+    """Sample one completion after each tokenized context (multi-turn rollouts call this).
+
+    ``engine="auto"`` uses evidra's shared-prompt sampling loop (``models.decode``) for
+    Qwen2-VL / Qwen2.5-VL and transformers' ``generate`` otherwise; ``"hf"`` forces the latter.
+    """
+    import torch
+
+    if params.seed is not None:
+        torch.manual_seed(params.seed)
+    with torch.no_grad():
+        if engine == "auto" and vlm.arch in PREFIX_ARCHS:
+            sampled, logprobs = decode(
+                vlm.model, contexts, params, pad_id=vlm.pad_token_id, image_token_id=vlm.image_token_id,
+                eos_ids=vlm.eos_token_ids, suppress=vlm.vision_token_ids,
+            )  # fmt: skip
+        else:
+            sampled, logprobs = _hf_generate(vlm, contexts, params)
+    return _finish(vlm, contexts, params, sampled.cpu(), logprobs.cpu())
+
+
+def _hf_generate(vlm: VLM, contexts: Sequence[Context], params: SamplingParams) -> tuple[Any, Any]:
+    """transformers' ``generate``: sampled ids (B, T) and their log-probs (B, T)."""
     import torch
 
     inputs = _to(collate_left(contexts, vlm.pad_token_id, vlm.image_token_id), vlm.device)
     prompt_len = inputs["input_ids"].shape[1]
-    if params.seed is not None:
-        torch.manual_seed(params.seed)
-    tokenizer = vlm.tokenizer
-    with torch.no_grad():
-        out = vlm.model.generate(
-            **inputs, generation_config=_generation_config(vlm, params), tokenizer=tokenizer
-        )
+    out = vlm.model.generate(
+        **inputs, generation_config=_generation_config(vlm, params), tokenizer=vlm.tokenizer
+    )
     sampled = out.sequences[:, prompt_len:]  # (B, T)
     temperature = params.temperature if not params.greedy else 1.0
     logits = torch.stack(out.logits, dim=1).float() / temperature  # (B, T, V)
-    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return sampled, torch.log_softmax(logits, dim=-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+
+
+def _finish(
+    vlm: VLM, contexts: Sequence[Context], params: SamplingParams, sampled: Any, logprobs: Any
+) -> list[Generation]:
+    """Cut each row at its first end-of-turn token or stop string and package it."""
+    tokenizer = vlm.tokenizer
     eos = set(vlm.eos_token_ids)
     results = []
     for row, context in enumerate(contexts):
