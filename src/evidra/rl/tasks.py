@@ -31,6 +31,9 @@ class Task:
     oracle: Callable[[Sample], list[Message]] | None = None  # a correct conversation, for SFT
     scope_names: tuple[str, ...] = ()  # reward channels with token scopes (RS-GRPO)
     scopes: Callable[[Trajectory, Any], Mapping[str, tuple[Span, ...]]] | None = None  # (traj, tokenizer)
+    # (policy VLM, episodes) -> one result per episode: rewards that need the policy model or the
+    # environments' infos (CAVE's teacher-forced credits, VRAG-RL's retrieved pages); replaces score
+    score_episodes: Callable[[Any, Sequence[Any]], list[RewardResult]] | None = None
 
     def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""

@@ -95,7 +95,10 @@ class RLTrainer:
             annotate, tok = self.task.scopes, self.vlm.tokenizer
             episodes = [replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
                         for ep in episodes]  # fmt: skip
-        results = [self.task.score(ep.sample, ep.trajectory) for ep in episodes]
+        if self.task.score_episodes is not None:
+            results = self.task.score_episodes(self.vlm, episodes)
+        else:
+            results = [self.task.score(ep.sample, ep.trajectory) for ep in episodes]
         g = r.group_size
         return [(episodes[i : i + g], results[i : i + g]) for i in range(0, len(episodes), g)]
 

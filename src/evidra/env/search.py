@@ -1,0 +1,180 @@
+"""VRAG-RL's search environment: ``<search>`` a page index, ``<bbox>`` crop and zoom, ``<answer>``.
+
+Per turn (VRAG-RL §2.1-2.2, Algorithm 1): the first action block of the policy's text is
+executed. A search inserts the best page not yet seen in this episode as a user turn holding
+the image (resized by VRAG's ``process_image``, so the policy's boxes live in that frame); a
+``<bbox>`` crops the region of the raw page that the box covers in the last image shown
+(``evidra.env.crop``) and inserts it, zoomed, the same way; an answer ends the episode. An
+invalid action gets an explanatory message and is counted (``info["invalid"]``). After
+``max_turns`` policy turns without an answer the episode ends (``info["turn_limit"]``).
+
+Retrieved page ids are recorded in insertion order (``info["retrieved"]`` of every step): the
+VRAG-RL reward's NDCG (Eq. 7-9) reads them. The index is anything with the retrieval
+``search(queries, k, exclude)`` method: ``BM25Retriever``, an engine's retriever, or a
+``SearchClient`` to ``evidra serve-index``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from evidra.env.base import ENVIRONMENTS, StepResult
+from evidra.env.crop import (
+    VRAG_MAX_PIXELS,
+    VRAG_MIN_PIXELS,
+    CropMode,
+    Displayed,
+    crop_displayed,
+    process_image_size,
+)
+from evidra.errors import InvalidInputError
+from evidra.paradigms.base import Paradigm
+from evidra.paradigms.search_agent import SearchAgent
+from evidra.types import ImagePart, Message, Page, Parsed, Sample
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from evidra.retrieval.base import Hit
+    from evidra.retrieval.encoders.bm25 import BM25Retriever
+
+INVALID_MESSAGE = (
+    "Your previous action is invalid: {reason}. Think inside <think> and </think>, then write exactly "
+    "one action: a search query inside <search> and </search>, a region of the last image inside "
+    "<bbox>[x1, y1, x2, y2]</bbox>, or the final answer inside <answer> and </answer>. Please try again."
+)
+NO_RESULT_MESSAGE = "No new page matches the query <search>{query}</search>; try another query."
+
+
+class Searcher(Protocol):
+    """What the environment needs of an index (BM25Retriever, engine retrievers, SearchClient)."""
+
+    def search(
+        self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
+    ) -> list[list[Hit]]: ...
+
+
+def bm25_searcher(pages: Iterable[Page]) -> BM25Retriever:
+    """An in-process BM25 index over the pages' text layers (fast, no model)."""
+    from evidra.retrieval.encoders.bm25 import BM25Retriever
+
+    pages = list(pages)
+    if not any(p.words for p in pages):
+        raise InvalidInputError("no page has a text layer for BM25; ingest PDFs (or OCR images) first")
+    return BM25Retriever.build({p.id: p.text for p in pages}, images={p.id: p.image_path for p in pages})
+
+
+def resized(image: PILImage, size: tuple[int, int]) -> PILImage:
+    """The image as displayed: resized to ``size`` (upstream ``process_image``), RGB."""
+    out = image.convert("RGB")
+    return out if out.size == size else out.resize(size)
+
+
+@dataclass
+class SearchEnv:
+    """One VRAG-RL episode over an index; ``pages`` maps page ids to pages (sizes, images)."""
+
+    searcher: Searcher
+    pages: Mapping[str, Page]
+    paradigm: Paradigm = field(default_factory=SearchAgent)
+    max_turns: int = 5  # released rollout: 4 action turns plus a final answer turn
+    crop_mode: CropMode = "paper"
+    pad_crops: bool = False  # upstream pads boxes by 28 displayed pixels in validation only
+    max_pixels: int = VRAG_MAX_PIXELS
+    min_pixels: int = VRAG_MIN_PIXELS
+    top_k: int = 5
+    stop: tuple[str, ...] = ("</search>", "</bbox>", "</answer>")
+    retrieved: list[str] = field(default_factory=list, init=False)
+    invalid: int = field(default=0, init=False)
+    turns: int = field(default=0, init=False)
+    _shown: Displayed | None = field(default=None, init=False, repr=False)
+    _last_page: Displayed | None = field(default=None, init=False, repr=False)
+
+    def reset(self, sample: Sample) -> list[Message]:
+        self.retrieved, self.invalid, self.turns = [], 0, 0
+        self._shown = self._last_page = None
+        return self.paradigm.build_messages(sample, ())
+
+    def step(self, text: str) -> StepResult:
+        self.turns += 1
+        parsed = self.paradigm.parse(text)
+        action = parsed.action
+        if action is not None and action.name == "answer":
+            return self._result((), True, action="answer", answer=parsed.answer)
+        if self.turns >= self.max_turns:
+            return self._result((), True, action=action.name if action else "none", turn_limit=True)
+        reason = _invalid_reason(parsed)
+        if reason is None and action is not None and action.name == "search":
+            return self._search(action.argument)
+        if reason is None and action is not None and action.name == "bbox":
+            if self._shown is None or self._last_page is None:
+                reason = "there is no image to crop yet; search first"
+            else:
+                return self._crop(parsed)
+        return self._invalid(reason or "unknown action")
+
+    # actions ------------------------------------------------------------------------------
+    def _search(self, query: str) -> StepResult:
+        hits = self.searcher.search([query], k=self.top_k, exclude=[set(self.retrieved)])[0]
+        hit = next((h for h in hits if h.page_id not in self.retrieved), None)
+        if hit is None:
+            reply = Message.text("user", NO_RESULT_MESSAGE.format(query=query))
+            return self._result((reply,), False, action="search", query=query, page_id=None)
+        page = self.pages.get(hit.page_id)
+        path = page.image_path if page is not None else hit.image_path
+        image = _open(path)
+        shown = Displayed.page(hit.page_id, path, image.size, self.max_pixels, self.min_pixels)
+        self.retrieved.append(hit.page_id)
+        self._shown = self._last_page = shown
+        obs = Message("user", (ImagePart(resized(image, shown.size), page_id=hit.page_id),))
+        return self._result((obs,), False, action="search", query=query, page_id=hit.page_id)
+
+    def _crop(self, parsed: Parsed) -> StepResult:
+        assert parsed.action is not None and parsed.action.box is not None  # checked by _invalid_reason
+        assert self._shown is not None and self._last_page is not None
+        box = parsed.action.box
+        page = self._last_page if self.crop_mode == "upstream" else self._shown
+        x1, y1, x2, y2 = crop_displayed(box.as_tuple(), self._shown, self._last_page, self.crop_mode,
+                                        self.pad_crops)  # fmt: skip
+        if x2 <= x1 or y2 <= y1:
+            return self._invalid(f"the box {list(box.as_tuple())} covers no pixel of the last image")
+        image = _open(page.image_path).crop((x1, y1, x2, y2))
+        size = process_image_size(x2 - x1, y2 - y1, self.max_pixels, self.min_pixels)
+        self._shown = Displayed(page.page_id, page.image_path, page.page_size, (x1, y1, x2, y2), size)
+        w, h = page.page_size
+        ratio = (x2 - x1) * (y2 - y1) / float(w * h)
+        obs = Message("user", (ImagePart(resized(image, size), page_id=page.page_id),))
+        return self._result((obs,), False, action="bbox", page_id=page.page_id, crop=(x1, y1, x2, y2),
+                            area_ratio=ratio)  # fmt: skip
+
+    def _invalid(self, reason: str) -> StepResult:
+        self.invalid += 1
+        reply = Message.text("user", INVALID_MESSAGE.format(reason=reason))
+        return self._result((reply,), False, action="invalid", invalid=True, reason=reason)
+
+    def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
+        info.setdefault("invalid", False)
+        info.update(retrieved=tuple(self.retrieved), invalid_count=self.invalid, turn=self.turns)
+        return StepResult(obs, done, info)
+
+
+def _invalid_reason(parsed: Parsed) -> str | None:
+    if parsed.action is None:
+        return "no <search>, <bbox> or <answer> action was found"
+    if parsed.action.name == "bbox" and parsed.action.box is None:
+        return "the box must be a JSON list [x1, y1, x2, y2] of non-negative numbers with x1 < x2, y1 < y2"
+    if parsed.action.name == "search" and not parsed.action.argument:
+        return "the search query is empty"
+    return None
+
+
+def _open(path: str) -> PILImage:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+ENVIRONMENTS.add("search", SearchEnv)

@@ -1,0 +1,85 @@
+"""CAVE's zoom environment: interleaved zoom-in on one image within a round limit (CAVE §3.1).
+
+Each round the policy either calls the zoom tool with a box in original-image pixels or
+answers. A valid zoom returns the cropped region, enlarged to at least the display minimum,
+inside ``<tool_response>`` as a user turn; it records the crop's area ratio (the ``rho_t``
+of the adaptive-focus credit, CAVE §3.2.3). Invalid calls get an explanatory message and are
+counted; the episode ends at the answer or after ``max_rounds`` rounds (CAVE App. D.1 limits
+each rollout's rounds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evidra.env.base import ENVIRONMENTS, StepResult
+from evidra.env.crop import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
+from evidra.env.search import resized
+from evidra.paradigms.base import Paradigm
+from evidra.paradigms.zoom_agent import ZoomAgent
+from evidra.types import ImagePart, Message, Page, Sample, TextPart
+
+INVALID_MESSAGE = (
+    "Your previous action is invalid: {reason}. Think inside <think> and </think>, then either call "
+    'the tool with <tool_call>{{"name": "image_zoom_in_tool", "arguments": {{"bbox_2d": [x1, y1, x2, '
+    "y2]}}}}</tool_call> or give the final answer inside <answer> and </answer>."
+)
+
+
+@dataclass
+class ZoomEnv:
+    """One CAVE episode over ``sample.pages[0]``."""
+
+    paradigm: Paradigm = field(default_factory=ZoomAgent)
+    max_rounds: int = 4
+    max_pixels: int = VRAG_MAX_PIXELS
+    min_pixels: int = VRAG_MIN_PIXELS
+    stop: tuple[str, ...] = ("</tool_call>", "</answer>")
+    rounds: int = field(default=0, init=False)
+    invalid: int = field(default=0, init=False)
+    zooms: list[tuple[int, int, int, int]] = field(default_factory=list, init=False)
+    _page: Page | None = field(default=None, init=False, repr=False)
+
+    def reset(self, sample: Sample) -> list[Message]:
+        self.rounds, self.invalid, self.zooms = 0, 0, []
+        self._page = sample.pages[0] if sample.pages else None
+        return self.paradigm.build_messages(sample, sample.pages[:1])
+
+    def step(self, text: str) -> StepResult:
+        self.rounds += 1
+        parsed = self.paradigm.parse(text)
+        action = parsed.action
+        if action is not None and action.name == "answer":
+            return self._result((), True, action="answer", answer=parsed.answer)
+        if self.rounds >= self.max_rounds:
+            return self._result((), True, action=action.name if action else "none", turn_limit=True)
+        if action is None or action.box is None or self._page is None:
+            reason = next((e for e in parsed.errors if "think" not in e), "no valid action")
+            return self._invalid(reason)
+        page = self._page
+        x1, y1 = max(0, int(action.box.x1)), max(0, int(action.box.y1))
+        x2, y2 = min(page.width, int(action.box.x2)), min(page.height, int(action.box.y2))
+        if x2 <= x1 or y2 <= y1:
+            return self._invalid(f"the box {list(action.box.as_tuple())} lies outside the {page.width}x"
+                                 f"{page.height} image")  # fmt: skip
+        size = process_image_size(x2 - x1, y2 - y1, self.max_pixels, self.min_pixels)
+        crop = resized(page.open_image().crop((x1, y1, x2, y2)), size)
+        self.zooms.append((x1, y1, x2, y2))
+        ratio = (x2 - x1) * (y2 - y1) / float(page.width * page.height)
+        obs = Message("user", (TextPart("<tool_response>"), ImagePart(crop, page_id=page.id),
+                               TextPart("</tool_response>")))  # fmt: skip
+        return self._result((obs,), False, action="zoom", crop=(x1, y1, x2, y2), area_ratio=ratio)
+
+    def _invalid(self, reason: str) -> StepResult:
+        self.invalid += 1
+        reply = Message.text("user", INVALID_MESSAGE.format(reason=reason))
+        return self._result((reply,), False, action="invalid", invalid=True, reason=reason)
+
+    def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
+        info.setdefault("invalid", False)
+        info.update(invalid_count=self.invalid, round=self.rounds)
+        return StepResult(obs, done, info)
+
+
+ENVIRONMENTS.add("zoom", ZoomEnv)

@@ -1,0 +1,96 @@
+"""VRAG-RL's search agent: think, then search, crop or answer (VRAG-RL §2.1-2.2, App. I.4).
+
+One policy turn holds ``<think>...</think>`` and one action. The action is the *first*
+``<search>``, ``<bbox>`` or ``<answer>`` block of the turn, as the released rollout reads it
+(UPSTREAM_CODE.md §4); the environment (``evidra.env.search``) executes it. A ``<bbox>`` must
+be a JSON list of four non-negative numbers (the released ``validate_bbox_action``), in the
+pixel frame of the last image shown.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from evidra.paradigms.base import PARADIGMS, first_tag
+from evidra.rewards.vragrl import validate_bbox_action
+from evidra.types import Action, Box, CoordSpace, Message, Page, Parsed, Sample
+
+# VRAG-RL, Appendix I.4 (Figure 9), system prompt verbatim (its typos included).
+VRAGRL_SYSTEM = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every "
+    "time you get new information. After reasoning, if you find you lack some knowledge, you can call "
+    "a search engine by <search> query </search> and user will return the searched results. Every time "
+    "you retrieve an image, you have the option to crop it to obtain a clearer view, the format for "
+    "coordinates is <bbox>[x1, y1, x2, y2]</bbox>. You can search as many times as your want. If you "
+    "find no further external knowledge needed, you can directly provide the answer inside <answer> "
+    "and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>."
+)
+USER_TEMPLATE = "Query: {question}"  # App. I, "User Prompt: Query: {Query Description}"
+
+_ACTION = re.compile(r"<(search|bbox|answer)>(.*?)</\1>", re.DOTALL)
+
+
+def parse_action(text: str, names: tuple[str, ...] = ("search", "bbox", "answer")) -> Parsed:
+    """The first complete action block among ``names`` plus ``<think>``; never raises.
+
+    A ``<bbox>`` whose content is not four non-negative numbers becomes an action with no box
+    and an error, so the environment can answer with its invalid-action message.
+    """
+    errors: list[str] = []
+    fields: dict[str, str] = {}
+    think = first_tag(text, "think")
+    if think is None:
+        errors.append("missing <think>...</think>")
+    else:
+        fields["think"] = think
+    match = next((m for m in _ACTION.finditer(text) if m.group(1) in names), None)
+    if match is None:
+        errors.append(f"no action: expected one of {', '.join(f'<{n}>' for n in names)}")
+        return Parsed(text=text, fields=fields, errors=tuple(errors))
+    name, argument = match.group(1), match.group(2).strip()
+    box = None
+    if name == "bbox":
+        values = validate_bbox_action(argument)
+        coords = [float(v) for v in values] if values != "INVALID" else []
+        if (
+            len(coords) != 4
+            or not all(map(math.isfinite, coords))
+            or coords[0] >= coords[2]
+            or coords[1] >= coords[3]
+        ):
+            errors.append(f"invalid <bbox> {argument[:80]!r}: expected [x1, y1, x2, y2] with x1<x2, y1<y2")
+        else:
+            box = Box(coords[0], coords[1], coords[2], coords[3], space=CoordSpace.MODEL)
+    if name == "search" and not argument:
+        errors.append("empty <search> query")
+    answer = argument if name == "answer" else None
+    return Parsed(text=text, answer=answer, action=Action(name, argument, box), fields=fields,
+                  errors=tuple(errors))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SearchAgent:
+    """The VRAG-RL prompt; pages arrive as observations from the search environment."""
+
+    name: str = "search_agent"
+    system_prompt: str = VRAGRL_SYSTEM
+    actions: tuple[str, ...] = ("search", "bbox", "answer")
+
+    def build_messages(self, sample: Sample, pages: Sequence[Page]) -> list[Message]:
+        """The prompt carries no page: the agent must search (``pages`` is ignored)."""
+        return [
+            Message.text("system", self.system_prompt),
+            Message.text("user", USER_TEMPLATE.format(question=sample.question)),
+        ]
+
+    def parse(self, text: str) -> Parsed:
+        return parse_action(text, self.actions)
+
+    def reward_names(self) -> tuple[str, ...]:
+        return ("retrieval", "answer", "pattern")
+
+
+PARADIGMS.add("search_agent", SearchAgent)

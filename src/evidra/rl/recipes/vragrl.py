@@ -1,0 +1,147 @@
+"""The VRAG-RL task: search a synthetic document corpus, crop and zoom, answer (VRAG-RL §2).
+
+Samples are questions about synthetic PDFs (``evidra.data.synth.documents``), ingested into a
+page store so every page has its text layer; the search engine is an in-process BM25 index
+over all pages of that corpus (the paper uses ColQwen2; any ``Searcher`` fits ``SearchEnv``,
+e.g. ``SearchClient`` to ``evidra serve-index``). The reward is VRAG-RL Eq. 12 with the
+released weights (0.2 NDCG of the retrieved pages, 0.7 judge, 0.1 pattern) and the offline
+``RuleJudge``; the retrieved page ids come from the environment's infos, which is why this
+task scores whole episodes (``Task.score_episodes``). The oracle conversation (for SFT)
+searches the question, is shown the gold page, crops the evidence region and answers.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Collection, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from evidra.env.crop import Displayed
+from evidra.env.search import SearchEnv, bm25_searcher
+from evidra.paradigms.search_agent import SearchAgent
+from evidra.retrieval.base import Hit
+from evidra.rewards.base import RewardResult
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.vragrl import RETRIEVED_FIELD, VragRLReward
+from evidra.rl.config import DataConfig
+from evidra.rl.tasks import TASKS, Task
+from evidra.types import Message, Page, Parsed, Sample, Trajectory
+
+DPI = 72  # small synthetic pages (612 x 792): fast on CPU, still legible to a real VLM
+MAX_TURNS = 5  # the released rollout: 4 action turns plus a final answer turn
+
+
+def corpus_dir(cfg: DataConfig, name: str) -> Path:
+    """``data.path`` or a per-seed temporary folder, holding the synthetic corpus and its store."""
+    base = Path(cfg.path) if cfg.path else Path(tempfile.gettempdir()) / "evidra-recipes"
+    return base / f"{name}-seed{cfg.seed}-n{cfg.size}"
+
+
+def _samples(cfg: DataConfig) -> list[Sample]:
+    from evidra.corpus import ingest
+    from evidra.corpus.store import PageStore
+    from evidra.data.synth.documents import generate_documents
+
+    root = corpus_dir(cfg, "vragrl")
+    corpus = generate_documents(root / "synth", n_docs=max(2, cfg.size // 2 + 1), seed=cfg.seed, dpi=DPI)
+    store = root / "store"
+    if not (store / "done").exists():
+        ingest(corpus.docs_dir, store, dpi=DPI)
+        (store / "done").write_text("1")
+    with PageStore.open(store) as opened:
+        pages = {p.id: p for p in opened.pages()}
+    samples = [s for s in corpus.samples(pages, dataset="synth.vragrl") if s.answerable]
+    return [_with_corpus(s, str(store)) for s in samples[: cfg.size]]
+
+
+def _with_corpus(sample: Sample, store: str) -> Sample:
+    from dataclasses import replace
+
+    return replace(sample, corpus=store)
+
+
+@lru_cache(maxsize=4)
+def _index(store: str) -> tuple[Any, dict[str, Page]]:
+    """The BM25 index and pages of one page store, built once per process."""
+    from evidra.corpus.store import PageStore
+
+    with PageStore.open(store) as opened:
+        pages = {p.id: p for p in opened.pages()}
+    return bm25_searcher(pages.values()), pages
+
+
+def make_env(sample: Sample) -> SearchEnv:
+    if sample.corpus is None:
+        searcher, pages = bm25_searcher(sample.pages), {p.id: p for p in sample.pages}
+    else:
+        searcher, pages = _index(sample.corpus)
+    return SearchEnv(searcher, pages, max_turns=MAX_TURNS)
+
+
+_REWARD = VragRLReward(RuleJudge())
+
+
+def _reward(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
+    return _REWARD(parsed, sample, trajectory)
+
+
+def score_episodes(vlm: Any, episodes: Sequence[Any]) -> list[RewardResult]:
+    """VRAG-RL Eq. 12 per episode, the retrieved pages read from the environment's infos."""
+    batch = []
+    for ep in episodes:
+        retrieved = ep.infos[-1].get("retrieved", ()) if ep.infos else ()
+        text = ep.trajectory.texts[-1] if ep.trajectory.texts else ""
+        parsed = SearchAgent().parse(text)
+        fields = {**parsed.fields, RETRIEVED_FIELD: "\n".join(retrieved)}
+        batch.append((Parsed(text=parsed.text, answer=parsed.answer, action=parsed.action, fields=fields,
+                             errors=parsed.errors), ep.sample, ep.trajectory))  # fmt: skip
+    return _REWARD.score_batch(batch)
+
+
+class _Fixed:
+    """A searcher that always returns one page (the oracle is shown the gold page)."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+
+    def search(self, queries: Sequence[str], k: int = 10,
+               exclude: Sequence[Collection[str]] | None = None) -> list[list[Hit]]:  # fmt: skip
+        return [[Hit(self.page.id, 1.0, self.page.image_path)] for _ in queries]
+
+
+def oracle(sample: Sample) -> list[Message]:
+    """Search the question, see the gold page, crop its evidence region (displayed frame), answer."""
+    gold = next(p for p in sample.pages if p.id == sample.gold_pages[0])
+    env = SearchEnv(_Fixed(gold), {gold.id: gold}, max_turns=MAX_TURNS)
+    messages = env.reset(sample)
+    box = sample.extras.get("evidence_box") or sample.gold_boxes[0].box
+    shown = Displayed.page(gold.id, gold.image_path, gold.size)
+    sx, sy = shown.size[0] / gold.width, shown.size[1] / gold.height
+    coords = [int(box.x1 * sx), int(box.y1 * sy), int(box.x2 * sx) + 1, int(box.y2 * sy) + 1]
+    turns = [
+        f"<think>I need to find: {sample.question}</think><search>{sample.question}</search>",
+        f"<think>The answer is in this region of the page.</think><bbox>{json.dumps(coords)}</bbox>",
+        f"<think>The zoomed region shows the answer.</think><answer>{sample.answers[0]}</answer>",
+    ]
+    for text in turns:
+        result = env.step(text)
+        messages.append(Message.text("assistant", text))
+        messages.extend(result.observation)
+    return messages
+
+
+TASKS.add(
+    "vragrl",
+    Task(
+        name="vragrl",
+        samples=_samples,
+        make_env=make_env,
+        parse=SearchAgent().parse,
+        reward=_reward,
+        oracle=oracle,
+        score_episodes=score_episodes,
+    ),
+)
