@@ -96,3 +96,36 @@ def test_oracle_conversation_earns_the_full_reward(task: str, tmp_path: Path) ->
         text = t.oracle(sample)[-1].plain_text
         result = t.reward(t.parse(text), sample, None)
         assert result.total == pytest.approx(best), (sample.question, text, dict(result.components))
+
+
+@pytest.mark.slow
+def test_evisrag_upstream_variant_trains_on_the_six_released_scopes(tmp_path: Path) -> None:
+    over = [*_small(tmp_path, "up"), "data.task=evisrag.upstream", "run.steps=1"]
+    cfg = load_config(RLConfig, ROOT / "configs" / "evisrag.yaml", over)
+    (row,) = RLTrainer(cfg).train()
+    assert math.isfinite(row["loss"])
+    assert {
+        f"reward/{c}" for c in ("accuracy", "evidence", "format", "overlong", "isObserve", "isThink")
+    } <= set(row)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["lat", "evisrag", "lang2act.stage2"])
+def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
+    from evidra.rl.config import SFTConfig
+    from evidra.rl.sft import SFTTrainer
+
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        "model.max_pixels=50176",
+        "model.min_pixels=3136",
+        f"data.task={task}",
+        "data.size=2",
+        f"data.path={tmp_path / 'synth'}",
+        "run.steps=2",
+        "run.batch_size=2",
+        "run.micro_batch_size=2",
+        f"run.output_dir={tmp_path / 'sft'}",
+    ]
+    metrics = SFTTrainer(load_config(SFTConfig, None, over)).train()
+    assert len(metrics) == 2 and all(math.isfinite(m["loss"]) for m in metrics)

@@ -6,6 +6,10 @@ Rewards (EVisRAG Eqs. 11-13): perception (per-image evidence vs gold evidence), 
 of the observe/evidence/think/answer channels (Eq. 8's mean of the rewards covering it) and
 ``scopes()`` finds their token spans on the sampled ids.
 
+``evisrag.upstream`` reproduces the released RS-GRPO instead: the six ``sum_all`` components
+(accuracy, evidence, format, overlong, isObserve, isThink), each on the token span the released
+router gives it (``UPSTREAM_SCOPE_RULES``).
+
 Synthetic questions without an answer in the document are the insufficient-context items
 (``Sample.sufficient = False``); their gold answer is "insufficient to answer".
 """
@@ -21,8 +25,9 @@ from evidra.paradigms.evidence import (
     evidence_oracle_text,
     evidence_scopes,
     parse_evidence,
+    upstream_scopes,
 )
-from evidra.rewards.evisrag import EvisragReward
+from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, EvisragReward
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._synth import synth_samples
 from evidra.rl.tasks import TASKS, Task
@@ -52,5 +57,18 @@ TASKS.add(
         oracle=evisrag_oracle,
         scope_names=SCOPE_NAMES,
         scopes=evidence_scopes,
+    ),
+)
+TASKS.add(
+    "evisrag.upstream",
+    Task(
+        name="evisrag.upstream",
+        samples=evisrag_samples,
+        make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
+        parse=parse_evidence,
+        reward=EvisragReward(mode="upstream"),
+        oracle=evisrag_oracle,
+        scope_names=UPSTREAM_COMPONENTS,
+        scopes=upstream_scopes,
     ),
 )
