@@ -30,7 +30,7 @@ from evidra.geometry import ImageFrame, VisionSpec, clip_box, convert_box
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM
 from evidra.paradigms.base import PARADIGMS, Paradigm
-from evidra.types import Box, CoordSpace, Message, Page, Parsed, Sample
+from evidra.types import Box, CoordSpace, Message, Page, Parsed, Sample, Span
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +100,16 @@ class LocalModel:
                 ep.trajectory.texts,
                 ep.infos,
                 sum(ep.trajectory.policy_mask),
-                ep.trajectory.finished,
+                ep.trajectory.finished and not _hit_cap(ep.trajectory.turns, cfg.max_new_tokens),
                 per_sample,
             )
             for ep in episodes
         ]
+
+
+def _hit_cap(turns: Sequence[Span], max_new_tokens: int) -> bool:
+    """The last turn stopped at the token limit: the answer was cut, not finished."""
+    return bool(turns) and turns[-1].end - turns[-1].start >= max_new_tokens
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ class EndpointModel:
             result = env.step(c.text)
             infos.append(result.info)
             if result.done:
-                done = True
+                done = c.finish_reason != "length"
                 break
             messages += [Message.text("assistant", c.text), *result.observation]
         return RawEpisode(tuple(texts), tuple(infos), tokens, done, latency)

@@ -1,0 +1,41 @@
+"""``evidra eval`` end to end with the tiny checkpoint on synthetic benchmarks."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from evidra.cli.main import main
+from evidra.paradigms import PARADIGMS
+
+
+def test_eval_every_paradigm_on_a_synthetic_benchmark(tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "2", "--paradigm", "all",
+            "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "8", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    ran = {r["paradigm"] for r in rows}
+    assert "direct" in ran and ran <= set(PARADIGMS.names())
+    assert all(r["n"] == 2 and "synthetic_accuracy" in r["metrics"] for r in rows)
+    # 8 new tokens always hit the cap: no episode counts as finished
+    assert all(r["metrics"]["finished"] == 0.0 and r["metrics"]["tokens"] == 8.0 for r in rows)
+    table = list(csv.reader((out / "table_official.csv").open()))
+    assert table[0] == ["Method", "tunnel.chain Acc"] and len(table) == len(rows) + 1
+    assert (out / "tables.md").read_text().count("| qwen2_5_vl / ") >= len(rows)
+    html = (out / "viewer.html").read_text()
+    assert html.count('class="rec"') == 2 * len(rows)
+    # rerun resumes from the cache: no new prediction rows
+    before = (out / "predictions.jsonl").read_text().count("\n")
+    assert main(argv) == 0
+    assert (out / "predictions.jsonl").read_text().count("\n") == before
+
+
+def test_eval_needs_a_benchmark_and_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "--paradigm", "direct", "--out", str(tmp_path)]) == 2
+    assert "nothing to evaluate" in capsys.readouterr().err
+    assert main(["eval", "--synthetic", "tunnel.chain", "--n", "1", "--out", str(tmp_path)]) == 2
+    assert "--model PATH" in capsys.readouterr().err

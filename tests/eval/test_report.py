@@ -1,0 +1,82 @@
+"""The evidence viewer: step and answer boxes, step list, scores, escaping; rendered in Chromium."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from evidra.eval.report import RunResult, viewer_record, write_report
+from evidra.eval.scoring import Prediction, StepBox
+from evidra.eval.tables import ResultRow
+from evidra.types import Box, EvidenceBox, Page, Sample
+
+EVIL = '<script>alert("x")</script>'
+
+
+def _run(tmp_path: Path) -> RunResult:
+    img = tmp_path / "page.png"
+    Image.new("RGB", (200, 100), "white").save(img)
+    page = Page("p1", str(img), 200, 100)
+    sample = Sample(f"s1{EVIL}", f"What is {EVIL}?", ("42",), pages=(page,), gold_pages=("p1",),
+                    gold_boxes=(EvidenceBox("p1", Box(10, 10, 50, 30)),))  # fmt: skip
+    pred = Prediction(
+        sample_id=sample.id, texts=(f"<think>step {EVIL}</think>",), answer=f"42 {EVIL}", answer_page=0,
+        answer_box=(12.0, 11.0, 48.0, 29.0),
+        steps=(StepBox(f"read the header {EVIL}", 0, (0.0, 0.0, 100.0, 50.0)), StepBox("no box", None, None)),
+        scores={"exact_match": 1.0, "iou50": 1.0},
+    )  # fmt: skip
+    row = ResultRow("bench", "coe", "tiny", 1, {"exact_match": 1.0})
+    return RunResult(row, (sample,), (pred,))
+
+
+def test_viewer_record_boxes_and_steps(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    rec = viewer_record(run.samples[0], run.predictions[0], "bench / coe / tiny")
+    labels = [b.label for b in rec.pages[0].boxes]
+    assert labels == ["gold", "1", "answer"]  # the box-less step has no overlay
+    assert [s.label for s in rec.steps] == ["1", "2"] and rec.correct is True
+    assert rec.rewards == {"exact_match": 1.0, "iou50": 1.0}
+
+
+def test_report_files_and_escaping(tmp_path: Path) -> None:
+    paths = write_report([_run(tmp_path)], tmp_path / "out")
+    assert [p.name for p in paths][:2] == ["results.jsonl", "tables.md"]
+    html = (tmp_path / "out" / "viewer.html").read_text()
+    assert "<script>" not in html and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+    assert 'class="steps"' in html and "exact_match: 1" in html
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or (
+        str(Path("/usr/bin/chromium")) if Path("/usr/bin/chromium").exists() else None
+    )
+
+
+@pytest.mark.slow
+def test_viewer_in_headless_chromium(tmp_path: Path) -> None:
+    binary = _chromium()
+    if binary is None:
+        pytest.skip(
+            "chromium is not installed (Debian package 'chromium'); the viewer is checked only as text"
+        )
+    write_report([_run(tmp_path)], tmp_path / "out")
+    url = (tmp_path / "out" / "viewer.html").resolve().as_uri()
+    flags = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+    flags += ["--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [*flags, "--dump-dom", url], capture_output=True, text=True, timeout=90, check=True
+    ).stdout
+    assert dom.count('class="box"') == 3 and dom.count("<li>") == 2
+    assert "alert(" in dom and "<script>alert" not in dom  # escaped text, not a script element
+    shot = tmp_path / "shot.png"
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=900,700", url],
+                   capture_output=True, timeout=90, check=True)  # fmt: skip
+    with Image.open(shot) as im:
+        rgb = im.convert("RGB")
+        assert rgb.size == (900, 700)
+        colours = {c for _, c in rgb.getcolors(maxcolors=1 << 20) or []}
+    assert any(abs(r - 220) < 8 and g < 60 and b < 60 for r, g, b in colours)  # the red answer box is drawn
