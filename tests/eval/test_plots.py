@@ -1,0 +1,43 @@
+"""Training-curve and comparison plots (matplotlib is the optional extra [plots])."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evidra.errors import InvalidInputError
+from evidra.eval.plots import smooth
+from evidra.eval.tables import ResultRow
+
+
+def test_smooth_hand_values() -> None:
+    assert smooth([2.0, 4.0, 6.0, 8.0], 3) == [2.0, 3.0, 4.0, 6.0]
+    with pytest.raises(InvalidInputError):
+        smooth([1.0], 0)
+
+
+def test_training_and_comparison_pngs(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from evidra.eval.plots import plot_comparison, plot_training
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(
+        "".join(json.dumps({"step": s, "reward/mean": s / 10, "loss": 1 / (s + 1)}) + "\n" for s in range(20))
+    )
+    png = plot_training(metrics, tmp_path / "curves.png", window=5)
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size == (600, 520)  # two 6 x 2.6 in panels at 100 dpi
+    rows = [
+        ResultRow("chartqa", "direct", "m", 10, {"exact_match": 0.5}, {"exact_match": (0.24, 0.76)}),
+        ResultRow("chartqa", "coe", "m", 10, {"exact_match": 0.7}),
+    ]
+    with Image.open(plot_comparison(rows, "exact_match", tmp_path / "cmp.png")) as im:
+        assert im.format == "PNG"
+    with pytest.raises(InvalidInputError, match="anls"):
+        plot_comparison(rows, "anls", tmp_path / "x.png")
+    with pytest.raises(InvalidInputError, match="kl"):
+        plot_training(metrics, tmp_path / "y.png", keys=("kl",))
