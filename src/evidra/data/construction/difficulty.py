@@ -1,0 +1,112 @@
+"""Difficulty filtering and curriculum ordering of training questions.
+
+Sample ``k`` completions per question with the current policy (``evidra.rl.rollout``), count
+the correct ones, drop the questions every completion solves or none does (they give GRPO a
+zero advantage: all rewards in the group are equal), and order the rest from easy to hard.
+EVisRAG drops items solved by all 8 completions and trains simple-to-complex (App. A.2); the
+selection itself is ``evidra.rl.filtering.difficulty_filter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from evidra.env.base import Environment
+from evidra.errors import InvalidInputError
+from evidra.eval.scoring import Prediction, official
+from evidra.models.generation import SamplingParams
+from evidra.paradigms.base import Paradigm
+from evidra.rl.filtering import difficulty_filter
+from evidra.rl.rollout import Episode, GenerationBackend, RolloutLimits, rollout
+from evidra.types import Sample
+
+IsCorrect = Callable[[Sample, Episode], bool]
+
+
+def answer_is_correct(paradigm: Paradigm, threshold: float = 0.5) -> IsCorrect:
+    """Correct when the benchmark's official metric of the parsed final answer reaches ``threshold``."""
+
+    def check(sample: Sample, episode: Episode) -> bool:
+        texts = episode.trajectory.texts
+        answer = paradigm.parse(texts[-1]).answer if texts else None
+        if answer is None:
+            return False
+        scores = official(sample, answer, Prediction(sample.id, texts, answer))
+        return max(scores.values(), default=0.0) >= threshold
+
+    return check
+
+
+def count_successes(episodes: Sequence[Episode], is_correct: IsCorrect) -> dict[str, int]:
+    """Correct completions per sample id (episodes of one sample share its id)."""
+    counts: dict[str, int] = {}
+    for ep in episodes:
+        counts[ep.sample.id] = counts.get(ep.sample.id, 0) + int(is_correct(ep.sample, ep))
+    return counts
+
+
+def sample_successes(
+    backend: GenerationBackend,
+    make_env: Callable[[Sample], Environment],
+    samples: Sequence[Sample],
+    k: int,
+    is_correct: IsCorrect,
+    *,
+    params: SamplingParams | None = None,
+    limits: RolloutLimits | None = None,
+    batch_size: int = 8,
+) -> dict[str, int]:
+    """Roll out ``k`` completions per sample (temperature 1 by default) and count correct ones."""
+    if k < 1:
+        raise InvalidInputError(f"k must be >= 1, got {k}")
+    counts: dict[str, int] = {}
+    for i in range(0, len(samples), batch_size):
+        batch = samples[i : i + batch_size]
+        episodes = rollout(backend, make_env, batch, k, params or SamplingParams(), limits or RolloutLimits())
+        counts.update(count_successes(episodes, is_correct))
+    return counts
+
+
+@dataclass(frozen=True)
+class FilteredSet:
+    """Kept samples in curriculum order, what was dropped, and each sample's success rate."""
+
+    curriculum: tuple[Sample, ...]
+    dropped_easy: tuple[Sample, ...]
+    dropped_hard: tuple[Sample, ...]
+    success_rate: dict[str, float]
+
+
+def filter_by_difficulty(
+    samples: Sequence[Sample],
+    successes: dict[str, int],
+    k: int,
+    *,
+    min_success: int = 1,
+    max_success: int | None = None,
+    order: Literal["easy_first", "hard_first"] = "easy_first",
+) -> FilteredSet:
+    """Drop all-wrong (< ``min_success``) and all-right (> ``max_success``, default k - 1) samples."""
+    missing = [s.id for s in samples if s.id not in successes]
+    if missing:
+        raise InvalidInputError(f"no success counts for samples {missing[:5]}; run sample_successes first")
+    sel = difficulty_filter({s.id: successes[s.id] for s in samples}, k, min_success=min_success,
+                            max_success=max_success, order=order)  # fmt: skip
+    by_id = {s.id: s for s in samples}
+    return FilteredSet(
+        curriculum=tuple(by_id[str(q)] for q in sel.curriculum),
+        dropped_easy=tuple(by_id[str(q)] for q in sel.dropped_easy),
+        dropped_hard=tuple(by_id[str(q)] for q in sel.dropped_hard),
+        success_rate={s.id: successes[s.id] / k for s in samples},
+    )
+
+
+def curriculum_stages(filtered: FilteredSet, stages: int) -> list[tuple[Sample, ...]]:
+    """Split the curriculum into ``stages`` consecutive, near-equal parts (easy stage first)."""
+    if stages < 1:
+        raise InvalidInputError(f"stages must be >= 1, got {stages}")
+    items = filtered.curriculum
+    bounds = [round(i * len(items) / stages) for i in range(stages + 1)]
+    return [items[bounds[i] : bounds[i + 1]] for i in range(stages)]
