@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from evidra.paradigms.evidence import (
     EVIDENCE_PROMPT,
@@ -11,6 +12,7 @@ from evidra.paradigms.evidence import (
     evidence_oracle_text,
     evidence_scopes,
     parse_evidence,
+    upstream_scopes,
 )
 from evidra.rewards.evisrag import EvisragReward
 from evidra.types import ImagePart, Page, Sample, Span, TextPart, Trajectory
@@ -116,6 +118,9 @@ class _CharTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return [ord(c) for c in text]
 
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(chr(i) for i in ids)
+
 
 def test_scopes_split_the_sampled_ids_at_the_tags() -> None:
     ids = tuple(ord(c) for c in GOOD)
@@ -128,3 +133,22 @@ def test_scopes_split_the_sampled_ids_at_the_tags() -> None:
         "think": (Span(th, an),),
         "answer": (Span(an, len(ids)),),
     }
+
+
+def test_scopes_on_the_qwen_tokenizer_split_at_the_tags(tiny_dirs: dict[str, Path]) -> None:
+    """Qwen's BPE merges the tags with their neighbours (``"><"``), so the released token-id
+    matching finds no marker and every scope is the whole response; locating the tags in the
+    decoded text splits the response into its four blocks."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_dirs["qwen2_5_vl"]))
+    ids = tuple(tok.encode(GOOD, add_special_tokens=False))
+    traj = Trajectory((), ids, (1,) * len(ids), (0.0,) * len(ids), (Span(0, len(ids)),), (GOOD,))
+    spans = evidence_scopes(traj, tok)
+    decoded = {k: tok.decode(list(ids[v[0].start : v[0].end])) for k, v in spans.items()}
+    assert decoded["evidence"].startswith("<evidence>[1]:") and decoded["evidence"].endswith("</evidence>")
+    assert decoded["think"] == "<think>Image 2 says revenue was 5M.</think>"
+    assert decoded["answer"] == "<answer>5M</answer>"
+    assert spans["observe"][0].start == 0 and spans["answer"][0].end == len(ids)
+    released = upstream_scopes(traj, tok)
+    assert all(v == (Span(0, len(ids)),) for v in released.values())

@@ -113,23 +113,61 @@ def marker_ids(
     return {m: list(tokenizer.encode(m, add_special_tokens=False)) for m in markers}
 
 
-def evidence_scopes(
-    trajectory: Trajectory, tokenizer: Any, rules: Mapping[str, tuple[str, str]] = PAPER_SCOPE_RULES
+def token_ids_scopes(
+    trajectory: Trajectory, tokenizer: Any, rules: Mapping[str, tuple[str, str]] = UPSTREAM_SCOPE_RULES
 ) -> dict[str, tuple[Span, ...]]:
-    """Token spans of each RS-GRPO scope in the trajectory's sampled ids (EVisRAG Eq. 7).
-
-    Markers are found as the first contiguous occurrence of their token ids; a tag merged into a
-    neighbouring token by the tokenizer is not found and its scope falls back to the sequence
-    bounds (``scope_spans``' rule), exactly as the released router does.
-    """
-    markers = marker_ids(tokenizer)
-    spans = scope_spans(trajectory.token_ids, markers, rules)
+    """Scopes found as the released router finds them: the first contiguous occurrence of each
+    marker's standalone token ids. A tag the tokenizer merges with a neighbour (``"><"`` is one
+    token in Qwen's vocabulary) is not found and its scope falls back to the sequence bounds."""
+    spans = scope_spans(trajectory.token_ids, marker_ids(tokenizer), rules)
     return {name: (span,) for name, span in spans.items()}
 
 
+def token_at_char(ids: Sequence[int], tokenizer: Any, char: int) -> int:
+    """Index of the token whose decoded text covers character ``char`` of ``decode(ids)``:
+    the smallest m with ``len(decode(ids[:m + 1])) > char``, by binary search (log n decodes)."""
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(tokenizer.decode(list(ids[: mid + 1]), skip_special_tokens=False)) > char:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def evidence_scopes(
+    trajectory: Trajectory, tokenizer: Any, rules: Mapping[str, tuple[str, str]] = PAPER_SCOPE_RULES
+) -> dict[str, tuple[Span, ...]]:
+    """Token spans of each RS-GRPO scope (EVisRAG Eq. 7) on the exact sampled ids.
+
+    Each marker is located in the decoded text (its first occurrence) and mapped back to the
+    token that holds its first character, so a tag merged with a neighbouring character by the
+    tokenizer still splits the scopes; a marker that does not occur falls back to the sequence
+    bounds (``scope_spans``' rule). The released router's token-id matching is
+    :func:`token_ids_scopes`.
+    """
+    ids = trajectory.token_ids
+    text = tokenizer.decode(list(ids), skip_special_tokens=False)
+    bounds: dict[str, int] = {}
+    for start, end in rules.values():
+        for marker in (start, end):
+            if marker not in bounds and marker.startswith("<"):
+                at = text.find(marker)
+                bounds[marker] = token_at_char(ids, tokenizer, at) if at >= 0 else -1
+    out: dict[str, tuple[Span, ...]] = {}
+    for name, (start, end) in rules.items():
+        a = bounds.get(start, 0) if start.startswith("<") else 0
+        b = bounds.get(end, len(ids)) if end.startswith("<") else len(ids)
+        a = 0 if a < 0 else a
+        b = len(ids) if b < 0 else b
+        out[name] = (Span(a, max(a, b)),)
+    return out
+
+
 def upstream_scopes(trajectory: Trajectory, tokenizer: Any) -> dict[str, tuple[Span, ...]]:
-    """The released router's six scopes (``UPSTREAM_SCOPE_RULES``)."""
-    return evidence_scopes(trajectory, tokenizer, UPSTREAM_SCOPE_RULES)
+    """The released router's six scopes (``UPSTREAM_SCOPE_RULES``, token-id matching)."""
+    return token_ids_scopes(trajectory, tokenizer, UPSTREAM_SCOPE_RULES)
 
 
 @dataclass(frozen=True)
