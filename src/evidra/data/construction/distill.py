@@ -1,0 +1,219 @@
+"""Cold-start trajectory distillation from a teacher behind an OpenAI-compatible endpoint.
+
+The three recipes differ only in how a teacher output is judged and what is kept:
+
+* ``lat`` — LAT Stage I (§3.2): the teacher writes CoE traces for the CoE prompt (the paper
+  used Gemini 2.5 Pro with two CoE exemplars, pass them as ``exemplars``); keep traces whose
+  answer recall |a ∩ a_gt| / |a_gt| (LAT Eq. 2) reaches ``gamma``. The paper gives no value
+  for gamma; 0.5 is our default. (The paper then verifies boxes by hand, which is not automated.)
+* ``evisrag`` — EVisRAG App. A.1: keep trajectories that reach the right answer (EVisRAG's
+  ``acc``: gold tokens contained in the prediction; "insufficient to answer" for insufficient
+  context) and store their ``<evidence>`` block as the gold evidence.
+* ``vragrl`` — VRAG-RL App. D: a large model writes the trajectory; each region it selects
+  (``<bbox>`` action) is re-located by a grounding model (``annotator``, the paper used
+  Qwen2.5-VL-72B) guided by the teacher's thought, and the trajectory is kept if it answers
+  correctly (ANLS >= 0.5 against the gold answers).
+
+Output is JSONL, one row per sample id, accepted or not, so a rerun skips every id already in
+the file (resumable); at most ``concurrency`` requests run at a time (a thread pool).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evidra.errors import InvalidInputError
+from evidra.eval.endpoint import ChatEndpoint, EndpointError
+from evidra.eval.metrics import anls
+from evidra.paradigms.base import PARADIGMS, Paradigm
+from evidra.registry import Registry
+from evidra.rewards.evisrag import evaluate_predictions, split_block
+from evidra.rewards.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
+from evidra.types import ImagePart, Message, Sample, TextPart
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: bool
+    response: str  # the (possibly re-annotated) trajectory text to train on
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DistillContext:
+    """What a recipe may use besides the teacher's text."""
+
+    paradigm: Paradigm
+    gamma: float = 0.5
+    annotator: ChatEndpoint | None = None
+
+
+Judge = Callable[[Sample, str, DistillContext], Verdict]
+RECIPES: Registry[tuple[str, Judge]] = Registry("distillation recipe")  # name -> (paradigm, judge)
+
+
+def _lat(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
+    answer = ctx.paradigm.parse(text).answer or ""
+    if not sample.answerable:
+        return Verdict(is_no_answer(answer), text, {"recall": float(is_no_answer(answer))})
+    recall = max((token_recall(normalize_lat(answer), normalize_lat(g)) for g in sample.answers), default=0.0)
+    return Verdict(recall >= ctx.gamma, text, {"recall": recall})  # LAT Eq. 2, "recall above gamma"
+
+
+def _evisrag(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
+    answer = ctx.paradigm.parse(text).answer or ""
+    insufficient = sample.sufficient is False or not sample.answerable
+    golds = [INSUFFICIENT_ANSWER] if insufficient else list(sample.answers)
+    ok = bool(evaluate_predictions(answer, golds)["acc"])
+    return Verdict(ok, text, {"evidence": split_block(text, "evidence")})
+
+
+_BBOX = re.compile(r"<bbox>(.*?)</bbox>", re.DOTALL)
+_NUMBERS = re.compile(r"-?\d+(?:\.\d+)?")
+GROUNDING_PROMPT = (
+    "The reasoning below needs a region of this image. Output only its bounding box as a JSON list "
+    "[x1, y1, x2, y2] in pixels.\nReasoning: {thought}"
+)
+
+
+def _reground(sample: Sample, text: str, ctx: DistillContext) -> tuple[str, list[dict[str, Any]]]:
+    """Replace each ``<bbox>`` of the trajectory with the grounding model's box for it."""
+    if ctx.annotator is None or not sample.pages:
+        return text, []
+    changes: list[dict[str, Any]] = []
+    annotator = ctx.annotator
+
+    def swap(m: re.Match[str]) -> str:
+        thought = text[: m.start()].rsplit("<think>", 1)[-1].split("</think>")[0].strip()
+        page = sample.pages[0]  # VRAG-RL crops from the image just observed; one page in this loop
+        msg = Message(
+            "user",
+            (ImagePart(page.image_path, page_id=page.id), TextPart(GROUNDING_PROMPT.format(thought=thought))),
+        )
+        reply = annotator.complete([msg], max_tokens=64).text
+        numbers = _NUMBERS.findall(reply)
+        if len(numbers) < 4:
+            changes.append({"original": m.group(1), "regrounded": None})
+            return m.group(0)
+        box = "[" + ", ".join(numbers[:4]) + "]"
+        changes.append({"original": m.group(1).strip(), "regrounded": box})
+        return f"<bbox>{box}</bbox>"
+
+    return _BBOX.sub(swap, text), changes
+
+
+def _vragrl(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
+    text, changes = _reground(sample, text, ctx)
+    answer = ctx.paradigm.parse(text).answer
+    if answer is None:  # multi-action outputs: the answer block anywhere in the trajectory
+        found = re.search(r"<answer>(.*?)</answer>", text, re.DOTALL)
+        answer = found.group(1).strip() if found else ""
+    ok = bool(sample.answers) and anls(answer, sample.answers) >= 0.5
+    return Verdict(ok, text, {"regrounded": changes})
+
+
+RECIPES.add("lat", ("coe", _lat))
+RECIPES.add("evisrag", ("evidence", _evisrag))
+RECIPES.add("vragrl", ("search_agent", _vragrl))
+
+
+def _part_json(part: Any) -> dict[str, str]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    return {"type": "image", "image": str(part.image)}
+
+
+def _prompt_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages for the SFT record, images by path (not inlined)."""
+    return [{"role": m.role, "content": [_part_json(p) for p in m.content]} for m in messages]
+
+
+def done_ids(path: Path) -> set[str]:
+    """Ids already in the output (accepted or rejected); torn lines are ignored."""
+    ids: set[str] = set()
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                ids.add(str(json.loads(line)["id"]))
+            except (json.JSONDecodeError, KeyError):
+                continue
+    return ids
+
+
+@dataclass(frozen=True)
+class DistillReport:
+    attempted: int
+    accepted: int
+    skipped: int
+    failed: int
+
+
+def distill(
+    samples: Sequence[Sample],
+    teacher: ChatEndpoint,
+    out: str | Path,
+    *,
+    method: str,
+    gamma: float = 0.5,
+    annotator: ChatEndpoint | None = None,
+    exemplars: Sequence[Message] = (),
+    concurrency: int = 4,
+    max_tokens: int = 1024,
+    temperature: float = 0.7,
+) -> DistillReport:
+    """Query the teacher for every sample not yet in ``out``; append one JSONL row per sample."""
+    if concurrency < 1:
+        raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
+    paradigm_name, judge = RECIPES.get(method)
+    ctx = DistillContext(PARADIGMS.get(paradigm_name)(), gamma, annotator)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    seen = done_ids(path)
+    todo = [s for s in samples if s.id not in seen]
+    lock = threading.Lock()
+    counts = {"accepted": 0, "failed": 0}
+
+    def work(sample: Sample) -> None:
+        messages = [*exemplars, *ctx.paradigm.build_messages(sample, sample.pages)]
+        try:
+            reply = teacher.complete(messages, max_tokens=max_tokens, temperature=temperature)
+            verdict = judge(sample, reply.text, ctx)
+        except EndpointError as exc:
+            logger.warning("teacher failed on %s: %s", sample.id, exc)
+            with lock:
+                counts["failed"] += 1
+            return  # not written: a rerun retries it
+        row = {
+            "id": sample.id,
+            "method": method,
+            "accepted": verdict.accepted,
+            "answers": list(sample.answers),
+            "prompt": _prompt_json(messages[len(exemplars) :]),  # the SFT prompt, without demos
+            "response": verdict.response,
+            "teacher_response": reply.text,
+            "meta": verdict.meta,
+        }
+        with lock:
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+            counts["accepted"] += int(verdict.accepted)
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(work, todo))
+    return DistillReport(len(todo), counts["accepted"], len(samples) - len(todo), counts["failed"])
+
+
+def accepted_records(path: str | Path) -> list[dict[str, Any]]:
+    """The accepted rows of a distillation file (the SFT cold-start set)."""
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [r for r in rows if r.get("accepted")]
