@@ -129,3 +129,29 @@ def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
     ]
     metrics = SFTTrainer(load_config(SFTConfig, None, over)).train()
     assert len(metrics) == 2 and all(math.isfinite(m["loss"]) for m in metrics)
+
+
+@pytest.mark.slow
+def test_lat_colqwen2_loads_the_retriever_from_the_environment(
+    tiny_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evidra.errors import ConfigError
+    from evidra.rl.config import DataConfig
+    from evidra.rl.recipes.lat import RETRIEVER_ENV, LatTaskReward, _colqwen2_loader, make_lat_task
+
+    task = make_lat_task("lat.test", LatTaskReward(loader=_colqwen2_loader))
+    sample = next(s for s in task.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)
+    assert task.oracle is not None
+    parsed = task.parse(task.oracle(sample)[-1].plain_text)
+    monkeypatch.delenv(RETRIEVER_ENV, raising=False)
+    with pytest.raises(ConfigError, match=RETRIEVER_ENV):
+        task.reward(parsed, sample, None)
+    monkeypatch.setenv(RETRIEVER_ENV, str(tiny_dirs["colqwen2"]))
+    result = task.reward(parsed, sample, None)
+    # accuracy, ground and format do not depend on the retriever; the random tiny ColQwen2 decides step
+    assert (result.components["accuracy"], result.components["ground"], result.components["format"]) == (
+        1,
+        1,
+        1,
+    )
+    assert result.components["step"] in (0.0, 0.5, 1.0)
