@@ -104,3 +104,14 @@ def test_bm25_needs_a_text_layer(pages: dict[str, Page]) -> None:
     bare = [Page(p.id, p.image_path, p.width, p.height) for p in pages.values()]
     with pytest.raises(InvalidInputError):
         bm25_searcher(bare)
+
+
+def test_search_client_backend_behind_the_same_protocol(pages: dict[str, Page]) -> None:
+    from evidra.retrieval.client import SearchClient
+    from evidra.retrieval.server import SearchService
+
+    local = _run(SearchEnv(bm25_searcher(pages.values()), pages), ["<search>revenue</search>"] * 2)
+    service = SearchService(bm25_searcher(pages.values()), n_pages=len(pages))
+    with service.running() as url, SearchClient(url, timeout=10) as client:
+        remote = _run(SearchEnv(client, pages), ["<search>revenue</search>"] * 2)
+    assert [s.info["page_id"] for s in remote] == [s.info["page_id"] for s in local] == ["pA", "pC"]

@@ -1,4 +1,4 @@
-"""Crop-and-zoom geometry of VRAG-RL's visual perception action (VRAG-RL §2.2, Eq. 4).
+"""Crop-and-zoom geometry of VRAG-RL's visual perception action (VRAG-RL §2.2, Eq. 2).
 
 The policy writes ``<bbox>[x1, y1, x2, y2]</bbox>`` in the pixel frame of an image *as it was
 displayed* in its context: a retrieved page after VRAG's ``process_image`` resize, or an earlier
@@ -104,7 +104,7 @@ def map_crop_upstream(bbox: Sequence[float], width: int, height: int, raw_width:
 
 
 def map_crop(bbox: Sequence[float], shown: Displayed, pad: bool = False) -> tuple[int, int, int, int]:
-    """Paper mode (VRAG-RL Eq. 4): map a box in ``shown``'s displayed frame to raw page pixels.
+    """Paper mode (VRAG-RL Eq. 2): map a box in ``shown``'s displayed frame to raw page pixels.
 
     Scaled by the region's size over the displayed size, offset by the region's origin,
     truncated like upstream, clamped to the region.

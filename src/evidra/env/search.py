@@ -1,6 +1,6 @@
 """VRAG-RL's search environment: ``<search>`` a page index, ``<bbox>`` crop and zoom, ``<answer>``.
 
-Per turn (VRAG-RL §2.1-2.2, Algorithm 1): the first action block of the policy's text is
+Per turn (VRAG-RL §2.2 and §2.4, Algorithm 1): the first action block of the policy's text is
 executed. A search inserts the best page not yet seen in this episode as a user turn holding
 the image (resized by VRAG's ``process_image``, so the policy's boxes live in that frame); a
 ``<bbox>`` crops the region of the raw page that the box covers in the last image shown
