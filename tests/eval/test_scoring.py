@@ -1,0 +1,98 @@
+"""Per-sample scores: official metrics, LAT EM/IoU@0.5, EVisRAG with sufficiency, retrieval, process."""
+
+from __future__ import annotations
+
+import pytest
+
+from evidra.eval.runner import RawEpisode, to_prediction
+from evidra.eval.scoring import Prediction, braced_answer, score
+from evidra.geometry import vision_spec
+from evidra.types import Box, CoordSpace, EvidenceBox, Page, Parsed, Sample, Step
+
+PAGES = (Page("p1", "/x/p1.png", 200, 100), Page("p2", "/x/p2.png", 200, 100))
+
+
+def _sample(**kw: object) -> Sample:
+    gold = (EvidenceBox("p2", Box(10, 10, 50, 30)),)
+    base: dict[str, object] = {"id": "s", "question": "How many?", "answers": ("Jane Doe",), "pages": PAGES}
+    base.update(gold_pages=("p2",), gold_boxes=gold)
+    base.update(kw)
+    return Sample(**base)  # type: ignore[arg-type]
+
+
+def test_lat_iou50_needs_the_right_page_and_overlap() -> None:
+    s = _sample(dataset="visa_wiki")
+    # IoU of (10,10,50,30) and (20,10,50,30): 600 / 800 = 0.75
+    hit = score(s, Prediction("s", ("t",), "Jane Doe", answer_page=1, answer_box=(20, 10, 50, 30)))
+    assert hit["em"] == 1.0 and hit["iou50"] == 1.0
+    wrong_page = score(s, Prediction("s", ("t",), "Jane Doe", answer_page=0, answer_box=(20, 10, 50, 30)))
+    assert wrong_page["iou50"] == 0.0
+    # IoU of (10,10,50,30) and (40,10,80,30): 200 / 1400 < 0.5
+    assert score(s, Prediction("s", ("t",), "x", answer_page=1, answer_box=(40, 10, 80, 30)))["iou50"] == 0.0
+
+
+def test_unanswerable_visa_rule() -> None:
+    s = _sample(answerable=False, gold_pages=(), gold_boxes=(), answers=("No Answer",))
+    ok = score(s, Prediction("s", ("t",), "No answer."))
+    assert ok["em"] == 1.0 and ok["iou50"] == 1.0
+    boxed = score(s, Prediction("s", ("t",), "No answer", answer_page=0, answer_box=(0, 0, 1, 1)))
+    assert boxed["em"] == 1.0 and boxed["iou50"] == 0.0  # a box on a no-answer item is wrong
+
+
+def test_evisrag_gold_becomes_insufficient() -> None:
+    s = _sample(sufficient=False)
+    assert score(s, Prediction("s", ("t",), "insufficient to answer"))["evisrag_acc"] == 1.0
+    assert score(s, Prediction("s", ("t",), "Jane Doe"))["evisrag_acc"] == 0.0
+    # sufficient: bag-of-words F1 of "jane" vs "jane doe" = 2 * 1 * 0.5 / 1.5
+    f1 = score(_sample(sufficient=True), Prediction("s", ("t",), "Jane"))["evisrag_f1"]
+    assert f1 == pytest.approx(2 / 3, abs=1e-6)
+
+
+def test_official_per_dataset() -> None:
+    mp = _sample(dataset="mpdocvqa", answers=("35.00",))
+    got = score(mp, Prediction("s", ("t",), "35.00", answer_page=1))
+    assert got["anls"] == 1.0 and got["appa"] == 1.0
+    assert score(mp, Prediction("s", ("t",), "none", answer_page=0))["anls"] == 0.0
+    chart = _sample(dataset="chartqa", answers=("47",))
+    assert score(chart, Prediction("s", ("t",), "48.5"))["relaxed_accuracy"] == 1.0  # 1.5 / 47 < 5%
+    tv = _sample(dataset="tunnel_circuits", answers=("C3",))
+    assert score(tv, Prediction("s", ("t",), "It is {c3} I think"))["synthetic_accuracy"] == 1.0
+    assert braced_answer("no braces ") == "no braces"
+    assert "exact_match" in score(_sample(dataset="unknown"), Prediction("s", ("t",), "Jane Doe"))
+
+
+def test_retrieval_and_process_from_infos() -> None:
+    s = _sample()
+    infos = (
+        {"action": "search", "retrieved": ["p1", "p9"]},
+        {"action": "crop", "page": "p2", "box": (0, 0, 20, 20)},  # overlaps the gold box: useful
+        {"action": "crop", "page": "p1", "box": (0, 0, 20, 20)},  # wrong page: not useful
+        {"action": "invalid"},
+        {"action": "search", "retrieved": ["p2"]},
+        {"action": "answer"},
+    )
+    got = score(s, Prediction("s", ("a",) * 6, "Jane Doe", infos=infos, n_tokens=40, finished=False))
+    # ranking p1, p9, p2 against gold {p2}: recall@1 = 0, recall@5 = 1, MRR@10 = 1/3
+    assert got["recall@1"] == 0.0 and got["recall@5"] == 1.0 and got["mrr@10"] == pytest.approx(1 / 3)
+    assert got["invalid_rate"] == pytest.approx(1 / 6) and got["tool_calls"] == 4.0
+    assert got["useful_zoom_rate"] == 0.5 and got["turns"] == 6.0 and got["finished"] == 0.0
+
+
+class _Norm1000:
+    """A paradigm whose parser returns Qwen2-VL style 0..1000 boxes."""
+
+    name = "norm"
+
+    def parse(self, text: str) -> Parsed:
+        box = Box(100, 100, 300, 300, CoordSpace.NORM1000)
+        return Parsed(text, answer="Jane", answer_box=box, answer_page=0, steps=(Step("look", 0, box),))
+
+
+def test_to_prediction_converts_boxes_to_page_pixels() -> None:
+    page = Page("p1", "/x/p1.png", 1000, 500)
+    s = Sample("s", "q?", ("Jane",), pages=(page,), gold_pages=("p1",),
+               gold_boxes=(EvidenceBox("p1", Box(100, 50, 300, 150)),), dataset="visa_wiki")  # fmt: skip
+    pred = to_prediction(s, RawEpisode(("t",), ({},), 9, True, 0.1), _Norm1000(), vision_spec("qwen2_vl"))  # type: ignore[arg-type]
+    # 0..1000 -> page pixels: x * 1000 / 1000, y * 500 / 1000
+    assert pred.answer_box == (100.0, 50.0, 300.0, 150.0) and pred.steps[0].box == (100.0, 50.0, 300.0, 150.0)
+    assert pred.scores["iou50"] == 1.0 and pred.scores["em"] == 1.0 and pred.n_tokens == 9
