@@ -65,7 +65,7 @@ def _generation_config(vlm: VLM, params: SamplingParams) -> Any:
     sampling: dict[str, Any] = {"do_sample": False}
     if not params.greedy:
         sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p}
-        sampling["top_k"] = params.top_k if params.top_k > 0 else None
+        sampling["top_k"] = params.top_k  # 0 disables it (None would mean transformers' default of 50)
     return GenerationConfig(
         max_new_tokens=params.max_new_tokens,
         eos_token_id=list(vlm.eos_token_ids),

@@ -43,6 +43,7 @@ class RolloutConfig:
     group_size: int = 4
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k truncation
     max_turns: int = 1
     max_new_tokens: int = 64  # per turn
     max_response_tokens: int = 512  # per episode, observations included

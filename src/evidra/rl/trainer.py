@@ -87,7 +87,9 @@ class RLTrainer:
     # rollouts -----------------------------------------------------------------------------
     def _rollout(self, samples: list[Sample]) -> list[Group]:
         r = self.cfg.rollout
-        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
+        params = SamplingParams(
+            max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k
+        )
         limits = RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
         self.vlm.model.eval()
         episodes = rollout(HFBackend(self.vlm), self.task.make_env, samples, r.group_size, params, limits)
