@@ -155,3 +155,23 @@ def test_lat_colqwen2_loads_the_retriever_from_the_environment(
         1,
     )
     assert result.components["step"] in (0.0, 0.5, 1.0)
+
+
+def test_lang2act_task_with_a_toolbox_file(tmp_path: Path) -> None:
+    from evidra.paradigms.toolchain import Tool, load_toolbox, save_toolbox
+    from evidra.rl.config import DataConfig
+    from evidra.rl.recipes.lang2act import make_lang2act_task
+
+    save_toolbox([Tool("count_rows", "Image k: table", "Count rows.")], tmp_path / "box.json")
+    task = make_lang2act_task("lang2act.custom", 2, load_toolbox(tmp_path / "box.json"))
+    sample = next(s for s in task.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)
+    (system, _user) = task.make_env(sample).reset(sample)
+    assert '<tool name="count_rows" args="Image k: table"> Count rows. </tool>' in system.plain_text
+    answer = sample.answers[0]
+    good = (
+        '<think>Image 1.</think><description><tool name="count_rows" args="Image 1: t">3</tool>'
+        f"</description><answer>{answer}</answer>"
+    )
+    off_box = good.replace("count_rows", "read_text_element")  # in the paper's box, not in this one
+    assert task.reward(task.parse(good), sample, None).components["tool"] == 1.0
+    assert task.reward(task.parse(off_box), sample, None).components["tool"] == 0.0

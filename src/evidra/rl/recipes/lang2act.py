@@ -11,11 +11,15 @@ contained in the answer) stands in, so the recipes run without an endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.paradigms.toolchain import Toolchain, parse_toolchain, toolchain_oracle_text
-from evidra.rewards.judge import RuleJudge
+from evidra.paradigms.toolchain import (
+    DEFAULT_TOOLBOX,
+    Tool,
+    Toolchain,
+    parse_toolchain,
+    toolchain_oracle_text,
+)
+from evidra.rewards.judge import Judge, RuleJudge
 from evidra.rewards.lang2act import Lang2ActReward
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._synth import synth_samples
@@ -27,27 +31,32 @@ def lang2act_samples(cfg: DataConfig) -> list[Sample]:
     return synth_samples(cfg, "synth.lang2act")
 
 
-def _env(stage: int) -> Callable[[Sample], SingleTurnEnv]:
-    return lambda sample: SingleTurnEnv(Toolchain(stage=stage))
+def make_lang2act_task(
+    name: str, stage: int, toolbox: tuple[Tool, ...] = DEFAULT_TOOLBOX, judge: Judge | None = None
+) -> Task:
+    """A Lang2Act task for ``stage`` (1 or 2) whose prompt lists ``toolbox`` and whose tool
+    reward accepts exactly its names (e.g. a curated box from ``load_toolbox(path)``); ``judge``
+    defaults to the offline ``RuleJudge``."""
+    paradigm = Toolchain(name=f"toolchain.stage{stage}", stage=stage, toolbox=toolbox)
+    reward = Lang2ActReward(
+        stage="actionrl" if stage == 1 else "toolrl",
+        judge=judge if judge is not None else RuleJudge(),
+        toolbox=paradigm.tool_names,
+    )
 
-
-def _oracle(stage: int) -> Callable[[Sample], list[Message]]:
     def oracle(sample: Sample) -> list[Message]:
-        prompt = Toolchain(stage=stage).build_messages(sample, sample.pages)
+        prompt = paradigm.build_messages(sample, sample.pages)
         return [*prompt, Message.text("assistant", toolchain_oracle_text(sample, stage))]
 
-    return oracle
-
-
-for _stage, _reward_stage in ((1, "actionrl"), (2, "toolrl")):
-    TASKS.add(
-        f"lang2act.stage{_stage}",
-        Task(
-            name=f"lang2act.stage{_stage}",
-            samples=lang2act_samples,
-            make_env=_env(_stage),
-            parse=parse_toolchain,
-            reward=Lang2ActReward(stage=_reward_stage, judge=RuleJudge()),  # type: ignore[arg-type]
-            oracle=_oracle(_stage),
-        ),
+    return Task(
+        name=name,
+        samples=lang2act_samples,
+        make_env=lambda sample: SingleTurnEnv(paradigm),
+        parse=parse_toolchain,
+        reward=reward,
+        oracle=oracle,
     )
+
+
+TASKS.add("lang2act.stage1", make_lang2act_task("lang2act.stage1", 1))
+TASKS.add("lang2act.stage2", make_lang2act_task("lang2act.stage2", 2))
