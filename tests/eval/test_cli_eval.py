@@ -26,6 +26,9 @@ def test_eval_every_paradigm_on_a_synthetic_benchmark(tiny_dirs: dict[str, Path]
     table = list(csv.reader((out / "table_official.csv").open()))
     assert table[0] == ["Method", "tunnel.chain Acc"] and len(table) == len(rows) + 1
     assert (out / "tables.md").read_text().count("| qwen2_5_vl / ") >= len(rows)
+    assert (out / "significance.md").read_text().count("| tunnel.chain |") == len(rows) - 1
+    if __import__("importlib").util.find_spec("matplotlib"):
+        assert (out / "compare_synthetic_accuracy.png").is_file()
     html = (out / "viewer.html").read_text()
     assert html.count('class="rec"') == 2 * len(rows)
     # rerun resumes from the cache: no new prediction rows

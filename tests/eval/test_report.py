@@ -80,3 +80,20 @@ def test_viewer_in_headless_chromium(tmp_path: Path) -> None:
         assert rgb.size == (900, 700)
         colours = {c for _, c in rgb.getcolors(maxcolors=1 << 20) or []}
     assert any(abs(r - 220) < 8 and g < 60 and b < 60 for r, g, b in colours)  # the red answer box is drawn
+
+
+def test_significance_table_pairs_runs_by_sample() -> None:
+    from evidra.eval.report import significance_markdown
+
+    samples = tuple(Sample(f"q{i}", "q?", ("a",)) for i in range(10))
+
+    def run(paradigm: str, right: set[int]) -> RunResult:
+        preds = tuple(
+            Prediction(f"q{i}", ("t",), "a", scores={"exact_match": float(i in right)}) for i in range(10)
+        )
+        acc = len(right) / 10
+        return RunResult(ResultRow("bench", paradigm, "m", 10, {"exact_match": acc}), samples, preds)
+
+    # baseline right on 0-5, other right on 4-9: b = 4 (0-3), c = 4 (6-9) -> exact p = 1.0
+    md = significance_markdown([run("direct", set(range(6))), run("coe", set(range(4, 10)))])
+    assert md.splitlines()[2] == "| bench | m / direct | m / coe | exact_match | 60.0 | 60.0 | 4 | 4 | 1 |"

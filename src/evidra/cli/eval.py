@@ -128,6 +128,21 @@ def run(args: argparse.Namespace) -> int:
                     logger.warning("skipping paradigm %s on %s: %s", paradigm, bench, exc)
                     continue
             runs.append(RunResult(summarize(cfg.key, preds, samples), tuple(samples), tuple(preds)))
-    for path in write_report(runs, out):
+    for path in [*write_report(runs, out), *_plots(runs, out)]:
         print(path)
     return 0
+
+
+def _plots(runs: list[Any], out: Path) -> list[Path]:
+    """A comparison PNG per headline metric when matplotlib (extra [plots]) is installed."""
+    from evidra.errors import MissingDependencyError
+    from evidra.eval.plots import plot_comparison
+    from evidra.eval.tables import LAYOUTS
+
+    rows = [r.row for r in runs]
+    metrics = [m for m in LAYOUTS.get("official") if any(m in r.metrics for r in rows)]
+    try:
+        return [plot_comparison(rows, m, out / f"compare_{m}.png") for m in metrics]
+    except MissingDependencyError as exc:
+        logger.info("no plots: %s", exc)
+        return []

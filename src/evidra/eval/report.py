@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidra.eval.scoring import Prediction
+from evidra.eval.significance import mcnemar
 from evidra.eval.tables import LAYOUTS, ResultRow, write_tables
 from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, ViewerStep, write_viewer
 from evidra.types import Box, Sample
@@ -70,6 +71,41 @@ def viewer_record(sample: Sample, p: Prediction, run: str = "") -> ViewerRecord:
     )
 
 
+def _outcomes(run: RunResult, metric: str) -> dict[str, bool]:
+    return {p.sample_id: p.scores[metric] >= 0.5 for p in run.predictions if metric in p.scores}
+
+
+def significance_markdown(runs: Sequence[RunResult]) -> str:
+    """McNemar's test of every run against the first run on the same benchmark (paired by sample
+    id, on the benchmark's headline metric thresholded at 0.5)."""
+    lines = [
+        "| Benchmark | Baseline | Method | Metric | Baseline % | Method % | b | c | p |",
+        "|" + "---|" * 9,
+    ]
+    for i, base in enumerate(runs):
+        if any(r.row.benchmark == base.row.benchmark for r in runs[:i]):
+            continue  # not the first run of its benchmark
+        metric = next((m for m in LAYOUTS.get("official") if m in base.row.metrics), None)
+        if metric is None:
+            continue
+        a = _outcomes(base, metric)
+        for other in runs[i + 1 :]:
+            if other.row.benchmark != base.row.benchmark:
+                continue
+            b = _outcomes(other, metric)
+            ids = [k for k in a if k in b]
+            if not ids:
+                continue
+            test = mcnemar([a[k] for k in ids], [b[k] for k in ids])
+            acc_a = 100 * sum(a[k] for k in ids) / len(ids)
+            acc_b = 100 * sum(b[k] for k in ids) / len(ids)
+            lines.append(
+                f"| {base.row.benchmark} | {base.row.method} | {other.row.method} | {metric} | {acc_a:.1f} | "
+                f"{acc_b:.1f} | {test.b} | {test.c} | {test.p_value:.3g} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def write_report(runs: Sequence[RunResult], out_dir: str | Path, *, title: str = "evidra eval") -> list[Path]:
     """``results.jsonl``, ``tables.md`` + ``table_*.csv`` and ``viewer.html`` under ``out_dir``."""
     out = Path(out_dir)
@@ -83,4 +119,6 @@ def write_report(runs: Sequence[RunResult], out_dir: str | Path, *, title: str =
         for s, p in zip(r.samples, r.predictions, strict=True)
     ]
     viewer = write_viewer(records, out / "viewer.html", title=title)
-    return [results, *tables, viewer]
+    significance = out / "significance.md"
+    significance.write_text(significance_markdown(runs), encoding="utf-8")
+    return [results, *tables, significance, viewer]
