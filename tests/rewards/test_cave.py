@@ -121,8 +121,9 @@ def test_prefix_context_keeps_whole_images(tiny_vlms: dict[str, Any]) -> None:
     assert prefix_context(ctx, 3, vlm.image_token_id).pixel_values is None
 
 
-def test_teacher_forcing_matches_reference(tiny_vlms: dict[str, Any]) -> None:
-    vlm = tiny_vlms["qwen2_5_vl"]
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_teacher_forcing_matches_reference(tiny_vlms: dict[str, Any], arch: str) -> None:
+    vlm = tiny_vlms[arch]
     ctx, plen, starts = _episode(vlm)
     states = [prefix_context(ctx, plen + s, vlm.image_token_id) for s in starts]
     target = make_target(vlm.tokenizer, "red square", "<answer> ", " </answer>")

@@ -166,3 +166,26 @@ def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
     ]
     metrics = SFTTrainer(load_config(SFTConfig, None, over)).train()
     assert len(metrics) == 2 and all(math.isfinite(m["loss"]) and m["tokens"] > 0 for m in metrics)
+
+
+def test_synth_once_builds_a_folder_once_across_threads(tmp_path: Path) -> None:
+    import threading
+
+    from evidra.rl.recipes.vragrl import synth_once
+
+    calls: list[int] = []
+
+    def build(root: Path) -> dict[str, int]:
+        calls.append(1)
+        (root / "file").write_text("x")
+        return {"n": len(calls)}
+
+    results: list[dict[str, int]] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(synth_once(tmp_path / "c", build))) for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [1] and results == [{"n": 1}] * 4

@@ -24,7 +24,7 @@ from evidra.rewards.cave import CaveParams, Outcome, StateScore, cave_reward
 from evidra.rewards.cave_scoring import score_states
 from evidra.rewards.judge import JudgeItem, RuleJudge
 from evidra.rl.config import DataConfig
-from evidra.rl.recipes.vragrl import corpus_dir
+from evidra.rl.recipes.vragrl import corpus_dir, synth_once
 from evidra.rl.tasks import TASKS, Task
 from evidra.types import Message, Parsed, Sample, Trajectory
 
@@ -38,7 +38,10 @@ def _samples(cfg: DataConfig) -> list[Sample]:
     from evidra.data.synth.documents import generate_image_documents
 
     root = corpus_dir(cfg, "cave")
-    corpus = generate_image_documents(root / "synth", n_docs=max(2, cfg.size), seed=cfg.seed, dpi=DPI)
+    n_docs = max(2, cfg.size)
+    corpus = synth_once(
+        root, lambda r: generate_image_documents(r / "synth", n_docs=n_docs, seed=cfg.seed, dpi=DPI)
+    )
     samples = [s for s in corpus.samples(dataset="synth.cave") if s.answerable]
     return [replace(s, pages=s.pages[:1]) for s in samples[: cfg.size]]
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from evidra.env.crop import Displayed
 from evidra.env.search import SearchEnv, bm25_searcher
@@ -30,6 +30,11 @@ from evidra.rl.config import DataConfig
 from evidra.rl.tasks import TASKS, Task
 from evidra.types import Message, Page, Parsed, Sample, Trajectory
 
+if TYPE_CHECKING:
+    from evidra.data.synth.documents import SynthCorpus
+
+T = TypeVar("T")
+
 DPI = 72  # small synthetic pages (612 x 792): fast on CPU, still legible to a real VLM
 MAX_TURNS = 5  # the released rollout: 4 action turns plus a final answer turn
 
@@ -40,17 +45,43 @@ def corpus_dir(cfg: DataConfig, name: str) -> Path:
     return base / f"{name}-seed{cfg.seed}-n{cfg.size}"
 
 
-def _samples(cfg: DataConfig) -> list[Sample]:
+def synth_once(root: Path, build: Callable[[Path], T]) -> T:
+    """``build(root)`` once per folder, across processes (file lock); later calls load its result.
+
+    Ranks of a distributed run (and repeated runs) share one corpus instead of racing to write it.
+    """
+    import fcntl
+    import os
+    import pickle
+
+    root.mkdir(parents=True, exist_ok=True)
+    cache = root / "corpus.pkl"
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.exists():
+            return cast(T, pickle.loads(cache.read_bytes()))  # our own cache file
+        result = build(root)
+        tmp = root / "corpus.pkl.tmp"
+        tmp.write_bytes(pickle.dumps(result))
+        os.replace(tmp, cache)
+        return result
+
+
+def _build(root: Path, n_docs: int, seed: int) -> SynthCorpus:
     from evidra.corpus import ingest
-    from evidra.corpus.store import PageStore
     from evidra.data.synth.documents import generate_documents
 
+    corpus = generate_documents(root / "synth", n_docs=n_docs, seed=seed, dpi=DPI)
+    ingest(corpus.docs_dir, root / "store", dpi=DPI)
+    return corpus
+
+
+def _samples(cfg: DataConfig) -> list[Sample]:
+    from evidra.corpus.store import PageStore
+
     root = corpus_dir(cfg, "vragrl")
-    corpus = generate_documents(root / "synth", n_docs=max(2, cfg.size // 2 + 1), seed=cfg.seed, dpi=DPI)
+    corpus = synth_once(root, lambda r: _build(r, max(2, cfg.size // 2 + 1), cfg.seed))
     store = root / "store"
-    if not (store / "done").exists():
-        ingest(corpus.docs_dir, store, dpi=DPI)
-        (store / "done").write_text("1")
     with PageStore.open(store) as opened:
         pages = {p.id: p for p in opened.pages()}
     samples = [s for s in corpus.samples(pages, dataset="synth.vragrl") if s.answerable]
