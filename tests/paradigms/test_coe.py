@@ -44,6 +44,8 @@ def test_single_image_prompt_states_the_page_size_and_question(sample: Sample) -
     assert parts[3] == TextPart(COE_SINGLE_PROMPT + "\n\nQuestion: ")
     assert parts[4] == TextPart("What was revenue in 2023?")  # "?" appended as upstream does
     assert COE_SINGLE_PROMPT.endswith('Bounding box: {"bbox_2d": [x1, y1, x2, y2], "Image_index": 1}')
+    assert "</think>\n<answer> the final answer" in COE_SINGLE_PROMPT  # a newline, as the released "\n"
+    assert COE_SINGLE_PROMPT.startswith("[Task Description]: \nGiven a document image")
 
 
 def test_multi_image_prompt_numbers_every_candidate(

@@ -27,11 +27,11 @@ _RESTRICTIONS = (
     "1. For each identified element (e.g., figures, tables, or factual text) during analysis, provide a "
     "bounding box and include its image index to highlight the visual evidence.\n"
     "2. The analysis and final answer are enclosed within <think> </think> and <answer> </answer> tags, "
-    "respectively, i.e., <think> analysis with visual evidence. </think>\\n<answer> the final answer and "
+    "respectively, i.e., <think> analysis with visual evidence. </think>\n<answer> the final answer and "
     "the corresponding bounding box as its source. </answer>\n"
     "3. Each bounding box must be formatted as:\n"
 )
-# LAT released prompts (src/grpo.py), verbatim; "\\n" is a literal backslash-n there too.
+# LAT released prompts (src/grpo.py), verbatim (its "\\n" escape in restriction 2 is a newline).
 COE_SINGLE_PROMPT = (
     "[Task Description]: \n"
     "Given a document image and a relevant question, you should first analysis the image to extract "
