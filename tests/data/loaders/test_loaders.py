@@ -138,3 +138,28 @@ def test_beir_layouts(tmp_path: Path) -> None:
     from evidra.data.loaders.beir import load_beir_corpus
 
     assert [p.id for p in load_beir_corpus(FIX / "beir", image_dir=tmp_path)] == ["0", "1", "2"]
+
+
+def test_datasets_cache_arrow_files(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.ipc as ipc
+
+    rows = [json.loads(line) for line in (FIX / "infovqa" / "validation.jsonl").read_text().splitlines()]
+    cache = tmp_path / "lmms-lab___doc_vqa" / "InfographicVQA" / "0.0.0" / "abc123"
+    cache.mkdir(parents=True)
+    table = pa.Table.from_pylist(rows)
+    with ipc.new_stream(cache / "doc_vqa-validation.arrow", table.schema) as writer:  # datasets' layout
+        writer.write_table(table)
+    (cache / "dataset_info.json").write_text("{}")  # cache metadata is not a record file
+    (info,) = load("infovqa", tmp_path / "lmms-lab___doc_vqa", image_dir=tmp_path / "img")
+    assert info.id == "65718" and info.pages[0].size == (50, 90)
+
+
+def test_vidore_v1_dedupes_queries_and_images(tmp_path: Path) -> None:
+    from evidra.data.loaders.vidore_v1 import load_vidore_v1_corpus
+
+    total, signed = load("vidore_v1", FIX / "vidore_v1" / "test.jsonl")
+    assert total.question == "What is the total?" and total.gold_pages == ("docvqa/ffbf0023_1.png",)
+    assert signed.extras["qrels"] == {"docvqa/abcd_3.png": 1.0}
+    pages = load_vidore_v1_corpus(FIX / "vidore_v1" / "test.jsonl", image_dir=tmp_path)
+    assert [p.id for p in pages] == ["docvqa/ffbf0023_1.png", "docvqa/abcd_2.png", "docvqa/abcd_3.png"]

@@ -15,6 +15,7 @@ from evidra.data.loaders import (  # noqa: F401 - importing registers each loade
     mmlongbench,
     mpdocvqa,
     slidevqa,
+    vidore_v1,
     vidoseek,
     visa,
 )
