@@ -96,6 +96,10 @@ def test_colqwen2_similarity_on_the_tiny_checkpoint(tiny_dirs: dict[str, Path], 
     assert scores == pytest.approx(single, abs=1e-5)
     by_box = sim.score_steps([StepQuery(page, Box(0, 0, 120, 40), "Revenue 2023")])
     assert by_box == pytest.approx(scores[:1], abs=1e-5)
+    thin = sim.score_steps(
+        [StepQuery(page, Box(0, 0, 200, 0.4), "a rule"), StepQuery(page, Box(0, 0, 1, 100), "x")]
+    )
+    assert all(-1.0 <= t <= 1.0 for t in thin)  # 200 x 1 px and 1 x 100 px crops still score
     # it plugs into LAT's reward as its Similarity service
     sample = Sample(
         id="s",

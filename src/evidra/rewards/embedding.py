@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from evidra.errors import InvalidInputError
 from evidra.geometry import is_valid_box
-from evidra.rewards.lat import StepPlan
+from evidra.rewards.lat import StepPlan, _fit_aspect
 from evidra.types import Box, Page, Parsed
 
 if TYPE_CHECKING:
@@ -147,14 +147,22 @@ class ColQwen2Similarity:
         return scores
 
     def score_steps(self, queries: Sequence[StepQuery]) -> list[float]:
+        """Crop each box from its page (crops thinner than 1:200 are resized as LAT does)."""
         images: dict[str, PILImage] = {}
         crops = []
         for q in queries:
             if q.page.id not in images:
                 images[q.page.id] = q.page.open_image()
-            b = q.box
-            crops.append(images[q.page.id].crop((round(b.x1), round(b.y1), round(b.x2), round(b.y2))))
+            crops.append(_crop(images[q.page.id], q.box))
         return self.score(crops, [q.text for q in queries]) if queries else []
+
+
+def _crop(image: PILImage, box: Box) -> PILImage:
+    """The box's pixels, at least 1 px each way; crops thinner than 1:200 resized as LAT does."""
+    x1, y1 = round(box.x1), round(box.y1)
+    crop = image.crop((x1, y1, max(x1 + 1, round(box.x2)), max(y1 + 1, round(box.y2))))
+    fitted = _fit_aspect(crop)
+    return fitted if fitted is not None else crop
 
 
 def score_plans_on_pages(
