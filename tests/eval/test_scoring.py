@@ -96,3 +96,35 @@ def test_to_prediction_converts_boxes_to_page_pixels() -> None:
     # 0..1000 -> page pixels: x * 1000 / 1000, y * 500 / 1000
     assert pred.answer_box == (100.0, 50.0, 300.0, 150.0) and pred.steps[0].box == (100.0, 50.0, 300.0, 150.0)
     assert pred.scores["iou50"] == 1.0 and pred.scores["em"] == 1.0 and pred.n_tokens == 9
+
+
+class _Constant:
+    """A similarity that scores every (crop, text) pair the same."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def score(self, crops: object, texts: list[str]) -> list[float]:
+        return [self.value] * len(texts)
+
+
+def test_stepwise_attribution_is_opt_in(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from PIL import Image
+
+    from evidra.eval.scoring import stepwise_attribution_scorer
+
+    path = Path(str(tmp_path)) / "p.png"
+    Image.new("RGB", (400, 300), "white").save(path)
+    page = Page("p1", str(path), 400, 300)
+    s = Sample("s", "q?", ("Jane",), pages=(page,), gold_pages=("p1",))
+    text = (
+        '<think>The header names Jane. Bounding box: {"bbox_2d": [10, 10, 200, 60], "Image_index": 1}</think>\n'
+        '<answer>Jane\nBounding box: {"bbox_2d": [10, 10, 200, 60], "Image_index": 1}</answer>'
+    )
+    p = Prediction("s", (text,), "Jane")
+    assert "sa" not in score(s, p)
+    # one step: (1[min cos >= 0.3] + 1[max IoU <= delta]) / 2 (LAT Eq. 8) -> 1.0 and 0.5
+    assert score(s, p, [stepwise_attribution_scorer(_Constant(0.9))])["sa"] == 1.0  # type: ignore[arg-type]
+    assert score(s, p, [stepwise_attribution_scorer(_Constant(0.1))])["sa"] == 0.5  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from evidra.env.base import Environment
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import InvalidInputError
 from evidra.eval.endpoint import ChatEndpoint
-from evidra.eval.scoring import Prediction, StepBox, score
+from evidra.eval.scoring import ExtraScorer, Prediction, StepBox, score
 from evidra.geometry import ImageFrame, VisionSpec, clip_box, convert_box
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM
@@ -160,7 +160,9 @@ def _page_at(sample: Sample, index: int | None) -> Page | None:
     return sample.pages[index] if index is not None and 0 <= index < len(sample.pages) else None
 
 
-def to_prediction(sample: Sample, raw: RawEpisode, paradigm: Paradigm, spec: VisionSpec) -> Prediction:
+def to_prediction(
+    sample: Sample, raw: RawEpisode, paradigm: Paradigm, spec: VisionSpec, extra: Sequence[ExtraScorer] = ()
+) -> Prediction:
     """Parse every turn; the answer (and its box) comes from the last turn that gave one."""
     parsed: list[Parsed] = [paradigm.parse(t) for t in raw.texts]
     final = next((p for p in reversed(parsed) if p.answer is not None), parsed[-1] if parsed else None)
@@ -178,7 +180,7 @@ def to_prediction(sample: Sample, raw: RawEpisode, paradigm: Paradigm, spec: Vis
         answer_box=box, steps=steps, infos=raw.infos, errors=final.errors if final else ("no output",),
         n_tokens=raw.n_tokens, latency_s=raw.latency_s, finished=raw.finished,
     )  # fmt: skip
-    return dataclasses.replace(pred, scores=score(sample, pred))
+    return dataclasses.replace(pred, scores=score(sample, pred, extra))
 
 
 def prediction_to_json(p: Prediction, key: Mapping[str, str]) -> str:
@@ -240,8 +242,12 @@ def run_eval(
     *,
     make_env: EnvFactory | None = None,
     progress: Callable[[int], None] | None = None,
+    extra_scores: Sequence[ExtraScorer] = (),
 ) -> list[Prediction]:
-    """Predictions for ``samples`` in order, reusing and extending the JSONL ``cache``."""
+    """Predictions for ``samples`` in order, reusing and extending the JSONL ``cache``.
+
+    ``extra_scores`` add per-sample metrics that need models (LAT's SA: ``stepwise_attribution_scorer``).
+    """
     paradigm = PARADIGMS.get(cfg.paradigm)()
     factory = make_env or (lambda s: SingleTurnEnv(paradigm))
     path = Path(cache)
@@ -254,7 +260,7 @@ def run_eval(
     with path.open("a", encoding="utf-8") as fh:
         for batch in _batches(todo, cfg.batch_size):
             for sample, raw in zip(batch, model.run(batch, factory, cfg), strict=True):
-                done[sample.id] = to_prediction(sample, raw, paradigm, model.spec)
+                done[sample.id] = to_prediction(sample, raw, paradigm, model.spec, extra_scores)
                 fh.write(prediction_to_json(done[sample.id], cfg.key) + "\n")
             fh.flush()
             if progress:

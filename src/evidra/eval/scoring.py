@@ -31,6 +31,7 @@ from evidra.eval.metrics import (
 from evidra.geometry import iou
 from evidra.registry import Registry
 from evidra.rewards.evisrag import evaluate_predictions
+from evidra.rewards.lat import Similarity, stepwise_attribution
 from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 from evidra.rewards.text import (
     INSUFFICIENT_ANSWER,
@@ -228,12 +229,33 @@ def process(sample: Sample, p: Prediction) -> dict[str, float]:
     return out
 
 
-def score(sample: Sample, p: Prediction) -> dict[str, float]:
-    """Every per-sample score of ``p`` (see the module docstring)."""
+ExtraScorer = Callable[[Sample, Prediction], dict[str, float]]
+
+
+def stepwise_attribution_scorer(similarity: Similarity) -> ExtraScorer:
+    """LAT's SA metric (R_step without the accuracy gate, tau = 0.3; LAT §5.1) of the final turn.
+
+    ``similarity`` scores (crop, step text) pairs, e.g. ColQwen2 cosine (``evidra.rewards.lat``);
+    it needs a retriever model, so SA is opt-in: pass the scorer to ``run_eval(extra_scores=...)``.
+    """
+
+    def sa(sample: Sample, p: Prediction) -> dict[str, float]:
+        if not p.texts:
+            return {"sa": 0.0}
+        images = [page.open_image() for page in sample.pages]
+        return {"sa": stepwise_attribution(p.texts[-1], images, similarity, single_image=len(images) == 1)}
+
+    return sa
+
+
+def score(sample: Sample, p: Prediction, extra: Sequence[ExtraScorer] = ()) -> dict[str, float]:
+    """Every per-sample score of ``p`` (see the module docstring) plus the ``extra`` scorers'."""
     pred = p.answer if p.answer is not None else ""
     out = official(sample, pred, p)
     out.update(lat_scores(sample, pred, p))
     out.update(evisrag_scores(sample, pred))
     out.update(retrieval_scores(sample, p.infos))
     out.update(process(sample, p))
+    for scorer in extra:
+        out.update(scorer(sample, p))
     return out
