@@ -119,10 +119,8 @@ def test_stepwise_attribution_is_opt_in(tmp_path: object) -> None:
     Image.new("RGB", (400, 300), "white").save(path)
     page = Page("p1", str(path), 400, 300)
     s = Sample("s", "q?", ("Jane",), pages=(page,), gold_pages=("p1",))
-    text = (
-        '<think>The header names Jane. Bounding box: {"bbox_2d": [10, 10, 200, 60], "Image_index": 1}</think>\n'
-        '<answer>Jane\nBounding box: {"bbox_2d": [10, 10, 200, 60], "Image_index": 1}</answer>'
-    )
+    box = 'Bounding box: {"bbox_2d": [10, 10, 200, 60], "Image_index": 1}'
+    text = f"<think>The header names Jane. {box}</think>\n<answer>Jane\n{box}</answer>"
     p = Prediction("s", (text,), "Jane")
     assert "sa" not in score(s, p)
     # one step: (1[min cos >= 0.3] + 1[max IoU <= delta]) / 2 (LAT Eq. 8) -> 1.0 and 0.5
