@@ -150,6 +150,15 @@ def done_ids(path: Path) -> set[str]:
     return ids
 
 
+def _row(sample: Sample, method: str, verdict: Verdict, teacher_text: str, prompt: Sequence[Message]) -> str:
+    """One output line: the SFT prompt (without demonstrations), the kept response, the verdict."""
+    return json.dumps({
+        "id": sample.id, "method": method, "accepted": verdict.accepted, "answers": list(sample.answers),
+        "prompt": _prompt_json(prompt), "response": verdict.response, "teacher_response": teacher_text,
+        "meta": verdict.meta,
+    })  # fmt: skip
+
+
 @dataclass(frozen=True)
 class DistillReport:
     attempted: int
@@ -193,19 +202,10 @@ def distill(
             with lock:
                 counts["failed"] += 1
             return  # not written: a rerun retries it
-        row = {
-            "id": sample.id,
-            "method": method,
-            "accepted": verdict.accepted,
-            "answers": list(sample.answers),
-            "prompt": _prompt_json(messages[len(exemplars) :]),  # the SFT prompt, without demos
-            "response": verdict.response,
-            "teacher_response": reply.text,
-            "meta": verdict.meta,
-        }
+        row = _row(sample, method, verdict, reply.text, messages[len(exemplars) :])
         with lock:
             with path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
+                fh.write(row + "\n")
             counts["accepted"] += int(verdict.accepted)
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
