@@ -63,3 +63,13 @@ def test_ask_answers_over_given_pages(
     assert result["answer"] is None or isinstance(result["answer"], str)
     assert main(["ask", "--store", str(store), "--model", model, "--max-pages", "1", "Q?"]) == 2
     assert "--page" in capsys.readouterr().err
+
+
+def test_train_overrides_may_follow_options(capsys: pytest.CaptureFixture[str]) -> None:
+    from evidra.cli.main import build_parser
+
+    args, extra = build_parser().parse_known_args(["train", "rl", "--config", "c.yaml", "a.b=1", "c=2"])
+    assert (args.mode, args.config, args.overrides + extra) == ("rl", "c.yaml", ["a.b=1", "c=2"])
+    with pytest.raises(SystemExit):
+        main(["pages", "store", "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err

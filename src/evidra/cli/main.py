@@ -49,7 +49,13 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # argparse matches a subcommand's positionals at their first occurrence, so `train rl --config F
+    # a.b=1` would leave `a.b=1` over; dotted overrides may therefore come anywhere after the mode.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not (hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra)):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if args.command is None:
         parser.print_help()
         return 2
