@@ -251,3 +251,18 @@ def test_signbit_prefilter_finds_planted_pages(tmp_path: Path) -> None:
     assert [r[0].page_id for r in hits] == [f"p{i:02d}" for i in range(0, n_pages, 3)]
     want = exact.search(queries, k=5)
     assert [r[0].score for r in hits] == pytest.approx([r[0].score for r in want], abs=1e-3)
+
+
+def test_many_small_adds_keep_blocks_packed(tmp_path: Path) -> None:
+    pages = _pages(40)
+    index = MultiVectorIndex.create(
+        tmp_path / "idx", DIM, options=MaxSimOptions(device="cpu", block_tokens=64)
+    )
+    for pid, vec in pages.items():  # one page per add: one tiny block each, until re-packed
+        index.add([pid], [vec])
+    index.delete(["p05"])
+    tokens = sum(v.shape[0] for v in pages.values())  # 40 pages of 3..13 vectors
+    assert len(index._blocks) <= 2 * -(-tokens // 64) + 8 < 40
+    q = _unit(3, DIM, seed=77)
+    want = _reference(q, {p: v for p, v in pages.items() if p != "p05"}, 6)
+    assert [h.page_id for h in index.search([q], k=6)[0]] == want

@@ -111,6 +111,13 @@ class MultiVectorIndex:
         self._alive = torch.cat([self._alive, torch.ones(len(ids), dtype=torch.bool)])
         if not ids:
             return
+        self._blocks += self._build(views, rows)
+        if len(self._blocks) > 2 * self._ideal_blocks() + 8:  # many small adds: re-pack the live rows
+            live = [r for r in range(len(self._ids)) if bool(self._alive[r])]
+            self._blocks = self._build([self._views[r] for r in live], live)
+
+    def _build(self, views: Sequence[np.ndarray], rows: Sequence[int]) -> list[Block]:
+        """First-stage blocks of ``rows``: full vectors, pooled vectors or sign-bit codes."""
         dtype = self._dtype
         if self.options.prefilter == "pooled":
             pages = [mean_pool(_tensor(v), self.options.pool_factor) for v in views]
@@ -118,9 +125,13 @@ class MultiVectorIndex:
             pages, dtype = [pack_signs(_tensor(v)) for v in views], torch.uint8
         else:
             pages = [_tensor(v) for v in views]
-        self._blocks += build_blocks(
+        return build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
+
+    def _ideal_blocks(self) -> int:
+        tokens = sum(b.n_tokens for b in self._blocks)
+        return -(-tokens // self.options.block_tokens)
 
     @property
     def dim(self) -> int:
