@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from evidra.errors import InvalidInputError, require
+from evidra.errors import InvalidInputError
 
 logger = logging.getLogger(__name__)
 
@@ -367,8 +367,7 @@ class OpenAIJudge:
     """
 
     def __init__(self, config: HttpJudgeConfig, cache: JudgeCache | None = None) -> None:
-        require("httpx", "judge")
-        self.config = config
+        self.config = config  # httpx is a core dependency, imported where requests are made
         self.cache: JudgeCache = cache if cache is not None else MemoryCache()
         self.stats = JudgeStats()
 
