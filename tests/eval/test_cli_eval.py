@@ -52,3 +52,24 @@ def test_eval_needs_a_benchmark_and_a_model(tmp_path: Path, capsys: pytest.Captu
     assert "nothing to evaluate" in capsys.readouterr().err
     assert main(["eval", "--synthetic", "tunnel.chain", "--n", "1", "--out", str(tmp_path)]) == 2
     assert "--model PATH" in capsys.readouterr().err
+
+
+def test_eval_a_published_benchmark_loader(tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    fixture = Path(__file__).parents[1] / "fixtures" / "benchmarks" / "docvqa" / "val_v1.0.json"
+    out = tmp_path / "eval"
+    argv = [
+        "eval",
+        "--benchmark",
+        "docvqa",
+        "--data",
+        str(fixture),
+        "--option",
+        f"image_dir={tmp_path / 'img'}",
+    ]
+    argv += ["--paradigm", "direct", "--model", str(tiny_dirs["qwen2_vl"]), "--max-new-tokens", "4"]
+    argv += ["--out", str(out)]
+    assert main(argv) == 0
+    (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert row["benchmark"] == "docvqa" and row["n"] == 1 and "anls" in row["metrics"]
+    header = next(csv.reader((out / "table_official.csv").open()))
+    assert header == ["Method", "docvqa ANLS"]
