@@ -1,0 +1,119 @@
+"""TRL and verl adapters for any evidra reward (see the package docstring).
+
+>>> from evidra.rewards.toy import digit_fraction
+>>> fn = as_trl_reward(digit_fraction)
+>>> fn(prompts=["How many?"], completions=[[{"role": "assistant", "content": "12 a"}]], completion_ids=[[1]])
+[0.6666666666666666]
+>>> as_verl_compute_score(digit_fraction)("toy", "1 2", "12", {"question": "How many?"})["score"]
+1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from evidra.rewards.base import RewardFn, RewardResult
+from evidra.types import Parsed, Sample
+
+Parser = Callable[[str], Parsed]
+
+ANSWER_KEYS = ("answers", "answer", "ground_truth", "reference_answer", "short_answer", "label")
+QUESTION_KEYS = ("question", "query", "problem")
+
+
+def _plain_parse(text: str) -> Parsed:
+    return Parsed(text=text)
+
+
+def _text(value: Any) -> str:
+    """Text of a prompt or completion in TRL's shapes: a string, a message list (the last
+    message's content), a message, or a list of content parts (their text parts joined)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        if "content" in value:
+            return _text(value["content"])
+        return str(value.get("text", ""))
+    if isinstance(value, Sequence) and value:
+        if all(isinstance(v, Mapping) and "role" in v for v in value):
+            return _text(value[-1])
+        return "".join(_text(v) for v in value)
+    return "" if value is None or isinstance(value, Sequence) else str(value)
+
+
+def _answers(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence):
+        return tuple(str(v) for v in value)
+    return (str(value),)
+
+
+def sample_from_fields(fields: Mapping[str, Any], *, index: int = 0, prompt: Any = None) -> Sample:
+    """An evidra ``Sample`` from one dataset row's fields (TRL columns or verl ``extra_info``).
+
+    The question comes from ``question``/``query``/``problem`` or else the prompt's last user
+    text; answers from ``answers``/``answer``/``ground_truth``...; every other field is kept in
+    ``Sample.extras`` (page indices, gold boxes...) for rewards that read them.
+    """
+    question = next((str(fields[k]) for k in QUESTION_KEYS if fields.get(k)), "") or _text(prompt) or "(none)"
+    answers = next((_answers(fields[k]) for k in ANSWER_KEYS if k in fields), ())
+    answerable = bool(fields.get("answerable", True))
+    sid = str(fields.get("id", fields.get("sample_id", index)))
+    return Sample(id=sid or str(index), question=question, answers=answers, answerable=answerable,
+                  dataset=str(fields.get("data_source", "")), extras=dict(fields))  # fmt: skip
+
+
+def as_trl_reward(
+    reward: RewardFn, parse: Parser = _plain_parse, name: str | None = None
+) -> Callable[..., list]:
+    """A TRL ``GRPOTrainer`` reward function: ``f(prompts, completions, completion_ids, **columns)``.
+
+    Dataset columns arrive as lists (one value per completion); TRL's own extras
+    (``trainer_state``, ``log_extra``, ``log_metric``, ``environments``) are ignored.
+    """
+    framework_keys = {"trainer_state", "log_extra", "log_metric", "environments"}
+
+    def reward_func(
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Sequence[Any] | None = None,
+        **columns: Any,
+    ) -> list[float | None]:
+        columns = {k: v for k, v in columns.items() if k not in framework_keys}
+        out: list[float | None] = []
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            row = {k: v[i] for k, v in columns.items() if isinstance(v, Sequence) and len(v) == len(prompts)}
+            result = reward(parse(_text(completion)), sample_from_fields(row, index=i, prompt=prompt), None)
+            out.append(result.total if result.scored else None)
+        return out
+
+    reward_func.__name__ = str(name or getattr(reward, "__name__", type(reward).__name__))
+    return reward_func
+
+
+def as_verl_compute_score(reward: RewardFn, parse: Parser = _plain_parse) -> Callable[..., dict[str, Any]]:
+    """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None)``.
+
+    Returns ``{"score": total, **components}`` (verl logs the extra keys); an unscored result
+    gives ``score`` 0.0 with ``"unscored": 1.0`` so the run can count and drop it.
+    """
+
+    def compute_score(
+        data_source: str,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        fields = {**dict(extra_info or {}), "answers": ground_truth, "data_source": data_source}
+        result: RewardResult = reward(parse(solution_str), sample_from_fields(fields), None)
+        out: dict[str, Any] = {"score": result.total if result.scored else 0.0, **result.components}
+        if not result.scored:
+            out["unscored"] = 1.0
+        return out
+
+    return compute_score

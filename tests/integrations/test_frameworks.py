@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from evidra.integrations import as_trl_reward, as_verl_compute_score
+from evidra.rewards.base import RewardResult
+from evidra.rewards.toy import parse_answer
+from evidra.rewards.vragrl import VragRLReward
+from evidra.types import Parsed, Sample, Trajectory
+
+
+def _exact(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
+    if sample.extras.get("judge_down"):
+        return RewardResult.unscored("judge")
+    hit = float(parsed.answer is not None and parsed.answer in sample.answers)
+    return RewardResult(
+        total=hit, components={"answer": hit, "index_page": float(sample.extras.get("index_page", 0))}
+    )
+
+
+def test_trl_reward_with_the_arguments_grpo_trainer_passes() -> None:
+    fn = as_trl_reward(_exact, parse_answer)
+    logged: list[Any] = []
+    prompts = [
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Who wrote it?"}]}],
+        [{"role": "user", "content": "Year?"}],
+        [{"role": "user", "content": "Year?"}],
+    ]
+    completions = [
+        [{"role": "assistant", "content": "<think>x</think><answer>Jane</answer>"}],
+        [{"role": "assistant", "content": "<answer>1987</answer>"}],
+        [{"role": "assistant", "content": "no tags"}],
+    ]
+    out = fn(
+        prompts=prompts, completions=completions, completion_ids=[[1, 2], [3], [4]],
+        answer=["Jane", "1988", "1987"], index_page=[0, 1, -1], judge_down=[False, False, True],
+        trainer_state=object(), log_extra=logged.append, log_metric=lambda *a: None,
+    )  # fmt: skip
+    assert out == [1.0, 0.0, None]  # the unscored item is None, which TRL turns into NaN
+    assert fn.__name__ == "_exact"
+
+
+def test_trl_reward_plain_text_completions() -> None:
+    fn = as_trl_reward(_exact, parse_answer, name="exact")
+    assert fn(
+        prompts=["Q?"], completions=["<answer>a</answer>"], completion_ids=[[1]], answer=[["a", "b"]]
+    ) == [1.0]
+    assert fn.__name__ == "exact"
+
+
+def test_verl_compute_score_signature_and_components() -> None:
+    score = as_verl_compute_score(_exact, parse_answer)
+    out = score(
+        "vidoseek", "<answer>Paris</answer>", ["Paris", "paris"], {"question": "Capital?", "index_page": 2}
+    )
+    assert out == {"score": 1.0, "answer": 1.0, "index_page": 2.0}
+    down = score("vidoseek", "<answer>Paris</answer>", "Paris", {"judge_down": True})
+    assert down["score"] == 0.0 and down["unscored"] == 1.0
+
+
+def test_a_paper_reward_through_both_adapters() -> None:
+    reward = VragRLReward()
+    text = "<think>look</think><search>orion</search><answer>1987</answer>"
+    trl = as_trl_reward(reward)(prompts=["When?"], completions=[text], completion_ids=[[1]], answer=["1987"])
+    verl = as_verl_compute_score(reward)("rag", text, "1987", {"question": "When?"})
+    assert trl[0] is not None and math.isfinite(trl[0]) and trl[0] == verl["score"]
