@@ -65,8 +65,8 @@ def test_retrieval_and_process_from_infos() -> None:
     s = _sample()
     infos = (
         {"action": "search", "retrieved": ["p1", "p9"]},
-        {"action": "crop", "page": "p2", "box": (0, 0, 20, 20)},  # overlaps the gold box: useful
-        {"action": "crop", "page": "p1", "box": (0, 0, 20, 20)},  # wrong page: not useful
+        {"action": "bbox", "page_id": "p2", "crop": (0, 0, 20, 20)},  # overlaps the gold box: useful
+        {"action": "bbox", "page_id": "p1", "crop": (0, 0, 20, 20)},  # wrong page: not useful
         {"action": "invalid"},
         {"action": "search", "retrieved": ["p2"]},
         {"action": "answer"},
@@ -76,6 +76,10 @@ def test_retrieval_and_process_from_infos() -> None:
     assert got["recall@1"] == 0.0 and got["recall@5"] == 1.0 and got["mrr@10"] == pytest.approx(1 / 3)
     assert got["invalid_rate"] == pytest.approx(1 / 6) and got["tool_calls"] == 4.0
     assert got["useful_zoom_rate"] == 0.5 and got["turns"] == 6.0 and got["finished"] == 0.0
+    # evidra.env.zoom reports no page id: a single shown page is the zoomed one
+    one = _sample(pages=PAGES[1:])
+    zoom = ({"action": "zoom", "crop": (30, 20, 60, 40)}, {"action": "zoom", "crop": (100, 60, 150, 90)})
+    assert score(one, Prediction("s", ("a", "b"), None, infos=zoom))["useful_zoom_rate"] == 0.5
 
 
 class _Norm1000:

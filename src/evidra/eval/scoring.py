@@ -199,12 +199,17 @@ def retrieval_scores(
     return out
 
 
-TOOL_ACTIONS_EXCLUDED = frozenset({"answer", "invalid"})
+NOT_TOOL_CALLS = frozenset({"", "answer", "invalid", "none"})
+ZOOM_ACTIONS = frozenset({"zoom", "crop", "bbox"})  # evidra.env.zoom ("zoom"), evidra.env.search ("bbox")
 
 
 def _useful_zoom(sample: Sample, info: Mapping[str, Any]) -> bool:
-    """A zoom/crop is useful when its page-pixel box overlaps a gold box on the same page."""
-    box, page = info.get("box"), info.get("page")
+    """A zoom is useful when its region (``info["crop"]``, page pixels) overlaps a gold box on
+    the zoomed page (``info["page_id"]``; the only page when a single page is shown)."""
+    box = info.get("crop", info.get("box"))
+    page = info.get("page_id", info.get("page"))
+    if page is None and len(sample.pages) == 1:
+        page = sample.pages[0].id
     if box is None or page is None:
         return False
     b = Box.from_points(*box)
@@ -214,12 +219,12 @@ def _useful_zoom(sample: Sample, info: Mapping[str, Any]) -> bool:
 def process(sample: Sample, p: Prediction) -> dict[str, float]:
     """Invalid-action rate, finish, turns, tool calls, useful-zoom rate, tokens, latency."""
     actions = [str(i.get("action", "")) for i in p.infos]
-    zooms = [i for i in p.infos if i.get("action") in ("zoom", "crop")]
+    zooms = [i for i in p.infos if i.get("action") in ZOOM_ACTIONS]
     out = {
         "invalid_rate": sum(a == "invalid" for a in actions) / len(actions) if actions else 0.0,
         "finished": float(p.finished),
         "turns": float(len(p.texts)),
-        "tool_calls": float(sum(a not in TOOL_ACTIONS_EXCLUDED and a != "" for a in actions)),
+        "tool_calls": float(sum(a not in NOT_TOOL_CALLS for a in actions)),
         "tokens": float(p.n_tokens),
         "latency_s": p.latency_s,
         "format_ok": float(not p.errors),
