@@ -73,3 +73,23 @@ def test_eval_a_published_benchmark_loader(tiny_dirs: dict[str, Path], tmp_path:
     assert row["benchmark"] == "docvqa" and row["n"] == 1 and "anls" in row["metrics"]
     header = next(csv.reader((out / "table_official.csv").open()))
     assert header == ["Method", "docvqa ANLS"]
+
+
+def test_eval_multi_turn_zoom_environment(tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "zoom_agent", "--env", "zoom"]
+    argv += [
+        "--max-turns",
+        "2",
+        "--model",
+        str(tiny_dirs["qwen2_5_vl"]),
+        "--max-new-tokens",
+        "6",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    # the tiny model never writes a valid tool call: two invalid turns, then the turn limit
+    assert row["metrics"]["turns"] == 2.0 and row["metrics"]["invalid_rate"] == 1.0
+    assert row["metrics"]["finished"] == 0.0 and row["metrics"]["tool_calls"] == 0.0

@@ -59,6 +59,8 @@ def register(subparsers: Any) -> None:
     model.add_argument(
         "--arch", default="qwen2_5_vl", help="box convention of the endpoint model (default qwen2_5_vl)"
     )
+    env_help = "episode environment built from the paradigm, e.g. zoom (default: single turn)"
+    p.add_argument("--env", default=None, metavar="NAME", help=env_help)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--max-turns", type=int, default=1)
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -101,6 +103,27 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
     raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
 
 
+def _env_factory(name: str | None, paradigm_name: str) -> Any:
+    """``make_env`` for ``--env``: the environment class called with ``paradigm=``."""
+    if name is None:
+        return None
+    from evidra.env import ENVIRONMENTS
+    from evidra.paradigms import PARADIGMS
+
+    env_cls, paradigm = ENVIRONMENTS.get(name), PARADIGMS.get(paradigm_name)()
+
+    def make(sample: Any) -> Any:
+        try:
+            return env_cls(paradigm=paradigm)
+        except TypeError as exc:
+            raise InvalidInputError(
+                f"environment {name!r} needs more than a paradigm ({exc}); build it in Python and pass "
+                "make_env= to evidra.eval.runner.run_eval"
+            ) from exc
+
+    return make
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -121,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
                             max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
             with tqdm(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
-                    preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", progress=bar.update)
+                    make_env = _env_factory(args.env, paradigm)
+                    preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", make_env=make_env,
+                                     progress=bar.update)  # fmt: skip
                 except EvidraError as exc:
                     if args.paradigm not in ([], ["all"]):
                         raise
