@@ -167,7 +167,7 @@ def coe_oracle_text(sample: Sample) -> str:
     steps = []
     text = sample.gold_evidence.get(gold.page_id, "")
     if isinstance(evidence, Box) and text:
-        steps.append(f"The document states: {text}. {format_box(evidence, index)}")
+        steps.append(f"The document states: {text.rstrip('.')}. {format_box(evidence, index)}")
     answer = sample.answers[0] if sample.answers else ""
     steps.append(f"So the answer is {answer}. {format_box(gold.box, index)}")
     return f"<think>{' '.join(steps)}</think>\n<answer>{answer}\n{format_box(gold.box, index)}</answer>"
