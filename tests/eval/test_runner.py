@@ -95,3 +95,23 @@ def test_summary_and_tables(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "tables.md").read_text().startswith("## evisrag")
     assert {p.name for p in paths} >= {"tables.md", "table_official.csv", "table_process.csv"}
     assert json.loads(row.to_json())["metrics"]["anls"] == pytest.approx(0.5833, abs=1e-4)
+
+
+def test_breakdown_by_field_with_macro_average() -> None:
+    from evidra.eval.scoring import Prediction
+    from evidra.eval.tables import breakdown
+
+    samples = [
+        Sample(f"q{i}", "q?", ("a",), extras={"subset": "human" if i < 3 else "augmented"}) for i in range(5)
+    ]
+    right = {0, 3, 4}
+    preds = [
+        Prediction(s.id, ("t",), "a", scores={"relaxed_accuracy": float(i in right)})
+        for i, s in enumerate(samples)
+    ]
+    rows = breakdown({"benchmark": "chartqa", "paradigm": "direct", "model": "m"}, preds, samples, "subset")
+    by = {r.benchmark: r for r in rows}
+    assert by["chartqa[subset=human]"].metrics["relaxed_accuracy"] == pytest.approx(1 / 3)
+    assert by["chartqa[subset=augmented]"].metrics["relaxed_accuracy"] == 1.0
+    macro = by["chartqa[subset=macro]"]
+    assert macro.metrics["relaxed_accuracy"] == pytest.approx((1 / 3 + 1) / 2) and macro.n == 5

@@ -61,6 +61,8 @@ def register(subparsers: Any) -> None:
     )
     env_help = "episode environment built from the paradigm, e.g. zoom (default: single turn)"
     p.add_argument("--env", default=None, metavar="NAME", help=env_help)
+    by_help = "extra rows per value of a sample field: subset (ChartQA), stratum (VISA), page_kind"
+    p.add_argument("--breakdown", action="append", default=[], metavar="FIELD", help=by_help)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--max-turns", type=int, default=1)
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from evidra.errors import EvidraError
     from evidra.eval.report import RunResult, write_report
     from evidra.eval.runner import RunConfig, run_eval
-    from evidra.eval.tables import summarize
+    from evidra.eval.tables import breakdown, summarize
     from evidra.paradigms import PARADIGMS
 
     out = Path(args.out)
@@ -153,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
                     logger.warning("skipping paradigm %s on %s: %s", paradigm, bench, exc)
                     continue
             runs.append(RunResult(summarize(cfg.key, preds, samples), tuple(samples), tuple(preds)))
+            for field_name in args.breakdown:
+                runs += [RunResult(row, (), ()) for row in breakdown(cfg.key, preds, samples, field_name)]
     for path in [*write_report(runs, out), *_plots(runs, out)]:
         print(path)
     return 0

@@ -71,6 +71,28 @@ def summarize(
     return ResultRow(key["benchmark"], key["paradigm"], key["model"], len(predictions), metrics, intervals)
 
 
+def breakdown(
+    key: Mapping[str, str], predictions: Sequence[Prediction], samples: Sequence[Sample], field_name: str
+) -> list[ResultRow]:
+    """One row per value of ``sample.extras[field_name]`` (ChartQA human/augmented ``subset``,
+    VISA ``stratum``, MMLongBench ``page_kind``/``doc_type``), plus their macro average, the
+    secondary VISA summary. Benchmarks are named ``bench[field=value]`` and ``bench[field=macro]``."""
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        if field_name in s.extras:
+            groups.setdefault(str(s.extras[field_name]), []).append(i)
+    rows = []
+    for value, idx in groups.items():
+        sub_key = {**key, "benchmark": f"{key['benchmark']}[{field_name}={value}]"}
+        rows.append(summarize(sub_key, [predictions[i] for i in idx], [samples[i] for i in idx]))
+    if len(rows) > 1:
+        names = set.intersection(*(set(r.metrics) for r in rows))
+        macro = {m: sum(r.metrics[m] for r in rows) / len(rows) for m in names}
+        bench = f"{key['benchmark']}[{field_name}=macro]"
+        rows.append(ResultRow(bench, key["paradigm"], key["model"], sum(r.n for r in rows), macro))
+    return rows
+
+
 LAYOUTS: Registry[tuple[str, ...]] = Registry("table layout")
 LAYOUTS.add("lat", ("em", "iou50", "sa"))  # LAT Tables 1-2
 LAYOUTS.add("evisrag", ("evisrag_acc", "evisrag_f1"))  # EVisRAG Table 1
