@@ -41,3 +41,13 @@ def test_training_and_comparison_pngs(tmp_path: Path) -> None:
         plot_comparison(rows, "anls", tmp_path / "x.png")
     with pytest.raises(InvalidInputError, match="kl"):
         plot_training(metrics, tmp_path / "y.png", keys=("kl",))
+
+
+def test_comparison_tolerates_rounded_bounds(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from evidra.eval.plots import plot_comparison
+    from evidra.eval.significance import wilson_interval
+
+    ci = wilson_interval(0, 6)  # the lower bound is computed, not exactly 0
+    row = ResultRow("b", "direct", "m", 6, {"exact_match": 0.0}, {"exact_match": (ci.low + 1e-12, ci.high)})
+    assert plot_comparison([row], "exact_match", tmp_path / "z.png").is_file()
