@@ -130,3 +130,14 @@ def test_stepwise_attribution_is_opt_in(tmp_path: object) -> None:
     # one step: (1[min cos >= 0.3] + 1[max IoU <= delta]) / 2 (LAT Eq. 8) -> 1.0 and 0.5
     assert score(s, p, [stepwise_attribution_scorer(_Constant(0.9))])["sa"] == 1.0  # type: ignore[arg-type]
     assert score(s, p, [stepwise_attribution_scorer(_Constant(0.1))])["sa"] == 0.5  # type: ignore[arg-type]
+
+
+def test_judge_scorer_with_the_offline_rule_judge() -> None:
+    from evidra.eval.scoring import judge_scorer
+    from evidra.rewards.judge import RuleJudge
+
+    s = _sample(dataset="vidoseek", answers=("It rose",))
+    judged = judge_scorer(RuleJudge("contains"))
+    assert score(s, Prediction("s", ("t",), "Profit: it rose by 5%"), [judged])["judge_accuracy"] == 1.0
+    assert score(s, Prediction("s", ("t",), "It fell"), [judged])["judge_accuracy"] == 0.0
+    assert "judge_accuracy" not in score(_sample(answers=()), Prediction("s", ("t",), "x"), [judged])

@@ -31,6 +31,7 @@ from evidra.eval.metrics import (
 from evidra.geometry import iou
 from evidra.registry import Registry
 from evidra.rewards.evisrag import evaluate_predictions
+from evidra.rewards.judge import Judge, JudgeItem
 from evidra.rewards.lat import Similarity, stepwise_attribution
 from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 from evidra.rewards.text import (
@@ -251,6 +252,19 @@ def stepwise_attribution_scorer(similarity: Similarity) -> ExtraScorer:
         return {"sa": stepwise_attribution(p.texts[-1], images, similarity, single_image=len(images) == 1)}
 
     return sa
+
+
+def judge_scorer(judge: Judge) -> ExtraScorer:
+    """``judge_accuracy`` from an answer judge (ViDoSeek and VRAG-RL score with an LLM judge;
+    ``evidra.rewards.judge.OpenAIJudge`` or the offline ``RuleJudge``). Unscored items (judge
+    error, no reference) get no value, so they stay out of the mean."""
+
+    def judged(sample: Sample, p: Prediction) -> dict[str, float]:
+        reference = sample.answers[0] if sample.answers else None
+        (verdict,) = judge.judge([JudgeItem(sample.question, reference, p.answer or "")])
+        return {} if verdict.value is None else {"judge_accuracy": float(verdict.value)}
+
+    return judged
 
 
 def score(sample: Sample, p: Prediction, extra: Sequence[ExtraScorer] = ()) -> dict[str, float]:

@@ -99,7 +99,7 @@ LAYOUTS.add("evisrag", ("evisrag_acc", "evisrag_f1"))  # EVisRAG Table 1
 LAYOUTS.add(
     "official",
     ("anls", "appa", "relaxed_accuracy", "slidevqa_em", "slidevqa_f1", "mmlongbench_score", "mmlongbench_f1",
-     "visrag_accuracy", "exact_match", "synthetic_accuracy"),
+     "visrag_accuracy", "exact_match", "synthetic_accuracy", "judge_accuracy"),
 )  # fmt: skip
 LAYOUTS.add("retrieval", ("recall@1", "recall@5", "ndcg@5", "mrr@10"))
 LAYOUTS.add(
@@ -120,7 +120,7 @@ LABELS = {
     "em": "EM", "iou50": "IoU@0.5", "sa": "SA", "evisrag_acc": "Acc", "evisrag_f1": "F1", "anls": "ANLS",
     "appa": "APPA", "relaxed_accuracy": "Relaxed Acc", "slidevqa_em": "EM", "slidevqa_f1": "F1",
     "mmlongbench_score": "Acc", "mmlongbench_f1": "F1", "visrag_accuracy": "Acc", "exact_match": "Acc",
-    "synthetic_accuracy": "Acc",
+    "synthetic_accuracy": "Acc", "judge_accuracy": "Judge Acc",
     "finished": "Finish", "format_ok": "Format", "invalid_rate": "Invalid", "turns": "Turns",
     "tool_calls": "Tools", "useful_zoom_rate": "Useful zoom", "tokens": "Tokens", "latency_s": "Latency (s)",
 }  # fmt: skip
