@@ -2,8 +2,8 @@
 
 Any server that speaks ``POST {base_url}/chat/completions`` (vLLM, SGLang, OpenAI, a local
 fake in tests) can be the model under evaluation or the teacher. Images go as base64 data
-URLs (``image_url`` parts), text as ``text`` parts, in message order. ``httpx`` is imported
-lazily (extra ``[judge]``, the same client the LLM judge uses).
+URLs (``image_url`` parts), text as ``text`` parts, in message order. ``httpx`` (a core
+dependency, the same client the LLM judge uses) is imported when a request is made.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evidra.errors import EvidraError, require
+from evidra.errors import EvidraError
 from evidra.types import ImagePart, Message, TextPart
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,6 @@ class ChatEndpoint:
         self, messages: Sequence[Message], *, max_tokens: int = 512, temperature: float = 0.0,
         stop: Sequence[str] = (),
     ) -> Completion:  # fmt: skip
-        require("httpx", "judge")
         import httpx
 
         body: dict[str, Any] = {"model": self.model, "messages": to_openai(messages),
