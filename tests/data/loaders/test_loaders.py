@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from evidra.data.loaders import LOADERS, load
 from evidra.errors import InvalidInputError, MissingDependencyError
@@ -163,3 +164,20 @@ def test_vidore_v1_dedupes_queries_and_images(tmp_path: Path) -> None:
     assert signed.extras["qrels"] == {"docvqa/abcd_3.png": 1.0}
     pages = load_vidore_v1_corpus(FIX / "vidore_v1" / "test.jsonl", image_dir=tmp_path)
     assert [p.id for p in pages] == ["docvqa/ffbf0023_1.png", "docvqa/abcd_2.png", "docvqa/abcd_3.png"]
+
+
+def test_visa_official_resize_frame(tmp_path: Path) -> None:
+    (s,) = load(
+        "visa_wiki",
+        FIX / "visa" / "test.jsonl",
+        oracle=True,
+        official_resize=True,
+        image_dir=tmp_path,
+        limit=1,
+    )
+    # 98 px wide -> 700: ratio 98 / 700 = 0.14; int(4 / 0.14) = 28, int(120 / 0.14) = 857,
+    # int(53 / 0.14) = 378, and 140 / 0.14 = 999.999... in floating point: truncated to 999 as upstream
+    assert s.pages[0].size == (700, 2800) and s.gold_boxes[0].box.as_tuple() == (28.0, 857.0, 378.0, 999.0)
+    assert s.extras["stratum"] == "first_page_passage"  # strata still use the original pixels
+    with Image.open(s.pages[0].image_path) as im:
+        assert im.size == (700, 2800)

@@ -62,7 +62,35 @@ def _page(rows: dict[str, Record], row_id: str, image_dir: Path, owner: Record) 
     )
 
 
-def _sample(rec: Record, rows: dict[str, Record], variant: str, image_dir: Path, oracle: bool) -> Sample:
+OFFICIAL_WIDTH = 700  # VISA's evaluation resizes every image to width 700
+
+
+def resize_page(page: Page, width: int, image_dir: Path) -> Page:
+    """The page resized to ``width`` (aspect kept), written once beside the other images."""
+    from PIL import Image
+
+    height = round(page.height * width / page.width)
+    path = image_dir / f"{Path(page.image_path).stem}_w{width}.png"
+    if not path.exists():
+        with Image.open(page.image_path) as im:
+            im.convert("RGB").resize((width, height), Image.Resampling.BICUBIC).save(path)
+    return Page(page.id, str(path), width, height, source=page.source, page_number=page.page_number)
+
+
+def official_box(box: Box, page_width: int, width: int = OFFICIAL_WIDTH) -> Box:
+    """VISA eval's box scaling ``int(b / (w / 700))`` (truncation, as the released script).
+
+    >>> official_box(Box(49, 1200, 539, 1400), 980).as_tuple()
+    (35.0, 857.0, 385.0, 1000.0)
+    """
+    ratio = page_width / width
+    x1, y1, x2, y2 = (float(int(v / ratio)) for v in box.as_tuple())
+    return Box(x1, y1, x2, y2)
+
+
+def _sample(
+    rec: Record, rows: dict[str, Record], variant: str, image_dir: Path, oracle: bool, resize: int | None
+) -> Sample:
     row_id = as_str(rec.require("id"))
     candidates = [as_str(c) for c in literal_list(rec.get("candidates") or [], rec, "candidates")]
     pos_idx = int(rec.get("pos_idx", 0) if candidates else 0)
@@ -72,6 +100,11 @@ def _sample(rec: Record, rows: dict[str, Record], variant: str, image_dir: Path,
         raise InvalidInputError(f"{rec.where()}: pos_idx {pos_idx} outside candidates {candidates}")
     pages = tuple(_page(rows, c, image_dir, rec) for c in candidates)
     box = _box(rec)
+    stratum = STRATA[variant](rec, box)  # strata use the original pixels (y1 < 980)
+    if resize is not None:
+        own = next((p for p in pages if p.id == row_id), None)
+        box = official_box(box, own.width if own else pages[0].width, resize)
+        pages = tuple(resize_page(p, resize, image_dir) for p in pages)
     answerable = pos_idx >= 0
     short = as_str(rec.require("short_answer"))
     gold_page = candidates[pos_idx] if answerable else None
@@ -88,7 +121,7 @@ def _sample(rec: Record, rows: dict[str, Record], variant: str, image_dir: Path,
             "pos_idx": pos_idx,
             "short_answer": short,
             "long_answer_type": as_str(rec.get("long_answer_type")),
-            "stratum": STRATA[variant](rec, box),
+            "stratum": stratum,
             "evidence_box": box.as_tuple(),
         },
     )
@@ -101,12 +134,14 @@ def load_visa(
     pool: Sequence[str | Path] = (),
     image_dir: str | Path | None = None,
     oracle: bool = False,
+    official_resize: bool = False,
     limit: int | None = None,
     **_: Any,
 ) -> list[Sample]:
     """Questions of the files at ``path``; ``pool`` adds rows (the other split) for candidates.
 
-    ``oracle=True`` gives the single-oracle setting (only the row's own page).
+    ``oracle=True`` gives the single-oracle setting (only the row's own page);
+    ``official_resize=True`` the official evaluation frame (width 700, boxes truncated).
     """
     if variant not in STRATA:
         raise InvalidInputError(f"unknown VISA variant {variant!r}; use one of {sorted(STRATA)}")
@@ -115,7 +150,8 @@ def load_visa(
     rows.update({as_str(r.require("id")): r for r in questions})
     out_dir = default_image_dir(path, image_dir)
     chosen = questions if limit is None else questions[:limit]
-    return [_sample(r, rows, variant, out_dir, oracle) for r in chosen]
+    resize = OFFICIAL_WIDTH if official_resize else None
+    return [_sample(r, rows, variant, out_dir, oracle, resize) for r in chosen]
 
 
 for _variant in STRATA:
