@@ -42,8 +42,15 @@ def test_follow_hand_case() -> None:
 
 
 def test_vjump_answer_and_node_colours(tmp_path: Path) -> None:
+    from evidra.data.synth.tracer import _clearance
+
     for s in generate_tracer(tmp_path, "vjump", 5, seed=1):
         meta = s.extras["meta"]
+        slots = meta["slots"]
+        for i, j in enumerate(meta["arrows"]):  # no arrow runs over a third node
+            assert all(
+                _clearance(slots[i], slots[j], slots[k]) > 30 for k in range(len(slots)) if k not in (i, j)
+            )
         path = follow(meta["rules"], meta["path"][0], meta["arrows"], meta["colors"])
         assert string.ascii_uppercase[path[-1]] == s.answers[0]
         with Image.open(s.pages[0].image_path) as im:

@@ -53,12 +53,25 @@ def follow(rules: list[str], start: int, arrows: list[int], colors: list[str]) -
     return path
 
 
+def _clearance(a: tuple[int, int], b: tuple[int, int], p: tuple[int, int]) -> float:
+    """Distance from ``p`` to the segment ``a``-``b``."""
+    (ax, ay), (bx, by), (px, py) = a, b, p
+    t = max(
+        0.0, min(1.0, ((px - ax) * (bx - ax) + (py - ay) * (by - ay)) / ((bx - ax) ** 2 + (by - ay) ** 2))
+    )
+    return math.hypot(px - ax - t * (bx - ax), py - ay - t * (by - ay))
+
+
 def vjump(rng: random.Random, out: Path, sid: str) -> Sample:
     n = 2 * rng.randint(3, 4)  # colours come in pairs, so "the same colour" names one node
     colors = [c for c in rng.sample(NODE_COLORS, n // 2) for _ in range(2)]
     rng.shuffle(colors)
-    arrows = [rng.choice([j for j in range(n) if j != i]) for i in range(n)]
     slots = rng.sample([(80 + 110 * (k % 4), 80 + 120 * (k // 4)) for k in range(12)], n)
+    arrows = []
+    for i in range(n):  # an arrow must not pass over a third node, or it would read as two arrows
+        clear = [j for j in range(n) if j != i and all(_clearance(slots[i], slots[j], slots[m]) > 30
+                                                       for m in range(n) if m not in (i, j))]  # fmt: skip
+        arrows.append(rng.choice(clear or [j for j in range(n) if j != i]))
     rules = [rng.choice(("arrow", "color")) for _ in range(rng.randint(2, 4))]
     start = rng.randrange(n)
     path = follow(rules, start, arrows, colors)
@@ -68,8 +81,9 @@ def vjump(rng: random.Random, out: Path, sid: str) -> Sample:
         (x1, y1), (x2, y2) = slots[i], slots[j]
         d = math.hypot(x2 - x1, y2 - y1)
         ux, uy = (x2 - x1) / d, (y2 - y1) / d
-        tip = (x2 - 24 * ux, y2 - 24 * uy)
-        draw.line([(x1 + 24 * ux, y1 + 24 * uy), tip], fill="black", width=2)
+        ox, oy = -6 * uy, 6 * ux  # offset sideways so that A->B and B->A stay two separate arrows
+        tip = (x2 - 24 * ux + ox, y2 - 24 * uy + oy)
+        draw.line([(x1 + 24 * ux + ox, y1 + 24 * uy + oy), tip], fill="black", width=2)
         draw.polygon([tip, (tip[0] - 10 * ux + 5 * uy, tip[1] - 10 * uy - 5 * ux),
                       (tip[0] - 10 * ux - 5 * uy, tip[1] - 10 * uy + 5 * ux)], fill="black")  # fmt: skip
     for i, (x, y) in enumerate(slots):
