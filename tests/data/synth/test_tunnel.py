@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 from PIL import Image
 
 from evidra.data.synth._draw import COLORS
-from evidra.data.synth.tunnel import CELL, generate_tunnel
+from evidra.data.synth.tunnel import CELL, _near_segment, generate_tunnel
+from evidra.data.synth.tunnel import _board_ports as _board
 from evidra.errors import InvalidInputError
 
 
@@ -54,6 +56,11 @@ def test_circuit_answer_wire_ends_in_the_component(tmp_path: Path) -> None:
         x1, y1, x2, y2 = comp["rect"]
         assert x1 <= x <= x2 and y1 <= y <= y2
         assert f"port {meta['query_port']}" in s.question
+        ports = [tuple(p) for p in _board()] + [tuple(p) for c in meta["components"] for p in c["ports"]]
+        for w in meta["wires"]:  # no wire runs over a port it does not connect
+            ends = {tuple(w["path"][0]), tuple(w["path"][-1])}
+            for a, b in itertools.pairwise(w["path"]):
+                assert not any(_near_segment(p, a, b, 16) for p in ports if p not in ends)
         # the wire's colour is drawn near its start on the breadboard port's rim
         (sx, sy), (nx, ny) = wire["path"][0], wire["path"][1]
         d = math.hypot(nx - sx, ny - sy)

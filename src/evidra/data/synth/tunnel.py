@@ -104,16 +104,28 @@ def _components(rng: random.Random, n: int) -> list[dict[str, Any]]:
     return comps
 
 
+def _near_segment(p: tuple[float, float], a: tuple[float, float], b: tuple[float, float], r: float) -> bool:
+    """``p`` lies within ``r`` of the segment ``a``-``b``."""
+    (ax, ay), (bx, by), (px, py) = a, b, p
+    length = (bx - ax) ** 2 + (by - ay) ** 2
+    t = 0.0 if length == 0 else max(0.0, min(1.0, ((px - ax) * (bx - ax) + (py - ay) * (by - ay)) / length))
+    return math.hypot(px - ax - t * (bx - ax), py - ay - t * (by - ay)) < r
+
+
 def _wire_path(
-    rng: random.Random, a: tuple[float, float], b: tuple[float, float]
+    rng: random.Random, a: tuple[float, float], b: tuple[float, float], avoid: list[tuple[float, float]]
 ) -> list[tuple[float, float]]:
-    """A kinked diagonal polyline from ``a`` to ``b`` (two random interior bends)."""
-    pts = [a]
-    for t in (rng.uniform(0.25, 0.45), rng.uniform(0.55, 0.75)):
-        pts.append(
-            (a[0] + t * (b[0] - a[0]) + rng.uniform(-60, 60), a[1] + t * (b[1] - a[1]) + rng.uniform(-60, 60))
-        )
-    return [*pts, b]
+    """A kinked diagonal polyline from ``a`` to ``b`` (two random bends) passing no port in
+    ``avoid`` (a wire over a port would read as connected to it); 50 tries, then straight."""
+    for _ in range(50):
+        pts = [a]
+        for t in (rng.uniform(0.25, 0.45), rng.uniform(0.55, 0.75)):
+            dx, dy = rng.uniform(-60, 60), rng.uniform(-60, 60)
+            pts.append((a[0] + t * (b[0] - a[0]) + dx, a[1] + t * (b[1] - a[1]) + dy))
+        pts.append(b)
+        if not any(_near_segment(p, u, v, 16) for p in avoid for u, v in itertools.pairwise(pts)):
+            return pts
+    return [a, b]
 
 
 def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max_wires: int = 5) -> Sample:
@@ -122,17 +134,12 @@ def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max
     rng.shuffle(free)
     board = _board_ports()
     wired = rng.sample(range(10), min(rng.randint(2, max_wires), len(free), 10))
+    all_ports = board + [p for c in comps for p in c["ports"]]
     wires = []
     for port in wired:
         comp, end = free.pop()
-        wires.append(
-            {
-                "port": port + 1,
-                "comp": comp,
-                "path": _wire_path(rng, board[port], end),
-                "color": rng.choice(WIRE_COLORS),
-            }
-        )
+        path = _wire_path(rng, board[port], end, [p for p in all_ports if p not in (board[port], end)])
+        wires.append({"port": port + 1, "comp": comp, "path": path, "color": rng.choice(WIRE_COLORS)})
     image = Image.new("RGB", (800, 600), "white")
     draw = ImageDraw.Draw(image)
     draw.rectangle((300, 140, 500, 460), fill="#e0e0e0")
@@ -141,6 +148,9 @@ def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max
         draw.text((c["rect"][0] + 4, c["rect"][1] + 4), c["name"], fill="black")
     for w in wires:
         draw.line(w["path"], fill=COLORS[w["color"]], width=4, joint="curve")
+    for c in comps:
+        for x, y in c["ports"]:
+            draw.ellipse((x - 5, y - 5, x + 5, y + 5), outline="black", width=2)
     for k, (x, y) in enumerate(board):
         draw.ellipse((x - 10, y - 10, x + 10, y + 10), fill="white", outline="black")
         draw.text((x - 4, y - 6), str(k + 1), fill="black")
