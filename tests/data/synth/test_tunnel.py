@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from evidra.data.synth._draw import COLORS
-from evidra.data.synth.tunnel import CELL, _near_segment, generate_tunnel
+from evidra.data.synth.tunnel import CELL, _near_segment, generate_tunnel, is_connected
 from evidra.data.synth.tunnel import _board_ports as _board
 from evidra.errors import InvalidInputError
 
@@ -77,6 +77,8 @@ def test_objreid_yes_keeps_area_no_jitters(tmp_path: Path) -> None:
     checked = 0
     for s in samples:
         assert len(s.pages) == 2
+        with Image.open(s.pages[0].image_path) as first:
+            assert is_connected(first)  # the composite is one blob
         meta = s.extras["meta"]
         assert (meta["jittered"] == []) == (s.answers[0] == "yes")
         if s.answers[0] == "yes":
@@ -93,6 +95,15 @@ def test_objreid_yes_keeps_area_no_jitters(tmp_path: Path) -> None:
                 assert inked[1] / inked[0] == pytest.approx(meta["scale"] ** 2, rel=0.1)
                 checked += 1
     assert checked >= 1
+
+
+def test_is_connected_hand_cases() -> None:
+    two = Image.new("RGB", (20, 20), "white")
+    two.paste((0, 0, 0), (2, 2, 6, 6))
+    two.paste((0, 0, 0), (10, 10, 14, 14))
+    assert not is_connected(two)
+    two.paste((0, 0, 0), (5, 5, 11, 11))  # a bridge joins them
+    assert is_connected(two)
 
 
 def test_unknown_task() -> None:

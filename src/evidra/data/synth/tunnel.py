@@ -166,7 +166,8 @@ def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max
 
 
 def _composite(rng: random.Random) -> list[dict[str, Any]]:
-    """2-5 polygons, each touching an earlier one (distance r_i + r_ref - U(0, 0.1 min r))."""
+    """2-5 polygons, each placed against an earlier one (distance r_i + r_ref - U(0, 0.1 min r));
+    polygons inscribed in that radius may still not touch, so callers check connectivity."""
     shapes: list[dict[str, Any]] = []
     for _ in range(rng.randint(2, 5)):
         r = rng.uniform(0.07, 0.20) * 512 / 2
@@ -183,6 +184,27 @@ def _composite(rng: random.Random) -> list[dict[str, Any]]:
     return shapes
 
 
+def is_connected(image: Image.Image) -> bool:
+    """All pixels with luminance < 250 form one 4-connected component (the suite's check)."""
+    ink = image.convert("L").point(lambda v: 0 if v < 250 else 255)
+    box = ink.point(lambda v: 255 - v).getbbox()  # the ink's bounding box: its top row has ink
+    if box is None:
+        return False
+    start = next((x, box[1]) for x in range(box[0], box[2]) if ink.getpixel((x, box[1])) == 0)
+    ImageDraw.floodfill(ink, start, 128)
+    return ink.histogram()[0] == 0
+
+
+def _connected_composite(rng: random.Random, tries: int = 50) -> list[dict[str, Any]]:
+    """A composite that is one connected blob and fits the canvas (rejection sampling)."""
+    for _ in range(tries):
+        shapes = _composite(rng)
+        inside = all(0 <= x < 512 and 0 <= y < 512 for sh in shapes for x, y in sh["points"])
+        if inside and is_connected(_render(shapes)):
+            return shapes
+    return shapes[:1]  # one shape is always connected
+
+
 def _render(shapes: list[dict[str, Any]]) -> Image.Image:
     image = Image.new("RGB", (512, 512), "white")
     draw = ImageDraw.Draw(image)
@@ -194,7 +216,7 @@ def _render(shapes: list[dict[str, Any]]) -> Image.Image:
 def objreid(rng: random.Random, out: Path, sid: str) -> Sample:
     """Image 2 is the composite rotated by U(-pi, pi) and scaled by U(0.5, 1.5) about the centre
     ("yes"), or that copy with 1-2 shapes jittered by translation, rotation or scale ("no")."""
-    shapes = _composite(rng)
+    shapes = _connected_composite(rng)
     angle, scale = rng.uniform(-math.pi, math.pi), rng.uniform(0.5, 1.5)  # suite: U(0.3, 2); kept on canvas
     moved = [{**s, "points": transform_points(s["points"], angle, scale, (256, 256))} for s in shapes]
     same = rng.random() < 0.5
