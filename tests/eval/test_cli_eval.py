@@ -67,8 +67,14 @@ def test_eval_a_published_benchmark_loader(tiny_dirs: dict[str, Path], tmp_path:
         f"image_dir={tmp_path / 'img'}",
     ]
     argv += ["--paradigm", "direct", "--model", str(tiny_dirs["qwen2_vl"]), "--max-new-tokens", "4"]
-    argv += ["--out", str(out)]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(
+        "".join(json.dumps({"step": s, "reward/mean": s / 4, "loss": 1.0}) + "\n" for s in range(4))
+    )
+    argv += ["--out", str(out), "--training-metrics", str(metrics)]
     assert main(argv) == 0
+    if __import__("importlib").util.find_spec("matplotlib"):
+        assert (out / "training_curves.png").is_file()
     (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert row["benchmark"] == "docvqa" and row["n"] == 1 and "anls" in row["metrics"]
     header = next(csv.reader((out / "table_official.csv").open()))

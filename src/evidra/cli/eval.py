@@ -66,6 +66,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--max-turns", type=int, default=1)
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--training-metrics", default=None, metavar="FILE",
+                   help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR")
     p.set_defaults(func=run)
 
@@ -157,7 +159,12 @@ def run(args: argparse.Namespace) -> int:
             runs.append(RunResult(summarize(cfg.key, preds, samples), tuple(samples), tuple(preds)))
             for field_name in args.breakdown:
                 runs += [RunResult(row, (), ()) for row in breakdown(cfg.key, preds, samples, field_name)]
-    for path in [*write_report(runs, out), *_plots(runs, out)]:
+    curves = []
+    if args.training_metrics:
+        from evidra.eval.plots import plot_training
+
+        curves.append(plot_training(args.training_metrics, out / "training_curves.png", window=10))
+    for path in [*write_report(runs, out), *_plots(runs, out), *curves]:
         print(path)
     return 0
 
