@@ -121,14 +121,20 @@ def _rewards_html(rewards: dict[str, float]) -> str:
     return f'<div class="rewards">{cells}</div>'
 
 
-def write_viewer(records: Sequence[ViewerRecord], path: str | Path, title: str = "evidra report") -> Path:
-    """Write the viewer page to ``path``; image links are relative to its folder."""
+def write_viewer(
+    records: Sequence[ViewerRecord], path: str | Path, title: str = "evidra report", *, preamble: str = ""
+) -> Path:
+    """Write the viewer page to ``path``; image links are relative to its folder.
+
+    ``preamble`` is HTML placed before the records (a training summary, charts); it is not
+    escaped, so build it only from evidra's own markup and ``html.escape``-d text.
+    """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     body = "".join(_record_html(i, r, out.parent.resolve()) for i, r in enumerate(records))
     doc = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>"
+        f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{preamble}{body}</body></html>"
     )
     out.write_text(doc, encoding="utf-8")
     return out
