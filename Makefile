@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-all lint clean
+.PHONY: install demo test test-slow test-all lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow
 
 test-all: install
 	$(BIN)/python -m pytest -q
