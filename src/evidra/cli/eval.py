@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from evidra.cli._progress import advance
 from evidra.errors import InvalidInputError
 
 logger = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     make_env = _env_factory(args.env, paradigm)
                     preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", make_env=make_env,
-                                     progress=bar.update)  # fmt: skip
+                                     progress=advance(bar))  # fmt: skip
                 except EvidraError as exc:
                     if args.paradigm not in ([], ["all"]):
                         raise

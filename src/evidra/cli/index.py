@@ -14,6 +14,8 @@ import argparse
 import json
 from typing import Any
 
+from evidra.cli._progress import advance
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("index", help="build, update, search and evaluate retrieval indexes")
@@ -93,7 +95,7 @@ def run_build(args: argparse.Namespace) -> int:
             options=enc_opts,
             maxsim=maxsim,
             ocr=args.ocr,
-            progress=bar.update,
+            progress=advance(bar),
         )
     print(f"indexed {len(engine.index)} pages with {args.encoder} ({engine.spec.backend}) into {args.out}")
     return 0
