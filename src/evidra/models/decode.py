@@ -54,7 +54,10 @@ def _choose(logits: Any, params: Any, suppress: Sequence[int]) -> Any:
         probs = ordered.softmax(dim=-1)
         drop = probs.cumsum(dim=-1) - probs > params.top_p  # keep the smallest set reaching top_p
         scores = scores.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
-    return torch.multinomial(scores.softmax(dim=-1), 1).squeeze(-1)
+    # exponential race: argmax p_i / E_i with E_i ~ Exp(1) draws i with probability p_i, the same
+    # distribution as torch.multinomial at a fraction of its cost on CPU
+    probs = scores.softmax(dim=-1)
+    return (probs / torch.empty_like(probs).exponential_()).argmax(dim=-1)
 
 
 def decode(

@@ -15,6 +15,7 @@ from typing import Any
 
 from evidra.errors import ModelLoadError
 from evidra.geometry import VISION_SPECS, VisionSpec
+from evidra.models.speedups import fast_patch_embed
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +158,7 @@ def load_vlm(
         raise ModelLoadError(f"could not load model weights from {str(path)!r}: {exc}") from exc
     model.to(device)
     model.eval()
+    fast_patch_embed(model)
     spec = processor_spec(processor, arch)
     logger.info("loaded %s from %s (%s pixels %d..%d)", arch, path, dtype, spec.min_pixels, spec.max_pixels)
     return VLM(model=model, processor=processor, arch=arch, spec=spec, path=Path(path))
