@@ -88,6 +88,7 @@ class RunConfig:
     keep_checkpoints: int = 2
     resume: bool = True  # continue from the newest complete checkpoint in output_dir
     tensorboard: bool = False
+    wandb_project: str = ""  # log to this Weights & Biases project (evidra[wandb]); empty: off
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,9 @@ class SFTTrainer:
         self.examples = [make_example(self.vlm.processor, c) for c in conversations]
         self.optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim)
         self.cursor = DataCursor(self.examples, cfg.data.seed)
-        self.sink = MetricsSink(self.out, tensorboard=cfg.run.tensorboard)
+        self.sink = MetricsSink(
+            self.out, tensorboard=cfg.run.tensorboard, wandb_project=cfg.run.wandb_project
+        )
         self.state = TrainState(0, 0, 0)
         found = list_checkpoints(self.out) if cfg.run.resume else []
         if found:

@@ -14,10 +14,25 @@ logger = logging.getLogger(__name__)
 
 
 class MetricsSink:
-    def __init__(self, output_dir: str | Path, *, tensorboard: bool = False, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        output_dir: str | Path,
+        *,
+        tensorboard: bool = False,
+        wandb_project: str = "",
+        config: dict[str, Any] | None = None,
+        enabled: bool = True,
+    ) -> None:
         self.path = Path(output_dir) / "metrics.jsonl"
         self.enabled = enabled
         self._tb: Any = None
+        self._wandb: Any = None
+        if enabled and wandb_project:
+            try:
+                import wandb
+            except ImportError as exc:
+                raise MissingDependencyError("W&B logging needs `pip install 'evidra[wandb]'`") from exc
+            self._wandb = wandb.init(project=wandb_project, dir=str(output_dir), config=config or {})
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         if enabled and tensorboard:
@@ -41,6 +56,8 @@ class MetricsSink:
             for key, value in clean.items():
                 if value is not None:
                     self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in clean.items() if v is not None}, step=step)
 
     def truncate_after(self, step: int) -> None:
         """Drop records past ``step`` (after resuming from an earlier checkpoint)."""
@@ -52,6 +69,8 @@ class MetricsSink:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from evidra.config import dump_config
+from evidra.config import dump_config, to_dict
 from evidra.errors import ConfigError
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
@@ -71,7 +71,13 @@ class RLTrainer:
         self.model, self.optimizer = self.acc.prepare(self.vlm.model, optimizer)
         ref_model = [self.reference.model] if self.reference is not None and not self.reference.lora else []
         self.vision_cache = VisionFeatureCache([self.vlm.model, *ref_model])
-        self.sink = MetricsSink(self.out, tensorboard=cfg.run.tensorboard, enabled=self.acc.is_main_process)
+        self.sink = MetricsSink(
+            self.out,
+            tensorboard=cfg.run.tensorboard,
+            wandb_project=cfg.run.wandb_project,
+            config=to_dict(cfg),
+            enabled=self.acc.is_main_process,
+        )
         self.state = TrainState(step=0, data_epoch=0, data_offset=0)
         self._maybe_resume()
         if self.acc.is_main_process:
