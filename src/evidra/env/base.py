@@ -43,4 +43,15 @@ class Environment(Protocol):
     def step(self, text: str) -> StepResult: ...
 
 
-ENVIRONMENTS: Registry[Any] = Registry("environment")  # name -> factory(**options) -> Environment
+ENVIRONMENTS: Registry[Any] = Registry("environment")
+
+
+def play_script(env: Environment, sample: Sample, turns: list[str]) -> list[Message]:
+    """The conversation of ``turns`` played through ``env`` (an oracle trajectory for SFT):
+    the prompt, then each assistant turn followed by the observation it produced."""
+    messages = env.reset(sample)
+    for text in turns:
+        result = env.step(text)
+        messages.append(Message.text("assistant", text))
+        messages.extend(result.observation)
+    return messages  # name -> factory(**options) -> Environment

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from evidra.env.base import play_script
 from evidra.env.zoom import ZoomEnv
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
 from evidra.rewards.base import RewardResult
@@ -102,13 +103,7 @@ def oracle(sample: Sample) -> list[Message]:
         f"<tool_call>{call}</tool_call>",
         f"<think>The zoomed region shows the answer.</think><answer>{sample.answers[0]}</answer>",
     ]
-    env = make_env(sample)
-    messages = env.reset(sample)
-    for text in turns:
-        result = env.step(text)
-        messages.append(Message.text("assistant", text))
-        messages.extend(result.observation)
-    return messages
+    return play_script(make_env(sample), sample, turns)
 
 
 TASKS.add(

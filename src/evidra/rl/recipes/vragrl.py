@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from evidra.env.base import play_script
 from evidra.env.crop import Displayed
 from evidra.env.search import SearchEnv, bm25_searcher
 from evidra.paradigms.search_agent import SearchAgent
@@ -147,7 +148,6 @@ def oracle(sample: Sample) -> list[Message]:
     """Search the question, see the gold page, crop its evidence region (displayed frame), answer."""
     gold = next(p for p in sample.pages if p.id == sample.gold_pages[0])
     env = SearchEnv(_Fixed(gold), {gold.id: gold}, max_turns=MAX_TURNS)
-    messages = env.reset(sample)
     box = sample.extras.get("evidence_box") or sample.gold_boxes[0].box
     shown = Displayed.page(gold.id, gold.image_path, gold.size)
     sx, sy = shown.size[0] / gold.width, shown.size[1] / gold.height
@@ -157,11 +157,7 @@ def oracle(sample: Sample) -> list[Message]:
         f"<think>The answer is in this region of the page.</think><bbox>{json.dumps(coords)}</bbox>",
         f"<think>The zoomed region shows the answer.</think><answer>{sample.answers[0]}</answer>",
     ]
-    for text in turns:
-        result = env.step(text)
-        messages.append(Message.text("assistant", text))
-        messages.extend(result.observation)
-    return messages
+    return play_script(env, sample, turns)
 
 
 TASKS.add(
