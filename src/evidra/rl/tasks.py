@@ -41,7 +41,35 @@ class Task:
         return self.reward(self.parse(text), sample, trajectory)
 
 
-TASKS: Registry[Task] = Registry("task")
+class TaskRegistry(Registry[Task]):
+    """The task registry; the method recipes (``evidra.rl.recipes``) register themselves the
+    first time a task is looked up, so importing a recipe module never imports the others."""
+
+    _loading = False
+
+    def _load_recipes(self) -> None:
+        if not TaskRegistry._loading:
+            TaskRegistry._loading = True
+            from evidra.rl import recipes
+
+            recipes.load_all()
+
+    def get(self, name: str) -> Task:
+        if name not in self._items:
+            self._load_recipes()
+        return super().get(name)
+
+    def names(self) -> list[str]:
+        self._load_recipes()
+        return super().names()
+
+    def __contains__(self, name: object) -> bool:
+        if name not in self._items:
+            self._load_recipes()
+        return name in self._items
+
+
+TASKS: TaskRegistry = TaskRegistry("task")
 
 
 @dataclass(frozen=True)
@@ -139,12 +167,3 @@ TASKS.add(
         oracle=_key_value_oracle,
     ),
 )
-
-
-def _register_recipes() -> None:
-    from evidra.rl import recipes
-
-    recipes.load_all()
-
-
-_register_recipes()  # after TASKS exists: recipe modules import it

@@ -1,7 +1,7 @@
 """Task registrations of the papers' methods, one module per method.
 
-Every module in this package is imported when ``evidra.rl.tasks`` is, so a method's tasks are
-registered in ``TASKS`` by adding its file here; nothing else needs editing.
+Every module in this package is imported the first time ``evidra.rl.tasks.TASKS`` is asked for
+a task it does not hold yet, so a method's tasks are registered by adding its file here.
 """
 
 from __future__ import annotations

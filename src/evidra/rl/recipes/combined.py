@@ -7,7 +7,7 @@ covers (tag markers, as ``rewards.scopes``), ``routes`` which components feed wh
 of the components routed to it; the trainer then group-normalises each channel on its own
 tokens (``algo.advantage=rs_grpo``).
 
-Registered example, ``lat.rs_grpo``: LAT's evidence rewards (stepwise attribution and
+Registered example (in ``recipes/lat.py``), ``lat.rs_grpo``: LAT's evidence rewards (stepwise attribution and
 grounding) and its format reward act on the ``<think>`` chain of evidence, the accuracy reward
 on the ``<answer>``:
 
@@ -23,8 +23,7 @@ from functools import partial
 from evidra.paradigms.evidence import evidence_scopes
 from evidra.rewards.base import RewardFn, RewardResult
 from evidra.rewards.scopes import END, START
-from evidra.rl.recipes import lat as _lat  # noqa: F401  (registers "lat" before we wrap it)
-from evidra.rl.tasks import TASKS, Task
+from evidra.rl.tasks import Task
 from evidra.types import Parsed, Sample, Trajectory
 
 
@@ -66,5 +65,3 @@ LAT_ROUTES: Mapping[str, Sequence[str]] = {
     "format": ("reasoning", "answer"),
     "accuracy": ("answer",),
 }
-
-TASKS.add("lat.rs_grpo", with_scopes(TASKS.get("lat"), "lat.rs_grpo", LAT_RULES, LAT_ROUTES))

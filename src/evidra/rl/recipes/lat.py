@@ -25,6 +25,7 @@ from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity, scor
 from evidra.rewards.lat import LatConfig, LatReward, finish_step_reward, plan_steps_paper
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._synth import synth_samples
+from evidra.rl.recipes.combined import LAT_ROUTES, LAT_RULES, with_scopes
 from evidra.rl.tasks import TASKS, Task
 from evidra.types import Message, Parsed, Sample, Trajectory
 
@@ -108,5 +109,8 @@ def make_lat_task(name: str, reward: LatTaskReward) -> Task:
     )
 
 
-TASKS.add("lat", make_lat_task("lat", LatTaskReward(similarity=TextOverlapSimilarity())))
+LAT_TASK = make_lat_task("lat", LatTaskReward(similarity=TextOverlapSimilarity()))
+TASKS.add("lat", LAT_TASK)
 TASKS.add("lat.colqwen2", make_lat_task("lat.colqwen2", LatTaskReward(loader=_colqwen2_loader)))
+# LAT's evidence rewards on the chain of evidence, accuracy on the answer (recipes/combined.py)
+TASKS.add("lat.rs_grpo", with_scopes(LAT_TASK, "lat.rs_grpo", LAT_RULES, LAT_ROUTES))
