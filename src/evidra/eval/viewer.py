@@ -62,7 +62,7 @@ body{font-family:system-ui,sans-serif;margin:24px;background:#f8fafc;color:#0f17
 .box span{position:absolute;top:-16px;left:0;font-size:10px;background:#fff;padding:0 2px;white-space:nowrap}
 .steps{margin:8px 0;padding-left:0;list-style:none;font-size:13px}.steps li{margin:2px 0}
 .tag{display:inline-block;min-width:22px;padding:0 4px;margin-right:6px;color:#fff;border-radius:3px}
-.rewards{font-size:12px;color:#334155}.ok{color:#15803d}.bad{color:#b91c1c}pre{white-space:pre-wrap;background:#f1f5f9;padding:8px;font-size:12px}
+.rewards{font-size:12px;color:#334155}.ok{color:#15803d}.bad{color:#b91c1c}pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f1f5f9;padding:8px;font-size:12px}
 """
 
 
