@@ -60,3 +60,23 @@ def test_sampling_filters() -> None:
         1,
         1,
     ]  # suppressed token never chosen
+
+
+def test_stop_strings_end_decoding_early(tiny_vlms: dict[str, Any]) -> None:
+    from evidra.models.decode import decode
+
+    vlm = tiny_vlms["qwen2_5_vl"]
+    contexts = _contexts(vlm, True)[:1]
+    greedy = SamplingParams(max_new_tokens=40, temperature=0)
+    (free,) = generate_contexts(vlm, contexts, greedy)
+    stop = vlm.tokenizer.decode(list(free.token_ids[:6]))[-3:]  # completed within the first 6 tokens
+    (cut,) = generate_contexts(vlm, contexts, SamplingParams(max_new_tokens=40, temperature=0, stop=(stop,)))
+    assert cut.finish_reason == "stop" and cut.token_ids == free.token_ids[: len(cut.token_ids)]
+
+    def stopped(ids: list[int]) -> bool:
+        return stop in vlm.tokenizer.decode(ids)
+
+    kwargs = {"pad_id": vlm.pad_token_id, "image_token_id": vlm.image_token_id, "eos_ids": vlm.eos_token_ids}
+    with torch.no_grad():
+        tokens, _ = decode(vlm.model, contexts, greedy, stopped=stopped, check_every=4, **kwargs)
+    assert len(cut.token_ids) <= tokens.shape[1] <= len(cut.token_ids) + 4 < 40  # stopped, not run to 40

@@ -11,7 +11,7 @@ exactly what ``forward_logprobs`` recomputes (tests check both against ``generat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evidra.models.context import Context, collate_left
@@ -62,12 +62,15 @@ def _choose(logits: Any, params: Any, suppress: Sequence[int]) -> Any:
 
 def decode(
     model: Any, contexts: Sequence[Context], params: Any, *, pad_id: int, image_token_id: int,
-    eos_ids: Sequence[int], suppress: Sequence[int] = (),
+    eos_ids: Sequence[int], suppress: Sequence[int] = (), stopped: Callable[[list[int]], bool] | None = None,
+    check_every: int = 4,
 ) -> tuple[Any, Any]:  # fmt: skip
     """Sample after each context; returns ``(tokens (B, T), logprobs (B, T))`` padded after EOS.
 
-    Rows stop at an EOS token; stop strings are cut afterwards by the caller (generation is
-    autoregressive, so tokens before the cut are exactly what an early stop would have kept).
+    Rows stop at an EOS token, or (checked every ``check_every`` tokens) once ``stopped`` says
+    their tokens so far contain a stop string; the caller cuts at the exact stop position
+    (generation is autoregressive, so the tokens before the cut are what an immediate stop
+    would have kept; this check only saves the work after it).
     """
     import torch
 
@@ -101,6 +104,10 @@ def decode(
         tokens.append(token)
         logprobs.append(lp)
         done = done | torch.isin(token, eos)
+        if stopped is not None and len(tokens) % check_every == 0:
+            so_far = torch.stack(tokens, dim=1).tolist()  # (B, t)
+            hit = [not d and stopped(row) for d, row in zip(done.tolist(), so_far, strict=True)]
+            done = done | torch.tensor(hit, dtype=torch.bool, device=device)
         if bool(done.all()) or len(tokens) == params.max_new_tokens:
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # (B, L + 1)

@@ -127,13 +127,22 @@ def generate_contexts(
         torch.manual_seed(params.seed)
     with torch.no_grad():
         if engine == "auto" and vlm.arch in PREFIX_ARCHS:
+            stopped = _stop_checker(vlm.tokenizer, params.stop) if params.stop else None
             sampled, logprobs = decode(
                 vlm.model, contexts, params, pad_id=vlm.pad_token_id, image_token_id=vlm.image_token_id,
-                eos_ids=vlm.eos_token_ids, suppress=vlm.vision_token_ids,
+                eos_ids=vlm.eos_token_ids, suppress=vlm.vision_token_ids, stopped=stopped,
             )  # fmt: skip
         else:
             sampled, logprobs = _hf_generate(vlm, contexts, params)
     return _finish(vlm, contexts, params, sampled.cpu(), logprobs.cpu())
+
+
+def _stop_checker(tokenizer: Any, stop: Sequence[str]) -> Any:
+    def stopped(ids: list[int]) -> bool:
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+        return any(s in text for s in stop)
+
+    return stopped
 
 
 def _hf_generate(vlm: VLM, contexts: Sequence[Context], params: SamplingParams) -> tuple[Any, Any]:
