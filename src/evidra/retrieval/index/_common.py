@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +48,25 @@ def check_embeddings(
             raise InvalidInputError(f"page {pid!r}: embedding holds NaN or infinite values")
         out.append(t.detach().to("cpu", torch.float16).numpy())
     return out
+
+
+def refuse_present(store: Any, page_ids: Sequence[str]) -> None:
+    """``add`` refuses pages the index already holds (``update`` replaces them)."""
+    present = store.contains(page_ids)
+    if present:
+        raise InvalidInputError(f"pages already in the index: {present[:5]}; use update() to replace them")
+
+
+def write_inputs(
+    page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None, dim: int, *,
+    single: bool,
+) -> tuple[list[np.ndarray], list[str]]:  # fmt: skip
+    """Checked float16 arrays and their image paths (``""`` when none are given)."""
+    arrays = check_embeddings(page_ids, embeddings, dim, single=single)
+    images = list(image_paths) if image_paths is not None else [""] * len(arrays)
+    if len(images) != len(arrays):
+        raise InvalidInputError(f"got {len(arrays)} pages but {len(images)} image paths")
+    return arrays, images
 
 
 def exclusion_mask(

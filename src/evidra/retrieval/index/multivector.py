@@ -26,7 +26,7 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
-from evidra.retrieval.index._common import check_embeddings, exclusion_mask, pick_device, top_hits
+from evidra.retrieval.index._common import exclusion_mask, pick_device, refuse_present, top_hits, write_inputs
 from evidra.retrieval.index._shards import ShardStore
 from evidra.retrieval.maxsim import Block, build_blocks, mean_pool, pack_signs, score_blocks
 
@@ -158,11 +158,7 @@ class MultiVectorIndex:
     def add(
         self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
     ) -> None:
-        present = self.store.contains(page_ids)
-        if present:
-            raise InvalidInputError(
-                f"pages already in the index: {present[:5]}; use update() to replace them"
-            )
+        refuse_present(self.store, page_ids)
         self._write(page_ids, embeddings, image_paths, replace=())
 
     def update(
@@ -177,10 +173,7 @@ class MultiVectorIndex:
         image_paths: Sequence[str] | None,
         replace: Sequence[str],
     ) -> None:
-        arrays = check_embeddings(page_ids, embeddings, self.dim, single=False)
-        images = list(image_paths) if image_paths is not None else [""] * len(arrays)
-        if len(images) != len(arrays):
-            raise InvalidInputError(f"got {len(arrays)} pages but {len(images)} image paths")
+        arrays, images = write_inputs(page_ids, embeddings, image_paths, self.dim, single=False)
         if not arrays:
             return
         records = self.store.write_pages(list(page_ids), arrays, images, replace=replace)
