@@ -80,3 +80,59 @@ def test_stop_strings_end_decoding_early(tiny_vlms: dict[str, Any]) -> None:
     with torch.no_grad():
         tokens, _ = decode(vlm.model, contexts, greedy, stopped=stopped, check_every=4, **kwargs)
     assert len(cut.token_ids) <= tokens.shape[1] <= len(cut.token_ids) + 4 < 40  # stopped, not run to 40
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl"])
+def test_layer_loop_is_used_and_equals_the_whole_model_step(
+    tiny_vlms: dict[str, Any], arch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evidra.models import decode as dec
+
+    vlm = tiny_vlms[arch]
+    assert dec._TextStack.find(vlm.model) is not None  # the fast path applies to these checkpoints
+    contexts = _contexts(vlm, True)
+    params = SamplingParams(max_new_tokens=10, temperature=0.8)
+    torch.manual_seed(3)
+    fast = generate_contexts(vlm, contexts, params)
+    monkeypatch.setattr(dec._TextStack, "find", staticmethod(lambda model: None))
+    torch.manual_seed(3)
+    slow = generate_contexts(vlm, contexts, params)  # whole model per token, transformers' cache
+    for a, b in zip(fast, slow, strict=True):
+        assert a.token_ids == b.token_ids
+        assert np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_layer_loop_runs_lora_adapters(tiny_dirs: dict[str, Any]) -> None:
+    from evidra.models.adapters import LoraSpec, apply_lora
+    from evidra.models.loading import load_vlm
+
+    vlm = apply_lora(load_vlm(tiny_dirs["qwen2_5_vl"]), LoraSpec(r=4, alpha=8))
+    with torch.no_grad():  # a non-zero adapter, so a path that skipped it would differ
+        for name, param in vlm.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    contexts = _contexts(vlm, True)
+    greedy = SamplingParams(max_new_tokens=10, temperature=0)
+    ours = generate_contexts(vlm, contexts, greedy)
+    theirs = generate_contexts(vlm, contexts, greedy, engine="hf")
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.token_ids == b.token_ids
+        assert np.allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+def test_inverse_cdf_draws_follow_the_probabilities(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evidra.models.decode import _inverse_cdf
+
+    torch.manual_seed(0)
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0], [0.1, 0.0, 0.0, 0.0, 0.0, 0.9]])
+    n = 20000
+    draws = torch.stack([_inverse_cdf(probs) for _ in range(n)])  # (n, 2)
+    for row in range(2):
+        freq = torch.bincount(draws[:, row], minlength=6).float() / n
+        assert (freq[probs[row] == 0] == 0).all()  # no mass, never drawn
+        # binomial standard error at p = 0.5 over 20k draws is 0.0035: 5 sigma
+        assert torch.allclose(freq, probs[row], atol=0.018)
+    # the rounding edge: u * total can equal total, and the last token has no mass
+    edge = torch.tensor([[0.25, 0.75, 0.0]])
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kw: torch.ones(*shape))  # u = 1 exactly
+    assert _inverse_cdf(edge).tolist() == [1]

@@ -37,3 +37,16 @@ def test_cached_features_equal_fresh_ones_and_dedupe(tiny_vlms: dict[str, Any]) 
         for p in vlm.model.model.visual.parameters():
             p.requires_grad_(True)
     assert not VisionFeatureCache([vlm.model]).applicable  # a trainable tower is never cached
+
+
+def test_fingerprint_separates_near_identical_images() -> None:
+    cache = VisionFeatureCache([])
+    grid = torch.tensor([1, 4, 4])
+    x = torch.randn(16, 1176)
+    key = cache._key(x, grid)
+    assert cache._key(x.clone(), grid) == key  # equal pixels, equal key
+    one_value = x.clone()
+    one_value[7, 300] += 1e-3
+    swapped = x[[1, 0, *range(2, 16)]]  # the same patches in another order
+    keys = {key, cache._key(one_value, grid), cache._key(swapped, grid), cache._key(x[:, :1175], grid)}
+    assert len(keys) == 4

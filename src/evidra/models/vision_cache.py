@@ -30,7 +30,7 @@ class VisionFeatureCache:
     def __init__(self, models: Sequence[Any]) -> None:
         self.inners = [m for m in (_inner(model) for model in models) if m is not None]
         self._store: dict[tuple[bytes, tuple[int, ...]], Any] = {}
-        self._w: Any = None  # (4, n) random projection directions of the fingerprint
+        self._w: Any = None  # random directions of the fingerprint: rows (n,), columns (c, 4)
         self.hits = self.misses = 0
 
     @property
@@ -41,25 +41,29 @@ class VisionFeatureCache:
         )
 
     def _key(self, pixels: Any, grid: Any) -> tuple[bytes, tuple[int, ...]]:
-        """Fingerprint of an image's pixel values: four random projections, bit-exact.
+        """Fingerprint of an image's patches ``(n, c)``: the bilinear forms ``r^T X W``, bit-exact.
 
-        Equal pixels give equal projections (same data, same kernel); two different images
-        agree on all four float32 projections only by coincidence of the random directions,
-        which no natural or synthetic image pair hits. It runs at matrix-vector speed.
+        ``r`` (n) and ``W`` (c, 4) are fixed random directions. Equal pixels give equal forms
+        (same data, same kernel); two different images agree on all four float32 values only by
+        coincidence of the random directions, which no natural or synthetic image pair hits.
+        It reads the pixels once (``X W`` is a thin matmul), so it costs far less than the tower.
         """
-        flat = pixels.detach().reshape(-1).float()
-        digest = self._weights(flat.numel(), flat.device) @ flat  # (4,)
-        return digest.cpu().numpy().tobytes() + str(flat.numel()).encode(), tuple(
-            int(v) for v in grid.tolist()
-        )
+        x = pixels.detach().reshape(pixels.shape[0], -1).float()  # (n, c)
+        rows, cols = self._weights(x.shape[0], x.shape[1], x.device)
+        digest = rows @ (x @ cols)  # (n,) @ (n, 4) -> (4,)
+        shape = f"{x.shape[0]}x{x.shape[1]}".encode()
+        return digest.cpu().numpy().tobytes() + shape, tuple(int(v) for v in grid.tolist())
 
-    def _weights(self, n: int, device: Any) -> Any:
+    def _weights(self, n: int, c: int, device: Any) -> tuple[Any, Any]:
         import torch
 
-        if self._w is None or self._w.shape[1] < n or self._w.device != device:
+        w = self._w
+        if w is None or w[0].shape[0] < n or w[1].shape[0] < c or w[0].device != device:
             gen = torch.Generator().manual_seed(0x5EED)
-            self._w = torch.randn(4, max(n, 1 << 16), generator=gen).to(device)
-        return self._w[:, :n]
+            rows = torch.randn(max(n, 1 << 14), generator=gen).to(device)
+            cols = torch.randn(max(c, 1 << 11), 4, generator=gen).to(device)
+            self._w = w = (rows, cols)
+        return w[0][:n], w[1][:c]
 
     def _patched(self, original: Any) -> Any:
         import torch
