@@ -2,27 +2,45 @@
 
 evidra index build --store S --out I --encoder colqwen2 --model ckpt/colqwen2
 evidra index build --store S --out I --encoder bm25
+evidra index build --corpus data/esg_reports_v2/ --out I --encoder colqwen2 --model ckpt/colqwen2
 evidra index add --index I --store S            # pages of S not yet in I
 evidra index delete --index I PAGE_ID...
 evidra index search --index I -k 5 "When was Orion founded?"
 evidra index eval --index I --queries queries.jsonl --qrels qrels.tsv -k 1 5 10
+evidra index eval --index I --benchmark data/esg_reports_v2/ -k 1 5 10
+
+``--corpus`` indexes a retrieval benchmark folder instead of a page store: the BEIR layout of
+ViDoRe v2 and VisRAG (``corpus``/``queries``/``qrels``), or ViDoRe v1's QA rows; page ids are the
+benchmark's corpus ids (image file names for v1), so ``eval --benchmark`` scores the same folder's
+queries and qrels against them. Inline images are written to ``<out>/images`` (``--image-dir``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from evidra.cli._progress import advance
+
+if TYPE_CHECKING:
+    from evidra.retrieval.evaluation import Layout, Qrels
+    from evidra.types import Page
+
+_FORMATS = ("auto", "beir", "vidore_v1")
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("index", help="build, update, search and evaluate retrieval indexes")
     sub = p.add_subparsers(dest="index_command", metavar="ACTION", required=True)
 
-    b = sub.add_parser("build", help="index every page of a page store")
-    b.add_argument("--store", required=True, help="page store directory (from `evidra ingest`)")
+    b = sub.add_parser("build", help="index every page of a page store or benchmark corpus")
+    b.add_argument("--store", help="page store directory (from `evidra ingest`)")
+    b.add_argument("--corpus", help="retrieval benchmark folder instead (ViDoRe v1/v2, VisRAG)")
+    b.add_argument("--corpus-format", choices=_FORMATS, default="auto", help="--corpus layout")
+    b.add_argument("--image-dir", help="--corpus: where inline images go (default <out>/images)")
     b.add_argument("--out", required=True, help="new index directory")
     b.add_argument("--encoder", required=True, help="colqwen2 | colpali | dse | visrag | minilm | bm25")
     b.add_argument("--model", default="", help="local encoder checkpoint directory (not for bm25)")
@@ -52,10 +70,12 @@ def register(subparsers: Any) -> None:
     _model_options(s)
     s.set_defaults(func=run_search)
 
-    e = sub.add_parser("eval", help="Recall@k, MRR@k, nDCG@k from queries + qrels files")
+    e = sub.add_parser("eval", help="Recall@k, MRR@k, nDCG@k from queries + qrels or a benchmark")
     e.add_argument("--index", required=True)
-    e.add_argument("--queries", required=True, help="JSONL/TSV of (query id, text)")
-    e.add_argument("--qrels", required=True, help="JSONL/TSV of (query-id, corpus-id, score)")
+    e.add_argument("--queries", help="JSONL/TSV of (query id, text)")
+    e.add_argument("--qrels", help="JSONL/TSV of (query-id, corpus-id, score)")
+    e.add_argument("--benchmark", help="benchmark folder instead of --queries/--qrels")
+    e.add_argument("--benchmark-format", choices=_FORMATS, default="auto", help="--benchmark layout")
     e.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
     e.add_argument("--json", action="store_true")
     _model_options(e)
@@ -78,13 +98,40 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
     return EncoderOptions(args.batch_size, device, args.dtype), MaxSimOptions(device=device)
 
 
+def _layout(path: str, fmt: str) -> Layout:
+    from evidra.retrieval.evaluation import detect_layout
+
+    return detect_layout(path) if fmt == "auto" else cast("Layout", fmt)  # argparse checked the choice
+
+
+def _build_pages(args: argparse.Namespace) -> list[Page]:
+    from evidra.corpus import PageStore
+    from evidra.errors import InvalidInputError
+    from evidra.retrieval.evaluation import benchmark_pages
+
+    if (args.store is None) == (args.corpus is None):
+        raise InvalidInputError(
+            "pass exactly one of --store (a page store from `evidra ingest`) or --corpus (a benchmark folder)"
+        )
+    if args.store is not None:
+        return PageStore.open(args.store).pages()
+    # absolute paths: the index refers to these images after this command ends, from any directory
+    root = Path(args.corpus).resolve()
+    image_dir = Path(args.image_dir or Path(args.out) / "images").resolve()
+    pages = benchmark_pages(root, _layout(str(root), args.corpus_format), image_dir=image_dir)
+    if args.encoder == "bm25" and not args.ocr and not any(p.words for p in pages):
+        raise InvalidInputError(
+            f"the pages of {args.corpus} are images without a text layer; bm25 needs --ocr (evidra[ocr])"
+        )
+    return pages
+
+
 def run_build(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from evidra.corpus import PageStore
     from evidra.retrieval.engine import build_index
 
-    pages = PageStore.open(args.store).pages()
+    pages = _build_pages(args)
     enc_opts, maxsim = _options(args)
     with tqdm(total=len(pages), unit="page", desc="embedding") as bar:
         engine = build_index(
@@ -153,13 +200,34 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
+    from evidra.errors import InvalidInputError
+    from evidra.retrieval.evaluation import benchmark_queries, load_qrels, load_queries
+
+    if args.benchmark is not None:
+        if args.queries is not None or args.qrels is not None:
+            raise InvalidInputError("pass either --benchmark or --queries with --qrels, not both")
+        return benchmark_queries(args.benchmark, _layout(args.benchmark, args.benchmark_format))
+    if args.queries is None or args.qrels is None:
+        raise InvalidInputError("pass --benchmark (a benchmark folder) or both --queries and --qrels")
+    return load_queries(args.queries), load_qrels(args.qrels)
+
+
 def run_eval(args: argparse.Namespace) -> int:
     from evidra.retrieval.engine import open_index
-    from evidra.retrieval.evaluation import evaluate, load_qrels, load_queries
+    from evidra.retrieval.evaluation import evaluate, missing_relevant
 
+    queries, qrels = _eval_inputs(args)
     enc_opts, maxsim = _options(args)
     engine = open_index(args.index, options=enc_opts, maxsim=maxsim)
-    report = evaluate(engine.retriever, load_queries(args.queries), load_qrels(args.qrels), ks=args.k)
+    missing = missing_relevant(queries, qrels, engine.index.page_ids())
+    if missing:
+        print(
+            f"evidra index eval: warning: {len(missing)} relevant corpus id(s) of the qrels are not in the "
+            f"index (e.g. {', '.join(sorted(missing)[:3])}); they count as misses",
+            file=sys.stderr,
+        )
+    report = evaluate(engine.retriever, queries, qrels, ks=args.k)
     if args.json:
         print(json.dumps({"n_queries": report.n_queries, "n_skipped": report.n_skipped, **report.metrics}))
         return 0

@@ -10,6 +10,12 @@ Metrics are ``evidra.rewards.ranking``'s (trec_eval definitions): Recall@k, MRR@
 (gain = relevance, log2 discount), averaged over the queries that have at least one relevant
 page. Unlike ViDoRe's MTEB evaluator we do not drop hits whose id equals the query id
 (its ``ignore_identical_ids`` default, RETRIEVAL.md §2), since page ids never collide with query ids.
+
+A benchmark folder can stand in for both files and for the page store (``evidra index build
+--corpus``, ``index eval --benchmark``): ``detect_layout`` tells the BEIR layout (ViDoRe v2,
+VisRAG: ``corpus``/``queries``/``qrels`` configs) from ViDoRe v1's QA rows (``image_filename``),
+and ``benchmark_pages``/``benchmark_queries`` read them through the loaders in
+``evidra.data.loaders``, so index page ids are the ids the qrels name.
 """
 
 from __future__ import annotations
@@ -20,12 +26,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import Retriever, check_k
 from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 
+if TYPE_CHECKING:
+    from evidra.types import Page
+
 Qrels = dict[str, dict[str, float]]
+Layout = Literal["beir", "vidore_v1"]
+LAYOUTS: tuple[Layout, ...] = ("beir", "vidore_v1")
 _ID_KEYS = ("query-id", "_id", "query_id", "id", "qid")
 _TEXT_KEYS = ("query", "text", "question")
 
@@ -136,3 +148,64 @@ def evaluate(
     report = score_rankings(rankings, qrels, ks)
     missing = len(queries) - len(ids)
     return EvalReport(report.metrics, report.n_queries, report.n_skipped + missing, report.per_query)
+
+
+def missing_relevant(queries: Mapping[str, str], qrels: Qrels, page_ids: Sequence[str]) -> set[str]:
+    """Relevant corpus ids of the queried qrels that the index lacks: they can only count as misses."""
+    have = set(page_ids)
+    return {d for q in queries for d, s in qrels.get(q, {}).items() if s > 0 and d not in have}
+
+
+def _field_names(file: Path) -> set[str]:
+    """Column names of a record file; parquet from its schema, without reading the images."""
+    from evidra.data.loaders._records import read_records
+
+    if file.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            pass  # read_records raises the error naming the extra
+        else:
+            return set(pq.read_schema(file).names)
+    first = next(iter(read_records(file)), None)
+    return set(first.data) if first is not None else set()
+
+
+def detect_layout(path: str | Path) -> Layout:
+    """``beir`` if ``path`` holds a ``corpus`` config, ``vidore_v1`` if its rows have ``image_filename``."""
+    from evidra.data.loaders._records import data_files
+
+    root = Path(path)
+    if not root.exists():
+        raise InvalidInputError(f"benchmark path {str(root)!r} does not exist; pass a folder or file")
+    if root.is_dir() and ((root / "corpus").exists() or any(root.glob("corpus.*"))):
+        return "beir"
+    try:
+        if "image_filename" in _field_names(data_files(root)[0]):
+            return "vidore_v1"
+    except InvalidInputError:
+        pass  # no record files, or unreadable ones: not a layout we know
+    raise InvalidInputError(
+        f"{str(root)!r} is not a retrieval benchmark in a known layout; expected the BEIR layout "
+        "(corpus, queries and qrels files or folders: ViDoRe v2, VisRAG) or the ViDoRe v1 QA layout "
+        "(JSONL/parquet rows with query, image and image_filename); or name the format explicitly"
+    )
+
+
+def benchmark_pages(path: str | Path, layout: Layout, *, image_dir: str | Path) -> list[Page]:
+    """The corpus pages, ids as the qrels name them; inline images are written to ``image_dir``."""
+    from evidra.data.loaders.beir import load_beir_corpus
+    from evidra.data.loaders.vidore_v1 import load_vidore_v1_corpus
+
+    corpus = {"beir": load_beir_corpus, "vidore_v1": load_vidore_v1_corpus}[layout]
+    return corpus(path, image_dir=image_dir)
+
+
+def benchmark_queries(path: str | Path, layout: Layout) -> tuple[dict[str, str], Qrels]:
+    """``(queries, graded qrels)`` of a benchmark; ViDoRe v1 queries deduplicated as its loader does."""
+    from evidra.data.loaders.beir import load_beir
+    from evidra.data.loaders.vidore_v1 import load_vidore_v1
+
+    samples = {"beir": load_beir, "vidore_v1": load_vidore_v1}[layout](path)
+    queries = {s.id: s.question for s in samples}
+    return queries, {s.id: {d: float(r) for d, r in s.extras["qrels"].items()} for s in samples}
