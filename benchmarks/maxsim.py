@@ -74,9 +74,11 @@ def make_pages(n: int, length: int, dim: int, kind: str, seed: int) -> list[torc
     return pages
 
 
-def make_queries(pages: list[torch.Tensor], seed: int) -> tuple[list[torch.Tensor], list[int]]:
+def make_queries(
+    pages: list[torch.Tensor], seed: int, count: int = Q
+) -> tuple[list[torch.Tensor], list[int]]:
     g = torch.Generator().manual_seed(seed + 1)
-    gold = torch.randint(len(pages), (Q,), generator=g).tolist()
+    gold = torch.randint(len(pages), (count,), generator=g).tolist()
     queries = []
     dim = pages[0].shape[1]
     for page in gold:
@@ -99,10 +101,10 @@ def bandwidth_gbs() -> tuple[float, float]:
 
 
 def gemm_gflops() -> float:
-    """fp16 GEMM rate on the shape one scoring block uses: (Q*Lq, D) x (D, 16384)."""
-    a, b = torch.randn(Q * LQ, 128).half(), torch.randn(16384, 128).half()
-    out = torch.empty(Q * LQ, 16384, dtype=torch.float16)
-    t, _ = timed(lambda: torch.matmul(a, b.T, out=out), 10, best=True)
+    """fp16 GEMM rate on the shape one CPU scoring block uses: pages (16384, D) x tokens (D, Q*Lq)."""
+    pages, tokens = torch.randn(16384, 128).half(), torch.randn(Q * LQ, 128).half()
+    out = torch.empty(16384, Q * LQ, dtype=torch.float16)
+    t, _ = timed(lambda: torch.matmul(pages, tokens.T, out=out), 10, best=True)
     return 2 * Q * LQ * 16384 * 128 / t / 1e9
 
 
@@ -163,14 +165,12 @@ def bench_ours(case: Case, root: Path, options: MaxSimOptions) -> tuple[float, f
     return t_single, t_batch / Q, index.memory_bytes() / case.n, case.rows_of(hits)
 
 
-def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[int]]) -> str:
-    opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=case.args.candidates)  # type: ignore[arg-type]
+def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[int]], candidates: int) -> str:
+    opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=candidates)  # type: ignore[arg-type]
     single, batch, mem, ids = bench_ours(case, root, opts)
     rel = recall(ids, case.gold, 5) / max(recall(exact_ids, case.gold, 5), 1e-9)
     name = {"pooled": "ours pooled x4", "signbits": "ours sign bits"}[prefilter]
-    return case.row(
-        f"{name} +{case.args.candidates}", single, batch, mem, ids, f"recall@5 vs exact {rel:.3f}"
-    )
+    return case.row(f"{name} +{candidates}", single, batch, mem, ids, f"recall@5 vs exact {rel:.3f}")
 
 
 def bench_size(n: int, args: argparse.Namespace, processor: Any, bw: float, gflops: float) -> list[str]:
@@ -184,18 +184,23 @@ def bench_size(n: int, args: argparse.Namespace, processor: Any, bw: float, gflo
         for s in range(0, n, 2000):
             index.add(case.ids[s : s + 2000], pages[s : s + 2000])
         t_single, t_batch, mem, ours = bench_ours(case, root, MaxSimOptions(device="cpu", verify=False))
+        case.args.root = root
+        roof = [planted_recall_row(case, root), *roofline_rows(case, bw, gflops)]
         rows = [
             case.row("ours fp16 exact", t_single, t_batch, mem, ours),
             case.row("fp32 exact (ref)", float("nan"), t_ref / Q, mem * 2, case.ref),
-            two_stage_row(case, root, "pooled", ours),
-            two_stage_row(case, root, "signbits", ours),
+            *(
+                two_stage_row(case, root, kind, ours, c)
+                for kind in ("pooled", "signbits")
+                for c in case.args.candidates
+            ),
         ]
     sr_single, sr_batch, srids = bench_score_retrieval(case, processor)
     note = f"ours is {sr_single / t_single:.1f}x faster single, {sr_batch / t_batch:.1f}x batched"
     rows.append(case.row("transformers score_retrieval", sr_single, sr_batch, mem, srids, note))
     if n <= args.qdrant_max:
         rows.append(bench_qdrant(case))
-    return [*rows, bounds_row(case, t_batch * Q, bw, gflops)]
+    return [*rows, bounds_row(case, t_batch * Q, bw, gflops), *roof]
 
 
 def bench_score_retrieval(case: Case, processor: Any) -> tuple[float, float, list[list[int]]]:
@@ -218,6 +223,54 @@ def bounds_row(case: Case, t_batch: float, bw: float, gflops: float) -> str:
         f"{flops / 1e9:.0f} GFLOP -> {bound_flops * 1e3:.0f} ms at {gflops:.0f} GFLOP/s "
         f"(measured = {t_batch / bound_flops:.2f}x that GEMM-rate estimate)"
     )
+
+
+def planted_recall_row(case: Case, root: Path) -> str:
+    """Recall@5 of the planted gold page over many queries: exact vs both two-stage modes.
+
+    The timing rows use 32 queries, where one miss moves recall by 0.03; this row scores
+    ``--recall-queries`` fresh planted queries (same generator, another seed) so the ratio
+    to exact search is resolved to about 1/n.
+    """
+    queries, gold = make_queries(case.pages, seed=case.n + 17, count=case.args.recall_queries)
+    parts = []
+    base = 0.0
+    for name, prefilter in (("exact", "none"), ("pooled x4", "pooled"), ("sign bits", "signbits")):
+        for c in case.args.candidates if prefilter != "none" else [0]:
+            opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=max(c, 1))  # type: ignore[arg-type]
+            index = MultiVectorIndex.open(root, options=opts)
+            hits = [h for s in range(0, len(queries), Q) for h in index.search(queries[s : s + Q], k=5)]
+            r = recall(case.rows_of(hits), gold, 5)
+            if prefilter == "none":
+                base = r
+                parts.append(f"exact {r:.3f}")
+            else:
+                parts.append(f"{name} +{c} {r:.3f} ({r / max(base, 1e-9):.3f} of exact)")
+    return f"{case.n:>6} | planted recall@5 over {len(queries)} queries: " + "; ".join(parts)
+
+
+def roofline_rows(case: Case, bw: float, gflops: float) -> list[str]:
+    """Exact search time per batch against both lower bounds, for growing query batches.
+
+    A batch scans every page vector once (the bandwidth bound) and does 2 * tokens * D flops per
+    page vector (the compute bound, at the measured fp16 GEMM rate). Small batches are bound by
+    bandwidth, large ones by compute: a batch does ``b * LQ`` flops per byte scanned, so the
+    crossover is at about (GEMM rate / bandwidth) / LQ queries. The roofline is the larger bound.
+    """
+    scanned = case.n * case.args.length * case.args.dim * 2
+    index = MultiVectorIndex.open(case.args.root, options=MaxSimOptions(device="cpu", verify=False))
+    rows = []
+    for b in case.args.roofline:
+        t, _ = timed(functools.partial(index.search, case.queries[:b], k=K), case.args.repeats, best=True)
+        bound_bw = scanned / (bw * 1e9)
+        bound_fl = 2 * b * LQ * case.n * case.args.length * case.args.dim / (gflops * 1e9)
+        roof = max(bound_bw, bound_fl)
+        rows.append(
+            f"{case.n:>6} | roofline, batch {b:>2}: {t * 1e3:7.1f} ms/batch, {b / t:6.1f} q/s | "
+            f"bandwidth bound {bound_bw * 1e3:6.1f} ms ({t / bound_bw:4.1f}x) | "
+            f"compute bound {bound_fl * 1e3:6.1f} ms ({t / bound_fl:4.1f}x) | {t / roof:4.1f}x the roofline"
+        )
+    return rows
 
 
 def bench_qdrant(case: Case) -> str:
@@ -257,9 +310,13 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=256, help="patch vectors per page")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--pages-kind", choices=["iid", "smooth"], default="iid")
-    ap.add_argument("--candidates", type=int, default=256, help="pooled prefilter: pages re-ranked per query")
+    ap.add_argument(
+        "--candidates", type=int, nargs="+", default=[256, 1024], help="two-stage: pages re-ranked per query"
+    )
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--recall-queries", type=int, default=320, help="planted queries for the recall row")
+    ap.add_argument("--roofline", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32], help="batch sizes")
     ap.add_argument("--single", type=int, default=5, help="queries timed one at a time")
     ap.add_argument("--sr-queries", type=int, default=4, help="queries given to score_retrieval / qdrant")
     ap.add_argument("--qdrant-max", type=int, default=1000, help="largest size run through qdrant local")

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidra.errors import InvalidInputError
+from evidra.retrieval import maxsim as maxsim_module
 from evidra.retrieval.maxsim import build_blocks, maxsim, mean_pool, pack_signs, score_blocks, unpack_signs
 
 
@@ -69,20 +72,28 @@ def test_bad_queries_are_rejected() -> None:
     max_tokens=st.integers(1, 40),
     max_elements=st.integers(1, 200),
     seed=st.integers(0, 2**16),
+    tokens_last=st.booleans(),
 )
 def test_blocked_scores_equal_reference_property(
-    page_lengths: list[int], query_lengths: list[int], max_tokens: int, max_elements: int, seed: int
+    page_lengths: list[int],
+    query_lengths: list[int],
+    max_tokens: int,
+    max_elements: int,
+    seed: int,
+    tokens_last: bool,
 ) -> None:
+    """Both similarity layouts (CPU: tokens last, padded; GPU: patches last) score exactly."""
     g = torch.Generator().manual_seed(seed)
     pages = [torch.randn(n, 8, generator=g) for n in page_lengths]
     queries = [torch.randn(n, 8, generator=g) for n in query_lengths]
     rows = list(range(len(pages)))
-    got = score_blocks(
-        queries,
-        build_blocks(pages, rows, max_tokens=max_tokens, dtype=torch.float32),
-        len(pages),
-        max_elements=max_elements,
-    )
+    with mock.patch.object(maxsim_module, "_TOKENS_LAST", ("cpu",) if tokens_last else ()):
+        got = score_blocks(
+            queries,
+            build_blocks(pages, rows, max_tokens=max_tokens, dtype=torch.float32),
+            len(pages),
+            max_elements=max_elements,
+        )
     want = torch.tensor([[float(maxsim(q, p)) for p in pages] for q in queries])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
 
@@ -100,3 +111,10 @@ def test_sign_bits_round_trip_and_asymmetric_score() -> None:
     assert score_blocks([q], blocks, 1).tolist() == [[1.0]]
     with pytest.raises(InvalidInputError, match="divisible by 8"):
         pack_signs(torch.ones(2, 6))
+
+
+def test_sign_bits_round_trip_on_block_shaped_codes() -> None:
+    x = torch.randn(3, 5, 64)  # (C, L, D) as a block holds them
+    codes = torch.stack([pack_signs(page) for page in x])  # (C, L, D/8)
+    assert codes.shape == (3, 5, 8)
+    assert torch.equal(unpack_signs(codes, torch.float32), torch.where(x > 0, 1.0, -1.0))

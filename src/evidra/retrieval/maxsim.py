@@ -6,9 +6,10 @@ of different lengths are never padded with zero vectors during the max: a zero v
 put a floor of 0 under every query token's best match (OFFLINE_STACK pitfall 8).
 
 Layout for speed (RETRIEVAL.md §4): pages are sorted by length and cut into ``Block`` s of
-shape ``(C, L, D)``; one matmul scores all query tokens of a batch against a whole block,
-giving ``(T, C, L)`` with the patch axis last, so the max reduction runs over contiguous memory.
-Queries are packed token-wise and summed per query with ``index_add_``.
+shape ``(C, L, D)``; one matmul scores all query tokens of a batch against a whole block. On
+GPU the result is ``(T, C, L)`` with the patch axis last, so the max reduction runs over
+contiguous memory; on CPU ``(C, L, T)`` measured faster (see ``score_block``). Queries are
+packed token-wise and summed per query with ``index_add_``.
 
 >>> import torch
 >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])            # 2 query tokens
@@ -129,6 +130,15 @@ def score_block(
     ``buffer`` (flat, the block's dtype, at least ``T*C*L`` elements) receives the similarity
     matrix; reusing one buffer across blocks avoids a fresh allocation (and its page faults) for
     every block, which on CPU costs as much as the matmul itself.
+
+    Two layouts of the similarity matrix, chosen by device (``_TOKENS_LAST``):
+
+    * CPU: ``(C, L, T)``, query tokens last, ``T`` zero-padded to a multiple of 64. The GEMM
+      ``pages @ tokens^T`` runs at the CPU matrix units' full tile width and the max over
+      ``L`` is an element-wise maximum of contiguous rows. Measured on 2 Xeon (AMX) cores,
+      64 pages x 256 patches x 128 dims, fp16: 2.2 ms per block for 640 query tokens against
+      4.2 ms with patches last, and 0.29 vs 0.33 ms for one 20-token query (padded to 64).
+    * GPU: ``(T, C, L)``, patches last, so the max reduces over contiguous memory.
     """
     vectors = block.vectors
     if vectors.dtype == torch.uint8:  # sign-bit codes (C, L, D/8) -> +-1 vectors (C, L, D)
@@ -136,17 +146,31 @@ def score_block(
     c, length, dim = vectors.shape
     t = tokens.shape[0]
     q = tokens.to(vectors.dtype)  # no-op when already converted
-    pages = vectors.reshape(c * length, dim).T  # (D, C*L)
-    if buffer is not None and buffer.numel() >= t * c * length and buffer.dtype == q.dtype:
-        sims = torch.matmul(q, pages, out=buffer[: t * c * length].view(t, c * length))  # (T, C*L)
+    pages = vectors.reshape(c * length, dim)  # (C*L, D)
+    tokens_last = vectors.device.type in _TOKENS_LAST
+    width = -(-t // _TILE) * _TILE if tokens_last else t
+    if width != t:
+        q = torch.cat([q, q.new_zeros(width - t, dim)])  # (T', D): zero tokens, dropped below
+    n = width * c * length
+    out = buffer[:n] if buffer is not None and buffer.numel() >= n and buffer.dtype == q.dtype else None
+    if tokens_last:
+        sims = torch.matmul(pages, q.T, out=None if out is None else out.view(c * length, width))
+        sims = sims.view(c, length, width)  # (C, L, T')
+        if block.pad is not None:
+            sims.masked_fill_(block.pad.unsqueeze(-1), float("-inf"))
+        best = sims.amax(dim=1)[:, :t].T.float()  # (T, C)
     else:
-        sims = q @ pages  # (T, C*L)
-    sims = sims.view(t, c, length)  # (T, C, L): the max runs over contiguous memory
-    if block.pad is not None:
-        sims.masked_fill_(block.pad.unsqueeze(0), float("-inf"))
-    best = sims.amax(dim=2).float()  # (T, C)
-    out = torch.zeros(n_queries, c, dtype=torch.float32, device=best.device)  # (Q, C)
-    return out.index_add_(0, owner.to(best.device), best)
+        sims = torch.matmul(q, pages.T, out=None if out is None else out.view(width, c * length))
+        sims = sims.view(width, c, length)  # (T, C, L)
+        if block.pad is not None:
+            sims.masked_fill_(block.pad.unsqueeze(0), float("-inf"))
+        best = sims.amax(dim=2).float()  # (T, C)
+    result = torch.zeros(n_queries, c, dtype=torch.float32, device=best.device)  # (Q, C)
+    return result.index_add_(0, owner.to(best.device), best)
+
+
+_TOKENS_LAST = ("cpu",)  # device types scored in the (C, L, T) layout
+_TILE = 64  # query tokens are padded to a multiple of this in that layout
 
 
 def score_blocks(
@@ -174,8 +198,9 @@ def score_blocks(
             end += 1
         tokens, owner = pack_queries(queries[start:end])
         tokens = tokens.to(device, dtype)
-        if buffer is None or buffer.numel() < tokens_so_far * widest:
-            buffer = torch.empty(tokens_so_far * widest, dtype=dtype, device=device)
+        need = (-(-tokens_so_far // _TILE) * _TILE) * widest  # room for the padded token count
+        if buffer is None or buffer.numel() < need:
+            buffer = torch.empty(need, dtype=dtype, device=device)
         for block in blocks:
             out[start:end, block.rows.to(device)] = score_block(tokens, owner, end - start, block, buffer)
         start = end
@@ -208,8 +233,10 @@ def pack_signs(page: Tensor) -> Tensor:
 
 def unpack_signs(codes: Tensor, dtype: torch.dtype = torch.float16) -> Tensor:
     """Inverse of ``pack_signs`` up to magnitude: ``(..., D/8)`` uint8 -> ``(..., D)`` of +-1."""
-    table = _SIGNS.to(codes.device, dtype)
-    return table[codes.long()].flatten(-2)  # (..., D/8, 8) -> (..., D)
+    table = _SIGNS.to(codes.device, dtype)  # (256, 8): the 8 signs of each byte value
+    # one row gather with int32 indices: ~5x faster on CPU than advanced indexing with int64
+    rows = table.index_select(0, codes.reshape(-1).int())  # (n * D/8, 8)
+    return rows.view(*codes.shape[:-1], codes.shape[-1] * 8)
 
 
 def mean_pool(page: Tensor, factor: int) -> Tensor:
