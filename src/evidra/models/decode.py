@@ -213,7 +213,8 @@ class _TextStack:
     @staticmethod
     def find(model: Any) -> _TextStack | None:
         text = next((m for m in model.modules() if type(m).__name__ in _TEXT_MODELS), None)
-        head = model.get_output_embeddings()
+        getter = getattr(model, "get_output_embeddings", None)  # absent on DDP-style wrappers
+        head = getter() if getter is not None else None
         usable = (
             text is not None
             and head is not None
