@@ -57,6 +57,32 @@ def refuse_present(store: Any, page_ids: Sequence[str]) -> None:
         raise InvalidInputError(f"pages already in the index: {present[:5]}; use update() to replace them")
 
 
+class ShardWrites:
+    """``add``/``update`` of the shard-backed indexes; each defines ``store`` and ``_write``."""
+
+    store: Any
+
+    def add(
+        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
+    ) -> None:
+        refuse_present(self.store, page_ids)
+        self._write(page_ids, embeddings, image_paths, replace=())
+
+    def update(
+        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
+    ) -> None:
+        self._write(page_ids, embeddings, image_paths, replace=self.store.contains(page_ids))
+
+    def _write(
+        self,
+        page_ids: Sequence[str],
+        embeddings: Sequence[Tensor],
+        image_paths: Sequence[str] | None,
+        replace: Sequence[str],
+    ) -> None:
+        raise NotImplementedError
+
+
 def write_inputs(
     page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None, dim: int, *,
     single: bool,

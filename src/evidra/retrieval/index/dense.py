@@ -19,11 +19,11 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
-from evidra.retrieval.index._common import exclusion_mask, pick_device, refuse_present, top_hits, write_inputs
+from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits, write_inputs
 from evidra.retrieval.index._shards import ShardStore
 
 
-class DenseIndex:
+class DenseIndex(ShardWrites):
     """One vector per page, exact top-k by inner product."""
 
     kind: Literal["single"] = "single"
@@ -68,17 +68,6 @@ class DenseIndex:
 
     def page_ids(self) -> list[str]:
         return sorted(self._row_of)
-
-    def add(
-        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
-    ) -> None:
-        refuse_present(self.store, page_ids)
-        self._write(page_ids, embeddings, image_paths, replace=())
-
-    def update(
-        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
-    ) -> None:
-        self._write(page_ids, embeddings, image_paths, replace=self.store.contains(page_ids))
 
     def _write(
         self,

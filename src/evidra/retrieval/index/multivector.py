@@ -26,7 +26,7 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
-from evidra.retrieval.index._common import exclusion_mask, pick_device, refuse_present, top_hits, write_inputs
+from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits, write_inputs
 from evidra.retrieval.index._shards import ShardStore
 from evidra.retrieval.maxsim import Block, build_blocks, mean_pool, pack_signs, score_blocks
 
@@ -58,7 +58,7 @@ class MaxSimOptions:
             raise InvalidInputError("pool_factor, candidates and block_tokens must all be >= 1")
 
 
-class MultiVectorIndex:
+class MultiVectorIndex(ShardWrites):
     """Late-interaction index; see the module docstring."""
 
     kind: Literal["multi"] = "multi"
@@ -154,17 +154,6 @@ class MultiVectorIndex:
         return sum(b.vectors.numel() * b.vectors.element_size() for b in self._blocks)
 
     # -- writing -------------------------------------------------------------------------------
-
-    def add(
-        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
-    ) -> None:
-        refuse_present(self.store, page_ids)
-        self._write(page_ids, embeddings, image_paths, replace=())
-
-    def update(
-        self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
-    ) -> None:
-        self._write(page_ids, embeddings, image_paths, replace=self.store.contains(page_ids))
 
     def _write(
         self,
