@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from evidra.errors import MissingDependencyError
+from evidra.cli.main import main
+from evidra.errors import InvalidInputError, MissingDependencyError
+from evidra.retrieval.engine import QdrantSpec, build_index, open_index
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 from evidra.retrieval.index.qdrant import QdrantIndex
 
@@ -74,3 +78,120 @@ def test_qdrant_prefetch_then_rerank_finds_planted_pages(
         hits = qd.search([q], k=3)[0]
         assert hits[0].page_id == gold
     qd.client.close()
+
+
+def _search(
+    index: Path, questions: list[str], capsys: pytest.CaptureFixture[str]
+) -> list[list[dict[str, Any]]]:
+    capsys.readouterr()
+    assert main(["index", "search", "--index", str(index), "-k", "3", "--json", *questions]) == 0
+    return [json.loads(line)["hits"] for line in capsys.readouterr().out.splitlines()]
+
+
+def test_cli_qdrant_backend_serves_every_index_command(
+    synth_store: tuple[Path, Any],
+    tiny_dirs: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("qdrant_client")
+    store, corpus = synth_store
+    monkeypatch.setenv("QDRANT_API_KEY", "s3cret-key")
+    build = [
+        "index",
+        "build",
+        "--store",
+        str(store),
+        "--encoder",
+        "colqwen2",
+        "--model",
+        str(tiny_dirs["colqwen2"]),
+    ]
+    assert main([*build, "--out", str(tmp_path / "exact")]) == 0
+    assert main([*build, "--out", str(tmp_path / "qd"), "--backend", "qdrant", "--prefetch", "0"]) == 0
+    manifest = (tmp_path / "qd" / "retriever.json").read_text()
+    spec = json.loads(manifest)
+    assert "s3cret" not in manifest  # the key is read from the environment, never stored
+    assert spec["backend"] == "qdrant" and spec["dim"] > 0
+    assert spec["qdrant"]["path"] == str((tmp_path / "qd" / "qdrant").resolve())
+
+    # exhaustive Qdrant MaxSim ranks like the exact fp16 store built from the same pages
+    questions = [q.question for q in corpus.questions[:4]]
+    got, want = _search(tmp_path / "qd", questions, capsys), _search(tmp_path / "exact", questions, capsys)
+    for g, w in zip(got, want, strict=True):
+        assert [h["page_id"] for h in g] == [h["page_id"] for h in w]
+        assert [h["score"] for h in g] == pytest.approx([h["score"] for h in w], abs=2e-2)
+        assert g[0]["image_path"] == w[0]["image_path"] != ""
+
+    victim = got[0][0]["page_id"]
+    assert main(["index", "delete", "--index", str(tmp_path / "qd"), victim]) == 0
+    with open_index(tmp_path / "qd") as engine:
+        assert victim not in engine.index.page_ids()
+        n_pages = len(engine.index)
+    assert main(["index", "add", "--index", str(tmp_path / "qd"), "--store", str(store)]) == 0
+    with open_index(tmp_path / "qd") as engine:
+        assert victim in engine.index.page_ids() and len(engine.index) == n_pages + 1
+
+    queries, qrels = tmp_path / "queries.jsonl", tmp_path / "qrels.tsv"
+    judged = [q for q in corpus.questions if q.page_id]
+    queries.write_text("".join(json.dumps({"_id": q.id, "text": q.question}) + "\n" for q in judged))
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q.id}\t{q.page_id}\t1\n" for q in judged))
+    metrics = []
+    for name in ("qd", "exact"):
+        capsys.readouterr()
+        args = [
+            "index",
+            "eval",
+            "--index",
+            str(tmp_path / name),
+            "--queries",
+            str(queries),
+            "--qrels",
+            str(qrels),
+        ]
+        assert main([*args, "--json", "-k", "1", "5"]) == 0
+        metrics.append(json.loads(capsys.readouterr().out))
+    # same pages found; the tiny encoder's near-tied scores (fp16 matmul here, fp32 in Qdrant) may
+    # swap two neighbours, which moves MRR/nDCG by at most a few thousandths
+    assert {k: v for k, v in metrics[0].items() if "recall" in k or "n_" in k} == {
+        k: v for k, v in metrics[1].items() if "recall" in k or "n_" in k
+    }
+    assert metrics[0] == pytest.approx(metrics[1], abs=0.01)
+
+    # a second build into the same, now non-empty, collection is refused instead of mixing pages
+    assert (
+        main(
+            [
+                *build,
+                "--out",
+                str(tmp_path / "again"),
+                "--backend",
+                "qdrant",
+                "--qdrant-path",
+                spec["qdrant"]["path"],
+            ]
+        )
+        == 2
+    )
+    assert "already holds" in capsys.readouterr().err
+    # a manifest naming a collection that is not there: a one-line error, nothing created
+    spec["qdrant"]["collection"] = "gone"
+    (tmp_path / "qd" / "retriever.json").write_text(json.dumps(spec))
+    assert main(["index", "search", "--index", str(tmp_path / "qd"), "hello"]) == 2
+    err = capsys.readouterr().err
+    assert "'gone' not found" in err and err.count("\n") == 1
+    with QdrantIndex.connect(spec["dim"], path=spec["qdrant"]["path"], collection="evidra_pages") as qd:
+        assert not qd.client.collection_exists("gone")
+
+
+def test_cli_qdrant_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = ["index", "build", "--store", str(tmp_path), "--out", str(tmp_path / "i"), "--encoder", "colqwen2"]
+    assert main([*out, "--backend", "qdrant", "--qdrant-url", "http://h:6333", "--qdrant-path", "d"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main([*out, "--qdrant-url", "http://h:6333"]) == 2
+    assert "--backend qdrant" in capsys.readouterr().err
+    with pytest.raises(InvalidInputError, match=r"colqwen2"):
+        build_index([], tmp_path / "b", "bm25", qdrant=QdrantSpec(path=str(tmp_path / "q")))
+    with pytest.raises(InvalidInputError, match="exactly one"):
+        QdrantSpec(url="http://h:6333", path="d")

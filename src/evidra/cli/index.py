@@ -2,6 +2,7 @@
 
 evidra index build --store S --out I --encoder colqwen2 --model ckpt/colqwen2
 evidra index build --store S --out I --encoder bm25
+evidra index build --store S --out I --encoder colqwen2 --model M --backend qdrant --qdrant-url http://localhost:6333
 evidra index build --corpus data/esg_reports_v2/ --out I --encoder colqwen2 --model ckpt/colqwen2
 evidra index add --index I --store S            # pages of S not yet in I
 evidra index delete --index I PAGE_ID...
@@ -13,6 +14,11 @@ evidra index eval --index I --benchmark data/esg_reports_v2/ -k 1 5 10
 ViDoRe v2 and VisRAG (``corpus``/``queries``/``qrels``), or ViDoRe v1's QA rows; page ids are the
 benchmark's corpus ids (image file names for v1), so ``eval --benchmark`` scores the same folder's
 queries and qrels against them. Inline images are written to ``<out>/images`` (``--image-dir``).
+
+``--backend qdrant`` keeps the vectors in a Qdrant collection instead of the directory's exact
+store: a server or cluster (``--qdrant-url``; the API key comes from ``$QDRANT_API_KEY``, never
+from the command line or the manifest) or embedded local mode (``--qdrant-path``, default
+``<out>/qdrant``). Every other command then works on the directory as usual.
 """
 
 from __future__ import annotations
@@ -45,6 +51,19 @@ def register(subparsers: Any) -> None:
     b.add_argument("--encoder", required=True, help="colqwen2 | colpali | dse | visrag | minilm | bm25")
     b.add_argument("--model", default="", help="local encoder checkpoint directory (not for bm25)")
     b.add_argument("--ocr", action="store_true", help="bm25: OCR pages without a text layer (evidra[ocr])")
+    b.add_argument(
+        "--backend", choices=("auto", "qdrant"), default="auto", help="auto: the exact store for the encoder"
+    )
+    b.add_argument("--qdrant-url", help="qdrant: server or cluster URL (API key from $QDRANT_API_KEY)")
+    b.add_argument("--qdrant-path", help="qdrant: embedded local-mode directory (default <out>/qdrant)")
+    b.add_argument("--collection", default="evidra_pages", help="qdrant: collection name")
+    b.add_argument(
+        "--prefetch",
+        type=int,
+        default=200,
+        help="qdrant: pooled candidates re-ranked exactly (0: exhaustive)",
+    )
+    b.add_argument("--grpc", action="store_true", help="qdrant: talk to the server over gRPC")
     _model_options(b)
     b.set_defaults(func=run_build)
 
@@ -131,6 +150,7 @@ def run_build(args: argparse.Namespace) -> int:
 
     from evidra.retrieval.engine import build_index
 
+    qdrant = _qdrant_spec(args)  # option errors first, before any page is read
     pages = _build_pages(args)
     enc_opts, maxsim = _options(args)
     with tqdm(total=len(pages), unit="page", desc="embedding") as bar:
@@ -142,10 +162,34 @@ def run_build(args: argparse.Namespace) -> int:
             options=enc_opts,
             maxsim=maxsim,
             ocr=args.ocr,
+            qdrant=qdrant,
             progress=advance(bar),
         )
-    print(f"indexed {len(engine.index)} pages with {args.encoder} ({engine.spec.backend}) into {args.out}")
+    with engine:
+        print(
+            f"indexed {len(engine.index)} pages with {args.encoder} ({engine.spec.backend}) into {args.out}"
+        )
     return 0
+
+
+def _qdrant_spec(args: argparse.Namespace) -> Any:
+    from evidra.errors import InvalidInputError
+    from evidra.retrieval.engine import QdrantSpec
+
+    if args.backend != "qdrant":
+        if args.qdrant_url or args.qdrant_path:
+            raise InvalidInputError("--qdrant-url/--qdrant-path need --backend qdrant")
+        return None
+    if args.qdrant_url and args.qdrant_path:
+        raise InvalidInputError("pass --qdrant-url (a server) or --qdrant-path (local mode), not both")
+    path = "" if args.qdrant_url else str(Path(args.qdrant_path or Path(args.out) / "qdrant").resolve())
+    return QdrantSpec(
+        url=args.qdrant_url or "",
+        path=path,
+        collection=args.collection,
+        candidates=args.prefetch,
+        prefer_grpc=args.grpc,
+    )
 
 
 def run_add(args: argparse.Namespace) -> int:
@@ -154,18 +198,18 @@ def run_add(args: argparse.Namespace) -> int:
     from evidra.retrieval.engine import open_index
 
     enc_opts, maxsim = _options(args)
-    engine = open_index(args.index, options=enc_opts, maxsim=maxsim)
     store = PageStore.open(args.store)
-    if args.pages:
-        unknown = [p for p in args.pages if p not in store]
-        if unknown:
-            raise InvalidInputError(f"pages not in store {args.store}: {unknown[:5]}")
-        pages = [store.get(p) for p in args.pages]
-    else:
-        have = set(engine.index.page_ids())
-        pages = [p for p in store.pages() if args.replace or p.id not in have]
-    engine.add(pages, replace=args.replace)
-    print(f"added {len(pages)} pages; the index now holds {len(engine.index)}")
+    with open_index(args.index, options=enc_opts, maxsim=maxsim) as engine:
+        if args.pages:
+            unknown = [p for p in args.pages if p not in store]
+            if unknown:
+                raise InvalidInputError(f"pages not in store {args.store}: {unknown[:5]}")
+            pages = [store.get(p) for p in args.pages]
+        else:
+            have = set(engine.index.page_ids())
+            pages = [p for p in store.pages() if args.replace or p.id not in have]
+        engine.add(pages, replace=args.replace)
+        print(f"added {len(pages)} pages; the index now holds {len(engine.index)}")
     return 0
 
 
@@ -174,10 +218,14 @@ def run_delete(args: argparse.Namespace) -> int:
     from evidra.retrieval.engine import open_store_only
 
     index = open_store_only(args.index)
-    n = index.delete(args.page_ids)
-    if isinstance(index, BM25Retriever):
-        index.save(args.index)
-    print(f"deleted {n} of {len(args.page_ids)} pages; the index now holds {len(index)}")
+    try:
+        n = index.delete(args.page_ids)
+        if isinstance(index, BM25Retriever):
+            index.save(args.index)
+        print(f"deleted {n} of {len(args.page_ids)} pages; the index now holds {len(index)}")
+    finally:
+        if not isinstance(index, BM25Retriever):
+            index.close()
     return 0
 
 
@@ -185,11 +233,10 @@ def run_search(args: argparse.Namespace) -> int:
     from evidra.retrieval.engine import open_index
 
     enc_opts, maxsim = _options(args)
-    engine = open_index(args.index, options=enc_opts, maxsim=maxsim)
     exclude = [set(args.exclude)] * len(args.queries)
-    for query, hits in zip(
-        args.queries, engine.retriever.search(args.queries, k=args.k, exclude=exclude), strict=True
-    ):
+    with open_index(args.index, options=enc_opts, maxsim=maxsim) as engine:
+        results = engine.retriever.search(args.queries, k=args.k, exclude=exclude)
+    for query, hits in zip(args.queries, results, strict=True):
         if args.json:
             rows = [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path} for h in hits]
             print(json.dumps({"query": query, "hits": rows}))
@@ -219,15 +266,15 @@ def run_eval(args: argparse.Namespace) -> int:
 
     queries, qrels = _eval_inputs(args)
     enc_opts, maxsim = _options(args)
-    engine = open_index(args.index, options=enc_opts, maxsim=maxsim)
-    missing = missing_relevant(queries, qrels, engine.index.page_ids())
-    if missing:
-        print(
-            f"evidra index eval: warning: {len(missing)} relevant corpus id(s) of the qrels are not in the "
-            f"index (e.g. {', '.join(sorted(missing)[:3])}); they count as misses",
-            file=sys.stderr,
-        )
-    report = evaluate(engine.retriever, queries, qrels, ks=args.k)
+    with open_index(args.index, options=enc_opts, maxsim=maxsim) as engine:
+        missing = missing_relevant(queries, qrels, engine.index.page_ids())
+        if missing:
+            print(
+                f"evidra index eval: warning: {len(missing)} relevant corpus id(s) of the qrels are not in "
+                f"the index (e.g. {', '.join(sorted(missing)[:3])}); they count as misses",
+                file=sys.stderr,
+            )
+        report = evaluate(engine.retriever, queries, qrels, ks=args.k)
     if args.json:
         print(json.dumps({"n_queries": report.n_queries, "n_skipped": report.n_skipped, **report.metrics}))
         return 0

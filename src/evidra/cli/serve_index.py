@@ -36,14 +36,15 @@ def run(args: argparse.Namespace) -> int:
     from evidra.retrieval.server import SearchService, ServiceOptions
 
     enc_opts, maxsim = _options(args)
-    engine = open_index(args.index, encoder_path=args.encoder, options=enc_opts, maxsim=maxsim)
-    service = SearchService(
-        engine.retriever,
-        ServiceOptions(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms),
-        n_pages=len(engine.index),
-    )
-    print(
-        f"serving {len(engine.index)} pages of {args.index} on http://{args.host}:{args.port} (Ctrl-C stops)"
-    )
-    asyncio.run(service.serve_forever(args.host, args.port))
+    with open_index(args.index, encoder_path=args.encoder, options=enc_opts, maxsim=maxsim) as engine:
+        service = SearchService(
+            engine.retriever,
+            ServiceOptions(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms),
+            n_pages=len(engine.index),
+        )
+        print(
+            f"serving {len(engine.index)} pages of {args.index} on "
+            f"http://{args.host}:{args.port} (Ctrl-C stops)"
+        )
+        asyncio.run(service.serve_forever(args.host, args.port))
     return 0

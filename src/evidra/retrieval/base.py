@@ -100,6 +100,10 @@ class VectorIndex(Protocol):
 
     def __len__(self) -> int: ...
 
+    def close(self) -> None:
+        """Release files, locks and connections."""
+        ...
+
 
 @runtime_checkable
 class Retriever(Protocol):

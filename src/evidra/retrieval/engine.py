@@ -3,7 +3,9 @@
 ``evidra index build`` writes ``retriever.json`` (encoder name, checkpoint path, backend) next to
 the index files, so ``open_index(dir)`` can rebuild the full text-to-pages retriever. Backends:
 ``maxsim`` for multi-vector encoders, ``dense`` for single-vector ones, ``bm25`` over the text
-layer (no model).
+layer (no model), and ``qdrant`` for multi-vector encoders whose vectors live in a Qdrant
+collection (a server or cluster at ``url``, or embedded local mode in a directory); the
+manifest records where, never the API key (read from ``$QDRANT_API_KEY`` on every open).
 
 >>> engine = build_index(store.pages(), "idx/", "colqwen2", "ckpt/colqwen2")   # doctest: +SKIP
 >>> engine.retriever.search(["When was Orion founded?"], k=5)                  # doctest: +SKIP
@@ -17,7 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.retrieval.base import Encoder, EncoderOptions, Retriever, VectorIndex
@@ -28,10 +30,46 @@ from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 from evidra.retrieval.ocr import page_text
 from evidra.types import Page
 
+if TYPE_CHECKING:
+    from evidra.retrieval.index.qdrant import QdrantIndex
+
 logger = logging.getLogger(__name__)
 
 MANIFEST = "retriever.json"
 Progress = Callable[[int], None]  # called with the number of pages just embedded
+
+
+@dataclass(frozen=True)
+class QdrantSpec:
+    """Where a ``qdrant``-backed index keeps its vectors."""
+
+    url: str = ""  # server or cluster, e.g. http://localhost:6333; empty: local mode at ``path``
+    path: str = ""  # embedded local-mode directory (absolute)
+    collection: str = "evidra_pages"
+    candidates: int = 200  # pooled prefetch size; 0 scores the full multi-vectors exhaustively
+    pool_factor: int = 4
+    prefer_grpc: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.url) == bool(self.path):
+            raise InvalidInputError("a Qdrant index needs exactly one of url (a server) or path (local mode)")
+        if self.candidates < 0 or self.pool_factor < 1:
+            raise InvalidInputError("Qdrant candidates must be >= 0 and pool_factor >= 1")
+
+    def connect(self, dim: int, *, create: bool) -> QdrantIndex:
+        from evidra.retrieval.index.qdrant import QdrantIndex
+
+        return QdrantIndex.connect(
+            dim,
+            collection=self.collection,
+            url=self.url or None,
+            path=self.path or None,
+            api_key=(os.environ.get("QDRANT_API_KEY") or None) if self.url else None,
+            prefer_grpc=self.prefer_grpc,
+            pool_factor=self.pool_factor,
+            candidates=self.candidates,
+            create=create,
+        )
 
 
 @dataclass(frozen=True)
@@ -40,8 +78,10 @@ class IndexSpec:
 
     encoder: str  # registry name ("colqwen2", "dse", ...) or "bm25"
     encoder_path: str = ""  # local checkpoint directory; empty for bm25
-    backend: str = "maxsim"  # maxsim | dense | bm25
+    backend: str = "maxsim"  # maxsim | dense | bm25 | qdrant
     ocr: bool = False  # bm25 only: OCR pages that have no text layer
+    qdrant: QdrantSpec | None = None  # qdrant only
+    dim: int = 0  # embedding width (recorded for qdrant, whose reopening needs it)
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +123,18 @@ class Engine:
             self.index.save(self.root)
         return n
 
+    def close(self) -> None:
+        """Release the index (a Qdrant local-mode directory stays locked until then)."""
+        close = getattr(self.index, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def _backend(encoder: Encoder) -> str:
     return "maxsim" if encoder.kind == "multi" else "dense"
@@ -97,7 +149,9 @@ def _write_manifest(root: Path, spec: IndexSpec) -> None:
 def read_spec(root: str | Path) -> IndexSpec:
     path = Path(root) / MANIFEST
     try:
-        return IndexSpec(**json.loads(path.read_text()))
+        raw = json.loads(path.read_text())
+        qdrant = raw.pop("qdrant", None)
+        return IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
     except FileNotFoundError:
         raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
     except (ValueError, TypeError) as exc:
@@ -114,14 +168,21 @@ def build_index(
     maxsim: MaxSimOptions | None = None,
     ocr: bool = False,
     bm25: BM25Params | None = None,
+    qdrant: QdrantSpec | None = None,
     progress: Progress | None = None,
 ) -> Engine:
-    """Create an index directory at ``root`` holding ``pages`` embedded by ``encoder``."""
+    """Create an index directory at ``root`` holding ``pages`` embedded by ``encoder``.
+
+    With ``qdrant`` the vectors go to that Qdrant collection (which must be new or empty) instead
+    of the directory's own exact store; the encoder must be multi-vector.
+    """
     out = Path(root)
     if (out / MANIFEST).exists():
         raise InvalidInputError(
             f"an index already exists at {str(out)!r}; use `evidra index add` or another path"
         )
+    if encoder == "bm25" and qdrant is not None:
+        raise InvalidInputError("bm25 keeps its own text index; the qdrant backend needs colqwen2 or colpali")
     out.mkdir(parents=True, exist_ok=True)
     if encoder == "bm25":
         spec = IndexSpec("bm25", "", "bm25", ocr)
@@ -129,15 +190,28 @@ def build_index(
         engine = Engine(out, spec, None, retriever, retriever)
     else:
         enc = load_encoder(encoder, encoder_path, options)
-        spec = IndexSpec(encoder, str(Path(encoder_path).resolve()), _backend(enc), ocr)
+        backend = _backend(enc)
+        if qdrant is not None and backend != "maxsim":
+            raise InvalidInputError(
+                "the qdrant backend needs a multi-vector encoder (colqwen2, colpali); "
+                f"{encoder} is single-vector"
+            )
         dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
-        index: Any = (
-            MultiVectorIndex.create(out, dim, options=maxsim, encoder=encoder)
-            if spec.backend == "maxsim"
-            else DenseIndex.create(out, dim, device=(maxsim or MaxSimOptions()).device, encoder=encoder)
+        spec = IndexSpec(
+            encoder,
+            str(Path(encoder_path).resolve()),
+            "qdrant" if qdrant is not None else backend,
+            ocr,
+            qdrant=qdrant,
+            dim=dim,
         )
+        index = _create_store(out, spec, maxsim)
         engine = Engine(out, spec, enc, index, _joined(enc, index))
-    engine.add(pages, progress=progress)
+    try:
+        engine.add(pages, progress=progress)
+    except BaseException:
+        engine.close()  # release files and locks; the directory has no manifest, so no "index"
+        raise
     _write_manifest(out, spec)  # last: a crash mid-build leaves no half-built "index"
     logger.info("built %s index of %d pages at %s", spec.backend, len(pages), out)
     return engine
@@ -156,12 +230,12 @@ def open_index(
     if spec.backend == "bm25":
         retriever = BM25Retriever.load(path)
         return Engine(path, spec, None, retriever, retriever)
-    enc = load_encoder(spec.encoder, encoder_path or spec.encoder_path, options)
-    index: Any = (
-        MultiVectorIndex.open(path, options=maxsim)
-        if spec.backend == "maxsim"
-        else DenseIndex.open(path, device=(maxsim or MaxSimOptions()).device)
-    )
+    index = _open_store(path, spec, maxsim)  # first: a missing store fails before a model loads
+    try:
+        enc = load_encoder(spec.encoder, encoder_path or spec.encoder_path, options)
+    except BaseException:
+        index.close()
+        raise
     return Engine(path, spec, enc, index, _joined(enc, index))
 
 
@@ -171,7 +245,36 @@ def open_store_only(root: str | Path) -> VectorIndex | BM25Retriever:
     spec = read_spec(path)
     if spec.backend == "bm25":
         return BM25Retriever.load(path)
-    return MultiVectorIndex.open(path) if spec.backend == "maxsim" else DenseIndex.open(path)
+    return _open_store(path, spec, None)
+
+
+def _create_store(root: Path, spec: IndexSpec, maxsim: MaxSimOptions | None) -> Any:
+    if spec.qdrant is not None:
+        index = spec.qdrant.connect(spec.dim, create=True)
+        held = len(index)
+        if held:
+            index.close()
+            where = spec.qdrant.url or spec.qdrant.path
+            raise InvalidInputError(
+                f"Qdrant collection {spec.qdrant.collection!r} at {where} already holds {held} pages; "
+                "pass another --collection, or add to it through the index directory that built it"
+            )
+        return index
+    if spec.backend == "maxsim":
+        return MultiVectorIndex.create(root, spec.dim, options=maxsim, encoder=spec.encoder)
+    return DenseIndex.create(root, spec.dim, device=(maxsim or MaxSimOptions()).device, encoder=spec.encoder)
+
+
+def _open_store(root: Path, spec: IndexSpec, maxsim: MaxSimOptions | None) -> Any:
+    if spec.backend == "qdrant":
+        if spec.qdrant is None or spec.dim < 1:
+            raise CorpusError(
+                f"{root / MANIFEST} names the qdrant backend without its connection; rebuild it"
+            )
+        return spec.qdrant.connect(spec.dim, create=False)
+    if spec.backend == "maxsim":
+        return MultiVectorIndex.open(root, options=maxsim)
+    return DenseIndex.open(root, device=(maxsim or MaxSimOptions()).device)
 
 
 def _joined(encoder: Encoder, index: VectorIndex) -> Retriever:

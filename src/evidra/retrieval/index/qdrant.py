@@ -32,7 +32,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from evidra.errors import InvalidInputError, require
+from evidra.errors import CorpusError, InvalidInputError, require
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.maxsim import mean_pool
@@ -72,16 +72,56 @@ class QdrantIndex:
         pool_factor: int = 4,
         candidates: int = 200,
         on_disk: bool = False,
+        create: bool = True,
     ) -> QdrantIndex:
-        """Open (creating if needed) ``collection`` on a server (``url``) or in local mode."""
+        """Open ``collection`` on a server (``url``) or in local mode (``location``/``path``).
+
+        A missing collection is created, or with ``create=False`` reported as a ``CorpusError``;
+        an existing one must have been made by this class with the same ``dim``.
+        """
         require("qdrant_client", "qdrant")
         from qdrant_client import QdrantClient
 
+        where = url or path or location or "the default local server"
         client = QdrantClient(url=url, location=location, path=path, api_key=api_key, prefer_grpc=prefer_grpc)
         index = cls(client, collection, dim, pool_factor=pool_factor, candidates=candidates)
-        if not client.collection_exists(collection):
+        if client.collection_exists(collection):
+            index._check_existing(where)
+        elif create:
             index._create(on_disk)
+        else:
+            client.close()
+            raise CorpusError(
+                f"Qdrant collection {collection!r} not found at {where}; "
+                "build it with `evidra index build --backend qdrant` (or check --collection)"
+            )
         return index
+
+    def _check_existing(self, where: str) -> None:
+        vectors = self.client.get_collection(self.collection).config.params.vectors
+        multi = vectors.get("multi") if isinstance(vectors, dict) else None
+        if multi is None or "pooled" not in vectors:
+            self.client.close()
+            raise CorpusError(
+                f"Qdrant collection {self.collection!r} at {where} was not made by evidra "
+                "(no 'multi' and 'pooled' vectors); pick another collection name"
+            )
+        if multi.size != self.dim:
+            self.client.close()
+            raise CorpusError(
+                f"Qdrant collection {self.collection!r} at {where} holds {multi.size}-d vectors, "
+                f"not {self.dim}-d; it was built with another encoder"
+            )
+
+    def close(self) -> None:
+        """Release the client (local mode holds a lock on its directory until then)."""
+        self.client.close()
+
+    def __enter__(self) -> QdrantIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _create(self, on_disk: bool) -> None:
         from qdrant_client import models

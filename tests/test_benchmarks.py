@@ -1,0 +1,53 @@
+"""The benchmark scripts run end to end on tiny sizes and print every row they promise."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parents[1] / "benchmarks"
+
+
+def _run(
+    script: str, argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> str:
+    spec = importlib.util.spec_from_file_location(f"bench_{script}", BENCH / f"{script}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    module.main()
+    return capsys.readouterr().out
+
+
+def _cells(out: str, method: str) -> list[str]:
+    line = next(x for x in out.splitlines() if f"| {method}" in x)
+    return [c.strip() for c in line.split("|")]
+
+
+@pytest.mark.slow
+def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("qdrant_client")
+    argv = ["--sizes", "120", "--length", "24", "--recall-queries", "32", "--roofline", "1", "2"]
+    out = _run(
+        "maxsim", [*argv, "--candidates", "40", "--repeats", "1", "--threads", "1"], monkeypatch, capsys
+    )
+    # exact fp16 search, score_retrieval and qdrant all agree with fp32 brute force on a small corpus
+    for method in ("ours fp16 exact", "transformers score_retrieval", "qdrant local :memory:"):
+        cells = _cells(out, method)
+        assert cells[0] == "120"
+        assert float(cells[6]) >= 0.99, (method, cells)  # top-10 agreement with fp32
+    assert float(_cells(out, "ours fp16 exact")[5]) == pytest.approx(24 * 128 * 2 / 1024)  # KB per page
+    assert float(_cells(out, "ours sign bits +40")[5]) == pytest.approx(
+        24 * 128 / 8 / 1024, abs=0.05
+    )  # printed to 0.1 KB
+    assert re.search(r"bandwidth bound per query: .* = \d+\.\d+x of it", out)
+    assert re.search(r"planted recall@5 over 32 queries: exact \d\.\d{3}", out)
+    assert len(re.findall(r"roofline, batch", out)) == 2
