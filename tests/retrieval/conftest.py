@@ -41,3 +41,13 @@ def synth_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]
     corpus = generate_documents(root / "docs", n_docs=6, seed=3, dpi=40)
     ingest(corpus.docs_dir, root / "store", dpi=40)
     return root / "store", corpus
+
+
+@pytest.fixture(scope="session")
+def tiny_colpali(tmp_path_factory: pytest.TempPathFactory) -> object:
+    from evidra.models.tiny import build_tiny
+    from evidra.retrieval.base import EncoderOptions
+    from evidra.retrieval.encoders.colvision import ColVisionEncoder
+
+    path = build_tiny("colpali", tmp_path_factory.mktemp("tiny") / "colpali")
+    return ColVisionEncoder.load(path, EncoderOptions(batch_size=3))

@@ -56,6 +56,33 @@ def test_colqwen2_rejects_other_checkpoints(tiny_dirs: dict[str, Path]) -> None:
         ColVisionEncoder.load(tiny_dirs["colqwen2"]).embed_queries("one string")  # type: ignore[arg-type]
 
 
+def test_colpali_encodes_pages_and_queries_like_transformers(
+    tiny_colpali: Any, ragged_pages: list[Page], tmp_path: Path
+) -> None:
+    enc: ColVisionEncoder = tiny_colpali
+    assert enc.name == "colpali" and enc.kind == "multi"
+    pages = enc.embed_pages(ragged_pages)  # batches of 3: a full one and a single page
+    # ColPali resizes every page to one square: (image_size/14)^2 image tokens + the page prompt
+    assert {p.shape for p in pages} == {(pages[0].shape[0], enc.dim)} and pages[0].shape[0] > 4
+    for page, emb in zip(ragged_pages, pages, strict=True):
+        torch.testing.assert_close(emb, enc.embed_pages([page])[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(emb.norm(dim=-1), torch.ones(emb.shape[0]), atol=1e-4, rtol=0)
+    texts = ["red box", "a much longer query about a blue rectangle near the top of the page"]
+    queries = enc.embed_queries(texts)
+    assert queries[0].shape[0] < queries[1].shape[0]  # the batch's padding was dropped per query
+    torch.testing.assert_close(queries[0], enc.embed_queries(texts[:1])[0], atol=1e-4, rtol=1e-4)
+    ref = enc.processor.score_retrieval(queries, pages, batch_size=2)  # (Q, P): equal page lengths
+    ours = torch.tensor([[float(maxsim(q, p)) for p in pages] for q in queries])
+    torch.testing.assert_close(ours, ref.float(), atol=1e-4, rtol=1e-4)
+    from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+
+    index = MultiVectorIndex.create(tmp_path / "idx", enc.dim, options=MaxSimOptions(device="cpu"))
+    index.add([p.id for p in ragged_pages], pages)
+    hits = index.search(queries, k=4)
+    for row, hit in zip(ours, hits, strict=True):
+        assert hit[0].page_id == ragged_pages[int(row.argmax())].id
+
+
 @pytest.mark.parametrize("pooling", ["last", "mean"])
 def test_single_vector_encoder(tiny_dirs: dict[str, Path], ragged_pages: list[Page], pooling: str) -> None:
     enc = SingleVectorEncoder.load(tiny_dirs["qwen2_vl"], EncoderOptions(batch_size=4), pooling=pooling)  # type: ignore[arg-type]

@@ -1,10 +1,10 @@
-"""Tiny offline Qwen-VL and ColQwen2 checkpoints for tests and the demo.
+"""Tiny offline Qwen-VL, ColQwen2 and ColPali checkpoints for tests and the demo.
 
 Nothing here downloads anything. ``build_tiny(arch, out_dir)`` trains a small byte-level BPE
 tokenizer with the Qwen special tokens and chat template, builds a random model of a few
 hundred thousand parameters from a config, and saves everything in the layout of a real
 checkpoint directory, so it is loaded back through the same ``load_vlm`` path a real
-Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint uses.
+Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint uses (the retrievers: ``tiny_retrievers``).
 
     python -c "from evidra.models.tiny import build_tiny; print(build_tiny('qwen2_5_vl', '/tmp/tiny'))"
 """
@@ -301,17 +301,21 @@ def build_tiny(
 ) -> Path:
     """Build, save and return the directory of a tiny random ``arch`` checkpoint.
 
-    ``arch`` is one of ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl`` or ``colqwen2``.
+    ``arch`` is one of ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``colqwen2`` or ``colpali``.
     """
     import torch
     import transformers
     from transformers import GenerationConfig
 
+    from evidra.models.tiny_retrievers import build_tiny_colpali, build_tiny_colqwen2
+
     if arch == "colqwen2":
         return build_tiny_colqwen2(out_dir, seed=seed, hidden=hidden, max_pixels=max_pixels)
+    if arch == "colpali":
+        return build_tiny_colpali(out_dir, seed=seed, hidden=hidden)
     if arch not in ARCHS:
         raise InvalidInputError(
-            f"unknown tiny architecture {arch!r}; choose one of {', '.join(ARCHS)}, colqwen2"
+            f"unknown tiny architecture {arch!r}; choose one of {', '.join(ARCHS)}, colqwen2, colpali"
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -332,30 +336,4 @@ def build_tiny(
     )
     processor.save_pretrained(out)
     _write_release_layout(out, processor_cls.__mro__[1].__name__)
-    return out
-
-
-def build_tiny_colqwen2(
-    out_dir: str | Path,
-    *,
-    seed: int = 0,
-    hidden: int = 64,
-    embedding_dim: int = 32,
-    max_pixels: int = 224 * 224,
-) -> Path:
-    """A tiny ColQwen2 retriever (Qwen2-VL backbone) saved as a checkpoint directory."""
-    import torch
-    from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(seed=seed)
-    vlm_config = tiny_config("qwen2_vl", tokenizer, hidden)
-    config = ColQwen2Config(vlm_config=vlm_config.to_dict(), embedding_dim=embedding_dim)
-    torch.manual_seed(seed)
-    ColQwen2ForRetrieval(config).save_pretrained(out)
-    processor = ColQwen2Processor(
-        image_processor=tiny_image_processor("qwen2_vl", 56 * 56, max_pixels), tokenizer=tokenizer
-    )
-    processor.save_pretrained(out)
     return out
