@@ -83,7 +83,21 @@ def test_colpali_encodes_pages_and_queries_like_transformers(
         assert hit[0].page_id == ragged_pages[int(row.argmax())].id
 
 
-@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_weighted_pooling_weighs_real_tokens_by_rank_under_left_padding() -> None:
+    from evidra.retrieval.encoders.dse import pool_hidden
+
+    g = torch.Generator().manual_seed(0)
+    real = torch.randn(3, 4, generator=g)  # 3 real tokens
+    padded = torch.cat([torch.full((2, 4), 7.0), real]).unsqueeze(0)  # 2 pads on the left
+    mask = torch.tensor([[0, 0, 1, 1, 1]])
+    want = torch.nn.functional.normalize((1 * real[0] + 2 * real[1] + 3 * real[2]) / 6, dim=-1)
+    torch.testing.assert_close(pool_hidden(padded, mask, "weighted")[0], want)
+    alone = pool_hidden(real.unsqueeze(0), torch.ones(1, 3, dtype=torch.long), "weighted")[0]
+    torch.testing.assert_close(alone, want)
+    assert ENCODERS.get("visrag") is not ENCODERS.get("dse")
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean", "weighted"])
 def test_single_vector_encoder(tiny_dirs: dict[str, Path], ragged_pages: list[Page], pooling: str) -> None:
     enc = SingleVectorEncoder.load(tiny_dirs["qwen2_vl"], EncoderOptions(batch_size=4), pooling=pooling)  # type: ignore[arg-type]
     assert enc.kind == "single"

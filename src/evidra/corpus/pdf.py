@@ -98,7 +98,7 @@ def group_words(chars: Sequence[PdfChar]) -> list[tuple[str, UserBox]]:
     """Group characters into ``(text, user-space box)`` words, in reading order of the stream.
 
     >>> c = lambda t, x: PdfChar(t, (x, 0.0, x + 5.0, 7.0))
-    >>> group_words([c("a", 0), c("b", 5), c(" ", 10), c("c", 15)])
+    >>> group_words([c("a", 0.0), c("b", 5.0), c(" ", 10.0), c("c", 15.0)])
     [('ab', (0.0, 0.0, 10.0, 7.0)), ('c', (15.0, 0.0, 20.0, 7.0))]
     """
     words: list[tuple[str, UserBox]] = []

@@ -111,8 +111,8 @@ def focus_credit(area_ratio: float | None, uncertainty: float, belief: float, ev
                  params: CaveParams) -> float:  # fmt: skip
     """CAVE §3.2.3: scale match of a valid zoom, gated by positive belief or evidence progress.
 
-    >>> focus_credit(0.2, 0.5, 0.1, 0.0, CaveParams())  # target 0.275, |0.2-0.275|/0.45
-    0.8333333333333334
+    >>> round(focus_credit(0.2, 0.5, 0.1, 0.0, CaveParams()), 6)  # target 0.275, |0.2-0.275|/0.45
+    0.833333
     >>> focus_credit(0.2, 0.5, -0.1, 0.0, CaveParams())
     0.0
     """

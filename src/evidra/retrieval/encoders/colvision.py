@@ -6,7 +6,7 @@ token, zeroed at padding; we keep only the positions the attention mask marks, p
 zero vector never enters MaxSim (OFFLINE_STACK pitfall 8).
 
 >>> enc = ColVisionEncoder.load("ckpt/colqwen2-v1.0-hf")       # doctest: +SKIP
->>> pages = enc.embed_pages(store.pages())                      # doctest: +SKIP  # [(L_i, 128), ...]
+>>> pages = enc.embed_pages(store.pages())  # [(L_i, 128), ...]  # doctest: +SKIP
 """
 
 from __future__ import annotations

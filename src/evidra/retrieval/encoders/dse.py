@@ -2,7 +2,10 @@
 
 DSE (Ma et al. 2024) feeds the page image with a short prompt and takes the last token's final
 hidden state, L2-normalised; queries get a text-only prompt and the same pooling. VisRAG-Ret
-pools with a (position-weighted) mean instead; ``pooling="mean"`` gives a plain masked mean.
+pools with a position-weighted mean instead (``pooling="weighted"``: the i-th real token weighs
+i, so later tokens, which have attended to more of the input, count more); ``pooling="mean"``
+gives a plain masked mean. The ``visrag`` encoder applies VisRAG-Ret's pooling to a Qwen-VL
+backbone (the released VisRAG-Ret checkpoint is a MiniCPM-V model, which needs remote code).
 The tokenizer pads on the left, so the last position is every item's last real token.
 
 >>> enc = SingleVectorEncoder.load("ckpt/dse-qwen2-2b-mrl-v1", pooling="last")   # doctest: +SKIP
@@ -24,7 +27,8 @@ from evidra.retrieval.encoders._batching import batches, check_texts
 if TYPE_CHECKING:
     from evidra.types import Page
 
-Pooling = Literal["last", "mean"]
+Pooling = Literal["last", "mean", "weighted"]
+POOLINGS = ("last", "mean", "weighted")
 
 # DSE's released prompts (Tevatron dse-qwen2 model card)
 PAGE_PROMPT = (
@@ -40,6 +44,8 @@ def pool_hidden(hidden: Tensor, attention_mask: Tensor, pooling: Pooling) -> Ten
     >>> h = torch.tensor([[[0.0, 0.0], [3.0, 4.0]], [[1.0, 0.0], [1.0, 2.0]]])
     >>> pool_hidden(h, torch.tensor([[0, 1], [1, 1]]), "mean").tolist()  # [3,4]/5; [1,1]/sqrt 2
     [[0.6000000238418579, 0.800000011920929], [0.7071067690849304, 0.7071067690849304]]
+    >>> pool_hidden(h, torch.tensor([[0, 1], [1, 1]]), "weighted").round(decimals=4).tolist()
+    [[0.6000000238418579, 0.800000011920929], [0.6000000238418579, 0.800000011920929]]
     """
     mask = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, L, 1)
     if pooling == "last":
@@ -50,8 +56,11 @@ def pool_hidden(hidden: Tensor, attention_mask: Tensor, pooling: Pooling) -> Ten
         pooled = hidden[:, -1]  # (B, H)
     elif pooling == "mean":
         pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, H)
+    elif pooling == "weighted":  # VisRAG-Ret: weight = rank of the token among the real ones
+        weights = mask * mask.cumsum(dim=1)  # (B, L, 1): 0 on padding, 1..n on real tokens
+        pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)  # (B, H)
     else:
-        raise InvalidInputError(f"unknown pooling {pooling!r}; use 'last' or 'mean'")
+        raise InvalidInputError(f"unknown pooling {pooling!r}; use one of {', '.join(POOLINGS)}")
     return torch.nn.functional.normalize(pooled.float(), dim=-1)
 
 
@@ -61,8 +70,8 @@ class SingleVectorEncoder:
     kind: Literal["single"] = "single"
 
     def __init__(self, vlm: Any, *, pooling: Pooling, options: EncoderOptions, name: str = "dse") -> None:
-        if pooling not in ("last", "mean"):
-            raise InvalidInputError(f"unknown pooling {pooling!r}; use 'last' or 'mean'")
+        if pooling not in POOLINGS:
+            raise InvalidInputError(f"unknown pooling {pooling!r}; use one of {', '.join(POOLINGS)}")
         self.vlm = vlm
         self.pooling: Pooling = pooling
         self.options = options
@@ -111,7 +120,7 @@ def _dse(path: str | Path, options: EncoderOptions | None = None) -> SingleVecto
 
 
 def _visrag(path: str | Path, options: EncoderOptions | None = None) -> SingleVectorEncoder:
-    return SingleVectorEncoder.load(path, options, pooling="mean")
+    return SingleVectorEncoder.load(path, options, pooling="weighted")
 
 
 ENCODERS.add("dse", _dse)
