@@ -347,6 +347,23 @@ def test_lat_reward_fn(tmp_path: Any) -> None:
     assert REWARDS.get("lat.format")(Parsed(text="junk"), sample).total == -1.0
 
 
+def test_answerable_sample_without_gold_box_never_grounds(tmp_path: Any) -> None:
+    """Most benchmarks have no answer box: R_ground is 0, and "No answer" must not earn it."""
+    path = tmp_path / "p.png"
+    Image.new("RGB", (1000, 1400)).save(path)
+    page = Page(id="p1", image_path=str(path), width=1000, height=1400)
+    boxless = Sample(id="s", question="who?", answers=("John Williams",), pages=(page,), gold_pages=("p1",))
+    reward = LatReward(components=("ground",))
+    refusal = _coe([("A.", "10, 10, 200, 60", 1)], "No answer")
+    boxed = _coe([("A.", "10, 10, 200, 60", 1)], "John Williams " + BOX.format("10, 10, 200, 60", 1))
+    for mode in ("paper", "upstream"):
+        scored = LatReward(components=("ground",), mode=mode)  # type: ignore[arg-type]
+        assert scored(Parsed(text=refusal), boxless).components["ground"] == 0.0
+        assert scored(Parsed(text=boxed), boxless).components["ground"] == 0.0
+    unanswerable = Sample(id="u", question="who?", answers=("No answer",), pages=(page,), answerable=False)
+    assert reward(Parsed(text=refusal), unanswerable).components["ground"] == 1.0
+
+
 def test_score_group_makes_one_similarity_call(tmp_path: Any) -> None:
     path = tmp_path / "p.png"
     Image.new("RGB", (1000, 1400)).save(path)

@@ -80,11 +80,11 @@ def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
     for name in args.synthetic:
         benches[name] = synthetic_samples(name, out / "data", args.n, seed=args.seed)[: args.limit]
     if args.benchmark:
-        from evidra.data.loaders import load
+        from evidra.data.loaders import load, parse_options
 
         if not args.data:
             raise InvalidInputError("--benchmark needs --data PATH (the benchmark's files)")
-        options = dict(o.split("=", 1) for o in args.option)
+        options = parse_options(dict(o.split("=", 1) for o in args.option))
         benches[args.benchmark] = load(args.benchmark, args.data, limit=args.limit, **options)
     if not benches:
         raise InvalidInputError("nothing to evaluate: pass --synthetic NAME or --benchmark NAME --data PATH")

@@ -4,6 +4,7 @@ evidra index build --store S --out I --encoder colqwen2 --model ckpt/colqwen2
 evidra index build --store S --out I --encoder bm25
 evidra index build --store S --out I --encoder colqwen2 --model M --backend qdrant --qdrant-url http://localhost:6333
 evidra index build --corpus data/esg_reports_v2/ --out I --encoder colqwen2 --model ckpt/colqwen2
+evidra index build --dataset slidevqa --data data/slidevqa/train.jsonl --out I --encoder colqwen2 --model M
 evidra index add --index I --store S            # pages of S not yet in I
 evidra index delete --index I PAGE_ID...
 evidra index search --index I -k 5 "When was Orion founded?"
@@ -14,6 +15,8 @@ evidra index eval --index I --benchmark data/esg_reports_v2/ -k 1 5 10
 ViDoRe v2 and VisRAG (``corpus``/``queries``/``qrels``), or ViDoRe v1's QA rows; page ids are the
 benchmark's corpus ids (image file names for v1), so ``eval --benchmark`` scores the same folder's
 queries and qrels against them. Inline images are written to ``<out>/images`` (``--image-dir``).
+``--dataset`` indexes the pages of a training/evaluation benchmark loader with the loader's page
+ids, so ``train rl`` with ``data.source`` and ``data.index`` finds its gold pages in it.
 
 ``--backend qdrant`` keeps the vectors in a Qdrant collection instead of the directory's exact
 store: a server or cluster (``--qdrant-url``; the API key comes from ``$QDRANT_API_KEY``, never
@@ -47,6 +50,13 @@ def register(subparsers: Any) -> None:
     b.add_argument("--corpus", help="retrieval benchmark folder instead (ViDoRe v1/v2, VisRAG)")
     b.add_argument("--corpus-format", choices=_FORMATS, default="auto", help="--corpus layout")
     b.add_argument("--image-dir", help="--corpus: where inline images go (default <out>/images)")
+    b.add_argument(
+        "--dataset", help="or the pages of a benchmark loader (evidra.data.loaders), e.g. slidevqa"
+    )
+    b.add_argument("--data", help="--dataset: the benchmark's files")
+    b.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="--dataset: loader option"
+    )
     b.add_argument("--out", required=True, help="new index directory")
     b.add_argument("--encoder", required=True, help="colqwen2 | colpali | dse | visrag | minilm | bm25")
     b.add_argument("--model", default="", help="local encoder checkpoint directory (not for bm25)")
@@ -128,21 +138,43 @@ def _build_pages(args: argparse.Namespace) -> list[Page]:
     from evidra.errors import InvalidInputError
     from evidra.retrieval.evaluation import benchmark_pages
 
-    if (args.store is None) == (args.corpus is None):
+    if sum(x is not None for x in (args.store, args.corpus, args.dataset)) != 1:
         raise InvalidInputError(
-            "pass exactly one of --store (a page store from `evidra ingest`) or --corpus (a benchmark folder)"
+            "pass exactly one of --store (a page store from `evidra ingest`), --corpus (a retrieval "
+            "benchmark folder) or --dataset NAME --data PATH (a benchmark loader's pages)"
         )
     if args.store is not None:
         return PageStore.open(args.store).pages()
-    # absolute paths: the index refers to these images after this command ends, from any directory
-    root = Path(args.corpus).resolve()
-    image_dir = Path(args.image_dir or Path(args.out) / "images").resolve()
-    pages = benchmark_pages(root, _layout(str(root), args.corpus_format), image_dir=image_dir)
+    if args.dataset is not None:
+        pages, source = _dataset_pages(args), args.dataset
+    else:
+        # absolute paths: the index refers to these images after this command ends, from any directory
+        root = Path(args.corpus).resolve()
+        image_dir = Path(args.image_dir or Path(args.out) / "images").resolve()
+        pages = benchmark_pages(root, _layout(str(root), args.corpus_format), image_dir=image_dir)
+        source = args.corpus
     if args.encoder == "bm25" and not args.ocr and not any(p.words for p in pages):
         raise InvalidInputError(
-            f"the pages of {args.corpus} are images without a text layer; bm25 needs --ocr (evidra[ocr])"
+            f"the pages of {source} are images without a text layer; bm25 needs --ocr (evidra[ocr])"
         )
     return pages
+
+
+def _dataset_pages(args: argparse.Namespace) -> list[Page]:
+    """Every page of a loader's samples, once: page ids are the loader's, as training uses them."""
+    from evidra.data.loaders import load, parse_options
+    from evidra.errors import InvalidInputError
+
+    if not args.data:
+        raise InvalidInputError(f"--dataset {args.dataset} needs --data: the benchmark's files")
+    bad = [o for o in args.option if "=" not in o]
+    if bad:
+        raise InvalidInputError(f"--option takes KEY=VALUE, got {bad[0]!r}")
+    options = parse_options(dict(o.split("=", 1) for o in args.option))
+    pages: dict[str, Page] = {}
+    for sample in load(args.dataset, args.data, **options):
+        pages.update((p.id, p) for p in sample.pages if p.id not in pages)
+    return list(pages.values())
 
 
 def run_build(args: argparse.Namespace) -> int:

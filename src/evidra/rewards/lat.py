@@ -131,8 +131,11 @@ class LatReward:
 
 
 def _gold_of(sample: Sample) -> tuple[tuple[float, float, float, float] | None, int | None]:
-    if not sample.answerable or not sample.gold_boxes:
+    """The gold answer box and its 0-based page; page None marks an unanswerable item."""
+    if not sample.answerable:
         return None, None
+    if not sample.gold_boxes:  # answerable, but the benchmark has no box: R_ground cannot be earned
+        return None, 0  # (and a "No answer" must not earn the unanswerable branch's reward)
     gold = sample.gold_boxes[0]
     index = sample.page_index(gold.page_id) if sample.pages else 0
     return gold.box.as_tuple(), index

@@ -8,7 +8,7 @@ estimator). Defaults follow GRPO as LAT and VRAG-RL train it; each paper's recip
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,12 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     task: str = "toy.digits"  # registry name: dataset + environment + parser + reward
-    path: str = ""  # dataset file or folder, when the task reads one
-    size: int = 64  # number of samples for generated tasks
+    path: str = ""  # the benchmark's files with ``source``; else the generated data's cache folder
+    size: int = 64  # generated tasks: number of samples; with ``source``: at most this many, 0 = all
     seed: int = 0
+    source: str = ""  # a benchmark loader (evidra.data.loaders, e.g. visa_wiki, slidevqa) reading path
+    options: dict[str, Any] = field(default_factory=dict)  # loader options, e.g. {pool: train.jsonl}
+    index: str = ""  # search tasks: an index directory (evidra index build) or a serve-index URL
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import SFTConfig
 from evidra.rl.policy import load_policy
 from evidra.rl.sink import MetricsSink
-from evidra.rl.tasks import TASKS
+from evidra.rl.tasks import TASKS, task_samples
 from evidra.types import Message
 
 logger = logging.getLogger(__name__)
@@ -172,4 +172,22 @@ def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
     task = TASKS.get(cfg.data.task)
     if task.oracle is None:
         raise ConfigError(f"task {cfg.data.task!r} has no oracle trajectories; pass SFT conversations")
-    return [task.oracle(s) for s in task.samples(cfg.data)]
+    samples = task_samples(task, cfg.data)
+    if not cfg.data.source:
+        return [task.oracle(s) for s in samples]
+    # benchmark samples: the oracle needs gold evidence (boxes, evidence text) not every one has
+    out, failed = [], []
+    for sample in samples:
+        try:
+            out.append(task.oracle(sample))
+        except (LookupError, StopIteration, ValueError, InvalidInputError) as exc:
+            failed.append(f"{sample.id}: {type(exc).__name__} {exc}")
+    if not out:
+        raise ConfigError(
+            f"task {cfg.data.task!r} cannot build an SFT conversation for any {cfg.data.source} sample "
+            f"(e.g. {failed[0]}); pass SFT conversations instead"
+        )
+    if failed:
+        logger.warning("SFT: %d of %d samples lack the gold evidence the oracle needs (e.g. %s)",
+                       len(failed), len(samples), failed[0])  # fmt: skip
+    return out

@@ -6,7 +6,9 @@ and verifiable, for the trainer's learning checks and for smoke runs on a CPU.
 
 from __future__ import annotations
 
+import logging
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,11 +16,14 @@ from typing import Any
 from evidra.env.base import Environment
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.env.toy import KeyValueEnv
+from evidra.errors import ConfigError
 from evidra.registry import Registry
 from evidra.rewards.base import RewardFn, RewardResult
 from evidra.rewards.toy import digit_fraction, key_value_answer, parse_answer, text_length
 from evidra.rl.config import DataConfig
 from evidra.types import Message, Page, Parsed, Sample, Span, Trajectory
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,11 +39,69 @@ class Task:
     # (policy VLM, episodes) -> one result per episode: rewards that need the policy model or the
     # environments' infos (CAVE's teacher-forced credits, VRAG-RL's retrieved pages); replaces score
     score_episodes: Callable[[Any, Sequence[Any]], list[RewardResult]] | None = None
+    # published-benchmark samples (``data.source``) -> this task's: keep the usable ones, fill
+    # what the task needs (``evidra.rl.recipes._benchmark``); None: the task's own data only
+    from_benchmark: Callable[[list[Sample], DataConfig], list[Sample]] | None = None
 
     def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
         text = trajectory.texts[-1] if trajectory.texts else ""
         return self.reward(self.parse(text), sample, trajectory)
+
+
+def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
+    """The samples a run trains on: the task's own, or with ``data.source`` a benchmark's.
+
+    Benchmark samples go through ``task.from_benchmark``; more than ``data.size`` of them (when
+    it is not 0) are subsampled with ``data.seed``, keeping their order.
+    """
+    if not cfg.source:
+        return task.samples(cfg)
+    if task.from_benchmark is None:
+        raise ConfigError(f"task {task.name!r} trains on its own generated data only; remove data.source")
+    if not cfg.path:
+        raise ConfigError(f"data.source={cfg.source} needs data.path: the benchmark's files")
+    from evidra.data.loaders import load, parse_options
+
+    loaded = load(cfg.source, cfg.path, **parse_options(cfg.options))
+    samples = task.from_benchmark(loaded, cfg)
+    if 0 < cfg.size < len(samples):
+        logger.warning(
+            "training on %d of %d %s samples (data.size=%d; data.size=0 uses all)",
+            cfg.size,
+            len(samples),
+            cfg.source,
+            cfg.size,
+        )
+        keep = sorted(random.Random(cfg.seed).sample(range(len(samples)), cfg.size))
+        samples = [samples[i] for i in keep]
+    return samples
+
+
+def usable(
+    samples: Sequence[Sample], checks: Sequence[Callable[[Sample], str | None]], what: str
+) -> list[Sample]:
+    """The samples every check accepts (a check returns why it rejects one, or None).
+
+    Rejections are counted by reason and logged once; if none is left, a ``ConfigError`` lists
+    the reasons, so a benchmark that cannot train a task fails before any model is loaded.
+    """
+    kept, reasons, example = [], Counter[str](), dict[str, str]()
+    for sample in samples:
+        why = next((r for r in (check(sample) for check in checks) if r is not None), None)
+        if why is None:
+            kept.append(sample)
+        else:
+            reasons[why] += 1
+            example.setdefault(why, sample.id)
+    summary = ", ".join(f"{n} {why} (e.g. {example[why]!r})" for why, n in reasons.most_common())
+    if not kept:
+        raise ConfigError(f"none of the {len(samples)} samples can train {what}: {summary}")
+    if reasons:
+        logger.warning(
+            "%s: skipped %d of %d samples (%s)", what, sum(reasons.values()), len(samples), summary
+        )
+    return kept
 
 
 class TaskRegistry(Registry[Task]):

@@ -38,7 +38,7 @@ from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.rollout import Episode, HFBackend, RolloutLimits, rollout
 from evidra.rl.sink import MetricsSink
-from evidra.rl.tasks import TASKS
+from evidra.rl.tasks import TASKS, task_samples
 from evidra.rl.update import UpdateSettings, episode_tensors, policy_update, reference_logprobs
 from evidra.types import Sample
 
@@ -62,8 +62,8 @@ class RLTrainer:
         self.out = Path(cfg.run.output_dir)
         set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
         self.task = TASKS.get(cfg.data.task)
-        self.samples = self.task.samples(cfg.data)
-        with self.acc.main_process_first():  # a tiny model is built once, by the main process
+        with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
+            self.samples = task_samples(self.task, cfg.data)
             self.vlm = load_policy(cfg.model, self.out / "models", device=str(self.acc.device))
         self.reference = Reference.build(self.vlm, cfg.model.lora.enabled) if cfg.algo.kl != "none" else None
         optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim)

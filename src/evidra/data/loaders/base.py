@@ -7,7 +7,9 @@ stored inline (HF parquet/JSONL bytes) are written once to ``image_dir``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,24 @@ def default_image_dir(path: str | Path, image_dir: str | Path | None) -> Path:
     if image_dir is not None:
         return Path(image_dir)
     return data_files(path)[0].parent / "evidra_images"
+
+
+def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Loader options given as text (``--option n_slides=3``, ``data.options``) to values.
+
+    A value that reads as JSON (numbers, ``true``/``false``, lists) becomes that value; anything
+    else, such as a path, stays a string.
+
+    >>> parse_options({"n_slides": "3", "oracle": "true", "pool": "train.jsonl"})
+    {'n_slides': 3, 'oracle': True, 'pool': 'train.jsonl'}
+    """
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):  # not JSON: a path or a name stays a string
+                value = json.loads(value)
+        out[key] = value
+    return out
 
 
 def load(name: str, path: str | Path, **options: Any) -> list[Sample]:

@@ -131,7 +131,7 @@ def load_visa(
     path: str | Path,
     *,
     variant: str = "wiki",
-    pool: Sequence[str | Path] = (),
+    pool: str | Path | Sequence[str | Path] = (),
     image_dir: str | Path | None = None,
     oracle: bool = False,
     official_resize: bool = False,
@@ -146,7 +146,8 @@ def load_visa(
     if variant not in STRATA:
         raise InvalidInputError(f"unknown VISA variant {variant!r}; use one of {sorted(STRATA)}")
     questions = list(read_records(path))
-    rows = {as_str(r.require("id")): r for src in pool for r in read_records(src)}
+    sources = [pool] if isinstance(pool, (str, Path)) else list(pool)  # one file given as text
+    rows = {as_str(r.require("id")): r for src in sources for r in read_records(src)}
     rows.update({as_str(r.require("id")): r for r in questions})
     out_dir = default_image_dir(path, image_dir)
     chosen = questions if limit is None else questions[:limit]

@@ -25,6 +25,7 @@ from evidra.rewards.cave import CaveParams, Outcome, StateScore, cave_reward
 from evidra.rewards.cave_scoring import score_states
 from evidra.rewards.judge import JudgeItem, RuleJudge
 from evidra.rl.config import DataConfig
+from evidra.rl.recipes._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
 from evidra.rl.recipes.vragrl import corpus_dir, synth_once
 from evidra.rl.tasks import TASKS, Task
 from evidra.types import Message, Parsed, Sample, Trajectory
@@ -116,5 +117,6 @@ TASKS.add(
         reward=_outcome_only,
         oracle=oracle,
         score_episodes=score_episodes,
+        from_benchmark=adapter("cave", (has_pages, images_on_disk, is_answerable), first_gold_page),
     ),
 )

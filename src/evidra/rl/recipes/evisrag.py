@@ -29,6 +29,7 @@ from evidra.paradigms.evidence import (
 )
 from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, EvisragReward
 from evidra.rl.config import DataConfig
+from evidra.rl.recipes._benchmark import IMAGE_QA, adapter, with_sufficiency
 from evidra.rl.recipes._synth import synth_samples
 from evidra.rl.tasks import TASKS, Task
 from evidra.types import Message, Sample
@@ -57,6 +58,7 @@ TASKS.add(
         oracle=evisrag_oracle,
         scope_names=SCOPE_NAMES,
         scopes=evidence_scopes,
+        from_benchmark=adapter("evisrag", IMAGE_QA, with_sufficiency),
     ),
 )
 TASKS.add(
@@ -70,5 +72,6 @@ TASKS.add(
         oracle=evisrag_oracle,
         scope_names=UPSTREAM_COMPONENTS,
         scopes=upstream_scopes,
+        from_benchmark=adapter("evisrag.upstream", IMAGE_QA, with_sufficiency),
     ),
 )

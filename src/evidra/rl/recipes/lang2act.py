@@ -22,6 +22,7 @@ from evidra.paradigms.toolchain import (
 from evidra.rewards.judge import Judge, RuleJudge
 from evidra.rewards.lang2act import Lang2ActReward
 from evidra.rl.config import DataConfig
+from evidra.rl.recipes._benchmark import IMAGE_QA, adapter
 from evidra.rl.recipes._synth import synth_samples
 from evidra.rl.tasks import TASKS, Task
 from evidra.types import Message, Sample
@@ -55,6 +56,7 @@ def make_lang2act_task(
         parse=parse_toolchain,
         reward=reward,
         oracle=oracle,
+        from_benchmark=adapter(name, IMAGE_QA),
     )
 
 

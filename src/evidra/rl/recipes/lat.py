@@ -24,6 +24,7 @@ from evidra.rewards.base import RewardResult
 from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity, score_plans_on_pages
 from evidra.rewards.lat import LatConfig, LatReward, finish_step_reward, plan_steps_paper
 from evidra.rl.config import DataConfig
+from evidra.rl.recipes._benchmark import IMAGE_QA, adapter
 from evidra.rl.recipes._synth import synth_samples
 from evidra.rl.recipes.combined import LAT_ROUTES, LAT_RULES, with_scopes
 from evidra.rl.tasks import TASKS, Task
@@ -106,6 +107,7 @@ def make_lat_task(name: str, reward: LatTaskReward) -> Task:
         parse=parse_coe,
         reward=reward,
         oracle=lat_oracle,
+        from_benchmark=adapter(name, IMAGE_QA),
     )
 
 

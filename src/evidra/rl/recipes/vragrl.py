@@ -15,20 +15,23 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from evidra.env.base import play_script
 from evidra.env.crop import Displayed
-from evidra.env.search import SearchEnv, bm25_searcher
+from evidra.env.search import SearchEnv, Searcher, bm25_searcher
+from evidra.errors import ConfigError
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
 from evidra.rewards.base import RewardResult
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.vragrl import RETRIEVED_FIELD, VragRLReward
 from evidra.rl.config import DataConfig
-from evidra.rl.tasks import TASKS, Task
+from evidra.rl.recipes._benchmark import has_gold_pages, images_on_disk, is_answerable
+from evidra.rl.tasks import TASKS, Task, usable
 from evidra.types import Message, Page, Parsed, Sample, Trajectory
 
 if TYPE_CHECKING:
@@ -86,12 +89,61 @@ def _samples(cfg: DataConfig) -> list[Sample]:
     with PageStore.open(store) as opened:
         pages = {p.id: p for p in opened.pages()}
     samples = [s for s in corpus.samples(pages, dataset="synth.vragrl") if s.answerable]
-    return [_with_corpus(s, str(store)) for s in samples[: cfg.size]]
+    samples = [_with_corpus(s, str(store)) for s in samples[: cfg.size]]
+    if cfg.index:  # search the store with that index (e.g. ColQwen2) instead of BM25
+        _CORPORA[str(store)] = (open_searcher(cfg.index, samples), pages)
+    return samples
+
+
+# corpora of this process: key (a Sample's ``corpus``) -> (searcher, pages by id); filled when the
+# samples are made, so every rank of a distributed run holds its own
+_CORPORA: dict[str, tuple[Searcher, dict[str, Page]]] = {}
+
+
+def _from_benchmark(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
+    """Benchmark questions searched over the pages of every loaded sample (VRAG-RL's corpus).
+
+    The NDCG term needs gold pages. The pages are searched with ``data.index`` (an index built
+    over the same loader's pages, or a service) or, when they carry a text layer, with BM25.
+    """
+    pages = {p.id: p for s in samples for p in s.pages}
+    kept = usable(samples, (is_answerable, has_gold_pages, images_on_disk), f"task vragrl on {cfg.source}")
+    if cfg.index:
+        searcher = open_searcher(cfg.index, kept)
+    elif any(p.words for p in pages.values()):
+        searcher = bm25_searcher(pages.values())
+    else:
+        raise ConfigError(
+            f"the pages of {cfg.source} have no text layer, so BM25 would find nothing: build an index "
+            f"(evidra index build --dataset {cfg.source} --data {cfg.path} --out DIR --encoder colqwen2 "
+            "--model CKPT) and pass data.index=DIR, or a serve-index URL"
+        )
+    key = f"{cfg.source}:{Path(cfg.path).resolve()}"
+    _CORPORA[key] = (searcher, pages)
+    return [replace(s, corpus=key) for s in kept]
+
+
+def open_searcher(where: str, samples: Sequence[Sample]) -> Searcher:
+    """A ``serve-index`` URL, or an index directory whose pages must include the gold pages."""
+    if where.startswith(("http://", "https://")):
+        from evidra.retrieval.client import SearchClient
+
+        return SearchClient(where)
+    from evidra.retrieval.engine import open_index
+
+    engine = open_index(where)
+    have = set(engine.index.page_ids())
+    missing = sorted({g for s in samples for g in s.gold_pages} - have)
+    if missing:
+        engine.close()
+        raise ConfigError(
+            f"index {where} lacks {len(missing)} gold pages of the samples (e.g. {', '.join(missing[:3])}); "
+            "build it over the same pages (evidra index build --dataset NAME --data PATH, or --store)"
+        )
+    return engine.retriever
 
 
 def _with_corpus(sample: Sample, store: str) -> Sample:
-    from dataclasses import replace
-
     return replace(sample, corpus=store)
 
 
@@ -106,7 +158,9 @@ def _index(store: str) -> tuple[Any, dict[str, Page]]:
 
 
 def make_env(sample: Sample) -> SearchEnv:
-    if sample.corpus is None:
+    if sample.corpus in _CORPORA:
+        searcher, pages = _CORPORA[sample.corpus]
+    elif sample.corpus is None:
         searcher, pages = bm25_searcher(sample.pages), {p.id: p for p in sample.pages}
     else:
         searcher, pages = _index(sample.corpus)
@@ -170,5 +224,6 @@ TASKS.add(
         reward=_reward,
         oracle=oracle,
         score_episodes=score_episodes,
+        from_benchmark=_from_benchmark,
     ),
 )
