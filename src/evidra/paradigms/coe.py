@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from evidra.errors import InvalidInputError
 from evidra.paradigms.base import PARADIGMS
 from evidra.rewards.boxes import extract_tag, parse_lat_boxes
 from evidra.types import Box, CoordSpace, ImagePart, Message, Page, Parsed, Sample, Step, TextPart
@@ -157,8 +158,11 @@ def coe_oracle_text(sample: Sample) -> str:
 
     One step reads the evidence region (``extras['evidence_box']`` when given, else the gold
     box), the next the answer itself; the answer cites the gold box. Unanswerable -> "No answer".
+    An answerable sample without a gold box has no correct chain to write: ``InvalidInputError``.
     """
-    if not sample.answerable or not sample.gold_boxes:
+    if sample.answerable and not sample.gold_boxes:
+        raise InvalidInputError(f"sample {sample.id!r}: a CoE oracle needs the gold answer box")
+    if not sample.answerable:
         think = "None of the document images contains information that answers the question."
         return f"<think>{think}</think>\n<answer>{NO_ANSWER}</answer>"
     gold = sample.gold_boxes[0]

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evidra.errors import InvalidInputError
 from evidra.paradigms.base import PARADIGMS
 from evidra.rewards.boxes import extract_tag
 from evidra.rewards.scopes import PAPER_SCOPE_RULES, UPSTREAM_SCOPE_RULES, scope_spans
@@ -191,7 +192,13 @@ class EvidenceGuided:
 
 
 def evidence_oracle_text(sample: Sample) -> str:
-    """A correct EVisRAG answer from the gold evidence, for SFT cold start."""
+    """A correct EVisRAG answer from the gold evidence, for SFT cold start.
+
+    An answerable sample without gold evidence text would teach "no relevant information" next to
+    an answer: ``InvalidInputError`` instead.
+    """
+    if sample.answerable and sample.sufficient is not False and not sample.gold_evidence:
+        raise InvalidInputError(f"sample {sample.id!r}: an EVisRAG oracle needs the gold evidence text")
     lines = [
         f"[{i}]: {sample.gold_evidence.get(p.id, NO_RELEVANT_INFORMATION)}"
         for i, p in enumerate(sample.pages, 1)
