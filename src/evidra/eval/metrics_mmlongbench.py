@@ -11,6 +11,7 @@ import ast
 import json
 import math
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +81,9 @@ def _as_list(value: object) -> list[Any]:
     if isinstance(value, str) and value.startswith("["):
         for parse in (ast.literal_eval, json.loads):
             try:
-                parsed = parse(value)
+                with warnings.catch_warnings():  # model text like "[1st]" is data, not code to lint
+                    warnings.simplefilter("ignore", SyntaxWarning)
+                    parsed = parse(value)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
             if isinstance(parsed, (list, tuple)):
