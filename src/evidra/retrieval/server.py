@@ -114,6 +114,7 @@ class SearchService:
         self._queue: asyncio.Queue[_Pending] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evidra-search")
         self.batches: list[int] = []  # queries per retriever call, for stats and tests
+        self._connections: set[asyncio.Task[None]] = set()  # open connection handlers
 
     # -- batching -------------------------------------------------------------------------------
 
@@ -181,6 +182,10 @@ class SearchService:
         return 200, {"results": rows}
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:  # tracked, so stopping can end idle keep-alive connections cleanly
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
         try:
             while True:
                 try:
@@ -240,6 +245,9 @@ class SearchService:
 
     async def _stop(self, server: asyncio.Server) -> None:
         server.close()
+        for task in list(self._connections):  # clients may still hold keep-alive connections
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
         await server.wait_closed()
         self._batcher_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
