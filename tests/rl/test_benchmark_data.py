@@ -162,3 +162,29 @@ def test_sft_writes_oracles_for_benchmark_samples_with_gold_evidence(tmp_path: P
     # SlideVQA has no answer boxes: LAT's oracle cannot cite evidence for any sample
     with pytest.raises(ConfigError, match="cannot build an SFT conversation"):
         _task_conversations(SFTConfig(data=_slides("lat")))
+
+
+@pytest.mark.slow
+def test_vragrl_recipe_trains_on_a_benchmark_with_an_index(
+    tiny_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    import math
+
+    from evidra.config import load_config
+    from evidra.rl.config import RLConfig
+    from evidra.rl.trainer import RLTrainer
+
+    idx = tmp_path / "idx"
+    assert main(["index", "build", "--dataset", "slidevqa", "--data", str(FIX / "slidevqa" / "test.jsonl"),
+                 "--option", "n_slides=3", "--out", str(idx), "--encoder", "colqwen2",
+                 "--model", str(tiny_dirs["colqwen2"])]) == 0  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    overrides = [
+        "model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=50176", "run.steps=1",
+        "run.batch_size=1", "run.micro_batch_size=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
+        "rollout.max_response_tokens=24", "rollout.max_turns=2", "algo.kl=none", "data.size=0",
+        "data.source=slidevqa", f"data.path={FIX / 'slidevqa' / 'test.jsonl'}", "data.options.n_slides=3",
+        f"data.index={idx}", f"run.output_dir={tmp_path / 'run'}",
+    ]  # fmt: skip
+    (row,) = RLTrainer(load_config(RLConfig, root / "configs" / "vragrl.yaml", overrides)).train()
+    assert math.isfinite(row["loss"]) and {"reward/retrieval", "reward/answer", "reward/pattern"} <= set(row)
