@@ -99,3 +99,25 @@ def test_eval_multi_turn_zoom_environment(tiny_dirs: dict[str, Path], tmp_path: 
     # the tiny model never writes a valid tool call: two invalid turns, then the turn limit
     assert row["metrics"]["turns"] == 2.0 and row["metrics"]["invalid_rate"] == 1.0
     assert row["metrics"]["finished"] == 0.0 and row["metrics"]["tool_calls"] == 0.0
+
+
+def test_eval_search_environment_over_a_benchmark_index(
+    tiny_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slides = Path(__file__).parents[1] / "fixtures" / "benchmarks" / "slidevqa" / "test.jsonl"
+    data = ["--data", str(slides), "--option", "n_slides=3"]
+    idx = tmp_path / "idx"
+    assert main(["index", "build", "--dataset", "slidevqa", *data, "--out", str(idx), "--encoder", "colqwen2",
+                 "--model", str(tiny_dirs["colqwen2"])]) == 0  # fmt: skip
+    base = ["eval", "--benchmark", "slidevqa", *data, "--paradigm", "search_agent", "--max-turns", "2",
+            "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "6"]  # fmt: skip
+    argv = [*base, "--env", "search"]
+    assert main([*argv, "--index", str(idx), "--out", str(tmp_path / "eval")]) == 0
+    (row,) = [json.loads(line) for line in (tmp_path / "eval" / "results.jsonl").read_text().splitlines()]
+    assert row["paradigm"] == "search_agent" and row["metrics"]["turns"] == 2.0
+    capsys.readouterr()
+    # slide images have no text layer: without --index, BM25 could find nothing, and says so
+    assert main([*argv, "--out", str(tmp_path / "bm25")]) == 2
+    assert "text layer" in capsys.readouterr().err
+    assert main([*base, "--index", str(idx), "--out", str(tmp_path / "x")]) == 2
+    assert "--index is for --env search" in capsys.readouterr().err

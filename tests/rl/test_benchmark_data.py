@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evidra.cli.main import main
-from evidra.errors import ConfigError
+from evidra.errors import ConfigError, InvalidInputError
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import TASKS, task_samples, usable
 from evidra.types import Page, Sample
@@ -106,7 +106,7 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
         assert served.step(f"<search>{sample.question}</search>").info["page_id"] == step.info["page_id"]
     # an index that lacks a gold page can never earn VRAG-RL's retrieval reward: refused
     assert main(["index", "delete", "--index", str(idx), "deck-a_3"]) == 0
-    with pytest.raises(ConfigError, match=r"lacks 1 gold pages.*deck-a_3"):
+    with pytest.raises(InvalidInputError, match=r"lacks 1 gold pages.*deck-a_3"):
         task_samples(TASKS.get("vragrl"), _slides("vragrl", index=str(idx)))
 
 

@@ -62,6 +62,11 @@ def register(subparsers: Any) -> None:
     )
     env_help = "episode environment built from the paradigm, e.g. zoom (default: single turn)"
     p.add_argument("--env", default=None, metavar="NAME", help=env_help)
+    index_help = (
+        "--env search: an index directory or serve-index URL over the benchmark's pages "
+        "(default: BM25 over their text layer)"
+    )
+    p.add_argument("--index", default=None, metavar="DIR|URL", help=index_help)
     by_help = "extra rows per value of a sample field: subset (ChartQA), stratum (VISA), page_kind"
     p.add_argument("--breakdown", action="append", default=[], metavar="FIELD", help=by_help)
     p.add_argument("--batch-size", type=int, default=4)
@@ -108,14 +113,28 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
     raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
 
 
-def _env_factory(name: str | None, paradigm_name: str) -> Any:
-    """``make_env`` for ``--env``: the environment class called with ``paradigm=``."""
+def _env_factory(name: str | None, paradigm_name: str, samples: list[Any], args: argparse.Namespace) -> Any:
+    """``make_env`` for ``--env``: the environment class called with ``paradigm=``.
+
+    ``search`` also needs an index: ``--index`` (directory or URL), else BM25 over the pages of
+    every sample of the benchmark (VRAG-RL's corpus), which needs a text layer.
+    """
+    if args.index and name != "search":
+        raise InvalidInputError("--index is for --env search")
     if name is None:
         return None
     from evidra.env import ENVIRONMENTS
     from evidra.paradigms import PARADIGMS
 
     env_cls, paradigm = ENVIRONMENTS.get(name), PARADIGMS.get(paradigm_name)()
+    if name == "search":
+        from evidra.env.search import bm25_searcher
+        from evidra.retrieval.engine import open_searcher
+
+        pages = {p.id: p for s in samples for p in s.pages}
+        gold = {g for s in samples for g in s.gold_pages}
+        searcher = open_searcher(args.index, gold) if args.index else bm25_searcher(pages.values())
+        return lambda sample: env_cls(searcher, pages, paradigm=paradigm, max_turns=args.max_turns)
 
     def make(sample: Any) -> Any:
         try:
@@ -149,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
                             max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
             with tqdm(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
-                    make_env = _env_factory(args.env, paradigm)
+                    make_env = _env_factory(args.env, paradigm, samples, args)
                     preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", make_env=make_env,
                                      progress=advance(bar))  # fmt: skip
                 except EvidraError as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -237,6 +237,27 @@ def open_index(
         index.close()
         raise
     return Engine(path, spec, enc, index, _joined(enc, index))
+
+
+def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
+    """Text-to-pages search at ``where``: a ``serve-index`` URL or an index directory.
+
+    An index directory must hold every page id in ``required`` (e.g. the gold pages a reward
+    checks retrieval against); a URL is trusted, since a service cannot list its pages cheaply.
+    """
+    if where.startswith(("http://", "https://")):
+        from evidra.retrieval.client import SearchClient
+
+        return SearchClient(where)
+    engine = open_index(where)
+    missing = sorted(set(required) - set(engine.index.page_ids()))
+    if missing:
+        engine.close()
+        raise InvalidInputError(
+            f"index {where} lacks {len(missing)} gold pages of the samples (e.g. {', '.join(missing[:3])}); "
+            "build it over the same pages (evidra index build --dataset NAME --data PATH, or --store)"
+        )
+    return engine.retriever
 
 
 def open_store_only(root: str | Path) -> VectorIndex | BM25Retriever:

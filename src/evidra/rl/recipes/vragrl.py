@@ -26,6 +26,7 @@ from evidra.env.search import SearchEnv, Searcher, bm25_searcher
 from evidra.errors import ConfigError
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
+from evidra.retrieval.engine import open_searcher
 from evidra.rewards.base import RewardResult
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.vragrl import RETRIEVED_FIELD, VragRLReward
@@ -91,7 +92,7 @@ def _samples(cfg: DataConfig) -> list[Sample]:
     samples = [s for s in corpus.samples(pages, dataset="synth.vragrl") if s.answerable]
     samples = [_with_corpus(s, str(store)) for s in samples[: cfg.size]]
     if cfg.index:  # search the store with that index (e.g. ColQwen2) instead of BM25
-        _CORPORA[str(store)] = (open_searcher(cfg.index, samples), pages)
+        _CORPORA[str(store)] = (open_searcher(cfg.index, {g for s in samples for g in s.gold_pages}), pages)
     return samples
 
 
@@ -109,7 +110,7 @@ def _from_benchmark(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
     pages = {p.id: p for s in samples for p in s.pages}
     kept = usable(samples, (is_answerable, has_gold_pages, images_on_disk), f"task vragrl on {cfg.source}")
     if cfg.index:
-        searcher = open_searcher(cfg.index, kept)
+        searcher = open_searcher(cfg.index, {g for s in kept for g in s.gold_pages})
     elif any(p.words for p in pages.values()):
         searcher = bm25_searcher(pages.values())
     else:
@@ -121,26 +122,6 @@ def _from_benchmark(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
     key = f"{cfg.source}:{Path(cfg.path).resolve()}"
     _CORPORA[key] = (searcher, pages)
     return [replace(s, corpus=key) for s in kept]
-
-
-def open_searcher(where: str, samples: Sequence[Sample]) -> Searcher:
-    """A ``serve-index`` URL, or an index directory whose pages must include the gold pages."""
-    if where.startswith(("http://", "https://")):
-        from evidra.retrieval.client import SearchClient
-
-        return SearchClient(where)
-    from evidra.retrieval.engine import open_index
-
-    engine = open_index(where)
-    have = set(engine.index.page_ids())
-    missing = sorted({g for s in samples for g in s.gold_pages} - have)
-    if missing:
-        engine.close()
-        raise ConfigError(
-            f"index {where} lacks {len(missing)} gold pages of the samples (e.g. {', '.join(missing[:3])}); "
-            "build it over the same pages (evidra index build --dataset NAME --data PATH, or --store)"
-        )
-    return engine.retriever
 
 
 def _with_corpus(sample: Sample, store: str) -> Sample:
