@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -89,6 +90,11 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
              "--model", str(tiny_dirs["colqwen2"])]  # fmt: skip
     assert main(build) == 0
     assert "indexed 3 pages" in capsys.readouterr().out  # the deck's 3 slides, loader page ids
+    # the loader's questions with their gold pages as qrels: 3 pages, so both gold pages are in the top 3
+    evaluate = ["index", "eval", "--index", str(idx), "--dataset", "slidevqa", "--json", "-k", "1", "3"]
+    assert main([*evaluate, "--data", str(FIX / "slidevqa" / "test.jsonl"), "--option", "n_slides=3"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["n_queries"] == 1 and metrics["recall@3"] == 1.0 and metrics["recall@1"] in (0.0, 0.5)
     (sample,) = task_samples(TASKS.get("vragrl"), _slides("vragrl", index=str(idx)))
     assert sample.gold_pages == ("deck-a_2", "deck-a_3")
     env = make_env(sample)
@@ -124,6 +130,9 @@ def test_index_build_dataset_options_are_checked(tmp_path: Path, capsys: pytest.
     assert "bm25 needs --ocr" in capsys.readouterr().err
     assert main([*out, *data, "--store", str(tmp_path)]) == 2
     assert "exactly one of" in capsys.readouterr().err
+    evaluate = ["index", "eval", "--index", str(tmp_path / "none"), "--dataset", "slidevqa", "--queries", "q"]
+    assert main(evaluate) == 2
+    assert "pass one of" in capsys.readouterr().err
 
 
 @pytest.mark.slow

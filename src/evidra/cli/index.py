@@ -10,6 +10,7 @@ evidra index delete --index I PAGE_ID...
 evidra index search --index I -k 5 "When was Orion founded?"
 evidra index eval --index I --queries queries.jsonl --qrels qrels.tsv -k 1 5 10
 evidra index eval --index I --benchmark data/esg_reports_v2/ -k 1 5 10
+evidra index eval --index I --dataset slidevqa --data data/slidevqa/test.jsonl   # gold pages as qrels
 
 ``--corpus`` indexes a retrieval benchmark folder instead of a page store: the BEIR layout of
 ViDoRe v2 and VisRAG (``corpus``/``queries``/``qrels``), or ViDoRe v1's QA rows; page ids are the
@@ -36,7 +37,7 @@ from evidra.cli._progress import advance
 
 if TYPE_CHECKING:
     from evidra.retrieval.evaluation import Layout, Qrels
-    from evidra.types import Page
+    from evidra.types import Page, Sample
 
 _FORMATS = ("auto", "beir", "vidore_v1")
 
@@ -105,6 +106,11 @@ def register(subparsers: Any) -> None:
     e.add_argument("--qrels", help="JSONL/TSV of (query-id, corpus-id, score)")
     e.add_argument("--benchmark", help="benchmark folder instead of --queries/--qrels")
     e.add_argument("--benchmark-format", choices=_FORMATS, default="auto", help="--benchmark layout")
+    e.add_argument("--dataset", help="or a benchmark loader's questions, their gold pages as qrels")
+    e.add_argument("--data", help="--dataset: the benchmark's files")
+    e.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="--dataset: loader option"
+    )
     e.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
     e.add_argument("--json", action="store_true")
     _model_options(e)
@@ -160,8 +166,7 @@ def _build_pages(args: argparse.Namespace) -> list[Page]:
     return pages
 
 
-def _dataset_pages(args: argparse.Namespace) -> list[Page]:
-    """Every page of a loader's samples, once: page ids are the loader's, as training uses them."""
+def _load_dataset(args: argparse.Namespace) -> list[Sample]:
     from evidra.data.loaders import load, parse_options
     from evidra.errors import InvalidInputError
 
@@ -170,9 +175,13 @@ def _dataset_pages(args: argparse.Namespace) -> list[Page]:
     bad = [o for o in args.option if "=" not in o]
     if bad:
         raise InvalidInputError(f"--option takes KEY=VALUE, got {bad[0]!r}")
-    options = parse_options(dict(o.split("=", 1) for o in args.option))
+    return load(args.dataset, args.data, **parse_options(dict(o.split("=", 1) for o in args.option)))
+
+
+def _dataset_pages(args: argparse.Namespace) -> list[Page]:
+    """Every page of a loader's samples, once: page ids are the loader's, as training uses them."""
     pages: dict[str, Page] = {}
-    for sample in load(args.dataset, args.data, **options):
+    for sample in _load_dataset(args):
         pages.update((p.id, p) for p in sample.pages if p.id not in pages)
     return list(pages.values())
 
@@ -283,12 +292,25 @@ def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
     from evidra.errors import InvalidInputError
     from evidra.retrieval.evaluation import benchmark_queries, load_qrels, load_queries
 
+    given = [
+        args.benchmark is not None,
+        args.dataset is not None,
+        args.queries is not None or args.qrels is not None,
+    ]
+    if sum(given) != 1:
+        raise InvalidInputError(
+            "pass one of --benchmark (a benchmark folder), --dataset NAME --data PATH (a loader's "
+            "questions and gold pages) or --queries with --qrels"
+        )
     if args.benchmark is not None:
-        if args.queries is not None or args.qrels is not None:
-            raise InvalidInputError("pass either --benchmark or --queries with --qrels, not both")
         return benchmark_queries(args.benchmark, _layout(args.benchmark, args.benchmark_format))
+    if args.dataset is not None:
+        samples = [s for s in _load_dataset(args) if s.gold_pages]  # unanswerable ones have no qrels
+        return {s.id: s.question for s in samples}, {s.id: dict.fromkeys(s.gold_pages, 1.0) for s in samples}
     if args.queries is None or args.qrels is None:
-        raise InvalidInputError("pass --benchmark (a benchmark folder) or both --queries and --qrels")
+        raise InvalidInputError(
+            "--queries and --qrels go together (or pass --benchmark DIR or --dataset NAME)"
+        )
     return load_queries(args.queries), load_qrels(args.qrels)
 
 
