@@ -244,12 +244,18 @@ def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
 
     An index directory must hold every page id in ``required`` (e.g. the gold pages a reward
     checks retrieval against); a URL is trusted, since a service cannot list its pages cheaply.
+    The query encoder runs on the GPU in bfloat16 when one is present (the released ColQwen2 /
+    ColPali dtype), else on the CPU in float32.
     """
     if where.startswith(("http://", "https://")):
         from evidra.retrieval.client import SearchClient
 
         return SearchClient(where)
-    engine = open_index(where)
+    import torch
+
+    gpu = torch.cuda.is_available()
+    options = EncoderOptions(device="cuda" if gpu else "cpu", dtype="bfloat16" if gpu else "float32")
+    engine = open_index(where, options=options)
     missing = sorted(set(required) - set(engine.index.page_ids()))
     if missing:
         engine.close()
