@@ -4,11 +4,14 @@ Synthetic unit-norm page embeddings (N pages x L patches x D dims) and 32 querie
 Half of each query's tokens are noisy copies (cosine ~0.6) of patches of one "gold" page, so
 planted recall is measurable; ``--pages-kind smooth`` makes runs of 4 neighbouring patches
 similar (as on real pages, where neighbouring patches of white space or text look alike), which
-is what pooling relies on. Everything runs in one process on the same queries:
+is what positional pooling relies on; ``--pages-kind document`` scatters near-copies of 4
+corpus-wide "blank" vectors over 60% of each page's patches (white space anywhere on the page),
+which is what clustering relies on. Everything runs in one process on the same queries:
 
 * ``ours fp16``        exact MaxSim, MultiVectorIndex (default settings), single and batched
 * ``fp32 exact``       the same blocks in float32: the reference for top-10 agreement
 * ``ours pooled``      two-stage: mean-pooled x4 prefilter, exact re-rank of the candidates
+* ``ours clustered``   two-stage: k-means-pooled x4 prefilter (same memory), exact re-rank
 * ``ours sign bits``   two-stage: 1-bit-per-dimension codes scored asymmetrically, exact re-rank
 * ``score_retrieval``  transformers' ColQwen2Processor.score_retrieval (einsum, fp16)
 * ``qdrant local``     qdrant-client's embedded mode, exact MAX_SIM (<= 10k pages: at 10k it
@@ -67,11 +70,18 @@ def fp32_reference(pages: list[torch.Tensor], queries: list[torch.Tensor]) -> tu
 
 def make_pages(n: int, length: int, dim: int, kind: str, seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
+    blank = torch.nn.functional.normalize(torch.randn(4, dim, generator=g), dim=-1)  # shared "white space"
     pages = []
     for _ in range(n):
         if kind == "smooth":  # runs of 4 patches around a shared base vector (cosine ~0.9)
             base = torch.randn(-(-length // 4), dim, generator=g).repeat_interleave(4, dim=0)[:length]
             page = base + 0.35 * torch.randn(length, dim, generator=g)
+        elif kind == "document":  # 60% near-copies of 4 corpus-wide blank vectors, scattered
+            is_blank = torch.rand(length, generator=g) < 0.6
+            back = blank[torch.randint(4, (length,), generator=g)] + 0.05 * torch.randn(
+                length, dim, generator=g
+            )
+            page = torch.where(is_blank[:, None], back, torch.randn(length, dim, generator=g))
         else:
             page = torch.randn(length, dim, generator=g)
         pages.append(torch.nn.functional.normalize(page, dim=-1).half())
@@ -173,7 +183,9 @@ def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[i
     opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=candidates)  # type: ignore[arg-type]
     single, batch, mem, ids = bench_ours(case, root, opts)
     rel = recall(ids, case.gold, 5) / max(recall(exact_ids, case.gold, 5), 1e-9)
-    name = {"pooled": "ours pooled x4", "signbits": "ours sign bits"}[prefilter]
+    name = {"pooled": "ours pooled x4", "clustered": "ours clustered x4", "signbits": "ours sign bits"}[
+        prefilter
+    ]
     return case.row(f"{name} +{candidates}", single, batch, mem, ids, f"recall@5 vs exact {rel:.3f}")
 
 
@@ -195,7 +207,7 @@ def bench_size(n: int, args: argparse.Namespace, processor: Any, bw: float, gflo
             case.row("fp32 exact (ref)", float("nan"), t_ref / Q, mem * 2, case.ref),
             *(
                 two_stage_row(case, root, kind, ours, c)
-                for kind in ("pooled", "signbits")
+                for kind in ("pooled", "clustered", "signbits")
                 for c in case.args.candidates
             ),
         ]
@@ -250,7 +262,12 @@ def planted_recall_row(case: Case, root: Path) -> str:
     queries, gold = make_queries(case.pages, seed=case.n + 17, count=case.args.recall_queries)
     parts = []
     base = 0.0
-    for name, prefilter in (("exact", "none"), ("pooled x4", "pooled"), ("sign bits", "signbits")):
+    for name, prefilter in (
+        ("exact", "none"),
+        ("pooled x4", "pooled"),
+        ("clustered x4", "clustered"),
+        ("sign bits", "signbits"),
+    ):
         for c in case.args.candidates if prefilter != "none" else [0]:
             opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=max(c, 1))  # type: ignore[arg-type]
             index = MultiVectorIndex.open(root, options=opts)
@@ -335,7 +352,7 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--length", type=int, default=256, help="patch vectors per page")
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--pages-kind", choices=["iid", "smooth"], default="iid")
+    ap.add_argument("--pages-kind", choices=["iid", "smooth", "document"], default="iid")
     ap.add_argument(
         "--candidates", type=int, nargs="+", default=[256, 1024], help="two-stage: pages re-ranked per query"
     )

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from evidra.types import Page
 
@@ -51,3 +53,28 @@ def tiny_colpali(tmp_path_factory: pytest.TempPathFactory) -> object:
 
     path = build_tiny("colpali", tmp_path_factory.mktemp("tiny") / "colpali")
     return ColVisionEncoder.load(path, EncoderOptions(batch_size=3))
+
+
+def _document_pages(
+    n: int, length: int, dim: int, seed: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Pages whose patches are 60% near-copies of 4 shared "blank" vectors, scattered at random
+    positions (white space), and 40% distinct content; returns the pages and their content masks."""
+    g = torch.Generator().manual_seed(seed)
+    blank_vectors = torch.nn.functional.normalize(torch.randn(4, dim, generator=g), dim=-1)
+    pages, masks = [], []
+    for _ in range(n):
+        blank = torch.rand(length, generator=g) < 0.6
+        back = blank_vectors[torch.randint(4, (length,), generator=g)] + 0.05 * torch.randn(
+            length, dim, generator=g
+        )
+        page = torch.where(blank[:, None], back, torch.randn(length, dim, generator=g))
+        pages.append(torch.nn.functional.normalize(page, dim=-1))
+        masks.append(~blank)
+    return pages, masks
+
+
+@pytest.fixture()
+def document_pages() -> Any:
+    """``_document_pages``: synthetic pages with scattered near-duplicate blank patches."""
+    return _document_pages

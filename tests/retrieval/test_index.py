@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -266,3 +267,37 @@ def test_many_small_adds_keep_blocks_packed(tmp_path: Path) -> None:
     q = _unit(3, DIM, seed=77)
     want = _reference(q, {p: v for p, v in pages.items() if p != "p05"}, 6)
     assert [h.page_id for h in index.search([q], k=6)[0]] == want
+
+
+def test_clustered_prefilter_beats_positional_pooling_on_document_like_pages(
+    tmp_path: Path, document_pages: Any
+) -> None:
+    n, length, dim = 200, 64, 128
+    pages, _ = document_pages(n, length, dim, seed=0)
+    ids = [f"p{i:03d}" for i in range(n)]
+    MultiVectorIndex.create(tmp_path / "idx", dim, options=CPU).add(ids, pages)
+    g = torch.Generator().manual_seed(100)
+    gold = torch.randint(n, (60,), generator=g).tolist()
+    queries = [  # 8 noisy copies of random patches of the gold page (blank ones included)
+        torch.nn.functional.normalize(pages[p][torch.randint(length, (8,), generator=g)]
+                                      + 0.08 * torch.randn(8, dim, generator=g), dim=-1)
+        for p in gold
+    ]  # fmt: skip
+
+    def recall(prefilter: str) -> float:
+        opts = MaxSimOptions(
+            device="cpu", compute_dtype="float32", prefilter=prefilter, pool_factor=4, candidates=10
+        )  # type: ignore[arg-type]
+        hits = MultiVectorIndex.open(tmp_path / "idx", options=opts).search(queries, k=3)
+        return sum(ids[p] in [h.page_id for h in row] for p, row in zip(gold, hits, strict=True)) / len(gold)
+
+    exact, positional, clustered = recall("none"), recall("pooled"), recall("clustered")
+    assert exact == 1.0 and clustered >= 0.95 and clustered >= positional + 0.05, (
+        exact,
+        positional,
+        clustered,
+    )
+    index = MultiVectorIndex.open(
+        tmp_path / "idx", options=MaxSimOptions(device="cpu", prefilter="clustered")
+    )
+    assert index.memory_bytes() == n * (length // 4) * dim * 2  # same memory as pooling x4

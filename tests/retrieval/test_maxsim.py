@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -9,7 +10,15 @@ from hypothesis import strategies as st
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval import maxsim as maxsim_module
-from evidra.retrieval.maxsim import build_blocks, maxsim, mean_pool, pack_signs, score_blocks, unpack_signs
+from evidra.retrieval.maxsim import (
+    build_blocks,
+    cluster_pool,
+    maxsim,
+    mean_pool,
+    pack_signs,
+    score_blocks,
+    unpack_signs,
+)
 
 
 def test_maxsim_hand_computed() -> None:
@@ -118,3 +127,34 @@ def test_sign_bits_round_trip_on_block_shaped_codes() -> None:
     codes = torch.stack([pack_signs(page) for page in x])  # (C, L, D/8)
     assert codes.shape == (3, 5, 8)
     assert torch.equal(unpack_signs(codes, torch.float32), torch.where(x > 0, 1.0, -1.0))
+
+
+def test_cluster_pool_spends_its_vectors_on_distinct_content(document_pages: Any) -> None:
+    pages, masks = document_pages(20, 64, 128, seed=0)
+    clustered = cluster_pool(pages, 4)
+    positional = [mean_pool(p, 4) for p in pages]
+
+    def coverage(pooled: list[torch.Tensor]) -> float:  # how well the pool still holds each content patch
+        return (
+            sum(float((p[m] @ c.T).amax(1).mean()) for p, m, c in zip(pages, masks, pooled, strict=True)) / 20
+        )
+
+    # consecutive runs mix blank and content patches; clustering merges the blanks wherever they are
+    assert coverage(clustered) > coverage(positional) + 0.1
+    assert all(c.shape == (16, 128) for c in clustered)
+    torch.testing.assert_close(torch.stack(clustered).norm(dim=-1), torch.ones(20, 16))
+    assert all(torch.equal(a, b) for a, b in zip(clustered, cluster_pool(pages, 4), strict=True))
+
+
+def test_cluster_pool_keeps_order_across_lengths_and_factor_one_is_identity() -> None:
+    g = torch.Generator().manual_seed(3)
+    pages = [torch.nn.functional.normalize(torch.randn(n, 8, generator=g), dim=-1) for n in (9, 4, 9, 1)]
+    pooled = cluster_pool(pages, 3, batch=1)
+    assert [p.shape[0] for p in pooled] == [3, 2, 3, 1]
+    torch.testing.assert_close(pooled[3], pages[3])  # one vector: its own cluster
+    for a, b in zip(pooled, cluster_pool(pages, 3), strict=True):  # batched like one at a time
+        torch.testing.assert_close(a, b)
+    for page, one in zip(pages, cluster_pool(pages, 1), strict=True):
+        torch.testing.assert_close(one, page)
+    with pytest.raises(InvalidInputError, match="pool factor"):
+        cluster_pool(pages, 0)

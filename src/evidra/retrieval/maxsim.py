@@ -256,3 +256,54 @@ def mean_pool(page: Tensor, factor: int) -> Tensor:
     counts[-1] = n - (groups - 1) * factor
     pooled = padded.view(groups, factor, dim).sum(dim=1) / counts.unsqueeze(1)  # (G, D)
     return torch.nn.functional.normalize(pooled, dim=-1)
+
+
+def cluster_pool(pages: Sequence[Tensor], factor: int, *, iters: int = 5, batch: int = 256) -> list[Tensor]:
+    """Pool each page ``(L, D)`` to ``ceil(L/factor)`` cluster means, renormalised: similar vectors
+    merge wherever they sit on the page.
+
+    Real pages repeat themselves (blank margins, runs of body text), and ColPali-style token
+    pooling merges those near-duplicates by clustering rather than by position (RETRIEVAL.md §5
+    recommends a factor of 3). Here: spherical k-means, started from the consecutive-run means of
+    ``mean_pool`` and run ``iters`` rounds, so it is deterministic and never worse-initialised
+    than positional pooling; a cluster that empties keeps its previous centre. Pages of equal
+    length are clustered together in batches of ``batch``.
+    """
+    if factor < 1:
+        raise InvalidInputError(f"pool factor must be >= 1, got {factor}")
+    out: dict[int, Tensor] = {}
+    by_length: dict[int, list[int]] = {}
+    for i, page in enumerate(pages):
+        by_length.setdefault(int(page.shape[0]), []).append(i)
+    for length, members in by_length.items():
+        for start in range(0, len(members), batch):
+            rows = members[start : start + batch]
+            stacked = torch.stack([pages[i].float() for i in rows])  # (B, L, D)
+            x = torch.nn.functional.normalize(stacked, dim=-1)
+            centres = _run_means(x, factor)  # (B, K, D): what mean_pool gives each page
+            if factor > 1 and length > 1:
+                centres = _kmeans(x, centres, iters)
+            out.update(zip(rows, centres, strict=True))
+    return [out[i] for i in range(len(pages))]
+
+
+def _run_means(x: Tensor, factor: int) -> Tensor:
+    """``mean_pool`` of every page of an equal-length batch ``(B, L, D)`` at once: ``(B, K, D)``."""
+    b, n, dim = x.shape
+    groups = -(-n // factor)
+    padded = x.new_zeros(b, groups * factor, dim)
+    padded[:, :n] = x
+    sums = padded.view(b, groups, factor, dim).sum(dim=2)  # (B, K, D); the last run may be short
+    return torch.nn.functional.normalize(sums, dim=-1)  # the mean's direction: counts cancel
+
+
+def _kmeans(x: Tensor, centres: Tensor, iters: int) -> Tensor:
+    """Spherical k-means rounds on a batch: ``x`` (B, L, D) unit rows, ``centres`` (B, K, D)."""
+    k = centres.shape[1]
+    for _ in range(iters):
+        assign = torch.bmm(x, centres.transpose(1, 2)).argmax(dim=-1)  # (B, L): nearest centre
+        onehot = torch.nn.functional.one_hot(assign, k).to(x.dtype)  # (B, L, K)
+        sums = torch.bmm(onehot.transpose(1, 2), x)  # (B, K, D): members summed per centre
+        filled = onehot.sum(dim=1) > 0  # (B, K); an emptied centre keeps its place
+        centres = torch.where(filled.unsqueeze(-1), torch.nn.functional.normalize(sums, dim=-1), centres)
+    return centres

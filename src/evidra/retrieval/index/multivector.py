@@ -1,8 +1,9 @@
 """The embedded default index: exact MaxSim over fp16 multi-vector shards (torch, GPU if present).
 
 Exact search scores every live page (``evidra.retrieval.maxsim``); with ``prefilter="pooled"`` a
-first stage scores mean-pooled vectors (``pool_factor`` patches per vector) held in memory
-(``prefilter="signbits"``: one sign bit per dimension, 16x less than fp16, scored asymmetrically),
+first stage scores mean-pooled vectors (``pool_factor`` consecutive patches per vector) held in
+memory (``"clustered"``: the same number of vectors, means of k-means clusters of similar patches
+wherever they sit; ``"signbits"``: one bit per dimension, 16x less than fp16, scored asymmetrically),
 keeps ``candidates`` pages per query and re-ranks them with exact MaxSim over the full vectors,
 read from memory-mapped shards. That trades a little recall for ``pool_factor`` x less memory.
 
@@ -28,11 +29,12 @@ from evidra.errors import InvalidInputError
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits, write_inputs
 from evidra.retrieval.index._shards import ShardStore
-from evidra.retrieval.maxsim import Block, build_blocks, mean_pool, pack_signs, score_blocks
+from evidra.retrieval.maxsim import Block, build_blocks, cluster_pool, mean_pool, pack_signs, score_blocks
 
 logger = logging.getLogger(__name__)
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+PREFILTERS = ("none", "pooled", "clustered", "signbits")
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class MaxSimOptions:
     compute_dtype: Literal["float16", "bfloat16", "float32"] = "float16"
     block_tokens: int = 16384  # page vectors per scoring block
     max_elements: int = 1 << 25  # bound on one similarity matrix (Q tokens x block tokens)
-    prefilter: Literal["none", "pooled", "signbits"] = "none"
+    prefilter: Literal["none", "pooled", "clustered", "signbits"] = "none"
     pool_factor: int = 4
     candidates: int = 256  # pages per query re-ranked exactly after the pooled stage
     compact_at: float = 0.5  # compact on delete once this fraction of stored vectors is dead
@@ -52,8 +54,8 @@ class MaxSimOptions:
     def __post_init__(self) -> None:
         if self.compute_dtype not in _DTYPES:
             raise InvalidInputError(f"compute_dtype {self.compute_dtype!r}: use one of {', '.join(_DTYPES)}")
-        if self.prefilter not in ("none", "pooled", "signbits"):
-            raise InvalidInputError(f"prefilter {self.prefilter!r}: use 'none', 'pooled' or 'signbits'")
+        if self.prefilter not in PREFILTERS:
+            raise InvalidInputError(f"prefilter {self.prefilter!r}: use one of {', '.join(PREFILTERS)}")
         if self.pool_factor < 1 or self.candidates < 1 or self.block_tokens < 1:
             raise InvalidInputError("pool_factor, candidates and block_tokens must all be >= 1")
 
@@ -121,6 +123,8 @@ class MultiVectorIndex(ShardWrites):
         dtype = self._dtype
         if self.options.prefilter == "pooled":
             pages = [mean_pool(_tensor(v), self.options.pool_factor) for v in views]
+        elif self.options.prefilter == "clustered":
+            pages = cluster_pool([_tensor(v) for v in views], self.options.pool_factor)
         elif self.options.prefilter == "signbits":
             pages, dtype = [pack_signs(_tensor(v)) for v in views], torch.uint8
         else:
