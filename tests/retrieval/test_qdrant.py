@@ -195,3 +195,29 @@ def test_cli_qdrant_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFi
         build_index([], tmp_path / "b", "bm25", qdrant=QdrantSpec(path=str(tmp_path / "q")))
     with pytest.raises(InvalidInputError, match="exactly one"):
         QdrantSpec(url="http://h:6333", path="d")
+
+
+def test_qdrant_clustered_prefetch_keeps_planted_pages_that_mean_pooling_loses(document_pages: Any) -> None:
+    pytest.importorskip("qdrant_client")
+    n, length, dim = 120, 64, 128
+    pages, _ = document_pages(n, length, dim, seed=1)
+    ids = [f"p{i:03d}" for i in range(n)]
+    g = torch.Generator().manual_seed(7)
+    gold = torch.randint(n, (40,), generator=g).tolist()
+    queries = [  # noisy copies of random patches of the gold page, blank ones included
+        torch.nn.functional.normalize(pages[p][torch.randint(length, (8,), generator=g)]
+                                      + 0.08 * torch.randn(8, dim, generator=g), dim=-1)
+        for p in gold
+    ]  # fmt: skip
+    found = {}
+    for pooling in ("mean", "clustered"):
+        qd = QdrantIndex.connect(dim, location=":memory:", candidates=6, pooling=pooling)  # type: ignore[arg-type]
+        qd.add(ids, pages)
+        hits = qd.search(queries, k=3)
+        found[pooling] = (
+            sum(ids[p] in [h.page_id for h in row] for p, row in zip(gold, hits, strict=True)) / 40
+        )
+        qd.close()
+    assert found["clustered"] >= 0.95 and found["clustered"] >= found["mean"] + 0.05, found
+    with pytest.raises(InvalidInputError, match="pooling"):
+        QdrantIndex.connect(dim, location=":memory:", pooling="median")  # type: ignore[arg-type]

@@ -75,6 +75,12 @@ def register(subparsers: Any) -> None:
         help="qdrant: pooled candidates re-ranked exactly (0: exhaustive)",
     )
     b.add_argument("--grpc", action="store_true", help="qdrant: talk to the server over gRPC")
+    b.add_argument(
+        "--pooling",
+        choices=("mean", "clustered"),
+        default="mean",
+        help="qdrant: prefetch vectors from consecutive runs (mean) or clusters of similar patches",
+    )
     _model_options(b)
     b.set_defaults(func=run_build)
 
@@ -229,6 +235,7 @@ def _qdrant_spec(args: argparse.Namespace) -> Any:
         path=path,
         collection=args.collection,
         candidates=args.prefetch,
+        pooling=args.pooling,
         prefer_grpc=args.grpc,
     )
 

@@ -4,7 +4,8 @@ Each page is one point (id = uuid5 of the page id) with two named vectors:
 
 * ``multi``  - the full page multi-vector, ``MultiVectorComparator.MAX_SIM``, HNSW off (``m=0``):
   only ever used to re-rank, so building a graph over it would be wasted (qdrant#5702).
-* ``pooled`` - the page's vectors mean-pooled ``pool_factor`` at a time, also MAX_SIM, with HNSW:
+* ``pooled`` - the page's vectors pooled ``pool_factor`` to one (``pooling="mean"``: consecutive
+  runs; ``"clustered"``: k-means clusters of similar vectors, ``maxsim.cluster_pool``), MAX_SIM, HNSW:
   the prefetch stage. One ``query_points`` call prefetches ``candidates`` points on ``pooled`` and
   re-ranks them with exact MaxSim on ``multi`` (Qdrant's ColPali recipe; keep ``candidates`` at
   100-200, qdrant#7888). ``candidates=0`` searches ``multi`` exhaustively instead.
@@ -35,7 +36,7 @@ from torch import Tensor
 from evidra.errors import CorpusError, InvalidInputError, require
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import check_embeddings
-from evidra.retrieval.maxsim import mean_pool
+from evidra.retrieval.maxsim import cluster_pool, mean_pool
 
 _NAMESPACE = uuid.UUID("6f1c1c9e-4c1b-4f55-9d0e-2f1f3a0d7a11")
 
@@ -50,12 +51,22 @@ class QdrantIndex:
     kind: Literal["multi"] = "multi"
 
     def __init__(
-        self, client: Any, collection: str, dim: int, *, pool_factor: int = 4, candidates: int = 200
+        self,
+        client: Any,
+        collection: str,
+        dim: int,
+        *,
+        pool_factor: int = 4,
+        candidates: int = 200,
+        pooling: Literal["mean", "clustered"] = "mean",
     ) -> None:
+        if pooling not in ("mean", "clustered"):
+            raise InvalidInputError(f"pooling {pooling!r}: use 'mean' or 'clustered'")
         self.client = client
         self.collection = collection
         self.dim = dim
         self.pool_factor = pool_factor
+        self.pooling = pooling
         self.candidates = candidates
 
     @classmethod
@@ -71,6 +82,7 @@ class QdrantIndex:
         prefer_grpc: bool = False,
         pool_factor: int = 4,
         candidates: int = 200,
+        pooling: Literal["mean", "clustered"] = "mean",
         on_disk: bool = False,
         create: bool = True,
     ) -> QdrantIndex:
@@ -84,7 +96,7 @@ class QdrantIndex:
 
         where = url or path or location or "the default local server"
         client = QdrantClient(url=url, location=location, path=path, api_key=api_key, prefer_grpc=prefer_grpc)
-        index = cls(client, collection, dim, pool_factor=pool_factor, candidates=candidates)
+        index = cls(client, collection, dim, pool_factor=pool_factor, candidates=candidates, pooling=pooling)
         if client.collection_exists(collection):
             index._check_existing(where)
         elif create:
@@ -175,10 +187,13 @@ class QdrantIndex:
         arrays = check_embeddings(page_ids, embeddings, self.dim, single=False)
         images = list(image_paths) if image_paths is not None else [""] * len(arrays)
         extra = list(payloads) if payloads is not None else [{}] * len(arrays)
+        fulls = [torch.from_numpy(arr).float() for arr in arrays]  # (L, D), fp16-rounded like ours
+        if self.pooling == "clustered":
+            pools = cluster_pool(fulls, self.pool_factor)
+        else:
+            pools = [mean_pool(full, self.pool_factor) for full in fulls]  # (ceil(L/p), D)
         points = []
-        for pid, arr, img, more in zip(page_ids, arrays, images, extra, strict=True):
-            full = torch.from_numpy(arr).float()  # (L, D), fp16-rounded like the embedded index
-            pooled = mean_pool(full, self.pool_factor)  # (ceil(L/p), D)
+        for pid, full, pooled, img, more in zip(page_ids, fulls, pools, images, extra, strict=True):
             points.append(
                 models.PointStruct(
                     id=point_id(pid),
