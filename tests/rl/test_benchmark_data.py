@@ -197,3 +197,20 @@ def test_vragrl_recipe_trains_on_a_benchmark_with_an_index(
     ]  # fmt: skip
     (row,) = RLTrainer(load_config(RLConfig, root / "configs" / "vragrl.yaml", overrides)).train()
     assert math.isfinite(row["loss"]) and {"reward/retrieval", "reward/answer", "reward/pattern"} <= set(row)
+
+
+def test_oracles_refuse_answerable_samples_without_gold_evidence(tmp_path: Path) -> None:
+    from evidra.errors import InvalidInputError
+    from evidra.paradigms.coe import coe_oracle_text
+    from evidra.paradigms.evidence import evidence_oracle_text
+    from evidra.paradigms.toolchain import toolchain_oracle_text
+
+    bare = Sample(
+        id="s", question="who?", answers=("Ann",), pages=(Page("p", str(tmp_path / "p.png"), 9, 9),)
+    )
+    for write in (coe_oracle_text, evidence_oracle_text, lambda s: toolchain_oracle_text(s, 1)):
+        with pytest.raises(InvalidInputError, match="'s'"):
+            write(bare)
+    assert "Ann" in toolchain_oracle_text(bare, 2)  # stage 2 reads the answer off the page
+    refusal = replace(bare, answerable=False, answers=())
+    assert "No answer" in coe_oracle_text(refusal) and "No answer" in toolchain_oracle_text(refusal, 1)

@@ -202,7 +202,15 @@ class Toolchain:
 
 
 def toolchain_oracle_text(sample: Sample, stage: int) -> str:
-    """A correct stage-1/stage-2 answer from the gold evidence, for SFT cold start."""
+    """A correct stage-1/stage-2 answer from the gold evidence, for SFT cold start.
+
+    Stage 1 describes the evidence in words: an answerable sample without gold evidence text would
+    teach "No relevant evidence" next to an answer, so it raises ``InvalidInputError``.
+    """
+    if stage == 1 and sample.answerable and sample.answers and not sample.gold_evidence:
+        raise InvalidInputError(
+            f"sample {sample.id!r}: a stage-1 Lang2Act oracle needs the gold evidence text"
+        )
     gold = sample.gold_pages[0] if sample.gold_pages else None
     k = sample.page_index(gold) + 1 if gold is not None else 1
     evidence = sample.gold_evidence.get(gold, "") if gold is not None else ""
