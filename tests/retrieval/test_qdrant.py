@@ -221,3 +221,22 @@ def test_qdrant_clustered_prefetch_keeps_planted_pages_that_mean_pooling_loses(d
     assert found["clustered"] >= 0.95 and found["clustered"] >= found["mean"] + 0.05, found
     with pytest.raises(InvalidInputError, match="pooling"):
         QdrantIndex.connect(dim, location=":memory:", pooling="median")  # type: ignore[arg-type]
+
+
+def test_qdrant_refuses_foreign_and_wrong_dimension_collections(tmp_path: Path) -> None:
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import models
+
+    from evidra.errors import CorpusError
+
+    qd = QdrantIndex.connect(DIM, path=str(tmp_path / "qd"), collection="pages")
+    qd.client.create_collection(
+        "other", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.DOT)
+    )
+    qd.close()
+    with pytest.raises(CorpusError, match=r"holds 16-d vectors, not 8-d"):
+        QdrantIndex.connect(8, path=str(tmp_path / "qd"), collection="pages")
+    with pytest.raises(CorpusError, match="not made by evidra"):
+        QdrantIndex.connect(DIM, path=str(tmp_path / "qd"), collection="other")
+    with QdrantIndex.connect(DIM, path=str(tmp_path / "qd"), collection="pages", create=False) as again:
+        assert len(again) == 0  # the failed opens released the directory lock
