@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.retrieval.base import Encoder, EncoderOptions, Retriever, VectorIndex
@@ -48,7 +48,7 @@ class QdrantSpec:
     collection: str = "evidra_pages"
     candidates: int = 200  # pooled prefetch size; 0 scores the full multi-vectors exhaustively
     pool_factor: int = 4
-    pooling: str = "mean"  # the prefetch vectors: mean (consecutive runs) | clustered (k-means)
+    pooling: Literal["mean", "clustered"] = "mean"  # prefetch vectors: consecutive runs | k-means
     prefer_grpc: bool = False
 
     def __post_init__(self) -> None:
@@ -68,7 +68,7 @@ class QdrantSpec:
             api_key=(os.environ.get("QDRANT_API_KEY") or None) if self.url else None,
             prefer_grpc=self.prefer_grpc,
             pool_factor=self.pool_factor,
-            pooling=self.pooling,  # type: ignore[arg-type]  # checked by QdrantIndex
+            pooling=self.pooling,
             candidates=self.candidates,
             create=create,
         )

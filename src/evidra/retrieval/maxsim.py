@@ -248,14 +248,7 @@ def mean_pool(page: Tensor, factor: int) -> Tensor:
         raise InvalidInputError(f"pool factor must be >= 1, got {factor}")
     if factor == 1:
         return page
-    n, dim = page.shape
-    groups = -(-n // factor)
-    padded = torch.zeros(groups * factor, dim, dtype=torch.float32)
-    padded[:n] = page.float()
-    counts = torch.full((groups,), float(factor))
-    counts[-1] = n - (groups - 1) * factor
-    pooled = padded.view(groups, factor, dim).sum(dim=1) / counts.unsqueeze(1)  # (G, D)
-    return torch.nn.functional.normalize(pooled, dim=-1)
+    return _run_means(page.float().unsqueeze(0), factor)[0]  # (ceil(L/factor), D)
 
 
 def cluster_pool(pages: Sequence[Tensor], factor: int, *, iters: int = 5, batch: int = 256) -> list[Tensor]:
@@ -288,7 +281,8 @@ def cluster_pool(pages: Sequence[Tensor], factor: int, *, iters: int = 5, batch:
 
 
 def _run_means(x: Tensor, factor: int) -> Tensor:
-    """``mean_pool`` of every page of an equal-length batch ``(B, L, D)`` at once: ``(B, K, D)``."""
+    """Renormalised means of consecutive runs of ``factor`` vectors, for an equal-length batch
+    ``(B, L, D)`` at once: ``(B, ceil(L/factor), D)`` (the last run may be short)."""
     b, n, dim = x.shape
     groups = -(-n // factor)
     padded = x.new_zeros(b, groups * factor, dim)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -57,7 +58,7 @@ def refuse_present(store: Any, page_ids: Sequence[str]) -> None:
         raise InvalidInputError(f"pages already in the index: {present[:5]}; use update() to replace them")
 
 
-class ShardWrites:
+class ShardWrites(ABC):
     """``add``/``update`` of the shard-backed indexes; each defines ``store`` and ``_write``."""
 
     store: Any
@@ -73,6 +74,7 @@ class ShardWrites:
     ) -> None:
         self._write(page_ids, embeddings, image_paths, replace=self.store.contains(page_ids))
 
+    @abstractmethod
     def _write(
         self,
         page_ids: Sequence[str],
@@ -80,7 +82,7 @@ class ShardWrites:
         image_paths: Sequence[str] | None,
         replace: Sequence[str],
     ) -> None:
-        raise NotImplementedError
+        """Store ``page_ids`` (after checking them), marking the ids in ``replace`` as superseded."""
 
 
 def write_inputs(

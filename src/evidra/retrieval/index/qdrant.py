@@ -168,7 +168,7 @@ class QdrantIndex:
         image_paths: Sequence[str] | None = None,
         payloads: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        present = [p for p in page_ids if p in self]
+        present = self._present(page_ids)
         if present:
             raise InvalidInputError(
                 f"pages already in the index: {present[:5]}; use update() to replace them"
@@ -207,7 +207,7 @@ class QdrantIndex:
     def delete(self, page_ids: Sequence[str]) -> int:
         from qdrant_client import models
 
-        present = [p for p in page_ids if p in self]
+        present = self._present(page_ids)
         if present:
             selector = models.PointIdsList(points=[point_id(p) for p in present])
             self.client.delete(self.collection, points_selector=selector, wait=True)
@@ -219,9 +219,15 @@ class QdrantIndex:
         return int(self.client.count(self.collection, exact=True).count)
 
     def __contains__(self, page_id: object) -> bool:
-        if not isinstance(page_id, str):
-            return False
-        return bool(self.client.retrieve(self.collection, ids=[point_id(page_id)], with_payload=False))
+        return isinstance(page_id, str) and bool(self._present([page_id]))
+
+    def _present(self, page_ids: Sequence[str]) -> list[str]:
+        """The ids of ``page_ids`` already stored, in their order: one request, not one per id."""
+        if not page_ids:
+            return []
+        found = self.client.retrieve(self.collection, ids=[point_id(p) for p in page_ids], with_payload=False)
+        stored = {str(point.id) for point in found}
+        return [p for p in page_ids if point_id(p) in stored]
 
     def page_ids(self) -> list[str]:
         out: list[str] = []
