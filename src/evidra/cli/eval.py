@@ -113,12 +113,9 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
     raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
 
 
-def _env_factory(name: str | None, paradigm_name: str, samples: list[Any], args: argparse.Namespace) -> Any:
-    """``make_env`` for ``--env``: the environment class called with ``paradigm=``.
-
-    ``search`` also needs an index: ``--index`` (directory or URL), else BM25 over the pages of
-    every sample of the benchmark (VRAG-RL's corpus), which needs a text layer.
-    """
+def _env_factory(name: str | None, paradigm_name: str, corpus: Any, args: argparse.Namespace) -> Any:
+    """``make_env`` for ``--env``: the environment class called with ``paradigm=``; ``search``
+    also gets ``corpus``, the benchmark's ``(searcher, pages)`` from ``_search_corpus``."""
     if args.index and name != "search":
         raise InvalidInputError("--index is for --env search")
     if name is None:
@@ -128,12 +125,7 @@ def _env_factory(name: str | None, paradigm_name: str, samples: list[Any], args:
 
     env_cls, paradigm = ENVIRONMENTS.get(name), PARADIGMS.get(paradigm_name)()
     if name == "search":
-        from evidra.env.search import bm25_searcher
-        from evidra.retrieval.engine import open_searcher
-
-        pages = {p.id: p for s in samples for p in s.pages}
-        gold = {g for s in samples for g in s.gold_pages}
-        searcher = open_searcher(args.index, gold) if args.index else bm25_searcher(pages.values())
+        searcher, pages = corpus
         return lambda sample: env_cls(searcher, pages, paradigm=paradigm, max_turns=args.max_turns)
 
     def make(sample: Any) -> Any:
@@ -146,6 +138,18 @@ def _env_factory(name: str | None, paradigm_name: str, samples: list[Any], args:
             ) from exc
 
     return make
+
+
+def _search_corpus(args: argparse.Namespace, samples: list[Any]) -> Any:
+    """``(searcher, pages)`` over every page of a benchmark (VRAG-RL's corpus), built once per
+    benchmark: ``--index`` (directory or URL), else BM25 over the pages' text layer."""
+    from evidra.env.search import bm25_searcher
+    from evidra.retrieval.engine import open_searcher
+
+    pages = {p.id: p for s in samples for p in s.pages}
+    gold = {g for s in samples for g in s.gold_pages}
+    searcher = open_searcher(args.index, gold) if args.index else bm25_searcher(pages.values())
+    return searcher, pages
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,12 +167,13 @@ def run(args: argparse.Namespace) -> int:
     paradigms = PARADIGMS.names() if args.paradigm in ([], ["all"]) else args.paradigm
     runs = []
     for bench, samples in benches.items():
+        corpus = _search_corpus(args, samples) if args.env == "search" else None
         for paradigm in paradigms:
             cfg = RunConfig(bench, paradigm, model_name, batch_size=args.batch_size, max_turns=args.max_turns,
                             max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
             with tqdm(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
-                    make_env = _env_factory(args.env, paradigm, samples, args)
+                    make_env = _env_factory(args.env, paradigm, corpus, args)
                     preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", make_env=make_env,
                                      progress=advance(bar))  # fmt: skip
                 except EvidraError as exc:

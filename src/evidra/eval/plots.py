@@ -67,12 +67,7 @@ def plot_training(
         ax.set_ylabel(key)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out_png)
 
 
 def plot_comparison(rows: Sequence[ResultRow], metric: str, out_png: str | Path) -> Path:
@@ -103,6 +98,11 @@ def plot_comparison(rows: Sequence[ResultRow], metric: str, out_png: str | Path)
     ax.set_xticks([b + width * (len(methods) - 1) / 2 for b in range(len(benches))], benches)
     ax.set_ylabel(f"{LABELS.get(metric, metric)} (%)")
     ax.legend(fontsize=7)
+    return _save(plt, fig, out_png)
+
+
+def _save(plt: Any, fig: Any, out_png: str | Path) -> Path:
+    """Lay out, write (creating the folder) and close a figure."""
     fig.tight_layout()
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)

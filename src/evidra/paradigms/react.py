@@ -7,12 +7,10 @@ register the same paradigm; run it in ``evidra.env.search.SearchEnv`` with crops
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evidra.paradigms.base import PARADIGMS
-from evidra.paradigms.search_agent import USER_TEMPLATE, parse_action
-from evidra.types import Message, Page, Parsed, Sample
+from evidra.paradigms.search_agent import SearchAgent
 
 # VRAG-RL, Appendix I.2 (Figure 10), system prompt verbatim.
 SEARCH_R1_SYSTEM = (
@@ -26,24 +24,13 @@ SEARCH_R1_SYSTEM = (
 
 
 @dataclass(frozen=True)
-class ReAct:
-    """Search-R1 / ReAct RAG: ``<search>`` and ``<answer>`` only."""
+class ReAct(SearchAgent):
+    """Search-R1 / ReAct RAG: ``<search>`` and ``<answer>`` only; prompt, parser and rewards
+    are the search agent's otherwise."""
 
     name: str = "react"
     system_prompt: str = SEARCH_R1_SYSTEM
     actions: tuple[str, ...] = ("search", "answer")
-
-    def build_messages(self, sample: Sample, pages: Sequence[Page]) -> list[Message]:
-        return [
-            Message.text("system", self.system_prompt),
-            Message.text("user", USER_TEMPLATE.format(question=sample.question)),
-        ]
-
-    def parse(self, text: str) -> Parsed:
-        return parse_action(text, self.actions)
-
-    def reward_names(self) -> tuple[str, ...]:
-        return ("retrieval", "answer", "pattern")
 
 
 PARADIGMS.add("react", ReAct)

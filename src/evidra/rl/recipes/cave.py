@@ -117,6 +117,6 @@ TASKS.add(
         reward=_outcome_only,
         oracle=oracle,
         score_episodes=score_episodes,
-        from_benchmark=adapter("cave", (has_pages, images_on_disk, is_answerable), first_gold_page),
+        from_benchmark=adapter((has_pages, images_on_disk, is_answerable), first_gold_page),
     ),
 )

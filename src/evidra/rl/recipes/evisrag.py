@@ -36,7 +36,7 @@ from evidra.types import Message, Sample
 
 
 def evisrag_samples(cfg: DataConfig) -> list[Sample]:
-    return [replace(s, sufficient=s.answerable) for s in synth_samples(cfg, "synth.evisrag")]
+    return [with_sufficiency(s) for s in synth_samples(cfg, "synth.evisrag")]
 
 
 def evisrag_oracle(sample: Sample) -> list[Message]:
@@ -47,31 +47,26 @@ def evisrag_oracle(sample: Sample) -> list[Message]:
     ]
 
 
-TASKS.add(
-    "evisrag",
-    Task(
-        name="evisrag",
-        samples=evisrag_samples,
-        make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
-        parse=parse_evidence,
-        reward=EvisragReward(),
-        oracle=evisrag_oracle,
-        scope_names=SCOPE_NAMES,
-        scopes=evidence_scopes,
-        from_benchmark=adapter("evisrag", IMAGE_QA, with_sufficiency),
-    ),
+EVISRAG_TASK = Task(
+    name="evisrag",
+    samples=evisrag_samples,
+    make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
+    parse=parse_evidence,
+    reward=EvisragReward(),
+    oracle=evisrag_oracle,
+    scope_names=SCOPE_NAMES,
+    scopes=evidence_scopes,
+    from_benchmark=adapter(IMAGE_QA, with_sufficiency),
 )
+TASKS.add("evisrag", EVISRAG_TASK)
+# the released RS-GRPO: same data, prompt and parser; upstream reward components and their spans
 TASKS.add(
     "evisrag.upstream",
-    Task(
+    replace(
+        EVISRAG_TASK,
         name="evisrag.upstream",
-        samples=evisrag_samples,
-        make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
-        parse=parse_evidence,
         reward=EvisragReward(mode="upstream"),
-        oracle=evisrag_oracle,
         scope_names=UPSTREAM_COMPONENTS,
         scopes=upstream_scopes,
-        from_benchmark=adapter("evisrag.upstream", IMAGE_QA, with_sufficiency),
     ),
 )

@@ -56,7 +56,7 @@ def make_lang2act_task(
         parse=parse_toolchain,
         reward=reward,
         oracle=oracle,
-        from_benchmark=adapter(name, IMAGE_QA),
+        from_benchmark=adapter(IMAGE_QA),
     )
 
 

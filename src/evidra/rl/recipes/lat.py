@@ -107,7 +107,7 @@ def make_lat_task(name: str, reward: LatTaskReward) -> Task:
         parse=parse_coe,
         reward=reward,
         oracle=lat_oracle,
-        from_benchmark=adapter(name, IMAGE_QA),
+        from_benchmark=adapter(IMAGE_QA),
     )
 
 

@@ -108,7 +108,9 @@ def _from_benchmark(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
     over the same loader's pages, or a service) or, when they carry a text layer, with BM25.
     """
     pages = {p.id: p for s in samples for p in s.pages}
-    kept = usable(samples, (is_answerable, has_gold_pages, images_on_disk), f"task vragrl on {cfg.source}")
+    kept = usable(
+        samples, (is_answerable, has_gold_pages, images_on_disk), f"task {cfg.task} on {cfg.source}"
+    )
     if cfg.index:
         searcher = open_searcher(cfg.index, {g for s in kept for g in s.gold_pages})
     elif any(p.words for p in pages.values()):
