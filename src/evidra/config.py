@@ -118,8 +118,29 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return out
 
 
+def merge_sections(base: Mapping[str, Any], over: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """``base`` with ``over`` merged in, recursively for nested mappings.
+
+    >>> merge_sections({"optim": {"lr": 1e-6, "weight_decay": 0.01}}, {"optim": {"lr": 5e-7}})
+    {'optim': {'lr': 5e-07, 'weight_decay': 0.01}}
+    """
+    out = dict(base)
+    for key, value in over.items():
+        here = f"{where}.{key}" if where else str(key)
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_sections(out[key], value, here)
+        else:
+            out[key] = value
+    return out
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
-    """Read ``path`` (YAML) if given, apply dotted ``overrides``, and build ``cls``."""
+    """Read ``path`` (YAML) if given, apply dotted ``overrides``, and build ``cls``.
+
+    A class naming ``__stage_sections__`` (e.g. the SFT stage's ``("sft",)``) has each such
+    section of the file merged over the rest before the overrides: one recipe file serves
+    several stages.
+    """
     data: dict[str, Any] = {}
     if path is not None:
         file = Path(path)
@@ -131,6 +152,11 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
             raise ConfigError(f"config file {str(file)!r} is not valid YAML: {exc}") from exc
         if not isinstance(data, dict):
             raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
+    for section in getattr(cls, "__stage_sections__", ()):
+        stage = data.get(section) or {}
+        if not isinstance(stage, Mapping):
+            raise ConfigError(f"config section {section!r} must be a mapping of overrides, got {stage!r}")
+        data = merge_sections(data, stage)
     return from_dict(cls, apply_overrides(data, overrides))
 
 

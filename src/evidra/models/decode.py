@@ -12,6 +12,7 @@ exactly what ``forward_logprobs`` recomputes (tests check both against ``generat
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,7 +191,7 @@ class _SlotCache:
         full[:, : self.length] = mask.bool()
         self.mask = full[:, None, None, :]  # (B, 1, 1, L_max)
 
-    def update(self, keys: Any, values: Any, layer_idx: int) -> tuple[Any, Any]:
+    def update(self, keys: Any, values: Any, layer_idx: int, *_: Any, **__: Any) -> tuple[Any, Any]:
         end = self.length + keys.shape[2]
         self.keys[layer_idx][:, :, self.length : end] = keys
         self.values[layer_idx][:, :, self.length : end] = values
@@ -209,6 +210,7 @@ class _TextStack:
 
     text: Any  # the *TextModel: embed_tokens, rotary_emb, layers, norm
     head: Any  # lm_head
+    cache_kwarg: str = "past_key_values"  # the layers' cache argument ("cache" from transformers 5.24)
 
     @staticmethod
     def find(model: Any) -> _TextStack | None:
@@ -221,7 +223,10 @@ class _TextStack:
             and set(text.config.layer_types) == {"full_attention"}
             and text.config._attn_implementation in ("sdpa", "eager")
         )
-        return _TextStack(text, head) if usable else None
+        if not usable:
+            return None
+        params = inspect.signature(text.layers[0].forward).parameters
+        return _TextStack(text, head, "cache" if "cache" in params else "past_key_values")
 
     def step(self, token: Any, pos: Any, *, cache: _SlotCache) -> Any:
         """Logits ``(B, V)`` after feeding ``token`` (B,) at text positions ``pos`` (B,)."""
@@ -229,7 +234,7 @@ class _TextStack:
         rope = self.text.rotary_emb(hidden, pos.view(1, -1, 1).expand(3, -1, -1))
         mask = cache.mask[..., : cache.length + 1]
         for layer in self.text.layers:
-            hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, past_key_values=cache)
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, **{self.cache_kwarg: cache})
         cache.length += 1
         return self.head(self.text.norm(hidden)[:, -1])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -12,15 +13,38 @@ from evidra.rl.config import OptimConfig
 T = TypeVar("T")
 
 
-def make_optimizer(model: Any, cfg: OptimConfig) -> tuple[Any, Any]:
-    """AdamW over the trainable parameters, with linear warmup then a constant rate."""
+_SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+
+def warmup_steps(cfg: OptimConfig, total_steps: int) -> int:
+    """``warmup_steps`` if set, else ``ceil(warmup_ratio x total_steps)``.
+
+    >>> warmup_steps(OptimConfig(warmup_ratio=0.1), 25)
+    3
+    """
+    if cfg.warmup_steps > 0:
+        return cfg.warmup_steps
+    return math.ceil(cfg.warmup_ratio * total_steps)
+
+
+def make_optimizer(model: Any, cfg: OptimConfig, total_steps: int = 1) -> tuple[Any, Any]:
+    """AdamW over the trainable parameters and its schedule over ``total_steps`` scheduler steps.
+
+    The schedules are transformers' (``get_scheduler``): linear warmup from 0 over the warmup
+    steps, then constant, linear decay to 0, or cosine decay to 0 at ``total_steps``.
+    """
     import torch
+    from transformers import get_scheduler
 
     params = [p for p in model.parameters() if p.requires_grad]
     betas = (cfg.betas[0], cfg.betas[1])
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
-    warmup = max(1, cfg.warmup_steps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+    scheduler = get_scheduler(
+        _SCHEDULES[cfg.schedule],
+        optimizer,
+        num_warmup_steps=warmup_steps(cfg, total_steps),
+        num_training_steps=max(1, total_steps),
+    )
     return optimizer, scheduler
 
 

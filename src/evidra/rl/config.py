@@ -8,7 +8,7 @@ estimator). Defaults follow GRPO as LAT and VRAG-RL train it; each paper's recip
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     freeze_vision: bool = True  # full fine-tuning only: keep the vision tower frozen
     gradient_checkpointing: bool = False
+    # ``dtype`` is the compute dtype. Full fine-tuning in bfloat16 keeps fp32 master weights and
+    # runs forward/backward under bf16 autocast; LoRA keeps a bf16 base with fp32 adapters.
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,17 @@ class AlgoConfig:
     kl: Literal["none", "loss", "reward"] = "loss"  # where the KL term goes; "none": no reference model
     kl_coef: float = 0.001
     kl_estimator: str = "k3"
-    ppo_epochs: int = 1  # policy updates per batch of rollouts
+    ppo_epochs: int = 1  # passes over each batch of rollouts
+    # prompts per optimizer step (verl's ppo_mini_batch_size, global); 0: the whole batch, one step
+    mini_batch_size: int = 0
+    eps: float = 1e-6  # advantage std epsilon (verl/EasyR1 1e-6; TRL and LAT 1e-4)
+    # "old" log-probs of the clipped ratio: recomputed by the trainer before the update ("recompute"),
+    # the sampler's ("sampler"), or "auto": the sampler's only when exactly on-policy (one optimizer
+    # step per batch and fp32), where they equal the trainer's; recomputed otherwise
+    old_logprobs: Literal["auto", "recompute", "sampler"] = "auto"
+    # truncated importance sampling against sampler/trainer mismatch: each token's loss is weighted by
+    # min(exp(old_logp - sampler_logp), tis_cap) (verl's tis_imp_ratio_cap, e.g. 2.0); 0 disables it
+    tis_cap: float = 0.0
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, refill
     max_sampling_rounds: int = 3
 
@@ -76,7 +88,9 @@ class OptimConfig:
     lr: float = 1e-5
     weight_decay: float = 0.0
     betas: tuple[float, ...] = (0.9, 0.999)
-    warmup_steps: int = 0
+    warmup_steps: int = 0  # optimizer steps of linear warmup from 0
+    warmup_ratio: float = 0.0  # or a fraction of all optimizer steps (used when warmup_steps is 0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"  # after warmup: decay to 0 or not
     max_grad_norm: float = 1.0
 
 
@@ -84,8 +98,9 @@ class OptimConfig:
 class RunConfig:
     output_dir: str = "runs/rl"
     steps: int = 10
-    batch_size: int = 8  # prompts per step (per process)
-    micro_batch_size: int = 8  # episodes per forward/backward
+    batch_size: int = 8  # prompts per step, over all processes (each takes batch_size / processes)
+    micro_batch_size: int = 8  # episodes (RL) or conversations (SFT) per forward/backward, per process
+    sharding: Literal["none", "fsdp2"] = "none"  # fsdp2: shard policy (and reference) over processes
     seed: int = 0
     save_every: int = 0  # steps between checkpoints; 0 = only at the end
     keep_checkpoints: int = 2
@@ -102,12 +117,26 @@ class RLConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    # overrides of the sections above for the SFT stage of the same recipe (``evidra train sft``),
+    # e.g. {optim: {lr: 5.0e-7, schedule: cosine}, epochs: 3}; checked when the recipe loads
+    sft: dict[str, Any] = field(default_factory=dict)
+
+    # a recipe's ``sft`` section is validated as SFTConfig overrides whenever the recipe loads
+    __stage_sections__: ClassVar[tuple[str, ...]] = ()
 
 
 @dataclass(frozen=True)
 class SFTConfig:
+    """The SFT stage. It reads the same recipe file as RL: the ``sft`` section is merged over the
+    shared sections before command-line overrides; ``rollout`` and ``algo`` are accepted and unused."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4))
     run: RunConfig = field(default_factory=lambda: RunConfig(output_dir="runs/sft", steps=20))
-    epochs: int = 1
+    epochs: int = 1  # with run.steps = 0: steps = ceil(epochs x examples / batch_size)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    sft: dict[str, Any] = field(default_factory=dict)
+
+    __stage_sections__: ClassVar[tuple[str, ...]] = ("sft",)

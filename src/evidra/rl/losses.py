@@ -11,8 +11,8 @@ Run the tests with ``OMP_NUM_THREADS=1 .venv/bin/pytest tests/rl/test_losses.py`
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -32,8 +32,38 @@ class PolicyLossOutput:
     approx_kl: Tensor  # ()  mean of old_logp - logp, verl's ``ppo_kl``
 
 
-POLICY_LOSSES: Registry[Callable[..., PolicyLossOutput]] = Registry("policy loss")
-LOSS_AGGREGATIONS: Registry[Callable[..., Tensor]] = Registry("loss aggregation")
+class PolicyLoss(Protocol):
+    """What every registered policy loss accepts: mypy rejects a variant whose signature drifts."""
+
+    def __call__(
+        self,
+        log_probs: Tensor,
+        old_log_probs: Tensor,
+        advantages: Tensor,
+        mask: Tensor,
+        *,
+        clip_low: float = ...,
+        clip_high: float = ...,
+        dual_clip: float | None = ...,
+    ) -> PolicyLossOutput: ...
+
+
+class LossAggregation(Protocol):
+    """What every registered loss aggregation accepts (global normalisers may be None)."""
+
+    def __call__(
+        self,
+        loss: Tensor,
+        mask: Tensor,
+        *,
+        global_tokens: float | Tensor | None = ...,
+        global_seqs: float | Tensor | None = ...,
+        max_len: int | None = ...,
+    ) -> Tensor: ...
+
+
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+LOSS_AGGREGATIONS: Registry[LossAggregation] = Registry("loss aggregation")
 
 
 def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
@@ -104,6 +134,7 @@ def gspo_loss(
     *,
     clip_low: float = 3e-4,
     clip_high: float = 4e-4,
+    dual_clip: float | None = None,
     log_ratio_clamp: float = 10.0,
 ) -> PolicyLossOutput:
     """GSPO (sequence-level importance ratio), in verl's token-combined form.
@@ -111,9 +142,11 @@ def gspo_loss(
     ``s_i = exp(mean_t(logp - old_logp))`` over the masked tokens; the per-token ratio is
     ``exp(logp - sg(logp) + sg(log s_i))`` (clamped at ``log_ratio_clamp`` = 10 as verl), so its
     value is ``s_i`` and its gradient is ``s_i·∇logp_t``; then the clipped surrogate with the
-    GSPO paper's clip range (3e-4, 4e-4). No dual clip. verl always aggregates GSPO with
-    ``seq-mean-token-mean``.
+    GSPO paper's clip range (3e-4, 4e-4). GSPO has no dual clip: ``dual_clip`` must be None.
+    verl always aggregates GSPO with ``seq-mean-token-mean``.
     """
+    if dual_clip is not None:
+        raise InvalidInputError(f"gspo has no dual clip; set algo.dual_clip to null (got {dual_clip})")
     adv = _broadcast_advantages(advantages, log_probs)  # (B, L)
     log_ratio, m = torch.broadcast_tensors(log_probs - old_log_probs, mask.to(log_probs.dtype))  # (B, L)
     seq_log_ratio = (log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)  # (B,)

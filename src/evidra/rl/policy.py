@@ -7,7 +7,6 @@ the weights exists; with full fine-tuning it is a frozen copy; with KL off there
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import shutil
@@ -21,6 +20,7 @@ from evidra.errors import ConfigError
 from evidra.models.adapters import LoraSpec, apply_lora, freeze
 from evidra.models.loading import VLM, load_vlm
 from evidra.rl.config import ModelConfig
+from evidra.rl.precision import Precision, reference_copy, training_precision
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +45,15 @@ def resolve_model_path(path: str, cache_dir: str | Path) -> str:
 
 
 def load_policy(cfg: ModelConfig, cache_dir: str | Path, device: str = "cpu") -> VLM:
-    """Load the policy and make only what should train trainable."""
+    """Load the policy and make only what should train trainable.
+
+    Weights load in ``training_precision(cfg).load``: fp32 master weights for full fine-tuning
+    whatever the compute dtype, with the frozen parts cast down to the compute dtype.
+    """
+    precision = training_precision(cfg)
     vlm = load_vlm(
         resolve_model_path(cfg.path, cache_dir),
-        dtype=cfg.dtype,
+        dtype=precision.load,
         device=device,
         min_pixels=cfg.min_pixels,
         max_pixels=cfg.max_pixels,
@@ -58,8 +63,10 @@ def load_policy(cfg: ModelConfig, cache_dir: str | Path, device: str = "cpu") ->
     elif cfg.freeze_vision:
         frozen = freeze(vlm.model, ("model.visual.", "visual."))
         logger.info("froze %d vision-tower tensors", frozen)
+    if not cfg.lora.enabled:
+        precision.cast_frozen(vlm.model)
     if cfg.gradient_checkpointing:
-        vlm.model.gradient_checkpointing_enable()
+        vlm.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return vlm
 
 
@@ -67,17 +74,14 @@ def load_policy(cfg: ModelConfig, cache_dir: str | Path, device: str = "cpu") ->
 class Reference:
     """Computes reference log-probs: adapter disabled (LoRA) or a frozen copy (full FT)."""
 
-    model: Any  # the policy itself under LoRA, else a frozen copy
+    model: Any  # the policy itself under LoRA, else a frozen copy (in the compute dtype)
     lora: bool
 
     @classmethod
-    def build(cls, policy: VLM, lora: bool) -> Reference:
+    def build(cls, policy: VLM, lora: bool, precision: Precision | None = None) -> Reference:
         if lora:
             return cls(policy.model, True)
-        frozen = copy.deepcopy(policy.model).eval()
-        for p in frozen.parameters():
-            p.requires_grad_(False)
-        return cls(frozen, False)
+        return cls(reference_copy(policy.model, precision or Precision("float32", "float32")), False)
 
     @contextmanager
     def active(self) -> Iterator[Any]:

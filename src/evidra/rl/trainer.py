@@ -15,11 +15,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from evidra.config import dump_config, to_dict
-from evidra.errors import ConfigError
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
@@ -36,10 +36,20 @@ from evidra.rl.credit import token_advantages
 from evidra.rl.filtering import DynamicSampler, Round
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
+from evidra.rl.precision import training_precision
 from evidra.rl.rollout import Episode, HFBackend, RolloutLimits, rollout
 from evidra.rl.sink import MetricsSink
 from evidra.rl.tasks import TASKS, task_samples
-from evidra.rl.update import UpdateSettings, episode_tensors, policy_update, reference_logprobs
+from evidra.rl.update import (
+    MicroBatch,
+    UpdateSettings,
+    episode_tensors,
+    mismatch_stats,
+    policy_update,
+    recompute_old_logprobs,
+    reference_logprobs,
+)
+from evidra.rl.validate import local_batch_size, validate_rl_config
 from evidra.types import Sample
 
 logger = logging.getLogger(__name__)
@@ -55,18 +65,20 @@ class RLTrainer:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
-        if cfg.run.micro_batch_size < 1 or cfg.run.batch_size < 1:
-            raise ConfigError("run.batch_size and run.micro_batch_size must be >= 1")
+        validate_rl_config(cfg)  # every name and option, before anything heavy loads
         self.cfg = cfg
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.local_batch = local_batch_size(cfg, self.acc.num_processes)
         self.out = Path(cfg.run.output_dir)
+        self.precision = training_precision(cfg.model)
         set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
         self.task = TASKS.get(cfg.data.task)
         with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
             self.samples = task_samples(self.task, cfg.data)
             self.vlm = load_policy(cfg.model, self.out / "models", device=str(self.acc.device))
-        self.reference = Reference.build(self.vlm, cfg.model.lora.enabled) if cfg.algo.kl != "none" else None
-        optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim)
+        lora = cfg.model.lora.enabled
+        self.reference = Reference.build(self.vlm, lora, self.precision) if cfg.algo.kl != "none" else None
+        optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim, total_steps=cfg.run.steps)
         self.cursor = DataCursor(self.samples, cfg.data.seed)
         self.model, self.optimizer = self.acc.prepare(self.vlm.model, optimizer)
         ref_model = [self.reference.model] if self.reference is not None and not self.reference.lora else []
@@ -86,7 +98,7 @@ class RLTrainer:
     def next_samples(self) -> list[Sample]:
         """This rank's prompts for the next step; the position is saved in checkpoints."""
         samples, self.state = self.cursor.take(
-            self.state, self.cfg.run.batch_size, self.acc.process_index, self.acc.num_processes
+            self.state, self.local_batch, self.acc.process_index, self.acc.num_processes
         )
         return samples
 
@@ -98,7 +110,8 @@ class RLTrainer:
         )
         limits = RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
         self.vlm.model.eval()
-        episodes = rollout(HFBackend(self.vlm), self.task.make_env, samples, r.group_size, params, limits)
+        with self.precision.autocast(self.acc.device):
+            episodes = rollout(HFBackend(self.vlm), self.task.make_env, samples, r.group_size, params, limits)
         if self.task.scopes is not None:  # token spans of each reward channel (RS-GRPO)
             annotate, tok = self.task.scopes, self.vlm.tokenizer
             episodes = [replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
@@ -122,7 +135,7 @@ class RLTrainer:
             return Round(groups, rewards)
 
         sampler: DynamicSampler[Group] = DynamicSampler(
-            self.cfg.run.batch_size, max_rounds=self.cfg.algo.max_sampling_rounds, on_short="partial"
+            self.local_batch, max_rounds=self.cfg.algo.max_sampling_rounds, on_short="partial"
         )
         result = sampler.collect(generate)
         stats = {"sampling/rounds": float(result.rounds), "sampling/filtered_groups": float(result.filtered)}
@@ -143,42 +156,35 @@ class RLTrainer:
 
         start = time.perf_counter()
         groups, stats = self._collect()
-        if not groups:
+        n_mini = self._minibatch_count(len(groups))
+        if n_mini == 0:
             logger.warning("step %d: every group was filtered out; skipping the update", self.state.step)
             self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
+            self.scheduler.step()
             return {"skipped": 1.0, **stats}
         episodes = [ep for eps, _ in groups for ep in eps]
         results = [res for _, rs in groups for res in rs]
         rollout_s = time.perf_counter() - start
-        tensors = episode_tensors(self.vlm, episodes, self.cfg.run.micro_batch_size)
-        ref = (
-            reference_logprobs(self.reference, tensors, self.cfg.rollout.temperature)
-            if self.reference
-            else None
-        )
+        minibatches = self._minibatches(groups, n_mini)
+        flat = [mb for mini in minibatches for mb in mini]
+        autocast = partial(self.precision.autocast, self.acc.device)
+        temperature = self.cfg.rollout.temperature
+        ref = reference_logprobs(self.reference, flat, temperature, autocast) if self.reference else None
         rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (B*G,)
         valid = torch.tensor([r.scored for r in results])  # (B*G,)
-        shaped = self._kl_in_reward(rewards, tensors, ref)
-        advantages = token_advantages(
-            self.cfg.algo,
-            episodes,
-            results,
-            shaped,
-            valid,
-            self.cfg.rollout.group_size,
-            self.task.scope_names,
-        )  # (B*G, L)
-        for mb in tensors:
+        shaped = self._kl_in_reward(rewards, flat, ref)
+        g, scopes = self.cfg.rollout.group_size, self.task.scope_names
+        advantages = token_advantages(self.cfg.algo, episodes, results, shaped, valid, g, scopes)  # (B*G, L)
+        for mb in flat:
             mb.set_advantages(advantages)
+        settings = self._settings()
+        if self._recompute_old(len(minibatches)):
+            recompute_old_logprobs(self.model, minibatches, temperature, autocast)
+            stats.update(mismatch_stats(minibatches))
         self.model.train()
+        kl_ref = ref if self.cfg.algo.kl == "loss" else None
         update = policy_update(
-            self.model,
-            self.optimizer,
-            self.acc,
-            tensors,
-            valid,
-            ref if self.cfg.algo.kl == "loss" else None,
-            self._settings(),
+            self.model, self.optimizer, self.acc, minibatches, valid, kl_ref, settings, autocast
         )
         self.scheduler.step()
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
@@ -194,7 +200,36 @@ class RLTrainer:
             / max(1e-9, time.perf_counter() - start),
         }
 
-    def _kl_in_reward(self, rewards: Any, tensors: Any, ref: Any) -> Any:
+    def _minibatch_count(self, local_groups: int) -> int:
+        """Optimizer steps per pass: ``batch_size / mini_batch_size``, fewer if some process holds
+        fewer groups (dynamic sampling); the same on every process (their collectives must pair)."""
+        import torch
+
+        a, run = self.cfg.algo, self.cfg.run
+        nominal = run.batch_size // a.mini_batch_size if a.mini_batch_size else 1
+        n = torch.tensor(min(nominal, local_groups), device=self.acc.device)
+        if self.acc.num_processes > 1:
+            torch.distributed.all_reduce(n, op=torch.distributed.ReduceOp.MIN)
+        return int(n)
+
+    def _minibatches(self, groups: list[Group], n_mini: int) -> list[list[MicroBatch]]:
+        """Whole groups split into ``n_mini`` near-equal mini-batches, each into micro-batches."""
+        out, offset = [], 0
+        g = self.cfg.rollout.group_size
+        for part in _split(groups, n_mini):
+            episodes = [ep for eps, _ in part for ep in eps]
+            out.append(episode_tensors(self.vlm, episodes, self.cfg.run.micro_batch_size, offset))
+            offset += len(part) * g
+        return out
+
+    def _recompute_old(self, n_mini: int) -> bool:
+        """Whether the trainer recomputes the old log-probs (see ``AlgoConfig.old_logprobs``)."""
+        mode = self.cfg.algo.old_logprobs
+        if mode != "auto":
+            return mode == "recompute"
+        return n_mini * self.cfg.algo.ppo_epochs > 1  # one step per batch: the current log-probs are old
+
+    def _kl_in_reward(self, rewards: Any, tensors: list[MicroBatch], ref: Any) -> Any:
         if self.cfg.algo.kl != "reward" or ref is None:
             return rewards
         import torch
@@ -202,7 +237,7 @@ class RLTrainer:
         parts = [
             kl_in_reward(
                 rewards[t.rows],
-                t.old_logprobs,
+                t.sampler_logprobs,
                 r,
                 t.loss_mask,
                 beta=self.cfg.algo.kl_coef,
@@ -227,6 +262,8 @@ class RLTrainer:
             max_grad_norm=self.cfg.optim.max_grad_norm,
             temperature=self.cfg.rollout.temperature,
             max_len=self.cfg.rollout.max_response_tokens,
+            old_logprobs=a.old_logprobs,
+            tis_cap=a.tis_cap,
         )
 
     # loop and checkpoints -----------------------------------------------------------------
@@ -262,6 +299,21 @@ class RLTrainer:
         self.state = load_checkpoint(found[-1], model, self.optimizer, self.scheduler)
         self.sink.truncate_after(self.state.step)
         logger.info("resumed from %s (step %d)", found[-1], self.state.step)
+
+
+def _split(items: list[Group], n: int) -> list[list[Group]]:
+    """``items`` in ``n`` consecutive near-equal parts (the first ones one longer).
+
+    >>> [len(p) for p in _split(list(range(7)), 3)]  # type: ignore[arg-type]
+    [3, 2, 2]
+    """
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 def _reward_metrics(results: list[RewardResult], rewards: Any, advantages: Any) -> dict[str, float]:

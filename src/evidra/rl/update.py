@@ -36,6 +36,8 @@ class UpdateSettings:
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     max_len: int | None = None  # Dr.GRPO's constant (seq-mean-token-sum-norm)
+    old_logprobs: str = "auto"  # auto | recompute | sampler (see AlgoConfig.old_logprobs)
+    tis_cap: float = 0.0  # truncated importance-sampling cap against sampler mismatch; 0: off
 
 
 @dataclass(eq=False)
@@ -45,7 +47,8 @@ class MicroBatch:
     prefix: PrefixBatch | None  # shared-prompt path (single-turn responses without images)
     response_ids: Any  # (b, R)
     loss_mask: Any  # (b, R): 1 on policy tokens, 0 on padding and observations
-    old_logprobs: Any  # (b, R): sampling log-probs, 0 off the mask
+    old_logprobs: Any  # (b, R): the clipped ratio's "old" log-probs, 0 off the mask
+    sampler_logprobs: Any  # (b, R): the sampling engine's log-probs of the same tokens
     advantages: Any = None  # (b, R), set from the step's (N, L) token advantages
 
     def logprobs(self, model: Any, temperature: float, *, with_entropy: bool = False) -> Any:
@@ -83,11 +86,14 @@ def _shared_prompts(vlm: VLM, chunk: Sequence[Episode]) -> tuple[list[Context], 
     return (prompts, index) if len(prompts) < len(chunk) else None
 
 
-def episode_tensors(vlm: VLM, episodes: Sequence[Episode], micro_batch_size: int) -> list[MicroBatch]:
+def episode_tensors(
+    vlm: VLM, episodes: Sequence[Episode], micro_batch_size: int, offset: int = 0
+) -> list[MicroBatch]:
     """Collate episodes into micro-batches of model inputs and aligned per-token tensors.
 
     Groups of single-turn episodes share their prompt (``models.prefix``): it is encoded once
-    per micro-batch instead of once per episode.
+    per micro-batch instead of once per episode. ``offset`` is the step-wide index of
+    ``episodes[0]`` (a mini-batch's rows among the step's).
     """
     import torch
 
@@ -117,8 +123,9 @@ def episode_tensors(vlm: VLM, episodes: Sequence[Episode], micro_batch_size: int
             t = ep.trajectory
             mask[i, : len(t.policy_mask)] = torch.tensor(t.policy_mask, dtype=torch.float32)
             old[i, : len(t.logprobs)] = torch.tensor(t.logprobs, dtype=torch.float32)
-        rows = slice(start, start + len(chunk))
-        out.append(MicroBatch(rows, inputs, prefix, ids, mask.to(device), old.to(device)))
+        rows = slice(offset + start, offset + start + len(chunk))
+        old = old.to(device)
+        out.append(MicroBatch(rows, inputs, prefix, ids, mask.to(device), old, old))
     return out
 
 
@@ -128,14 +135,17 @@ def torch_pad(x: Any, width: int) -> Any:
     return torch.cat([x, x.new_zeros(x.shape[0], width - x.shape[1])], dim=1)
 
 
-def reference_logprobs(reference: Reference, batches: Sequence[MicroBatch], temperature: float) -> list[Any]:
+def reference_logprobs(
+    reference: Reference, batches: Sequence[MicroBatch], temperature: float, autocast: Any = nullcontext
+) -> list[Any]:
     """Reference-policy log-probs ``(b, R)`` per micro-batch, without gradients."""
     import torch
 
     out = []
     with torch.no_grad(), reference.active() as model:
         for mb in batches:
-            out.append(mb.logprobs(model, temperature))
+            with autocast():
+                out.append(mb.logprobs(model, temperature).float())
     return out
 
 
@@ -153,54 +163,120 @@ def _global_counts(batches: Sequence[MicroBatch], valid: Any, acc: Any) -> tuple
     return tokens, seqs
 
 
+def recompute_old_logprobs(
+    model: Any, minibatches: Sequence[Sequence[MicroBatch]], temperature: float, autocast: Any = nullcontext
+) -> None:
+    """Replace every micro-batch's old log-probs by the trainer's own, before any update.
+
+    Needed whenever the sampler's can differ from what the trainer computes: several optimizer
+    steps per batch (the later steps' "old" policy is the pre-update one), bf16 compute, another
+    generation engine. The sampler's stay in ``sampler_logprobs`` for the mismatch metrics and
+    the truncated importance-sampling correction.
+    """
+    import torch
+
+    with torch.no_grad():
+        for batches in minibatches:
+            for mb in batches:
+                with autocast():
+                    logp = mb.logprobs(model, temperature)  # (b, R)
+                mb.old_logprobs = (logp.float() * mb.loss_mask).detach()
+
+
+def mismatch_stats(batches: Sequence[Sequence[MicroBatch]]) -> dict[str, float]:
+    """Mean and max ``|trainer - sampler|`` log-prob over policy tokens (after a recompute)."""
+    total, count, worst = 0.0, 0.0, 0.0
+    for mb in (m for group in batches for m in group):
+        delta = (mb.old_logprobs - mb.sampler_logprobs).abs() * mb.loss_mask  # (b, R)
+        total, count = total + float(delta.sum()), count + float(mb.loss_mask.sum())
+        worst = max(worst, float(delta.max()) if delta.numel() else 0.0)
+    return {"mismatch/logp_abs_mean": total / max(count, 1.0), "mismatch/logp_abs_max": worst}
+
+
+def _micro_loss(
+    model: Any, mb: MicroBatch, mask: Any, ref: Any, s: UpdateSettings, stats: _Stats, on_policy: bool
+) -> Any:
+    """Per-token loss (b, R) of one micro-batch: clipped surrogate (+ TIS weight) (+ KL)."""
+    import torch
+
+    loss_fn = POLICY_LOSSES.get(s.policy_loss)
+    logp, entropy = mb.logprobs(model, s.temperature, with_entropy=True)  # (b, R) each
+    if on_policy:  # one optimizer step per batch: the old policy is this one, exactly
+        mb.old_logprobs = (logp.detach().float() * mb.loss_mask).detach()
+    out = loss_fn(logp, mb.old_logprobs, mb.advantages, mask, clip_low=s.clip_low, clip_high=s.clip_high,
+                  dual_clip=s.dual_clip)  # fmt: skip
+    per_token = out.loss  # (b, R)
+    if s.tis_cap > 0:  # verl's truncated IS: weight by min(pi_old / pi_sampler, cap), no gradient
+        weight = torch.exp(mb.old_logprobs - mb.sampler_logprobs).clamp(max=s.tis_cap).detach()  # (b, R)
+        per_token = per_token * weight
+        stats.mean("tis/weight_mean", float((weight * mask).sum() / mask.sum().clamp(min=1)))
+    if ref is not None and s.kl_coef:
+        kld = kl_penalty(logp, ref, s.kl_estimator) * mask  # (b, R)
+        per_token = per_token + s.kl_coef * kld
+        stats.mean("kl", float((kld.sum() / mask.sum().clamp(min=1)).detach()))
+    stats.mean("clip/low", float(out.clip_frac_low))
+    stats.mean("clip/high", float(out.clip_frac_high))
+    stats.mean("clip/dual", float(out.dual_clip_frac))
+    stats.mean("approx_kl", float(out.approx_kl))
+    stats.mean("entropy", float((entropy * mask).sum() / mask.sum().clamp(min=1)))
+    return per_token
+
+
 def policy_update(
     model: Any,
     optimizer: Any,
     acc: Any,
-    batches: Sequence[MicroBatch],
+    batches: Sequence[MicroBatch] | Sequence[Sequence[MicroBatch]],
     valid: Any,
     ref: Sequence[Any] | None,
     s: UpdateSettings,
+    autocast: Any = nullcontext,
 ) -> dict[str, float]:
-    """``ppo_epochs`` optimizer steps over all micro-batches; returns averaged statistics."""
+    """``ppo_epochs`` passes over the mini-batches, one optimizer step per mini-batch.
 
-    loss_fn = POLICY_LOSSES.get(s.policy_loss)
-    if any(mb.advantages is None for mb in batches):
+    ``batches`` is a list of mini-batches, each a list of micro-batches (a flat list of
+    micro-batches is one mini-batch). Each mini-batch's loss uses that mini-batch's global
+    token / sequence counts, so its micro-batches accumulate to the mini-batch gradient. With a
+    single optimizer step the old log-probs are the current ones (exactly on-policy, ``auto``);
+    otherwise they must have been recomputed before (:func:`recompute_old_logprobs`) or are the
+    sampler's (``old_logprobs="sampler"``). ``ref`` holds the reference log-probs per micro-batch,
+    in the same order as the flattened mini-batches.
+    """
+    minibatches = _as_minibatches(batches)
+    flat = [mb for group in minibatches for mb in group]
+    if any(mb.advantages is None for mb in flat):
         raise InvalidInputError("set every micro-batch's advantages before the update")
-    tokens, seqs = _global_counts(batches, valid, acc)
+    ref_of = {id(mb): r for mb, r in zip(flat, ref, strict=True)} if ref is not None else {}
+    on_policy = s.old_logprobs == "auto" and s.ppo_epochs * len(minibatches) == 1
+    steps = s.ppo_epochs * len(minibatches)
     stats = _Stats()
     for _epoch in range(s.ppo_epochs):
-        optimizer.zero_grad(set_to_none=True)
-        for i, mb in enumerate(batches):
-            last = i == len(batches) - 1
-            sync = nullcontext() if last or acc.num_processes == 1 else acc.no_sync(model)
-            with sync:
-                mask = mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]  # (b, R)
-                logp, entropy = mb.logprobs(model, s.temperature, with_entropy=True)  # (b, R) each
-                out = loss_fn(
-                    logp, mb.old_logprobs, mb.advantages, mask, clip_low=s.clip_low, clip_high=s.clip_high,
-                    dual_clip=s.dual_clip,
-                )  # fmt: skip
-                per_token = out.loss  # (b, R)
-                if ref is not None and s.kl_coef:
-                    kld = kl_penalty(logp, ref[i], s.kl_estimator) * mask  # (b, R)
-                    per_token = per_token + s.kl_coef * kld
-                    stats.mean("kl", float((kld.sum() / mask.sum().clamp(min=1)).detach()))
-                loss = aggregate(
-                    per_token, mask, s.loss_agg, global_tokens=tokens, global_seqs=seqs, max_len=s.max_len,
-                    world_size=acc.num_processes,
-                )  # fmt: skip
-                acc.backward(loss)
-            stats.total("loss", float(loss.detach()) / s.ppo_epochs)  # micro losses sum to the batch loss
-            stats.mean("clip/low", float(out.clip_frac_low))
-            stats.mean("clip/high", float(out.clip_frac_high))
-            stats.mean("clip/dual", float(out.dual_clip_frac))
-            stats.mean("approx_kl", float(out.approx_kl))
-            stats.mean("entropy", float((entropy * mask).sum() / mask.sum().clamp(min=1)))
-        norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], s.max_grad_norm)
-        stats.mean("grad_norm", float(norm))
-        optimizer.step()
+        for group in minibatches:
+            tokens, seqs = _global_counts(group, valid, acc)
+            optimizer.zero_grad(set_to_none=True)
+            for i, mb in enumerate(group):
+                sync = nullcontext() if i == len(group) - 1 or acc.num_processes == 1 else acc.no_sync(model)
+                with sync:
+                    mask = mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]  # (b, R)
+                    with autocast():
+                        per_token = _micro_loss(model, mb, mask, ref_of.get(id(mb)), s, stats, on_policy)
+                    loss = aggregate(
+                        per_token, mask, s.loss_agg, global_tokens=tokens, global_seqs=seqs,
+                        max_len=s.max_len, world_size=acc.num_processes,
+                    )  # fmt: skip
+                    acc.backward(loss)
+                stats.total("loss", float(loss.detach()) / steps)  # micro losses sum to the batch loss
+            norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], s.max_grad_norm)
+            stats.mean("grad_norm", float(norm))
+            optimizer.step()
+    stats.total("optimizer_steps", float(steps))
     return stats.result()
+
+
+def _as_minibatches(batches: Sequence[Any]) -> list[list[MicroBatch]]:
+    if batches and isinstance(batches[0], MicroBatch):
+        return [list(batches)]
+    return [list(group) for group in batches]
 
 
 class _Stats:

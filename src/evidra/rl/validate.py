@@ -1,0 +1,145 @@
+"""Check a whole training config before anything heavy loads.
+
+Every registry name (task, advantage estimator, policy loss, loss aggregation, KL estimator,
+benchmark loader) and every numeric option is checked here, so a typo fails in a second with
+a "did you mean", not after the model has loaded and a rollout has run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evidra.config import from_dict, merge_sections, to_dict
+from evidra.errors import ConfigError, RegistryError
+from evidra.registry import Registry
+from evidra.rl.config import (
+    AlgoConfig,
+    DataConfig,
+    OptimConfig,
+    RLConfig,
+    RolloutConfig,
+    RunConfig,
+    SFTConfig,
+)
+from evidra.rl.precision import training_precision
+
+
+def _known(registry: Registry[Any], name: str, key: str) -> None:
+    try:
+        registry.get(name)
+    except RegistryError as exc:
+        raise ConfigError(f"{key}: {exc.args[0]}") from None
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _check_run(run: RunConfig) -> None:
+    _check(run.steps >= 0, f"run.steps must be >= 0, got {run.steps}")
+    _check(run.batch_size >= 1, f"run.batch_size must be >= 1, got {run.batch_size}")
+    _check(run.micro_batch_size >= 1, f"run.micro_batch_size must be >= 1, got {run.micro_batch_size}")
+    _check(run.save_every >= 0, f"run.save_every must be >= 0 (0: only at the end), got {run.save_every}")
+    _check(run.keep_checkpoints >= 0, f"run.keep_checkpoints must be >= 0, got {run.keep_checkpoints}")
+
+
+def _check_optim(optim: OptimConfig, where: str = "optim") -> None:
+    _check(optim.lr > 0, f"{where}.lr must be > 0, got {optim.lr}")
+    _check(optim.weight_decay >= 0, f"{where}.weight_decay must be >= 0, got {optim.weight_decay}")
+    _check(len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas),
+           f"{where}.betas must be two numbers in [0, 1), got {list(optim.betas)}")  # fmt: skip
+    _check(optim.warmup_steps >= 0, f"{where}.warmup_steps must be >= 0, got {optim.warmup_steps}")
+    _check(0 <= optim.warmup_ratio < 1, f"{where}.warmup_ratio must be in [0, 1), got {optim.warmup_ratio}")
+    _check(optim.max_grad_norm > 0, f"{where}.max_grad_norm must be > 0, got {optim.max_grad_norm}")
+
+
+def _check_rollout(r: RolloutConfig) -> None:
+    _check(r.group_size >= 1, f"rollout.group_size must be >= 1, got {r.group_size}")
+    _check(r.temperature > 0, f"rollout.temperature must be > 0, got {r.temperature}")
+    _check(0 < r.top_p <= 1, f"rollout.top_p must be in (0, 1], got {r.top_p}")
+    _check(r.top_k >= 0, f"rollout.top_k must be >= 0 (0: off), got {r.top_k}")
+    _check(r.max_turns >= 1, f"rollout.max_turns must be >= 1, got {r.max_turns}")
+    _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
+    n = r.max_response_tokens
+    _check(n >= 1, f"rollout.max_response_tokens must be >= 1, got {n}")
+
+
+def _check_algo(a: AlgoConfig, batch_size: int) -> None:
+    from evidra.rl.credit import CREDIT
+    from evidra.rl.kl import KL_ESTIMATORS
+    from evidra.rl.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
+
+    _known(CREDIT, a.advantage, "algo.advantage")
+    _known(POLICY_LOSSES, a.policy_loss, "algo.policy_loss")
+    _known(LOSS_AGGREGATIONS, a.loss_agg, "algo.loss_agg")
+    _known(KL_ESTIMATORS, a.kl_estimator, "algo.kl_estimator")
+    _check(a.clip_low >= 0 and a.clip_high >= 0, f"algo.clip_low/clip_high must be >= 0, got {a.clip_low}, "
+           f"{a.clip_high}")  # fmt: skip
+    _check(a.dual_clip is None or a.dual_clip > 1, f"algo.dual_clip must be > 1 or null, got {a.dual_clip}")
+    _check(a.policy_loss != "gspo" or a.dual_clip is None, "algo.policy_loss=gspo has no dual clip; set "
+           "algo.dual_clip=null")  # fmt: skip
+    _check(a.kl_coef >= 0, f"algo.kl_coef must be >= 0, got {a.kl_coef}")
+    _check(a.eps > 0, f"algo.eps must be > 0, got {a.eps}")
+    _check(a.ppo_epochs >= 1, f"algo.ppo_epochs must be >= 1, got {a.ppo_epochs}")
+    _check(a.tis_cap >= 0, f"algo.tis_cap must be >= 0 (0: off), got {a.tis_cap}")
+    _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds must be >= 1, got {a.max_sampling_rounds}")
+    m = a.mini_batch_size
+    _check(m >= 0, f"algo.mini_batch_size must be >= 0 (0: the whole batch), got {m}")
+    message = f"algo.mini_batch_size={m} (prompts per optimizer step) must divide run.batch_size={batch_size}"
+    _check(m == 0 or batch_size % m == 0, message)
+
+
+def _check_data(data: DataConfig, task: Any) -> None:
+    if data.source:
+        from evidra.data.loaders import LOADERS
+
+        _known(LOADERS, data.source, "data.source")
+    _check(data.size >= 0, f"data.size must be >= 0, got {data.size}")
+
+
+def validate_rl_config(cfg: RLConfig) -> None:
+    """Raise a one-line ``ConfigError`` for the first wrong name or value in ``cfg``."""
+    from evidra.rl.tasks import TASKS
+
+    _known(TASKS, cfg.data.task, "data.task")
+    task = TASKS.get(cfg.data.task)
+    _check_data(cfg.data, task)
+    _check_run(cfg.run)
+    _check_optim(cfg.optim)
+    _check_rollout(cfg.rollout)
+    _check_algo(cfg.algo, cfg.run.batch_size)
+    if cfg.algo.advantage == "rs_grpo" and not task.scope_names:
+        raise ConfigError(f"algo.advantage=rs_grpo needs a task with scoped rewards; {task.name!r} has none")
+    training_precision(cfg.model)
+    sft_stage(cfg)  # the recipe's sft section must make a valid SFT config too
+
+
+def sft_stage(cfg: RLConfig) -> SFTConfig:
+    """The SFT config the same recipe gives (its ``sft`` section merged over the rest)."""
+    data = to_dict(cfg)
+    return from_dict(SFTConfig, merge_sections(data, data.get("sft") or {}))
+
+
+def validate_sft_config(cfg: SFTConfig) -> None:
+    from evidra.rl.tasks import TASKS
+
+    _known(TASKS, cfg.data.task, "data.task")
+    _check_data(cfg.data, TASKS.get(cfg.data.task))
+    _check_run(cfg.run)
+    _check_optim(cfg.optim)
+    _check(cfg.epochs >= 1, f"epochs must be >= 1, got {cfg.epochs}")
+    training_precision(cfg.model)
+
+
+def local_batch_size(cfg: RLConfig | SFTConfig, processes: int) -> int:
+    """This process's share of the global ``run.batch_size`` (an error if it does not divide)."""
+    if cfg.run.batch_size % processes:
+        raise ConfigError(
+            f"run.batch_size={cfg.run.batch_size} is the global number of prompts per step and must be "
+            f"divisible by the {processes} processes; use a multiple of {processes}"
+        )
+    mini = cfg.algo.mini_batch_size
+    if mini and mini % processes:
+        raise ConfigError(f"algo.mini_batch_size={mini} must be divisible by the {processes} processes")
+    return cfg.run.batch_size // processes
