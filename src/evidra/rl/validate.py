@@ -112,7 +112,10 @@ def validate_rl_config(cfg: RLConfig) -> None:
     if cfg.algo.advantage == "rs_grpo" and not task.scope_names:
         raise ConfigError(f"algo.advantage=rs_grpo needs a task with scoped rewards; {task.name!r} has none")
     training_precision(cfg.model)
-    sft_stage(cfg)  # the recipe's sft section must make a valid SFT config too
+    try:  # the recipe's sft section must make a valid SFT config too
+        validate_sft_config(sft_stage(cfg))
+    except ConfigError as exc:
+        raise ConfigError(f"the recipe's SFT stage (section sft): {exc}") from None
 
 
 def sft_stage(cfg: RLConfig) -> SFTConfig:
