@@ -24,3 +24,29 @@ def test_two_cpu_processes_hold_identical_weights_after_a_step(tmp_path: Path) -
         assert torch.equal(value, ranks[1]["after"][name]), f"ranks disagree on {name}"
     moved = [n for n, v in ranks[0]["after"].items() if not torch.equal(v, ranks[0]["before"][n])]
     assert moved, "the step must change the weights"
+
+
+@pytest.mark.slow
+def test_fsdp2_on_two_cpu_processes_resumes_exactly_and_matches_ddp(tmp_path: Path) -> None:
+    """FSDP2 (fully_shard over gloo): bf16 compute with fp32 sharded masters, a sharded KL
+    reference, sharded checkpoints, and SFT; see fsdp_steps.py for what each run does."""
+    script = Path(__file__).with_name("fsdp_steps.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(script), str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = torch.load(tmp_path / "result.pt", weights_only=False)
+    assert r["world"] == 2 and r["resumed_from"] == 2
+    # a run killed after its step-2 checkpoint and resumed is the uninterrupted run, bit for bit
+    assert r["cut"] == r["full"]
+    assert set(r["cut_weights"]) == set(r["full_weights"])
+    for name, value in r["full_weights"].items():
+        assert torch.equal(value, r["cut_weights"][name]), name
+    # one fp32 step sharded equals the DDP step up to float summation order
+    moved = 0
+    for name, value in r["ddp_weights"].items():
+        assert torch.allclose(value, r["fsdp_weights"][name], atol=1e-5), name
+        moved += int(not torch.equal(value, r["start_weights"][name]))
+    assert moved > len(r["ddp_weights"]) // 2, "the step must change the weights"
+    assert len(r["sft"]) == 2 and r["sft"][1] < r["sft"][0]

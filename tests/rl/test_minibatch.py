@@ -57,7 +57,7 @@ def _update(batch: tuple, settings: UpdateSettings, *, n_mini: int = 1, sampler_
     flat = [m for mini in minis for m in mini]
     ref = reference_logprobs(trainer.reference, flat, 1.0) if with_ref else None
     sgd = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
-    stats = policy_update(model, sgd, trainer.acc, minis, valid, ref, settings)
+    stats = policy_update(model, sgd, trainer.engine, minis, valid, ref, settings)
     after = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     model.load_state_dict(start)
     return stats, {n: after[n] - start[n] for n in after}

@@ -70,7 +70,7 @@ def test_micro_batching_equals_full_batch(tmp_path: Path) -> None:
         batches = episode_tensors(trainer.vlm, episodes, micro)
         for mb in batches:
             mb.set_advantages(advantages)
-        stats = policy_update(trainer.model, sgd, trainer.acc, batches, valid, None, trainer._settings())
+        stats = policy_update(trainer.model, sgd, trainer.engine, batches, valid, None, trainer._settings())
         outcomes.append((stats, _loaded_params(trainer)))
     (full_stats, full), (micro_stats, micro) = outcomes
     # Different micro-batch shapes change padding and the shared-prompt grouping, hence float

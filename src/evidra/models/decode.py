@@ -223,7 +223,7 @@ class _TextStack:
             and set(text.config.layer_types) == {"full_attention"}
             and text.config._attn_implementation in ("sdpa", "eager")
         )
-        if not usable:
+        if not usable or text is None:
             return None
         params = inspect.signature(text.layers[0].forward).parameters
         return _TextStack(text, head, "cache" if "cache" in params else "past_key_values")

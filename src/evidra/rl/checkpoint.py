@@ -1,9 +1,12 @@
 """Atomic, complete training checkpoints and resumption.
 
-A checkpoint folder ``step-000010/`` holds the trainable weights (the LoRA adapter, or the full
-model), the optimizer and scheduler states, every RNG state, the data position and the
-resolved config. It is written under a temporary name and renamed only once complete, so a run
-killed mid-write leaves the previous checkpoint as the newest readable one.
+A checkpoint folder ``step-000010/`` holds the trainable weights (``weights.safetensors``: the
+LoRA adapter, or the full model's trainable tensors, gathered whole even from a sharded run),
+the optimizer state (in ``trainer.pt``, or one shard per process under ``optimizer/`` through
+``torch.distributed.checkpoint`` when the run is sharded), the scheduler state, every RNG state,
+the data position and the resolved config. It is written under a temporary name and renamed
+only once complete, so a run killed mid-write leaves the previous checkpoint as the newest
+readable one.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.config import dump_config
 from evidra.errors import CheckpointError
 
+if TYPE_CHECKING:
+    from evidra.rl.engine import Engine
+
 _NAME = re.compile(r"^step-(\d{6})$")
+WEIGHTS = "weights.safetensors"
 
 
 @dataclass(frozen=True)
@@ -31,10 +38,14 @@ class TrainState:
 
 
 def rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch RNG states as plain types and tensors (loadable with weights_only)."""
     import numpy as np
     import torch
 
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = (str(kind), torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss),
+                   float(cached))  # fmt: skip
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -42,38 +53,104 @@ def set_rng_state(state: dict[str, Any]) -> None:
     import torch
 
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
 
 
 def trainable_state(model: Any) -> dict[str, Any]:
     """Only the parameters that train (adapter weights under LoRA), detached on CPU."""
-    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+    return {n: p.detach().cpu().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_weights(folder: str | Path) -> dict[str, Any]:
+    """A checkpoint's trainable tensors: ``weights.safetensors`` (or an older ``weights.pt``)."""
+    import torch
+    from safetensors.torch import load_file
+
+    root = Path(folder)
+    if (root / WEIGHTS).is_file():
+        return dict(load_file(str(root / WEIGHTS)))
+    if (root / "weights.pt").is_file():
+        return dict(torch.load(root / "weights.pt", weights_only=True))
+    raise CheckpointError(f"checkpoint {root} has no {WEIGHTS}; is it a training checkpoint folder?")
 
 
 def save_checkpoint(
-    output_dir: str | Path, state: TrainState, model: Any, optimizer: Any, scheduler: Any, config: Any
+    output_dir: str | Path,
+    state: TrainState,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    config: Any,
+    engine: Engine | None = None,
 ) -> Path:
-    import torch
-
+    """Write ``step-NNNNNN/`` atomically; every process calls this when the run is sharded."""
     root = Path(output_dir) / "checkpoints"
     final = root / f"step-{state.step:06d}"
     tmp = root / f".tmp-step-{state.step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save(trainable_state(model), tmp / "weights.pt")
-    torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()},
-        tmp / "trainer.pt",
-    )
+    main = engine is None or engine.is_main_process
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    if engine is not None:
+        engine.wait()
+    weights = _gather_trainable(model, engine)
+    if engine is not None and engine.sharded:  # each process writes its optimizer shard
+        _save_sharded_optimizer(model, optimizer, tmp / "optimizer")
+    if main:
+        sharded = engine is not None and engine.sharded
+        _write_main(tmp, weights, state, optimizer, scheduler, config, sharded=sharded)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    if engine is not None:
+        engine.wait()
+    return final
+
+
+def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
+    if engine is None or not engine.sharded:
+        return trainable_state(model)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    full: dict[str, Any] = dict(get_model_state_dict(model, options=options))
+    return {k: v.contiguous() for k, v in full.items()}
+
+
+def _write_main(
+    tmp: Path, weights: dict[str, Any], state: TrainState, optimizer: Any, scheduler: Any, config: Any,
+    *, sharded: bool,
+) -> None:  # fmt: skip
+    import torch
+    from safetensors.torch import save_file
+
+    save_file(weights, str(tmp / WEIGHTS))
+    trainer = {"scheduler": scheduler.state_dict(), "rng": rng_state()}
+    if not sharded:
+        trainer["optimizer"] = optimizer.state_dict()
+    torch.save(trainer, tmp / "trainer.pt")
     (tmp / "state.json").write_text(json.dumps(state.__dict__))
     dump_config(config, tmp / "config.yaml")
-    for file in tmp.iterdir():  # make the bytes durable before the rename publishes them
+    for file in (f for f in tmp.rglob("*") if f.is_file()):  # durable bytes before the rename publishes them
         with open(file, "rb") as fh:
             os.fsync(fh.fileno())
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    return final
+
+
+def _save_sharded_optimizer(model: Any, optimizer: Any, folder: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=str(folder))
+
+
+def _load_sharded_optimizer(model: Any, optimizer: Any, folder: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    template = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(template, checkpoint_id=str(folder))
+    set_optimizer_state_dict(model, optimizer, template["optimizer"])
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
@@ -89,27 +166,47 @@ def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def load_checkpoint(path: str | Path, model: Any, optimizer: Any, scheduler: Any) -> TrainState:
-    """Restore weights, optimizer, scheduler and RNG states in place; return the train state."""
+def load_checkpoint(
+    path: str | Path, model: Any, optimizer: Any, scheduler: Any, engine: Engine | None = None
+) -> TrainState:
+    """Restore weights, optimizer, scheduler and RNG states in place; return the train state.
+
+    Nothing in a checkpoint is unpickled beyond tensors and plain values (``weights_only``)."""
     import torch
 
     folder = Path(path)
     try:
-        weights = torch.load(folder / "weights.pt", weights_only=True)
-        trainer = torch.load(folder / "trainer.pt", weights_only=False)
+        weights = load_trainable_weights(folder)
+        trainer = torch.load(folder / "trainer.pt", weights_only=True)
         state = TrainState(**json.loads((folder / "state.json").read_text()))
-    except (OSError, json.JSONDecodeError, RuntimeError) as exc:
+    except (OSError, json.JSONDecodeError, RuntimeError, TypeError, ValueError) as exc:
         raise CheckpointError(
-            f"checkpoint {folder} is unreadable ({exc}); delete it to resume from an older one"
+            f"checkpoint {folder} is unreadable ({str(exc).splitlines()[0]}); "
+            "delete it to resume from an older one"
         ) from exc
-    params = dict(model.named_parameters())
-    missing = [n for n in weights if n not in params]
-    if missing:
-        raise CheckpointError(f"checkpoint {folder} has weights the model lacks: {missing[:3]}")
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value)
-    optimizer.load_state_dict(trainer["optimizer"])
+    _restore_weights(folder, model, weights, engine)
+    if engine is not None and engine.sharded:
+        _load_sharded_optimizer(model, optimizer, folder / "optimizer")
+    else:
+        optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
     set_rng_state(trainer["rng"])
     return state
+
+
+def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: Engine | None) -> None:
+    import torch
+
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    missing = [n for n in weights if n not in trainable]
+    if missing:
+        raise CheckpointError(f"checkpoint {folder} has weights the model does not train: {missing[:3]}")
+    if engine is not None and engine.sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+        return
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)

@@ -44,7 +44,9 @@ def resolve_model_path(path: str, cache_dir: str | Path) -> str:
     return path
 
 
-def load_policy(cfg: ModelConfig, cache_dir: str | Path, device: str = "cpu") -> VLM:
+def load_policy(
+    cfg: ModelConfig, cache_dir: str | Path, device: str = "cpu", *, cast_frozen: bool = True
+) -> VLM:
     """Load the policy and make only what should train trainable.
 
     Weights load in ``training_precision(cfg).load``: fp32 master weights for full fine-tuning
@@ -63,7 +65,7 @@ def load_policy(cfg: ModelConfig, cache_dir: str | Path, device: str = "cpu") ->
     elif cfg.freeze_vision:
         frozen = freeze(vlm.model, ("model.visual.", "visual."))
         logger.info("froze %d vision-tower tensors", frozen)
-    if not cfg.lora.enabled:
+    if cast_frozen and not cfg.lora.enabled:  # FSDP2 wants one dtype per sharded group: kept fp32 there
         precision.cast_frozen(vlm.model)
     if cfg.gradient_checkpointing:
         vlm.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

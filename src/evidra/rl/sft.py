@@ -11,9 +11,12 @@ full fine-tuning (vision tower frozen by default), checkpointed and resumable li
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +34,12 @@ from evidra.rl.checkpoint import (
 )
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import SFTConfig
+from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
+from evidra.rl.precision import training_precision
 from evidra.rl.sink import MetricsSink
 from evidra.rl.tasks import TASKS, task_samples
+from evidra.rl.validate import local_batch_size, validate_sft_config
 from evidra.types import Message
 
 logger = logging.getLogger(__name__)
@@ -79,9 +85,12 @@ def make_example(processor: Any, messages: Sequence[Message]) -> SFTExample:
     return SFTExample(context, start, tuple(mask[start:]))
 
 
-def sft_loss(model: Any, vlm: VLM, batch: Sequence[SFTExample], total_tokens: float) -> tuple[Any, int]:
-    """Sum of assistant-token NLL over ``batch`` divided by the whole step's token count
-    (``total_tokens``), so the micro-batch losses of a step add up to the step's token-mean loss."""
+def sft_loss(
+    model: Any, vlm: VLM, batch: Sequence[SFTExample], total_tokens: Any, engine: Engine | None = None
+) -> tuple[Any, int]:
+    """Sum of assistant-token NLL over ``batch`` divided by the whole step's token count over all
+    processes (``total_tokens``), so the micro-batch losses of a step add up to the step's
+    token-mean loss (times the process count, undoing the gradient averaging of DDP / FSDP)."""
     import torch
 
     contexts, prompt_lens = [e.context for e in batch], [e.prompt_len for e in batch]
@@ -91,71 +100,100 @@ def sft_loss(model: Any, vlm: VLM, batch: Sequence[SFTExample], total_tokens: fl
         mask[i, : len(e.loss_mask)] = torch.tensor(e.loss_mask, dtype=torch.float32)
     device = vlm.device
     inputs = {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
-    logp = forward_logprobs(model, inputs, ids.to(device))  # (b, R)
+    with engine.autocast() if engine is not None else nullcontext():
+        logp = forward_logprobs(model, inputs, ids.to(device))  # (b, R)
     mask = mask.to(device)
-    return -(logp * mask).sum() / total_tokens, int(mask.sum())
+    world = engine.num_processes if engine is not None else 1
+    return -(logp * mask).sum() * world / total_tokens, int(mask.sum())
 
 
 class SFTTrainer:
-    def __init__(self, cfg: SFTConfig, examples: Sequence[Sequence[Message]] | None = None) -> None:
+    """Token-mean NLL of assistant turns; DDP or FSDP2 and bf16 with fp32 masters, as RL."""
+
+    def __init__(
+        self, cfg: SFTConfig, examples: Sequence[Sequence[Message]] | None = None, accelerator: Any = None
+    ) -> None:
         from accelerate.utils import set_seed
 
+        validate_sft_config(cfg)
         self.cfg = cfg
+        self.engine = Engine(cfg.run, training_precision(cfg.model), accelerator)
+        self.local_batch = local_batch_size(cfg, self.engine.num_processes)
         self.out = Path(cfg.run.output_dir)
         set_seed(cfg.run.seed)
-        self.vlm = load_policy(cfg.model, self.out / "models")
-        conversations = examples if examples is not None else _task_conversations(cfg)
+        with self.engine.acc.main_process_first():
+            conversations = examples if examples is not None else _task_conversations(cfg)
+            self.vlm = load_policy(
+                cfg.model, self.out / "models", str(self.engine.device), cast_frozen=not self.engine.sharded
+            )
         self.examples = [make_example(self.vlm.processor, c) for c in conversations]
-        self.optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim)
+        self.steps = cfg.run.steps or math.ceil(cfg.epochs * len(self.examples) / cfg.run.batch_size)
+        self.model, self.optimizer, self.scheduler = self.engine.prepare(
+            self.vlm.model, partial(make_optimizer, cfg=cfg.optim, total_steps=self.steps)
+        )
         self.cursor = DataCursor(self.examples, cfg.data.seed)
+        main = self.engine.is_main_process
+        run = cfg.run
         self.sink = MetricsSink(
-            self.out, tensorboard=cfg.run.tensorboard, wandb_project=cfg.run.wandb_project
+            self.out, tensorboard=run.tensorboard, wandb_project=run.wandb_project, enabled=main
         )
         self.state = TrainState(0, 0, 0)
         found = list_checkpoints(self.out) if cfg.run.resume else []
         if found:
-            self.state = load_checkpoint(found[-1], self.vlm.model, self.optimizer, self.scheduler)
+            model = self.engine.unwrap(self.model)
+            self.state = load_checkpoint(found[-1], model, self.optimizer, self.scheduler, self.engine)
             self.sink.truncate_after(self.state.step)
-        dump_config(cfg, self.out / "config.yaml")
+        if main:
+            dump_config(cfg, self.out / "config.yaml")
 
     def step(self) -> dict[str, float]:
         import torch
 
         start = time.perf_counter()
-        batch, self.state = self.cursor.take(self.state, self.cfg.run.batch_size)
-        total = float(sum(sum(e.loss_mask) for e in batch))
-        self.vlm.model.train()
+        e = self.engine
+        batch, self.state = self.cursor.take(self.state, self.local_batch, e.process_index, e.num_processes)
+        total = e.sum(torch.tensor(float(sum(sum(x.loss_mask) for x in batch)), device=e.device))
+        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, tokens = 0.0, 0
         mb = self.cfg.run.micro_batch_size
-        for i in range(0, len(batch), mb):
-            loss, n = sft_loss(self.vlm.model, self.vlm, batch[i : i + mb], total)
-            loss.backward()
-            loss_sum, tokens = loss_sum + float(loss.detach()), tokens + n
-        params = [p for p in self.vlm.model.parameters() if p.requires_grad]
-        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.max_grad_norm)
+        chunks = [batch[i : i + mb] for i in range(0, len(batch), mb)]
+        loss_sum, tokens = 0.0, 0
+        for i, chunk in enumerate(chunks):
+            with nullcontext() if i == len(chunks) - 1 else e.no_sync(self.model):
+                loss, n = sft_loss(self.model, self.vlm, chunk, total, e)
+                e.backward(loss)
+            loss_sum, tokens = loss_sum + float(loss.detach()) / e.num_processes, tokens + n
+        norm = e.clip_grad_norm(self.model, self.cfg.optim.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
-        return {"loss": loss_sum, "tokens": float(tokens), "grad_norm": float(norm),
+        lr = self.scheduler.get_last_lr()[0]
+        return {"loss": loss_sum, "tokens": float(tokens), "grad_norm": norm, "lr": lr,
                 "time/step_s": time.perf_counter() - start}  # fmt: skip
 
     def train(self, on_step: Callable[[int, dict[str, float]], None] | None = None) -> list[dict[str, float]]:
         history = []
-        while self.state.step < self.cfg.run.steps:
+        while self.state.step < self.steps:
             metrics = self.step()
             history.append(metrics)
             self.sink.write(self.state.step, metrics)
             if on_step is not None:
                 on_step(self.state.step, metrics)
             every = self.cfg.run.save_every
-            if (every and self.state.step % every == 0) or self.state.step == self.cfg.run.steps:
-                save_checkpoint(
-                    self.out, self.state, self.vlm.model, self.optimizer, self.scheduler, self.cfg
-                )
-                prune_checkpoints(self.out, self.cfg.run.keep_checkpoints)
+            if (every and self.state.step % every == 0) or self.state.step == self.steps:
+                self.save()
         self.sink.close()
         return history
+
+    def save(self) -> Path:
+        model = self.engine.unwrap(self.model)
+        path = save_checkpoint(
+            self.out, self.state, model, self.optimizer, self.scheduler, self.cfg, self.engine
+        )
+        if self.engine.is_main_process:
+            prune_checkpoints(self.out, self.cfg.run.keep_checkpoints)
+        self.engine.wait()
+        return path
 
     def export(self, path: str | Path) -> Path:
         """Save a loadable checkpoint directory (LoRA merged into the weights)."""

@@ -33,6 +33,7 @@ from evidra.rl.checkpoint import (
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
+from evidra.rl.engine import Engine, empty_like, pad_microbatches
 from evidra.rl.filtering import DynamicSampler, Round
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
@@ -61,26 +62,33 @@ class RLTrainer:
     """GRPO-family training of a Qwen-VL policy on one registered task."""
 
     def __init__(self, cfg: RLConfig, accelerator: Any = None) -> None:
-        import torch
-        from accelerate import Accelerator
         from accelerate.utils import set_seed
 
         validate_rl_config(cfg)  # every name and option, before anything heavy loads
         self.cfg = cfg
-        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.precision = training_precision(cfg.model)
+        self.engine = Engine(cfg.run, self.precision, accelerator)
+        self.acc = self.engine.acc
         self.local_batch = local_batch_size(cfg, self.acc.num_processes)
         self.out = Path(cfg.run.output_dir)
-        self.precision = training_precision(cfg.model)
         set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
         self.task = TASKS.get(cfg.data.task)
         with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
             self.samples = task_samples(self.task, cfg.data)
-            self.vlm = load_policy(cfg.model, self.out / "models", device=str(self.acc.device))
+            self.vlm = load_policy(
+                cfg.model,
+                self.out / "models",
+                device=str(self.acc.device),
+                cast_frozen=not self.engine.sharded,
+            )
         lora = cfg.model.lora.enabled
         self.reference = Reference.build(self.vlm, lora, self.precision) if cfg.algo.kl != "none" else None
-        optimizer, self.scheduler = make_optimizer(self.vlm.model, cfg.optim, total_steps=cfg.run.steps)
+        if self.reference is not None and not lora:
+            self.engine.prepare_frozen(self.reference.model)
         self.cursor = DataCursor(self.samples, cfg.data.seed)
-        self.model, self.optimizer = self.acc.prepare(self.vlm.model, optimizer)
+        self.model, self.optimizer, self.scheduler = self.engine.prepare(
+            self.vlm.model, partial(make_optimizer, cfg=cfg.optim, total_steps=cfg.run.steps)
+        )
         ref_model = [self.reference.model] if self.reference is not None and not self.reference.lora else []
         self.vision_cache = VisionFeatureCache([self.vlm.model, *ref_model])
         self.sink = MetricsSink(
@@ -110,7 +118,7 @@ class RLTrainer:
         )
         limits = RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
         self.vlm.model.eval()
-        with self.precision.autocast(self.acc.device):
+        with self.engine.generation(self.model):
             episodes = rollout(HFBackend(self.vlm), self.task.make_env, samples, r.group_size, params, limits)
         if self.task.scopes is not None:  # token spans of each reward channel (RS-GRPO)
             annotate, tok = self.task.scopes, self.vlm.tokenizer
@@ -167,9 +175,8 @@ class RLTrainer:
         rollout_s = time.perf_counter() - start
         minibatches = self._minibatches(groups, n_mini)
         flat = [mb for mini in minibatches for mb in mini]
-        autocast = partial(self.precision.autocast, self.acc.device)
         temperature = self.cfg.rollout.temperature
-        ref = reference_logprobs(self.reference, flat, temperature, autocast) if self.reference else None
+        ref = reference_logprobs(self.reference, flat, temperature, self.engine) if self.reference else None
         rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (B*G,)
         valid = torch.tensor([r.scored for r in results])  # (B*G,)
         shaped = self._kl_in_reward(rewards, flat, ref)
@@ -179,13 +186,11 @@ class RLTrainer:
             mb.set_advantages(advantages)
         settings = self._settings()
         if self._recompute_old(len(minibatches)):
-            recompute_old_logprobs(self.model, minibatches, temperature, autocast)
+            recompute_old_logprobs(self.model, minibatches, temperature, self.engine)
             stats.update(mismatch_stats(minibatches))
         self.model.train()
         kl_ref = ref if self.cfg.algo.kl == "loss" else None
-        update = policy_update(
-            self.model, self.optimizer, self.acc, minibatches, valid, kl_ref, settings, autocast
-        )
+        update = policy_update(self.model, self.optimizer, self.engine, minibatches, valid, kl_ref, settings)
         self.scheduler.step()
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
         return {
@@ -203,22 +208,22 @@ class RLTrainer:
     def _minibatch_count(self, local_groups: int) -> int:
         """Optimizer steps per pass: ``batch_size / mini_batch_size``, fewer if some process holds
         fewer groups (dynamic sampling); the same on every process (their collectives must pair)."""
-        import torch
 
         a, run = self.cfg.algo, self.cfg.run
         nominal = run.batch_size // a.mini_batch_size if a.mini_batch_size else 1
-        n = torch.tensor(min(nominal, local_groups), device=self.acc.device)
-        if self.acc.num_processes > 1:
-            torch.distributed.all_reduce(n, op=torch.distributed.ReduceOp.MIN)
-        return int(n)
+        return self.engine.all_min(min(nominal, local_groups))
 
     def _minibatches(self, groups: list[Group], n_mini: int) -> list[list[MicroBatch]]:
-        """Whole groups split into ``n_mini`` near-equal mini-batches, each into micro-batches."""
+        """Whole groups split into ``n_mini`` near-equal mini-batches, each into micro-batches
+        (sharded: as many on every process, padded with empty ones)."""
         out, offset = [], 0
         g = self.cfg.rollout.group_size
         for part in _split(groups, n_mini):
             episodes = [ep for eps, _ in part for ep in eps]
-            out.append(episode_tensors(self.vlm, episodes, self.cfg.run.micro_batch_size, offset))
+            micro = episode_tensors(self.vlm, episodes, self.cfg.run.micro_batch_size, offset)
+            if self.engine.sharded:
+                micro = pad_microbatches(micro, self.engine.all_max(len(micro)), empty_like)
+            out.append(micro)
             offset += len(part) * g
         return out
 
@@ -245,6 +250,7 @@ class RLTrainer:
                 per="sequence",
             )
             for t, r in zip(tensors, ref, strict=True)
+            if not t.padding
         ]
         return torch.cat(parts)
 
@@ -281,22 +287,22 @@ class RLTrainer:
         self.sink.close()
         return history
 
-    def save(self) -> Path | None:
-        self.acc.wait_for_everyone()
-        path = None
-        if self.acc.is_main_process:
-            model = self.acc.unwrap_model(self.model)
-            path = save_checkpoint(self.out, self.state, model, self.optimizer, self.scheduler, self.cfg)
+    def save(self) -> Path:
+        model = self.engine.unwrap(self.model)
+        path = save_checkpoint(
+            self.out, self.state, model, self.optimizer, self.scheduler, self.cfg, self.engine
+        )
+        if self.engine.is_main_process:
             prune_checkpoints(self.out, self.cfg.run.keep_checkpoints)
-        self.acc.wait_for_everyone()
+        self.engine.wait()
         return path
 
     def _maybe_resume(self) -> None:
         found = list_checkpoints(self.out) if self.cfg.run.resume else []
         if not found:
             return
-        model = self.acc.unwrap_model(self.model)
-        self.state = load_checkpoint(found[-1], model, self.optimizer, self.scheduler)
+        model = self.engine.unwrap(self.model)
+        self.state = load_checkpoint(found[-1], model, self.optimizer, self.scheduler, self.engine)
         self.sink.truncate_after(self.state.step)
         logger.info("resumed from %s (step %d)", found[-1], self.state.step)
 

@@ -17,6 +17,7 @@ from evidra.models.context import Context, collate_split
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
 from evidra.models.prefix import PREFIX_ARCHS, PrefixBatch, build_prefix_batch, prefix_logprobs
+from evidra.rl.engine import Engine
 from evidra.rl.kl import kl_penalty
 from evidra.rl.losses import POLICY_LOSSES, aggregate
 from evidra.rl.policy import Reference
@@ -50,6 +51,7 @@ class MicroBatch:
     old_logprobs: Any  # (b, R): the clipped ratio's "old" log-probs, 0 off the mask
     sampler_logprobs: Any  # (b, R): the sampling engine's log-probs of the same tokens
     advantages: Any = None  # (b, R), set from the step's (N, L) token advantages
+    padding: bool = False  # an empty copy that only keeps sharded processes in step
 
     def logprobs(self, model: Any, temperature: float, *, with_entropy: bool = False) -> Any:
         """Log-probs (b, R) of the responses under ``model`` (and entropies if asked)."""
@@ -136,7 +138,7 @@ def torch_pad(x: Any, width: int) -> Any:
 
 
 def reference_logprobs(
-    reference: Reference, batches: Sequence[MicroBatch], temperature: float, autocast: Any = nullcontext
+    reference: Reference, batches: Sequence[MicroBatch], temperature: float, engine: Engine | None = None
 ) -> list[Any]:
     """Reference-policy log-probs ``(b, R)`` per micro-batch, without gradients."""
     import torch
@@ -144,12 +146,12 @@ def reference_logprobs(
     out = []
     with torch.no_grad(), reference.active() as model:
         for mb in batches:
-            with autocast():
+            with engine.autocast() if engine is not None else nullcontext():
                 out.append(mb.logprobs(model, temperature).float())
     return out
 
 
-def _global_counts(batches: Sequence[MicroBatch], valid: Any, acc: Any) -> tuple[Any, Any]:
+def _global_counts(batches: Sequence[MicroBatch], valid: Any, engine: Engine) -> tuple[Any, Any]:
     import torch
 
     tokens = torch.zeros((), device=batches[0].loss_mask.device)
@@ -158,13 +160,11 @@ def _global_counts(batches: Sequence[MicroBatch], valid: Any, acc: Any) -> tuple
         lengths = (mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]).sum(-1)  # (b,)
         tokens += lengths.sum()
         seqs += (lengths > 0).sum()
-    if acc.num_processes > 1:
-        tokens, seqs = acc.reduce(tokens, "sum"), acc.reduce(seqs, "sum")
-    return tokens, seqs
+    return engine.sum(tokens), engine.sum(seqs)
 
 
 def recompute_old_logprobs(
-    model: Any, minibatches: Sequence[Sequence[MicroBatch]], temperature: float, autocast: Any = nullcontext
+    model: Any, minibatches: Sequence[Sequence[MicroBatch]], temperature: float, engine: Engine
 ) -> None:
     """Replace every micro-batch's old log-probs by the trainer's own, before any update.
 
@@ -178,7 +178,7 @@ def recompute_old_logprobs(
     with torch.no_grad():
         for batches in minibatches:
             for mb in batches:
-                with autocast():
+                with engine.autocast():
                     logp = mb.logprobs(model, temperature)  # (b, R)
                 mb.old_logprobs = (logp.float() * mb.loss_mask).detach()
 
@@ -225,12 +225,11 @@ def _micro_loss(
 def policy_update(
     model: Any,
     optimizer: Any,
-    acc: Any,
+    engine: Engine,
     batches: Sequence[MicroBatch] | Sequence[Sequence[MicroBatch]],
     valid: Any,
     ref: Sequence[Any] | None,
     s: UpdateSettings,
-    autocast: Any = nullcontext,
 ) -> dict[str, float]:
     """``ppo_epochs`` passes over the mini-batches, one optimizer step per mini-batch.
 
@@ -252,22 +251,20 @@ def policy_update(
     stats = _Stats()
     for _epoch in range(s.ppo_epochs):
         for group in minibatches:
-            tokens, seqs = _global_counts(group, valid, acc)
+            tokens, seqs = _global_counts(group, valid, engine)
             optimizer.zero_grad(set_to_none=True)
             for i, mb in enumerate(group):
-                sync = nullcontext() if i == len(group) - 1 or acc.num_processes == 1 else acc.no_sync(model)
-                with sync:
+                with nullcontext() if i == len(group) - 1 else engine.no_sync(model):
                     mask = mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]  # (b, R)
-                    with autocast():
+                    with engine.autocast():
                         per_token = _micro_loss(model, mb, mask, ref_of.get(id(mb)), s, stats, on_policy)
                     loss = aggregate(
                         per_token, mask, s.loss_agg, global_tokens=tokens, global_seqs=seqs,
-                        max_len=s.max_len, world_size=acc.num_processes,
+                        max_len=s.max_len, world_size=engine.num_processes,
                     )  # fmt: skip
-                    acc.backward(loss)
+                    engine.backward(loss)
                 stats.total("loss", float(loss.detach()) / steps)  # micro losses sum to the batch loss
-            norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], s.max_grad_norm)
-            stats.mean("grad_norm", float(norm))
+            stats.mean("grad_norm", engine.clip_grad_norm(model, s.max_grad_norm))
             optimizer.step()
     stats.total("optimizer_steps", float(steps))
     return stats.result()
