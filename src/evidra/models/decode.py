@@ -190,7 +190,8 @@ class _SlotCache:
         full[:, : self.length] = mask.bool()
         self.mask = full[:, None, None, :]  # (B, 1, 1, L_max)
 
-    def update(self, keys: Any, values: Any, layer_idx: int) -> tuple[Any, Any]:
+    def update(self, keys: Any, values: Any, layer_idx: int, **_: Any) -> tuple[Any, Any]:
+        # transformers >= 5.2x also passes the layer's ``kwargs=``; the buffers need none of it
         end = self.length + keys.shape[2]
         self.keys[layer_idx][:, :, self.length : end] = keys
         self.values[layer_idx][:, :, self.length : end] = values
