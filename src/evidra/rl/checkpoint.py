@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -87,6 +88,26 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
 def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
     for old in list_checkpoints(output_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def load_trainable_weights(folder: str | Path) -> dict[str, Any]:
+    """The trainable tensors of a checkpoint: ``weights.safetensors`` if present, else ``weights.pt``."""
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    root = Path(folder)
+    path = root / "weights.safetensors"
+    try:
+        if path.is_file():
+            return dict(load_file(path))
+        path = root / "weights.pt"
+        return dict(torch.load(path, weights_only=True))
+    except (OSError, RuntimeError, SafetensorError, pickle.UnpicklingError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CheckpointError(
+            f"weights of checkpoint {root} are unreadable ({reason}); use another checkpoint of the run"
+        ) from exc
 
 
 def load_checkpoint(path: str | Path, model: Any, optimizer: Any, scheduler: Any) -> TrainState:
