@@ -56,6 +56,7 @@ def test_export_command_writes_a_model_or_an_adapter(
     assert main(["-q", "export", str(ckpt), str(tmp_path / "adapter"), "--adapter"]) == 0
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 4
+    capsys.readouterr()
     assert main(["-q", "export", str(tmp_path / "merged"), str(tmp_path / "again")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("evidra export: error:") and "\n" not in err and "neither a training run" in err

@@ -163,6 +163,9 @@ def test_bad_sources_are_one_line_errors(trained: tuple[RLTrainer, Path], tmp_pa
         (_copy_checkpoint(run, tmp_path / "c2", **other_lora), tmp_path / "o5", "model.path="),
         (run, tmp_path / "taken", "not an evidra export"),
     ]
+    if trainer.cfg.model.lora.enabled:  # an adapter of another rank: every name fits, no shape does
+        wider = {"lora": {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0}}
+        cases.append((_copy_checkpoint(run, tmp_path / "c3", **wider), tmp_path / "o6", "has shape"))
     for source, out, needle in cases:
         with pytest.raises(EvidraError) as exc:
             export_model(source, out)

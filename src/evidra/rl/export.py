@@ -115,21 +115,23 @@ def _load_weights_into(model: Any, ckpt: TrainedCheckpoint) -> None:
 
     weights = load_trainable_weights(ckpt.folder)
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    unknown = sorted(set(weights) - set(params))
-    absent = sorted(set(params) - set(weights))
     lora = "on" if ckpt.model.lora.enabled else "off"
-    fix = f"model.path={ckpt.model.path!r}, LoRA {lora}; the config.yaml beside them must be the run's own"
-    if unknown or absent:
-        name = (unknown or absent)[0]
-        side = "has a tensor the rebuilt model lacks" if unknown else "lacks a tensor the model trains"
-        raise CheckpointError(f"checkpoint {ckpt.folder} {side} ({name}) for {fix}")
+    problem = ""
+    if unknown := sorted(set(weights) - set(params)):
+        problem = f"it has {unknown[0]}, which the model lacks"
+    elif absent := sorted(set(params) - set(weights)):
+        problem = f"it lacks {absent[0]}, which the model trains"
+    elif bad := [n for n, v in weights.items() if tuple(v.shape) != tuple(params[n].shape)]:
+        problem = (
+            f"{bad[0]} has shape {tuple(weights[bad[0]].shape)}, the model {tuple(params[bad[0]].shape)}"
+        )
+    if problem:
+        raise CheckpointError(
+            f"checkpoint {ckpt.folder} does not fit the model its config.yaml describes (model.path="
+            f"{ckpt.model.path!r}, LoRA {lora}): {problem}; export with the run's own config.yaml and base"
+        )
     with torch.no_grad():
         for name, value in weights.items():
-            if tuple(value.shape) != tuple(params[name].shape):
-                raise CheckpointError(
-                    f"checkpoint {ckpt.folder}: {name} has shape {tuple(value.shape)}, the model built "
-                    f"for it {tuple(params[name].shape)} ({fix})"
-                )
             params[name].copy_(value)
 
 
