@@ -25,7 +25,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("question", help="the question to answer")
     p.add_argument("--store", required=True, metavar="S", help="page store directory")
-    p.add_argument("--model", required=True, metavar="PATH", help="local Qwen-VL checkpoint directory")
+    model_help = "Qwen-VL model directory, or a training run or checkpoint"
+    p.add_argument("--model", required=True, metavar="PATH", help=model_help)
     p.add_argument("--page", action="append", default=[], metavar="ID", help="page id to show (repeatable)")
     p.add_argument(
         "--max-pages", type=int, default=4, help="use every page if the store has at most this many"
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from evidra.models.loading import load_vlm
     from evidra.paradigms import PARADIGMS
     from evidra.rewards.embedding import verify_steps
+    from evidra.rl.export import resolve_trained_model
     from evidra.types import Sample
 
     if args.verify and not args.paradigm.startswith("coe"):
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     pages = select_pages(store, args.page, args.max_pages)
     if args.verify:  # the offline check reads the text layer
         pages = [store.get(p.id) for p in pages]
-    vlm = load_vlm(args.model, max_pixels=args.max_pixels)
+    vlm = load_vlm(resolve_trained_model(args.model), max_pixels=args.max_pixels)
     sample = Sample(id="cli", question=args.question, pages=tuple(pages))
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
     (gen,) = generate(vlm, [paradigm.build_messages(sample, pages)], params)

@@ -54,7 +54,9 @@ def register(subparsers: Any) -> None:
         "--paradigm", action="append", default=[], metavar="NAME", help="paradigm name, repeatable, or 'all'"
     )
     model = p.add_argument_group("model")
-    model.add_argument("--model", default=None, metavar="PATH", help="local checkpoint directory")
+    model.add_argument(
+        "--model", default=None, metavar="PATH", help="model directory, or a training run or checkpoint"
+    )
     model.add_argument("--endpoint", default=None, metavar="URL", help="OpenAI-compatible base URL (…/v1)")
     model.add_argument("--model-name", default=None, help="model name sent to --endpoint")
     model.add_argument(
@@ -101,8 +103,9 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
 
     if args.model and not args.endpoint:
         from evidra.models.loading import load_vlm
+        from evidra.rl.export import resolve_trained_model
 
-        return LocalModel(load_vlm(args.model)), Path(args.model).name
+        return LocalModel(load_vlm(resolve_trained_model(args.model))), Path(args.model).name
     if args.endpoint and args.model_name:
         from evidra.eval.endpoint import ChatEndpoint
         from evidra.geometry import vision_spec

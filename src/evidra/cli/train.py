@@ -21,9 +21,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("mode", choices=["sft", "rl"], help="sft: cold start on trajectories; rl: GRPO family")
     p.add_argument("--config", default=None, metavar="FILE", help="YAML recipe (default: built-in defaults)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. optim.lr=1e-6")
-    p.add_argument(
-        "--export", default=None, metavar="DIR", help="sft: also save a merged, loadable checkpoint"
-    )
+    export_help = "after training, write the final model as a loadable directory (as `evidra export`)"
+    p.add_argument("--export", default=None, metavar="DIR", help=export_help)
     p.set_defaults(func=run)
 
 
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
         sft_cfg = load_config(SFTConfig, args.config, args.overrides)
         trainer: Any = SFTTrainer(sft_cfg)
-        total = sft_cfg.run.steps
+        total = trainer.steps  # run.steps, or epochs x examples / batch_size
     else:
         from evidra.rl.config import RLConfig
         from evidra.rl.trainer import RLTrainer
@@ -55,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
         trainer.train(on_step)
     print(f"metrics: {trainer.sink.path}")
-    if args.mode == "sft" and args.export:
-        print(f"exported: {trainer.export(args.export)}")
+    if args.export and trainer.engine.is_main_process:
+        from evidra.rl.export import export_model
+
+        print(f"exported: {export_model(trainer.out, args.export)}")
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -64,16 +65,23 @@ def trainable_state(model: Any) -> dict[str, Any]:
 
 
 def load_trainable_weights(folder: str | Path) -> dict[str, Any]:
-    """A checkpoint's trainable tensors: ``weights.safetensors`` (or an older ``weights.pt``)."""
+    """The trainable tensors of a checkpoint: ``weights.safetensors`` if present, else ``weights.pt``."""
     import torch
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     root = Path(folder)
-    if (root / WEIGHTS).is_file():
-        return dict(load_file(str(root / WEIGHTS)))
-    if (root / "weights.pt").is_file():
-        return dict(torch.load(root / "weights.pt", weights_only=True))
-    raise CheckpointError(f"checkpoint {root} has no {WEIGHTS}; is it a training checkpoint folder?")
+    path = root / WEIGHTS
+    try:
+        if path.is_file():
+            return dict(load_file(path))
+        path = root / "weights.pt"
+        return dict(torch.load(path, weights_only=True))
+    except (OSError, RuntimeError, SafetensorError, pickle.UnpicklingError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CheckpointError(
+            f"weights of checkpoint {root} are unreadable ({reason}); use another checkpoint of the run"
+        ) from exc
 
 
 def save_checkpoint(

@@ -196,14 +196,10 @@ class SFTTrainer:
         return path
 
     def export(self, path: str | Path) -> Path:
-        """Save a loadable checkpoint directory (LoRA merged into the weights)."""
-        from evidra.models.adapters import merge_lora
+        """Write the run's newest checkpoint as a loadable model directory (``rl.export``)."""
+        from evidra.rl.export import export_model
 
-        vlm = merge_lora(self.vlm) if self.cfg.model.lora.enabled else self.vlm
-        out = Path(path)
-        vlm.model.save_pretrained(out)
-        vlm.processor.save_pretrained(out)
-        return out
+        return export_model(self.out, path)
 
 
 def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
