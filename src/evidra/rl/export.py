@@ -177,9 +177,9 @@ def _apply_pixel_limits(out: Path, model: ModelConfig) -> None:
 
 
 def _write_merged(vlm: Any, ckpt: TrainedCheckpoint, base: Path, out: Path) -> None:
-    from evidra.models.adapters import merge_lora
-
     import torch
+
+    from evidra.models.adapters import merge_lora
 
     merged = merge_lora(vlm) if ckpt.model.lora.enabled else vlm
     # training keeps fp32 masters of a bf16 run; the exported model is in the run's dtype
