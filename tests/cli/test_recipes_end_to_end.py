@@ -51,7 +51,10 @@ def test_recipe_loads_for_both_stages(recipe: str, tmp_path: Path) -> None:
 def test_recipe_sft_then_rl_then_export_then_eval(recipe: str, tmp_path: Path) -> None:
     config = str(ROOT / "configs" / f"{recipe}.yaml")
     sft_model, rl_model = tmp_path / "sft-model", tmp_path / "rl-model"
-    assert main(["-q", "train", "sft", "--config", config, *_small(tmp_path, "sft"), "--export", str(sft_model)]) == 0
+    assert (
+        main(["-q", "train", "sft", "--config", config, *_small(tmp_path, "sft"), "--export", str(sft_model)])
+        == 0
+    )
     rl_over = [*_small(tmp_path, "rl"), f"model.path={sft_model}"]
     assert main(["-q", "train", "rl", "--config", config, *rl_over, "--export", str(rl_model)]) == 0
     for run in ("sft", "rl"):

@@ -71,3 +71,17 @@ def test_precision_choices() -> None:
     assert not training_precision(ModelConfig()).mixed
     with pytest.raises(ConfigError, match="bfloat16"):
         training_precision(ModelConfig(dtype="float16"))
+
+
+def test_gradient_checkpointing_trains_like_without(tmp_path: Path) -> None:
+    """Checkpointed training has no KV cache: the update takes the plain (unshared-prompt) path."""
+    deltas = []
+    for flag in ("false", "true"):
+        trainer = _trainer(tmp_path / flag, "float32", f"model.gradient_checkpointing={flag}", "run.steps=1")
+        before = _trainable(trainer)
+        (metrics,) = trainer.train()
+        after = _trainable(trainer)
+        deltas.append({n: after[n] - before[n] for n in before})
+        assert metrics["grad_norm"] > 0
+    for name, delta in deltas[0].items():
+        assert torch.allclose(delta, deltas[1][name], atol=2e-6), name

@@ -40,6 +40,7 @@ def _small(tmp: Path, name: str) -> list[str]:
         "rollout.max_new_tokens=6",
         "rollout.max_response_tokens=6",
         "algo.dynamic_sampling=false",
+        "algo.mini_batch_size=0",
         "data.size=2",
         f"data.path={tmp / 'synth'}",
         f"run.output_dir={tmp / name}",
@@ -78,7 +79,13 @@ def test_recipe_yaml_hyperparameters_follow_the_papers() -> None:
     assert (ev.rollout.temperature, ev.optim.lr, ev.model.max_pixels) == (1.2, 1e-6, 1568000)
     s1 = load_config(RLConfig, ROOT / "configs" / "lang2act_stage1.yaml", [])
     s2 = load_config(RLConfig, ROOT / "configs" / "lang2act_stage2.yaml", [])
-    assert (s1.rollout.group_size, s1.algo.kl_coef, s2.rollout.group_size, s2.algo.kl) == (5, 0.01, 8, "none")
+    assert (s1.rollout.group_size, s1.algo.kl_coef, s2.rollout.group_size, s2.algo.kl) == (8, 0.01, 8, "none")
+    assert (s1.run.batch_size, s1.algo.mini_batch_size, s2.run.batch_size, s2.algo.mini_batch_size) == (
+        48,
+        8,
+        128,
+        64,
+    )
     assert s1.model.max_pixels == s2.model.max_pixels == 401408
 
 

@@ -33,6 +33,7 @@ def _small(tmp: Path, name: str) -> list[str]:
         "run.steps=2",
         "run.batch_size=1",
         "run.micro_batch_size=2",
+        "algo.mini_batch_size=0",
         "rollout.group_size=2",
         "rollout.max_turns=3",
         "rollout.max_new_tokens=8",

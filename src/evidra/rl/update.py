@@ -71,8 +71,8 @@ class MicroBatch:
 
 def _shared_prompts(vlm: VLM, chunk: Sequence[Episode]) -> tuple[list[Context], list[int]] | None:
     """Distinct prompts of a chunk and each episode's prompt index; None if one cannot share."""
-    if vlm.arch not in PREFIX_ARCHS:
-        return None
+    if vlm.arch not in PREFIX_ARCHS or getattr(vlm.model, "is_gradient_checkpointing", False):
+        return None  # the shared-prompt pass needs the KV cache, which checkpointed training turns off
     keys: dict[tuple[int, tuple[int, ...]], int] = {}
     prompts: list[Context] = []
     index = []
