@@ -147,6 +147,7 @@ def test_lat_recipe_trains_on_a_benchmark_from_its_yaml(tmp_path: Path) -> None:
     overrides = [
         "model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=50176", "run.steps=1",
         "run.batch_size=2", "run.micro_batch_size=2", "rollout.group_size=2", "rollout.max_new_tokens=6",
+        "algo.mini_batch_size=0",
         "rollout.max_response_tokens=6", "algo.dynamic_sampling=false", "data.size=0",
         "data.source=visa_wiki", f"data.path={FIX / 'visa' / 'test.jsonl'}",
         f"data.options.pool={FIX / 'visa' / 'train.jsonl'}", f"data.options.image_dir={tmp_path / 'img'}",
@@ -191,6 +192,7 @@ def test_vragrl_recipe_trains_on_a_benchmark_with_an_index(
     overrides = [
         "model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=50176", "run.steps=1",
         "run.batch_size=1", "run.micro_batch_size=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
+        "algo.mini_batch_size=0",
         "rollout.max_response_tokens=24", "rollout.max_turns=2", "algo.kl=none", "data.size=0",
         "data.source=slidevqa", f"data.path={FIX / 'slidevqa' / 'test.jsonl'}", "data.options.n_slides=3",
         f"data.index={idx}", f"run.output_dir={tmp_path / 'run'}",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -168,7 +169,9 @@ class RLTrainer:
         if n_mini == 0:
             logger.warning("step %d: every group was filtered out; skipping the update", self.state.step)
             self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
-            self.scheduler.step()
+            with warnings.catch_warnings():  # the schedule follows steps, updated or not
+                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+                self.scheduler.step()
             return {"skipped": 1.0, **stats}
         episodes = [ep for eps, _ in groups for ep in eps]
         results = [res for _, rs in groups for res in rs]
