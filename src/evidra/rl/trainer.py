@@ -23,6 +23,7 @@ from evidra.errors import ConfigError
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
+from evidra.rl.backends import make_backend
 from evidra.rl.checkpoint import (
     TrainState,
     list_checkpoints,
@@ -35,8 +36,9 @@ from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
 from evidra.rl.filtering import DynamicSampler, Round
 from evidra.rl.kl import kl_in_reward
+from evidra.rl.mismatch import batch_mismatch
 from evidra.rl.policy import Reference, load_policy
-from evidra.rl.rollout import Episode, HFBackend, RolloutLimits, rollout
+from evidra.rl.rollout import Episode, RolloutLimits, rollout
 from evidra.rl.sink import MetricsSink
 from evidra.rl.tasks import TASKS, task_samples
 from evidra.rl.update import UpdateSettings, episode_tensors, policy_update, reference_logprobs
@@ -80,6 +82,10 @@ class RLTrainer:
         )
         self.state = TrainState(step=0, data_epoch=0, data_offset=0)
         self._maybe_resume()
+        # rollout backend (rollout.backend): built after resuming, so vLLM starts from these weights
+        self.backend = make_backend(cfg.rollout, self.vlm, cfg.model.dtype)
+        if self.state.step:
+            self.backend.sync(self.vlm.model)
         if self.acc.is_main_process:
             dump_config(cfg, self.out / "config.yaml")
 
@@ -98,7 +104,7 @@ class RLTrainer:
         )
         limits = RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
         self.vlm.model.eval()
-        episodes = rollout(HFBackend(self.vlm), self.task.make_env, samples, r.group_size, params, limits)
+        episodes = rollout(self.backend, self.task.make_env, samples, r.group_size, params, limits)
         if self.task.scopes is not None:  # token spans of each reward channel (RS-GRPO)
             annotate, tok = self.task.scopes, self.vlm.tokenizer
             episodes = [replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
@@ -150,7 +156,10 @@ class RLTrainer:
         episodes = [ep for eps, _ in groups for ep in eps]
         results = [res for _, rs in groups for res in rs]
         rollout_s = time.perf_counter() - start
+        self.backend.release()  # vLLM on a GPU: free its memory for the update
         tensors = episode_tensors(self.vlm, episodes, self.cfg.run.micro_batch_size)
+        if self.cfg.rollout.backend != "hf":  # sampler vs trainer log-probs of the same tokens
+            stats.update(batch_mismatch(tensors, self.model, self.cfg.rollout.temperature).metrics())
         ref = (
             reference_logprobs(self.reference, tensors, self.cfg.rollout.temperature)
             if self.reference
@@ -181,6 +190,7 @@ class RLTrainer:
             self._settings(),
         )
         self.scheduler.step()
+        self.backend.sync(self.acc.unwrap_model(self.model))  # the rollout engine takes the new weights
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
         return {
             **_reward_metrics(results, rewards, advantages),
