@@ -75,7 +75,7 @@ def main() -> None:
     for backend, (rate, step) in rows.items():
         print(f"{backend:<8} {rate:>17.0f} {step:>8.3f}")
     print(f"\nvLLM / HF: rollout tokens/s {rows['vllm'][0] / rows['hf'][0]:.2f}x, "
-          f"step time {rows['hf'][1] / rows['vllm'][1]:.2f}x faster")  # fmt: skip
+          f"step time {rows['vllm'][1] / rows['hf'][1]:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

