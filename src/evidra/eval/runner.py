@@ -85,6 +85,11 @@ class LocalModel:
 
     @property
     def spec(self) -> VisionSpec:
+        if self.vlm.spec is None:
+            raise InvalidInputError(
+                f"{self.vlm.path} is a text-only {self.vlm.arch} policy; evaluation maps boxes on pages "
+                "and needs a Qwen-VL checkpoint"
+            )
         return self.vlm.spec
 
     def run(self, samples: Sequence[Sample], make_env: EnvFactory, cfg: RunConfig) -> list[RawEpisode]:

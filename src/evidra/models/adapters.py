@@ -23,8 +23,12 @@ class LoraSpec:
     modules: tuple[str, ...] = LM_PROJECTIONS
 
     def target_regex(self) -> str:
-        """Matches the projections of the language model only, never the vision tower."""
-        return rf".*language_model.*\.({'|'.join(self.modules)})"
+        """Matches the projections of the language model only, never the vision tower.
+
+        A VLM's decoder lives under ``...language_model.layers``; a text-only model's under
+        ``model.layers`` (the vision tower's blocks are ``visual.blocks``, never matched).
+        """
+        return rf"(.*language_model.*|model\.layers\..*)\.({'|'.join(self.modules)})"
 
 
 def apply_lora(vlm: VLM, spec: LoraSpec | None = None) -> VLM:

@@ -6,7 +6,8 @@ exact sampled ids of each policy turn and the tokenized observation turns (text 
 so nothing is ever re-tokenised from text.
 
 Qwen-VL computes its 3D (mrope) positions only when ``mm_token_type_ids`` is passed, so every
-batch built here carries it (1 on image tokens, 0 elsewhere).
+batch built here carries it (1 on image tokens, 0 elsewhere), except for a text-only policy
+(``image_token_id`` -1), whose forward does not take it.
 """
 
 from __future__ import annotations
@@ -129,8 +130,19 @@ def collate_left(contexts: Sequence[Context], pad_id: int, image_token_id: int) 
         if len(c):
             ids[i, width - len(c) :] = torch.tensor(c.token_ids, dtype=torch.long)
             mask[i, width - len(c) :] = 1
-    types = (ids == image_token_id).long() * mask  # (B, P): 1 on image tokens
-    return {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types, **_cat_vision(contexts)}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        **_types(ids, mask, image_token_id),
+        **_cat_vision(contexts),
+    }
+
+
+def _types(ids: Any, mask: Any, image_token_id: int) -> dict[str, Any]:
+    """``mm_token_type_ids`` (1 on image tokens) for a VLM; nothing for a text-only model (id -1)."""
+    if image_token_id < 0:
+        return {}
+    return {"mm_token_type_ids": (ids == image_token_id).long() * mask}
 
 
 def collate_split(
@@ -163,6 +175,10 @@ def collate_split(
         ids[i, p_width - p : p_width] = tokens[:p]
         ids[i, p_width : p_width + len(c) - p] = tokens[p:]
         mask[i, p_width - p : p_width + len(c) - p] = 1
-    types = (ids == image_token_id).long() * mask
-    inputs = {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types, **_cat_vision(contexts)}
+    inputs = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        **_types(ids, mask, image_token_id),
+        **_cat_vision(contexts),
+    }
     return inputs, ids[:, p_width:], mask[:, p_width:]

@@ -1,5 +1,9 @@
 """Load Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints (and ColQwen2 retrievers) from disk.
 
+Text-only causal LMs (Qwen2, Qwen2.5 and Qwen3 checkpoints, ``model_type`` qwen2 / qwen3) load
+through the same ``load_vlm`` into the same ``VLM`` record, with ``spec`` None and a
+``TextProcessor`` around their tokenizer, so rollouts and the trainer need no second path.
+
 Only local directories are accepted: a path that does not exist is an error here, never a
 hub lookup. ``min_pixels`` / ``max_pixels`` override the checkpoint's image limits, which
 decide how many tokens a page costs (see ``evidra.geometry.smart_resize``).
@@ -19,7 +23,8 @@ from evidra.models.speedups import fast_patch_embed
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_ARCHS = tuple(VISION_SPECS)
+TEXT_ARCHS = ("qwen2", "qwen3")  # text-only causal LMs: no vision tower, no image inputs
+SUPPORTED_ARCHS = (*VISION_SPECS, *TEXT_ARCHS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,8 +34,12 @@ class VLM:
     model: Any  # transformers PreTrainedModel (or a PEFT wrapper around one)
     processor: Any
     arch: str
-    spec: VisionSpec
+    spec: VisionSpec | None  # None for a text-only policy
     path: Path
+
+    @property
+    def is_text_only(self) -> bool:
+        return self.spec is None
 
     @property
     def tokenizer(self) -> Any:
@@ -50,7 +59,11 @@ class VLM:
 
     @property
     def image_token_id(self) -> int:
-        return int(self.tokenizer.convert_tokens_to_ids("<|image_pad|>"))
+        """``<|image_pad|>``; -1 (never a token) for a text-only policy, which has no image slots."""
+        if self.spec is None:
+            return -1
+        found = self.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        return -1 if found is None or found == self.tokenizer.unk_token_id else int(found)
 
     @property
     def vision_token_ids(self) -> tuple[int, ...]:
@@ -137,31 +150,54 @@ def load_vlm(
     max_pixels: int | None = None,
     attn_implementation: str | None = None,
 ) -> VLM:
-    """Load a Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint directory for generation and training.
+    """Load a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (or text-only Qwen2 / Qwen3) checkpoint directory.
 
     >>> vlm = load_vlm("ckpt/Qwen2.5-VL-7B-Instruct", dtype="bfloat16", device="cuda")  # doctest: +SKIP
     """
-    from transformers import AutoModelForImageTextToText
-
     arch = read_model_type(path)
     if arch not in SUPPORTED_ARCHS:
         raise ModelLoadError(
             f"{str(path)!r} is a {arch!r} checkpoint; load_vlm supports {', '.join(SUPPORTED_ARCHS)}"
         )
-    processor = load_processor(path, arch, min_pixels=min_pixels, max_pixels=max_pixels)
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(dtype), "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    try:
-        model = AutoModelForImageTextToText.from_pretrained(str(path), **kwargs)
-    except Exception as exc:
-        raise ModelLoadError(f"could not load model weights from {str(path)!r}: {exc}") from exc
+    spec: VisionSpec | None = None
+    if arch in TEXT_ARCHS:
+        processor = _text_processor(path)
+        model = _from_pretrained("AutoModelForCausalLM", path, kwargs)
+    else:
+        processor = load_processor(path, arch, min_pixels=min_pixels, max_pixels=max_pixels)
+        model = _from_pretrained("AutoModelForImageTextToText", path, kwargs)
+        spec = processor_spec(processor, arch)
     model.to(device)
     model.eval()
     fast_patch_embed(model)
-    spec = processor_spec(processor, arch)
-    logger.info("loaded %s from %s (%s pixels %d..%d)", arch, path, dtype, spec.min_pixels, spec.max_pixels)
+    pixels = f"pixels {spec.min_pixels}..{spec.max_pixels}" if spec else "text only"
+    logger.info("loaded %s from %s (%s, %s)", arch, path, dtype, pixels)
     return VLM(model=model, processor=processor, arch=arch, spec=spec, path=Path(path))
+
+
+def _from_pretrained(auto_class: str, path: str | Path, kwargs: dict[str, Any]) -> Any:
+    import transformers
+
+    try:
+        return getattr(transformers, auto_class).from_pretrained(str(path), **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(f"could not load model weights from {str(path)!r}: {exc}") from exc
+
+
+def _text_processor(path: str | Path) -> Any:
+    from transformers import AutoTokenizer
+
+    from evidra.models.processors import TextProcessor
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:
+        raise ModelLoadError(f"could not load the tokenizer from {str(path)!r}: {exc}") from exc
+    tokenizer.padding_side = "left"
+    return TextProcessor(tokenizer)
 
 
 def load_colqwen2(path: str | Path, *, dtype: str | Any = "float32", device: str = "cpu") -> tuple[Any, Any]:

@@ -47,3 +47,47 @@ def image_only_processor_class(arch: str) -> type[Any]:
 
     name = base.__name__.replace("Processor", "ImageOnlyProcessor")
     return type(name, (base,), {"__init__": __init__, "__module__": __name__})
+
+
+class TextProcessor:
+    """The slice of a processor evidra uses, for a text-only causal LM (Qwen2, Qwen2.5, Qwen3).
+
+    Contexts are built through ``processor(text=..., images=...)`` and ``apply_chat_template``
+    whatever the policy; this wraps a tokenizer in that interface. Messages arrive with
+    list-of-parts content; stock text chat templates print ``message['content']`` as is, so
+    text parts are joined into one string first. An image is an error, not silently dropped.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, text: Any = None, images: Any = None, **kwargs: Any) -> Any:
+        if images:
+            raise ModelLoadError(
+                "a text-only policy was given images; train it on a text task or load a Qwen-VL checkpoint"
+            )
+        return self.tokenizer(text, **kwargs)
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
+        return self.tokenizer.apply_chat_template([_flatten(m) for m in conversation], **kwargs)
+
+    def decode(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tokenizer.decode(*args, **kwargs)
+
+    def save_pretrained(self, path: Any) -> Any:
+        return self.tokenizer.save_pretrained(path)
+
+
+def _flatten(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str) or content is None:
+        return message
+    parts = []
+    for part in content:
+        if part.get("type", "text") != "text":
+            raise ModelLoadError(
+                f"a text-only policy cannot render a {part.get('type')!r} message part; "
+                "use a Qwen-VL checkpoint"
+            )
+        parts.append(str(part["text"]))
+    return {**message, "content": "".join(parts)}

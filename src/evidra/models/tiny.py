@@ -20,6 +20,8 @@ from evidra.errors import InvalidInputError
 
 Arch = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 ARCHS: tuple[Arch, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+TextArch = Literal["qwen2", "qwen3"]
+TEXT_ARCHS: tuple[TextArch, ...] = ("qwen2", "qwen3")  # text-only causal LMs (Qwen2/2.5, Qwen3)
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -301,7 +303,8 @@ def build_tiny(
 ) -> Path:
     """Build, save and return the directory of a tiny random ``arch`` checkpoint.
 
-    ``arch`` is one of ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``colqwen2`` or ``colpali``.
+    ``arch`` is one of ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, the text-only ``qwen2`` and
+    ``qwen3``, ``colqwen2`` or ``colpali``.
     """
     import torch
     import transformers
@@ -313,9 +316,12 @@ def build_tiny(
         return build_tiny_colqwen2(out_dir, seed=seed, hidden=hidden, max_pixels=max_pixels)
     if arch == "colpali":
         return build_tiny_colpali(out_dir, seed=seed, hidden=hidden)
+    if arch in TEXT_ARCHS:
+        return build_tiny_text(arch, out_dir, seed=seed)
     if arch not in ARCHS:
+        choices = ", ".join((*ARCHS, *TEXT_ARCHS))
         raise InvalidInputError(
-            f"unknown tiny architecture {arch!r}; choose one of {', '.join(ARCHS)}, colqwen2, colpali"
+            f"unknown tiny architecture {arch!r}; choose one of {choices}, colqwen2, colpali"
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -336,4 +342,36 @@ def build_tiny(
     )
     processor.save_pretrained(out)
     _write_release_layout(out, processor_cls.__mro__[1].__name__)
+    return out
+
+
+def build_tiny_text(arch: str, out_dir: str | Path, *, seed: int = 0, hidden: int = 128) -> Path:
+    """A tiny random text-only Qwen2 / Qwen3 causal LM with the kit's tokenizer and chat template.
+
+    Two heads of 64 dimensions: vLLM's CPU attention backend refuses head sizes below 32, so the
+    same checkpoint serves the transformers and the vLLM rollout backends.
+    """
+    import torch
+    import transformers
+    from transformers import GenerationConfig
+
+    if arch not in TEXT_ARCHS:
+        raise InvalidInputError(
+            f"unknown tiny text architecture {arch!r}; choose one of {', '.join(TEXT_ARCHS)}"
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(seed=seed)
+    text = _text_config(tokenizer, "qwen2_vl", hidden)
+    text.update(
+        num_attention_heads=2, num_key_value_heads=1, head_dim=hidden // 2, max_position_embeddings=4096
+    )
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    cls = transformers.Qwen2Config if arch == "qwen2" else transformers.Qwen3Config
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cls(**text))
+    eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos[1], bos_token_id=eos[1])
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
     return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from evidra.models.vllm_backend import VLLMConfig
+
 
 @dataclass(frozen=True)
 class LoraConfig:
@@ -52,6 +54,8 @@ class RolloutConfig:
     max_turns: int = 1
     max_new_tokens: int = 64  # per turn
     max_response_tokens: int = 512  # per episode, observations included
+    backend: Literal["hf", "vllm"] = "hf"  # who generates: the policy's transformers model, or vLLM
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # backend=vllm: colocated engine or a server
 
 
 @dataclass(frozen=True)

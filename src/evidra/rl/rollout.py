@@ -44,6 +44,12 @@ class HFBackend:
     def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
         return generate_contexts(self.vlm, contexts, params)
 
+    def release(self) -> None:
+        """Nothing to free: generation uses the policy itself."""
+
+    def sync(self, model: Any) -> None:
+        """Nothing to copy: generation always sees the policy's current weights."""
+
 
 @dataclass(frozen=True)
 class RolloutLimits:

@@ -24,6 +24,7 @@ from evidra.config import dump_config, to_dict
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
+from evidra.rl.backends import make_backend
 from evidra.rl.checkpoint import (
     TrainState,
     list_checkpoints,
@@ -39,7 +40,7 @@ from evidra.rl.filtering import DynamicSampler, Round
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
-from evidra.rl.rollout import Episode, HFBackend, RolloutLimits, rollout
+from evidra.rl.rollout import Episode, RolloutLimits, rollout
 from evidra.rl.sink import MetricsSink
 from evidra.rl.tasks import TASKS, task_samples
 from evidra.rl.update import (
@@ -101,6 +102,10 @@ class RLTrainer:
         )
         self.state = TrainState(step=0, data_epoch=0, data_offset=0)
         self._maybe_resume()
+        # rollout backend (rollout.backend): built after resuming, so vLLM starts from these weights
+        self.backend = make_backend(cfg.rollout, self.vlm, cfg.model.dtype)
+        if self.state.step:
+            self.backend.sync(self.vlm.model)
         if self.acc.is_main_process:
             dump_config(cfg, self.out / "config.yaml")
 
@@ -120,7 +125,7 @@ class RLTrainer:
         limits = RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
         self.vlm.model.eval()
         with self.engine.generation(self.model):
-            episodes = rollout(HFBackend(self.vlm), self.task.make_env, samples, r.group_size, params, limits)
+            episodes = rollout(self.backend, self.task.make_env, samples, r.group_size, params, limits)
         if self.task.scopes is not None:  # token spans of each reward channel (RS-GRPO)
             annotate, tok = self.task.scopes, self.vlm.tokenizer
             episodes = [replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
@@ -176,6 +181,7 @@ class RLTrainer:
         episodes = [ep for eps, _ in groups for ep in eps]
         results = [res for _, rs in groups for res in rs]
         rollout_s = time.perf_counter() - start
+        self.backend.release()  # vLLM on a GPU: free its memory for the update
         minibatches = self._minibatches(groups, n_mini)
         flat = [mb for mini in minibatches for mb in mini]
         temperature = self.cfg.rollout.temperature
@@ -195,6 +201,7 @@ class RLTrainer:
         kl_ref = ref if self.cfg.algo.kl == "loss" else None
         update = policy_update(self.model, self.optimizer, self.engine, minibatches, valid, kl_ref, settings)
         self.scheduler.step()
+        self.backend.sync(self.engine.unwrap(self.model))  # the rollout engine takes the new weights
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
         return {
             **_reward_metrics(results, rewards, advantages),
@@ -235,6 +242,8 @@ class RLTrainer:
         mode = self.cfg.algo.old_logprobs
         if mode != "auto":
             return mode == "recompute"
+        if self.cfg.rollout.backend != "hf":  # another engine's log-probs: measure the mismatch
+            return True
         return n_mini * self.cfg.algo.ppo_epochs > 1  # one step per batch: the current log-probs are old
 
     def _kl_in_reward(self, rewards: Any, tensors: list[MicroBatch], ref: Any) -> Any:

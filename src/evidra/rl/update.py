@@ -20,6 +20,7 @@ from evidra.models.prefix import PREFIX_ARCHS, PrefixBatch, build_prefix_batch, 
 from evidra.rl.engine import Engine
 from evidra.rl.kl import kl_penalty
 from evidra.rl.losses import POLICY_LOSSES, aggregate
+from evidra.rl.mismatch import combined, logprob_mismatch
 from evidra.rl.policy import Reference
 from evidra.rl.rollout import Episode
 
@@ -185,12 +186,10 @@ def recompute_old_logprobs(
 
 def mismatch_stats(batches: Sequence[Sequence[MicroBatch]]) -> dict[str, float]:
     """Mean and max ``|trainer - sampler|`` log-prob over policy tokens (after a recompute)."""
-    total, count, worst = 0.0, 0.0, 0.0
-    for mb in (m for group in batches for m in group):
-        delta = (mb.old_logprobs - mb.sampler_logprobs).abs() * mb.loss_mask  # (b, R)
-        total, count = total + float(delta.sum()), count + float(mb.loss_mask.sum())
-        worst = max(worst, float(delta.max()) if delta.numel() else 0.0)
-    return {"mismatch/logp_abs_mean": total / max(count, 1.0), "mismatch/logp_abs_max": worst}
+    parts = [
+        logprob_mismatch(mb.sampler_logprobs, mb.old_logprobs, mb.loss_mask) for g in batches for mb in g
+    ]
+    return combined(parts).metrics()
 
 
 def _micro_loss(

@@ -1,0 +1,108 @@
+"""Rollouts from a vLLM OpenAI-compatible server that another process (or machine) runs.
+
+Each row is one ``/v1/completions`` request with a token-id prompt, its own seed,
+``logprobs=0`` and ``return_token_ids`` (the sampled ids themselves, never re-tokenised text);
+rows go out concurrently, so the server batches them. The server must run with
+``--logprobs-mode processed_logprobs`` (log-probs at the sampling temperature, as the trainer
+recomputes them) and ``--enable-prefix-caching``; ``sync`` needs ``VLLM_SERVER_DEV_MODE=1``
+(its ``/collective_rpc`` endpoint) and a folder both processes see. See docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from evidra.models.context import Context
+from evidra.models.generation import Generation, SamplingParams
+from evidra.models.loading import VLM
+from evidra.models.vllm_backend import (
+    VLLMConfig,
+    VLLMError,
+    _check_contexts,
+    row_seeds,
+    sampling_kwargs,
+    save_weights,
+    to_generation,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class VLLMServerBackend:
+    """Generation by a running ``vllm serve``; weights synced through a shared folder."""
+
+    def __init__(self, vlm: VLM, cfg: VLLMConfig, *, workers: int = 32) -> None:
+        import httpx
+
+        self.vlm = vlm
+        self.cfg = cfg
+        self.url = cfg.server_url.rstrip("/")
+        self.client = httpx.Client(timeout=cfg.timeout_s)
+        self.workers = workers
+        self.model_name = self._served_model()
+
+    @property
+    def processor(self) -> Any:
+        return self.vlm.processor
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        import httpx
+
+        try:
+            response = self.client.post(self.url + path, json=body)
+        except httpx.HTTPError as exc:
+            raise VLLMError(f"vLLM server {self.url} unreachable ({exc}); is `vllm serve` running?") from exc
+        if response.status_code != 200:
+            raise VLLMError(f"vLLM server {self.url}{path} answered {response.status_code}: {response.text}")
+        return response.json() if response.content else None
+
+    def _served_model(self) -> str:
+        import httpx
+
+        try:
+            data = self.client.get(self.url + "/v1/models").json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise VLLMError(
+                f"no vLLM server at rollout.vllm.server_url={self.url} ({exc}); start one (docs/vllm.md)"
+            ) from exc
+        return str(data["data"][0]["id"])
+
+    def _one(self, context: Context, params: SamplingParams, seed: int) -> Generation:
+        body = {
+            "model": self.model_name,
+            "prompt": list(context.token_ids),
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            **sampling_kwargs(params, self.vlm.eos_token_ids, seed),
+        }
+        choice = self._post("/v1/completions", body)["choices"][0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise VLLMError(f"vLLM server {self.url} returned no token_ids; it needs vLLM >= 0.10")
+        logprobs = choice["logprobs"]["token_logprobs"]
+        return to_generation(self.vlm, context, ids, logprobs, isinstance(choice.get("stop_reason"), str))
+
+    def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
+        _check_contexts(contexts, params)
+        seeds = row_seeds(params, len(contexts))
+        with ThreadPoolExecutor(max_workers=min(self.workers, max(1, len(contexts)))) as pool:
+            return list(
+                pool.map(lambda cs: self._one(cs[0], params, cs[1]), zip(contexts, seeds, strict=True))
+            )
+
+    def release(self) -> None:
+        """Nothing to free: the server runs on its own devices."""
+
+    def sync(self, model: Any) -> None:
+        """Write the merged weights to ``weights_dir`` and have the server reload them in place."""
+        if not self.cfg.weights_dir:
+            raise VLLMError(
+                "rollout.vllm.weights_dir is empty; server mode syncs weights through a shared folder"
+            )
+        path = save_weights(model, self.cfg.weights_dir)
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        self._post("/collective_rpc", rpc)
+        self._post("/reset_prefix_cache", {})
