@@ -77,7 +77,35 @@ def register(subparsers: Any) -> None:
     p.add_argument("--training-metrics", default=None, metavar="FILE",
                    help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR")
+    _judge_arguments(p)
     p.set_defaults(func=run)
+
+
+def _judge_arguments(p: Any) -> None:
+    j = p.add_argument_group("answer judge (adds the Judge Acc column; unscored answers are counted apart)")
+    j.add_argument("--judge", default=None, choices=["rule", "openai"],
+                   help="rule: offline normalised match; openai: an OpenAI-compatible endpoint")  # fmt: skip
+    j.add_argument("--judge-url", default="", metavar="URL", help="judge server base URL (…/v1)")
+    j.add_argument("--judge-model", default="", metavar="NAME", help="model name the judge server serves")
+    j.add_argument("--judge-api-key-env", default="", metavar="VAR", help="environment variable with the key")
+    j.add_argument("--judge-prompt", default="vragrl", choices=["vragrl", "lang2act"],
+                   help="the paper's judge prompt (default vragrl)")  # fmt: skip
+    j.add_argument("--judge-concurrency", type=int, default=8)
+    j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
+    j.add_argument("--judge-retries", type=int, default=3)
+
+
+def _judge_scorers(args: argparse.Namespace) -> list[Any]:
+    if args.judge is None:
+        return []
+    from evidra.eval.scoring import judge_scorer
+    from evidra.rewards.judge_config import JudgeConfig, build_judge
+
+    cfg = JudgeConfig(kind=args.judge, base_url=args.judge_url, model=args.judge_model,
+                      api_key_env=args.judge_api_key_env, prompt=args.judge_prompt,
+                      concurrency=args.judge_concurrency, timeout_s=args.judge_timeout,
+                      max_retries=args.judge_retries)  # fmt: skip
+    return [judge_scorer(build_judge(cfg))]
 
 
 def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
@@ -165,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
     from evidra.paradigms import PARADIGMS
 
     out = Path(args.out)
+    extra = _judge_scorers(args)  # a bad judge option fails before any model loads
     benches = _samples(args, out)
     backend, model_name = _backend(args)
     paradigms = PARADIGMS.names() if args.paradigm in ([], ["all"]) else args.paradigm
@@ -178,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     make_env = _env_factory(args.env, paradigm, corpus, args)
                     preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", make_env=make_env,
-                                     progress=advance(bar))  # fmt: skip
+                                     progress=advance(bar), extra_scores=extra)  # fmt: skip
                 except EvidraError as exc:
                     if args.paradigm not in ([], ["all"]):
                         raise

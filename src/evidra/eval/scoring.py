@@ -257,12 +257,15 @@ def stepwise_attribution_scorer(similarity: Similarity) -> ExtraScorer:
 def judge_scorer(judge: Judge) -> ExtraScorer:
     """``judge_accuracy`` from an answer judge (ViDoSeek and VRAG-RL score with an LLM judge;
     ``evidra.rewards.judge.OpenAIJudge`` or the offline ``RuleJudge``). Unscored items (judge
-    error, no reference) get no value, so they stay out of the mean."""
+    error, no reference) get no ``judge_accuracy``, so they stay out of its mean, and
+    ``judge_unscored`` 1 (0 when judged): its mean is the share the judge could not score."""
 
     def judged(sample: Sample, p: Prediction) -> dict[str, float]:
         reference = sample.answers[0] if sample.answers else None
         (verdict,) = judge.judge([JudgeItem(sample.question, reference, p.answer or "")])
-        return {} if verdict.value is None else {"judge_accuracy": float(verdict.value)}
+        if verdict.value is None:
+            return {"judge_unscored": 1.0}
+        return {"judge_accuracy": float(verdict.value), "judge_unscored": 0.0}
 
     return judged
 

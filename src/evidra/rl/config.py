@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from evidra.models.vllm_backend import VLLMConfig
+from evidra.rewards.judge_config import JudgeConfig
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class RLConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # answer judge of the rewards that judge
     # overrides of the sections above for the SFT stage of the same recipe (``evidra train sft``),
     # e.g. {optim: {lr: 5.0e-7, schedule: cosine}, epochs: 3}; checked when the recipe loads
     sft: dict[str, Any] = field(default_factory=dict)
@@ -141,6 +143,7 @@ class SFTConfig:
     epochs: int = 1  # with run.steps = 0: steps = ceil(epochs x examples / batch_size)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     sft: dict[str, Any] = field(default_factory=dict)
 
     __stage_sections__: ClassVar[tuple[str, ...]] = ("sft",)

@@ -38,7 +38,7 @@ from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.sink import MetricsSink
-from evidra.rl.tasks import TASKS, task_samples
+from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
 from evidra.types import Message
 
@@ -203,7 +203,7 @@ class SFTTrainer:
 
 
 def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
-    task = TASKS.get(cfg.data.task)
+    task = resolve_task(cfg.data.task, cfg.judge)
     if task.oracle is None:
         raise ConfigError(f"task {cfg.data.task!r} has no oracle trajectories; pass SFT conversations")
     samples = task_samples(task, cfg.data)

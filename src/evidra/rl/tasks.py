@@ -19,6 +19,8 @@ from evidra.env.toy import KeyValueEnv
 from evidra.errors import ConfigError
 from evidra.registry import Registry
 from evidra.rewards.base import RewardFn, RewardResult
+from evidra.rewards.judge_config import JudgeConfig, build_judge
+from evidra.rewards.judge_protocol import Judge
 from evidra.rewards.toy import digit_fraction, key_value_answer, parse_answer, text_length
 from evidra.rl.config import DataConfig
 from evidra.types import Message, Page, Parsed, Sample, Span, Trajectory
@@ -42,11 +44,24 @@ class Task:
     # published-benchmark samples (``data.source``) -> this task's: keep the usable ones, fill
     # what the task needs (``evidra.rl.recipes._benchmark``); None: the task's own data only
     from_benchmark: Callable[[list[Sample], DataConfig], list[Sample]] | None = None
+    # the same task scored with another answer judge (``judge:`` in a config); None: no judge
+    with_judge: Callable[[Judge], Task] | None = None
+    judge_prompt: str = "vragrl"  # the paper's judge prompt style for this task
 
     def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
         text = trajectory.texts[-1] if trajectory.texts else ""
         return self.reward(self.parse(text), sample, trajectory)
+
+
+def resolve_task(name: str, judge: JudgeConfig) -> Task:
+    """The registered task ``name``, scored with the configured judge when one is configured."""
+    task = TASKS.get(name)
+    if judge.is_default:
+        return task
+    if task.with_judge is None:
+        raise ConfigError(f"task {name!r} judges no answers, so it takes no judge; remove the judge section")
+    return task.with_judge(build_judge(judge, task.judge_prompt))
 
 
 def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:

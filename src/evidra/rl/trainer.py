@@ -42,7 +42,7 @@ from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.rollout import Episode, RolloutLimits, rollout
 from evidra.rl.sink import MetricsSink
-from evidra.rl.tasks import TASKS, task_samples
+from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
     UpdateSettings,
@@ -74,7 +74,7 @@ class RLTrainer:
         self.local_batch = local_batch_size(cfg, self.acc.num_processes)
         self.out = Path(cfg.run.output_dir)
         set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
-        self.task = TASKS.get(cfg.data.task)
+        self.task = resolve_task(cfg.data.task, cfg.judge)
         with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
             self.samples = task_samples(self.task, cfg.data)
             self.vlm = load_policy(

@@ -12,6 +12,7 @@ from typing import Any
 from evidra.config import from_dict, merge_sections, to_dict
 from evidra.errors import ConfigError, RegistryError
 from evidra.registry import Registry
+from evidra.rewards.judge_config import validate_judge
 from evidra.rl.config import (
     AlgoConfig,
     DataConfig,
@@ -109,6 +110,11 @@ def validate_rl_config(cfg: RLConfig) -> None:
     _check_optim(cfg.optim)
     _check_rollout(cfg.rollout)
     _check_algo(cfg.algo, cfg.run.batch_size)
+    validate_judge(cfg.judge)
+    if not cfg.judge.is_default and task.with_judge is None:
+        raise ConfigError(
+            f"task {task.name!r} judges no answers, so it takes no judge; remove the judge section"
+        )
     if cfg.algo.advantage == "rs_grpo" and not task.scope_names:
         raise ConfigError(f"algo.advantage=rs_grpo needs a task with scoped rewards; {task.name!r} has none")
     training_precision(cfg.model)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from evidra.env.base import play_script
@@ -23,7 +24,7 @@ from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
 from evidra.rewards.base import RewardResult
 from evidra.rewards.cave import CaveParams, Outcome, StateScore, cave_reward
 from evidra.rewards.cave_scoring import score_states
-from evidra.rewards.judge import JudgeItem, RuleJudge
+from evidra.rewards.judge import Judge, JudgeItem, RuleJudge
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
 from evidra.rl.recipes.vragrl import corpus_dir, synth_once
@@ -52,23 +53,28 @@ def make_env(sample: Sample) -> ZoomEnv:
     return ZoomEnv(max_rounds=MAX_ROUNDS)
 
 
-def outcome(texts: Sequence[str], sample: Sample) -> Outcome:
-    """Task anchors (CAVE §3.3): answer correctness (RuleJudge) and format validity of every turn."""
+def outcome(texts: Sequence[str], sample: Sample, judge: Judge = _JUDGE) -> Outcome | None:
+    """Task anchors (CAVE §3.3): answer correctness (the judge) and format validity of every
+    turn; None when the judge could not decide (the episode is then unscored, never 0)."""
     agent = ZoomAgent()
     parsed = [agent.parse(t) for t in texts]
     last = parsed[-1] if parsed else Parsed(text="")
     fmt = float(bool(parsed) and last.answer is not None and all(p.ok for p in parsed))
     if last.answer is None or not sample.answers:
         return Outcome(0.0, fmt)
-    verdict = _JUDGE.judge([JudgeItem(sample.question, sample.answers[0], last.answer)])[0]
-    return Outcome(float(bool(verdict.value)), fmt)
+    verdict = judge.judge([JudgeItem(sample.question, sample.answers[0], last.answer)])[0]
+    if verdict.value is None:
+        return None
+    return Outcome(float(verdict.value), fmt)
 
 
 def _units(sample: Sample) -> list[str]:
     return [text for text in sample.gold_evidence.values() if text]
 
 
-def score_episodes(vlm: Any, episodes: Sequence[Any], params: CaveParams = PARAMS) -> list[RewardResult]:
+def score_episodes(
+    vlm: Any, episodes: Sequence[Any], params: CaveParams = PARAMS, judge: Judge = _JUDGE
+) -> list[RewardResult]:
     """Outcome + process credits of each episode; teacher forcing batched over all of them."""
     rows = []
     for ep in episodes:
@@ -81,14 +87,11 @@ def score_episodes(vlm: Any, episodes: Sequence[Any], params: CaveParams = PARAM
     for ep, per in zip(episodes, states, strict=True):
         n = len(per)
         ratios = [ep.infos[t].get("area_ratio") if t < len(ep.infos) else None for t in range(n)]
-        out.append(cave_reward(per, ratios, outcome(ep.trajectory.texts, ep.sample), params))
+        anchors = outcome(ep.trajectory.texts, ep.sample, judge)
+        out.append(
+            RewardResult.unscored("judge") if anchors is None else cave_reward(per, ratios, anchors, params)
+        )
     return out
-
-
-def _outcome_only(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
-    """Without the model (``Task.score``): the anchors only, as a one-turn credit."""
-    texts = trajectory.texts if trajectory is not None and trajectory.texts else (parsed.text,)
-    return cave_reward([StateScore(0.0, 0.0)], [None], outcome(texts, sample), PARAMS)
 
 
 def oracle(sample: Sample) -> list[Message]:
@@ -107,16 +110,28 @@ def oracle(sample: Sample) -> list[Message]:
     return play_script(make_env(sample), sample, turns)
 
 
-TASKS.add(
-    "cave",
-    Task(
+def make_cave_task(judge: Judge) -> Task:
+    """The CAVE task whose answer anchor asks ``judge`` (offline: a containment rule)."""
+
+    def outcome_only(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
+        texts = trajectory.texts if trajectory is not None and trajectory.texts else (parsed.text,)
+        anchors = outcome(texts, sample, judge)
+        if anchors is None:
+            return RewardResult.unscored("judge")
+        return cave_reward([StateScore(0.0, 0.0)], [None], anchors, PARAMS)
+
+    return Task(
         name="cave",
         samples=_samples,
         make_env=make_env,
         parse=ZoomAgent().parse,
-        reward=_outcome_only,
+        reward=outcome_only,
         oracle=oracle,
-        score_episodes=score_episodes,
+        score_episodes=partial(score_episodes, judge=judge),
         from_benchmark=adapter((has_pages, images_on_disk, is_answerable), first_gold_page),
-    ),
-)
+        with_judge=make_cave_task,
+        judge_prompt="vragrl",
+    )
+
+
+TASKS.add("cave", make_cave_task(_JUDGE))

@@ -57,6 +57,8 @@ def make_lang2act_task(
         reward=reward,
         oracle=oracle,
         from_benchmark=adapter(IMAGE_QA),
+        with_judge=lambda other: make_lang2act_task(name, stage, toolbox, other),
+        judge_prompt="lang2act",
     )
 
 

@@ -16,7 +16,7 @@ import json
 import tempfile
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -28,12 +28,12 @@ from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
 from evidra.retrieval.engine import open_searcher
 from evidra.rewards.base import RewardResult
-from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge import Judge, RuleJudge
 from evidra.rewards.vragrl import RETRIEVED_FIELD, VragRLReward
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._benchmark import has_gold_pages, images_on_disk, is_answerable
 from evidra.rl.tasks import TASKS, Task, usable
-from evidra.types import Message, Page, Parsed, Sample, Trajectory
+from evidra.types import Message, Page, Parsed, Sample
 
 if TYPE_CHECKING:
     from evidra.data.synth.documents import SynthCorpus
@@ -150,14 +150,7 @@ def make_env(sample: Sample) -> SearchEnv:
     return SearchEnv(searcher, pages, max_turns=MAX_TURNS)
 
 
-_REWARD = VragRLReward(RuleJudge())
-
-
-def _reward(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
-    return _REWARD(parsed, sample, trajectory)
-
-
-def score_episodes(vlm: Any, episodes: Sequence[Any]) -> list[RewardResult]:
+def score_episodes(vlm: Any, episodes: Sequence[Any], reward: VragRLReward) -> list[RewardResult]:
     """VRAG-RL Eq. 12 per episode, the retrieved pages read from the environment's infos."""
     batch = []
     for ep in episodes:
@@ -167,7 +160,7 @@ def score_episodes(vlm: Any, episodes: Sequence[Any]) -> list[RewardResult]:
         fields = {**parsed.fields, RETRIEVED_FIELD: "\n".join(retrieved)}
         batch.append((Parsed(text=parsed.text, answer=parsed.answer, action=parsed.action, fields=fields,
                              errors=parsed.errors), ep.sample, ep.trajectory))  # fmt: skip
-    return _REWARD.score_batch(batch)
+    return reward.score_batch(batch)
 
 
 class _Fixed:
@@ -197,16 +190,21 @@ def oracle(sample: Sample) -> list[Message]:
     return play_script(env, sample, turns)
 
 
-TASKS.add(
-    "vragrl",
-    Task(
+def make_vragrl_task(judge: Judge) -> Task:
+    """The VRAG-RL task whose answer reward asks ``judge`` (offline: a rule judge)."""
+    reward = VragRLReward(judge)
+    return Task(
         name="vragrl",
         samples=_samples,
         make_env=make_env,
         parse=SearchAgent().parse,
-        reward=_reward,
+        reward=reward,
         oracle=oracle,
-        score_episodes=score_episodes,
+        score_episodes=partial(score_episodes, reward=reward),
         from_benchmark=_from_benchmark,
-    ),
-)
+        with_judge=make_vragrl_task,
+        judge_prompt="vragrl",
+    )
+
+
+TASKS.add("vragrl", make_vragrl_task(RuleJudge()))

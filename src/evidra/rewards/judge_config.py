@@ -1,0 +1,102 @@
+"""The answer judge chosen from config: a rule, or an OpenAI-compatible endpoint.
+
+A recipe's ``judge:`` section (``JudgeConfig``) is used by the training rewards that judge an
+answer (VRAG-RL, Lang2Act, CAVE) and by ``evidra eval --judge ...``:
+
+```yaml
+judge:
+  kind: openai                       # rule (offline, default) | openai
+  base_url: http://localhost:8001/v1 # any OpenAI-compatible server (vLLM, SGLang, hosted)
+  model: Qwen2.5-72B-Instruct
+  api_key_env: JUDGE_API_KEY         # the key is read from this variable, never written anywhere
+  concurrency: 8
+  timeout_s: 60
+  max_retries: 3                     # bounded; a judgement that still fails is unscored, not 0
+```
+
+``prompt`` picks the paper's judge prompt: ``vragrl`` (one item per request, VRAG-RL's template)
+or ``lang2act`` (Lang2Act's batched system prompt); empty uses the task's own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from evidra.errors import ConfigError, RegistryError
+from evidra.registry import Registry
+from evidra.rewards.judge import HttpJudgeConfig, OpenAIJudge, RuleJudge
+from evidra.rewards.judge_protocol import Judge
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    kind: str = "rule"  # a JUDGES name: rule | openai
+    rule: Literal["", "exact", "contains", "stripped_lower"] = ""  # rule judge's match; "": the task's
+    base_url: str = ""  # openai: e.g. http://localhost:8001/v1
+    model: str = ""  # openai: the model name the server serves
+    api_key_env: str = ""  # openai: environment variable holding the API key (sent as a Bearer token)
+    prompt: Literal["", "vragrl", "lang2act"] = ""  # the paper's judge prompt; "": the task's
+    batch_size: int = 10  # items per request with the lang2act prompt (toolrl 10, actionrl 5)
+    concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries: int = 3
+    temperature: float = 0.0
+    max_tokens: int = 0  # 0: the server's default
+
+    @property
+    def is_default(self) -> bool:
+        """The offline rule judge with the task's own settings (what a task uses without config)."""
+        return self.kind == "rule" and not self.rule
+
+
+JudgeFactory = Callable[[JudgeConfig, str], Judge]  # (config, the task's default prompt style)
+JUDGES: Registry[JudgeFactory] = Registry("judge")
+
+
+@JUDGES.register("rule")
+def _rule(cfg: JudgeConfig, default_prompt: str) -> Judge:
+    return RuleJudge(cfg.rule or "contains")
+
+
+@JUDGES.register("openai")
+def _openai(cfg: JudgeConfig, default_prompt: str) -> Judge:
+    key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+    if cfg.api_key_env and not key:
+        raise ConfigError(f"judge.api_key_env={cfg.api_key_env}: that environment variable is not set")
+    style = cfg.prompt or default_prompt
+    http = HttpJudgeConfig(
+        base_url=cfg.base_url, model=cfg.model, style="vragrl" if style == "vragrl" else "lang2act",
+        api_key=key, batch_size=cfg.batch_size, concurrency=cfg.concurrency, timeout_s=cfg.timeout_s,
+        max_retries=cfg.max_retries, temperature=cfg.temperature, max_tokens=cfg.max_tokens or None,
+    )  # fmt: skip
+    return OpenAIJudge(http)
+
+
+def validate_judge(cfg: JudgeConfig) -> None:
+    """One-line ``ConfigError`` for the first bad field (no connection is made)."""
+    if cfg.kind not in JUDGES:
+        try:
+            JUDGES.get(cfg.kind)
+        except RegistryError as exc:
+            raise ConfigError(f"judge.kind: {exc}") from None
+    if cfg.kind == "openai":
+        if not cfg.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"judge.base_url must be an http(s) URL of an OpenAI-compatible server, "
+                              f"got {cfg.base_url!r}")  # fmt: skip
+        if not cfg.model:
+            raise ConfigError("judge.model is empty: name the model the judge server serves")
+    for name in ("batch_size", "concurrency"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"judge.{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.max_retries < 0 or cfg.timeout_s <= 0 or cfg.max_tokens < 0:
+        raise ConfigError(f"judge.max_retries must be >= 0, timeout_s > 0 and max_tokens >= 0, got "
+                          f"{cfg.max_retries}, {cfg.timeout_s}, {cfg.max_tokens}")  # fmt: skip
+
+
+def build_judge(cfg: JudgeConfig, default_prompt: str = "vragrl") -> Judge:
+    """The judge ``cfg`` describes; ``default_prompt`` is the task's paper prompt style."""
+    validate_judge(cfg)
+    return JUDGES.get(cfg.kind)(cfg, default_prompt)

@@ -1,0 +1,148 @@
+"""The judge chosen from config, in training tasks and in ``evidra eval``, against a local fake
+OpenAI-compatible server (loopback only)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evidra.cli.main import main
+from evidra.config import load_config
+from evidra.errors import ConfigError
+from evidra.rewards.judge import OpenAIJudge, RuleJudge
+from evidra.rewards.judge_config import JudgeConfig, build_judge
+from evidra.rl.config import RLConfig
+from evidra.rl.tasks import resolve_task
+from evidra.rl.trainer import RLTrainer
+from evidra.types import Sample, Span, Trajectory
+
+
+class _Fake(BaseHTTPRequestHandler):
+    """``/ok/...`` judges True iff the generated answer equals the reference; ``/fail/...`` is 500."""
+
+    seen: list[dict[str, Any]]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        if self.path.startswith("/fail"):
+            return self._send(500, {"error": "down"})
+        user = body["messages"][-1]["content"]
+        tags = []
+        for block in user.split("--- ITEM")[1:] or [user]:
+            ref = block.split("## Reference Answer\n")[1].split("\n")[0]
+            gen = block.split("## Generated Answer\n")[1].split("\n")[0]
+            tags.append(f"<judge>{ref == gen}</judge>")
+        self._send(200, {"choices": [{"message": {"role": "assistant", "content": "\n".join(tags)}}]})
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    seen: list[dict[str, Any]] = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Fake,), {"seen": seen}))
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _openai(url: str, **kw: Any) -> JudgeConfig:
+    return JudgeConfig(kind="openai", base_url=url, model="judge-72b", timeout_s=2.0, **kw)
+
+
+def test_build_judge_from_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build_judge(JudgeConfig(rule="exact")) == RuleJudge("exact")
+    monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test")
+    judge = build_judge(_openai("http://127.0.0.1:9/v1", api_key_env="TEST_JUDGE_KEY"), "lang2act")
+    assert isinstance(judge, OpenAIJudge)
+    assert (judge.config.style, judge.config.api_key, judge.config.model) == (
+        "lang2act",
+        "sk-test",
+        "judge-72b",
+    )
+    assert "sk-test" not in repr(judge.config)  # the key is never printed
+
+
+def _lang2act_trajectory(answer: str) -> Trajectory:
+    text = f"<description>d</description><reason>r</reason><answer>{answer}</answer>"
+    return Trajectory(prompt_ids=(1,), token_ids=(2,), policy_mask=(1,), logprobs=(0.0,), turns=(Span(0, 1),),
+                      texts=(text,))  # fmt: skip
+
+
+def test_training_task_asks_the_configured_judge(
+    fake: tuple[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, seen = fake
+    monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test")
+    task = resolve_task("lang2act.stage1", _openai(f"{url}/ok/v1", api_key_env="TEST_JUDGE_KEY"))
+    sample = Sample(id="q", question="Capital of France?", answers=("Paris",))
+    right = task.score(sample, _lang2act_trajectory("Paris"))
+    wrong = task.score(sample, _lang2act_trajectory("Lyon"))
+    assert right.scored and wrong.scored
+    assert right.components["answer"] == 1.0 and wrong.components["answer"] == 0.0
+    assert {s["auth"] for s in seen} == {"Bearer sk-test"}
+    assert {s["body"]["model"] for s in seen} == {"judge-72b"}
+    assert "Capital of France?" in seen[0]["body"]["messages"][-1]["content"]
+
+
+def test_a_failed_judgement_is_unscored_not_zero(fake: tuple[str, list[dict[str, Any]]]) -> None:
+    url, seen = fake
+    task = resolve_task("lang2act.stage1", _openai(f"{url}/fail/v1", max_retries=2))
+    result = task.score(Sample(id="q", question="Q?", answers=("Paris",)), _lang2act_trajectory("Paris"))
+    assert not result.scored and "unscored:judge" in result.components
+    assert len(seen) == 3  # one attempt and two bounded retries
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("judge.kind=openia", "did you mean 'openai'"),
+        ("judge={kind: openai, base_url: 'http://x/v1'}", "judge.model is empty"),
+        ("judge={kind: openai, base_url: 'x', model: m}", "http"),
+        ("judge.concurrency=0", "judge.concurrency must be >= 1"),
+        ("judge.rule=exact", "judges no answers"),
+    ],
+)
+def test_judge_config_errors_before_the_model_loads(tmp_path: Path, override: str, message: str) -> None:
+    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "data.task=toy.length", override]
+    if "concurrency" in override:
+        over[2] = "data.task=vragrl"
+    with pytest.raises(ConfigError, match=message):
+        RLTrainer(load_config(RLConfig, None, over))
+    assert not (tmp_path / "models").exists()
+
+
+def test_eval_reports_llm_judge_accuracy_and_unscored(
+    fake: tuple[str, list[dict[str, Any]]], tiny_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    url, seen = fake
+    for scenario in ("ok", "fail"):
+        out = tmp_path / scenario
+        argv = ["-q", "eval", "--synthetic", "documents", "--n", "2", "--paradigm", "direct",
+                "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "4", "--out", str(out),
+                "--judge", "openai", "--judge-url", f"{url}/{scenario}/v1", "--judge-model", "judge-72b",
+                "--judge-retries", "0", "--judge-timeout", "2"]  # fmt: skip
+        assert main(argv) == 0
+        (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        if scenario == "ok":  # the random tiny model's answers are wrong, but judged
+            assert row["metrics"]["judge_accuracy"] == 0.0 and row["metrics"]["judge_unscored"] == 0.0
+        else:  # every judgement failed: no accuracy, all counted unscored
+            assert "judge_accuracy" not in row["metrics"] and row["metrics"]["judge_unscored"] == 1.0
+    assert len(seen) == 4 and all(s["body"]["model"] == "judge-72b" for s in seen)
