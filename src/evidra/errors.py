@@ -54,3 +54,7 @@ def require(module: str, extra: str) -> None:
             f"optional dependency {module!r} is not installed; install it with "
             f"`pip install 'evidra[{extra}]'`"
         )
+
+
+class TrainingError(EvidraError, RuntimeError):
+    """A training run cannot go on (e.g. non-finite updates several steps in a row)."""

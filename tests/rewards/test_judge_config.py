@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from evidra.cli.main import main
 from evidra.config import load_config
 from evidra.errors import ConfigError
-from evidra.rewards.judge import OpenAIJudge, RuleJudge
+from evidra.rewards.judge import JudgeItem, OpenAIJudge, RuleJudge
 from evidra.rewards.judge_config import JudgeConfig, build_judge
 from evidra.rl.config import RLConfig
 from evidra.rl.tasks import resolve_task
@@ -36,6 +37,18 @@ class _Fake(BaseHTTPRequestHandler):
         self.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
         if self.path.startswith("/fail"):
             return self._send(500, {"error": "down"})
+        if self.path.startswith("/trickle"):  # one byte every 0.1 s: each read is quick, the whole is not
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            for _ in range(40):
+                time.sleep(0.1)
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+            return
         user = body["messages"][-1]["content"]
         tags = []
         for block in user.split("--- ITEM")[1:] or [user]:
@@ -146,3 +159,12 @@ def test_eval_reports_llm_judge_accuracy_and_unscored(
         else:  # every judgement failed: no accuracy, all counted unscored
             assert "judge_accuracy" not in row["metrics"] and row["metrics"]["judge_unscored"] == 1.0
     assert len(seen) == 4 and all(s["body"]["model"] == "judge-72b" for s in seen)
+
+
+def test_the_judge_timeout_bounds_the_whole_call(fake: tuple[str, list[dict[str, Any]]]) -> None:
+    url, _ = fake
+    judge = build_judge(JudgeConfig(kind="openai", base_url=f"{url}/trickle/v1", model="m", timeout_s=0.5,
+                                    max_retries=0))  # fmt: skip
+    start = time.perf_counter()
+    (verdict,) = judge.judge([JudgeItem("Q?", "Paris", "Paris")])
+    assert verdict.value is None and time.perf_counter() - start < 2.0  # a 4 s trickle, cut at 0.5 s

@@ -215,9 +215,9 @@ class OpenAIJudge:
         }
         url = self.config.base_url.rstrip("/") + "/chat/completions"
         self.stats.requests += 1
-        try:
-            response = await client.post(url, json=body)
-        except httpx.HTTPError as exc:  # timeouts, refused connections, protocol errors
+        try:  # timeout_s bounds the whole attempt, not each read (a trickling server cannot hold it)
+            response = await asyncio.wait_for(client.post(url, json=body), timeout=self.config.timeout_s)
+        except (httpx.HTTPError, asyncio.TimeoutError) as exc:  # timeouts, refused connections, protocol
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
         if response.status_code == 429 or response.status_code >= 500:
             raise _Retryable(f"HTTP {response.status_code} from {url}")

@@ -11,7 +11,9 @@ readable one.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import pickle
 import random
@@ -27,8 +29,10 @@ from evidra.errors import CheckpointError
 if TYPE_CHECKING:
     from evidra.rl.engine import Engine
 
+logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^step-(\d{6})$")
 WEIGHTS = "weights.safetensors"
+CHECKSUMS = "checksums.json"  # sha256 of every other file of the checkpoint
 
 
 @dataclass(frozen=True)
@@ -140,9 +144,36 @@ def _write_main(
     torch.save(trainer, tmp / "trainer.pt")
     (tmp / "state.json").write_text(json.dumps(state.__dict__))
     dump_config(config, tmp / "config.yaml")
+    sums = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
+    (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
     for file in (f for f in tmp.rglob("*") if f.is_file()):  # durable bytes before the rename publishes them
         with open(file, "rb") as fh:
             os.fsync(fh.fileno())
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checkpoint(folder: str | Path) -> None:
+    """Raise ``CheckpointError`` naming the first file whose bytes differ from the recorded
+    checksum (or that is missing); checkpoints written before checksums existed pass."""
+    root = Path(folder)
+    manifest = root / CHECKSUMS
+    if not manifest.is_file():
+        return
+    try:
+        sums = json.loads(manifest.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {root}: {CHECKSUMS} is unreadable ({exc})") from exc
+    for name, expected in sums.items():
+        path = root / name
+        if not path.is_file() or _sha256(path) != expected:
+            raise CheckpointError(f"checkpoint {root}: {name} is missing or corrupt (checksum mismatch)")
 
 
 def _save_sharded_optimizer(model: Any, optimizer: Any, folder: Path) -> None:
@@ -183,10 +214,13 @@ def load_checkpoint(
     import torch
 
     folder = Path(path)
+    verify_checkpoint(folder)
     try:
         weights = load_trainable_weights(folder)
         trainer = torch.load(folder / "trainer.pt", weights_only=True)
         state = TrainState(**json.loads((folder / "state.json").read_text()))
+        if min(state.step, state.data_epoch, state.data_offset) < 0:
+            raise ValueError(f"negative position in state.json: {state}")
     except (OSError, json.JSONDecodeError, RuntimeError, TypeError, ValueError) as exc:
         raise CheckpointError(
             f"checkpoint {folder} is unreadable ({str(exc).splitlines()[0]}); "
@@ -206,6 +240,11 @@ def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: 
     import torch
 
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    bad = [n for n, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {folder} holds non-finite weights ({bad[0]}); resume from an older one"
+        )
     missing = [n for n in weights if n not in trainable]
     if missing:
         raise CheckpointError(f"checkpoint {folder} has weights the model does not train: {missing[:3]}")
@@ -218,3 +257,19 @@ def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: 
     with torch.no_grad():
         for name, value in weights.items():
             params[name].copy_(value)
+
+
+def resume_newest(
+    output_dir: str | Path, model: Any, optimizer: Any, scheduler: Any, engine: Engine | None = None
+) -> TrainState | None:
+    """Load the newest checkpoint that verifies and reads; a corrupt one is named in a warning
+    and the previous complete one is used. None when no checkpoint is usable (a fresh start)."""
+    for folder in reversed(list_checkpoints(output_dir)):
+        try:
+            state = load_checkpoint(folder, model, optimizer, scheduler, engine)
+        except CheckpointError as exc:
+            logger.warning("skipping checkpoint %s: %s", folder.name, exc)
+            continue
+        logger.info("resumed from %s (step %d)", folder, state.step)
+        return state
+    return None

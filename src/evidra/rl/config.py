@@ -109,6 +109,7 @@ class RunConfig:
     seed: int = 0
     save_every: int = 0  # steps between checkpoints; 0 = only at the end
     keep_checkpoints: int = 2
+    max_bad_steps: int = 3  # steps in a row with a non-finite loss or gradient before the run stops
     resume: bool = True  # continue from the newest complete checkpoint in output_dir
     tensorboard: bool = False
     wandb_project: str = ""  # log to this Weights & Biases project (evidra[wandb]); empty: off

@@ -25,13 +25,7 @@ from evidra.errors import ConfigError, InvalidInputError
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
-from evidra.rl.checkpoint import (
-    TrainState,
-    list_checkpoints,
-    load_checkpoint,
-    prune_checkpoints,
-    save_checkpoint,
-)
+from evidra.rl.checkpoint import TrainState, prune_checkpoints, resume_newest, save_checkpoint
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import SFTConfig
 from evidra.rl.engine import Engine
@@ -138,11 +132,11 @@ class SFTTrainer:
             self.out, tensorboard=run.tensorboard, wandb_project=run.wandb_project, enabled=main
         )
         self.state = TrainState(0, 0, 0)
-        found = list_checkpoints(self.out) if cfg.run.resume else []
-        if found:
-            model = self.engine.unwrap(self.model)
-            self.state = load_checkpoint(found[-1], model, self.optimizer, self.scheduler, self.engine)
-            self.sink.truncate_after(self.state.step)
+        model = self.engine.unwrap(self.model)
+        opt, sched = self.optimizer, self.scheduler
+        state = resume_newest(self.out, model, opt, sched, self.engine) if cfg.run.resume else None
+        self.state = state or TrainState(0, 0, 0)
+        self.sink.truncate_after(self.state.step)  # a killed attempt's lines past the checkpoint go
         if main:
             dump_config(cfg, self.out / "config.yaml")
 

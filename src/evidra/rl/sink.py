@@ -63,8 +63,12 @@ class MetricsSink:
         """Drop records past ``step`` (after resuming from an earlier checkpoint)."""
         if not self.enabled or not self.path.is_file():
             return
-        lines = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= step]
-        self.path.write_text("".join(ln + "\n" for ln in lines))
+        kept = []
+        for line in self.path.read_text().splitlines():
+            record = _record(line)
+            if record is not None and isinstance(record.get("step"), int) and record["step"] <= step:
+                kept.append(line)
+        self.path.write_text("".join(ln + "\n" for ln in kept))
 
     def close(self) -> None:
         if self._tb is not None:
@@ -73,5 +77,17 @@ class MetricsSink:
             self._wandb.finish()
 
 
+def _record(line: str) -> dict[str, Any] | None:
+    """One metrics line, or None for a torn or foreign one (a run killed mid-write)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The records of a metrics file; a torn line (a run killed mid-write) is skipped."""
+    return [
+        r for line in Path(path).read_text().splitlines() if line.strip() and (r := _record(line)) is not None
+    ]

@@ -12,6 +12,7 @@ accumulation equals the full batch. Runs under ``accelerate launch`` on several 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -21,17 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from evidra.config import dump_config, to_dict
+from evidra.errors import TrainingError
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
 from evidra.rl.backends import make_backend
-from evidra.rl.checkpoint import (
-    TrainState,
-    list_checkpoints,
-    load_checkpoint,
-    prune_checkpoints,
-    save_checkpoint,
-)
+from evidra.rl.checkpoint import TrainState, prune_checkpoints, resume_newest, save_checkpoint
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
@@ -186,8 +182,8 @@ class RLTrainer:
         flat = [mb for mini in minibatches for mb in mini]
         temperature = self.cfg.rollout.temperature
         ref = reference_logprobs(self.reference, flat, temperature, self.engine) if self.reference else None
-        rewards = torch.tensor([r.total for r in results], dtype=torch.float32)  # (B*G,)
-        valid = torch.tensor([r.scored for r in results])  # (B*G,)
+        rewards = torch.tensor([r.total if math.isfinite(r.total) else 0.0 for r in results])  # (B*G,)
+        valid = torch.tensor([r.scored and math.isfinite(r.total) for r in results])  # (B*G,)
         shaped = self._kl_in_reward(rewards, flat, ref)
         g, scopes = self.cfg.rollout.group_size, self.task.scope_names
         advantages = token_advantages(self.cfg.algo, episodes, results, shaped, valid, g, scopes)  # (B*G, L)
@@ -286,10 +282,16 @@ class RLTrainer:
 
     # loop and checkpoints -----------------------------------------------------------------
     def train(self, on_step: Callable[[int, dict[str, float]], None] | None = None) -> list[dict[str, float]]:
-        history = []
+        history, bad = [], 0
         while self.state.step < self.cfg.run.steps:
             metrics = self.step()
             history.append(metrics)
+            bad = bad + 1 if metrics.get("update/nonfinite_skips") else 0
+            if bad >= max(1, self.cfg.run.max_bad_steps):
+                raise TrainingError(
+                    f"{bad} steps in a row had a non-finite loss or gradient (step {self.state.step}); lower "
+                    "optim.lr or check the data; the newest checkpoint is unaffected"
+                )
             self.sink.write(self.state.step, metrics)
             if on_step is not None:
                 on_step(self.state.step, metrics)
@@ -310,13 +312,11 @@ class RLTrainer:
         return path
 
     def _maybe_resume(self) -> None:
-        found = list_checkpoints(self.out) if self.cfg.run.resume else []
-        if not found:
-            return
         model = self.engine.unwrap(self.model)
-        self.state = load_checkpoint(found[-1], model, self.optimizer, self.scheduler, self.engine)
-        self.sink.truncate_after(self.state.step)
-        logger.info("resumed from %s (step %d)", found[-1], self.state.step)
+        opt, sched, resume = self.optimizer, self.scheduler, self.cfg.run.resume
+        state = resume_newest(self.out, model, opt, sched, self.engine) if resume else None
+        self.state = state or TrainState(0, 0, 0)
+        self.sink.truncate_after(self.state.step)  # a killed attempt's lines past the checkpoint go
 
 
 def _split(items: list[Group], n: int) -> list[list[Group]]:
@@ -335,16 +335,22 @@ def _split(items: list[Group], n: int) -> list[list[Group]]:
 
 
 def _reward_metrics(results: list[RewardResult], rewards: Any, advantages: Any) -> dict[str, float]:
+    """Reward statistics over the scored episodes only (unscored ones are counted apart)."""
     nonzero = advantages[advantages != 0]
+    scored = rewards[[r.scored and math.isfinite(r.total) for r in results]]
     out = {
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+        "reward/mean": float(scored.mean()) if scored.numel() else float("nan"),
+        "reward/std": float(scored.std()) if scored.numel() > 1 else 0.0,
         "advantage/abs_mean": float(nonzero.abs().mean()) if nonzero.numel() else 0.0,
         "advantage/zero_frac": 1.0 - nonzero.numel() / max(1, advantages.numel()),
         "unscored": float(sum(not r.scored for r in results)),
+        "reward/nonfinite": float(sum(r.scored and not math.isfinite(r.total) for r in results)),
     }
-    for key in sorted({k for r in results for k in r.components}):
-        out[f"reward/{key}"] = sum(r.components.get(key, 0.0) for r in results) / len(results)
+    kept = [r for r in results if r.scored]
+    for key in sorted({k for r in kept for k in r.components}):
+        out[f"reward/{key}"] = sum(r.components.get(key, 0.0) for r in kept) / len(kept)
+    for key in sorted({k for r in results if not r.scored for k in r.components}):  # unscored:<reason>
+        out[f"reward/{key}"] = float(sum(r.components.get(key, 0.0) for r in results if not r.scored))
     return out
 
 

@@ -7,6 +7,7 @@ the full-batch gradient whatever the micro-batch size (``rl.losses.aggregate``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -251,6 +252,9 @@ def policy_update(
     for _epoch in range(s.ppo_epochs):
         for group in minibatches:
             tokens, seqs = _global_counts(group, valid, engine)
+            if float(tokens) == 0:  # every episode unscored (e.g. the judge was down): nothing to learn
+                stats.total("update/empty_minibatches", 1.0)
+                continue
             optimizer.zero_grad(set_to_none=True)
             for i, mb in enumerate(group):
                 with nullcontext() if i == len(group) - 1 else engine.no_sync(model):
@@ -263,9 +267,16 @@ def policy_update(
                     )  # fmt: skip
                     engine.backward(loss)
                 stats.total("loss", float(loss.detach()) / steps)  # micro losses sum to the batch loss
-            stats.mean("grad_norm", engine.clip_grad_norm(model, s.max_grad_norm))
+            norm = engine.clip_grad_norm(model, s.max_grad_norm)
+            if not math.isfinite(norm):  # a non-finite loss or gradient: never step on it
+                optimizer.zero_grad(set_to_none=True)
+                stats.total("update/nonfinite_skips", 1.0)
+                continue
+            stats.mean("grad_norm", norm)
             optimizer.step()
-    stats.total("optimizer_steps", float(steps))
+    done = stats.result()
+    skipped = done.get("update/empty_minibatches", 0.0) + done.get("update/nonfinite_skips", 0.0)
+    stats.total("optimizer_steps", float(steps) - skipped)
     return stats.result()
 
 
