@@ -48,9 +48,13 @@ class VisionFeatureCache:
         coincidence of the random directions, which no natural or synthetic image pair hits.
         It reads the pixels once (``X W`` is a thin matmul), so it costs far less than the tower.
         """
+        import torch
+
         x = pixels.detach().reshape(pixels.shape[0], -1).float()  # (n, c)
         rows, cols = self._weights(x.shape[0], x.shape[1], x.device)
-        digest = rows @ (x @ cols)  # (n,) @ (n, 4) -> (4,)
+        # in float32 even under a bf16 autocast (bf16 training), which would round the forms
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            digest = rows @ (x @ cols)  # (n,) @ (n, 4) -> (4,)
         shape = f"{x.shape[0]}x{x.shape[1]}".encode()
         return digest.cpu().numpy().tobytes() + shape, tuple(int(v) for v in grid.tolist())
 

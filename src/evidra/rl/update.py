@@ -73,6 +73,10 @@ def _shared_prompts(vlm: VLM, chunk: Sequence[Episode]) -> tuple[list[Context], 
     """Distinct prompts of a chunk and each episode's prompt index; None if one cannot share."""
     if vlm.arch not in PREFIX_ARCHS:
         return None
+    # The shared prompt's KV cache carries the gradient; gradient checkpointing drops caches in
+    # training (transformers sets use_cache=False), so such models take the plain path.
+    if getattr(vlm.model, "is_gradient_checkpointing", False):
+        return None
     keys: dict[tuple[int, tuple[int, ...]], int] = {}
     prompts: list[Context] = []
     index = []
