@@ -51,3 +51,24 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     assert re.search(r"bandwidth bound per query: .* = \d+\.\d+x of it", out)
     assert re.search(r"planted recall@5 over 32 queries: exact \d\.\d{3}", out)
     assert len(re.findall(r"roofline, batch", out)) == 2
+
+
+@pytest.mark.slow
+def test_grpo_step_gpu_benchmark_smoke_on_cpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real-size GRPO benchmark in its tiny CPU mode: every engine's row, the versions, the ratios."""
+    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling grpo_common
+    out = _run("grpo_step_gpu", ["--arch", "tiny", "--device", "cpu"], monkeypatch, capsys)
+    assert "note: running on CPU" in out
+    assert re.search(r"device: CPU .*; torch \S+, transformers \S+, trl \S+", out)
+    engines = ["evidra"] + (["trl"] if importlib.util.find_spec("trl") else [])
+    for engine in engines:
+        cells = _cells(out, engine)
+        step, rollout, step_tok, peak = (float(c) for c in cells[2:6])
+        assert step > 0 and rollout > 0 and peak > 0
+        assert 0 < step_tok * step <= 2 * 2 * 8 * 1.01  # tokens per step: 2 prompts x G=2 x <= 8
+    if "trl" in engines:
+        assert re.search(r"TRL / evidra: step time \d+\.\d\dx, rollout tok/s \d+\.\d\dx, peak memory", out)
+    else:
+        assert "TRL is not installed" in out

@@ -50,3 +50,12 @@ def test_fingerprint_separates_near_identical_images() -> None:
     swapped = x[[1, 0, *range(2, 16)]]  # the same patches in another order
     keys = {key, cache._key(one_value, grid), cache._key(swapped, grid), cache._key(x[:, :1175], grid)}
     assert len(keys) == 4
+
+
+def test_fingerprint_is_float32_under_bf16_autocast() -> None:
+    cache = VisionFeatureCache([])
+    grid = torch.tensor([1, 4, 4])
+    x = torch.randn(16, 1176)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        key = cache._key(x, grid)  # bf16 matmuls would fail in numpy and round the forms
+    assert key == cache._key(x, grid)

@@ -86,6 +86,21 @@ def test_micro_batching_equals_full_batch(tmp_path: Path) -> None:
         assert err < 1e-3, name
 
 
+def test_bf16_full_fine_tuning_with_gradient_checkpointing_trains(tmp_path: Path) -> None:
+    """Checkpointed layers drop KV caches, so the shared-prompt path must step aside; a frozen
+    vision tower is cached (fingerprinted) under bf16 autocast."""
+    cfg = _cfg(tmp_path, "run.steps=1", "model.lora.enabled=false", "model.dtype=bfloat16",
+               "model.gradient_checkpointing=true", "algo.kl=loss", "algo.kl_coef=0.04")  # fmt: skip
+    trainer = RLTrainer(cfg)
+    assert trainer.vlm.model.is_gradient_checkpointing
+    before = _loaded_params(trainer)
+    (metrics,) = trainer.train()
+    assert metrics["loss"] == metrics["loss"] and metrics["grad_norm"] > 0  # finite, and it learned
+    after = _loaded_params(trainer)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+    assert all(p.dtype == torch.float32 for p in after.values())  # fp32 masters
+
+
 def test_lora_reference_is_the_base_model(tmp_path: Path, tiny_vlms: dict[str, Any]) -> None:
     from evidra.rl.update import episode_tensors, reference_logprobs
 

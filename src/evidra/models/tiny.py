@@ -197,7 +197,8 @@ def build_tokenizer(vocab_size: int = 2048, seed: int = 0) -> Any:
     return fast
 
 
-def _token_ids(tokenizer: Any) -> dict[str, int]:
+def special_token_ids(tokenizer: Any) -> dict[str, int]:
+    """The image / video / vision-span token ids of ``tokenizer``, as a Qwen-VL config names them."""
     get = tokenizer.convert_tokens_to_ids
     return {
         "image_token_id": get("<|image_pad|>"),
@@ -258,7 +259,7 @@ def tiny_config(arch: Arch, tokenizer: Any, hidden: int = 64) -> Any:
         text_config=_text_config(tokenizer, arch, hidden),
         vision_config=_vision_config(arch, hidden),
         tie_word_embeddings=False,
-        **_token_ids(tokenizer),
+        **special_token_ids(tokenizer),
     )
 
 
@@ -332,6 +333,15 @@ def build_tiny(
     eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos[1], bos_token_id=eos[1])
     model.save_pretrained(out)
+    save_processor(arch, out, tokenizer, min_pixels=min_pixels, max_pixels=max_pixels)
+    return out
+
+
+def save_processor(arch: Arch, out: Path, tokenizer: Any, *, min_pixels: int, max_pixels: int) -> None:
+    """Save the processor of ``tokenizer`` into checkpoint directory ``out``, in the released layout.
+
+    Used for the tiny models and for random full-size ones (``benchmarks/grpo_step_gpu.py``).
+    """
     from evidra.models.processors import image_only_processor_class
 
     processor_cls = image_only_processor_class(arch)
@@ -342,7 +352,6 @@ def build_tiny(
     )
     processor.save_pretrained(out)
     _write_release_layout(out, processor_cls.__mro__[1].__name__)
-    return out
 
 
 def build_tiny_text(arch: str, out_dir: str | Path, *, seed: int = 0, hidden: int = 128) -> Path:
