@@ -62,3 +62,90 @@ def tiny_vlms(tiny_dirs: dict[str, Path]) -> dict[str, Any]:
     from evidra.models.loading import load_vlm
 
     return {arch: load_vlm(tiny_dirs[arch]) for arch in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")}
+
+
+# --- a fake OpenAI-compatible judge server on 127.0.0.1 ----------------------------------------
+
+
+class FakeJudge:
+    """What the fake judge server answers (``mode``) and everything it received.
+
+    Modes: ``match`` (each item True iff its reference is contained in its generated answer,
+    case-insensitively), ``fail`` (HTTP 500), ``slow`` (sleeps past any client timeout),
+    ``garbage`` (a reply without ``<judge>`` tags), ``wrongcount`` (one tag too many). A request
+    that is no judge prompt (a policy model served by the same fake) gets ``policy_reply``.
+    """
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.url = url  # base URL, ".../v1"
+        self.mode = "match"
+        self.policy_reply = "The answer is 42."
+        self.delay_s = 0.0  # added to every request (to observe concurrency)
+        self.requests: list[dict[str, Any]] = []  # {"path", "authorization", "body"}
+        self.in_flight = self.max_in_flight = 0
+        self.lock = threading.Lock()
+
+    def reply(self, body: dict[str, Any]) -> str:
+        user = str(body["messages"][-1]["content"])
+        blocks = user.split("--- ITEM")[1:] or [user]
+        tags = []
+        for block in blocks:
+            ref = block.split("## Reference Answer\n")[1].split("\n")[0].strip().lower()
+            gen = block.split("## Generated Answer\n")[1].split("\n")[0].strip().lower()
+            tags.append(f"<judge>{ref in gen}</judge>")
+        if self.mode == "garbage":
+            return "The answer looks right to me."
+        if self.mode == "wrongcount":
+            tags.append("<judge>True</judge>")
+        return "\n".join(tags)
+
+
+@pytest.fixture
+def fake_judge() -> Iterator[FakeJudge]:
+    """A scripted ``POST /v1/chat/completions`` server on a random loopback port."""
+    import contextlib
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with state.lock:
+                state.requests.append(
+                    {"path": self.path, "authorization": self.headers.get("Authorization"), "body": body}
+                )
+                state.in_flight += 1
+                state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            judging = "## Reference Answer" in json.dumps(body)
+            mode = state.mode if judging else "policy"
+            try:
+                time.sleep(state.delay_s + (5.0 if mode == "slow" else 0.0))
+                status = 500 if mode == "fail" else 200
+                content = state.reply(body) if judging else state.policy_reply
+                payload = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+                data = json.dumps(payload if status == 200 else {"error": "boom"}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    state = FakeJudge(f"http://127.0.0.1:{httpd.server_address[1]}/v1")
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield state
+    httpd.shutdown()
+    httpd.server_close()

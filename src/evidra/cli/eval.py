@@ -83,29 +83,52 @@ def register(subparsers: Any) -> None:
 
 def _judge_arguments(p: Any) -> None:
     j = p.add_argument_group("answer judge (adds the Judge Acc column; unscored answers are counted apart)")
-    j.add_argument("--judge", default=None, choices=["rule", "openai"],
-                   help="rule: offline normalised match; openai: an OpenAI-compatible endpoint")  # fmt: skip
+    j.add_argument("--judge", default=None, metavar="KIND",
+                   help="rule (offline normalised match) or openai (OpenAI-compatible server)")  # fmt: skip
     j.add_argument("--judge-url", default="", metavar="URL", help="judge server base URL (…/v1)")
     j.add_argument("--judge-model", default="", metavar="NAME", help="model name the judge server serves")
     j.add_argument("--judge-api-key-env", default="", metavar="VAR", help="environment variable with the key")
     j.add_argument("--judge-prompt", default="vragrl", choices=["vragrl", "lang2act"],
-                   help="the paper's judge prompt (default vragrl)")  # fmt: skip
+                   help="the paper's judge prompt: vragrl (one answer a request) or lang2act")  # fmt: skip
     j.add_argument("--judge-concurrency", type=int, default=8)
     j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
     j.add_argument("--judge-retries", type=int, default=3)
 
 
-def _judge_scorers(args: argparse.Namespace) -> list[Any]:
+def _judge(args: argparse.Namespace, out: Path) -> Any:
+    """The judge of ``--judge`` (None without it); bad options fail here, before any model loads."""
     if args.judge is None:
-        return []
-    from evidra.eval.scoring import judge_scorer
+        return None
+    from evidra.rewards.judge import DiskCache
     from evidra.rewards.judge_config import JudgeConfig, build_judge
 
     cfg = JudgeConfig(kind=args.judge, base_url=args.judge_url, model=args.judge_model,
                       api_key_env=args.judge_api_key_env, prompt=args.judge_prompt,
                       concurrency=args.judge_concurrency, timeout_s=args.judge_timeout,
                       max_retries=args.judge_retries)  # fmt: skip
-    return [judge_scorer(build_judge(cfg))]
+    cache = None
+    if cfg.kind != "rule":
+        out.mkdir(parents=True, exist_ok=True)
+        cache = DiskCache(out / "judge_cache.sqlite")
+    return build_judge(cfg, cfg.prompt or "vragrl", cache)
+
+
+def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
+    """``preds`` with the judge's scores added: every answer of the run in one judge call (an
+    endpoint judge runs its requests concurrently); not written to the prediction cache."""
+    if judge is None:
+        return preds
+    from dataclasses import replace
+
+    from evidra.eval.scoring import JUDGE_UNSCORED, judge_scores
+
+    scores = judge_scores(judge, samples, preds)
+    unscored = sum(s[JUDGE_UNSCORED] for s in scores)
+    if unscored:
+        logger.warning(
+            "the judge could not score %d of %d answers; they are counted apart", unscored, len(preds)
+        )
+    return [replace(p, scores={**p.scores, **extra}) for p, extra in zip(preds, scores, strict=True)]
 
 
 def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
@@ -193,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     from evidra.paradigms import PARADIGMS
 
     out = Path(args.out)
-    extra = _judge_scorers(args)  # a bad judge option fails before any model loads
+    judge = _judge(args, out)  # a bad judge option fails before any model loads
     benches = _samples(args, out)
     backend, model_name = _backend(args)
     paradigms = PARADIGMS.names() if args.paradigm in ([], ["all"]) else args.paradigm
@@ -207,12 +230,13 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     make_env = _env_factory(args.env, paradigm, corpus, args)
                     preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", make_env=make_env,
-                                     progress=advance(bar), extra_scores=extra)  # fmt: skip
+                                     progress=advance(bar))  # fmt: skip
                 except EvidraError as exc:
                     if args.paradigm not in ([], ["all"]):
                         raise
                     logger.warning("skipping paradigm %s on %s: %s", paradigm, bench, exc)
                     continue
+            preds = _with_judge(judge, samples, preds)
             runs.append(RunResult(summarize(cfg.key, preds, samples), tuple(samples), tuple(preds)))
             for field_name in args.breakdown:
                 runs += [RunResult(row, (), ()) for row in breakdown(cfg.key, preds, samples, field_name)]
@@ -230,10 +254,10 @@ def _plots(runs: list[Any], out: Path) -> list[Path]:
     """A comparison PNG per headline metric when matplotlib (extra [plots]) is installed."""
     from evidra.errors import MissingDependencyError
     from evidra.eval.plots import plot_comparison
-    from evidra.eval.tables import LAYOUTS
+    from evidra.eval.tables import COUNTS, LAYOUTS
 
     rows = [r.row for r in runs]
-    metrics = [m for m in LAYOUTS.get("official") if any(m in r.metrics for r in rows)]
+    metrics = [m for m in LAYOUTS.get("official") if m not in COUNTS and any(m in r.metrics for r in rows)]
     try:
         return [plot_comparison(rows, m, out / f"compare_{m}.png") for m in metrics]
     except MissingDependencyError as exc:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evidra.errors import InvalidInputError
 from evidra.eval.metrics import (
     anls,
     mmlongbench_score,
@@ -31,7 +32,7 @@ from evidra.eval.metrics import (
 from evidra.geometry import iou
 from evidra.registry import Registry
 from evidra.rewards.evisrag import evaluate_predictions
-from evidra.rewards.judge import Judge, JudgeItem
+from evidra.rewards.judge import Judge, JudgeItem, Verdict
 from evidra.rewards.lat import Similarity, stepwise_attribution
 from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 from evidra.rewards.text import (
@@ -254,18 +255,54 @@ def stepwise_attribution_scorer(similarity: Similarity) -> ExtraScorer:
     return sa
 
 
+JUDGE_UNSCORED = "judge_unscored"  # 1 when the judge could not score the answer; summed in tables
+
+
+def _judge_item(sample: Sample, p: Prediction) -> JudgeItem | Verdict:
+    """What to ask the judge, or the verdict without asking (no reference: unscored; no answer: wrong)."""
+    reference = sample.answers[0] if sample.answers else None
+    if reference is None or not reference.strip():
+        return Verdict(None, "no reference answer")
+    if not (p.answer or "").strip():
+        return Verdict(False)
+    return JudgeItem(sample.question, reference, p.answer or "")
+
+
+def _judged(verdict: Verdict) -> dict[str, float]:
+    if verdict.value is None:
+        return {JUDGE_UNSCORED: 1.0}
+    return {"judge_accuracy": float(verdict.value), JUDGE_UNSCORED: 0.0}
+
+
+def judge_scores(
+    judge: Judge, samples: Sequence[Sample], predictions: Sequence[Prediction]
+) -> list[dict[str, float]]:
+    """``judge_accuracy`` (0/1) and ``judge_unscored`` of each prediction, the answers of all of
+    them sent to ``judge`` in ONE call (an endpoint judge then runs its requests concurrently).
+
+    An unscored item (judge error after its retries, unparseable reply, no reference) gets no
+    ``judge_accuracy``, so it stays out of the accuracy's mean, and ``judge_unscored`` 1.
+
+    >>> from evidra.rewards.judge import RuleJudge
+    >>> s = [Sample(id="a", question="Q", answers=("Paris",)), Sample(id="b", question="Q")]
+    >>> judge_scores(RuleJudge(), s, [Prediction("a", (), "Paris"), Prediction("b", (), "x")])
+    [{'judge_accuracy': 1.0, 'judge_unscored': 0.0}, {'judge_unscored': 1.0}]
+    """
+    asks = [_judge_item(s, p) for s, p in zip(samples, predictions, strict=True)]
+    items = [a for a in asks if isinstance(a, JudgeItem)]
+    verdicts = judge.judge(items) if items else []
+    if len(verdicts) != len(items):
+        raise InvalidInputError(f"the judge returned {len(verdicts)} verdicts for {len(items)} answers")
+    given = iter(verdicts)
+    return [_judged(next(given) if isinstance(a, JudgeItem) else a) for a in asks]
+
+
 def judge_scorer(judge: Judge) -> ExtraScorer:
-    """``judge_accuracy`` from an answer judge (ViDoSeek and VRAG-RL score with an LLM judge;
-    ``evidra.rewards.judge.OpenAIJudge`` or the offline ``RuleJudge``). Unscored items (judge
-    error, no reference) get no ``judge_accuracy``, so they stay out of its mean, and
-    ``judge_unscored`` 1 (0 when judged): its mean is the share the judge could not score."""
+    """``judge_scores`` one sample at a time, as an ``ExtraScorer`` of ``run_eval`` (the scores
+    are then cached with the predictions; ``evidra eval --judge`` uses ``judge_scores``)."""
 
     def judged(sample: Sample, p: Prediction) -> dict[str, float]:
-        reference = sample.answers[0] if sample.answers else None
-        (verdict,) = judge.judge([JudgeItem(sample.question, reference, p.answer or "")])
-        if verdict.value is None:
-            return {"judge_unscored": 1.0}
-        return {"judge_accuracy": float(verdict.value), "judge_unscored": 0.0}
+        return judge_scores(judge, [sample], [p])[0]
 
     return judged
 

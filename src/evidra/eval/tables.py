@@ -49,15 +49,16 @@ def _is_binary(values: Sequence[float]) -> bool:
 def summarize(
     key: Mapping[str, str], predictions: Sequence[Prediction], samples: Sequence[Sample]
 ) -> ResultRow:
-    """Means over samples (a metric missing for a sample is left out of its mean)."""
+    """Means over samples (a metric missing for a sample is left out of its mean); the metrics
+    in ``COUNTS`` are summed instead (e.g. how many answers the judge could not score)."""
     by_metric: dict[str, list[float]] = {}
     for p in predictions:
         for name, value in p.scores.items():
             by_metric.setdefault(name, []).append(value)
-    metrics = {k: sum(v) / len(v) for k, v in by_metric.items()}
+    metrics = {k: sum(v) if k in COUNTS else sum(v) / len(v) for k, v in by_metric.items()}
     intervals = {}
     for name, values in by_metric.items():
-        if _is_binary(values):
+        if _is_binary(values) and name not in COUNTS:
             ci = wilson_interval(sum(values), len(values))
             intervals[name] = (ci.low, ci.high)
     if "mmlongbench_score" in metrics:  # MMLongBench-Doc reports Acc and answerability F1
@@ -99,7 +100,7 @@ LAYOUTS.add("evisrag", ("evisrag_acc", "evisrag_f1"))  # EVisRAG Table 1
 LAYOUTS.add(
     "official",
     ("anls", "appa", "relaxed_accuracy", "slidevqa_em", "slidevqa_f1", "mmlongbench_score", "mmlongbench_f1",
-     "visrag_accuracy", "exact_match", "synthetic_accuracy", "judge_accuracy"),
+     "visrag_accuracy", "exact_match", "synthetic_accuracy", "judge_accuracy", "judge_unscored"),
 )  # fmt: skip
 LAYOUTS.add("retrieval", ("recall@1", "recall@5", "ndcg@5", "mrr@10"))
 LAYOUTS.add(
@@ -120,16 +121,19 @@ LABELS = {
     "em": "EM", "iou50": "IoU@0.5", "sa": "SA", "evisrag_acc": "Acc", "evisrag_f1": "F1", "anls": "ANLS",
     "appa": "APPA", "relaxed_accuracy": "Relaxed Acc", "slidevqa_em": "EM", "slidevqa_f1": "F1",
     "mmlongbench_score": "Acc", "mmlongbench_f1": "F1", "visrag_accuracy": "Acc", "exact_match": "Acc",
-    "synthetic_accuracy": "Acc", "judge_accuracy": "Judge Acc",
+    "synthetic_accuracy": "Acc", "judge_accuracy": "Judge Acc", "judge_unscored": "Judge unscored",
     "finished": "Finish", "format_ok": "Format", "invalid_rate": "Invalid", "turns": "Turns",
     "tool_calls": "Tools", "useful_zoom_rate": "Useful zoom", "tokens": "Tokens", "latency_s": "Latency (s)",
 }  # fmt: skip
 RAW = frozenset({"turns", "tool_calls", "tokens", "latency_s"})  # printed as is, not as %
+COUNTS = frozenset({"judge_unscored"})  # per-sample 0/1 flags summed into a count, printed as one
 
 
 def _fmt(name: str, value: float | None) -> str:
     if value is None:
         return "-"
+    if name in COUNTS:
+        return str(round(value))
     return f"{value:.2f}" if name in RAW else f"{100 * value:.1f}"
 
 

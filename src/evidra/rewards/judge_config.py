@@ -27,7 +27,7 @@ from typing import Literal
 
 from evidra.errors import ConfigError, RegistryError
 from evidra.registry import Registry
-from evidra.rewards.judge import HttpJudgeConfig, OpenAIJudge, RuleJudge
+from evidra.rewards.judge import HttpJudgeConfig, JudgeCache, OpenAIJudge, RuleJudge
 from evidra.rewards.judge_protocol import Judge
 
 
@@ -96,7 +96,11 @@ def validate_judge(cfg: JudgeConfig) -> None:
                           f"{cfg.max_retries}, {cfg.timeout_s}, {cfg.max_tokens}")  # fmt: skip
 
 
-def build_judge(cfg: JudgeConfig, default_prompt: str = "vragrl") -> Judge:
-    """The judge ``cfg`` describes; ``default_prompt`` is the task's paper prompt style."""
+def build_judge(cfg: JudgeConfig, default_prompt: str = "vragrl", cache: JudgeCache | None = None) -> Judge:
+    """The judge ``cfg`` describes; ``default_prompt`` is the task's paper prompt style; an
+    endpoint judge keeps its replies in ``cache`` (e.g. ``DiskCache``) when one is given."""
     validate_judge(cfg)
-    return JUDGES.get(cfg.kind)(cfg, default_prompt)
+    judge = JUDGES.get(cfg.kind)(cfg, default_prompt)
+    if cache is not None and isinstance(judge, OpenAIJudge):
+        judge.cache = cache
+    return judge
