@@ -203,6 +203,10 @@ def _micro_loss(
     logp, entropy = mb.logprobs(model, s.temperature, with_entropy=True)  # (b, R) each
     if on_policy:  # one optimizer step per batch: the old policy is this one, exactly
         mb.old_logprobs = (logp.detach().float() * mb.loss_mask).detach()
+        gap = logprob_mismatch(mb.sampler_logprobs, mb.old_logprobs, mb.loss_mask)
+        if gap.tokens:  # how far the sampler's log-probs were from the trainer's (bf16, kernels)
+            stats.mean("mismatch/logp_abs_mean", gap.mean_abs)
+            stats.peak("mismatch/logp_abs_max", gap.max_abs)
     out = loss_fn(logp, mb.old_logprobs, mb.advantages, mask, clip_low=s.clip_low, clip_high=s.clip_high,
                   dual_clip=s.dual_clip)  # fmt: skip
     per_token = out.loss  # (b, R)
@@ -287,11 +291,12 @@ def _as_minibatches(batches: Sequence[Any]) -> list[list[MicroBatch]]:
 
 
 class _Stats:
-    """Running sums (for the loss) and means (for everything else) of update statistics."""
+    """Running sums (the loss), maxima (``peak``) and means (everything else) of update statistics."""
 
     def __init__(self) -> None:
         self._sums: dict[str, float] = {}
         self._counts: dict[str, int] = {}
+        self._peaks: dict[str, float] = {}
 
     def total(self, key: str, value: float) -> None:
         self._sums[key] = self._sums.get(key, 0.0) + value
@@ -300,5 +305,8 @@ class _Stats:
         self.total(key, value)
         self._counts[key] = self._counts.get(key, 0) + 1
 
+    def peak(self, key: str, value: float) -> None:
+        self._peaks[key] = max(self._peaks.get(key, value), value)
+
     def result(self) -> dict[str, float]:
-        return {k: v / self._counts.get(k, 1) for k, v in self._sums.items()}
+        return {**{k: v / self._counts.get(k, 1) for k, v in self._sums.items()}, **self._peaks}
