@@ -1,9 +1,10 @@
 """Token-level conversation contexts and their batching.
 
 A ``Context`` is a tokenized conversation prefix (image placeholders already expanded) plus
-the vision inputs of its images in order. Multi-turn rollouts grow a context by appending the
-exact sampled ids of each policy turn and the tokenized observation turns (text and images),
-so nothing is ever re-tokenised from text.
+the vision inputs of its images in order, and the images themselves (for an engine that
+processes them again, such as vLLM; the trainer computes from the pixel values only).
+Multi-turn rollouts grow a context by appending the exact sampled ids of each policy turn and
+the tokenized observation turns (text and images), so nothing is ever re-tokenised from text.
 
 Qwen-VL computes its 3D (mrope) positions only when ``mm_token_type_ids`` is passed, so every
 batch built here carries it (1 on image tokens, 0 elsewhere), except for a text-only policy
@@ -28,6 +29,7 @@ class Context:
     token_ids: tuple[int, ...]
     pixel_values: Any = None  # (patches, D) float tensor, or None without images
     image_grid_thw: Any = None  # (images, 3) long tensor, or None
+    images: tuple[Any, ...] = ()  # the images (PIL) the pixel values came from, in the same order
 
     @property
     def num_images(self) -> int:
@@ -49,10 +51,11 @@ class Context:
             self.token_ids + other.token_ids,
             cat(self.pixel_values, other.pixel_values),
             cat(self.image_grid_thw, other.image_grid_thw),
+            self.images + other.images,
         )
 
     def append_ids(self, ids: Sequence[int]) -> Context:
-        return Context(self.token_ids + tuple(ids), self.pixel_values, self.image_grid_thw)
+        return Context(self.token_ids + tuple(ids), self.pixel_values, self.image_grid_thw, self.images)
 
 
 def encode_text(processor: Any, text: str, images: Sequence[Any] = ()) -> Context:
@@ -62,6 +65,7 @@ def encode_text(processor: Any, text: str, images: Sequence[Any] = ()) -> Contex
         tuple(enc["input_ids"][0].tolist()),
         enc.get("pixel_values") if images else None,
         enc.get("image_grid_thw") if images else None,
+        tuple(images),
     )
 
 

