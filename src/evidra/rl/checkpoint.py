@@ -273,3 +273,15 @@ def resume_newest(
         logger.info("resumed from %s (step %d)", folder, state.step)
         return state
     return None
+
+
+def save_and_prune(
+    output_dir: str | Path, state: TrainState, model: Any, optimizer: Any, scheduler: Any, config: Any,
+    engine: Engine,
+) -> Path:  # fmt: skip
+    """``save_checkpoint`` on every process, then keep the newest ``config.run.keep_checkpoints``."""
+    path = save_checkpoint(output_dir, state, model, optimizer, scheduler, config, engine)
+    if engine.is_main_process:
+        prune_checkpoints(output_dir, config.run.keep_checkpoints)
+    engine.wait()
+    return path

@@ -25,7 +25,7 @@ from evidra.errors import ConfigError, InvalidInputError
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
-from evidra.rl.checkpoint import TrainState, prune_checkpoints, resume_newest, save_checkpoint
+from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import SFTConfig
 from evidra.rl.engine import Engine
@@ -181,13 +181,8 @@ class SFTTrainer:
 
     def save(self) -> Path:
         model = self.engine.unwrap(self.model)
-        path = save_checkpoint(
-            self.out, self.state, model, self.optimizer, self.scheduler, self.cfg, self.engine
-        )
-        if self.engine.is_main_process:
-            prune_checkpoints(self.out, self.cfg.run.keep_checkpoints)
-        self.engine.wait()
-        return path
+        opt, sched = self.optimizer, self.scheduler
+        return save_and_prune(self.out, self.state, model, opt, sched, self.cfg, self.engine)
 
     def export(self, path: str | Path) -> Path:
         """Write the run's newest checkpoint as a loadable model directory (``rl.export``)."""

@@ -27,7 +27,7 @@ from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
 from evidra.rl.backends import make_backend
-from evidra.rl.checkpoint import TrainState, prune_checkpoints, resume_newest, save_checkpoint
+from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
@@ -303,13 +303,8 @@ class RLTrainer:
 
     def save(self) -> Path:
         model = self.engine.unwrap(self.model)
-        path = save_checkpoint(
-            self.out, self.state, model, self.optimizer, self.scheduler, self.cfg, self.engine
-        )
-        if self.engine.is_main_process:
-            prune_checkpoints(self.out, self.cfg.run.keep_checkpoints)
-        self.engine.wait()
-        return path
+        opt, sched = self.optimizer, self.scheduler
+        return save_and_prune(self.out, self.state, model, opt, sched, self.cfg, self.engine)
 
     def _maybe_resume(self) -> None:
         model = self.engine.unwrap(self.model)
