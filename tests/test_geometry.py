@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,7 @@ from evidra.geometry import (
 )
 from evidra.types import Box, CoordSpace
 
-CONFORMANCE = Path(
-    os.environ.get("EVIDRA_CONFORMANCE_DIR", Path(__file__).resolve().parents[2] / "shared" / "conformance")
-)
+CONFORMANCE = Path(__file__).resolve().parent / "fixtures" / "conformance"
 
 
 def test_smart_resize_hand_computed() -> None:
@@ -62,8 +59,6 @@ def test_smart_resize_rejects_extreme_aspect_and_bad_sizes() -> None:
 
 def test_smart_resize_conformance_vrag() -> None:
     path = CONFORMANCE / "vrag_smart_resize.json"
-    if not path.is_file():
-        pytest.skip(f"conformance cases not found at {path}")
     for case in json.loads(path.read_text())["cases"]:
         args, kwargs = case.get("args", []), case.get("kwargs", {})
         if "exception" in case:

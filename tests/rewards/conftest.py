@@ -1,15 +1,13 @@
-"""Conformance cases of the papers' released reward functions (see shared/conformance/README.md).
+"""Conformance cases of the papers' released reward functions (``tests/fixtures/conformance``).
 
 A test marked ``@pytest.mark.conformance("lat_accuracy_reward")`` that takes a ``case``
 argument is run once per recorded case of that file; the ``conformance`` fixture returns the
-whole file. The folder is ``<repo>/../shared/conformance`` or ``$EVIDRA_CONFORMANCE_DIR``;
-when it is absent the tests are skipped with that reason.
+whole file. The cases ship with the repository, so a missing file is a failure, not a skip.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,12 +15,8 @@ from typing import Any
 import pytest
 
 
-def conformance_dir() -> Path | None:
-    candidates = [Path(__file__).resolve().parents[3] / "shared" / "conformance"]
-    env = os.environ.get("EVIDRA_CONFORMANCE_DIR")
-    if env:
-        candidates.append(Path(env))
-    return next((p for p in candidates if p.is_dir()), None)
+def conformance_dir() -> Path:
+    return Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
 
 
 def _decode(value: Any) -> Any:
@@ -36,18 +30,16 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def load_conformance(name: str) -> dict[str, Any] | None:
-    """The decoded file ``<name>.json``, or None when the folder or file is absent."""
+def load_conformance(name: str) -> dict[str, Any]:
+    """The decoded file ``<name>.json`` (it must exist)."""
     folder = conformance_dir()
-    if folder is None or not (folder / f"{name}.json").is_file():
-        return None
     data: dict[str, Any] = _decode(json.loads((folder / f"{name}.json").read_text(encoding="utf-8")))
     return data
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "conformance(name): run once per case of shared/conformance/<name>.json"
+        "markers", "conformance(name): run once per case of tests/fixtures/conformance/<name>.json"
     )
 
 
@@ -57,10 +49,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     name = marker.args[0]
     data = load_conformance(name)
-    if data is None:
-        reason = f"conformance file {name}.json not found (set EVIDRA_CONFORMANCE_DIR)"
-        metafunc.parametrize("case", [pytest.param(None, marks=pytest.mark.skip(reason=reason))])
-        return
     cases = data["cases"]
     metafunc.parametrize("case", cases, ids=[f"{name}-{i}" for i in range(len(cases))])
 
@@ -86,12 +74,5 @@ def same_fixture() -> Callable[[Any, Any], bool]:
 
 @pytest.fixture
 def conformance() -> Callable[[str], dict[str, Any]]:
-    """Loader of a whole conformance file by name (skips the test if it is absent)."""
-
-    def load(name: str) -> dict[str, Any]:
-        data = load_conformance(name)
-        if data is None:
-            pytest.skip(f"conformance file {name}.json not found (set EVIDRA_CONFORMANCE_DIR)")
-        return data
-
-    return load
+    """Loader of a whole conformance file by name."""
+    return load_conformance

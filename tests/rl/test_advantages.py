@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +32,9 @@ S3 = math.sqrt(1.0 / 3.0)  # unbiased std of [1, 0, 1, 0]: sqrt(4 * 0.25 / 3)
 
 
 def _conformance(name: str) -> dict[str, Any]:
-    folders = [Path(__file__).resolve().parents[3] / "shared" / "conformance"]
-    if os.environ.get("EVIDRA_CONFORMANCE_DIR"):
-        folders.append(Path(os.environ["EVIDRA_CONFORMANCE_DIR"]))
-    for folder in folders:
-        if (folder / f"{name}.json").is_file():
-            data: dict[str, Any] = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
-            return data
-    pytest.skip(f"conformance file {name}.json not found (set EVIDRA_CONFORMANCE_DIR)")
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
+    data: dict[str, Any] = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+    return data
 
 
 # --- GRPO / Dr.GRPO -------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Policy losses and aggregation: hand-computed values, verl/TRL formulas written out literally
-(from shared/reference/RL_FRAMEWORKS.md §2), micro-batch and data-parallel invariance."""
+(as verl, TRL and EasyR1 compute them), micro-batch and data-parallel invariance."""
 
 from __future__ import annotations
 
@@ -367,9 +367,7 @@ def _upstream_compute_policy_loss(
 
 
 def test_router_pipeline_on_recorded_scope_masks_and_advantages() -> None:
-    folder = Path(__file__).resolve().parents[3] / "shared" / "conformance"
-    if not (folder / "evisrag_scope_masks.json").is_file():
-        pytest.skip("conformance files not found")
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
     scope_cases = json.loads((folder / "evisrag_scope_masks.json").read_text())["cases"]
     router_cases = json.loads((folder / "evisrag_router_advantage.json").read_text())["cases"]
     names = ["accuracy", "evidence", "format", "overlong", "isObserve", "isThink"]  # sum_all order
