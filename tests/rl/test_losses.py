@@ -95,7 +95,7 @@ def test_ppo_clip_sequence_advantages_broadcast_and_log_ratio_clamp() -> None:
 
 
 def _verl_vanilla(logp: Tensor, old: Tensor, adv: Tensor, low: float, high: float, c: float) -> Tensor:
-    """verl compute_policy_loss_vanilla, as written in RL_FRAMEWORKS.md §2."""
+    """verl compute_policy_loss_vanilla, as verl writes it."""
     ratio = torch.exp(torch.clamp(logp - old, -20, 20))
     l1, l2 = -adv * ratio, -adv * torch.clamp(ratio, 1 - low, 1 + high)
     clipped = torch.max(l1, l2)
@@ -104,7 +104,7 @@ def _verl_vanilla(logp: Tensor, old: Tensor, adv: Tensor, low: float, high: floa
 
 
 def _trl_per_token(logp: Tensor, old: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> Tensor:
-    """TRL GRPOTrainer._compute_loss per-token loss (beta = 0), as in RL_FRAMEWORKS.md §2."""
+    """TRL GRPOTrainer._compute_loss per-token loss (beta = 0), as TRL writes it."""
     coef_1 = torch.exp(logp - old)
     coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
     return -torch.min(coef_1 * adv, coef_2 * adv)
@@ -198,7 +198,7 @@ def test_aggregate_empty_rows_are_not_sequences_and_errors() -> None:
 def _verl_agg(
     loss: Tensor, mask: Tensor, mode: str, tokens: float, seqs: float, dp: int, factor: int
 ) -> Tensor:
-    """verl agg_loss, as in RL_FRAMEWORKS.md §2 (counts over the whole mini-batch, all ranks)."""
+    """verl agg_loss (counts over the whole mini-batch, all ranks)."""
     if mode == "token-mean":
         return (loss * mask).sum() / tokens * dp
     if mode == "seq-mean-token-sum":
@@ -300,7 +300,7 @@ def test_micro_batches_with_global_normalisers_equal_full_batch(
 
 def _upstream_router(loss: Tensor, masks: Tensor, total_tokens: Tensor, world: int = 1) -> Tensor:
     """EVisRAG dp_actor: average_loss(mode="router") then the per-scope combination
-    Σ_k loss_k·tokens_k·world/total_tokens_k / #(loss_k != 0) (RL_FRAMEWORKS.md §2)."""
+    Σ_k loss_k·tokens_k·world/total_tokens_k / #(loss_k != 0) (EVisRAG's released router loss)."""
     per_scope = (loss * masks).sum(dim=(0, 2)) / (masks.sum(dim=(0, 2)) + 1e-8)
     return (per_scope * masks.sum(dim=(0, 2)) * world / total_tokens).sum() / (per_scope != 0.0).sum()
 

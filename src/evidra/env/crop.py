@@ -12,7 +12,7 @@ Two modes:
   therefore zooms further into the same region.
 * ``upstream``: the released rollout (``vrag_agent/generation.py``) scales by the size of the
   last image in context but crops the last *retrieved* page from its origin, which is wrong
-  once the last image is itself a crop (UPSTREAM_CODE.md §4; conformance ``vrag_map_crop``).
+  once the last image is itself a crop (the released code; recorded cases ``vrag_map_crop``).
 
 ``convert_to_qwen25vl_format`` is the rule of VRAG's SFT data script: boxes in original
 pixels become boxes in the smart-resized frame (conformance

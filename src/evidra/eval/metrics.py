@@ -1,4 +1,4 @@
-"""Official answer metrics of the document-VQA benchmarks (reference/BENCHMARKS.md §2-§9).
+"""Official answer metrics of the document-VQA benchmarks (each benchmark's official scorer).
 
 Every metric is a pure function of strings with its benchmark's own normalisation, and is
 registered in ``METRICS`` with its metadata (higher_is_better, aggregation), so evaluation

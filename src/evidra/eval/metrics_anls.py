@@ -1,4 +1,4 @@
-"""Edit-distance answer metrics: Levenshtein and ANLS (reference/BENCHMARKS.md §2-§9).
+"""Edit-distance answer metrics: Levenshtein and ANLS (each benchmark's official scorer).
 
 ANLS is the official metric of DocVQA, InfographicVQA and MP-DocVQA (lmms-eval keeps a score
 at exactly the threshold) and of MMLongBench-Doc's string answers (zeroed at the threshold);

@@ -1,4 +1,4 @@
-"""Short-answer match metrics after each benchmark's own normalisation (reference/BENCHMARKS.md).
+"""Short-answer match metrics after each benchmark's own normalisation.
 
 ChartQA relaxed accuracy (numbers within 5% relative error), SlideVQA exact match and token F1
 (its released ``normalize_answer``), and VisRAG's ``check_responses`` over VQA-eval

@@ -4,7 +4,7 @@
 box in it is already in page pixels. ``score`` returns a flat ``{metric: value}``:
 
 * the official answer metric of the sample's benchmark (``OFFICIAL``, registered per dataset
-  name, reference/BENCHMARKS.md), e.g. ``anls`` for DocVQA, ``relaxed_accuracy`` for ChartQA;
+  name, as each benchmark's official scorer), e.g. ``anls`` for DocVQA, ``relaxed_accuracy`` for ChartQA;
 * LAT's soft ``em`` and ``iou50`` (answer box on the gold page with IoU >= 0.5; an unanswerable
   item counts when the answer says "No answer" and gives no box, the VISA rule; LAT §5.1);
 * EVisRAG's ``evisrag_acc`` / ``evisrag_f1`` against "insufficient to answer" when the sample's

@@ -2,7 +2,7 @@
 
 One policy turn holds ``<think>...</think>`` and one action. The action is the *first*
 ``<search>``, ``<bbox>`` or ``<answer>`` block of the turn, as the released rollout reads it
-(UPSTREAM_CODE.md §4); the environment (``evidra.env.search``) executes it. A ``<bbox>`` must
+(the released code); the environment (``evidra.env.search``) executes it. A ``<bbox>`` must
 be a JSON list of four non-negative numbers (the released ``validate_bbox_action``), in the
 pixel frame of the last image shown.
 """

@@ -9,7 +9,7 @@ Files (JSONL, or TSV with a header row):
 Metrics are ``evidra.rewards.ranking``'s (trec_eval definitions): Recall@k, MRR@k, nDCG@k
 (gain = relevance, log2 discount), averaged over the queries that have at least one relevant
 page. Unlike ViDoRe's MTEB evaluator we do not drop hits whose id equals the query id
-(its ``ignore_identical_ids`` default, RETRIEVAL.md §2), since page ids never collide with query ids.
+(its ``ignore_identical_ids`` default), since page ids never collide with query ids.
 
 A benchmark folder can stand in for both files and for the page store (``evidra index build
 --corpus``, ``index eval --benchmark``): ``detect_layout`` tells the BEIR layout (ViDoRe v2,

@@ -3,9 +3,9 @@
 ``score(q, d) = sum_i max_j <q_i, d_j>`` over the query's token vectors ``q_i`` and the page's
 patch vectors ``d_j`` (ColBERT Eq. 1; ColPali/ColQwen2 and ViDoRe score the same way). Pages
 of different lengths are never padded with zero vectors during the max: a zero vector would
-put a floor of 0 under every query token's best match (OFFLINE_STACK pitfall 8).
+put a floor of 0 under every query token's best match, where every real match may be negative.
 
-Layout for speed (RETRIEVAL.md §4): pages are sorted by length and cut into ``Block`` s of
+Layout for speed: pages are sorted by length and cut into ``Block`` s of
 shape ``(C, L, D)``; one matmul scores all query tokens of a batch against a whole block. On
 GPU the result is ``(T, C, L)`` with the patch axis last, so the max reduction runs over
 contiguous memory; on CPU ``(C, L, T)`` measured faster (see ``score_block``). Queries are
@@ -242,7 +242,7 @@ def unpack_signs(codes: Tensor, dtype: torch.dtype = torch.float16) -> Tensor:
 def mean_pool(page: Tensor, factor: int) -> Tensor:
     """Mean of each run of ``factor`` consecutive vectors, renormalised: ``(ceil(L/factor), D)``.
 
-    The cheap first stage of two-stage search (Qdrant's pooled-prefetch recipe, RETRIEVAL.md §2).
+    The cheap first stage of two-stage search (Qdrant's pooled-prefetch recipe).
     """
     if factor < 1:
         raise InvalidInputError(f"pool factor must be >= 1, got {factor}")
@@ -256,8 +256,8 @@ def cluster_pool(pages: Sequence[Tensor], factor: int, *, iters: int = 5, batch:
     merge wherever they sit on the page.
 
     Real pages repeat themselves (blank margins, runs of body text), and ColPali-style token
-    pooling merges those near-duplicates by clustering rather than by position (RETRIEVAL.md §5
-    recommends a factor of 3). Here: spherical k-means, started from the consecutive-run means of
+    pooling merges those near-duplicates by clustering rather than by position (a pooling factor
+    of 3 is the usual choice). Here: spherical k-means, started from the consecutive-run means of
     ``mean_pool`` and run ``iters`` rounds, so it is deterministic and never worse-initialised
     than positional pooling; a cluster that empties keeps its previous centre. Pages of equal
     length are clustered together in batches of ``batch``.

@@ -7,7 +7,7 @@ Endpoints (JSON in, JSON out)::
                   -> {"results": [[{"page_id": ..., "score": ..., "image_path": ...}, ...]]}
 
 Requests arriving within ``max_wait_ms`` of each other are gathered, up to ``max_batch`` queries,
-into one ``retriever.search`` call (batched MaxSim is 2-6x cheaper per query, RETRIEVAL.md §4);
+into one ``retriever.search`` call (batched MaxSim is 2-6x cheaper per query);
 searches run one at a time on a worker thread so the event loop keeps accepting requests.
 Malformed requests get a 4xx with a message. HTTP/1.1 keep-alive is supported; chunked request
 bodies are not (clients send Content-Length).

@@ -15,7 +15,7 @@ Backends:
 
 Prompts: VRAG-RL sends one item as a single user message (``VRAGRL_JUDGE_TEMPLATE``);
 Lang2Act sends batches as system prompt + one user message (``lang2act_user_message``).
-The verbatim texts come from the conformance README (released rm.py / toolrl.py). The
+The verbatim texts are those of the released rm.py / toolrl.py. The
 released, lenient reply parsers are kept for replay next to their rewards:
 ``vragrl.parse_judge_response_upstream`` and ``lang2act.parse_judge_batch_upstream``.
 

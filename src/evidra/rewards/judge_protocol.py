@@ -3,7 +3,7 @@
 ``JudgeItem`` in, ``Verdict`` out, behind the ``Judge`` protocol; the verbatim prompts that
 carry items to an LLM judge (VRAG-RL Eq. 11: one item per user message; Lang2Act Eq. 2 /
 Eq. 14: batches as system prompt + one user message), and the strict parser of its reply.
-The texts come from the conformance README (released rm.py / toolrl.py). Backends live in
+The texts are the released rm.py / toolrl.py prompts, verbatim. Backends live in
 ``evidra.rewards.judge`` (``RuleJudge``) and ``evidra.rewards.judge_http`` (``OpenAIJudge``).
 """
 

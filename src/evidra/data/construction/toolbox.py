@@ -9,7 +9,7 @@ trajectories that use it (Eq. 7); the toolbox is the top-K by frequency (Eq. 6; 
 App. A.6), with its coverage of all tool usage. The toolbox is written as JSON (a list of
 ``{name, args, description, count}``) that ``evidra.paradigms.toolchain.load_toolbox`` reads.
 
-The released code has no curation step (UPSTREAM_CODE.md §3); this follows the paper. The model
+The released code has no curation step; this follows the paper. The model
 is a small protocol: an OpenAI-compatible chat endpoint, a local VLM, or a scripted fake.
 Model output is parsed strictly and never raises: malformed lines are counted as errors.
 """

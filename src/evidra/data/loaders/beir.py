@@ -1,4 +1,4 @@
-"""ViDoRe v2 and the VisRAG eval sets in the BEIR layout (BENCHMARKS.md §8, §9).
+"""ViDoRe v2 and the VisRAG eval sets in the BEIR layout.
 
 A benchmark folder holds three configs, each a file or a folder of shards (HF parquet or a
 JSONL export): ``corpus`` (``corpus-id``, ``image``), ``queries`` (``query-id``, ``query``,

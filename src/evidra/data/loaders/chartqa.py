@@ -1,4 +1,4 @@
-"""ChartQA (BENCHMARKS.md §2), scored with relaxed accuracy.
+"""ChartQA, scored with relaxed accuracy.
 
 Three published layouts are read, recognised by their columns: ``HuggingFaceM4/ChartQA``
 (``image``, ``query``, ``label`` list, ``human_or_machine`` 0/1), ``lmms-lab/ChartQA`` (``type``

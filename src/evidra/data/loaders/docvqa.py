@@ -1,4 +1,4 @@
-"""DocVQA single-page (BENCHMARKS.md §3), scored with ANLS.
+"""DocVQA single-page (its published record format), scored with ANLS.
 
 Reads ``lmms-lab/DocVQA`` (config ``DocVQA``: ``questionId``, ``question``, ``image``,
 ``docId``, ``answers`` list, ``question_types``) and the original RRC JSON (``{"data": [...]}``

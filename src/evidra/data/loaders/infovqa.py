@@ -1,4 +1,4 @@
-"""InfographicVQA (BENCHMARKS.md §3), scored with ANLS.
+"""InfographicVQA (its published record format), scored with ANLS.
 
 ``lmms-lab/DocVQA`` config ``InfographicVQA``: ``questionId``, ``question``, ``answers`` list,
 ``answer_type`` list, ``image``, ``operation/reasoning``, ``ocr``, ``data_split``; the original

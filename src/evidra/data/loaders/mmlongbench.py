@@ -1,4 +1,4 @@
-"""MMLongBench-Doc (BENCHMARKS.md §7): long PDFs, string-encoded lists, 1-based pages.
+"""MMLongBench-Doc: long PDFs, string-encoded lists, 1-based pages.
 
 ``data/samples.json`` is a list of ``{"doc_id": "X.pdf", "doc_type", "question", "answer",
 "evidence_pages": "[19, 20]", "evidence_sources": "['Table']", "answer_format"}``;

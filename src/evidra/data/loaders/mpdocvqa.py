@@ -1,4 +1,4 @@
-"""MP-DocVQA (BENCHMARKS.md §4): multi-page documents, ANLS plus answer-page accuracy (APPA).
+"""MP-DocVQA: multi-page documents, ANLS plus answer-page accuracy (APPA).
 
 The original JSON (``{"data": [...]}``) lists ``page_ids`` whose images live at
 ``images/{page_id}.jpg`` and a 0-based ``answer_page_idx``. ``lmms-lab/MP-DocVQA`` stores every

@@ -1,4 +1,4 @@
-"""SlideVQA (BENCHMARKS.md §5): 20-slide decks, 1-based evidence pages, xywh boxes.
+"""SlideVQA: 20-slide decks, 1-based evidence pages, xywh boxes.
 
 QA JSONL rows carry ``deck_name``, ``qa_id``, ``question``, ``answer``, ``evidence_pages``
 (1-based), ``reasoning_type``, ``answer_type``, ``arithmetic_expression``. Slide images are read

@@ -1,4 +1,4 @@
-"""ViDoRe v1 QA-format datasets (BENCHMARKS.md §8), e.g. ``vidore/docvqa_test_subsampled``.
+"""ViDoRe v1 QA-format datasets, e.g. ``vidore/docvqa_test_subsampled``.
 
 Split ``test`` rows carry ``query`` (None for corpus-only pages), ``image`` and
 ``image_filename`` plus dataset extras. The official evaluation deduplicates queries and

@@ -1,4 +1,4 @@
-"""ViDoSeek (ViDoRAG; BENCHMARKS.md §6): questions over a PDF collection, 1-based pages.
+"""ViDoSeek (ViDoRAG): questions over a PDF collection, 1-based pages.
 
 ``{"examples": [{"uid", "query", "reference_answer", "meta_info": {"file_name", "reference_page",
 "source_type", "query_type"}}]}``; PDFs from ``vidoseek_pdf_document.zip`` are rendered into a

@@ -1,4 +1,4 @@
-"""VISA (Ma et al., ACL 2025): Wiki-VISA, Paper-VISA and FineWeb-VISA (BENCHMARKS.md §1).
+"""VISA (Ma et al., ACL 2025): Wiki-VISA, Paper-VISA and FineWeb-VISA.
 
 Each row is a question with its own page screenshot (``image``), an answer box in absolute
 pixels of that image (``bounding_box``), and ``candidates``: row ids resolved against train and

@@ -1,6 +1,6 @@
 """TRACER-style scenarios (CAVE §4, App. B), our own construction after the paper's description.
 
-TRACER-Bench itself is not public (reference/BENCHMARKS.md §13): these generators follow the
+TRACER-Bench itself is not public: these generators follow the
 four scenario families CAVE describes and are labelled as evidra's construction in every
 sample's extras. Each sample has a prompt, a gold answer and a perception field (key
 intermediate evidence, CAVE Table 8), rendered with PIL:

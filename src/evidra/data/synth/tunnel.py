@@ -1,6 +1,6 @@
 """Tunnel-Vision-style tasks (Berman & Deng, NeurIPS 2025) as CAVE's auxiliary training data.
 
-Our own re-implementation from the task description in reference/BENCHMARKS.md §11 (the suite's
+Our own re-implementation from the Tunnel-Vision task description (the suite's
 code is not public in a form we can reuse): object re-identification (``objreid``), the visual
 scavenger hunt (``chain``) and circuit connections (``circuits``), rendered with PIL. CAVE
 (App. C) uses such data for training only, with a "perception" field of key evidence; each

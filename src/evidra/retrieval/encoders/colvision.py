@@ -3,7 +3,7 @@
 Pages go through the processor's image path (its fixed visual prompt), queries through its
 query path (prefix plus query-augmentation tokens). The model returns unit-norm vectors per
 token, zeroed at padding; we keep only the positions the attention mask marks, per item, so a
-zero vector never enters MaxSim (OFFLINE_STACK pitfall 8).
+zero vector never enters MaxSim (it would score 0 where every real match is negative).
 
 >>> enc = ColVisionEncoder.load("ckpt/colqwen2-v1.0-hf")       # doctest: +SKIP
 >>> pages = enc.embed_pages(store.pages())  # [(L_i, 128), ...]  # doctest: +SKIP

@@ -20,7 +20,7 @@ Pointing it at a server (optional extra ``evidra[qdrant]``)::
 
 For tests and laptops, ``QdrantIndex.connect(dim=128, location=":memory:")`` or ``path="dir/"`` runs
 qdrant-client's embedded local mode: exact but pure numpy/float64, about 1 s per query at 5k pages
-(RETRIEVAL.md §4), so use it for small corpora only.
+so use it for small corpora only.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The CAVE task: zoom into one image, answer; rewarded by outcome plus process credits (CAVE §3).
 
-TRACER-Bench has no public generator (BENCHMARKS.md §13), so samples are synthetic document
+TRACER-Bench has no public generator, so samples are synthetic document
 pages drawn as single images (``generate_image_documents``) at a low resolution, where the
 answer is small text that rewards zooming; the evidence units of the evidence-acquisition
 credit are the generated evidence sentences (``Sample.gold_evidence``), the analogue of
