@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the recipes' synthetic-corpus caches go to a private folder of this test session, not ~/.cache
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="evidra-test-cache-")
 
 import ipaddress
 import socket

@@ -221,7 +221,14 @@ def load_checkpoint(
         state = TrainState(**json.loads((folder / "state.json").read_text()))
         if min(state.step, state.data_epoch, state.data_offset) < 0:
             raise ValueError(f"negative position in state.json: {state}")
-    except (OSError, json.JSONDecodeError, RuntimeError, TypeError, ValueError) as exc:
+    except (
+        OSError,
+        json.JSONDecodeError,
+        RuntimeError,
+        TypeError,
+        ValueError,
+        pickle.UnpicklingError,
+    ) as exc:
         raise CheckpointError(
             f"checkpoint {folder} is unreadable ({str(exc).splitlines()[0]}); "
             "delete it to resume from an older one"

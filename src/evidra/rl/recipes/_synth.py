@@ -3,15 +3,18 @@
 ``generate_documents`` writes PDFs whose questions carry gold answer boxes, evidence boxes and
 evidence text; ingesting them into a page store gives pages with a text layer (the offline LAT
 similarity reads it). Everything lives under ``DataConfig.path`` (a cache folder) or, when it is
-empty, under a per-seed folder in the system temp directory; a second call reuses the store.
+empty, under a per-seed folder of the user's private cache (``private_cache_dir``); a second
+call reuses the store.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
+import os
+import stat
 from pathlib import Path
 
+from evidra.errors import ConfigError
 from evidra.rl.config import DataConfig
 from evidra.types import Sample
 
@@ -21,8 +24,24 @@ SYNTH_DPI = 72.0  # small pages keep rollouts cheap; boxes scale with the DPI, s
 QUESTIONS_PER_DOC = 4  # about: up to 3 pages x 2 questions + 1 unanswerable; used to size the corpus
 
 
+def private_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/evidra`` (default ``~/.cache/evidra``), created with mode 0700.
+
+    Refused with a one-line error when another user owns it or others may write into it: what
+    a cache holds is read back, so no one else may plant files there."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evidra"
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = root.stat()
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"cache folder {root} belongs to another user or is writable by others; remove it, or set "
+            "data.path to a folder of your own"
+        )
+    return root
+
+
 def cache_dir(cfg: DataConfig) -> Path:
-    base = Path(cfg.path).expanduser() if cfg.path else Path(tempfile.gettempdir()) / "evidra-synth"
+    base = Path(cfg.path).expanduser() if cfg.path else private_cache_dir() / "synth"
     n_docs = max(1, -(-cfg.size // QUESTIONS_PER_DOC))
     return base / f"seed{cfg.seed}-docs{n_docs}-dpi{int(SYNTH_DPI)}"
 

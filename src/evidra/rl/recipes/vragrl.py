@@ -13,17 +13,17 @@ searches the question, is shown the gold page, crops the evidence region and ans
 from __future__ import annotations
 
 import json
-import tempfile
+import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 from evidra.env.base import play_script
 from evidra.env.crop import Displayed
 from evidra.env.search import SearchEnv, Searcher, bm25_searcher
-from evidra.errors import ConfigError
+from evidra.errors import ConfigError, InvalidInputError
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
 from evidra.retrieval.engine import open_searcher
@@ -32,42 +32,50 @@ from evidra.rewards.judge import Judge, RuleJudge
 from evidra.rewards.vragrl import RETRIEVED_FIELD, VragRLReward
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._benchmark import has_gold_pages, images_on_disk, is_answerable
+from evidra.rl.recipes._synth import private_cache_dir
 from evidra.rl.tasks import TASKS, Task, usable
 from evidra.types import Message, Page, Parsed, Sample
 
 if TYPE_CHECKING:
     from evidra.data.synth.documents import SynthCorpus
 
-T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
 
 DPI = 72  # small synthetic pages (612 x 792): fast on CPU, still legible to a real VLM
 MAX_TURNS = 5  # the released rollout: 4 action turns plus a final answer turn
 
 
 def corpus_dir(cfg: DataConfig, name: str) -> Path:
-    """``data.path`` or a per-seed temporary folder, holding the synthetic corpus and its store."""
-    base = Path(cfg.path) if cfg.path else Path(tempfile.gettempdir()) / "evidra-recipes"
+    """``data.path``, or a per-seed folder of the user's private cache, holding the synthetic
+    corpus and its store."""
+    base = Path(cfg.path) if cfg.path else private_cache_dir() / "recipes"
     return base / f"{name}-seed{cfg.seed}-n{cfg.size}"
 
 
-def synth_once(root: Path, build: Callable[[Path], T]) -> T:
-    """``build(root)`` once per folder, across processes (file lock); later calls load its result.
+def synth_once(root: Path, build: Callable[[Path], SynthCorpus]) -> SynthCorpus:
+    """``build(root)`` once per folder, across processes (file lock); later calls read its JSON.
 
     Ranks of a distributed run (and repeated runs) share one corpus instead of racing to write it.
+    The cache is JSON (nothing in it can run); one that does not parse is rebuilt with a warning.
     """
     import fcntl
     import os
-    import pickle
+
+    from evidra.data.synth.cache import corpus_from_json, corpus_to_json
 
     root.mkdir(parents=True, exist_ok=True)
-    cache = root / "corpus.pkl"
+    cache = root / "corpus.json"
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if cache.exists():
-            return cast(T, pickle.loads(cache.read_bytes()))  # our own cache file
+            try:
+                return corpus_from_json(cache.read_text(encoding="utf-8"))
+            except (InvalidInputError, OSError, UnicodeDecodeError) as exc:
+                logger.warning("rebuilding the unreadable corpus cache %s (%s)", cache, exc)
         result = build(root)
-        tmp = root / "corpus.pkl.tmp"
-        tmp.write_bytes(pickle.dumps(result))
+        tmp = root / "corpus.json.tmp"
+        tmp.write_text(corpus_to_json(result), encoding="utf-8")
         os.replace(tmp, cache)
         return result
 

@@ -1,0 +1,65 @@
+"""A synthetic corpus cached as JSON: a cache file in a shared folder can hold no code.
+
+>>> from evidra.data.synth.documents import SynthCorpus
+>>> corpus_from_json(corpus_to_json(SynthCorpus("/tmp/c", 72.0, (), ()))).dpi
+72.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from evidra.data.synth.documents import SynthCorpus, SynthDocument, SynthQuestion
+from evidra.errors import InvalidInputError
+from evidra.types import Box, CoordSpace
+
+
+def corpus_to_json(corpus: SynthCorpus) -> str:
+    """The corpus as JSON (boxes as ``[x1, y1, x2, y2, space]``): a cache nothing can execute."""
+
+    def box(b: Box | None) -> list[Any] | None:
+        return None if b is None else [b.x1, b.y1, b.x2, b.y2, b.space.value]
+
+    questions = [{**{f: getattr(q, f) for f in _QUESTION_FIELDS}, "gold_box": box(q.gold_box),
+                  "evidence_box": box(q.evidence_box)} for q in corpus.questions]  # fmt: skip
+    documents = [dataclasses.asdict(d) for d in corpus.documents]
+    return json.dumps(
+        {"root": corpus.root, "dpi": corpus.dpi, "documents": documents, "questions": questions}
+    )
+
+
+_QUESTION_FIELDS = ("id", "question", "answers", "kind", "doc_id", "source", "page_number", "page_id",
+                    "evidence_text", "answerable")  # fmt: skip
+
+
+def corpus_from_json(text: str) -> SynthCorpus:
+    """Inverse of :func:`corpus_to_json`; raises ``InvalidInputError`` for anything else."""
+    try:
+        data = json.loads(text)
+        documents = tuple(
+            SynthDocument(
+                d["id"],
+                d["source"],
+                tuple(d["page_ids"]),
+                tuple(d["image_paths"]),
+                tuple((int(w), int(h)) for w, h in d["page_sizes"]),
+            )
+            for d in data["documents"]
+        )
+        questions = tuple(_question(q) for q in data["questions"])
+        return SynthCorpus(str(data["root"]), float(data["dpi"]), documents, questions)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise InvalidInputError(f"not a synthetic corpus cache ({type(exc).__name__}: {exc})") from exc
+
+
+def _question(q: dict[str, Any]) -> SynthQuestion:
+    def box(v: list[Any] | None) -> Box | None:
+        return (
+            None if v is None else Box(float(v[0]), float(v[1]), float(v[2]), float(v[3]), CoordSpace(v[4]))
+        )
+
+    fields = {f: q[f] for f in _QUESTION_FIELDS}
+    fields["answers"] = tuple(fields["answers"])
+    return SynthQuestion(**fields, gold_box=box(q["gold_box"]), evidence_box=box(q["evidence_box"]))
