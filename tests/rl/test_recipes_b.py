@@ -172,16 +172,17 @@ def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
 def test_synth_once_builds_a_folder_once_across_threads(tmp_path: Path) -> None:
     import threading
 
+    from evidra.data.synth.documents import SynthCorpus
     from evidra.rl.recipes.vragrl import synth_once
 
     calls: list[int] = []
 
-    def build(root: Path) -> dict[str, int]:
+    def build(root: Path) -> SynthCorpus:
         calls.append(1)
         (root / "file").write_text("x")
-        return {"n": len(calls)}
+        return SynthCorpus(str(root), float(len(calls)), (), ())
 
-    results: list[dict[str, int]] = []
+    results: list[SynthCorpus] = []
     threads = [
         threading.Thread(target=lambda: results.append(synth_once(tmp_path / "c", build))) for _ in range(4)
     ]
@@ -189,4 +190,4 @@ def test_synth_once_builds_a_folder_once_across_threads(tmp_path: Path) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert calls == [1] and results == [{"n": 1}] * 4
+    assert calls == [1] and [r.dpi for r in results] == [1.0] * 4
