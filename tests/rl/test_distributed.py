@@ -27,14 +27,19 @@ def test_two_cpu_processes_hold_identical_weights_after_a_step(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_fsdp2_on_two_cpu_processes_resumes_exactly_and_matches_ddp(tmp_path: Path) -> None:
-    """FSDP2 (fully_shard over gloo): bf16 compute with fp32 sharded masters, a sharded KL
-    reference, sharded checkpoints, and SFT; see fsdp_steps.py for what each run does."""
-    script = Path(__file__).with_name("fsdp_steps.py")
+@pytest.mark.parametrize("sharding", ["fsdp2", "zero3"])
+def test_sharded_training_on_two_cpu_processes_resumes_exactly_and_matches_ddp(
+    tmp_path: Path, sharding: str
+) -> None:
+    """FSDP2 (fully_shard over gloo) and DeepSpeed ZeRO-3: bf16 compute with fp32 sharded
+    masters, a sharded KL reference, sharded checkpoints, and SFT; see sharded_steps.py."""
+    if sharding == "zero3":
+        pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra (in .[dev])")
+    script = Path(__file__).with_name("sharded_steps.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(script), str(tmp_path)]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+           str(script), str(tmp_path), sharding]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = torch.load(tmp_path / "result.pt", weights_only=False)
     assert r["world"] == 2 and r["resumed_from"] == 2
@@ -46,7 +51,7 @@ def test_fsdp2_on_two_cpu_processes_resumes_exactly_and_matches_ddp(tmp_path: Pa
     # one fp32 step sharded equals the DDP step up to float summation order
     moved = 0
     for name, value in r["ddp_weights"].items():
-        assert torch.allclose(value, r["fsdp_weights"][name], atol=1e-5), name
+        assert torch.allclose(value, r["sharded_weights"][name], atol=1e-5), name
         moved += int(not torch.equal(value, r["start_weights"][name]))
     assert moved > len(r["ddp_weights"]) // 2, "the step must change the weights"
     assert len(r["sft"]) == 2 and r["sft"][1] < r["sft"][0]

@@ -2,8 +2,9 @@
 
 A checkpoint folder ``step-000010/`` holds the trainable weights (``weights.safetensors``: the
 LoRA adapter, or the full model's trainable tensors, gathered whole even from a sharded run),
-the optimizer state (in ``trainer.pt``, or one shard per process under ``optimizer/`` through
-``torch.distributed.checkpoint`` when the run is sharded), the scheduler state, every RNG state,
+the optimizer state (in ``trainer.pt``, or one shard per process under ``optimizer/``: through
+``torch.distributed.checkpoint`` under FSDP2, each process's ZeRO-3 partition under DeepSpeed),
+the scheduler state, every RNG state,
 the data position and the resolved config. It is written under a temporary name and renamed
 only once complete, so a run killed mid-write leaves the previous checkpoint as the newest
 readable one.
@@ -108,10 +109,15 @@ def save_checkpoint(
     if engine is not None:
         engine.wait()
     weights = _gather_trainable(model, engine)
-    if engine is not None and engine.sharded:  # each process writes its optimizer shard
+    sharded = engine is not None and engine.sharding != "none"
+    if engine is not None and engine.zero3:  # each process writes its optimizer partition
+        from evidra.rl import zero3
+
+        zero3.save_optimizer(optimizer, tmp / "optimizer", engine.process_index)
+        engine.wait()  # every partition is on disk before the main process sums and publishes
+    elif engine is not None and engine.sharded:
         _save_sharded_optimizer(model, optimizer, tmp / "optimizer")
     if main:
-        sharded = engine is not None and engine.sharded
         _write_main(tmp, weights, state, optimizer, scheduler, config, sharded=sharded)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -121,6 +127,10 @@ def save_checkpoint(
 
 
 def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
+    if engine is not None and engine.zero3:
+        from evidra.rl import zero3
+
+        return zero3.full_trainable(model, engine.is_main_process)
     if engine is None or not engine.sharded:
         return trainable_state(model)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -234,7 +244,11 @@ def load_checkpoint(
             "delete it to resume from an older one"
         ) from exc
     _restore_weights(folder, model, weights, engine)
-    if engine is not None and engine.sharded:
+    if engine is not None and engine.zero3:  # the fp32 master partitions restore the weights too
+        from evidra.rl import zero3
+
+        zero3.load_optimizer(optimizer, folder / "optimizer", engine.process_index, engine.num_processes)
+    elif engine is not None and engine.sharded:
         _load_sharded_optimizer(model, optimizer, folder / "optimizer")
     else:
         optimizer.load_state_dict(trainer["optimizer"])
@@ -255,6 +269,8 @@ def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: 
     missing = [n for n in weights if n not in trainable]
     if missing:
         raise CheckpointError(f"checkpoint {folder} has weights the model does not train: {missing[:3]}")
+    if engine is not None and engine.zero3:
+        return  # ZeRO-3 partitions come back from the optimizer's fp32 masters
     if engine is not None and engine.sharded:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 

@@ -105,7 +105,8 @@ class RunConfig:
     steps: int = 10
     batch_size: int = 8  # prompts per step, over all processes (each takes batch_size / processes)
     micro_batch_size: int = 8  # episodes (RL) or conversations (SFT) per forward/backward, per process
-    sharding: Literal["none", "fsdp2"] = "none"  # fsdp2: shard policy (and reference) over processes
+    # fsdp2: PyTorch FSDP2 shards policy (and reference) over processes; zero3: DeepSpeed ZeRO-3
+    sharding: Literal["none", "fsdp2", "zero3"] = "none"
     seed: int = 0
     save_every: int = 0  # steps between checkpoints; 0 = only at the end
     keep_checkpoints: int = 2

@@ -1,7 +1,10 @@
-"""Where the training maths runs: processes (accelerate), precision (autocast) and sharding (FSDP2).
+"""Where the training maths runs: processes (accelerate), precision (autocast) and sharding
+(FSDP2 or DeepSpeed ZeRO-3).
 
 One process or several under ``accelerate launch`` / ``torchrun``. Without sharding every process
-holds the whole policy and accelerate wraps it in DDP. With ``run.sharding=fsdp2`` the policy
+holds the whole policy and accelerate wraps it in DDP. With ``run.sharding=zero3`` DeepSpeed's
+engine partitions the policy, its gradients and optimizer states (``rl/zero3.py``). With
+``run.sharding=fsdp2`` the policy
 (and a full-fine-tuning KL reference) is sharded with PyTorch's own FSDP2 (``fully_shard`` on
 every decoder layer and vision block, then the root): fp32 sharded parameters, a
 ``MixedPrecisionPolicy`` that all-gathers them in the compute dtype and reduces gradients in
@@ -44,15 +47,18 @@ class Engine:
 
         self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.precision = precision
-        self.sharded = run.sharding == "fsdp2"
+        self.sharding = run.sharding
+        self.sharded = run.sharding == "fsdp2"  # FSDP2's fully_shard (ZeRO-3 is ``self.zero3``)
+        self.zero3 = run.sharding == "zero3"
+        self._frozen: list[Any] = []  # ZeRO-3 engines of frozen models, kept alive with their hooks
         if self.acc.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
             raise ConfigError(
                 f"this accelerate config uses {self.acc.distributed_type.value}; evidra shards with "
-                "run.sharding=fsdp2 itself: launch with a multi-GPU config (configs/accelerate/)"
+                "run.sharding=fsdp2|zero3 itself: launch with a multi-GPU config (configs/accelerate/)"
             )
-        if self.sharded and self.acc.num_processes < 2:
+        if run.sharding != "none" and self.acc.num_processes < 2:
             raise ConfigError(
-                "run.sharding=fsdp2 shards over processes, but this run has one; launch several "
+                f"run.sharding={run.sharding} shards over processes, but this run has one; launch several "
                 "(accelerate launch --num_processes N ...) or set run.sharding=none"
             )
 
@@ -94,8 +100,17 @@ class Engine:
         return int(t)
 
     # model and optimizer --------------------------------------------------------------------
-    def prepare(self, model: Any, make_optimizer: Callable[[Any], tuple[Any, Any]]) -> tuple[Any, Any, Any]:
-        """``(model, optimizer, scheduler)`` ready to train: sharded or DDP-wrapped."""
+    def prepare(
+        self, model: Any, make_optimizer: Callable[[Any], tuple[Any, Any]], max_grad_norm: float | None = None
+    ) -> tuple[Any, Any, Any]:
+        """``(model, optimizer, scheduler)`` ready to train: sharded or DDP-wrapped. The
+        scheduler drives the torch optimizer's learning rates under every sharding."""
+        if self.zero3:
+            from evidra.rl import zero3
+
+            optimizer, scheduler = make_optimizer(model)
+            engine, zero_opt = zero3.initialize(model, optimizer, self.precision, max_grad_norm)
+            return engine, zero_opt, scheduler
         if self.sharded:
             shard_model(model, self.precision)
             optimizer, scheduler = make_optimizer(model)
@@ -106,26 +121,52 @@ class Engine:
 
     def prepare_frozen(self, model: Any) -> Any:
         """A frozen model (the KL reference) sharded like the policy, or as it is."""
-        if self.sharded:
+        if self.zero3:
+            from evidra.rl import zero3
+
+            self._frozen.append(zero3.initialize_frozen(model, self.precision))
+        elif self.sharded:
             shard_model(model, Precision(self.precision.compute, self.precision.compute))
         return model
 
     def unwrap(self, model: Any) -> Any:
+        if self.zero3:
+            return model.module if hasattr(model, "module") else model
         return model if self.sharded else self.acc.unwrap_model(model)
 
     def autocast(self) -> AbstractContextManager[None]:
-        """Autocast for unsharded mixed precision (FSDP2's policy casts the sharded case)."""
-        return nullcontext() if self.sharded else self.precision.autocast(self.device)
+        """Autocast for unsharded mixed precision (FSDP2's policy and DeepSpeed's bf16 module
+        cast the sharded cases)."""
+        return nullcontext() if self.sharded or self.zero3 else self.precision.autocast(self.device)
 
-    def backward(self, loss: Any) -> None:
+    def backward(self, loss: Any, model: Any = None) -> None:
+        if self.zero3:
+            model.backward(loss)  # the DeepSpeedEngine: reduce-scatters into the partitions
+            return
         self.acc.backward(loss)
 
     def no_sync(self, model: Any) -> AbstractContextManager[Any]:
         """Skip the gradient all-reduce of a micro-batch that is not the last (DDP only; FSDP2
-        reduce-scatters every micro-batch's gradient, which keeps its memory sharded)."""
-        if self.sharded or self.num_processes == 1:
+        and ZeRO-3 reduce-scatter every micro-batch's gradient, which keeps memory sharded)."""
+        if self.sharded or self.zero3 or self.num_processes == 1:
             return nullcontext()
         return self.acc.no_sync(model)
+
+    def optimizer_step(self, model: Any, optimizer: Any, max_norm: float) -> float:
+        """Clip the gradients to ``max_norm`` and step; returns the pre-clip norm. A non-finite
+        norm is returned without stepping (the gradients are dropped)."""
+        import math
+
+        if self.zero3:
+            from evidra.rl import zero3
+
+            return zero3.step(model)  # clips with the norm given to ``prepare``
+        norm = self.clip_grad_norm(model, max_norm)
+        if not math.isfinite(norm):
+            optimizer.zero_grad(set_to_none=True)
+            return norm
+        optimizer.step()
+        return norm
 
     def clip_grad_norm(self, model: Any, max_norm: float) -> float:
         import torch
@@ -139,6 +180,12 @@ class Engine:
     @contextmanager
     def generation(self, model: Any) -> Iterator[None]:
         """Sampling with every shard all-gathered once and kept until the rollout ends."""
+        if self.zero3:
+            from evidra.rl import zero3
+
+            with zero3.gathered(self.unwrap(model)):
+                yield
+            return
         if not self.sharded:
             with self.autocast():
                 yield

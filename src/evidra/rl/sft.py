@@ -118,12 +118,17 @@ class SFTTrainer:
         with self.engine.acc.main_process_first():
             conversations = examples if examples is not None else _task_conversations(cfg)
             self.vlm = load_policy(
-                cfg.model, self.out / "models", str(self.engine.device), cast_frozen=not self.engine.sharded
+                cfg.model,
+                self.out / "models",
+                str(self.engine.device),
+                cast_frozen=self.engine.sharding == "none",
             )
         self.examples = [make_example(self.vlm.processor, c) for c in conversations]
         self.steps = cfg.run.steps or math.ceil(cfg.epochs * len(self.examples) / cfg.run.batch_size)
         self.model, self.optimizer, self.scheduler = self.engine.prepare(
-            self.vlm.model, partial(make_optimizer, cfg=cfg.optim, total_steps=self.steps)
+            self.vlm.model,
+            partial(make_optimizer, cfg=cfg.optim, total_steps=self.steps),
+            cfg.optim.max_grad_norm,
         )
         self.cursor = DataCursor(self.examples, cfg.data.seed)
         main = self.engine.is_main_process
@@ -155,10 +160,13 @@ class SFTTrainer:
         for i, chunk in enumerate(chunks):
             with nullcontext() if i == len(chunks) - 1 else e.no_sync(self.model):
                 loss, n = sft_loss(self.model, self.vlm, chunk, total, e)
-                e.backward(loss)
+                e.backward(loss, self.model)
             loss_sum, tokens = loss_sum + float(loss.detach()) / e.num_processes, tokens + n
-        norm = e.clip_grad_norm(self.model, self.cfg.optim.max_grad_norm)
-        self.optimizer.step()
+        norm = e.optimizer_step(self.model, self.optimizer, self.cfg.optim.max_grad_norm)
+        if not math.isfinite(norm):  # a non-finite loss or gradient: the step is skipped
+            logger.warning(
+                "SFT step %d: gradient norm is not finite; the update was skipped", self.state.step + 1
+            )
         self.scheduler.step()
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
         lr = self.scheduler.get_last_lr()[0]

@@ -77,7 +77,7 @@ class RLTrainer:
                 cfg.model,
                 self.out / "models",
                 device=str(self.acc.device),
-                cast_frozen=not self.engine.sharded,
+                cast_frozen=self.engine.sharding == "none",
             )
         lora = cfg.model.lora.enabled
         self.reference = Reference.build(self.vlm, lora, self.precision) if cfg.algo.kl != "none" else None
@@ -85,7 +85,9 @@ class RLTrainer:
             self.engine.prepare_frozen(self.reference.model)
         self.cursor = DataCursor(self.samples, cfg.data.seed)
         self.model, self.optimizer, self.scheduler = self.engine.prepare(
-            self.vlm.model, partial(make_optimizer, cfg=cfg.optim, total_steps=cfg.run.steps)
+            self.vlm.model,
+            partial(make_optimizer, cfg=cfg.optim, total_steps=cfg.run.steps),
+            cfg.optim.max_grad_norm,
         )
         ref_model = [self.reference.model] if self.reference is not None and not self.reference.lora else []
         self.vision_cache = VisionFeatureCache([self.vlm.model, *ref_model])
@@ -227,7 +229,7 @@ class RLTrainer:
         for part in _split(groups, n_mini):
             episodes = [ep for eps, _ in part for ep in eps]
             micro = episode_tensors(self.vlm, episodes, self.cfg.run.micro_batch_size, offset)
-            if self.engine.sharded:
+            if self.engine.sharding != "none":
                 micro = pad_microbatches(micro, self.engine.all_max(len(micro)), empty_like)
             out.append(micro)
             offset += len(part) * g

@@ -270,15 +270,13 @@ def policy_update(
                         per_token, mask, s.loss_agg, global_tokens=tokens, global_seqs=seqs,
                         max_len=s.max_len, world_size=engine.num_processes,
                     )  # fmt: skip
-                    engine.backward(loss)
+                    engine.backward(loss, model)
                 stats.total("loss", float(loss.detach()) / steps)  # micro losses sum to the batch loss
-            norm = engine.clip_grad_norm(model, s.max_grad_norm)
-            if not math.isfinite(norm):  # a non-finite loss or gradient: never step on it
-                optimizer.zero_grad(set_to_none=True)
+            norm = engine.optimizer_step(model, optimizer, s.max_grad_norm)
+            if not math.isfinite(norm):  # a non-finite loss or gradient: never stepped on
                 stats.total("update/nonfinite_skips", 1.0)
                 continue
             stats.mean("grad_norm", norm)
-            optimizer.step()
     done = stats.result()
     skipped = done.get("update/empty_minibatches", 0.0) + done.get("update/nonfinite_skips", 0.0)
     stats.total("optimizer_steps", float(steps) - skipped)

@@ -43,6 +43,10 @@ def _check_run(run: RunConfig) -> None:
     _check(run.micro_batch_size >= 1, f"run.micro_batch_size must be >= 1, got {run.micro_batch_size}")
     _check(run.save_every >= 0, f"run.save_every must be >= 0 (0: only at the end), got {run.save_every}")
     _check(run.keep_checkpoints >= 0, f"run.keep_checkpoints must be >= 0, got {run.keep_checkpoints}")
+    if run.sharding == "zero3":
+        from evidra.rl.zero3 import require_deepspeed
+
+        require_deepspeed()  # the extra to install, before any model loads
 
 
 def _check_optim(optim: OptimConfig, where: str = "optim") -> None:
@@ -111,6 +115,11 @@ def validate_rl_config(cfg: RLConfig) -> None:
     _check_rollout(cfg.rollout)
     _check_algo(cfg.algo, cfg.run.batch_size)
     validate_judge(cfg.judge)
+    if cfg.run.sharding == "zero3" and cfg.rollout.backend != "hf":
+        raise ConfigError(
+            "run.sharding=zero3 samples with the trainer's own gathered weights: set rollout.backend=hf "
+            "(or run.sharding=none|fsdp2 with vLLM)"
+        )
     if not cfg.judge.is_default and task.with_judge is None:
         raise ConfigError(
             f"task {task.name!r} judges no answers, so it takes no judge; remove the judge section"

@@ -1,7 +1,8 @@
-"""Run by tests/rl/test_distributed.py under torchrun: sharded (FSDP2) training on 2 CPU processes.
+"""Run by tests/rl/test_distributed.py under torchrun: sharded training on 2 CPU processes,
+with ``run.sharding`` FSDP2 or ZeRO-3 (the second argument).
 
 In one launch: an uninterrupted 4-step run, a 2-step run resumed to 4 from its sharded
-checkpoint, a DDP run and an FSDP2 run of one step from the same start (fp32), and 2 sharded
+checkpoint, a DDP run and a sharded run of one step from the same start (fp32), and 2 sharded
 SFT steps. Rank 0 writes what the test compares to ``<out>/result.pt``.
 """
 
@@ -17,12 +18,14 @@ from evidra.rl.config import RLConfig, SFTConfig
 from evidra.rl.sft import SFTTrainer
 from evidra.rl.trainer import RLTrainer
 
+SHARDING = sys.argv[2] if len(sys.argv) > 2 else "fsdp2"
+
 
 def _cfg(out: Path, *extra: str) -> RLConfig:
     base = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={out}", "run.batch_size=4",
             "run.micro_batch_size=3", "rollout.group_size=2", "rollout.max_new_tokens=5",
             "optim.lr=1e-3", "data.size=8",
-            "model.lora.enabled=false", "data.task=toy.length", "run.sharding=fsdp2", "algo.kl=loss",
+            "model.lora.enabled=false", "data.task=toy.length", f"run.sharding={SHARDING}", "algo.kl=loss",
             "algo.kl_coef=0.1"]  # fmt: skip
     return load_config(RLConfig, None, [*base, *extra])
 
@@ -46,7 +49,7 @@ def main(out: str) -> None:
     result["resumed_from"] = resumed.state.step
     result["cut"] = [m["loss"] for m in first + resumed.train()]
     result["cut_weights"] = _weights(resumed)
-    for name, sharding in (("ddp", "none"), ("fsdp", "fsdp2")):  # fp32, one step, same start
+    for name, sharding in (("ddp", "none"), ("sharded", SHARDING)):  # fp32, one step, same start
         trainer = RLTrainer(_cfg(root / name, "run.steps=1", f"run.sharding={sharding}", "optim.lr=1e-2"))
         if sharding == "none":
             model = trainer.engine.unwrap(trainer.model)
@@ -58,7 +61,7 @@ def main(out: str) -> None:
         result["world"] = trainer.acc.num_processes
     sft_over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={root / 'sft'}", "run.steps=2",
                 "run.batch_size=4", "run.micro_batch_size=1", "data.task=toy.key_value", "data.size=8",
-                "model.lora.enabled=false", "run.sharding=fsdp2", "model.dtype=bfloat16"]  # fmt: skip
+                "model.lora.enabled=false", f"run.sharding={SHARDING}", "model.dtype=bfloat16"]  # fmt: skip
     sft = load_config(SFTConfig, None, sft_over)
     result["sft"] = [m["loss"] for m in SFTTrainer(sft).train()]
     if full.acc.is_main_process:
