@@ -5,8 +5,8 @@ Layout of a store directory::
     pages/{page_id}.png     page images (PDF pages rendered at the ingest DPI; images as RGB)
     store.sqlite            meta(key, value), pages(...), words(...), files(source, file_hash)
 
-``meta`` also lists the retrieval indexes built over the store (``register_index``; `evidra
-index build --store` registers its output), so ``evidra ask --store`` finds one without ``--index``.
+``meta`` also lists the retrieval indexes built over the store (``register_index``; ``evidra
+index build --store`` registers its output), so ``evidra ask --store`` finds one without ``--index``.
 
 Page ids come from the source file's content hash (``make_page_id``), so the same bytes always
 give the same ids. The ``files`` table maps every ingested path to its content hash: an
