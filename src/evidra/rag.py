@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evidra.errors import InvalidInputError
+from evidra.retrieval.base import check_k
 from evidra.types import Box, CoordSpace, Page, Parsed, Sample
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class RAG:
         from evidra.models.generation import SamplingParams
         from evidra.paradigms import PARADIGMS
 
-        _check_k(k)
+        check_k(k)
         self.store, self.vlm, self.retriever = store, vlm, retriever
         self.paradigm_name = paradigm
         self.paradigm = PARADIGMS.get(paradigm)()
@@ -125,15 +126,18 @@ class RAG:
         from evidra.rl.export import resolve_trained_model
 
         PARADIGMS.get(paradigm)
-        _check_k(k)
+        check_k(k)
         opened = store if isinstance(store, PageStore) else PageStore.open(store)
-        where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
-        retriever = attach(where, opened) if where else None
+        retriever = None
         try:
+            where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
+            retriever = attach(where, opened) if where else None
             vlm = load_vlm(resolve_trained_model(model), dtype=dtype, device=device, max_pixels=max_pixels)
         except BaseException:
             if retriever is not None:
                 retriever.close()
+            if opened is not store:  # a store the caller opened stays theirs to close
+                opened.close()
             raise
         return cls(
             opened, vlm, retriever, paradigm=paradigm, k=k, max_pages=max_pages, params=params, keep=keep
@@ -161,20 +165,27 @@ class RAG:
         """
         from evidra.corpus import PageStore, ingest
 
-        keep = None
+        keep: tempfile.TemporaryDirectory[str] | None = None
         if store is None:
             keep = tempfile.TemporaryDirectory(prefix="evidra-rag-")
             store = Path(keep.name) / "store"
-        report = ingest(documents, store, dpi=dpi)
-        for failed in report.failed:
-            logger.warning("skipped %s: %s", failed.path, failed.reason)
-        opened = PageStore.open(store)
-        if not len(opened):
-            raise InvalidInputError(f"no pages were ingested from {str(documents)!r}; give it PDFs or images")
-        out = Path(index) if index is not None else opened.root / f"index-{retriever}"
-        _build_or_update(opened, out, retriever, encoder_model)
-        opened.register_index(out)
-        return cls.load(opened, [out], model=model, keep=keep, **load_options)
+        try:
+            report = ingest(documents, store, dpi=dpi)
+            for failed in report.failed:
+                logger.warning("skipped %s: %s", failed.path, failed.reason)
+            opened = PageStore.open(store)
+            if not len(opened):
+                raise InvalidInputError(
+                    f"no pages were ingested from {str(documents)!r}; give it a folder of PDFs or images"
+                )
+            out = Path(index) if index is not None else opened.root / f"index-{retriever}"
+            _build_or_update(opened, out, retriever, encoder_model)
+            opened.register_index(out)
+            return cls.load(opened, [out], model=model, keep=keep, **load_options)
+        except BaseException:
+            if keep is not None:
+                keep.cleanup()
+            raise
 
     def retrieve(self, question: str, k: int | None = None) -> list[Hit]:
         """The index's top ``k`` pages for ``question`` (all of them pages of the store)."""
@@ -184,7 +195,7 @@ class RAG:
                 f"{self.store.root} --out DIR --encoder bm25` and pass it (RAG.load(store, DIR))"
             )
         k = self.k if k is None else k
-        _check_k(k)
+        check_k(k)
         return self.retriever.search(question, k)
 
     def ask(
@@ -237,6 +248,11 @@ class RAG:
             return [], [self.store.get(pid) for pid in chosen]
         if self.retriever is not None:
             hits = self.retrieve(question, k)
+            if not hits:  # BM25 finds nothing when no word of the question is in the documents
+                raise InvalidInputError(
+                    f"index {', '.join(self.retriever.where)} found no page for {question!r}; ask with "
+                    "words the documents use, or use a visual index (`evidra index build --encoder colqwen2`)"
+                )
             return hits, [self.store.get(h.page_id) for h in hits]
         n = len(self.store)
         if n == 0:
@@ -289,11 +305,6 @@ class RAG:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_k(k: int) -> None:
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise InvalidInputError(f"k must be a positive number of pages, got {k!r}")
 
 
 def _locations(index: str | Path | Sequence[str | Path]) -> list[str]:

@@ -192,6 +192,9 @@ def test_bad_indexes_get_one_line_naming_the_input_and_the_fix(
         err = _error(_ask(indexed, tiny_dirs, "--index", url), capsys)
     assert url in err and "another store" in err
 
+    nothing = "Zyzzogeton quux?"  # no word of it is in the documents: BM25 finds no page
+    err = _error(_ask(indexed, tiny_dirs, "--index", str(indexed["bm25"]), question=nothing), capsys)
+    assert "found no page" in err and nothing in err and "colqwen2" in err
     err = _error(_ask(indexed, tiny_dirs, "--index", foreign, "--page", "x"), capsys)
     assert "--page" in err and "--index" in err
     err = _error(_ask(indexed, tiny_dirs, "--index", str(indexed["bm25"]), "--k", "0"), capsys)
