@@ -1,14 +1,16 @@
-"""Every ``evidra`` command shown in the README and the docs parses with the real CLI parser."""
+"""Every ``evidra`` command shown in the README and the docs parses with the real CLI parser; the
+README's "Ask your documents" walk-through runs as written, on generated documents and a tiny model."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from evidra.cli.main import build_parser
+from evidra.cli.main import build_parser, main
 
 ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -17,7 +19,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 def shown_commands(text: str) -> list[str]:
     """The ``evidra ...`` lines of fenced code blocks, continuation lines joined, comments cut."""
     commands = []
-    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, flags=re.S):
+    blocks = re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S)  # every fence pairs, any language
+    for block in (body for lang, body in blocks if lang in ("", "bash", "sh")):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split(" #", 1)[0].strip()
             if line.startswith("evidra ") or "-m evidra.cli.main " in line:
@@ -42,3 +45,40 @@ def test_the_readme_shows_export_and_eval_of_a_run() -> None:
     commands = shown_commands((ROOT / "README.md").read_text())
     assert any(c.startswith("export runs/") for c in commands)
     assert any(c.startswith("eval ") and "--model runs/" in c for c in commands)
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_ask_walkthrough_runs_as_written(
+    tmp_path: Path,
+    tiny_dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/ holds generated PDFs, ckpt/Qwen2.5-VL-7B is the tiny model: then every command and
+    the Python lines of the section run unchanged, in that order."""
+    from evidra.data.synth.documents import generate_documents
+    from evidra.rag import Answer
+
+    section = _section((ROOT / "README.md").read_text(), "Ask your documents")
+    commands = shown_commands(section)
+    assert [c.split()[0] for c in commands] == ["ingest", "index", "ask"]
+    generate_documents(tmp_path, n_docs=2, seed=2, dpi=50)  # writes tmp_path/docs/*.pdf
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "Qwen2.5-VL-7B").symlink_to(tiny_dirs["qwen2_5_vl"], target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    for command in commands:
+        assert main(["-q", *shlex.split(command)]) == 0, command
+    out = capsys.readouterr().out.splitlines()
+    assert out[-5:-4] == ["retrieved: top 3 of idx/"] and out[-1] == "html:   answer.html"
+    assert "data:image/png;base64," in (tmp_path / "answer.html").read_text()
+
+    (python,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    namespace: dict[str, Any] = {}
+    exec(compile(python, "README.md", "exec"), namespace)  # the README's own lines, nothing else
+    answer = namespace["answer"]
+    assert isinstance(answer, Answer) and len(answer.retrieved) == 3
+    assert [p.id for p in answer.pages] == [h.page_id for h in answer.retrieved]
+    namespace["rag"].close()

@@ -1,7 +1,7 @@
 """``evidra index build|add|delete|search|eval``: page retrieval indexes.
 
 evidra index build --store S --out I --encoder colqwen2 --model ckpt/colqwen2
-evidra index build --store S --out I --encoder bm25
+evidra index build --store S --out I --encoder bm25     # registered in S: `evidra ask --store S` uses it
 evidra index build --store S --out I --encoder colqwen2 --model M --backend qdrant --qdrant-url http://localhost:6333
 evidra index build --corpus data/esg_reports_v2/ --out I --encoder colqwen2 --model ckpt/colqwen2
 evidra index build --dataset slidevqa --data data/slidevqa/train.jsonl --out I --encoder colqwen2 --model M
@@ -216,6 +216,11 @@ def run_build(args: argparse.Namespace) -> int:
         print(
             f"indexed {len(engine.index)} pages with {args.encoder} ({engine.spec.backend}) into {args.out}"
         )
+    if args.store is not None:  # `evidra ask --store S` then finds this index without --index
+        from evidra.corpus import PageStore
+
+        with PageStore.open(args.store) as store:
+            store.register_index(args.out)
     return 0
 
 

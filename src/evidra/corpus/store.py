@@ -5,6 +5,9 @@ Layout of a store directory::
     pages/{page_id}.png     page images (PDF pages rendered at the ingest DPI; images as RGB)
     store.sqlite            meta(key, value), pages(...), words(...), files(source, file_hash)
 
+``meta`` also lists the retrieval indexes built over the store (``register_index``; ``evidra
+index build --store`` registers its output), so ``evidra ask --store`` finds one without ``--index``.
+
 Page ids come from the source file's content hash (``make_page_id``), so the same bytes always
 give the same ids. The ``files`` table maps every ingested path to its content hash: an
 identical copy under another name is recorded there as a second source of the same pages,
@@ -18,6 +21,7 @@ page rendered, and the SQLite rows are committed only after the images exist.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import sqlite3
 import tempfile
@@ -185,6 +189,22 @@ class PageStore:
 
     def _hash_of(self, page_id: str) -> str:
         return str(self._conn.execute("SELECT file_hash FROM pages WHERE id = ?", (page_id,)).fetchone()[0])
+
+    def indexes(self) -> list[str]:
+        """Absolute paths of the indexes registered over this store, newest first."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'indexes'").fetchone()
+        try:
+            paths = json.loads(row[0]) if row is not None else []
+        except ValueError:
+            return []  # a damaged list is forgotten, never fatal: indexes can be passed explicitly
+        return [str(p) for p in paths if isinstance(p, str)]
+
+    def register_index(self, path: str | Path) -> None:
+        """Record the index at ``path`` as built over this store (it becomes the newest one)."""
+        where = str(Path(path).expanduser().resolve())
+        paths = [where, *(p for p in self.indexes() if p != where)]
+        with self._conn:
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('indexes', ?)", (json.dumps(paths),))
 
     # -- writing (used by evidra.corpus.ingest) ----------------------------------------------
     def hash_of_source(self, source: str) -> str | None:

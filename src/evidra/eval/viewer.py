@@ -1,12 +1,16 @@
 """A self-contained HTML evidence viewer: each page with its boxes, beside question and answer.
 
 Every piece of model or document text is HTML-escaped; boxes are absolutely positioned
-overlays in percentages of the page, so the page image can be scaled freely.
+overlays in percentages of the page, so the page image can be scaled freely. Page images are
+linked relative to the page, or with ``embed_images=True`` inlined as data URIs, so one file can
+be moved or mailed on its own.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import mimetypes
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,14 +81,22 @@ def _box_div(vb: ViewerBox, page: ViewerPage) -> str:
     return f'<div class="box" style="{style}"><span>{html.escape(vb.label)}</span></div>'
 
 
-def _page_html(page: ViewerPage, base: Path) -> str:
-    src = os.path.relpath(page.image_path, base)
+def _image_src(image_path: str, base: Path | None) -> str:
+    """A link relative to ``base``, or (``base`` None) the image itself as a data URI."""
+    if base is not None:
+        return os.path.relpath(image_path, base)
+    mime = mimetypes.guess_type(image_path)[0] or "image/png"
+    return f"data:{mime};base64," + base64.b64encode(Path(image_path).read_bytes()).decode("ascii")
+
+
+def _page_html(page: ViewerPage, base: Path | None) -> str:
+    src = _image_src(page.image_path, base)
     boxes = "".join(_box_div(vb, page) for vb in page.boxes)
     alt = html.escape(page.title, quote=True)
     return f'<div class="page"><img src="{html.escape(src, quote=True)}" alt="{alt}">{boxes}</div>'
 
 
-def _record_html(i: int, rec: ViewerRecord, base: Path) -> str:
+def _record_html(i: int, rec: ViewerRecord, base: Path | None) -> str:
     verdict = (
         ""
         if rec.correct is None
@@ -122,16 +134,23 @@ def _rewards_html(rewards: dict[str, float]) -> str:
 
 
 def write_viewer(
-    records: Sequence[ViewerRecord], path: str | Path, title: str = "evidra report", *, preamble: str = ""
+    records: Sequence[ViewerRecord],
+    path: str | Path,
+    title: str = "evidra report",
+    *,
+    preamble: str = "",
+    embed_images: bool = False,
 ) -> Path:
-    """Write the viewer page to ``path``; image links are relative to its folder.
+    """Write the viewer page to ``path``; image links are relative to its folder, or with
+    ``embed_images`` the images are inside the file.
 
     ``preamble`` is HTML placed before the records (a training summary, charts); it is not
     escaped, so build it only from evidra's own markup and ``html.escape``-d text.
     """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    body = "".join(_record_html(i, r, out.parent.resolve()) for i, r in enumerate(records))
+    base = None if embed_images else out.parent.resolve()
+    body = "".join(_record_html(i, r, base) for i, r in enumerate(records))
     doc = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{preamble}{body}</body></html>"

@@ -1,7 +1,7 @@
 """Direct answering over given pages: VRAG-RL's "Vanilla RAG" prompt (VRAG-RL App. I.1).
 
 The pages are shown first, then the question; the model reasons in <think> and answers in
-<answer>. Used by ``evidra ask`` before retrieval and as the prompt baseline of the papers.
+<answer>. ``evidra ask --paradigm direct`` and the prompt baseline of the papers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,180 @@
+"""The retriever that serves one page store: index directories or ``serve-index`` URLs, checked.
+
+``evidra ask`` and ``evidra.RAG`` retrieve page ids and then read the pages from a store, so an
+index must have been built over that store's pages. ``attach`` opens each location, checks it
+against the store before any answer is attempted, and fuses several by reciprocal-rank fusion
+(e.g. a ColQwen2 index and a BM25 index: hybrid retrieval). Every failure names the location
+and the fix: a directory that is missing or holds no index, an index built over another store,
+a URL with no service behind it.
+
+>>> hits = attach(["idx/"], store).search("When was Orion founded?", k=3)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from evidra.errors import InvalidInputError
+from evidra.retrieval.base import Hit, Retriever
+
+if TYPE_CHECKING:
+    from evidra.corpus.store import PageStore
+
+logger = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT_S = 5.0
+PROBE_QUERY = "the page"  # any text: its top hit only has to exist in the store
+
+
+def is_url(where: str) -> bool:
+    return where.startswith(("http://", "https://"))
+
+
+def registered_index(store: PageStore) -> str | None:
+    """The newest index registered over ``store`` (by ``evidra index build --store``) that still exists."""
+    for path in store.indexes():
+        if Path(path).is_dir():
+            return path
+        logger.warning("store %s names index %s, which no longer exists; skipping it", store.root, path)
+    return None
+
+
+def _build_hint(store: PageStore, out: str) -> str:
+    return f"`evidra index build --store {store.root} --out {out} --encoder bm25` (or colqwen2 --model CKPT)"
+
+
+@dataclass(frozen=True, eq=False)
+class StoreRetriever:
+    """Text-to-pages search whose hits are all pages of ``store``."""
+
+    store: PageStore
+    where: tuple[str, ...]  # the index directories / URLs, as given
+    retriever: Retriever
+    closers: tuple[Callable[[], None], ...] = ()
+
+    def search(self, question: str, k: int) -> list[Hit]:
+        from evidra.retrieval.client import SearchServiceError
+
+        try:
+            (hits,) = self.retriever.search([question], k=k)
+        except SearchServiceError as exc:
+            raise InvalidInputError(
+                f"index {', '.join(self.where)} failed to answer ({exc}); check that `evidra serve-index` "
+                "still runs there, or pass the index directory instead"
+            ) from exc
+        for hit in hits:
+            if hit.page_id not in self.store:
+                raise InvalidInputError(
+                    f"index {', '.join(self.where)} returned page {hit.page_id!r}, which store "
+                    f"{self.store.root} does not hold: it serves an index built over another store; "
+                    f"serve or pass one built with {_build_hint(self.store, 'DIR')}"
+                )
+        return hits
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+
+
+def attach(where: Sequence[str], store: PageStore) -> StoreRetriever:
+    """Open every location in ``where`` for ``store``; two or more are fused by RRF."""
+    from evidra.retrieval.hybrid import RRFRetriever
+
+    if not where:
+        raise InvalidInputError("attach needs at least one index directory or serve-index URL")
+    retrievers: list[Retriever] = []
+    closers: list[Callable[[], None]] = []
+    try:
+        for location in where:
+            if is_url(location):
+                retriever, close = _open_url(location)
+                closers.append(close)
+                _probe(retriever, location, store)
+            else:
+                retriever, close = _open_dir(location, store)
+                closers.append(close)
+            retrievers.append(retriever)
+    except BaseException:
+        for close in closers:
+            close()
+        raise
+    joined = retrievers[0] if len(retrievers) == 1 else RRFRetriever(tuple(retrievers))
+    return StoreRetriever(store, tuple(where), joined, tuple(closers))
+
+
+def _open_url(url: str) -> tuple[Retriever, Callable[[], None]]:
+    """A ``serve-index`` client, after its ``/health`` answered (so a wrong URL fails here)."""
+    import httpx
+
+    from evidra.retrieval.client import SearchClient
+
+    try:
+        response = httpx.get(url.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S, trust_env=False)
+        healthy = response.status_code == 200 and response.json().get("status") == "ok"
+    except (httpx.HTTPError, ValueError) as exc:
+        raise InvalidInputError(
+            f"index URL {url} is unreachable ({type(exc).__name__}); start the service with "
+            "`evidra serve-index --index DIR --port PORT`, or pass the index directory instead"
+        ) from None
+    if not healthy:
+        raise InvalidInputError(
+            f"index URL {url} answered /health with {response.status_code}, not an `evidra serve-index` "
+            "service; pass the URL that `evidra serve-index` prints"
+        )
+    client = SearchClient(url)
+    return client, client.close
+
+
+def _probe(retriever: Retriever, where: str, store: PageStore) -> None:
+    """One search before anything heavy loads: a service over another store fails here."""
+    (hits,) = retriever.search([PROBE_QUERY], k=1)
+    if hits and hits[0].page_id not in store:
+        raise InvalidInputError(
+            f"index {where} serves page {hits[0].page_id!r}, which store {store.root} does not hold: "
+            f"it serves an index built over another store; serve one built with {_build_hint(store, 'DIR')}"
+        )
+
+
+def _open_dir(path: str, store: PageStore) -> tuple[Retriever, Callable[[], None]]:
+    """An index directory whose pages are all in ``store`` (a store page it lacks is only a warning)."""
+    import torch
+
+    from evidra.retrieval.base import EncoderOptions
+    from evidra.retrieval.engine import MANIFEST, open_index
+
+    if not Path(path).is_dir():
+        raise InvalidInputError(
+            f"index directory {path!r} does not exist; build it with {_build_hint(store, path)}"
+        )
+    if not (Path(path) / MANIFEST).is_file():
+        raise InvalidInputError(
+            f"{path!r} holds no index (no {MANIFEST}); pass the --out folder of `evidra index build`, "
+            f"or build one with {_build_hint(store, 'DIR')}"
+        )
+    gpu = torch.cuda.is_available()  # as serve-index does: bfloat16 on a GPU, float32 on a CPU
+    options = EncoderOptions(device="cuda" if gpu else "cpu", dtype="bfloat16" if gpu else "float32")
+    engine = open_index(path, options=options)
+    indexed = set(engine.index.page_ids())
+    foreign = sorted(pid for pid in indexed if pid not in store)
+    if foreign:
+        engine.close()
+        share = (
+            f"none of its {len(indexed)} pages is"
+            if len(foreign) == len(indexed)
+            else f"{len(foreign)} of its {len(indexed)} pages (e.g. {foreign[0]}) are not"
+        )
+        raise InvalidInputError(
+            f"index {path!r} was built over another store: {share} in store {store.root}; "
+            f"build one over this store with {_build_hint(store, 'DIR')}"
+        )
+    unindexed = len(store) - len(indexed)
+    if unindexed:
+        logger.warning(
+            "index %s lacks %d pages of store %s; add them with `evidra index add --index %s --store %s`",
+            path, unindexed, store.root, path, store.root,
+        )  # fmt: skip
+    return engine.retriever, engine.close
