@@ -243,14 +243,25 @@ def test_ground_paper() -> None:
     assert ground_reward(good, [10, 10, 100, 50], 1) == 1.0
     assert ground_reward(good, [10, 10, 100, 50], 0) == 0.0  # wrong page
     # IoU([0,0,10,10],[0,0,10,20]) = 100/200 = 0.5, not > 0.5
-    half = '<answer>X Bounding box: {"bbox_2d": [0, 0, 10, 10], "Image_index": 1}</answer>'
+    box = 'Bounding box: {"bbox_2d": [0, 0, 10, 10], "Image_index": 1}'
+    half = f"<think>The cell. {box}</think><answer>X {box}</answer>"
     assert ground_reward(half, [0, 0, 10, 20], 0) == 0.0
-    # paper: the answer box need not be copied from <think> (upstream requires it)
     assert ground_reward(half, [0, 0, 10, 10], 0) == 1.0
-    assert ground_reward(half, [0, 0, 10, 10], 0, mode="upstream") == 0.0
+    # Eq. 9 with B_ans in the chain's boxes: an answer box the reasoning never cites earns nothing,
+    # in the paper's syntax or another accepted one, on another page, or with other coordinates
+    uncited = f"<answer>X {box}</answer>"
+    assert ground_reward(uncited, [0, 0, 10, 10], 0) == 0.0
+    assert ground_reward(uncited, [0, 0, 10, 10], 0, mode="upstream") == 0.0
+    other_page = f'<think>s. {box.replace("1}", "2}")}</think><answer>X {box}</answer>'
+    assert ground_reward(other_page, [0, 0, 10, 10], 0) == 0.0
+    nearby = f'<think>s. {box.replace("10, 10]", "10, 11]")}</think><answer>X {box}</answer>'
+    assert ground_reward(nearby, [0, 0, 10, 10], 0) == 0.0
+    spaced = '<think>s. Bounding box: {"bbox_2d": [0,0,10,10], "Image_index": 1}</think>'
+    assert ground_reward(f"{spaced}<answer>X {box}</answer>", [0, 0, 10, 10], 0) == 1.0
     # only the FIRST answer box is B_ans; a second, correct box does not count
     two = (
-        '<answer>X {"bbox_2d": [50, 50, 60, 60], "Image_index": 1}, '
+        '<think>a. {"bbox_2d": [50, 50, 60, 60], "Image_index": 1} b. {"bbox_2d": [0, 0, 10, 10], '
+        '"Image_index": 1}</think><answer>X {"bbox_2d": [50, 50, 60, 60], "Image_index": 1}, '
         '{"bbox_2d": [0, 0, 10, 10], "Image_index": 1}</answer>'
     )
     assert ground_reward(two, [0, 0, 10, 10], 0) == 0.0

@@ -9,7 +9,7 @@ from PIL import Image
 
 from evidra.env import KeyValueEnv, SingleTurnEnv, StepResult
 from evidra.models.context import collate_split
-from evidra.models.generation import SamplingParams, forward_logprobs
+from evidra.models.generation import Generation, SamplingParams, forward_logprobs
 from evidra.paradigms import Direct
 from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
 from evidra.types import ImagePart, Message, Page, Sample
@@ -108,5 +108,37 @@ def test_single_turn_env_with_pages(tiny_vlms: dict[str, Any], tmp_path: Any) ->
         HFBackend(vlm), lambda s: SingleTurnEnv(Direct()), [sample], 3, SamplingParams(seed=0), limits
     )
     assert len(episodes) == 3 and all(ep.trajectory.num_turns == 1 for ep in episodes)
-    assert all(ep.context.num_images == 1 and ep.trajectory.finished for ep in episodes)
+    assert all(ep.context.num_images == 1 for ep in episodes)
     assert all(sum(ep.trajectory.policy_mask) == len(ep.trajectory.token_ids) for ep in episodes)
+    for ep in episodes:  # an answer cut at the token limit is truncated, not finished
+        t = ep.trajectory
+        assert t.finished != t.truncated
+        assert not t.truncated or len(t.token_ids) == limits.max_new_tokens
+
+
+class _CutBackend:
+    """Plays one fixed completion per call, reported as stopped by ``reason``."""
+
+    def __init__(self, vlm: Any, text: str, reason: str) -> None:
+        self.vlm, self.text, self.reason = vlm, text, reason
+
+    @property
+    def processor(self) -> Any:
+        return self.vlm.processor
+
+    def generate(self, contexts: Any, params: SamplingParams) -> list[Generation]:
+        ids = tuple(self.vlm.tokenizer(self.text, add_special_tokens=False)["input_ids"])
+        return [Generation(c.token_ids, ids, (0.0,) * len(ids), self.text, self.reason) for c in contexts]
+
+
+@pytest.mark.parametrize("reason", ["length", "eos"])
+def test_a_single_turn_answer_cut_by_the_token_limit_is_truncated(
+    tiny_vlms: dict[str, Any], reason: str
+) -> None:
+    vlm = tiny_vlms["qwen2_5_vl"]
+    sample = Sample(id="s", question="Year?", answers=("1987",), pages=())
+    backend = _CutBackend(vlm, "The answer is 19", reason)
+    limits = RolloutLimits(max_turns=1, max_new_tokens=8)
+    (ep,) = rollout(backend, lambda s: SingleTurnEnv(Direct()), [sample], 1, SamplingParams(seed=0), limits)
+    assert ep.trajectory.truncated == (reason == "length")
+    assert ep.trajectory.finished == (reason == "eos")

@@ -170,13 +170,17 @@ def ground_reward(
     """R_ground = 1[IoU(B_ans, B_gt) > 0.5] s.t. i* = i_gt (LAT Eq. 9), in {0, 1}.
 
     ``gold_box`` is ``[x1, y1, x2, y2]`` in page pixels, ``gold_page`` 0-based; ``gold_page=None``
-    (or -1) marks an unanswerable item. paper: the FIRST box of the answer is B_ans; unanswerable
-    -> 1 iff the answer says "No answer". upstream: any answer box counts, but only if every
-    answer box JSON also appears verbatim in <think>; see ``lat_iou_reward`` contract.
+    (or -1) marks an unanswerable item. paper: the FIRST box of the answer is B_ans, and it must
+    be one of the boxes the reasoning cites (B_ans in the set of step boxes: the model selects its
+    evidence from the chain, LAT Sec. 3.3); unanswerable -> 1 iff the answer says "No answer".
+    upstream: any answer box counts, but only if every answer box JSON also appears verbatim in
+    <think>; see ``lat_iou_reward`` contract.
 
     >>> box = 'Bounding box: {"bbox_2d": [0, 0, 10, 10], "Image_index": 1}'
     >>> ground_reward(f"<think>s. {box}</think><answer>X {box}</answer>", [0, 0, 10, 19], 0)
     1.0
+    >>> ground_reward(f"<think>s.</think><answer>X {box}</answer>", [0, 0, 10, 19], 0)  # not cited
+    0.0
     """
     unanswerable = gold_page is None or gold_page == -1
     if mode == "upstream":
@@ -192,6 +196,10 @@ def ground_reward(
     first = boxes[0]
     if not first.ok or first.box is None or first.page_index != gold_page:
         return 0.0
+    think_m = _THINK.search(text)
+    cited = parse_lat_boxes(think_m.group(1), CoordSpace.PAGE) if think_m else []
+    if not any(c.ok and c.page_index == first.page_index and c.box == first.box for c in cited):
+        return 0.0  # B_ans must be one of the reasoning's boxes
     gx1, gy1, gx2, gy2 = (float(v) for v in gold_box)
     if gx2 < gx1 or gy2 < gy1:
         return 0.0

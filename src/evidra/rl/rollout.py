@@ -140,6 +140,7 @@ def _apply_turn(ep: _Running, gen: Generation, processor: Any) -> None:
     ep.infos.append(result.info)
     if result.done:
         ep.done = True
+        ep.truncated = gen.finish_reason == "length"  # the last turn was cut by the token limit
         return
     if len(ep.turns) >= ep.limits.max_turns or not result.observation or ep.budget <= 0:
         ep.done = ep.truncated = True  # out of turns or tokens, or an environment with nothing to say

@@ -109,6 +109,15 @@ def test_slidevqa_one_based_pages_and_xywh(tmp_path: Path) -> None:
     assert s.extras["layout_boxes"][2][0]["box"] == (10.0, 5.0, 30.0, 13.0)  # [x, y, w, h] -> xyxy
 
 
+def test_slidevqa_relative_data_path_is_not_doubled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(FIX.parent)  # the path as a user types it, relative to the working folder
+    (s,) = load("slidevqa", Path(FIX.name) / "slidevqa" / "test.jsonl", n_slides=3)
+    assert all(Path(p.image_path).is_file() for p in s.pages)
+    assert (
+        Path(s.pages[0].image_path) == Path(FIX.name) / "slidevqa" / "images" / "deck-a" / "slide_1_1024.jpg"
+    )
+
+
 def test_vidoseek_pdf_pages(tmp_path: Path) -> None:
     (s,) = load("vidoseek", FIX / "vidoseek" / "vidoseek.json", documents=FIX / "vidoseek" / "docs",
                 store=tmp_path / "store", dpi=36)  # fmt: skip
