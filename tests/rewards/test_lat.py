@@ -252,9 +252,9 @@ def test_ground_paper() -> None:
     uncited = f"<answer>X {box}</answer>"
     assert ground_reward(uncited, [0, 0, 10, 10], 0) == 0.0
     assert ground_reward(uncited, [0, 0, 10, 10], 0, mode="upstream") == 0.0
-    other_page = f'<think>s. {box.replace("1}", "2}")}</think><answer>X {box}</answer>'
+    other_page = f"<think>s. {box.replace('1}', '2}')}</think><answer>X {box}</answer>"
     assert ground_reward(other_page, [0, 0, 10, 10], 0) == 0.0
-    nearby = f'<think>s. {box.replace("10, 10]", "10, 11]")}</think><answer>X {box}</answer>'
+    nearby = f"<think>s. {box.replace('10, 10]', '10, 11]')}</think><answer>X {box}</answer>"
     assert ground_reward(nearby, [0, 0, 10, 10], 0) == 0.0
     spaced = '<think>s. Bounding box: {"bbox_2d": [0,0,10,10], "Image_index": 1}</think>'
     assert ground_reward(f"{spaced}<answer>X {box}</answer>", [0, 0, 10, 10], 0) == 1.0
