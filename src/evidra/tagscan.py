@@ -20,10 +20,11 @@ more than 4,300 digits) or build a huge value.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 MAX_INT_DIGITS = 18  # longer digit runs are malformed numbers, never page, image or entry numbers
@@ -66,6 +67,38 @@ def starts_of(text: str, close: str, *, ignore_case: bool = False) -> list[int]:
     return [m.start() for m in _lookahead(close, ignore_case).finditer(text)]
 
 
+@dataclass(frozen=True)
+class BlockScanner:
+    """The closing positions of one text, listed once; :meth:`next_block` finds the first
+    ``open_(.*?)close`` match from any position by binary search."""
+
+    text: str
+    close: str
+    ignore_case: bool = False
+    dotall: bool = True
+    closes: list[int] = field(init=False, repr=False)
+    newlines: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "closes", starts_of(self.text, self.close, ignore_case=self.ignore_case))
+        object.__setattr__(self, "newlines", [] if self.dotall else starts_of(self.text, "\n"))
+
+    def next_block(self, open_: str | re.Pattern[str], pos: int = 0) -> Block | None:
+        """The first match of ``open_ + "(.*?)" + re.escape(close)`` at or after ``pos``."""
+        opener = literal(open_, self.ignore_case) if isinstance(open_, str) else open_
+        if not self.closes:
+            return None
+        while (head := opener.search(self.text, pos)) is not None:
+            i = bisect_left(self.closes, head.end())
+            if i < len(self.closes):
+                end = self.closes[i]
+                j = bisect_left(self.newlines, head.end())
+                if self.dotall or j == len(self.newlines) or self.newlines[j] > end:
+                    return Block(head, head.end(), end, end + len(self.close))
+            pos = head.start() + 1
+        return None
+
+
 def find_blocks(
     text: str,
     open_: str | re.Pattern[str],
@@ -83,25 +116,11 @@ def find_blocks(
     >>> [b.body() for b in find_blocks("<a>x</a><a>y<a>z</a><a>", "<a>", "</a>")]
     ['x', 'y<a>z']
     """
-    opener = literal(open_, ignore_case) if isinstance(open_, str) else open_
-    closes = starts_of(text, close, ignore_case=ignore_case)
-    if not closes:
-        return
-    newlines = [] if dotall else starts_of(text, "\n")
+    scanner = BlockScanner(text, close, ignore_case, dotall)
     pos = 0
-    while (head := opener.search(text, pos)) is not None:
-        i = bisect_left(closes, head.end())
-        if i == len(closes):
-            pos = head.start() + 1
-            continue
-        end = closes[i]
-        if not dotall:
-            j = bisect_left(newlines, head.end())
-            if j < len(newlines) and newlines[j] < end:
-                pos = head.start() + 1
-                continue
-        yield Block(head, head.end(), end, end + len(close))
-        pos = end + len(close)
+    while (block := scanner.next_block(open_, pos)) is not None:
+        yield block
+        pos = block.end
 
 
 def first_block(text: str, open_: str, close: str, *, ignore_case: bool = False) -> str | None:
@@ -151,3 +170,17 @@ def parse_digits(digits: str, max_digits: int = MAX_INT_DIGITS) -> int | None:
     if not body or len(body) > max_digits or not body.isdecimal():
         return None
     return int(digits)
+
+
+def finite_float(value: object) -> float | None:
+    """``float(value)`` when it is a finite number, else None (never raises: a JSON integer of
+    hundreds of digits, NaN, an infinity or a non-number is no coordinate).
+
+    >>> finite_float(3), finite_float(10**400), finite_float(float("nan")), finite_float("x")
+    (3.0, None, None, None)
+    """
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
