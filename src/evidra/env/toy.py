@@ -7,18 +7,17 @@ a policy can only answer correctly after calling the tool, so learning shows up 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from evidra.env.base import ENVIRONMENTS, StepResult
+from evidra.tagscan import find_named_blocks
 from evidra.types import Message, Sample
 
 SYSTEM = (
     "Answer the question. To look up a key, write <search> key </search> and you will receive "
     "<information> value </information>. Finally write <answer> value </answer>."
 )
-_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 
 
 @dataclass
@@ -33,12 +32,12 @@ class KeyValueEnv:
         return [Message.text("system", SYSTEM), Message.text("user", f"Question: {sample.question}")]
 
     def step(self, text: str) -> StepResult:
-        match = _ACTION.search(text)
+        match = next(find_named_blocks(text, ("search", "answer")), None)  # <(search|answer)>(.*?)</\1>
         if match is None:
             self.invalid += 1
             reply = "Invalid action: write <search> key </search> or <answer> value </answer>."
             return StepResult((Message.text("user", reply),), info={"action": "invalid", "invalid": True})
-        action, argument = match.group(1), match.group(2).strip()
+        action, argument = match.head.group(1), match.body().strip()
         if action == "answer":
             return StepResult(done=True, info={"action": "answer", "answer": argument})
         self.searches += 1

@@ -7,11 +7,11 @@ returns ``Parsed`` with ``errors`` filled in, so malformed output is data counte
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from evidra.registry import Registry
+from evidra.tagscan import first_block
 from evidra.types import Message, Page, Parsed, Sample
 
 
@@ -37,5 +37,4 @@ def first_tag(text: str, tag: str) -> str | None:
     >>> first_tag("<think>x</think><answer> 42 </answer>", "answer")
     ' 42 '
     """
-    match = re.search(rf"<{tag}>(.*?)</{tag}>", text, flags=re.DOTALL)
-    return match.group(1) if match else None
+    return first_block(text, f"<{tag}>", f"</{tag}>")

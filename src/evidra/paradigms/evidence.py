@@ -22,6 +22,7 @@ from evidra.paradigms.base import PARADIGMS
 from evidra.rewards.boxes import extract_tag
 from evidra.rewards.scopes import PAPER_SCOPE_RULES, UPSTREAM_SCOPE_RULES, scope_spans
 from evidra.rewards.text import INSUFFICIENT_ANSWER, NO_RELEVANT_INFORMATION
+from evidra.tagscan import parse_digits
 from evidra.types import ImagePart, Message, Page, Parsed, Sample, Span, Step, TextPart, Trajectory
 
 # EVisRAG Figure 10, verbatim (the backticks are in the paper's template).
@@ -59,8 +60,9 @@ SCOPE_NAMES = ("observe", "evidence", "think", "answer")  # PAPER_SCOPE_RULES, E
 _ENTRY = re.compile(r"\[(\d+)\]\s*:")
 
 
-def evidence_entries(block: str) -> list[tuple[int, str]]:
-    """``[i]: text`` entries of an evidence block in written order (i is 1-based as written).
+def evidence_entries(block: str) -> list[tuple[int | None, str]]:
+    """``[i]: text`` entries of an evidence block in written order (i is 1-based as written;
+    None when it is too long to be an image number, see ``evidra.tagscan.parse_digits``).
 
     >>> evidence_entries("[1]: no relevant information\\n[2]: Revenue was $5M")
     [(1, 'no relevant information'), (2, 'Revenue was $5M')]
@@ -69,7 +71,7 @@ def evidence_entries(block: str) -> list[tuple[int, str]]:
     out = []
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(block)
-        out.append((int(m.group(1)), block[m.end() : end].strip()))
+        out.append((parse_digits(m.group(1)), block[m.end() : end].strip()))
     return out
 
 
@@ -92,11 +94,13 @@ def parse_evidence(text: str) -> Parsed:
     fields = {t: v for t in TAGS if (v := extract_tag(text, t)) is not None}
     steps = []
     for index, entry in evidence_entries(fields.get("evidence", "")):
-        if index < 1:
+        if index is None:
+            errors.append("evidence index is not an image number (too many digits)")
+        elif index < 1:
             errors.append(f"evidence index [{index}] is not 1-based")
         if entry.lower().strip(". ") == NO_RELEVANT_INFORMATION:
             continue
-        steps.append(Step(entry, index - 1 if index >= 1 else None))
+        steps.append(Step(entry, index - 1 if index is not None and index >= 1 else None))
     answer = fields.get("answer")
     return Parsed(
         text=text,

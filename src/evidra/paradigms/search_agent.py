@@ -9,13 +9,12 @@ pixel frame of the last image shown.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evidra.paradigms.base import PARADIGMS, first_tag
 from evidra.rewards.vragrl import validate_bbox_action
+from evidra.tagscan import find_named_blocks, finite_float
 from evidra.types import Action, Box, CoordSpace, Message, Page, Parsed, Sample
 
 # VRAG-RL, Appendix I.4 (Figure 9), system prompt verbatim (its typos included).
@@ -30,7 +29,7 @@ VRAGRL_SYSTEM = (
 )
 USER_TEMPLATE = "Query: {question}"  # App. I, "User Prompt: Query: {Query Description}"
 
-_ACTION = re.compile(r"<(search|bbox|answer)>(.*?)</\1>", re.DOTALL)
+_ACTIONS = ("search", "bbox", "answer")  # the blocks of <(search|bbox|answer)>(.*?)</\1>
 
 
 def parse_action(text: str, names: tuple[str, ...] = ("search", "bbox", "answer")) -> Parsed:
@@ -46,21 +45,17 @@ def parse_action(text: str, names: tuple[str, ...] = ("search", "bbox", "answer"
         errors.append("missing <think>...</think>")
     else:
         fields["think"] = think
-    match = next((m for m in _ACTION.finditer(text) if m.group(1) in names), None)
+    match = next((b for b in find_named_blocks(text, _ACTIONS) if b.head.group(1) in names), None)
     if match is None:
         errors.append(f"no action: expected one of {', '.join(f'<{n}>' for n in names)}")
         return Parsed(text=text, fields=fields, errors=tuple(errors))
-    name, argument = match.group(1), match.group(2).strip()
+    name, argument = match.head.group(1), match.body().strip()
     box = None
     if name == "bbox":
         values = validate_bbox_action(argument)
-        coords = [float(v) for v in values] if values != "INVALID" else []
-        if (
-            len(coords) != 4
-            or not all(map(math.isfinite, coords))
-            or coords[0] >= coords[2]
-            or coords[1] >= coords[3]
-        ):
+        numbers = [finite_float(v) for v in values] if values != "INVALID" else []
+        coords = [v for v in numbers if v is not None]  # a JSON integer of 400 digits is no number
+        if len(numbers) != 4 or len(coords) != 4 or coords[0] >= coords[2] or coords[1] >= coords[3]:
             errors.append(f"invalid <bbox> {argument[:80]!r}: expected [x1, y1, x2, y2] with x1<x2, y1<y2")
         else:
             box = Box(coords[0], coords[1], coords[2], coords[3], space=CoordSpace.MODEL)

@@ -24,6 +24,8 @@ from evidra.errors import InvalidInputError
 from evidra.paradigms.base import PARADIGMS
 from evidra.rewards.boxes import extract_tag
 from evidra.rewards.lang2act import check_strict_format
+from evidra.rewards.lang2act_format import quoted_tool_calls
+from evidra.tagscan import parse_digits
 from evidra.types import Action, ImagePart, Message, Page, Parsed, Sample, Step, TextPart
 
 
@@ -132,10 +134,6 @@ Available Tools for <description>:
 
 {tools}"""  # noqa: E501
 
-_TOOL_CALL = re.compile(
-    r"<tool\s+name=(?P<q1>[\"'])(?P<name>.*?)(?P=q1)\s+args=(?P<q2>[\"'])(?P<args>.*?)(?P=q2)\s*>(?P<body>.*?)</tool>",
-    re.DOTALL | re.IGNORECASE,
-)
 _IMAGE = re.compile(r"^\s*Image\s+(\d+)\s*:", re.IGNORECASE)
 
 
@@ -153,10 +151,11 @@ def parse_toolchain(text: str) -> Parsed:
         t: v.strip() for t in ("think", "description", "answer") if (v := extract_tag(text, t)) is not None
     }
     steps, calls = [], []
-    for m in _TOOL_CALL.finditer(fields.get("description", "")):
-        name, args, body = m.group("name").strip(), m.group("args").strip(), m.group("body").strip()
+    for call in quoted_tool_calls(fields.get("description", "")):
+        name, args, body = call.name.strip(), call.args.strip(), call.body.strip()
         image = _IMAGE.match(args)
-        page = int(image.group(1)) - 1 if image and int(image.group(1)) >= 1 else None
+        k = parse_digits(image.group(1)) if image else None  # an over-long number is no page
+        page = k - 1 if k is not None and k >= 1 else None
         steps.append(Step(body, page))
         calls.append({"name": name, "args": args, "body": body})
     if calls:

@@ -10,13 +10,12 @@ faithful wording of that interface (docs/agents.md says so).
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from evidra.paradigms.base import PARADIGMS, first_tag
+from evidra.tagscan import find_blocks, finite_float
 from evidra.types import Action, Box, CoordSpace, ImagePart, Message, Page, Parsed, Sample, TextPart
 
 TOOL_NAME = "image_zoom_in_tool"
@@ -30,8 +29,6 @@ ZOOM_SYSTEM = (
     "once per turn. When you have gathered enough visual evidence, give the final answer inside "
     "<answer> and </answer>, for example <answer> 42 </answer>."
 )
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def parse_zoom_call(payload: str) -> tuple[Box | None, str | None]:
@@ -46,9 +43,10 @@ def parse_zoom_call(payload: str) -> tuple[Box | None, str | None]:
     raw: Any = args.get("bbox_2d") if isinstance(args, dict) else None
     if not isinstance(raw, list) or len(raw) != 4:
         return None, "arguments.bbox_2d must be a list [x1, y1, x2, y2]"
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in raw):
+    coords = [finite_float(v) for v in raw if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(coords) != 4 or None in coords:
         return None, "bbox_2d values must be finite numbers"
-    x1, y1, x2, y2 = (float(v) for v in raw)
+    x1, y1, x2, y2 = (v for v in coords if v is not None)
     if min(x1, y1) < 0 or x1 >= x2 or y1 >= y2:
         return None, "bbox_2d needs 0 <= x1 < x2 and 0 <= y1 < y2"
     return Box(x1, y1, x2, y2, space=CoordSpace.PAGE), None
@@ -61,19 +59,20 @@ def parse_zoom_turn(text: str) -> Parsed:
     fields = {"think": think} if think is not None else {}
     if think is None:
         errors.append("missing <think>...</think>")
-    call, answer = _TOOL_CALL.search(text), _ANSWER.search(text)
-    if answer is not None and (call is None or answer.start() < call.start()):
-        body = answer.group(1).strip()
+    call = next(find_blocks(text, "<tool_call>", "</tool_call>"), None)
+    answer = next(find_blocks(text, "<answer>", "</answer>"), None)
+    if answer is not None and (call is None or answer.start < call.start):
+        body = answer.body().strip()
         return Parsed(
             text=text, answer=body, action=Action("answer", body), fields=fields, errors=tuple(errors)
         )
     if call is None:
         errors.append("no action: expected <tool_call>...</tool_call> or <answer>...</answer>")
         return Parsed(text=text, fields=fields, errors=tuple(errors))
-    box, error = parse_zoom_call(call.group(1))
+    box, error = parse_zoom_call(call.body())
     if error is not None:
         errors.append(error)
-    return Parsed(text=text, action=Action("zoom", call.group(1).strip(), box), fields=fields,
+    return Parsed(text=text, action=Action("zoom", call.body().strip(), box), fields=fields,
                   errors=tuple(errors))  # fmt: skip
 
 

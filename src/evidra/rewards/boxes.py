@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, overload
 
+from evidra.tagscan import find_blocks, parse_digits
 from evidra.types import Box, CoordSpace
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
@@ -35,7 +36,6 @@ _VISA_BOX = re.compile(
     rf"Bounding\s+Box\s*:\s*\[?\s*\(\s*({_NUM})\s*,\s*({_NUM})\s*\)\s*,?\s*\(\s*({_NUM})\s*,\s*({_NUM})\s*\)",
     re.IGNORECASE,
 )
-_VRAG_BOX = re.compile(r"<bbox>(.*?)</bbox>", re.DOTALL)
 _QWEN2_BOX = re.compile(
     rf"<\|box_start\|>\s*\(\s*({_NUM})\s*,\s*({_NUM})\s*\)\s*,\s*\(\s*({_NUM})\s*,\s*({_NUM})\s*\)\s*<\|box_end\|>"
 )
@@ -103,11 +103,21 @@ def parse_lat_boxes(text: str, space: CoordSpace = CoordSpace.PAGE) -> list[Pars
         values = _to_numbers([p.strip().strip("'\"") for p in bbox_m.group(1).split(",") if p.strip()])
         box, error = make_box(values, space)
         index_m = _LAT_INDEX.search(raw)
-        page, page_error = _page_from_one_based(int(index_m.group(1)) if index_m else None)
+        k = parse_digits(index_m.group(1)) if index_m else None
+        page, page_error = _page_from_one_based(k)
         if index_m is None:
             page_error = "missing Image_index"
+        elif k is None:
+            page_error = f"Image_index {index_m.group(1)[:20]}... is not a page number"
         out.append(ParsedBox(box, page, raw, group.start(), group.end(), error or page_error))
     return out
+
+
+def _visa_page(digits: str) -> tuple[int | None, str | None]:
+    k = parse_digits(digits)
+    if k is None:
+        return None, f"document {digits[:20]}... is not a page number"
+    return _page_from_one_based(k)
 
 
 def parse_visa_box(text: str, space: CoordSpace = CoordSpace.PAGE) -> ParsedBox | None:
@@ -122,10 +132,10 @@ def parse_visa_box(text: str, space: CoordSpace = CoordSpace.PAGE) -> ParsedBox 
     if box_m is None:
         if doc_m is None:
             return None
-        page, err = _page_from_one_based(int(doc_m.group(1)))
+        page, err = _visa_page(doc_m.group(1))
         return ParsedBox(None, page, doc_m.group(), doc_m.start(), doc_m.end(), err or "missing Bounding Box")
     box, error = make_box(_to_numbers(list(box_m.groups())), space)
-    page, page_error = _page_from_one_based(int(doc_m.group(1)) if doc_m else None)
+    page, page_error = _visa_page(doc_m.group(1)) if doc_m else (None, None)
     return ParsedBox(box, page, box_m.group(), box_m.start(), box_m.end(), error or page_error)
 
 
@@ -136,10 +146,10 @@ def parse_vrag_boxes(text: str, space: CoordSpace = CoordSpace.MODEL) -> list[Pa
     'bbox content is not a JSON list of numbers'
     """
     out: list[ParsedBox] = []
-    for m in _VRAG_BOX.finditer(text):
+    for m in find_blocks(text, "<bbox>", "</bbox>"):  # <bbox>(.*?)</bbox>, DOTALL
         values: list[float] | None = None
         try:
-            data = json.loads(m.group(1))
+            data = json.loads(m.body())
         except (ValueError, RecursionError):
             data = None
         if isinstance(data, list) and all(
@@ -149,7 +159,7 @@ def parse_vrag_boxes(text: str, space: CoordSpace = CoordSpace.MODEL) -> list[Pa
             box, error = make_box(values, space)
         else:
             box, error = None, "bbox content is not a JSON list of numbers"
-        out.append(ParsedBox(box, None, m.group(), m.start(), m.end(), error))
+        out.append(ParsedBox(box, None, m.group(), m.start, m.end, error))
     return out
 
 
@@ -334,9 +344,6 @@ def py_int_list(value: object) -> list[int] | None:
         return None
 
 
-_LAT_JSON_SPAN = re.compile(r"\{.*?\}")
-
-
 def lat_extract_metadata(text: str) -> list[dict[str, object]]:
     """LAT evaluation's ``extract_metadata``: every ``{..}`` (after ' -> ") as
     ``{"bbox": [int..], "image_id": int}``; any failure gives the single default box.
@@ -348,7 +355,7 @@ def lat_extract_metadata(text: str) -> list[dict[str, object]]:
     [{'bbox': [1, 2, 3, 4], 'image_id': 1}]
     """
     default: list[dict[str, object]] = [{"bbox": [0, 0, 0, 0], "image_id": 0}]
-    spans = _LAT_JSON_SPAN.findall(text.replace("'", '"'))
+    spans = [b.group() for b in find_blocks(text.replace("'", '"'), "{", "}", dotall=False)]  # \{.*?\}
     if not spans:
         return default
     out: list[dict[str, object]] = []

@@ -28,6 +28,7 @@ from evidra.rewards.text import (
     set_f1,
     substring_em,
 )
+from evidra.tagscan import first_block, parse_digits
 from evidra.types import Parsed, Sample, Trajectory
 
 Mode = Literal["paper", "upstream"]
@@ -40,7 +41,6 @@ _FORMAT = re.compile(
 )
 _TAGS = ("observe", "evidence", "think", "answer")
 _ENTRY = re.compile(r"\[(\d+)\]\s*:")
-_CLOSED = {tag: re.compile(rf"<{tag}>(.*?)</{tag}>", re.DOTALL) for tag in _TAGS}
 
 
 class GoldFormatError(InvalidInputError, IndexError):
@@ -92,11 +92,11 @@ def derivation_reward(response: str, gold: str, *, sufficient: bool = True, mode
         if pred is None:
             return 0.0
         return set_f1(normalize_squad(pred), normalize_squad(_gold_block(gold, "answer", mode)))
-    m = _CLOSED["answer"].search(response)
-    if m is None:
+    pred = first_block(response, "<answer>", "</answer>")  # <answer>(.*?)</answer>, DOTALL
+    if pred is None:
         return 0.0
     target = _gold_block(gold, "answer", mode) if sufficient else INSUFFICIENT_ANSWER
-    return set_f1(m.group(1), target)
+    return set_f1(pred, target)
 
 
 # ---- perception / evidence (Eq. 11) ----------------------------------------------------------
@@ -104,7 +104,8 @@ def derivation_reward(response: str, gold: str, *, sufficient: bool = True, mode
 
 def evidence_entries(block: str) -> dict[int, str]:
     """``[k]: text`` entries of an evidence block (k 1-based); an entry runs to the next
-    ``[j]:`` marker, so "see [2] below" inside text does not cut it. First occurrence wins.
+    ``[j]:`` marker, so "see [2] below" inside text does not cut it. First occurrence wins; an
+    index too long to be an image number (``parse_digits``) gives no entry.
 
     >>> evidence_entries("[1]: a [2] b\\n[2]: no relevant information")
     {1: 'a [2] b', 2: 'no relevant information'}
@@ -113,7 +114,9 @@ def evidence_entries(block: str) -> dict[int, str]:
     out: dict[int, str] = {}
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(block)
-        out.setdefault(int(m.group(1)), block[m.end() : end].strip())
+        k = parse_digits(m.group(1))
+        if k is not None:
+            out.setdefault(k, block[m.end() : end].strip())
     return out
 
 
@@ -158,11 +161,11 @@ def perception_reward(response: str, gold: str, *, mode: Mode = "paper", k_pos: 
     """
     if mode == "upstream":
         return _perception_upstream(response, gold)
-    m = _CLOSED["evidence"].search(response)
-    if m is None:
+    pred_block = first_block(response, "<evidence>", "</evidence>")
+    if pred_block is None:
         return 0.0
     gold_entries = evidence_entries(_gold_block(gold, "evidence", mode))
-    pred_entries = evidence_entries(m.group(1))
+    pred_entries = evidence_entries(pred_block)
     score, full = 0.0, 0.0
     for k, gold_k in sorted(gold_entries.items()):
         pred_k = pred_entries.get(k)
@@ -181,10 +184,9 @@ def perception_reward(response: str, gold: str, *, mode: Mode = "paper", k_pos: 
 def format_reward(response: str) -> float:
     """R_format (Eq. 13): 1 iff the whole response is observe, evidence, think, answer blocks in
     order (whitespace only between them, none outside) and each tag occurs exactly once."""
-    if not _FORMAT.fullmatch(response):
-        return 0.0
     once = all(response.count(f"<{t}>") == 1 and response.count(f"</{t}>") == 1 for t in _TAGS)
-    return 1.0 if once else 0.0
+    # counted first: with each tag once, the lazy groups of _FORMAT cannot backtrack (linear)
+    return 1.0 if once and _FORMAT.fullmatch(response) else 0.0
 
 
 def observe_punishment(response: str) -> float:

@@ -45,7 +45,6 @@ from evidra.rewards.judge_http import OpenAIJudge as OpenAIJudge
 from evidra.rewards.judge_http import _Fatal as _Fatal
 from evidra.rewards.judge_http import _Retryable as _Retryable
 from evidra.rewards.judge_http import cache_key as cache_key
-from evidra.rewards.judge_protocol import _JUDGE_TAG as _JUDGE_TAG
 from evidra.rewards.judge_protocol import _PLACEHOLDER as _PLACEHOLDER
 from evidra.rewards.judge_protocol import LANG2ACT_JUDGE_SYSTEM_PROMPT as LANG2ACT_JUDGE_SYSTEM_PROMPT
 from evidra.rewards.judge_protocol import VRAGRL_JUDGE_TEMPLATE as VRAGRL_JUDGE_TEMPLATE

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from evidra.errors import InvalidInputError
+from evidra.tagscan import find_blocks
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,6 @@ def build_messages(style: PromptStyle, items: Sequence[JudgeItem]) -> list[dict[
 
 # --- verdict parsing -------------------------------------------------------------------------
 
-_JUDGE_TAG = re.compile(r"<judge>(.*?)</judge>", re.DOTALL | re.IGNORECASE)
-
 
 def parse_verdicts(text: str | None, n: int) -> list[Verdict]:
     """Strict parse of a judge reply that must hold exactly ``n`` ``<judge>`` tags.
@@ -169,7 +168,8 @@ def parse_verdicts(text: str | None, n: int) -> list[Verdict]:
     >>> parse_verdicts("<judge>not true</judge>", 1)[0].value is None
     True
     """
-    tags = _JUDGE_TAG.findall(text or "")
+    # <judge>(.*?)</judge>, DOTALL | IGNORECASE
+    tags = [b.body() for b in find_blocks(text or "", "<judge>", "</judge>", ignore_case=True)]
     if len(tags) != n:
         reason = f"expected {n} <judge> tags, got {len(tags)}"
         return [Verdict(None, reason) for _ in range(n)]

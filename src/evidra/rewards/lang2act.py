@@ -35,9 +35,7 @@ from evidra.rewards.judge import lang2act_user_message as build_judge_user_messa
 from evidra.rewards.lang2act_format import _ARGS_PREFIX as _ARGS_PREFIX
 from evidra.rewards.lang2act_format import _IMAGE_ID as _IMAGE_ID
 from evidra.rewards.lang2act_format import _TAGS as _TAGS
-from evidra.rewards.lang2act_format import _TOOL_FULL as _TOOL_FULL
 from evidra.rewards.lang2act_format import _TOOL_OPEN as _TOOL_OPEN
-from evidra.rewards.lang2act_format import _TOOL_PAPER as _TOOL_PAPER
 from evidra.rewards.lang2act_format import ALLOWED_TOOLS_UPSTREAM as ALLOWED_TOOLS_UPSTREAM
 from evidra.rewards.lang2act_format import NUMERIC_TOOLS as NUMERIC_TOOLS
 from evidra.rewards.lang2act_format import TOOLBOX as TOOLBOX

@@ -13,9 +13,12 @@ Output format: ``<think>..</think><description><tool name="X" args="Image k: .."
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from evidra.tagscan import find_blocks, first_block, parse_digits, starts_of
 
 # The 7 tools of the curated toolbox listed in the prompt, plus compute_difference, which the
 # released validator also accepts (ALLOWED_TOOLS has 8 names).
@@ -34,19 +37,28 @@ ALLOWED_TOOLS_UPSTREAM: frozenset[str] = TOOLBOX | {"compute_difference"}
 NUMERIC_TOOLS: frozenset[str] = frozenset({"compute_difference", "compute_percentage"})
 
 _TOOL_OPEN = re.compile(r"<tool\s+name=[\"'](?P<name>[^\"']+)[\"']", re.IGNORECASE)
-_TOOL_FULL = re.compile(
-    r"<tool\s+name=[\"'](?P<name>[^\"']+)[\"']\s+args=[\"'](?P<args>[^\"']+)[\"']\s*>(?P<body>.*?)</tool>",
-    re.DOTALL | re.IGNORECASE,
+# The released call pattern is ``_TOOL_HEAD`` + ``(?P<body>.*?)</tool>`` (DOTALL | IGNORECASE);
+# the body is found by ``find_blocks``, linear where the lazy group rescans unclosed calls.
+_TOOL_HEAD = re.compile(
+    r"<tool\s+name=[\"'](?P<name>[^\"']+)[\"']\s+args=[\"'](?P<args>[^\"']+)[\"']\s*>", re.IGNORECASE
 )
 # Paper mode: attribute values delimited by a matching quote, so args="Row for 'France'" parse
 # (the released pattern forbids both quote characters inside args and silently drops the call).
-_TOOL_PAPER = re.compile(
-    r"<tool\s+name=(?P<q1>[\"'])(?P<name>.*?)(?P=q1)\s+args=(?P<q2>[\"'])(?P<args>.*?)(?P=q2)\s*>(?P<body>.*?)</tool>",
-    re.DOTALL | re.IGNORECASE,
-)
+# The calls are those of ``<tool\s+name=(?P<q1>["'])(?P<name>.*?)(?P=q1)\s+args=(?P<q2>["'])
+# (?P<args>.*?)(?P=q2)\s*>(?P<body>.*?)</tool>`` (DOTALL | IGNORECASE), found by
+# ``quoted_tool_calls`` in O(n log n): three lazy groups in a row backtrack in O(n^4).
+_QUOTED_HEAD = re.compile(r"<tool\s+name=([\"'])", re.IGNORECASE)
+_NAME_END = re.compile(r"([\"'])(?=\s+args=([\"']))", re.IGNORECASE)
+_ARGS_END = re.compile(r"([\"'])\s*>")
 _IMAGE_ID = re.compile(r"Image\s+(\d+)", re.IGNORECASE)
 _ARGS_PREFIX = re.compile(r"Image\s+\d+\s*:")
 _TAGS = ("think", "description", "answer")
+
+
+def _image_ids(text: str) -> list[int]:
+    """The ``Image k`` numbers of ``text``; a number too long to read (``parse_digits``) is -1,
+    an image id out of every range (all such ids read as the same one)."""
+    return [-1 if (k := parse_digits(x)) is None else k for x in _IMAGE_ID.findall(text)]
 
 
 @dataclass(frozen=True)
@@ -107,9 +119,52 @@ class ToolCall:
 def parse_tools(description: str) -> list[ToolCall]:
     """Well-formed ``<tool name=".." args="..">body</tool>`` calls (quotes " or ', non-empty args)."""
     return [
-        ToolCall(m.group("name").strip(), m.group("args").strip(), m.group("body").strip())
-        for m in _TOOL_FULL.finditer(description)
+        ToolCall(b.head.group("name").strip(), b.head.group("args").strip(), b.body().strip())
+        for b in find_blocks(description, _TOOL_HEAD, "</tool>", ignore_case=True)
     ]
+
+
+def quoted_tool_calls(text: str) -> list[ToolCall]:
+    """Calls whose name and args are each delimited by one quote character, ``"`` or ``'``
+    (the other may occur inside), unstripped: the lazy regex's matches, in O(n log n).
+
+    A name ends at the first matching quote followed by ``args=`` from which the rest of a call
+    can still match; the args end at the first matching quote followed by ``>``; the body ends
+    at the first ``</tool>``.
+
+    >>> quoted_tool_calls("<tool name='a' args='Row for \\"F\\"'>x</tool>")[0].args
+    'Row for "F"'
+    """
+    closes = starts_of(text, "</tool>", ignore_case=True)
+    if not closes:
+        return []
+    args_ends: dict[str, list[tuple[int, int]]] = {'"': [], "'": []}  # quote -> (at, after '>')
+    for m in _ARGS_END.finditer(text):
+        args_ends[m.group(1)].append((m.start(), m.end()))
+    ends_at = {q: [at for at, _ in v] for q, v in args_ends.items()}
+    # name ends from which a whole call matches: quote -> [(at, args start, args end, body start, close)]
+    name_ends: dict[str, list[tuple[int, int, int, int, int]]] = {'"': [], "'": []}
+    for m in _NAME_END.finditer(text):
+        args_start = text.index(m.group(2), m.end()) + 1  # after `\s+args=` and its quote
+        i = bisect_left(ends_at[m.group(2)], args_start)
+        if i == len(ends_at[m.group(2)]):
+            continue
+        args_end, body_start = args_ends[m.group(2)][i]
+        c = bisect_left(closes, body_start)
+        if c < len(closes):
+            name_ends[m.group(1)].append((m.start(), args_start, args_end, body_start, closes[c]))
+    name_at = {q: [v[0] for v in vs] for q, vs in name_ends.items()}
+    calls, pos = [], 0
+    while (head := _QUOTED_HEAD.search(text, pos)) is not None:
+        quote = head.group(1)
+        k = bisect_left(name_at[quote], head.end())
+        if k == len(name_at[quote]):
+            pos = head.start() + 1
+            continue
+        name_end, args_start, args_end, body_start, close = name_ends[quote][k]
+        calls.append(ToolCall(text[head.end() : name_end], text[args_start:args_end], text[body_start:close]))
+        pos = close + len("</tool>")
+    return calls
 
 
 def _tool_penalties(
@@ -126,7 +181,7 @@ def _tool_penalties(
     else:
         if not _ARGS_PREFIX.match(tool.args):
             out.append(0.2)
-        ids = {int(x) for x in _IMAGE_ID.findall(tool.args)}
+        ids = set(_image_ids(tool.args))
         if not ids:
             out.append(0.2)
         for image_id in ids:
@@ -152,7 +207,7 @@ def validate_tool_content(
     tools = parse_tools(description)
     if not tools:
         return 0.0
-    selected = {int(x) for x in _IMAGE_ID.findall(think_content)}
+    selected = set(_image_ids(think_content))
     score = 1.0
     for tool in tools:
         for penalty in _tool_penalties(tool, selected, num_images, allowed):
@@ -170,10 +225,7 @@ def tool_validity(response: str, num_images: int, toolbox: Collection[str] = TOO
     if not fmt.valid:
         return 0.0
     description = fmt.parsed["description"]
-    tools = [
-        ToolCall(m.group("name").strip(), m.group("args").strip(), m.group("body").strip())
-        for m in _TOOL_PAPER.finditer(description)
-    ]
+    tools = [ToolCall(t.name.strip(), t.args.strip(), t.body.strip()) for t in quoted_tool_calls(description)]
     if not tools or len(tools) != len(_TOOL_OPEN.findall(description)):
         return 0.0
     for tool in tools:
@@ -181,7 +233,7 @@ def tool_validity(response: str, num_images: int, toolbox: Collection[str] = TOO
             return 0.0
         if tool.name in NUMERIC_TOOLS:
             continue
-        ids = [int(x) for x in _IMAGE_ID.findall(tool.args)]
+        ids = _image_ids(tool.args)
         if not _ARGS_PREFIX.match(tool.args) or not ids or not all(1 <= i <= num_images for i in ids):
             return 0.0
     return 1.0
@@ -191,8 +243,8 @@ def parse_generation(response: str) -> dict[str, str | None]:
     """actionrl.py: first non-greedy ``<think>``/``<description>``/``<answer>`` (IGNORECASE), stripped."""
     out: dict[str, str | None] = {}
     for tag in _TAGS:
-        match = re.search(f"<{tag}>(.*?)</{tag}>", response, re.DOTALL | re.IGNORECASE)
-        out[tag] = match.group(1).strip() if match else None
+        block = first_block(response, f"<{tag}>", f"</{tag}>", ignore_case=True)
+        out[tag] = block.strip() if block is not None else None
     return out
 
 

@@ -26,13 +26,9 @@ from typing import TYPE_CHECKING
 from evidra.rewards.base import REWARDS, RewardResult
 
 # Re-exports: callers import every rule from this module, wherever it is defined.
-from evidra.rewards.lat_parse import _ANSWER as _ANSWER
-from evidra.rewards.lat_parse import _ANSWER_BOXES as _ANSWER_BOXES
 from evidra.rewards.lat_parse import _BOX_LABEL as _BOX_LABEL
 from evidra.rewards.lat_parse import _BOX_LABELS as _BOX_LABELS
 from evidra.rewards.lat_parse import _SENTENCE_SPLIT as _SENTENCE_SPLIT
-from evidra.rewards.lat_parse import _STEP_SOURCE as _STEP_SOURCE
-from evidra.rewards.lat_parse import _THINK as _THINK
 from evidra.rewards.lat_parse import MAX_CROP_ASPECT as MAX_CROP_ASPECT
 from evidra.rewards.lat_parse import StepCitation as StepCitation
 from evidra.rewards.lat_parse import StepPlan as StepPlan
@@ -40,13 +36,12 @@ from evidra.rewards.lat_parse import _crop_upstream as _crop_upstream
 from evidra.rewards.lat_parse import _fit_aspect as _fit_aspect
 from evidra.rewards.lat_parse import _pick_page as _pick_page
 from evidra.rewards.lat_parse import answer_text as answer_text
+from evidra.rewards.lat_parse import cut_box_lists as cut_box_lists
 from evidra.rewards.lat_parse import plan_steps_paper as plan_steps_paper
 from evidra.rewards.lat_parse import plan_steps_upstream as plan_steps_upstream
 from evidra.rewards.lat_parse import strip_answer_boxes as strip_answer_boxes
 from evidra.rewards.lat_parse import strip_cited_boxes as strip_cited_boxes
-from evidra.rewards.lat_scoring import _EVAL_ANSWER_BOXES as _EVAL_ANSWER_BOXES
 from evidra.rewards.lat_scoring import _FORMAT as _FORMAT
-from evidra.rewards.lat_scoring import _JSON_SPAN as _JSON_SPAN
 from evidra.rewards.lat_scoring import LatConfig as LatConfig
 from evidra.rewards.lat_scoring import Mode as Mode
 from evidra.rewards.lat_scoring import Similarity as Similarity

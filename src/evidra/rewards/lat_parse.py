@@ -22,6 +22,7 @@ import regex
 
 from evidra.geometry import is_valid_box
 from evidra.rewards.boxes import extract_tag, lat_read_json_box, parse_lat_boxes, py_int, py_int_list
+from evidra.tagscan import BlockScanner, find_blocks, first_block
 from evidra.types import CoordSpace
 
 if TYPE_CHECKING:
@@ -29,10 +30,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_ANSWER = regex.compile(r"<answer>(.*?)</answer>", regex.DOTALL)
-_THINK = regex.compile(r"<think>(.*?)</think>", regex.DOTALL)
-_ANSWER_BOXES = regex.compile(r"Bounding box:\s*\{.*?\}(,\s*\{.*?\})*")
-_STEP_SOURCE = regex.compile(r"Bounding box:\s*(\{.*?\})")
+# Box citations: the released patterns ``Bounding box:\s*\{.*?\}(,\s*\{.*?\})*`` and
+# ``Bounding box:\s*(\{.*?\})`` (no DOTALL) are found from this head by ``evidra.tagscan``, in
+# linear time where the lazy groups rescan a line of unclosed citations from every start.
+BOX_HEAD = regex.compile(r"Bounding box:\s*\{")
+_MORE_BOXES = regex.compile(r",\s*\{[^}\n]*\}")  # one more ``,\s*\{.*?\}`` of a list
 _SENTENCE_SPLIT = regex.compile(r"\. |\n")
 _BOX_LABEL = regex.compile(r"bounding\s*box\s*:?\s*$", regex.IGNORECASE)
 _BOX_LABELS = regex.compile(r"bounding\s*box(?:es)?\s*:?|,\s*(?=,|$)", regex.IGNORECASE)
@@ -44,13 +46,35 @@ MAX_CROP_ASPECT = 200  # ColQwen2's processor rejects thinner crops; upstream re
 
 def answer_text(text: str) -> str | None:
     """First ``<answer>...</answer>`` content (DOTALL), unstripped; None if absent."""
-    m = _ANSWER.search(text)
-    return m.group(1) if m else None
+    return first_block(text, "<answer>", "</answer>")
+
+
+def think_text(text: str) -> str | None:
+    """First ``<think>...</think>`` content (DOTALL), unstripped; None if absent."""
+    return first_block(text, "<think>", "</think>")
+
+
+def cut_box_lists(text: str, head: regex.Pattern[str] = BOX_HEAD) -> str:
+    r"""``text`` without each ``head .*?\}(,\s*\{.*?\})*`` (no DOTALL): a citation and the
+    boxes listed after it, as ``re.sub`` removes them.
+
+    >>> cut_box_lists('a Bounding box: {"x": 1}, {"y": 2}. b')
+    'a . b'
+    """
+    scanner = BlockScanner(text, "}", dotall=False)
+    kept, pos = [], 0
+    while (block := scanner.next_block(head, pos)) is not None:
+        kept.append(text[pos : block.start])
+        pos = block.end
+        while (more := _MORE_BOXES.match(text, pos)) is not None:
+            pos = more.end()
+    kept.append(text[pos:])
+    return "".join(kept)
 
 
 def strip_answer_boxes(answer: str) -> str:
     """The answer without its ``Bounding box: {..}(, {..})*`` citations, stripped of spaces/dots."""
-    return _ANSWER_BOXES.sub("", answer).strip().strip(".")
+    return cut_box_lists(answer).strip().strip(".")
 
 
 def strip_cited_boxes(answer: str) -> str:
@@ -138,18 +162,18 @@ def _pick_page(pages: Sequence[PILImage | None], index: object, single_image: bo
 def plan_steps_upstream(text: str, pages: Sequence[PILImage | None], *, single_image: bool) -> StepPlan:
     """Segment <think> at each ``Bounding box: {..}`` as ``step_reward`` in LAT's grpo.py does:
     the query is the last '. '- or newline-separated piece of text since the previous box."""
-    think_m = _THINK.search(text)
-    if think_m is None:
+    think = think_text(text)
+    if think is None:
         return StepPlan((), has_think=False)
-    think = think_m.group(1)
     steps: list[StepCitation] = []
     previous_end = 0
-    for m in _STEP_SOURCE.finditer(think):
-        query = _SENTENCE_SPLIT.split(think[previous_end : m.start()].strip())[-1].strip()
-        previous_end = m.end()
-        parsed = lat_read_json_box(m.group(1))
+    for m in find_blocks(think, BOX_HEAD, "}", dotall=False):
+        query = _SENTENCE_SPLIT.split(think[previous_end : m.start].strip())[-1].strip()
+        previous_end = m.end
+        source = think[m.body_start - 1 : m.end]  # the ``{..}`` of the citation
+        parsed = lat_read_json_box(source)
         if parsed.status in ("key", "fatal"):
-            logger.debug("LAT step box %r aborts the reward (upstream KeyError)", m.group(1))
+            logger.debug("LAT step box %r aborts the reward (upstream KeyError)", source)
             return StepPlan(tuple(steps), has_think=True, aborted=True)
         coords = py_int_list(parsed.bbox) if parsed.status == "ok" and parsed.bbox is not None else None
         crop, error = _crop_upstream(_pick_page(pages, parsed.image_index, single_image), coords)

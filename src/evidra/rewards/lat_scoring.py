@@ -26,16 +26,17 @@ from evidra.rewards.boxes import (
     py_int_list,
 )
 from evidra.rewards.lat_parse import (
-    _ANSWER,
-    _THINK,
     StepPlan,
     answer_text,
+    cut_box_lists,
     plan_steps_paper,
     plan_steps_upstream,
     strip_answer_boxes,
     strip_cited_boxes,
+    think_text,
 )
 from evidra.rewards.text import NO_ANSWER, normalize_lat, soft_exact_match, token_recall
+from evidra.tagscan import find_blocks
 from evidra.types import Box, CoordSpace
 
 if TYPE_CHECKING:
@@ -44,8 +45,7 @@ if TYPE_CHECKING:
 Mode = Literal["paper", "upstream"]
 
 _FORMAT = regex.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", regex.DOTALL)
-_EVAL_ANSWER_BOXES = regex.compile(r"\nBounding box:\s*\{.*?\}(,\s*\{.*?\})*")
-_JSON_SPAN = regex.compile(r"\{.*?\}")
+_EVAL_BOX_HEAD = regex.compile(r"\nBounding box:\s*\{")  # \nBounding box:\s*\{.*?\}(,\s*\{.*?\})*
 
 
 class Similarity(Protocol):
@@ -111,9 +111,9 @@ def accuracy_reward(text: str, gold: str, *, answerable: bool = True, mode: Mode
 def eval_accuracy(text: str, gold: str) -> int:
     """LAT evaluation soft EM (``acc_compute``): binary, box citations removed only after a
     newline, an empty prediction matches (upstream evaluation behaviour, kept for comparability)."""
-    m = _ANSWER.search(text)
-    student = m.group(1).strip() if m else "unknown"
-    cleaned = _EVAL_ANSWER_BOXES.sub("", student).strip().strip(".")
+    raw = answer_text(text)
+    student = raw.strip() if raw is not None else "unknown"
+    cleaned = cut_box_lists(student, _EVAL_BOX_HEAD).strip().strip(".")
     return 1 if soft_exact_match(normalize_lat(cleaned), normalize_lat(gold)) else 0
 
 
@@ -129,17 +129,20 @@ def format_reward(text: str) -> float:
     >>> format_reward("x<think>a</think><answer>b</answer>")
     -1.0
     """
-    return 1.0 if _FORMAT.fullmatch(text.strip()) else -1.0
+    body = text.strip()
+    # checked first: with both ends fixed, the lazy groups of _FORMAT backtrack in linear time
+    ends = body.startswith("<think>") and body.endswith("</answer>")
+    return 1.0 if ends and _FORMAT.fullmatch(body) else -1.0
 
 
 # ---- grounding (Eq. 9) ----------------------------------------------------------------------
 
 
 def _ground_upstream(text: str, gold_box: Sequence[float], gold_page: int) -> float:
-    answer_m, think_m = _ANSWER.search(text), _THINK.search(text)
-    answer = answer_m.group(1) if answer_m and think_m else "Error"
-    think = think_m.group(1) if answer_m and think_m else "Error"
-    spans = _JSON_SPAN.findall(answer.replace("'", '"'))
+    answer_m, think_m = answer_text(text), think_text(text)
+    answer = answer_m if answer_m is not None and think_m is not None else "Error"
+    think = think_m if answer_m is not None and think_m is not None else "Error"
+    spans = [b.group() for b in find_blocks(answer.replace("'", '"'), "{", "}", dotall=False)]  # \{.*?\}
     if not spans:
         return 0.0
     hits: list[bool] = []

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 from evidra.rewards.base import RewardResult
+from evidra.tagscan import first_block
 from evidra.types import Parsed, Sample, Trajectory
 
 
@@ -39,12 +38,9 @@ def key_value_answer(parsed: Parsed, sample: Sample, trajectory: Trajectory | No
     return RewardResult(total=float(correct) + fmt, components={"answer": float(correct), "format": fmt})
 
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
 def parse_answer(text: str) -> Parsed:
     """The first ``<answer>`` of a completion; missing tags are recorded, never raised."""
-    match = _ANSWER.search(text)
-    if match is None:
+    answer = first_block(text, "<answer>", "</answer>")
+    if answer is None:
         return Parsed(text=text, errors=("missing <answer>...</answer>",))
-    return Parsed(text=text, answer=match.group(1).strip())
+    return Parsed(text=text, answer=answer.strip())

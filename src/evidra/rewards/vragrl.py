@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,6 +34,7 @@ from evidra.eval.metrics import anls_vrag_upstream
 from evidra.rewards.base import REWARDS, RewardResult
 from evidra.rewards.judge import Judge, JudgeItem, RuleJudge, Verdict
 from evidra.rewards.ranking import vragrl_ndcg, vragrl_ndcg_upstream
+from evidra.tagscan import find_blocks, find_named_blocks, first_block
 from evidra.types import Parsed, Sample, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -51,12 +51,17 @@ class UnknownDataSourceError(InvalidInputError, NotImplementedError):
 
 # --- upstream text helpers (VRAG-RL verl/utils/reward_score/vrag.py) -------------------------
 
-_USER_TURN = re.compile(r"<\|im_start\|>user.*?<\|im_end\|>")  # no DOTALL, as released
-_ANSWER_GREEDY = re.compile(r"<answer>.*</answer>", re.DOTALL)
-_SEARCH_GREEDY = re.compile(r"<search>.*</search>", re.DOTALL)
-_ALL_TAGS = re.compile(r"<(answer|search|think|bbox)>(.*?)</\1>", re.DOTALL)
-_ACTION_TAG = re.compile(r"<(search|answer|bbox)>(.*?)</\1>", re.DOTALL)
-_FIRST_JUDGE = re.compile(r"<judge>(.*?)</judge>", re.DOTALL)
+# The released patterns are found with evidra.tagscan (linear; lazy groups rescan unclosed tags):
+# <\|im_start\|>user.*?<\|im_end\|> without DOTALL, <(answer|search|think|bbox)>(.*?)</\1>,
+# <(search|answer|bbox)>(.*?)</\1> and <judge>(.*?)</judge>; <answer>.*</answer> is a find.
+_ALL_TAGS = ("answer", "search", "think", "bbox")
+_ACTION_TAGS = ("search", "answer", "bbox")
+
+
+def _has_block(text: str, tag: str) -> bool:
+    """Whether ``<tag>.*</tag>`` (DOTALL) matches: an opening with a closing after it."""
+    start = text.find(f"<{tag}>")
+    return start >= 0 and text.find(f"</{tag}>", start + len(tag) + 2) >= 0
 
 
 def remove_text_between_tags(text: str) -> str:
@@ -65,7 +70,12 @@ def remove_text_between_tags(text: str) -> str:
     Real observation turns start ``<|im_start|>user\\n``, so they are never removed: this is
     the upstream bug that lets injected instructions reach the format check.
     """
-    return _USER_TURN.sub("", text)
+    kept, pos = [], 0
+    for block in find_blocks(text, "<|im_start|>user", "<|im_end|>", dotall=False):
+        kept.append(text[pos : block.start])
+        pos = block.end
+    kept.append(text[pos:])
+    return "".join(kept)
 
 
 def compute_format_reward_only(
@@ -79,7 +89,7 @@ def compute_format_reward_only(
     0.0
     """
     text = remove_text_between_tags(predict_str)
-    return 1.0 if _ANSWER_GREEDY.search(text) and _SEARCH_GREEDY.search(text) else 0.0
+    return 1.0 if _has_block(text, "answer") and _has_block(text, "search") else 0.0
 
 
 def get_answer_from_predict_str(text: str) -> str | None:
@@ -99,7 +109,7 @@ def get_answer_from_predict_str(text: str) -> str | None:
 
 def extract_tags(text: str) -> str:
     """The rollout's cleaning step: keep only ``<answer|search|think|bbox>`` blocks, one per line."""
-    return "\n".join(f"<{m.group(1)}>{m.group(2)}</{m.group(1)}>" for m in _ALL_TAGS.finditer(text))
+    return "\n".join(b.group() for b in find_named_blocks(text, _ALL_TAGS))
 
 
 def postprocess_predictions(predictions: Sequence[str]) -> tuple[list[str | None], list[str]]:
@@ -109,9 +119,9 @@ def postprocess_predictions(predictions: Sequence[str]) -> tuple[list[str | None
     for prediction in predictions:
         if not isinstance(prediction, str):  # released: ValueError for a non-string prediction
             raise InvalidInputError(f"prediction must be a str, got {type(prediction).__name__}")
-        match = _ACTION_TAG.search(prediction)
-        actions.append(match.group(1) if match else None)
-        contents.append(match.group(2).strip() if match else "")
+        match = next(find_named_blocks(prediction, _ACTION_TAGS), None)
+        actions.append(match.head.group(1) if match else None)
+        contents.append(match.body().strip() if match else "")
     return actions, contents
 
 
@@ -137,10 +147,10 @@ def parse_judge_response_upstream(response: str) -> bool | None:
     'true'/'True' occurs, elif 'false'/'False' -> False, else None; so
     ``<judge>False. It is not true</judge>`` reads as True.
     """
-    match = _FIRST_JUDGE.search(response if isinstance(response, str) else "")
+    match = next(find_blocks(response if isinstance(response, str) else "", "<judge>", "</judge>"), None)
     if match is None:
         return None
-    full = match.group(0)
+    full = match.group()
     if "true" in full or "True" in full:
         return True
     if "false" in full or "False" in full:
@@ -201,17 +211,16 @@ def train_reward_upstream(
 
 # --- paper-mode components -------------------------------------------------------------------
 
-_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_SEARCH_BLOCK = re.compile(r"<search>(.*?)</search>", re.DOTALL)
-
 
 def pattern_reward(policy_turns: Sequence[str]) -> float:
     """VRAG-RL Eq. 10 on the policy's own turns: 1.0 iff some turn holds a non-empty
     ``<search>`` action and the final turn holds an ``<answer>``."""
     if not policy_turns:
         return 0.0
-    searched = any(m.group(1).strip() for turn in policy_turns for m in _SEARCH_BLOCK.finditer(turn))
-    return 1.0 if searched and _ANSWER_BLOCK.search(policy_turns[-1]) else 0.0
+    searches = (b.body() for turn in policy_turns for b in find_blocks(turn, "<search>", "</search>"))
+    searched = any(query.strip() for query in searches)
+    answered = first_block(policy_turns[-1], "<answer>", "</answer>") is not None
+    return 1.0 if searched and answered else 0.0
 
 
 def final_answer(policy_turns: Sequence[str]) -> str | None:
