@@ -24,7 +24,8 @@ def box(x1: int, y1: int, x2: int, y2: int, k: int = 1) -> str:
 
 
 GOOD = (
-    f"<think>Revenue 2023. {box(5, 5, 105, 25)} It was $5M. {box(5, 28, 75, 42)}</think>\n"
+    f"<think>Revenue 2023. {box(5, 5, 105, 25)} It was $5M. {box(5, 28, 75, 42)} "
+    f"So $5M. {box(38, 28, 72, 42)}</think>\n"
     f"<answer>$5M\n{box(38, 28, 72, 42)}</answer>"
 )
 
@@ -71,6 +72,7 @@ def test_well_formed_output_parses_into_grounded_steps() -> None:
     assert [(s.text, s.page_index, s.box.as_tuple() if s.box else None) for s in parsed.steps] == [
         ("Revenue 2023.", 0, (5.0, 5.0, 105.0, 25.0)),
         ("It was $5M.", 0, (5.0, 28.0, 75.0, 42.0)),
+        ("So $5M.", 0, (38.0, 28.0, 72.0, 42.0)),
     ]
     assert parsed.answer_box == Box(38, 28, 72, 42) and parsed.answer_page == 0
 
@@ -78,7 +80,8 @@ def test_well_formed_output_parses_into_grounded_steps() -> None:
 def test_well_formed_output_earns_every_lat_reward(sample: Sample) -> None:
     # R_acc: "5m" == "5m" -> (1 + 1) / 2 = 1. R_ground: IoU((38,28,72,42), (40,30,70,40)) = 300/476 > 0.5.
     # R_step: step 1 box words {Revenue, 2023} vs "Revenue 2023." -> F1 1; step 2 box words {was, $5M}
-    # vs "It was $5M." -> p = 2/2, r = 2/3, F1 0.8; min 0.8 >= 0.3; boxes disjoint (IoU 0 <= 0.5) -> 1.
+    # vs "It was $5M." -> p = 2/2, r = 2/3, F1 0.8; step 3 box words {$5M} vs "So $5M." -> p = 1, r = 1/2,
+    # F1 2/3; min 2/3 >= 0.3; max pairwise IoU 476/980 = 0.49 <= 0.5 -> 1. The answer box is step 3's.
     assert score(GOOD, sample) == {"accuracy": 1.0, "ground": 1.0, "format": 1.0, "step": 1.0, "total": 4.0}
 
 

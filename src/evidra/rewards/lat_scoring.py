@@ -199,8 +199,8 @@ def ground_reward(
     first = boxes[0]
     if not first.ok or first.box is None or first.page_index != gold_page:
         return 0.0
-    think_m = _THINK.search(text)
-    cited = parse_lat_boxes(think_m.group(1), CoordSpace.PAGE) if think_m else []
+    think = think_text(text)
+    cited = parse_lat_boxes(think, CoordSpace.PAGE) if think is not None else []
     if not any(c.ok and c.page_index == first.page_index and c.box == first.box for c in cited):
         return 0.0  # B_ans must be one of the reasoning's boxes
     gx1, gy1, gx2, gy2 = (float(v) for v in gold_box)
