@@ -179,3 +179,44 @@ def test_dynamic_sampling_drops_flat_groups(tmp_path: Path) -> None:
     (metrics,) = trainer.train()
     assert metrics["sampling/rounds"] == 2  # not enough informative groups in round 1
     assert metrics["sampling/filtered_groups"] >= 1
+
+
+class _SpamBackend:
+    """Answers every prompt with a list of candidates that contains the gold value."""
+
+    def __init__(self, vlm: Any) -> None:
+        self.vlm = vlm
+
+    @property
+    def processor(self) -> Any:
+        return self.vlm.processor
+
+    def generate(self, contexts: Any, params: Any) -> list[Any]:
+        from evidra.models.generation import Generation
+
+        out = []
+        for c in contexts:
+            text = "<answer>" + ", ".join(str(v) for v in range(100)) + "</answer>"
+            ids = tuple(self.vlm.tokenizer(text, add_special_tokens=False)["input_ids"])
+            out.append(Generation(c.token_ids, ids, (0.0,) * len(ids), text, "eos"))
+        return out
+
+    def sync(self, model: Any) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("guards", [False, True])
+def test_reward_guards_cap_a_spammed_answer_in_training(tmp_path: Path, guards: bool) -> None:
+    cfg = _cfg(tmp_path, "run.steps=1", "data.task=toy.key_value", "rollout.max_turns=1",
+               f"reward.guards={str(guards).lower()}")  # fmt: skip
+    trainer = RLTrainer(cfg)
+    trainer.backend = _SpamBackend(trainer.vlm)
+    results = [r for _, rs in trainer._rollout(trainer.next_samples()) for r in rs]
+    assert results and all(r.scored for r in results)
+    if guards:
+        assert all(r.total <= 0.0 and r.components["guard:many_candidates"] == 1.0 for r in results)
+    else:
+        assert all(not any(k.startswith("guard:") for k in r.components) for r in results)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from evidra.models.vllm_backend import VLLMConfig
+from evidra.rewards.guards import GuardConfig
 from evidra.rewards.judge_config import JudgeConfig
 
 
@@ -125,6 +126,7 @@ class RLConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)  # answer judge of the rewards that judge
+    reward: GuardConfig = field(default_factory=GuardConfig)  # reward-hacking guards (off: the papers')
     # overrides of the sections above for the SFT stage of the same recipe (``evidra train sft``),
     # e.g. {optim: {lr: 5.0e-7, schedule: cosine}, epochs: 3}; checked when the recipe loads
     sft: dict[str, Any] = field(default_factory=dict)
@@ -136,7 +138,8 @@ class RLConfig:
 @dataclass(frozen=True)
 class SFTConfig:
     """The SFT stage. It reads the same recipe file as RL: the ``sft`` section is merged over the
-    shared sections before command-line overrides; ``rollout`` and ``algo`` are accepted and unused."""
+    shared sections before command-line overrides; ``rollout``, ``algo`` and ``reward`` are accepted
+    and unused."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -146,6 +149,7 @@ class SFTConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    reward: GuardConfig = field(default_factory=GuardConfig)
     sft: dict[str, Any] = field(default_factory=dict)
 
     __stage_sections__: ClassVar[tuple[str, ...]] = ("sft",)

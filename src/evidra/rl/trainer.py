@@ -26,6 +26,7 @@ from evidra.errors import TrainingError
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
+from evidra.rewards.guards import guard, tripped
 from evidra.rl.backends import make_backend
 from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
@@ -132,6 +133,11 @@ class RLTrainer:
             results = self.task.score_episodes(self.vlm, episodes)
         else:
             results = [self.task.score(ep.sample, ep.trajectory) for ep in episodes]
+        if self.cfg.reward.guards:  # beyond the papers: a gamed reward is capped at 0
+            parse, cfg = self.task.parse, self.cfg.reward
+            final = [parse(ep.trajectory.texts[-1] if ep.trajectory.texts else "") for ep in episodes]
+            pairs = zip(results, final, episodes, strict=True)
+            results = [guard(res, tripped(p, ep.sample, cfg)) for res, p, ep in pairs]
         g = r.group_size
         return [(episodes[i : i + g], results[i : i + g]) for i in range(0, len(episodes), g)]
 

@@ -12,6 +12,7 @@ from typing import Any
 from evidra.config import from_dict, merge_sections, to_dict
 from evidra.errors import ConfigError, RegistryError
 from evidra.registry import Registry
+from evidra.rewards.guards import GuardConfig
 from evidra.rewards.judge_config import validate_judge
 from evidra.rl.config import (
     AlgoConfig,
@@ -57,6 +58,15 @@ def _check_optim(optim: OptimConfig, where: str = "optim") -> None:
     _check(optim.warmup_steps >= 0, f"{where}.warmup_steps must be >= 0, got {optim.warmup_steps}")
     _check(0 <= optim.warmup_ratio < 1, f"{where}.warmup_ratio must be in [0, 1), got {optim.warmup_ratio}")
     _check(optim.max_grad_norm > 0, f"{where}.max_grad_norm must be > 0, got {optim.max_grad_norm}")
+
+
+def _check_guards(g: GuardConfig) -> None:
+    for key in ("max_answer_words", "max_candidates", "copy_min_words"):
+        _check(getattr(g, key) >= 1, f"reward.{key} must be >= 1, got {getattr(g, key)}")
+    _check(0 < g.max_box_area <= 1, f"reward.max_box_area must be in (0, 1], got {g.max_box_area}")
+    _check(
+        0 < g.max_copy_overlap <= 1, f"reward.max_copy_overlap must be in (0, 1], got {g.max_copy_overlap}"
+    )
 
 
 def _check_rollout(r: RolloutConfig) -> None:
@@ -115,6 +125,7 @@ def validate_rl_config(cfg: RLConfig) -> None:
     _check_rollout(cfg.rollout)
     _check_algo(cfg.algo, cfg.run.batch_size)
     validate_judge(cfg.judge)
+    _check_guards(cfg.reward)
     if cfg.run.sharding == "zero3" and cfg.rollout.backend != "hf":
         raise ConfigError(
             "run.sharding=zero3 samples with the trainer's own gathered weights: set rollout.backend=hf "
