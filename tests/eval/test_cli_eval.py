@@ -96,8 +96,9 @@ def test_eval_multi_turn_zoom_environment(tiny_dirs: dict[str, Path], tmp_path: 
     ]
     assert main(argv) == 0
     (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    # the tiny model never writes a valid tool call: two invalid turns, then the turn limit
-    assert row["metrics"]["turns"] == 2.0 and row["metrics"]["invalid_rate"] == 1.0
+    # the tiny model never writes a valid tool call: --max-turns 2 is the environment's round limit,
+    # so one invalid turn, then the second turn reaches the limit and ends the episode
+    assert row["metrics"]["turns"] == 2.0 and row["metrics"]["invalid_rate"] == 0.5
     assert row["metrics"]["finished"] == 0.0 and row["metrics"]["tool_calls"] == 0.0
 
 
@@ -121,3 +122,17 @@ def test_eval_search_environment_over_a_benchmark_index(
     assert "text layer" in capsys.readouterr().err
     assert main([*base, "--index", str(idx), "--out", str(tmp_path / "x")]) == 2
     assert "--index is for --env search" in capsys.readouterr().err
+
+
+def test_eval_multi_turn_environment_defaults_to_its_own_turn_limit(
+    tiny_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    from evidra.env.zoom import ZoomEnv
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "zoom_agent", "--env", "zoom",
+            "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "4", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    # no --max-turns: the zoom environment's own round limit ends the episode, not one turn
+    assert row["metrics"]["turns"] == float(ZoomEnv.max_rounds) > 1

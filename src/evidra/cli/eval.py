@@ -72,7 +72,8 @@ def register(subparsers: Any) -> None:
     by_help = "extra rows per value of a sample field: subset (ChartQA), stratum (VISA), page_kind"
     p.add_argument("--breakdown", action="append", default=[], metavar="FIELD", help=by_help)
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--max-turns", type=int, default=1)
+    turns_help = "policy turns per episode (default: the environment's own limit, 1 without --env)"
+    p.add_argument("--max-turns", type=int, default=None, help=turns_help)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--training-metrics", default=None, metavar="FILE",
                    help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
@@ -178,13 +179,15 @@ def _env_factory(name: str | None, paradigm_name: str, corpus: Any, args: argpar
     from evidra.paradigms import PARADIGMS
 
     env_cls, paradigm = ENVIRONMENTS.get(name), PARADIGMS.get(paradigm_name)()
+    limit = _turn_field(env_cls)
+    turns = {limit: args.max_turns} if limit and args.max_turns is not None else {}
     if name == "search":
         searcher, pages = corpus
-        return lambda sample: env_cls(searcher, pages, paradigm=paradigm, max_turns=args.max_turns)
+        return lambda sample: env_cls(searcher, pages, paradigm=paradigm, **turns)
 
     def make(sample: Any) -> Any:
         try:
-            return env_cls(paradigm=paradigm)
+            return env_cls(paradigm=paradigm, **turns)
         except TypeError as exc:
             raise InvalidInputError(
                 f"environment {name!r} needs more than a paradigm ({exc}); build it in Python and pass "
@@ -192,6 +195,31 @@ def _env_factory(name: str | None, paradigm_name: str, corpus: Any, args: argpar
             ) from exc
 
     return make
+
+
+def _turn_field(env_cls: Any) -> str | None:
+    """The environment's own turn-limit field (``max_turns`` or ``max_rounds``), if any."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(env_cls)} if dataclasses.is_dataclass(env_cls) else set()
+    return next((n for n in ("max_turns", "max_rounds") if n in names), None)
+
+
+def _max_turns(args: argparse.Namespace) -> int:
+    """``--max-turns``, else the environment's default limit (episodes end there, not before)."""
+    import dataclasses
+
+    if args.max_turns is not None:
+        return int(args.max_turns)
+    if args.env is None:
+        return 1
+    from evidra.env import ENVIRONMENTS
+
+    env_cls = ENVIRONMENTS.get(args.env)
+    limit = _turn_field(env_cls)
+    defaults = {f.name: f.default for f in dataclasses.fields(env_cls)} if limit else {}
+    value = defaults.get(limit or "", 1)
+    return int(value) if isinstance(value, int) else 1
 
 
 def _search_corpus(args: argparse.Namespace, samples: list[Any]) -> Any:
@@ -220,11 +248,11 @@ def run(args: argparse.Namespace) -> int:
     benches = _samples(args, out)
     backend, model_name = _backend(args)
     paradigms = PARADIGMS.names() if args.paradigm in ([], ["all"]) else args.paradigm
-    runs = []
+    runs, turns = [], _max_turns(args)
     for bench, samples in benches.items():
         corpus = _search_corpus(args, samples) if args.env == "search" else None
         for paradigm in paradigms:
-            cfg = RunConfig(bench, paradigm, model_name, batch_size=args.batch_size, max_turns=args.max_turns,
+            cfg = RunConfig(bench, paradigm, model_name, batch_size=args.batch_size, max_turns=turns,
                             max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
             with tqdm(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
