@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -142,3 +143,73 @@ def test_a_single_turn_answer_cut_by_the_token_limit_is_truncated(
     (ep,) = rollout(backend, lambda s: SingleTurnEnv(Direct()), [sample], 1, SamplingParams(seed=0), limits)
     assert ep.trajectory.truncated == (reason == "length")
     assert ep.trajectory.finished == (reason == "eos")
+
+
+class _Counting:
+    """An index that records how many queries each call carried."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, []
+
+    def search(self, queries: Any, k: int = 10, exclude: Any = None) -> Any:
+        self.calls.append(len(queries))
+        return self.inner.search(queries, k=k, exclude=exclude)
+
+
+class _ScriptedTurns:
+    """Plays scripts[j][turn] for the j-th context of each call."""
+
+    def __init__(self, vlm: Any, scripts: list[list[str]]) -> None:
+        self.vlm, self.scripts, self.turn = vlm, scripts, 0
+
+    @property
+    def processor(self) -> Any:
+        return self.vlm.processor
+
+    def generate(self, contexts: Any, params: SamplingParams) -> list[Generation]:
+        out = []
+        for j, c in enumerate(contexts):
+            text = self.scripts[j][self.turn]
+            ids = tuple(self.vlm.tokenizer(text, add_special_tokens=False)["input_ids"])
+            out.append(Generation(c.token_ids, ids, (0.0,) * len(ids), text, "stop"))
+        self.turn += 1
+        return out
+
+
+def test_searches_of_a_turn_are_batched_with_the_one_by_one_results(
+    tiny_vlms: dict[str, Any], tmp_path: Any
+) -> None:
+    from evidra.env.search import SearchEnv, bm25_searcher
+    from evidra.types import Box, Word
+
+    texts = {"pA": "quarterly revenue table 2021", "pB": "employee headcount by region",
+             "pC": "revenue forecast 2022 outlook", "pD": "revenue by region 2020"}  # fmt: skip
+    pages = {}
+    for pid, text in texts.items():
+        path = tmp_path / f"{pid}.png"
+        Image.new("RGB", (112, 224), "white").save(path)
+        words = tuple(Word(w, Box(10.0 * j, 10.0, 10.0 * j + 8, 20.0)) for j, w in enumerate(text.split()))
+        pages[pid] = Page(pid, str(path), 112, 224, words=words)
+    queries = ["revenue", "region", "2022 outlook", "headcount", "revenue 2021", "forecast"]
+    scripts = [[f"<search>{q}</search>", f"<search>{queries[-1 - j]}</search>", "<answer>x</answer>"]
+               for j, q in enumerate(queries)]  # fmt: skip
+    samples = [Sample(id=f"s{i}", question="Revenue?", answers=("x",)) for i in range(3)]
+    limits = RolloutLimits(max_turns=4, max_new_tokens=16, max_response_tokens=4000)
+
+    class OneByOne(SearchEnv):
+        def pending_search(self, text: str) -> None:
+            return None
+
+    runs = {}
+    for name, env_cls in (("batched", SearchEnv), ("one_by_one", OneByOne)):
+        index = _Counting(bm25_searcher(pages.values()))
+        backend = _ScriptedTurns(tiny_vlms["qwen2_5_vl"], scripts)
+        make = partial(env_cls, index, pages, max_pixels=112 * 224, min_pixels=3136)
+        eps = rollout(backend, lambda s, m=make: m(), samples, 2, SamplingParams(seed=0), limits)
+        runs[name] = (index.calls, eps)
+    (batched_calls, batched), (single_calls, single) = runs["batched"], runs["one_by_one"]
+    assert batched_calls == [6, 6] and single_calls == [1] * 12  # one index call per turn
+    for a, b in zip(batched, single, strict=True):
+        assert a.trajectory.token_ids == b.trajectory.token_ids
+        assert [dict(i) for i in a.infos] == [dict(i) for i in b.infos]
+    assert {i["page_id"] for ep in batched for i in ep.infos if i.get("action") == "search"} >= {"pA", "pB"}

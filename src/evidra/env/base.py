@@ -43,6 +43,29 @@ class Environment(Protocol):
     def step(self, text: str) -> StepResult: ...
 
 
+@dataclass(frozen=True)
+class SearchRequest:
+    """A search an environment is about to run for the policy's text of this turn: the rollout
+    loop gathers the requests of every active episode and asks each index once per turn."""
+
+    searcher: Any  # the index (anything with ``search(queries, k, exclude)``)
+    query: str
+    k: int
+    exclude: frozenset[str]
+
+
+class BatchedSearch(Protocol):
+    """An environment whose searches the rollout loop may run in a batch for it."""
+
+    def pending_search(self, text: str) -> SearchRequest | None:
+        """The search ``step(text)`` would run, or None."""
+        ...
+
+    def prefetch(self, hits: Any) -> None:
+        """The hits of that search, used by the next ``step`` instead of asking the index."""
+        ...
+
+
 ENVIRONMENTS: Registry[Any] = Registry("environment")
 
 

@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from evidra.env.base import ENVIRONMENTS, StepResult
+from evidra.env.base import ENVIRONMENTS, SearchRequest, StepResult
 from evidra.env.crop import (
     VRAG_MAX_PIXELS,
     VRAG_MIN_PIXELS,
@@ -91,15 +91,42 @@ class SearchEnv:
     turns: int = field(default=0, init=False)
     _shown: Displayed | None = field(default=None, init=False, repr=False)
     _last_page: Displayed | None = field(default=None, init=False, repr=False)
+    _parsed: tuple[str, Parsed] | None = field(default=None, init=False, repr=False)
+    _prefetched: list[Hit] | None = field(default=None, init=False, repr=False)
 
     def reset(self, sample: Sample) -> list[Message]:
         self.retrieved, self.invalid, self.turns = [], 0, 0
         self._shown = self._last_page = None
+        self._parsed = self._prefetched = None
         return self.paradigm.build_messages(sample, ())
 
+    def _parse(self, text: str) -> Parsed:
+        if self._parsed is None or self._parsed[0] != text:  # parsed once per turn
+            self._parsed = (text, self.paradigm.parse(text))
+        return self._parsed[1]
+
+    def pending_search(self, text: str) -> SearchRequest | None:
+        """The search ``step(text)`` will run (so the rollout loop can batch it), or None."""
+        parsed = self._parse(text)
+        action = parsed.action
+        if action is None or action.name != "search" or self.turns + 1 >= self.max_turns:
+            return None
+        if _invalid_reason(parsed) is not None:
+            return None
+        return SearchRequest(self.searcher, action.argument, self.top_k, frozenset(self.retrieved))
+
+    def prefetch(self, hits: list[Hit]) -> None:
+        self._prefetched = list(hits)
+
     def step(self, text: str) -> StepResult:
+        try:
+            return self._step(text)
+        finally:
+            self._prefetched = None  # hits are for this turn's search only
+
+    def _step(self, text: str) -> StepResult:
         self.turns += 1
-        parsed = self.paradigm.parse(text)
+        parsed = self._parse(text)
         action = parsed.action
         if action is not None and action.name == "answer":
             return self._result((), True, action="answer", answer=parsed.answer)
@@ -117,7 +144,10 @@ class SearchEnv:
 
     # actions ------------------------------------------------------------------------------
     def _search(self, query: str) -> StepResult:
-        hits = self.searcher.search([query], k=self.top_k, exclude=[set(self.retrieved)])[0]
+        if self._prefetched is not None:  # the rollout loop ran this search in its batch
+            hits, self._prefetched = self._prefetched, None
+        else:
+            hits = self.searcher.search([query], k=self.top_k, exclude=[set(self.retrieved)])[0]
         hit = next((h for h in hits if h.page_id not in self.retrieved), None)
         if hit is None:
             reply = Message.text("user", NO_RESULT_MESSAGE.format(query=query))

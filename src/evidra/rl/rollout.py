@@ -132,9 +132,27 @@ def _clip(gen: Generation, budget: int, tokenizer: Any) -> Generation:
                    finish_reason="length")  # fmt: skip
 
 
+def prefetch_searches(episodes: Sequence[_Running], texts: Sequence[str]) -> int:
+    """Run the searches the environments are about to make as one batch per index (and result
+    depth), handing each environment its hits; returns the number of searches batched. The
+    hits are those of one-by-one searches: each query keeps its own exclusions."""
+    batches: dict[tuple[int, int], list[tuple[Any, Any]]] = {}
+    for ep, text in zip(episodes, texts, strict=True):
+        pending = getattr(ep.env, "pending_search", None)
+        request = pending(text) if pending is not None else None
+        if request is not None:
+            batches.setdefault((id(request.searcher), request.k), []).append((ep.env, request))
+    for entries in batches.values():
+        searcher, k = entries[0][1].searcher, entries[0][1].k
+        queries = [r.query for _, r in entries]
+        hits = searcher.search(queries, k=k, exclude=[set(r.exclude) for _, r in entries])
+        for (env, _), found in zip(entries, hits, strict=True):
+            env.prefetch(found)
+    return sum(len(e) for e in batches.values())
+
+
 def _apply_turn(ep: _Running, gen: Generation, processor: Any) -> None:
     """Record one policy turn, let the environment answer, insert its observation."""
-    gen = _clip(gen, ep.budget, processor.tokenizer)
     ep.add_policy(gen)
     result = ep.env.step(gen.text)
     ep.infos.append(result.info)
@@ -179,6 +197,10 @@ def rollout(
         for stop, eps in by_stop.items():
             max_new = min(limits.max_new_tokens, max(ep.budget for ep in eps))
             turn_params = replace(params, stop=stop or params.stop, max_new_tokens=max_new)
-            for ep, gen in zip(eps, backend.generate([e.context for e in eps], turn_params), strict=True):
+            tok = backend.processor.tokenizer
+            gens = backend.generate([e.context for e in eps], turn_params)
+            gens = [_clip(gen, ep.budget, tok) for ep, gen in zip(eps, gens, strict=True)]
+            prefetch_searches(eps, [gen.text for gen in gens])  # one index call per turn, not per episode
+            for ep, gen in zip(eps, gens, strict=True):
                 _apply_turn(ep, gen, backend.processor)
     return [ep.finish() for ep in running]
