@@ -50,13 +50,29 @@ def test_trl_reward_plain_text_completions() -> None:
 
 
 def test_verl_compute_score_signature_and_components() -> None:
-    score = as_verl_compute_score(_exact, parse_answer)
+    score = as_verl_compute_score(_exact, parse_answer, keys=("answer", "index_page"))
     out = score(
         "vidoseek", "<answer>Paris</answer>", ["Paris", "paris"], {"question": "Capital?", "index_page": 2}
     )
-    assert out == {"score": 1.0, "answer": 1.0, "index_page": 2.0}
+    assert out == {"score": 1.0, "scored": 1.0, "answer": 1.0, "index_page": 2.0}
     down = score("vidoseek", "<answer>Paris</answer>", "Paris", {"judge_down": True})
-    assert down["score"] == 0.0 and down["unscored"] == 1.0
+    # the same keys for every sample (verl gathers each key into one list per batch)
+    assert down == {"score": 0.0, "scored": 0.0, "answer": 0.0, "index_page": 0.0}
+
+
+def test_adapters_refuse_a_reward_that_cannot_score() -> None:
+    import pytest
+
+    from evidra.errors import ConfigError
+    from evidra.rewards.embedding import TextOverlapSimilarity
+    from evidra.rewards.lat import LatReward
+
+    for adapt in (as_trl_reward, as_verl_compute_score):
+        with pytest.raises(ConfigError, match="Similarity service"):
+            adapt(LatReward())
+    score = as_verl_compute_score(LatReward(similarity=TextOverlapSimilarity()))
+    out = score("visa", "<think>x</think><answer>Paris</answer>", "Paris", {"question": "Capital?"})
+    assert set(out) == {"score", "scored", "accuracy", "step", "ground", "format"}
 
 
 def test_a_paper_reward_through_both_adapters() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from evidra.errors import ConfigError
 from evidra.rewards.base import RewardFn, RewardResult
 from evidra.types import Parsed, Sample
 
@@ -67,14 +68,25 @@ def sample_from_fields(fields: Mapping[str, Any], *, index: int = 0, prompt: Any
                   dataset=str(fields.get("data_source", "")), extras=dict(fields))  # fmt: skip
 
 
+def _usable(reward: RewardFn) -> None:
+    """Refuse, when the adapter is made, a reward that would leave every sample unscored."""
+    check = getattr(reward, "missing_service", None)
+    reason = check() if callable(check) else None
+    if reason:
+        raise ConfigError(f"this reward cannot score as configured: {reason}")
+
+
 def as_trl_reward(
     reward: RewardFn, parse: Parser = _plain_parse, name: str | None = None
 ) -> Callable[..., list]:
     """A TRL ``GRPOTrainer`` reward function: ``f(prompts, completions, completion_ids, **columns)``.
 
     Dataset columns arrive as lists (one value per completion); TRL's own extras
-    (``trainer_state``, ``log_extra``, ``log_metric``, ``environments``) are ignored.
+    (``trainer_state``, ``log_extra``, ``log_metric``, ``environments``) are ignored. An
+    unscored sample (judge down) is ``None``, which TRL records as NaN; a reward that cannot
+    score at all (a missing service) is refused here, not discovered as all-None rewards.
     """
+    _usable(reward)
     framework_keys = {"trainer_state", "log_extra", "log_metric", "environments"}
 
     def reward_func(
@@ -95,12 +107,19 @@ def as_trl_reward(
     return reward_func
 
 
-def as_verl_compute_score(reward: RewardFn, parse: Parser = _plain_parse) -> Callable[..., dict[str, Any]]:
+def as_verl_compute_score(
+    reward: RewardFn, parse: Parser = _plain_parse, keys: Sequence[str] | None = None
+) -> Callable[..., dict[str, Any]]:
     """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None)``.
 
-    Returns ``{"score": total, **components}`` (verl logs the extra keys); an unscored result
-    gives ``score`` 0.0 with ``"unscored": 1.0`` so the run can count and drop it.
+    Every sample returns the same keys (verl collects each key into one list per batch):
+    ``score``, ``scored`` (1.0, or 0.0 when the reward could not score the sample, e.g. the
+    judge was down: its ``score`` 0.0 is not a verdict, drop it by ``scored``) and one value per
+    component in ``keys`` (default: the reward's ``component_names``, if it declares them; 0.0
+    where a result lacks one).
     """
+    _usable(reward)
+    names = tuple(keys) if keys is not None else tuple(getattr(reward, "component_names", ()))
 
     def compute_score(
         data_source: str,
@@ -111,9 +130,9 @@ def as_verl_compute_score(reward: RewardFn, parse: Parser = _plain_parse) -> Cal
     ) -> dict[str, Any]:
         fields = {**dict(extra_info or {}), "answers": ground_truth, "data_source": data_source}
         result: RewardResult = reward(parse(solution_str), sample_from_fields(fields), None)
-        out: dict[str, Any] = {"score": result.total if result.scored else 0.0, **result.components}
-        if not result.scored:
-            out["unscored"] = 1.0
+        total = result.total if result.scored else 0.0
+        out: dict[str, Any] = {"score": total, "scored": float(result.scored)}
+        out.update({k: float(result.components.get(k, 0.0)) for k in names})
         return out
 
     return compute_score

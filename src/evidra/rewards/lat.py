@@ -86,6 +86,16 @@ class LatReward:
     def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
         return self.score_group([parsed], sample)[0]
 
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        return self.components
+
+    def missing_service(self) -> str | None:
+        """Why this reward cannot score anything as configured, or None."""
+        if "step" in self.components and self.similarity is None:
+            return "LAT's R_step needs a Similarity service: LatReward(similarity=TextOverlapSimilarity())"
+        return None
+
     def score_group(self, group: Sequence[Parsed], sample: Sample) -> list[RewardResult]:
         """Score a group of responses to one sample, with one similarity call for all steps."""
         if "step" in self.components and self.similarity is None:
