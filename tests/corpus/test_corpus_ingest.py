@@ -213,3 +213,18 @@ def test_missing_root_and_bad_dpi_are_rejected(tmp_path: Path) -> None:
 def test_non_recursive_ingest_skips_subfolders(docs: Path, tmp_path: Path) -> None:
     report = ingest(docs, tmp_path / "store", dpi=72, recursive=False)
     assert report.files_seen == 3 and len(report.added) == 5
+
+
+def test_bm25_finds_words_set_with_ligatures_in_an_ingested_pdf(ligature_pdf: bytes, tmp_path: Path) -> None:
+    from evidra.retrieval.engine import build_index
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "spec.pdf").write_bytes(ligature_pdf)
+    (tmp_path / "docs" / "other.pdf").write_bytes(_pdf("memo about the budget"))
+    ingest(tmp_path / "docs", tmp_path / "store", dpi=72)
+    with PageStore.open(tmp_path / "store") as store:
+        pages = store.pages()
+        spec_page = next(p.id for p in pages if "Specification" in p.text)
+        with build_index(pages, tmp_path / "bm25", "bm25") as engine:
+            hits = engine.retriever.search(["specification", "floor", "fine"], k=2)
+    assert [[h.page_id for h in q] for q in hits] == [[spec_page]] * 3

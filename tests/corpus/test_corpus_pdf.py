@@ -30,6 +30,15 @@ def test_group_words_splits_on_spaces_generated_chars_lines_and_gaps() -> None:
     assert words[2][1] == (0.0, -20.0, 10.0, -13.0)
 
 
+def test_group_words_keeps_the_letters_of_one_glyph_together() -> None:
+    # A wide "ffi" glyph: its three letters share box and origin; box to box it jumps back 12 > 0.6 * 7.
+    ffi = [PdfChar(t, (5.0, 0.0, 17.0, 7.0), origin=(5.0, 0.0)) for t in "ffi"]
+    chars = [PdfChar("e", (0.0, 0.0, 5.0, 7.0), origin=(0.0, 0.0)), *ffi, _c("x", 17)]
+    assert group_words(chars) == [("effix", (0.0, 0.0, 22.0, 7.0))]
+    # Without origins (PDFium gave none) the same boxes read as a jump backwards, as before.
+    assert [w for w, _ in group_words([PdfChar(c.text, c.box) for c in chars])] == ["ef", "f", "ix"]
+
+
 def test_group_words_breaks_when_a_line_changes_without_a_separator() -> None:
     words = group_words([_c("x", 100), _c("y", 0, y=-10)])
     assert [w for w, _ in words] == ["x", "y"]
@@ -105,6 +114,20 @@ def test_rotated_pages_put_word_boxes_on_the_ink(rotation: int) -> None:
         inside[int(b.y1) : int(np.ceil(b.y2)) + 1, int(b.x1) : int(np.ceil(b.x2)) + 1] = True
     assert [w.text for w in page.words] == ["ROTATED", "TEXT"]
     assert (ink & ~inside).sum() <= 0.01 * ink.sum()  # all ink lies inside the word boxes
+
+
+def test_ligature_glyphs_come_out_inside_whole_words(ligature_pdf: bytes) -> None:
+    import pypdfium2 as pdfium
+
+    words = ["Specification", "of", "the", "floor", "fine"]
+    with pdfium.PdfDocument(ligature_pdf) as pdf:  # PDFium's own text of the page
+        assert pdf[0].get_textpage().get_text_range().split() == words
+    (page,) = render_pdf(ligature_pdf, 72, "ligatures.pdf")
+    assert [w.text for w in page.words] == words
+    # "Specification" set at x = 20 pt, 24 pt Times-Roman: advance widths (1/1000 em) S 556, p 500,
+    # e 444, c 444, i 278, fi 556, c 444, a 444, t 278, i 278, o 500, n 500 -> 5222 -> 125.33 pt.
+    box = page.words[0].box
+    assert (box.x1, box.x2) == pytest.approx((20.0, 20.0 + 125.33), abs=0.1 * 24)
 
 
 def test_corrupt_pdf_raises_corpus_error_naming_the_file() -> None:

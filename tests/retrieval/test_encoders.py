@@ -137,6 +137,10 @@ def test_bm25_save_load_roundtrip(tmp_path: Path) -> None:
     assert again.search(["alpha"], k=1) == bm25.search(["alpha"], k=1)
     assert again.search(["alpha"], k=1)[0][0].image_path == "x.png"
     assert tokenize("Ünïcode Wörds, 42") == ["ünïcode", "wörds", "42"]
+    # ligature characters (as OCR emits them) and decomposed accents match their plain spelling
+    assert tokenize("\ufb01ne \ufb02oor e\ufb03cient Wo\u0308rds") == ["fine", "floor", "efficient", "wörds"]
+    bm25 = BM25Retriever.build({"ocr": "the speci\ufb01cation of the \ufb02oor", "other": "a fine day"})
+    assert [h.page_id for h in bm25.search(["specification floor"], k=2)[0]] == ["ocr"]
     with pytest.raises(InvalidInputError, match="k1"):
         BM25Params(k1=-1.0)
 

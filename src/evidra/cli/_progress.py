@@ -13,3 +13,28 @@ def advance(bar: Any) -> Callable[[int], None]:
         bar.update(n)
 
     return step
+
+
+class LazyBar:
+    """A ``progress(n)`` callback whose tqdm bar opens at the first step.
+
+    Errors raised before any progress (a model that fails to load) then print alone, in one line.
+    """
+
+    def __init__(self, **tqdm_kwargs: Any) -> None:
+        self._kwargs = tqdm_kwargs
+        self._bar: Any = None
+
+    def __call__(self, n: int) -> None:
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(**self._kwargs)
+        self._bar.update(n)
+
+    def __enter__(self) -> LazyBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from evidra.cli._progress import advance
+from evidra.cli._progress import LazyBar
 
 if TYPE_CHECKING:
     from evidra.retrieval.evaluation import Layout, Qrels
@@ -193,14 +193,13 @@ def _dataset_pages(args: argparse.Namespace) -> list[Page]:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from evidra.retrieval.engine import build_index
+    from evidra.retrieval.engine import build_index, check_encoder_args
 
     qdrant = _qdrant_spec(args)  # option errors first, before any page is read
+    check_encoder_args(args.encoder, args.model)
     pages = _build_pages(args)
     enc_opts, maxsim = _options(args)
-    with tqdm(total=len(pages), unit="page", desc="embedding") as bar:
+    with LazyBar(total=len(pages), unit="page", desc="embedding") as progress:
         engine = build_index(
             pages,
             args.out,
@@ -210,7 +209,7 @@ def run_build(args: argparse.Namespace) -> int:
             maxsim=maxsim,
             ocr=args.ocr,
             qdrant=qdrant,
-            progress=advance(bar),
+            progress=progress,
         )
     with engine:
         print(
@@ -301,6 +300,14 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
+    from evidra.retrieval.evaluation import check_judged
+
+    queries, qrels, source = _read_eval_inputs(args)
+    check_judged(queries, qrels, source)
+    return queries, qrels
+
+
+def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, str]:
     from evidra.errors import InvalidInputError
     from evidra.retrieval.evaluation import benchmark_queries, load_qrels, load_queries
 
@@ -315,15 +322,17 @@ def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
             "questions and gold pages) or --queries with --qrels"
         )
     if args.benchmark is not None:
-        return benchmark_queries(args.benchmark, _layout(args.benchmark, args.benchmark_format))
+        queries, qrels = benchmark_queries(args.benchmark, _layout(args.benchmark, args.benchmark_format))
+        return queries, qrels, f"benchmark {args.benchmark}"
     if args.dataset is not None:
         samples = [s for s in _load_dataset(args) if s.gold_pages]  # unanswerable ones have no qrels
-        return {s.id: s.question for s in samples}, {s.id: dict.fromkeys(s.gold_pages, 1.0) for s in samples}
+        queries = {s.id: s.question for s in samples}
+        return queries, {s.id: dict.fromkeys(s.gold_pages, 1.0) for s in samples}, f"--dataset {args.dataset}"
     if args.queries is None or args.qrels is None:
         raise InvalidInputError(
             "--queries and --qrels go together (or pass --benchmark DIR or --dataset NAME)"
         )
-    return load_queries(args.queries), load_qrels(args.qrels)
+    return load_queries(args.queries), load_qrels(args.qrels), f"{args.queries} and {args.qrels}"
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -13,7 +13,12 @@ visible box ``(left, bottom, right, top)`` (CropBox clipped to MediaBox) and
 Pages with ``/Rotate`` 90, 180 or 270 are handled by ``user_to_pixels`` too (PDFium renders
 them rotated clockwise). PDFium does no layout analysis, so words are built here from its
 characters: a word ends at whitespace, at a character PDFium generated (an inferred space or
-line break), or where the next character jumps backwards, to another line, or far ahead.
+line break), or where the next glyph jumps backwards, to another line, or far ahead.
+
+One glyph can carry several characters: PDFium spells a ligature glyph ("fi", "ffl", U+FB01)
+as its letters, each with the glyph's box and origin. Characters sharing an origin therefore
+always continue the word; judged by their boxes alone, "fi" looks like a jump backwards and
+"specification" would come out as "specif" + "ication".
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class PdfChar:
     text: str
     box: UserBox
     generated: bool = False  # PDFium inserted it (space between runs, line break)
+    origin: tuple[float, float] | None = None  # the glyph's origin; shared by a ligature's letters
 
 
 @dataclass(frozen=True)
@@ -97,35 +103,45 @@ def _breaks_word(prev: UserBox, cur: UserBox) -> bool:
 def group_words(chars: Sequence[PdfChar]) -> list[tuple[str, UserBox]]:
     """Group characters into ``(text, user-space box)`` words, in reading order of the stream.
 
-    >>> c = lambda t, x: PdfChar(t, (x, 0.0, x + 5.0, 7.0))
+    >>> c = lambda t, x: PdfChar(t, (x, 0.0, x + 5.0, 7.0), origin=(x, 0.0))
     >>> group_words([c("a", 0.0), c("b", 5.0), c(" ", 10.0), c("c", 15.0)])
     [('ab', (0.0, 0.0, 10.0, 7.0)), ('c', (15.0, 0.0, 20.0, 7.0))]
+
+    The letters of a ligature glyph share its box and origin, and stay one word:
+
+    >>> fi = PdfChar("f", (5.0, 0.0, 14.0, 7.0), origin=(5.0, 0.0))
+    >>> [w for w, _ in group_words([c("a", 0.0), fi, PdfChar("i", fi.box, origin=fi.origin), c("x", 14.0)])]
+    ['afix']
     """
     words: list[tuple[str, UserBox]] = []
     text: list[str] = []
     box: UserBox | None = None
-    last: UserBox | None = None
+    last: PdfChar | None = None
     for ch in chars:
         if ch.generated or not ch.text or ch.text.isspace() or not ch.text.isprintable():
             if box is not None:
                 words.append(("".join(text), box))
             text, box, last = [], None, None
             continue
-        if box is not None and last is not None and _breaks_word(last, ch.box):
+        same_glyph = last is not None and ch.origin is not None and ch.origin == last.origin
+        if box is not None and last is not None and not same_glyph and _breaks_word(last.box, ch.box):
             words.append(("".join(text), box))
             text, box = [], None
         text.append(ch.text)
         box = ch.box if box is None else _union(box, ch.box)
-        last = ch.box
+        last = ch
     if box is not None:
         words.append(("".join(text), box))
     return words
 
 
 def _read_chars(textpage: object) -> list[PdfChar]:
+    import ctypes
+
     import pypdfium2.raw as pdfium_c
 
     chars = []
+    x, y = ctypes.c_double(), ctypes.c_double()
     count: int = textpage.count_chars()  # type: ignore[attr-defined]
     for i in range(count):
         code = pdfium_c.FPDFText_GetUnicode(textpage, i)
@@ -136,7 +152,9 @@ def _read_chars(textpage: object) -> list[PdfChar]:
         except Exception:  # PDFium has no box for this char: treat it as a break
             chars.append(PdfChar("", (0.0, 0.0, 0.0, 0.0), True))
             continue
-        chars.append(PdfChar(text, (box[0], box[1], box[2], box[3]), generated))
+        has_origin = pdfium_c.FPDFText_GetCharOrigin(textpage, i, x, y)
+        origin = (x.value, y.value) if has_origin else None
+        chars.append(PdfChar(text, (box[0], box[1], box[2], box[3]), generated, origin))
     return chars
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import shlex
 import sqlite3
 import tempfile
 from collections.abc import Iterable
@@ -68,8 +69,8 @@ class PageStore:
         root = Path(path).expanduser().resolve()
         if not (root / DB_NAME).is_file():
             raise CorpusError(
-                f"no page store at {root} (missing {DB_NAME}); create one with "
-                f"`evidra ingest <documents> {path}` or PageStore.create({str(path)!r})"
+                f"no page store at {root} (missing {DB_NAME}); create one with `evidra ingest "
+                f"<documents> --store {shlex.quote(str(path))}` or PageStore.create({str(path)!r})"
             )
         return cls._connect(root)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,17 +78,43 @@ class VLM:
         return next(self.model.parameters()).device
 
 
-def read_model_type(path: str | Path) -> str:
-    """The ``model_type`` of a checkpoint directory, with a clear error if it is not one."""
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """``owner/name`` that is no path here: likely meant as a hub repository id."""
+    return _HUB_ID.fullmatch(text) is not None and not Path(text).exists()
+
+
+def not_a_directory(path: str | Path, kind: str) -> str:
+    """Why ``path`` is no ``kind`` checkpoint when no such directory exists, and the fix.
+
+    >>> print(not_a_directory("org/m", "ColPali retriever"))  # doctest: +NORMALIZE_WHITESPACE
+    'org/m' is not a local directory; evidra loads a ColPali retriever only from disk: if it names a
+    hub repository, download it first (`hf download org/m --local-dir DIR`) and pass DIR
+    """
+    text = str(path)
+    if looks_like_hub_id(text):
+        return (
+            f"{text!r} is not a local directory; evidra loads a {kind} only from disk: if it names a hub "
+            f"repository, download it first (`hf download {text} --local-dir DIR`) and pass DIR"
+        )
+    return f"{text!r} is not a directory; pass a local {kind} checkpoint directory (with config.json)"
+
+
+def read_model_type(path: str | Path, kind: str = "Qwen-VL model") -> str:
+    """The ``model_type`` of a ``kind`` checkpoint directory, with a clear error if it is not one."""
     root = Path(path)
     cfg = root / "config.json"
+    if not str(path).strip():
+        raise ModelLoadError(f"no {kind} checkpoint given; pass a local checkpoint directory")
     if not root.is_dir():
-        raise ModelLoadError(
-            f"model path {str(root)!r} is not a directory; pass a local checkpoint directory "
-            "(evidra never downloads weights; build a tiny one with `evidra.models.tiny.build_tiny`)"
-        )
+        raise ModelLoadError(not_a_directory(path, kind))
     if not cfg.is_file():
-        raise ModelLoadError(f"{str(root)!r} has no config.json; is it a transformers checkpoint directory?")
+        raise ModelLoadError(
+            f"{str(root)!r} has no config.json; pass a local {kind} checkpoint directory "
+            "(transformers format)"
+        )
     try:
         model_type = json.loads(cfg.read_text())["model_type"]
     except (json.JSONDecodeError, KeyError) as exc:
@@ -149,12 +176,15 @@ def load_vlm(
     min_pixels: int | None = None,
     max_pixels: int | None = None,
     attn_implementation: str | None = None,
+    kind: str = "Qwen-VL model",
 ) -> VLM:
     """Load a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (or text-only Qwen2 / Qwen3) checkpoint directory.
 
+    ``kind`` names what the caller wants it as, in errors (e.g. "dse retriever").
+
     >>> vlm = load_vlm("ckpt/Qwen2.5-VL-7B-Instruct", dtype="bfloat16", device="cuda")  # doctest: +SKIP
     """
-    arch = read_model_type(path)
+    arch = read_model_type(path, kind)
     if arch not in SUPPORTED_ARCHS:
         raise ModelLoadError(
             f"{str(path)!r} is a {arch!r} checkpoint; load_vlm supports {', '.join(SUPPORTED_ARCHS)}"
@@ -204,7 +234,7 @@ def load_colqwen2(path: str | Path, *, dtype: str | Any = "float32", device: str
     """Load a ColQwen2 retriever and its processor: ``(model, processor)``."""
     from transformers import ColQwen2ForRetrieval, ColQwen2Processor
 
-    arch = read_model_type(path)
+    arch = read_model_type(path, "ColQwen2 retriever")
     if arch != "colqwen2":
         raise ModelLoadError(f"{str(path)!r} is a {arch!r} checkpoint, not colqwen2")
     try:

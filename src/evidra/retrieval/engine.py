@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from evidra.errors import CorpusError, InvalidInputError
-from evidra.retrieval.base import Encoder, EncoderOptions, Retriever, VectorIndex
+from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, Retriever, VectorIndex
 from evidra.retrieval.encoders import load_encoder
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
 from evidra.retrieval.index.dense import DenseIndex
@@ -56,6 +56,14 @@ class QdrantSpec:
             raise InvalidInputError("a Qdrant index needs exactly one of url (a server) or path (local mode)")
         if self.candidates < 0 or self.pool_factor < 1:
             raise InvalidInputError("Qdrant candidates must be >= 0 and pool_factor >= 1")
+
+    def check_server(self) -> None:
+        """Fail fast when ``url`` names a server that does not answer (local mode: nothing to do)."""
+        if self.url:
+            from evidra.retrieval.index.qdrant import check_server
+
+            key = os.environ.get("QDRANT_API_KEY") or None
+            check_server(self.url, api_key=key, prefer_grpc=self.prefer_grpc)
 
     def connect(self, dim: int, *, create: bool) -> QdrantIndex:
         from evidra.retrieval.index.qdrant import QdrantIndex
@@ -160,6 +168,18 @@ def read_spec(root: str | Path) -> IndexSpec:
         raise CorpusError(f"{path} is malformed ({exc}); rebuild the index") from exc
 
 
+def check_encoder_args(encoder: str, encoder_path: str | Path) -> None:
+    """Refuse an unknown encoder name, or a model encoder without its checkpoint, before any work."""
+    if encoder == "bm25":
+        return
+    ENCODERS.get(encoder)  # raises with the known names and a "did you mean"
+    if not str(encoder_path).strip():
+        raise InvalidInputError(
+            f"encoder {encoder!r} needs its checkpoint: pass --model DIR, a local {encoder} "
+            "checkpoint directory"
+        )
+
+
 def build_index(
     pages: Sequence[Page],
     root: str | Path,
@@ -185,6 +205,9 @@ def build_index(
         )
     if encoder == "bm25" and qdrant is not None:
         raise InvalidInputError("bm25 keeps its own text index; the qdrant backend needs colqwen2 or colpali")
+    check_encoder_args(encoder, encoder_path)
+    if qdrant is not None:
+        qdrant.check_server()  # before the encoder loads
     out.mkdir(parents=True, exist_ok=True)
     if encoder == "bm25":
         spec = IndexSpec("bm25", "", "bm25", ocr)

@@ -42,12 +42,28 @@ _ID_KEYS = ("query-id", "_id", "query_id", "id", "qid")
 _TEXT_KEYS = ("query", "text", "question")
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
+_QUERIES_FORMAT = 'JSONL rows {"_id": ..., "text": ...} or a TSV with the header query-id<TAB>query'
+_QRELS_FORMAT = (
+    'JSONL rows {"query-id": ..., "corpus-id": ..., "score": ...} '
+    "or a TSV with the header query-id<TAB>corpus-id<TAB>score"
+)
+_CORPUS_ID_KEYS = ("corpus-id", "corpus_id", "doc-id", "docid")
+
+
+def _rows(path: Path, expected: str, columns: Sequence[Sequence[str]]) -> list[dict[str, str]]:
+    """The records of a JSONL/TSV/CSV file; a table's header must name one of each of ``columns``."""
     if not path.is_file():
-        raise InvalidInputError(f"{str(path)!r} does not exist; pass a JSONL or TSV file")
+        raise InvalidInputError(f"{str(path)!r} does not exist; pass {expected}")
     if path.suffix in (".tsv", ".csv"):
         with path.open(newline="") as f:
-            return list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
+            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
+            header = reader.fieldnames or []
+            if not all(any(k in header for k in keys) for keys in columns):
+                raise InvalidInputError(
+                    f"{path}: the first line {header!r:.80} is not a header naming the columns; "
+                    f"expected {expected}"
+                )
+            return list(reader)
     rows = []
     for n, line in enumerate(path.read_text().splitlines(), start=1):
         if line.strip():
@@ -70,16 +86,22 @@ def _field(row: Mapping[str, object], keys: Sequence[str], path: Path, what: str
 def load_queries(path: str | Path) -> dict[str, str]:
     """``query id -> text`` from a queries file."""
     p = Path(path)
-    return {_field(r, _ID_KEYS, p, "query id"): _field(r, _TEXT_KEYS, p, "query text") for r in _rows(p)}
+    rows = _rows(p, _QUERIES_FORMAT, (_ID_KEYS, _TEXT_KEYS))
+    if not rows:
+        raise InvalidInputError(f"{p} holds no queries; expected {_QUERIES_FORMAT}")
+    return {_field(r, _ID_KEYS, p, "query id"): _field(r, _TEXT_KEYS, p, "query text") for r in rows}
 
 
 def load_qrels(path: str | Path) -> Qrels:
     """``query id -> {page id: relevance}`` from a qrels file."""
     p = Path(path)
     out: Qrels = {}
-    for row in _rows(p):
+    rows = _rows(p, _QRELS_FORMAT, (_ID_KEYS, _CORPUS_ID_KEYS))
+    if not rows:
+        raise InvalidInputError(f"{p} holds no judgements; expected {_QRELS_FORMAT}")
+    for row in rows:
         qid = _field(row, _ID_KEYS, p, "query id")
-        doc = _field(row, ("corpus-id", "corpus_id", "doc-id", "docid"), p, "corpus id")
+        doc = _field(row, _CORPUS_ID_KEYS, p, "corpus id")
         try:
             score = float(row.get("score", 1))
         except (TypeError, ValueError):
@@ -88,6 +110,23 @@ def load_qrels(path: str | Path) -> Qrels:
             ) from None
         out.setdefault(qid, {})[doc] = score
     return out
+
+
+def check_judged(queries: Mapping[str, str], qrels: Qrels, source: str) -> None:
+    """Raise unless some query has a relevant page in ``qrels``: scores over none would all be 0.
+
+    >>> check_judged({"q1": "who?"}, {"q1": {"p3": 1.0}}, "queries.jsonl and qrels.tsv")
+    """
+    if any(s > 0 for q in queries for s in qrels.get(q, {}).values()):
+        return
+    if not queries or not qrels:
+        raise InvalidInputError(f"{source}: no {'queries' if not queries else 'qrels'} to evaluate")
+    if not any(q in qrels for q in queries):
+        raise InvalidInputError(
+            f"{source}: no query id has qrels (query ids {', '.join(list(queries)[:3])}; qrels query ids "
+            f"{', '.join(list(qrels)[:3])}); both must use the same query ids"
+        )
+    raise InvalidInputError(f"{source}: the qrels judge no page of the queries relevant (every score <= 0)")
 
 
 @dataclass(frozen=True)

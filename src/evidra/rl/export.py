@@ -260,7 +260,15 @@ def resolve_trained_model(path: str | Path) -> str:
             f"{str(root)!r} is a LoRA adapter, not a model; pass the run or checkpoint it came from, "
             "or export a merged model with `evidra export RUN DIR`"
         )
+    if not str(path).strip():
+        raise InvalidInputError(
+            "no model given; pass --model DIR: a model directory, a training run or one of its checkpoints"
+        )
     if not root.exists():
+        from evidra.models.loading import looks_like_hub_id, not_a_directory
+
+        if looks_like_hub_id(str(path)):
+            raise InvalidInputError(not_a_directory(path, "Qwen-VL model"))
         raise InvalidInputError(
             f"--model {str(root)!r} does not exist; pass a model directory (with config.json), a "
             "training run folder or one of its checkpoints"

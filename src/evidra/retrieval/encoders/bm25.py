@@ -8,8 +8,9 @@ Variant: Okapi BM25 with Lucene's non-negative idf (as bm25s ``method="lucene"``
 
 with ``k1 = 1.5`` and ``b = 0.75`` by default. Pages sharing no term with the query score 0
 and are not returned, so a search may give fewer than ``k`` hits. Tokens are lower-cased Unicode word runs
-(``\\w+``); no stemming or stop words, so results do not depend on a language pack. Pages without
-a text layer can be OCR'd first (``evidra.retrieval.ocr``, extra ``evidra[ocr]``).
+(``\\w+``) of the NFKC-normalised text; no stemming or stop words, so results do not depend on a
+language pack. Pages without a text layer can be OCR'd first (``evidra.retrieval.ocr``, extra
+``evidra[ocr]``).
 
 >>> bm25 = BM25Retriever.build({"a": "the red fox", "b": "a blue whale"})
 >>> [h.page_id for h in bm25.search(["red fox"], k=1)[0]]
@@ -23,6 +24,7 @@ import math
 import os
 import re
 import tempfile
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,12 +41,17 @@ FILE_NAME = "bm25.json"
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens.
+    """Lower-cased word tokens of the NFKC-normalised text.
+
+    NFKC spells out ligature characters (U+FB01 "ﬁ" -> "fi"), which OCR engines emit, and
+    composes accents, so a page and a query typed differently still share their words.
 
     >>> tokenize("Orion's budget: 1,987 EUR")
     ['orion', 's', 'budget', '1', '987', 'eur']
+    >>> tokenize("Speci\ufb01cation")
+    ['specification']
     """
-    return _TOKEN.findall(text.lower())
+    return _TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ _CLASSES = {
     "colpali": ("ColPaliForRetrieval", "ColPaliProcessor"),
 }
 
+_TITLES = {"colqwen2": "ColQwen2", "colpali": "ColPali"}
+
 
 class ColVisionEncoder:
     """A ColQwen2 / ColPali retriever: multi-vector pages and queries."""
@@ -46,17 +48,29 @@ class ColVisionEncoder:
         self.options = options
 
     @classmethod
-    def load(cls, path: str | Path, options: EncoderOptions | None = None) -> ColVisionEncoder:
-        """Load a local ColQwen2 or ColPali checkpoint directory (its ``model_type`` decides)."""
+    def load(
+        cls, path: str | Path, options: EncoderOptions | None = None, *, expected: str | None = None
+    ) -> ColVisionEncoder:
+        """Load a local ColQwen2 or ColPali checkpoint directory (its ``model_type`` decides).
+
+        With ``expected`` (the encoder name asked for) a checkpoint of the other family is refused,
+        so an index never records one encoder while holding vectors of another.
+        """
         import transformers
 
         from evidra.models.loading import read_model_type
 
         opts = options or EncoderOptions()
-        arch = read_model_type(path)
-        if arch not in _CLASSES:
+        kind = f"{_TITLES[expected]} retriever" if expected in _TITLES else "ColQwen2 / ColPali retriever"
+        arch = read_model_type(path, kind)
+        if arch not in _CLASSES or (expected is not None and arch != expected):
+            fix = (
+                f"use encoder {arch!r} for it"
+                if arch in _CLASSES
+                else "pass a ColQwen2 or ColPali checkpoint"
+            )
             raise ModelLoadError(
-                f"{str(path)!r} is a {arch!r} checkpoint; the colvision encoder takes {', '.join(_CLASSES)}"
+                f"{str(path)!r} is a {arch!r} checkpoint, not {expected or ' / '.join(_CLASSES)}; {fix}"
             )
         model_cls, proc_cls = (getattr(transformers, n) for n in _CLASSES[arch])
         try:
@@ -92,9 +106,13 @@ class ColVisionEncoder:
         return out
 
 
-def _factory(path: str | Path, options: EncoderOptions | None = None) -> ColVisionEncoder:
-    return ColVisionEncoder.load(path, options)
+def _colqwen2(path: str | Path, options: EncoderOptions | None = None) -> ColVisionEncoder:
+    return ColVisionEncoder.load(path, options, expected="colqwen2")
 
 
-ENCODERS.add("colqwen2", _factory)
-ENCODERS.add("colpali", _factory)
+def _colpali(path: str | Path, options: EncoderOptions | None = None) -> ColVisionEncoder:
+    return ColVisionEncoder.load(path, options, expected="colpali")
+
+
+ENCODERS.add("colqwen2", _colqwen2)
+ENCODERS.add("colpali", _colpali)

@@ -84,9 +84,10 @@ class SingleVectorEncoder:
         from evidra.models.loading import load_vlm
 
         opts = options or EncoderOptions()
-        vlm = load_vlm(path, dtype=opts.dtype, device=opts.device)
+        name = "dse" if pooling == "last" else "visrag"
+        vlm = load_vlm(path, dtype=opts.dtype, device=opts.device, kind=f"Qwen-VL {name} retriever")
         vlm.processor.tokenizer.padding_side = "left"
-        return cls(vlm, pooling=pooling, options=opts, name="dse" if pooling == "last" else "visrag")
+        return cls(vlm, pooling=pooling, options=opts, name=name)
 
     @property
     def dim(self) -> int:

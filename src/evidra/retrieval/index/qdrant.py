@@ -45,6 +45,42 @@ def point_id(page_id: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, page_id))
 
 
+def _reason(exc: BaseException) -> str:
+    """One line saying why a request failed (gRPC errors print a multi-line report)."""
+    details = getattr(exc, "details", None)
+    text = details() if callable(details) else str(exc)
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _collection_exists(client: Any, collection: str, where: str, *, remote: bool) -> bool:
+    """The first request to the server; failing, it names the server and the way out."""
+    try:
+        return bool(client.collection_exists(collection))
+    except Exception as exc:  # httpx, gRPC and HTTP status errors differ; all mean "cannot use it"
+        client.close()
+        if not remote:
+            raise CorpusError(f"cannot open the Qdrant local-mode store at {where}: {_reason(exc)}") from exc
+        raise CorpusError(
+            f"cannot reach a Qdrant server at {where} ({_reason(exc)}); start the server, correct the "
+            "URL (--qdrant-url; API key from $QDRANT_API_KEY), or use local mode with --qdrant-path DIR"
+        ) from exc
+
+
+def check_server(url: str, *, api_key: str | None = None, prefer_grpc: bool = False) -> None:
+    """Raise ``CorpusError`` in one line unless a Qdrant server answers at ``url``.
+
+    Cheap enough to run before an encoder loads, so a wrong URL fails in a second, not a minute.
+    """
+    require("qdrant_client", "qdrant")
+    from qdrant_client import QdrantClient
+
+    # No version check here: it warns from a thread when no server answers; ``connect`` checks it.
+    client = QdrantClient(url=url, api_key=api_key, prefer_grpc=prefer_grpc, check_compatibility=False)
+    _collection_exists(client, "evidra_pages", url, remote=True)
+    client.close()
+
+
 class QdrantIndex:
     """A ``VectorIndex`` stored in a Qdrant collection; see the module docstring."""
 
@@ -95,9 +131,11 @@ class QdrantIndex:
         from qdrant_client import QdrantClient
 
         where = url or path or location or "the default local server"
+        if url is not None:
+            check_server(url, api_key=api_key, prefer_grpc=prefer_grpc)
         client = QdrantClient(url=url, location=location, path=path, api_key=api_key, prefer_grpc=prefer_grpc)
         index = cls(client, collection, dim, pool_factor=pool_factor, candidates=candidates, pooling=pooling)
-        if client.collection_exists(collection):
+        if _collection_exists(client, collection, where, remote=url is not None):
             index._check_existing(where)
         elif create:
             index._create(on_disk)
