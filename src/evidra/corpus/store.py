@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from evidra.errors import CorpusError, InvalidInputError
+from evidra.staging import pid_in_name, process_alive
 from evidra.types import Box, Page, Word
 
 if TYPE_CHECKING:
@@ -336,15 +337,5 @@ class PageStore:
 
 def _writer_alive(name: str) -> bool:
     """Whether the process that staged the file ``.{page_id}.{pid}.{random}.tmp`` still runs."""
-    parts = name.split(".")
-    if len(parts) < 5 or not parts[2].isdigit():
-        return False  # no process id in the name: a leftover of an older evidra
-    if os.name != "posix":
-        return True  # no cheap liveness check (os.kill would end the process): keep it
-    try:
-        os.kill(int(parts[2]), 0)  # signal 0 only checks that the process exists
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    return True
+    pid = pid_in_name(name, 2)
+    return pid is not None and process_alive(pid)  # no pid: a leftover of an older evidra
