@@ -44,10 +44,11 @@ def _deck(rec: Record, root: Path, template: str, out_dir: Path, n: int) -> list
     deck = as_str(rec.require("deck_name"))
     return [
         materialize_page(
-            str(root / template.format(deck=deck, page=p)),
+            template.format(deck=deck, page=p),
             rec,
             page_id=f"{deck}_{p}",
             image_dir=out_dir,
+            base=root,
             source=deck,
             page_number=p,
         )
