@@ -224,3 +224,37 @@ def test_staging_files_of_a_killed_ingest_are_removed_by_the_next(tmp_path: Path
     (docs / "b.pdf").write_bytes(_pdf(2))
     report = ingest(docs, tmp_path / "store", dpi=72)
     assert len(report.added) == 2 and not any(p.exists() for p in leftovers) and live.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is in KiB on Linux only")
+def test_peak_memory_does_not_grow_with_the_page_count(tmp_path: Path) -> None:
+    """Peak RSS of a fresh process ingesting 100 and then 2,000 Letter pages (at 72 dpi)."""
+    script = """
+import resource, sys
+from pathlib import Path
+from evidra.corpus import ingest
+from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
+n, root = int(sys.argv[1]), Path(sys.argv[2])
+pages = []
+for i in range(n):
+    canvas = PdfCanvas(612, 792)
+    canvas.text(72, 700, f"page {i}", 12)
+    pages.append(canvas)
+(root / "docs").mkdir(parents=True)
+(root / "docs" / "long.pdf").write_bytes(write_pdf(pages))
+del pages
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert len(ingest(root / "docs", root / "store", dpi=72).added) == n
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    growth = {}
+    for n in (100, 2000):
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(n), str(tmp_path / str(n))],
+            capture_output=True, text=True, env=env, check=True, timeout=600,
+        )  # fmt: skip
+        growth[n] = int(done.stdout) / 1024  # MB (ru_maxrss is in KiB on Linux)
+    # keeping every page would add ~1.5 MB per page (612 x 792 x 3 bytes): 2.8 GB for 1,900 more
+    assert growth[2000] - growth[100] < 50, growth
