@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -12,19 +14,33 @@ def register(subparsers: Any) -> None:
         help="ingest a folder of PDFs and images into a page store",
         description="Render every PDF page and image under DIR into the page store S, keeping the PDF "
         "text layer with word boxes. Re-ingesting the same content adds nothing; broken or encrypted "
-        "files are skipped with a warning.",
+        "files, and files over the caps, are skipped with a warning.",
     )
     p.add_argument("root", metavar="DIR", help="folder (searched recursively) or single file to ingest")
     p.add_argument("--store", required=True, metavar="S", help="page store directory (created if missing)")
     p.add_argument("--dpi", type=float, default=150.0, help="PDF render resolution (default: 150)")
     p.add_argument("--no-recursive", action="store_true", help="do not descend into sub-folders")
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=DEFAULT_MAX_PIXELS,
+        help=f"pixel cap per page (default: {DEFAULT_MAX_PIXELS}); larger PDF pages are rendered at a "
+        "lower dpi to fit, larger images are skipped",
+    )
+    p.add_argument(
+        "--max-pages",
+        type=int,
+        default=DEFAULT_MAX_PAGES,
+        help=f"page (or image frame) cap per file (default: {DEFAULT_MAX_PAGES}); longer files are skipped",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from evidra.corpus import ingest
+    from evidra.corpus import Limits, ingest
 
-    report = ingest(args.root, args.store, dpi=args.dpi, recursive=not args.no_recursive)
+    limits = Limits(max_pixels=args.max_pixels, max_pages=args.max_pages)
+    report = ingest(args.root, args.store, dpi=args.dpi, recursive=not args.no_recursive, limits=limits)
     print(report.summary())
     for failed in report.failed:
         print(f"  skipped {failed.path}: {failed.reason}")

@@ -2,11 +2,15 @@
 
 evidra serve-index --index idx/ --port 8765 --max-batch 32 --max-wait-ms 5
 curl -s localhost:8765/search -d '{"queries": ["When was Orion founded?"], "k": 5}'
+
+With EVIDRA_INDEX_API_KEY set, /search needs ``Authorization: Bearer $EVIDRA_INDEX_API_KEY``
+(evidra's clients send it from the same variable).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 
@@ -22,6 +26,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--max-wait-ms", type=float, default=5.0, help="how long a request waits for others to batch with"
     )
+    p.add_argument("--max-queries", type=int, default=256, help="queries per request (default: 256)")
+    p.add_argument("--max-query-chars", type=int, default=4096, help="characters per query (default: 4096)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="float32", help="encoder weights: float32 | bfloat16 | float16")
     p.add_argument("--batch-size", type=int, default=32, help="queries per encoder forward pass")
@@ -33,18 +39,25 @@ def run(args: argparse.Namespace) -> int:
 
     from evidra.cli.index import _options
     from evidra.retrieval.engine import open_index
-    from evidra.retrieval.server import SearchService, ServiceOptions
+    from evidra.retrieval.server import API_KEY_ENV, SearchService, ServiceOptions
 
+    options = ServiceOptions(
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        max_queries=args.max_queries,
+        max_query_chars=args.max_query_chars,
+        api_key=os.environ.get(API_KEY_ENV),
+    )
     enc_opts, maxsim = _options(args)
     with open_index(args.index, encoder_path=args.encoder, options=enc_opts, maxsim=maxsim) as engine:
         service = SearchService(
             engine.retriever,
-            ServiceOptions(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms),
+            options,
             n_pages=len(engine.index),
         )
         print(
             f"serving {len(engine.index)} pages of {args.index} on "
-            f"http://{args.host}:{args.port} (Ctrl-C stops)"
+            f"http://{args.host}:{args.port} ({'API key required, ' if options.api_key else ''}Ctrl-C stops)"
         )
         asyncio.run(service.serve_forever(args.host, args.port))
     return 0

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from evidra.corpus.images import IMAGE_SUFFIXES, WordExtractor
-from evidra.corpus.ingest import SUPPORTED_SUFFIXES, FailedFile, IngestReport, ingest
+from evidra.corpus.ingest import SUPPORTED_SUFFIXES, FailedFile, IngestReport, Limits, ingest
 from evidra.corpus.pdf import RenderedPage, render_pdf
 from evidra.corpus.store import PageStore
 
@@ -17,6 +17,7 @@ __all__ = [
     "SUPPORTED_SUFFIXES",
     "FailedFile",
     "IngestReport",
+    "Limits",
     "PageStore",
     "RenderedPage",
     "WordExtractor",

@@ -8,10 +8,11 @@ by default, so image pages are stored with no words unless one is given.
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from evidra.corpus.pdf import RenderedPage
+from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage
 from evidra.errors import CorpusError
 from evidra.types import Word
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp"})
+_UNREADABLE = (OSError, ValueError, SyntaxError)  # PIL's UnidentifiedImageError is an OSError
 
 
 class WordExtractor(Protocol):
@@ -27,19 +29,64 @@ class WordExtractor(Protocol):
     def __call__(self, image: PILImage) -> Sequence[Word]: ...
 
 
-def render_image(data: bytes, name: str = "<image>") -> Iterator[RenderedPage]:
+def render_image(
+    data: bytes,
+    name: str = "<image>",
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> Iterator[RenderedPage]:
     """Yield the frames of an image file as RGB pages (one for most formats, several for TIFF).
 
-    Raises ``CorpusError`` naming ``name`` if the bytes are not a decodable image.
+    Frames are decoded one at a time, each only after its size was checked against
+    ``max_pixels``; a file with more than ``max_pages`` frames is refused before any is decoded.
+    Raises ``CorpusError`` naming ``name`` if the bytes are not a decodable image or break a cap
+    (possibly after some frames were yielded).
     """
-    from PIL import Image, ImageSequence, UnidentifiedImageError
+    from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            frames = [frame.convert("RGB") for frame in ImageSequence.Iterator(im)]
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        with warnings.catch_warnings():
+            # the pixel cap below is the check; PIL's own warning would only repeat it
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:
+        raise CorpusError(f"{name} is over the cap of {max_pixels} pixels per page ({exc})") from None
+    except _UNREADABLE as exc:
         raise CorpusError(f"{name} is not a readable image ({type(exc).__name__}: {exc})") from exc
-    if not frames or frames[0].width <= 0 or frames[0].height <= 0:
-        raise CorpusError(f"{name} is an empty image")
-    for number, frame in enumerate(frames, start=1):
-        yield RenderedPage(number, frame, ())
+    with im:
+        frames = int(getattr(im, "n_frames", 1))
+        if frames > max_pages:
+            raise CorpusError(
+                f"{name} has {frames} frames, over the cap of {max_pages} pages per file; "
+                f"split it or raise the cap (--max-pages {frames})"
+            )
+        for index in range(frames):
+            yield RenderedPage(index + 1, _frame(im, index, name, max_pixels), ())
+
+
+def _frame(im: PILImage, index: int, name: str, max_pixels: int) -> PILImage:
+    """Decode frame ``index`` of ``im`` as RGB, refusing it before decoding if it is too large."""
+    from PIL import Image
+
+    try:
+        im.seek(index)
+        width, height = im.size
+        if width <= 0 or height <= 0:
+            raise CorpusError(f"{name} is an empty image")
+        if width * height > max_pixels:
+            where = f"frame {index + 1} of {name}" if index else name
+            raise CorpusError(
+                f"{where} is {width}x{height} = {width * height / 1e6:.0f} Mpx, over the cap of "
+                f"{max_pixels / 1e6:g} Mpx per page; downscale it or raise the cap "
+                f"(--max-pixels {width * height})"
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            return im.convert("RGB")
+    except CorpusError:
+        raise
+    except MemoryError:
+        raise CorpusError(f"{name}: frame {index + 1} ran out of memory while decoding") from None
+    except (*_UNREADABLE, EOFError) as exc:
+        raise CorpusError(f"{name} is not a readable image ({type(exc).__name__}: {exc})") from exc

@@ -9,6 +9,10 @@ Changing the DPI therefore does not re-render stored files: use a new store for 
 Only files under ``root`` are read: a symlink resolving outside it is refused with a warning,
 as is anything unreadable; hidden files and folders (names starting with ".") and the store's
 own directory are not scanned. One bad file never stops the run; the report lists it.
+
+Memory stays bounded whatever the input: pages are rendered and written one at a time, a page
+is capped at ``Limits.max_pixels`` (PDF pages are rendered at a lower dpi to fit, images over it
+are refused before decoding) and a file at ``Limits.max_pages`` pages or frames.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidra.corpus.images import IMAGE_SUFFIXES, WordExtractor, render_image
-from evidra.corpus.pdf import RenderedPage, render_pdf
+from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage, render_pdf
 from evidra.corpus.store import PageStore
 from evidra.errors import EvidraError, InvalidInputError
 from evidra.types import content_hash, make_page_id
@@ -108,20 +112,34 @@ def _collect(real: Path, recursive: bool, store_root: Path) -> tuple[Path, list[
     return real, files, refused
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what one file may make ingest render; a file over a cap is skipped and named."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS  # per page; PDF pages are rendered at a lower dpi to fit
+    max_pages: int = DEFAULT_MAX_PAGES  # per file (PDF pages or image frames)
+
+    def __post_init__(self) -> None:
+        if self.max_pixels < 1 or self.max_pages < 1:
+            raise InvalidInputError(
+                f"max_pixels and max_pages must be positive, got {self.max_pixels} and {self.max_pages}"
+            )
+
+
 def _with_ocr(page: RenderedPage, ocr: WordExtractor | None) -> RenderedPage:
     if ocr is None or page.words:
         return page
-    return RenderedPage(page.page_number, page.image, tuple(ocr(page.image)))
+    return RenderedPage(page.page_number, page.image, tuple(ocr(page.image)), page.dpi)
 
 
-def _render(path: Path, data: bytes, source: str, dpi: float) -> Iterator[RenderedPage]:
+def _render(path: Path, data: bytes, source: str, dpi: float, limits: Limits) -> Iterator[RenderedPage]:
     if path.suffix.lower() in PDF_SUFFIXES:
-        return render_pdf(data, dpi, source)
-    return render_image(data, source)
+        return render_pdf(data, dpi, source, max_pixels=limits.max_pixels, max_pages=limits.max_pages)
+    return render_image(data, source, max_pixels=limits.max_pixels, max_pages=limits.max_pages)
 
 
 def _ingest_file(
-    store: PageStore, path: Path, source: str, dpi: float, ocr: WordExtractor | None
+    store: PageStore, path: Path, source: str, dpi: float, ocr: WordExtractor | None, limits: Limits
 ) -> tuple[list[str], bool]:
     """Store one file; returns its page ids and whether they were newly added."""
     data = path.read_bytes()
@@ -132,10 +150,17 @@ def _ingest_file(
             store.record_source(source, file_hash)
         return existing, False
     pages = (
-        (make_page_id(file_hash, r.page_number), _with_ocr(r, ocr)) for r in _render(path, data, source, dpi)
+        (make_page_id(file_hash, r.page_number), _with_ocr(r, ocr))
+        for r in _render(path, data, source, dpi, limits)
     )
     is_pdf = path.suffix.lower() in PDF_SUFFIXES
     return store.write_file(source, file_hash, pages, dpi if is_pdf else None), True
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, MemoryError):
+        return "ran out of memory; lower --max-pixels or --dpi, or ingest it on a larger machine"
+    return str(exc) if isinstance(exc, EvidraError) else f"{type(exc).__name__}: {exc}"
 
 
 def ingest(
@@ -145,13 +170,16 @@ def ingest(
     dpi: float = 150,
     recursive: bool = True,
     ocr: WordExtractor | None = None,
+    limits: Limits | None = None,
 ) -> IngestReport:
     """Ingest every PDF and image under ``root`` into ``store`` (a store or a path to create one).
 
     ``ocr``, if given, supplies words for pages without a text layer (images, scanned PDFs).
     ``root`` may also be a single file. Raises ``InvalidInputError`` if ``root`` does not exist;
-    per-file problems are logged as warnings and listed in ``IngestReport.failed``.
+    per-file problems (unreadable, over a cap of ``limits``, out of memory) are logged as
+    warnings and listed in ``IngestReport.failed``, and the run goes on with the next file.
     """
+    limits = limits or Limits()
     start = time.perf_counter()
     given = Path(root).expanduser()
     if not given.exists():
@@ -162,6 +190,7 @@ def ingest(
         raise InvalidInputError(f"dpi must be positive, got {dpi}")
     owned = not isinstance(store, PageStore)
     page_store = PageStore.create(store) if not isinstance(store, PageStore) else store
+    page_store.clean_staging()
     real = given.resolve()
     base, files, refused = _collect(real, recursive, page_store.root)
     for item in refused:
@@ -173,10 +202,11 @@ def ingest(
         for path in files:
             source = path.relative_to(base).as_posix()
             try:
-                ids, new = _ingest_file(page_store, path, source, dpi, ocr)
-            except (EvidraError, OSError, ValueError, RuntimeError) as exc:
-                logger.warning("skipping %s: %s", source, exc)
-                failed.append(FailedFile(source, str(exc)))
+                ids, new = _ingest_file(page_store, path, source, dpi, ocr, limits)
+            except Exception as exc:  # any bad file (MemoryError included) is skipped, never fatal
+                reason = _reason(exc)
+                logger.warning("skipping %s: %s", source, reason)
+                failed.append(FailedFile(source, reason))
                 continue
             (added if new else skipped).extend(ids)
     finally:

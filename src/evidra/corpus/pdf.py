@@ -24,6 +24,7 @@ always continue the word; judged by their boxes alone, "fi" looks like a jump ba
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -62,13 +63,22 @@ class PageGeometry:
     scale: float  # pixels per point, dpi / 72
 
 
+DEFAULT_MAX_PIXELS = 50_000_000  # a Letter page at 150 dpi is 2.1 Mpx; A0 at 150 dpi is 27 Mpx
+DEFAULT_MAX_PAGES = 10_000
+
+
 @dataclass(frozen=True)
 class RenderedPage:
-    """One rendered page: 1-based number, RGB image, words in page pixels."""
+    """One rendered page: 1-based number, RGB image, words in page pixels.
+
+    ``dpi`` is set when a PDF page was rendered at another resolution than asked for (to fit the
+    pixel cap); ``None`` means the file's resolution (or none, for images).
+    """
 
     page_number: int
     image: PILImage
     words: tuple[Word, ...]
+    dpi: float | None = None
 
 
 def user_to_pixels(box: UserBox, geo: PageGeometry) -> Box:
@@ -193,31 +203,80 @@ def _open(data: bytes, name: str) -> object:
         raise CorpusError(f"{name} is not a readable PDF ({exc})") from exc
 
 
-def render_pdf(data: bytes, dpi: float, name: str = "<pdf>") -> Iterator[RenderedPage]:
-    """Yield every page of the PDF in ``data`` rendered at ``dpi``, with its words.
+def capped_scale(width_pt: float, height_pt: float, scale: float, max_pixels: int) -> float:
+    """``scale`` (pixels per point), lowered if needed so the render has at most ``max_pixels``.
 
-    Raises ``CorpusError`` (naming ``name``) for a corrupt or encrypted file; it may do so
-    after some pages were yielded, so callers that need all-or-nothing must buffer.
+    PDFium rounds each side up, so the lowered scale leaves room for one extra pixel per side.
+
+    >>> capped_scale(612, 792, 150 / 72, 50_000_000)  # a Letter page at 150 dpi fits
+    2.0833333333333335
+    >>> round(capped_scale(14_400, 14_400, 150 / 72, 50_000_000) * 14_400)  # 30000 px -> 7070
+    7070
+    """
+    width, height = max(width_pt, 1e-6), max(height_pt, 1e-6)
+    if math.ceil(width * scale) * math.ceil(height * scale) <= max_pixels:
+        return scale
+    fit = math.sqrt(max_pixels / (width * height))
+    while fit > 0 and math.ceil(width * fit) * math.ceil(height * fit) > max_pixels:
+        fit *= 0.9999
+    return fit
+
+
+def render_pdf(
+    data: bytes,
+    dpi: float,
+    name: str = "<pdf>",
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> Iterator[RenderedPage]:
+    """Yield the pages of the PDF in ``data`` one at a time, rendered at ``dpi``, with their words.
+
+    A page that would exceed ``max_pixels`` at ``dpi`` is rendered at the highest resolution
+    that fits (its ``RenderedPage.dpi`` says which, and a warning is logged). Raises
+    ``CorpusError`` (naming ``name``) for a corrupt or encrypted file or one with more than
+    ``max_pages`` pages; it may do so after some pages were yielded, so callers that need
+    all-or-nothing must stage what they write.
     """
     if dpi <= 0:
         raise CorpusError(f"dpi must be positive, got {dpi}")
     pdf = _open(data, name)
-    scale = dpi / POINTS_PER_INCH
     try:
-        for index in range(len(pdf)):  # type: ignore[arg-type]
-            page = pdf[index]  # type: ignore[index]
-            try:
-                rotation = int(page.get_rotation())
-                left, bottom, right, top = page.get_bbox()
-                geo = PageGeometry(left, bottom, right, top, rotation, scale)
-                image = page.render(scale=scale).to_pil().convert("RGB")
-                words = page_words(page, geo, image.width, image.height)
-            except CorpusError:
-                raise
-            except Exception as exc:  # PDFium failure on one page fails the file
-                raise CorpusError(f"{name}: page {index + 1} could not be rendered ({exc})") from exc
-            finally:
-                page.close()
-            yield RenderedPage(index + 1, image, words)
+        count = len(pdf)  # type: ignore[arg-type]
+        if count > max_pages:
+            raise CorpusError(
+                f"{name} has {count} pages, over the cap of {max_pages} pages per file; "
+                f"split it or raise the cap (--max-pages {count})"
+            )
+        for index in range(count):
+            yield _render_page(pdf, index, dpi, name, max_pixels)
     finally:
         pdf.close()  # type: ignore[attr-defined]
+
+
+def _render_page(pdf: object, index: int, dpi: float, name: str, max_pixels: int) -> RenderedPage:
+    page = pdf[index]  # type: ignore[index]
+    try:
+        width_pt, height_pt = page.get_size()
+        scale = capped_scale(width_pt, height_pt, dpi / POINTS_PER_INCH, max_pixels)
+        page_dpi = None
+        if scale < dpi / POINTS_PER_INCH:
+            page_dpi = scale * POINTS_PER_INCH
+            logger.warning(
+                "%s: page %d is %.0f x %.0f pt; rendered at %.1f dpi instead of %g to stay under "
+                "the cap of %d pixels per page",
+                name, index + 1, width_pt, height_pt, page_dpi, dpi, max_pixels,
+            )  # fmt: skip
+        left, bottom, right, top = page.get_bbox()
+        geo = PageGeometry(left, bottom, right, top, int(page.get_rotation()), scale)
+        image = page.render(scale=scale).to_pil().convert("RGB")
+        words = page_words(page, geo, image.width, image.height)
+    except CorpusError:
+        raise
+    except MemoryError:
+        raise CorpusError(f"{name}: page {index + 1} ran out of memory while rendering") from None
+    except Exception as exc:  # PDFium failure on one page fails the file
+        raise CorpusError(f"{name}: page {index + 1} could not be rendered ({exc})") from exc
+    finally:
+        page.close()
+    return RenderedPage(index + 1, image, words, page_dpi)

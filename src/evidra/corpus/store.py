@@ -14,14 +14,17 @@ identical copy under another name is recorded there as a second source of the sa
 while pages, words and PNGs exist once. ``Page.source`` is the first path (in ingest order,
 which is sorted) that held the content; ``sources_of(page_id)`` lists them all.
 
-Writes are per file and all-or-nothing: PNGs go to temporary names, are renamed once every
-page rendered, and the SQLite rows are committed only after the images exist.
+Writes are per file and all-or-nothing: PNGs go to staging names (``.{page_id}.{pid}.*.tmp``)
+one page at a time, are renamed once every page rendered, and the SQLite rows are committed
+only after the images exist. Staging files of a killed ingest are removed by the next one
+(``clean_staging``).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import shlex
 import sqlite3
@@ -32,14 +35,18 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from evidra.errors import CorpusError, InvalidInputError
+from evidra.staging import pid_in_name, process_alive
 from evidra.types import Box, Page, Word
 
 if TYPE_CHECKING:
     from evidra.corpus.pdf import RenderedPage
 
+logger = logging.getLogger(__name__)
+
 SCHEMA_VERSION = "1"
 DB_NAME = "store.sqlite"
 PAGES_DIR = "pages"
+STAGING_SUFFIX = ".tmp"
 PNG_COMPRESS_LEVEL = 3  # level 6 (PIL's default) doubles save time for ~5% smaller files
 
 _SCHEMA = """
@@ -231,31 +238,45 @@ class PageStore:
     ) -> list[str]:
         """Store every ``(page_id, rendered page)`` of one source file, all or nothing.
 
-        Returns the page ids written. On any exception no row is committed and no PNG of
-        this call is left behind.
+        Pages are consumed one at a time: each PNG is written under a staging name and its rows
+        go into an open transaction before the next page is rendered, so memory does not grow
+        with the page count. Returns the page ids written. On any exception no row is committed
+        and no PNG of this call is left behind.
         """
         pages_dir = self.root / PAGES_DIR
-        staged: list[tuple[str, Path, RenderedPage]] = []
+        old = self.hash_of_source(source)
+        staged: list[tuple[str, Path]] = []
         final: list[Path] = []
         try:
             for page_id, rendered in pages:
-                staged.append((page_id, self._stage(rendered, page_id), rendered))
-            for page_id, staged_path, _ in staged:
+                staged.append((page_id, self._stage(rendered, page_id)))
+                self._insert_page(source, file_hash, page_id, rendered, dpi)
+            for page_id, staged_path in staged:
                 target = pages_dir / f"{page_id}.png"
                 os.replace(staged_path, target)
                 final.append(target)
-            self._insert(source, file_hash, [(pid, r) for pid, _, r in staged], dpi)
+            self._conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?)", (source, file_hash))
+            self._conn.commit()
         except BaseException:
-            for _, staged_path, _ in staged:
+            self._conn.rollback()
+            for _, staged_path in staged:
                 staged_path.unlink(missing_ok=True)
             for target in final:
                 target.unlink(missing_ok=True)
             raise
-        return [pid for pid, _, _ in staged]
+        if old is not None and old != file_hash:
+            self._release(old)
+        return [pid for pid, _ in staged]
 
     def _stage(self, rendered: RenderedPage, page_id: str) -> Path:
-        """Write a page's PNG under a temporary name in ``pages/``; removed again on failure."""
-        fd, name = tempfile.mkstemp(prefix=f".{page_id}.", suffix=".tmp", dir=self.root / PAGES_DIR)
+        """Write a page's PNG under a staging name in ``pages/``; removed again on failure.
+
+        The name carries this process's id so ``clean_staging`` can tell a killed ingest's
+        leftovers from files another live ingest is still writing.
+        """
+        fd, name = tempfile.mkstemp(
+            prefix=f".{page_id}.{os.getpid()}.", suffix=STAGING_SUFFIX, dir=self.root / PAGES_DIR
+        )
         path = Path(name)
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -265,25 +286,35 @@ class PageStore:
             raise
         return path
 
-    def _insert(
-        self, source: str, file_hash: str, pages: list[tuple[str, RenderedPage]], dpi: float | None
+    def clean_staging(self) -> int:
+        """Delete staging PNGs left by ingests that were killed; returns how many were removed.
+
+        Files staged by a process that is still running are kept.
+        """
+        removed = 0
+        for path in (self.root / PAGES_DIR).glob(f".*{STAGING_SUFFIX}"):
+            if _writer_alive(path.name):
+                continue
+            path.unlink(missing_ok=True)
+            removed += 1
+        if removed:
+            logger.info("removed %d staging files of an interrupted ingest from %s", removed, self.root)
+        return removed
+
+    def _insert_page(
+        self, source: str, file_hash: str, page_id: str, r: RenderedPage, dpi: float | None
     ) -> None:
-        old = self.hash_of_source(source)
-        with self._conn:  # one transaction per file
-            for page_id, r in pages:
-                self._conn.execute("DELETE FROM words WHERE page_id = ?", (page_id,))
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (page_id, f"{PAGES_DIR}/{page_id}.png", r.image.width, r.image.height, source,
-                     r.page_number, dpi, file_hash),
-                )  # fmt: skip
-                self._conn.executemany(
-                    "INSERT INTO words VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(page_id, i, w.text, *w.box.as_tuple()) for i, w in enumerate(r.words)],
-                )
-            self._conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?)", (source, file_hash))
-        if old is not None and old != file_hash:
-            self._release(old)
+        """Add one page's rows to the open transaction (committed by ``write_file``)."""
+        self._conn.execute("DELETE FROM words WHERE page_id = ?", (page_id,))
+        self._conn.execute(
+            "INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (page_id, f"{PAGES_DIR}/{page_id}.png", r.image.width, r.image.height, source,
+             r.page_number, r.dpi if r.dpi is not None else dpi, file_hash),
+        )  # fmt: skip
+        self._conn.executemany(
+            "INSERT INTO words VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(page_id, i, w.text, *w.box.as_tuple()) for i, w in enumerate(r.words)],
+        )
 
     def _release(self, file_hash: str) -> None:
         """A source stopped pointing at ``file_hash``: re-home or delete its pages."""
@@ -303,3 +334,9 @@ class PageStore:
 
     def __repr__(self) -> str:
         return f"PageStore({str(self.root)!r}, pages={len(self)})"
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process that staged the file ``.{page_id}.{pid}.{random}.tmp`` still runs."""
+    pid = pid_in_name(name, 2)
+    return pid is not None and process_alive(pid)  # no pid: a leftover of an older evidra

@@ -13,11 +13,14 @@ manifest records where, never the API key (read from ``$QDRANT_API_KEY`` on ever
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,6 +31,7 @@ from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
 from evidra.retrieval.index.dense import DenseIndex
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 from evidra.retrieval.ocr import page_text
+from evidra.staging import pid_in_name, process_alive
 from evidra.types import Page
 
 if TYPE_CHECKING:
@@ -195,24 +199,64 @@ def build_index(
 ) -> Engine:
     """Create an index directory at ``root`` holding ``pages`` embedded by ``encoder``.
 
+    The index is built in a staging folder beside ``root`` (``.{name}.building.{pid}.*``) and
+    moved to ``root`` once complete, its manifest last, so a failed or killed build leaves no
+    index-looking ``root`` to block the next one; the next build removes staging folders of
+    builds that no longer run. ``root`` may be missing or a folder that holds no index.
+
     With ``qdrant`` the vectors go to that Qdrant collection (which must be new or empty) instead
     of the directory's own exact store; the encoder must be multi-vector.
     """
-    out = Path(root)
+    out = Path(root).expanduser().absolute()
     if (out / MANIFEST).exists():
         raise InvalidInputError(
-            f"an index already exists at {str(out)!r}; use `evidra index add` or another path"
+            f"an index already exists at {str(root)!r}; use `evidra index add` or another path"
         )
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"{str(root)!r} exists and is not a folder; pick another path for the index")
     if encoder == "bm25" and qdrant is not None:
         raise InvalidInputError("bm25 keeps its own text index; the qdrant backend needs colqwen2 or colpali")
     check_encoder_args(encoder, encoder_path)
     if qdrant is not None:
         qdrant.check_server()  # before the encoder loads
-    out.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds(out)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building.{os.getpid()}.", dir=out.parent))
+    try:
+        spec, enc = _build_into(staging, out, pages, encoder, encoder_path, options, maxsim, ocr, bm25,
+                                qdrant, progress)  # fmt: skip
+        _publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("built %s index of %d pages at %s", spec.backend, len(pages), out)
+    if spec.backend == "bm25":
+        retriever = BM25Retriever.load(out)
+        return Engine(out, spec, None, retriever, retriever)
+    assert enc is not None
+    index = _open_store(out, spec, maxsim)
+    return Engine(out, spec, enc, index, _joined(enc, index))
+
+
+def _build_into(
+    staging: Path,
+    out: Path,
+    pages: Sequence[Page],
+    encoder: str,
+    encoder_path: str | Path,
+    options: EncoderOptions | None,
+    maxsim: MaxSimOptions | None,
+    ocr: bool,
+    bm25: BM25Params | None,
+    qdrant: QdrantSpec | None,
+    progress: Progress | None,
+) -> tuple[IndexSpec, Encoder | None]:
+    """Build the complete index for ``out`` in ``staging`` and close it; returns its spec and encoder."""
     if encoder == "bm25":
         spec = IndexSpec("bm25", "", "bm25", ocr)
         retriever = BM25Retriever.build({}, bm25 or BM25Params())
-        engine = Engine(out, spec, None, retriever, retriever)
+        engine = Engine(staging, spec, None, retriever, retriever)
+        enc = None
     else:
         enc = load_encoder(encoder, encoder_path, options)
         backend = _backend(enc)
@@ -230,16 +274,51 @@ def build_index(
             qdrant=qdrant,
             dim=dim,
         )
-        index = _create_store(out, spec, maxsim)
-        engine = Engine(out, spec, enc, index, _joined(enc, index))
+        index = _create_store(staging, _staged(spec, out, staging), maxsim)
+        engine = Engine(staging, spec, enc, index, _joined(enc, index))
     try:
         engine.add(pages, progress=progress)
-    except BaseException:
-        engine.close()  # release files and locks; the directory has no manifest, so no "index"
-        raise
-    _write_manifest(out, spec)  # last: a crash mid-build leaves no half-built "index"
-    logger.info("built %s index of %d pages at %s", spec.backend, len(pages), out)
-    return engine
+    finally:
+        engine.close()  # release files and locks before the folder is renamed (or removed)
+    _write_manifest(staging, spec)
+    return spec, enc
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Move the finished index in ``staging`` to ``out``, its manifest last.
+
+    A missing ``out`` is one rename. Into an existing folder (one with inline images, say) each
+    entry moves on its own, replacing an entry of the same name: ``out`` has no manifest, so such
+    an entry can only be the leftover of a build interrupted while publishing.
+    """
+    if not out.exists():
+        os.rename(staging, out)
+        return
+    for entry in sorted(staging.iterdir(), key=lambda p: p.name == MANIFEST):
+        target = out / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    staging.rmdir()
+
+
+def _staged(spec: IndexSpec, out: Path, staging: Path) -> IndexSpec:
+    """``spec`` with a Qdrant local-mode folder inside ``out`` moved into ``staging`` for the build."""
+    if spec.qdrant is None or not spec.qdrant.path:
+        return spec
+    local = Path(spec.qdrant.path)
+    if not local.is_relative_to(out):
+        return spec
+    return replace(spec, qdrant=replace(spec.qdrant, path=str(staging / local.relative_to(out))))
+
+
+def _remove_stale_builds(out: Path) -> None:
+    """Remove staging folders of earlier builds of ``out`` whose process no longer runs."""
+    for path in out.parent.glob(f".{glob.escape(out.name)}.building.*"):
+        pid = pid_in_name(path.name[len(out.name) + 1 :], 2)
+        if path.is_dir() and (pid is None or not process_alive(pid)):
+            logger.info("removing %s, left by an interrupted index build", path)
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def open_index(

@@ -7,10 +7,15 @@ Endpoints (JSON in, JSON out)::
                   -> {"results": [[{"page_id": ..., "score": ..., "image_path": ...}, ...]]}
 
 Requests arriving within ``max_wait_ms`` of each other are gathered, up to ``max_batch`` queries,
-into one ``retriever.search`` call (batched MaxSim is 2-6x cheaper per query);
-searches run one at a time on a worker thread so the event loop keeps accepting requests.
-Malformed requests get a 4xx with a message. HTTP/1.1 keep-alive is supported; chunked request
-bodies are not (clients send Content-Length).
+into one ``retriever.search`` call (batched MaxSim is 2-6x cheaper per query); searches run one
+at a time on a worker thread so the event loop keeps accepting requests. A request holds the
+worker for at most ``max_batch`` queries at a time: larger ones are searched in slices, and the
+slices of a client that disconnected are dropped, so one large request cannot starve the others.
+
+Hostile clients get a 4xx with a one-line message (see ``evidra.retrieval.http``); an internal
+failure answers 500 without its exception text (it goes to the log). With ``api_key`` set,
+/search needs ``Authorization: Bearer <key>`` (/health stays open for probes). HTTP/1.1
+keep-alive is supported; chunked request bodies are not (clients send Content-Length).
 
 >>> with SearchService(retriever).running() as url:            # doctest: +SKIP
 ...     SearchClient(url).search(["When was Orion founded?"], k=5)
@@ -19,31 +24,36 @@ bodies are not (clients send Content-Length).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import json
+import hmac
+import ipaddress
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import Hit, Retriever
+from evidra.retrieval.http import (
+    MAX_BODY,
+    MAX_HEADERS,
+    HttpError,
+    Request,
+    SearchLimits,
+    parse_search,
+    read_request,
+    response,
+)
+
+__all__ = ["MAX_BODY", "MAX_HEADERS", "HttpError", "SearchService", "ServiceOptions", "hits_from_json"]
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY = 1 << 20
-MAX_HEADERS = 64
-
-
-class HttpError(Exception):
-    """An error answered with ``status`` and a JSON ``{"error": message}`` body."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+API_KEY_ENV = "EVIDRA_INDEX_API_KEY"  # read by the CLI and the clients, never by SearchService
+BATCH_RECORD = 1000  # retriever calls remembered in SearchService.batches
 
 
 @dataclass(frozen=True)
@@ -52,10 +62,21 @@ class ServiceOptions:
     max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
     max_k: int = 100
     idle_timeout_s: float = 30.0  # keep-alive connections idle this long are closed
+    max_queries: int = 256  # queries per request (413 above)
+    max_query_chars: int = 4096  # characters per query (413 above)
+    api_key: str | None = field(default=None, repr=False)  # required as a Bearer token when set
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_k < 1:
             raise InvalidInputError("ServiceOptions needs max_batch >= 1, max_wait_ms >= 0, max_k >= 1")
+        if self.max_queries < 1 or self.max_query_chars < 1:
+            raise InvalidInputError("ServiceOptions needs max_queries >= 1 and max_query_chars >= 1")
+        if self.api_key is not None and not self.api_key.strip():
+            raise InvalidInputError(f"the API key is empty; set {API_KEY_ENV} to a secret or leave it unset")
+
+    @property
+    def limits(self) -> SearchLimits:
+        return SearchLimits(self.max_k, self.max_queries, self.max_query_chars)
 
 
 @dataclass
@@ -64,42 +85,29 @@ class _Pending:
     k: int
     exclude: list[list[str]]
     future: asyncio.Future[list[list[Hit]]] = field(repr=False)
+    hits: list[list[Hit]] = field(default_factory=list, repr=False)  # slices searched so far
+
+    @property
+    def remaining(self) -> int:
+        return len(self.queries) - len(self.hits)
 
 
-@dataclass(frozen=True)
-class _Request:
-    method: str
-    path: str
-    body: bytes
-    keep_alive: bool
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the service on this machine.
 
-
-def parse_search(body: bytes, max_k: int) -> tuple[list[str], int, list[list[str]]]:
-    """Validate a /search body; raises ``HttpError(400)`` naming the bad field."""
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0"), is_loopback("::1")
+    (True, True, False, True)
+    """
+    if host == "localhost":
+        return True
     try:
-        data = json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HttpError(400, f"body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise HttpError(400, 'body must be a JSON object like {"queries": ["..."], "k": 5}')
-    queries = data.get("queries", [data["query"]] if "query" in data else None)
-    if (
-        not isinstance(queries, list)
-        or not queries
-        or not all(isinstance(q, str) and q.strip() for q in queries)
-    ):
-        raise HttpError(400, '"queries" must be a non-empty list of non-empty strings')
-    k = data.get("k", 10)
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
-        raise HttpError(400, f'"k" must be an integer in 1..{max_k}, got {k!r}')
-    exclude = data.get("exclude") or [[] for _ in queries]
-    if (
-        not isinstance(exclude, list)
-        or len(exclude) != len(queries)
-        or not all(isinstance(e, list) and all(isinstance(p, str) for p in e) for e in exclude)
-    ):
-        raise HttpError(400, '"exclude" must be a list with one list of page ids per query')
-    return queries, k, exclude
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _ClientGone(Exception):
+    """The client closed its connection before its answer was ready."""
 
 
 class SearchService:
@@ -113,7 +121,8 @@ class SearchService:
         self.n_pages = n_pages
         self._queue: asyncio.Queue[_Pending] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evidra-search")
-        self.batches: list[int] = []  # queries per retriever call, for stats and tests
+        # queries per retriever call, for stats and tests; the newest BATCH_RECORD only
+        self.batches: collections.deque[int] = collections.deque(maxlen=BATCH_RECORD)
         self._connections: set[asyncio.Task[None]] = set()  # open connection handlers
 
     # -- batching -------------------------------------------------------------------------------
@@ -124,62 +133,100 @@ class SearchService:
         while True:
             batch = [await self._queue.get()]
             deadline = loop.time() + self.options.max_wait_ms / 1000
-            size = len(batch[0].queries)
+            size = batch[0].remaining
             while size < self.options.max_batch:
                 try:
                     item = await asyncio.wait_for(self._queue.get(), max(0.0, deadline - loop.time()))
                 except TimeoutError:
                     break
                 batch.append(item)
-                size += len(item.queries)
+                size += item.remaining
             await self._run(batch)
 
     async def _run(self, batch: list[_Pending]) -> None:
-        loop = asyncio.get_running_loop()
-        for k in sorted({p.k for p in batch}):  # one call per k: results equal a direct search(k=k)
-            group = [p for p in batch if p.k == k]
-            queries = [q for p in group for q in p.queries]
-            exclude = [e for p in group for e in p.exclude]
-            self.batches.append(len(queries))
-            try:
-                hits = await loop.run_in_executor(self._executor, self._search, queries, k, exclude)
-            except Exception as exc:
-                for p in group:
-                    if not p.future.done():
-                        p.future.set_exception(exc)
+        """Search at most ``max_batch`` queries of ``batch``; unfinished requests queue up again."""
+        assert self._queue is not None
+        live = [p for p in batch if not p.future.done()]  # a cancelled one's client is gone
+        budget = self.options.max_batch
+        work: list[tuple[_Pending, int]] = []
+        for p in live:
+            take = min(p.remaining, budget)
+            if take:
+                work.append((p, take))
+                budget -= take
+        for k in sorted({p.k for p, _ in work}):  # one call per k: results equal a direct search(k=k)
+            await self._search_group([(p, n) for p, n in work if p.k == k], k)
+        for p in live:
+            if p.future.done():
                 continue
-            start = 0
-            for p in group:
+            if p.remaining:
+                self._queue.put_nowait(p)  # the rest waits behind the requests already queued
+            else:
+                p.future.set_result(p.hits)
+
+    async def _search_group(self, group: list[tuple[_Pending, int]], k: int) -> None:
+        queries = [q for p, n in group for q in p.queries[len(p.hits) : len(p.hits) + n]]
+        exclude = [e for p, n in group for e in p.exclude[len(p.hits) : len(p.hits) + n]]
+        self.batches.append(len(queries))
+        loop = asyncio.get_running_loop()
+        try:
+            hits = await loop.run_in_executor(self._executor, self._search, queries, k, exclude)
+        except Exception as exc:
+            for p, _ in group:
                 if not p.future.done():
-                    p.future.set_result(hits[start : start + len(p.queries)])
-                start += len(p.queries)
+                    p.future.set_exception(exc)
+            return
+        start = 0
+        for p, n in group:
+            p.hits.extend(hits[start : start + n])
+            start += n
 
     def _search(self, queries: list[str], k: int, exclude: list[list[str]]) -> list[list[Hit]]:
         return self.retriever.search(queries, k=k, exclude=[set(e) for e in exclude])
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    async def _route(self, req: _Request) -> tuple[int, Any]:
+    def _check_key(self, req: Request) -> None:
+        key = self.options.api_key
+        if key is None:
+            return
+        given = req.headers.get("authorization", "").encode("latin-1")
+        if not hmac.compare_digest(given, f"Bearer {key}".encode()):
+            raise HttpError(401, f"missing or wrong API key; send Authorization: Bearer ${API_KEY_ENV}")
+
+    async def _route(self, req: Request, reader: asyncio.StreamReader) -> tuple[int, Any]:
         if req.path == "/health":
             if req.method != "GET":
                 raise HttpError(405, "use GET /health")
             return 200, {"status": "ok", "pages": self.n_pages}
         if req.path != "/search":
-            raise HttpError(404, f"no endpoint {req.path!r}; use POST /search or GET /health")
+            raise HttpError(404, f"no endpoint {req.path[:80]!r}; use POST /search or GET /health")
         if req.method != "POST":
             raise HttpError(405, "use POST /search with a JSON body")
-        queries, k, exclude = parse_search(req.body, self.options.max_k)
+        self._check_key(req)
+        search = parse_search(req.body, self.options.limits)
         assert self._queue is not None
         future: asyncio.Future[list[list[Hit]]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(queries, k, exclude, future))
+        await self._queue.put(_Pending(search.queries, search.k, search.exclude, future))
         try:
-            hits = await future
+            hits = await _unless_gone(future, reader)
         except InvalidInputError as exc:
             raise HttpError(400, str(exc)) from None
         rows = [
             [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path} for h in r] for r in hits
         ]
         return 200, {"results": rows}
+
+    async def _answer(self, req: Request, reader: asyncio.StreamReader) -> tuple[int, Any]:
+        try:
+            return await self._route(req, reader)
+        except HttpError as exc:
+            return exc.status, {"error": str(exc)}
+        except _ClientGone:
+            raise
+        except Exception:
+            logger.exception("search failed")
+            return 500, {"error": "internal error; the service log has the details"}
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -189,25 +236,20 @@ class SearchService:
         try:
             while True:
                 try:
-                    req = await asyncio.wait_for(_read_request(reader), self.options.idle_timeout_s)
+                    req = await asyncio.wait_for(read_request(reader), self.options.idle_timeout_s)
                 except HttpError as exc:
-                    writer.write(_response(exc.status, {"error": str(exc)}, keep_alive=False))
+                    writer.write(_error(exc.status, str(exc), keep_alive=False))
                     await writer.drain()
                     return
                 if req is None:
                     return
-                try:
-                    status, payload = await self._route(req)
-                except HttpError as exc:
-                    status, payload = exc.status, {"error": str(exc)}
-                except Exception as exc:
-                    logger.exception("search failed")
-                    status, payload = 500, {"error": f"internal error: {type(exc).__name__}: {exc}"}
-                writer.write(_response(status, payload, keep_alive=req.keep_alive))
+                status, payload = await self._answer(req, reader)
+                extra = "WWW-Authenticate: Bearer\r\n" if status == 401 else ""
+                writer.write(response(status, payload, keep_alive=req.keep_alive, extra=extra))
                 await writer.drain()
                 if not req.keep_alive:
                     return
-        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, _ClientGone):
             return
         finally:
             writer.close()
@@ -219,6 +261,13 @@ class SearchService:
         server = await asyncio.start_server(self._handle, host, port)
         bound = int(server.sockets[0].getsockname()[1])
         logger.info("search service on http://%s:%d", host, bound)
+        if not is_loopback(host):
+            guard = (
+                "requests need the API key, which travels unencrypted (put a TLS proxy in front)"
+                if self.options.api_key
+                else f"anyone who can reach it can search; set {API_KEY_ENV} to require a key"
+            )
+            logger.warning("search service bound to %s is reachable from other machines: %s", host, guard)
         return server, bound
 
     async def serve_forever(self, host: str = "127.0.0.1", port: int = 8765) -> None:
@@ -254,44 +303,19 @@ class SearchService:
             await self._batcher_task
 
 
-async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
-    line = await reader.readline()
-    if not line:
-        return None
-    parts = line.decode("latin-1").split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise HttpError(400, f"malformed request line {line[:80]!r}")
-    method, path, version = parts
-    headers: dict[str, str] = {}
+async def _unless_gone(future: asyncio.Future[list[list[Hit]]], reader: asyncio.StreamReader) -> Any:
+    """``future``'s result; cancelled (and ``_ClientGone`` raised) once the client hangs up."""
     while True:
-        raw = await reader.readline()
-        if raw in (b"\r\n", b"\n", b""):
-            break
-        if len(headers) >= MAX_HEADERS:
-            raise HttpError(431, f"more than {MAX_HEADERS} headers")
-        name, _, value = raw.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        raise HttpError(411, "chunked bodies are not supported; send Content-Length")
-    try:
-        length = int(headers.get("content-length", "0"))
-    except ValueError:
-        raise HttpError(400, "Content-Length is not an integer") from None
-    if length < 0 or length > MAX_BODY:
-        raise HttpError(413, f"body of {length} bytes exceeds the limit of {MAX_BODY}")
-    body = await reader.readexactly(length) if length else b""
-    connection = headers.get("connection", "").lower()
-    keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return _Request(method, path.split("?", 1)[0], body, keep)
+        done, _ = await asyncio.wait({future}, timeout=0.05)
+        if done:
+            return future.result()
+        if reader.at_eof() or reader.exception() is not None:
+            future.cancel()  # the batcher drops its remaining slices
+            raise _ClientGone
 
 
-def _response(status: int, payload: Any, *, keep_alive: bool) -> bytes:
-    body = json.dumps(payload).encode()
-    head = (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-    )
-    return head.encode() + body
+def _error(status: int, message: str, *, keep_alive: bool) -> bytes:
+    return response(status, {"error": message}, keep_alive=keep_alive)
 
 
 def hits_from_json(rows: Sequence[Sequence[dict[str, Any]]]) -> list[list[Hit]]:

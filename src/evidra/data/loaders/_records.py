@@ -8,6 +8,11 @@ malformed field is reported as "file X, record N: missing field F" with a fix.
 Parquet and arrow need ``pyarrow`` (extra ``[data]``), imported only when such a file is read.
 JSONL exports of the same columns are read with the standard library; an HF image column
 (``{"bytes": ..., "path": ...}``) may carry its bytes base64-encoded there.
+
+Records are data, not trusted: an image path a record names (absolute, or climbing out with
+``..``) must stay inside the dataset folder (``Record.root``) or the images folder the caller
+passed, or the record is refused. The check is on the path as written; links placed inside
+the folder by whoever assembled it (a Hugging Face cache links into its blob store) are followed.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import ast
 import base64
 import io
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +40,11 @@ class Record:
     data: Mapping[str, Any]
     file: Path
     index: int
+    root: Path | None = None  # the dataset folder its paths must stay in (default: the file's folder)
+
+    @property
+    def folder(self) -> Path:
+        return self.root if self.root is not None else self.file.parent
 
     def where(self) -> str:
         return f"{self.file}, record {self.index}"
@@ -118,14 +129,22 @@ def data_files(path: str | Path) -> list[Path]:
     return files
 
 
-def read_records(path: str | Path, *, list_key: str | None = None) -> Iterator[Record]:
-    """Every record of the file(s) at ``path``, in file order."""
+def read_records(
+    path: str | Path, *, list_key: str | None = None, root: str | Path | None = None
+) -> Iterator[Record]:
+    """Every record of the file(s) at ``path``, in file order.
+
+    ``root`` is the dataset folder the records' paths must stay in: by default ``path`` itself
+    when it is a folder, else the folder holding it.
+    """
+    given = Path(path).expanduser()
+    folder = Path(root).expanduser() if root is not None else given if given.is_dir() else given.parent
     for file in data_files(path):
         rows = _iter_arrow(file) if file.suffix in (".parquet", ".arrow") else _iter_json(file, list_key)
         for i, row in enumerate(rows):
             if not isinstance(row, Mapping):
                 raise InvalidInputError(f"{file}, record {i}: expected an object, got {type(row).__name__}")
-            yield Record(row, file, i)
+            yield Record(row, file, i, folder)
 
 
 def literal_list(value: Any, record: Record, name: str) -> list[Any]:
@@ -144,7 +163,13 @@ def literal_list(value: Any, record: Record, name: str) -> list[Any]:
     return list(value)
 
 
-def _image_bytes(value: Any, base: Path, record: Record) -> tuple[bytes | None, Path | None]:
+def _inside(path: Path, folder: Path) -> bool:
+    return Path(os.path.normpath(path.absolute())).is_relative_to(os.path.normpath(folder.absolute()))
+
+
+def _image_bytes(
+    value: Any, base: Path, record: Record, allowed: Sequence[Path]
+) -> tuple[bytes | None, Path | None]:
     """Bytes or an existing file behind an image cell: path string, raw bytes or HF struct."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value), None
@@ -155,6 +180,11 @@ def _image_bytes(value: Any, base: Path, record: Record) -> tuple[bytes | None, 
         value = value.get("path")
     if isinstance(value, str) and value:
         path = Path(value) if Path(value).is_absolute() else base / value
+        if not any(_inside(path, folder) for folder in allowed):
+            raise InvalidInputError(
+                f"{record.where()}: image path {value[:120]!r} points outside the dataset folder "
+                f"{str(record.folder)!r}; a record may only name files inside it"
+            )
         if path.is_file():
             return None, path
         raise InvalidInputError(f"{record.where()}: image file {str(path)!r} does not exist")
@@ -165,10 +195,16 @@ def materialize_page(
     value: Any, record: Record, *, page_id: str, image_dir: Path, base: Path | None = None,
     source: str = "", page_number: int = 1,
 ) -> Page:  # fmt: skip
-    """A ``Page`` for an image cell; in-memory bytes are written once to ``image_dir/<hash>.png``."""
+    """A ``Page`` for an image cell; in-memory bytes are written once to ``image_dir/<hash>.png``.
+
+    A path in the cell resolves against ``base`` (a folder the caller trusts, such as the
+    ``images`` option; default: the record's file's folder) and must stay inside ``base`` or the
+    dataset folder.
+    """
     from PIL import Image
 
-    data, path = _image_bytes(value, base or record.file.parent, record)
+    allowed = [record.folder] if base is None else [record.folder, base]
+    data, path = _image_bytes(value, base or record.file.parent, record, allowed)
     if data is not None:
         image_dir.mkdir(parents=True, exist_ok=True)
         try:

@@ -49,7 +49,7 @@ def load_beir_corpus(root: str | Path, *, image_dir: str | Path | None = None) -
         materialize_page(
             rec.require("image"), rec, page_id=as_str(rec.require_any("corpus-id", "_id")), image_dir=out
         )
-        for rec in read_records(_config(Path(root), "corpus"))
+        for rec in read_records(_config(Path(root), "corpus"), root=root)  # paths stay under root
     ]
 
 

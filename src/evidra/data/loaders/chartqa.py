@@ -32,11 +32,11 @@ def _answers(rec: Record) -> tuple[str, ...]:
     return (as_str(rec.require("answer")),)
 
 
-def _image_cell(rec: Record, images: Path | None) -> Any:
+def _image_cell(rec: Record, images: Path | None) -> tuple[Any, Path | None]:
+    """The image cell and the folder its path resolves against (``images``, else ``png/``)."""
     if rec.get("image") is not None:
-        return rec.data["image"]
-    name = as_str(rec.require("imgname"))
-    return str((images or rec.file.parent / "png") / name)
+        return rec.data["image"], None
+    return as_str(rec.require("imgname")), images or rec.file.parent / "png"
 
 
 def load_chartqa(
@@ -49,9 +49,8 @@ def load_chartqa(
         if limit is not None and n >= limit:
             break
         sid = as_str(rec.get("id") or f"{rec.file.stem}-{rec.index}")
-        page = materialize_page(
-            _image_cell(rec, Path(images) if images else None), rec, page_id=f"{sid}-img", image_dir=out_dir
-        )
+        cell, base = _image_cell(rec, Path(images) if images else None)
+        page = materialize_page(cell, rec, page_id=f"{sid}-img", image_dir=out_dir, base=base)
         subset = _SUBSET.get(rec.get("human_or_machine", rec.get("type")), "")
         samples.append(
             Sample(

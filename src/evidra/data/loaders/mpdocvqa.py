@@ -24,10 +24,11 @@ def _pages(rec: Record, page_ids: list[str], images: Path, out_dir: Path) -> tup
     inline = [c for c in cells if c is not None]
     if inline and len(inline) != len(page_ids):
         raise InvalidInputError(f"{rec.where()}: {len(inline)} images for {len(page_ids)} page_ids")
-    sources = inline or [str(images / f"{pid}.jpg") for pid in page_ids]
+    sources = inline or [f"{pid}.jpg" for pid in page_ids]  # named files resolve against ``images``
+    base = None if inline else images
     doc = as_str(rec.get("doc_id"))
     return tuple(
-        materialize_page(cell, rec, page_id=pid, image_dir=out_dir, source=doc, page_number=n + 1)
+        materialize_page(cell, rec, page_id=pid, image_dir=out_dir, base=base, source=doc, page_number=n + 1)
         for n, (pid, cell) in enumerate(zip(page_ids, sources, strict=True))
     )
 

@@ -1,0 +1,39 @@
+"""Staging names that carry the writer's process id, so leftovers of a killed run can be told apart.
+
+A writer that builds something under a temporary name (a page PNG, an index folder) puts its
+process id in the name; the next run removes leftovers whose writer no longer runs and keeps
+those of a writer that still does (another ingest or build working beside it).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` runs on this machine (assumed so where it cannot be checked).
+
+    >>> process_alive(os.getpid())
+    True
+    """
+    if os.name != "posix":
+        return True  # no cheap check (os.kill would end the process): keep what it may own
+    try:
+        os.kill(pid, 0)  # signal 0 only checks that the process exists
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
+
+
+def pid_in_name(name: str, position: int) -> int | None:
+    """The process id at dot-separated ``position`` of ``name``, or ``None`` if there is none.
+
+    >>> pid_in_name(".doc-p0001.4242.x1y2.tmp", 2), pid_in_name(".doc-p0001.x1y2.tmp", 2)
+    (4242, None)
+    """
+    parts = name.split(".")
+    if len(parts) <= position + 1 or not parts[position].isdigit():
+        return None
+    return int(parts[position])

@@ -1,0 +1,160 @@
+"""The search service under hostile clients: caps, malformed requests, fairness, keys, exposure."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from evidra.errors import InvalidInputError
+from evidra.retrieval.base import Exclude, Hit
+from evidra.retrieval.client import SearchClient, SearchServiceError
+from evidra.retrieval.server import API_KEY_ENV, BATCH_RECORD, SearchService, ServiceOptions
+
+
+class SlowRetriever:
+    """Answers every query with one hit named after it, taking ``per_query_s`` per query."""
+
+    def __init__(self, per_query_s: float = 0.0) -> None:
+        self.per_query_s = per_query_s
+        self.searched = 0
+        self.lock = threading.Lock()
+
+    def search(self, queries: Sequence[str], k: int = 10, exclude: Exclude = None) -> list[list[Hit]]:
+        time.sleep(self.per_query_s * len(queries))
+        with self.lock:
+            self.searched += len(queries)
+        if any(q == "explode" for q in queries):
+            raise RuntimeError("secret internal detail /home/me/index")
+        return [[Hit(f"p-{q[:8]}", 1.0, "")] for q in queries]
+
+
+def _raw(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(data)
+        chunks = b""
+        while chunk := s.recv(65536):
+            chunks += chunk
+    head, _, body = chunks.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def _post(url: str, body: bytes, headers: str = "") -> tuple[int, dict[str, Any]]:
+    return _raw(
+        url,
+        b"POST /search HTTP/1.1\r\nConnection: close\r\n"
+        + headers.encode()
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body,
+    )
+
+
+def test_every_malformed_request_gets_a_short_4xx(caplog: pytest.LogCaptureFixture) -> None:
+    options = ServiceOptions(max_queries=4, max_query_chars=50)
+    with SearchService(SlowRetriever(), options).running() as url:
+        cases: list[tuple[bytes, int, str]] = [
+            (json.dumps({"queries": ["q"] * 5}).encode(), 413, "5 queries in one request, over the cap of 4"),
+            (json.dumps({"queries": ["x" * 51]}).encode(), 413, "a query of 51 characters, over the cap"),
+            (b'{"queries": ["\\ud800"]}', 400, "strings of valid Unicode"),
+            (b'{"queries": ["a"], "k": ' + b"9" * 5000 + b"}", 400, "a number is too long"),
+            (
+                b'{"queries": ["a"], "k": ' + b"9" * 4000 + b"}",
+                400,
+                '"k" must be an integer in 1..100, got 999',
+            ),
+            (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+            (b'{"queries": ["a"], "k": [[[[[[[[[[]]]]]]]]]]}', 400, '"k" must be'),
+            (b'{"queries": ["\xc3\x28"]}', 400, "not UTF-8"),
+            (b"{oops", 400, "body is not valid JSON (Expecting property name"),
+            (b'{"queries": ["explode"]}', 500, "internal error; the service log has the details"),
+        ]
+        for body, status, fragment in cases:
+            got_status, got = _post(url, body)
+            assert (got_status, fragment in got["error"]) == (status, True), (body[:40], got)
+            assert len(got["error"]) < 120 and "Traceback" not in got["error"]
+        assert "secret internal detail" in caplog.text  # logged for the operator, not sent
+        for raw, status, fragment in [
+            (b"POST /search HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400, "non-negative integer"),
+            (b"POST /search HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n", 400, "non-negative integer"),
+            (b"POST /search HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 400, "non-negative"),
+            (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414, "request line is longer than"),
+            (b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\n\r\n", 414, "request line is longer than"),
+            (b"GET /health HTTP/1.1\r\nX-Big: " + b"b" * 70_000 + b"\r\n\r\n", 431, "header line is longer"),
+            (b"GET /health HTTP/1.1\r\n" + b"X-A: 1\r\n" * 65 + b"\r\n", 431, "more than 64 headers"),
+        ]:
+            got_status, got = _raw(url, raw)
+            assert (got_status, fragment in got["error"]) == (status, True), (raw[:40], got)
+        assert _post(url, b'{"queries": ["fine"]}')[0] == 200  # the service is still up
+
+
+def test_a_large_request_does_not_starve_a_small_one() -> None:
+    retriever = SlowRetriever(per_query_s=0.002)
+    options = ServiceOptions(max_batch=8, max_wait_ms=1, max_queries=2000)
+    with SearchService(retriever, options).running() as url:
+        big = threading.Thread(target=_post, args=(url, json.dumps({"queries": ["q"] * 1000}).encode()))
+        big.start()
+        time.sleep(0.2)  # the big request is being searched, 8 queries at a time
+        start = time.perf_counter()
+        with SearchClient(url, timeout=10) as client:
+            assert client.search(["small"], k=1) == [[Hit("p-small", 1.0, "")]]
+        waited = time.perf_counter() - start
+        big.join()
+    # the big request alone takes 2 s; the small one waits for at most a slice or two of it
+    assert waited < 0.5, waited
+    assert retriever.searched == 1001
+
+
+def test_a_disconnected_clients_queries_are_dropped() -> None:
+    retriever = SlowRetriever(per_query_s=0.002)
+    options = ServiceOptions(max_batch=8, max_wait_ms=1, max_queries=2000)
+    with SearchService(retriever, options).running() as url:
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"queries": ["q"] * 1000}).encode()
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(b"POST /search HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            time.sleep(0.1)
+        time.sleep(0.4)  # well within the 2 s the request would take
+        with SearchClient(url, timeout=10) as client:
+            client.search(["after"], k=1)
+    assert retriever.searched < 400  # the rest of the 1000 was never searched
+
+
+def test_the_batch_record_is_bounded() -> None:
+    service = SearchService(SlowRetriever(), ServiceOptions(max_batch=1, max_queries=2 * BATCH_RECORD))
+    with service.running() as url, SearchClient(url, timeout=30) as client:
+        client.search([f"q{i}" for i in range(BATCH_RECORD + 10)], k=1)
+    assert len(service.batches) == BATCH_RECORD
+
+
+def test_api_key_is_required_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    service = SearchService(SlowRetriever(), ServiceOptions(api_key="s3cret"))
+    with service.running() as url:
+        with pytest.raises(SearchServiceError, match="401: missing or wrong API key"):
+            SearchClient(url).search(["a"])
+        with pytest.raises(SearchServiceError, match="401"):
+            SearchClient(url, api_key="wrong").search(["a"])
+        assert SearchClient(url, api_key="s3cret").search(["a"], k=1) == [[Hit("p-a", 1.0, "")]]
+        monkeypatch.setenv(API_KEY_ENV, "s3cret")
+        assert SearchClient(url).search(["a"], k=1) == [[Hit("p-a", 1.0, "")]]  # read from the env
+        assert _raw(url, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")[0] == 200  # probes stay open
+    assert "s3cret" not in repr(service.options)
+    with pytest.raises(InvalidInputError, match="API key is empty"):
+        ServiceOptions(api_key=" ")
+
+
+def test_binding_beyond_loopback_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING), SearchService(SlowRetriever()).running("127.0.0.1"):
+        pass
+    assert "reachable from other machines" not in caplog.text
+    with caplog.at_level(logging.WARNING), SearchService(SlowRetriever()).running("0.0.0.0"):
+        pass
+    expected = "bound to 0.0.0.0 is reachable from other machines: anyone who can reach it can search"
+    assert f"{expected}; set {API_KEY_ENV} to require a key" in caplog.text
