@@ -148,11 +148,21 @@ class Page:
         return " ".join(w.text for w in self.words)
 
     def open_image(self) -> PILImage:
-        """Load the page image as RGB."""
+        """Load the page image as RGB; a missing or damaged file is a ``CorpusError`` (an
+        ``OSError``) naming the page and the file."""
         from PIL import Image
 
-        with Image.open(self.image_path) as im:
-            return im.convert("RGB")
+        from evidra.errors import CorpusError
+
+        try:
+            with Image.open(self.image_path) as im:
+                return im.convert("RGB")
+        except OSError as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CorpusError(
+                f"page {self.id!r}: image {self.image_path} cannot be read ({reason}); ingest its "
+                "document again (or rebuild the dataset's images)"
+            ) from exc
 
 
 @dataclass(frozen=True)

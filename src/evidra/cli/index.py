@@ -156,7 +156,13 @@ def _build_pages(args: argparse.Namespace) -> list[Page]:
             "benchmark folder) or --dataset NAME --data PATH (a benchmark loader's pages)"
         )
     if args.store is not None:
-        return PageStore.open(args.store).pages()
+        found = PageStore.open(args.store).pages()
+        if not found:
+            raise InvalidInputError(
+                f"page store {args.store} holds no pages; add documents with `evidra ingest <documents> "
+                f"--store {args.store}`"
+            )
+        return found
     if args.dataset is not None:
         pages, source = _dataset_pages(args), args.dataset
     else:

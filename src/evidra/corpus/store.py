@@ -79,6 +79,11 @@ class PageStore:
                 f"no page store at {root} (missing {DB_NAME}); create one with `evidra ingest "
                 f"<documents> --store {shlex.quote(str(path))}` or PageStore.create({str(path)!r})"
             )
+        if (root / DB_NAME).stat().st_size == 0:  # sqlite would take an empty file for a new database
+            raise CorpusError(
+                f"{root / DB_NAME} is empty (0 bytes), so the store lost its page list; ingest the "
+                "documents again into a new store"
+            )
         return cls._connect(root)
 
     @classmethod

@@ -124,7 +124,14 @@ class ShardStore:
             )
         conn = sqlite3.connect(root / DB_NAME, check_same_thread=False)
         store = cls(root, conn)
-        version = store.meta().get("format_version")
+        try:
+            version = store.meta().get("format_version")
+        except sqlite3.DatabaseError as exc:  # not a database, or an empty file with no tables
+            conn.close()
+            raise CorpusError(
+                f"index {str(root)!r}: {DB_NAME} is unreadable ({exc}); rebuild the index with "
+                "`evidra index build`"
+            ) from exc
         if version != FORMAT_VERSION:
             raise CorpusError(
                 f"index {str(root)!r} has format {version!r}; this evidra reads {FORMAT_VERSION!r}"
