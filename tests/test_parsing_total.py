@@ -213,7 +213,7 @@ def test_hostile_strings_total_and_finite_thorough() -> None:
 
 def _seconds(target: Callable[[str], object], text: str) -> float:
     best = math.inf
-    for _ in range(3):
+    for _ in range(5):  # the best of five: other processes only ever add time
         start = time.perf_counter()
         target(text)
         best = min(best, time.perf_counter() - start)
@@ -226,14 +226,19 @@ def _repeated(fragment: str, kib: int, wrapper: tuple[str, str]) -> str:
 
 
 def assert_linear(name: str, fragment: str, wrapper: tuple[str, str], sizes: tuple[int, ...]) -> None:
-    """Time per KB stays under a generous constant and grows at most ~2x from the smallest size
-    to the largest (a quadratic parser grows by the size ratio, 8x from 8 KB to 64 KB)."""
+    """Time per KB stays under a generous constant, and from the smallest size to the largest
+    time grows at most 3x faster than the size (8 KB -> 64 KB: under 24x; a quadratic parser
+    grows 64x, the old tool-call pattern 4096x). The margin over linear absorbs cache effects
+    (measured up to 2x on an idle machine) and a loaded one."""
     target = TARGETS[name]
-    times = {kib: _seconds(target, _repeated(fragment, kib, wrapper)) for kib in sizes}
     small, large = sizes[0], sizes[-1]
-    floor = 0.002  # below this, timer noise and fixed costs dominate
-    assert times[large] / max(times[small], floor) < 2 * large / small, (name, fragment, times)
-    assert times[large] / large < 0.02, (name, fragment, times)  # 20 ms per KB
+    floor = 0.001  # below this, timer noise and fixed costs dominate
+    for _attempt in range(2):  # a second measurement before failing: a busy machine adds spikes
+        times = {kib: _seconds(target, _repeated(fragment, kib, wrapper)) for kib in sizes}
+        linear = times[large] / max(times[small], floor) < 3 * large / small
+        if linear and times[large] / large < 0.02:  # and 20 ms per KB at most
+            return
+    raise AssertionError((name, fragment, times))
 
 
 # The cases that grew superlinearly (the tool-call pattern as n^4), one per family at least.
