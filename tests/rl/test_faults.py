@@ -112,6 +112,32 @@ def test_non_finite_weights_and_negative_positions_are_refused(tmp_path: Path) -
     assert trainer.state.step == 0  # neither is usable: a clean start, not a crash
 
 
+def test_checkpoints_of_another_shape_or_with_missing_weights_are_named(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from evidra.rl.checkpoint import load_checkpoint
+
+    trainer = RLTrainer(_cfg(tmp_path, "run.steps=1"))
+    trainer.train()
+    (ckpt,) = list_checkpoints(tmp_path)
+    weights = load_trainable_weights(ckpt)
+    name = next(iter(weights))
+    (ckpt / "checksums.json").unlink()  # forged files: the loader itself must catch them
+    model, opt, sched = trainer.engine.unwrap(trainer.model), trainer.optimizer, trainer.scheduler
+    save_file({**weights, name: weights[name][:1].contiguous()}, str(ckpt / WEIGHTS))
+    with pytest.raises(CheckpointError, match="has shape"):
+        load_checkpoint(ckpt, model, opt, sched)
+    save_file({k: v for k, v in weights.items() if k != name}, str(ckpt / WEIGHTS))
+    with pytest.raises(CheckpointError, match="lacks trained weights"):
+        load_checkpoint(ckpt, model, opt, sched)
+    save_file(weights, str(ckpt / WEIGHTS))
+    state = torch.load(ckpt / "trainer.pt", weights_only=True)
+    state["optimizer"]["param_groups"][0]["params"] = [0]  # an optimizer state of another model
+    torch.save(state, ckpt / "trainer.pt")
+    with pytest.raises(CheckpointError, match="does not fit this run"):
+        load_checkpoint(ckpt, model, opt, sched)
+
+
 def test_a_run_killed_before_its_first_checkpoint_restarts_clean(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.jsonl"
     tmp_path.mkdir(exist_ok=True)

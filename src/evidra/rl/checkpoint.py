@@ -244,6 +244,21 @@ def load_checkpoint(
             "delete it to resume from an older one"
         ) from exc
     _restore_weights(folder, model, weights, engine)
+    try:
+        _restore_optimizer(folder, model, optimizer, scheduler, trainer, engine)
+    except (KeyError, ValueError, RuntimeError, TypeError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CheckpointError(
+            f"checkpoint {folder}: the optimizer or scheduler state does not fit this run ({reason}); "
+            "resume from another checkpoint"
+        ) from exc
+    set_rng_state(trainer["rng"])
+    return state
+
+
+def _restore_optimizer(
+    folder: Path, model: Any, optimizer: Any, scheduler: Any, trainer: dict[str, Any], engine: Engine | None
+) -> None:
     if engine is not None and engine.zero3:  # the fp32 master partitions restore the weights too
         from evidra.rl import zero3
 
@@ -253,8 +268,6 @@ def load_checkpoint(
     else:
         optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])
-    set_rng_state(trainer["rng"])
-    return state
 
 
 def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: Engine | None) -> None:
@@ -269,6 +282,17 @@ def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: 
     missing = [n for n in weights if n not in trainable]
     if missing:
         raise CheckpointError(f"checkpoint {folder} has weights the model does not train: {missing[:3]}")
+    absent = sorted(trainable - set(weights))
+    if absent:
+        raise CheckpointError(f"checkpoint {folder} lacks trained weights {absent[:3]}; use an older one")
+    shapes = {n: tuple(getattr(p, "ds_shape", None) or p.shape) for n, p in model.named_parameters()}
+    wrong = [n for n, v in weights.items() if tuple(v.shape) != shapes[n]]
+    if wrong:
+        n = wrong[0]
+        raise CheckpointError(
+            f"checkpoint {folder}: {n} has shape {list(weights[n].shape)}, the model's is {list(shapes[n])} "
+            "(a checkpoint of another model or LoRA rank); resume from a checkpoint of this run"
+        )
     if engine is not None and engine.zero3:
         return  # ZeRO-3 partitions come back from the optimizer's fp32 masters
     if engine is not None and engine.sharded:
