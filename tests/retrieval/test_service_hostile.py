@@ -158,3 +158,15 @@ def test_binding_beyond_loopback_warns(caplog: pytest.LogCaptureFixture) -> None
         pass
     expected = "bound to 0.0.0.0 is reachable from other machines: anyone who can reach it can search"
     assert f"{expected}; set {API_KEY_ENV} to require a key" in caplog.text
+
+
+def test_every_waiting_request_gets_a_share_of_the_next_batch() -> None:
+    from evidra.retrieval.server import _Pending, _shares
+
+    def pending(n: int) -> _Pending:
+        return _Pending(["q"] * n, 5, [[]] * n, None)  # type: ignore[arg-type]
+
+    shares = [n for _, n in _shares([pending(200), pending(200), pending(1), pending(3)], 32)]
+    assert shares == [14, 14, 1, 3] and sum(shares) == 32  # the small ones whole, the rest split
+    many = [n for _, n in _shares([pending(5) for _ in range(40)], 32)]
+    assert sum(many) == 32 and max(many) == 1  # more requests than slots: one query each, in order

@@ -86,10 +86,36 @@ class _Pending:
     exclude: list[list[str]]
     future: asyncio.Future[list[list[Hit]]] = field(repr=False)
     hits: list[list[Hit]] = field(default_factory=list, repr=False)  # slices searched so far
+    reader: asyncio.StreamReader | None = field(default=None, repr=False)  # its client's connection
+
+    @property
+    def gone(self) -> bool:
+        """Its client hung up (checked before each slice is searched, not only every 50 ms)."""
+        r = self.reader
+        return r is not None and (r.at_eof() or r.exception() is not None)
 
     @property
     def remaining(self) -> int:
         return len(self.queries) - len(self.hits)
+
+
+def _shares(pending: Sequence[_Pending], budget: int) -> list[tuple[_Pending, int]]:
+    """How many queries of each waiting request go into one batch of ``budget``: the smallest
+    requests first, each at most an equal share of what is left, so a one-query request is
+    always in the next batch however large the others are (a large request is served
+    ``max_batch`` queries at a time, interleaved with everyone else's).
+
+    >>> big, small = _Pending(["q"] * 200, 5, [[]] * 200, None), _Pending(["q"], 5, [[]], None)
+    >>> [n for _, n in _shares([big, small], 32)]
+    [31, 1]
+    """
+    order = sorted(range(len(pending)), key=lambda i: pending[i].remaining)
+    take = [0] * len(pending)
+    for rank, i in enumerate(order):
+        share = budget // (len(order) - rank) if budget else 0
+        take[i] = min(pending[i].remaining, max(share, 1 if budget else 0))
+        budget -= take[i]
+    return list(zip(pending, take, strict=True))
 
 
 def is_loopback(host: str) -> bool:
@@ -141,19 +167,18 @@ class SearchService:
                     break
                 batch.append(item)
                 size += item.remaining
+            while not self._queue.empty():  # every request waiting now gets a share of this batch
+                batch.append(self._queue.get_nowait())
             await self._run(batch)
 
     async def _run(self, batch: list[_Pending]) -> None:
         """Search at most ``max_batch`` queries of ``batch``; unfinished requests queue up again."""
         assert self._queue is not None
+        for p in batch:
+            if p.gone and not p.future.done():
+                p.future.cancel()  # its client left while it waited: no work for nobody
         live = [p for p in batch if not p.future.done()]  # a cancelled one's client is gone
-        budget = self.options.max_batch
-        work: list[tuple[_Pending, int]] = []
-        for p in live:
-            take = min(p.remaining, budget)
-            if take:
-                work.append((p, take))
-                budget -= take
+        work = [(p, n) for p, n in _shares(live, self.options.max_batch) if n]
         for k in sorted({p.k for p, _ in work}):  # one call per k: results equal a direct search(k=k)
             await self._search_group([(p, n) for p, n in work if p.k == k], k)
         for p in live:
@@ -207,7 +232,7 @@ class SearchService:
         search = parse_search(req.body, self.options.limits)
         assert self._queue is not None
         future: asyncio.Future[list[list[Hit]]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(search.queries, search.k, search.exclude, future))
+        await self._queue.put(_Pending(search.queries, search.k, search.exclude, future, reader=reader))
         try:
             hits = await _unless_gone(future, reader)
         except InvalidInputError as exc:
@@ -251,6 +276,8 @@ class SearchService:
                     return
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, _ClientGone):
             return
+        except asyncio.CancelledError:  # the service is stopping: end quietly (asyncio's stream
+            return  # callback would log a cancelled handler task as an error)
         finally:
             writer.close()
 

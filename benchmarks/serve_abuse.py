@@ -1,0 +1,131 @@
+"""``serve-index`` under an abusive client: how a normal client fares beside one that floods it.
+
+A BM25 index over synthetic pages is served in-process (``SearchService``). A normal client
+sends one-query searches back to back for ``--seconds``, first alone (the baseline), then while
+abusive clients send the largest allowed requests (``max_queries`` queries each), oversized
+requests (refused with 413) and large requests they abandon mid-flight. Prints requests served,
+p50/p99 latency of the normal client in both runs and their ratio.
+
+    python benchmarks/serve_abuse.py --pages 10000 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import platform
+import random
+import socket
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from evidra.retrieval.client import SearchClient, SearchServiceError
+from evidra.retrieval.encoders.bm25 import BM25Retriever
+from evidra.retrieval.server import SearchService, ServiceOptions
+
+WORDS = [f"w{i}" for i in range(5000)]
+
+
+def _index(pages: int, seed: int = 0) -> BM25Retriever:
+    rng = random.Random(seed)
+    texts = {f"p{i:06d}": " ".join(rng.choices(WORDS, k=120)) for i in range(pages)}
+    return BM25Retriever.build(texts)
+
+
+def _query(rng: random.Random) -> str:
+    return " ".join(rng.choices(WORDS, k=4))
+
+
+def _normal(url: str, seconds: float, latencies: list[float]) -> None:
+    rng = random.Random(1)
+    end = time.perf_counter() + seconds
+    with SearchClient(url, timeout=120) as client:
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            client.search([_query(rng)], k=5)
+            latencies.append(time.perf_counter() - start)
+
+
+def _flood(url: str, stop: Any, max_queries: int, counts: dict[str, Any]) -> None:
+    rng = random.Random(2)
+    with SearchClient(url, timeout=300) as client:
+        while not stop.is_set():
+            try:
+                client.search([_query(rng) for _ in range(max_queries)], k=5)
+                counts["large_served"].value += 1
+            except SearchServiceError:
+                counts["large_failed"].value += 1
+
+
+def _oversized(url: str, stop: Any, max_queries: int, counts: dict[str, Any]) -> None:
+    rng = random.Random(3)
+    with SearchClient(url, timeout=60) as client:
+        while not stop.is_set():
+            try:
+                client.search([_query(rng) for _ in range(max_queries * 20)], k=5)
+            except SearchServiceError:
+                counts["oversized_refused"].value += 1
+
+
+def _abandon(url: str, stop: Any, max_queries: int, counts: dict[str, Any]) -> None:
+    rng = random.Random(4)
+    host, port = url.removeprefix("http://").split(":")
+    while not stop.is_set():
+        body = json.dumps({"queries": [_query(rng) for _ in range(max_queries)], "k": 5}).encode()
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"POST /search HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            time.sleep(0.01)  # leave before the answer
+        counts["abandoned"].value += 1
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pages", type=int, default=10000)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--max-queries", type=int, default=256)
+    args = ap.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    start = time.perf_counter()
+    index = _index(args.pages)
+    print(f"BM25 over {args.pages} pages built in {time.perf_counter() - start:.1f} s")
+    options = ServiceOptions(max_queries=args.max_queries)
+    ctx = multiprocessing.get_context("spawn")
+    results = {}
+    abusers: list[Callable[..., None]] = [_flood, _flood, _oversized, _abandon]
+    for label, attackers in (("alone", []), ("under abuse", abusers)):
+        names = ("large_served", "large_failed", "oversized_refused", "abandoned")
+        counts = {k: ctx.Value("i", 0) for k in names}
+        latencies: list[float] = []
+        with SearchService(index, options).running() as url:
+            stop = ctx.Event()
+            # attackers in their own processes: their JSON building must not share this GIL
+            procs = [ctx.Process(target=a, args=(url, stop, args.max_queries, counts), daemon=True)
+                     for a in attackers]  # fmt: skip
+            for p in procs:
+                p.start()
+            time.sleep(1.0 if procs else 0.0)  # the flood is under way before we measure
+            _normal(url, args.seconds, latencies)
+            stop.set()
+            for p in procs:
+                p.join(timeout=60)
+                if p.is_alive():
+                    p.terminate()
+        p50, p99 = statistics.median(latencies), _percentile(latencies, 0.99)
+        results[label] = (p50, p99)
+        extra = ", ".join(f"{k} {v.value}" for k, v in counts.items() if attackers)
+        print(f"{label:12s} normal requests {len(latencies):5d}  p50 {p50 * 1e3:7.2f} ms  "
+              f"p99 {p99 * 1e3:7.2f} ms  {extra}")  # fmt: skip
+    abused, alone = results["under abuse"][1], results["alone"][1]
+    print(f"RESULT p99_under_abuse_vs_alone={abused / alone:.1f}x p99_under_abuse_ms={abused * 1e3:.1f}")
+
+
+if __name__ == "__main__":
+    main()
