@@ -178,7 +178,8 @@ def test_lang2act_sequence_stage1_toolbox_stage2(tmp_path: Path, fake_judge: Any
     assert main(argv) == 0
     assert len(fake_judge.requests) == 2  # one curation request per stage-1 trajectory
     stage2 = ["-q", "train", "rl", "--config", str(ROOT / "configs" / "lang2act_stage2.yaml"), *TINY,
-              *data, f"model.path={stage1}", f"data.toolbox={box}", f"run.output_dir={tmp_path / 'rl2'}"]  # fmt: skip
+              *data, f"model.path={stage1}", f"data.toolbox={box}",
+              f"run.output_dir={tmp_path / 'rl2'}"]  # fmt: skip
     assert main(stage2) == 0
     assert f"toolbox: {box}" in (tmp_path / "rl2" / "config.yaml").read_text()
     assert len((tmp_path / "rl2" / "metrics.jsonl").read_text().splitlines()) == 1
