@@ -193,7 +193,38 @@ def test_registry_names() -> None:
         VALID.replace("Image 2 is relevant.", '<tool name="read_text_element" args="Image 2: a">b</tool>'),
         # truncated output
         VALID[: len(VALID) // 2],
+        # a call with swapped attributes naming no toolbox tool, beside valid ones
+        VALID.replace("</description>", '<tool args="Image 1: x" name="bogus">y</tool></description>'),
+        # the same after the description (the released tool-leakage check counts `<tool name=` only)
+        VALID.replace("<answer>", '<tool args="Image 1: x" name="bogus">y</tool><answer>'),
     ],
 )
 def test_tool_validity_rejects_hacks(response: str) -> None:
     assert tool_validity(response, num_images=3) == 0.0
+
+
+def test_swapped_attributes_fail_paper_validity_only() -> None:
+    """Paper mode: every `<tool` opening must be a well-formed name/args call. The released graded
+    score (upstream mode) skips a call it cannot parse, as the released code does."""
+    swapped = VALID.replace("</description>", '<tool args="Image 1: x" name="bogus">y</tool></description>')
+    assert tool_validity(swapped, num_images=3) == 0.0
+    fmt = check_strict_format(swapped)
+    assert fmt.valid
+    plain = check_strict_format(VALID)
+    description, think = plain.parsed["description"], plain.parsed["think"]
+    assert validate_tool_content(fmt.parsed["description"], fmt.parsed["think"], 3) == (
+        validate_tool_content(description, think, 3)
+    )
+
+
+def test_toolbox_numeric_tools_replace_the_fixed_exemption() -> None:
+    curated = (
+        '<think>Image 1.</think><description><tool name="subtract_values" args="150, 100">50</tool>'
+        "</description><answer>50</answer>"
+    )
+    box = {"subtract_values"}
+    assert tool_validity(curated, 1, box) == 0.0  # not one of the two fixed names: Image k demanded
+    assert tool_validity(curated, 1, box, numeric={"subtract_values"}) == 1.0
+    reward = Lang2ActReward(judge=RuleJudge(), toolbox=box, numeric_tools=box)
+    sample = Sample(id="s", question="Q3 minus Q2?", answers=("50",), pages=_sample(pages=1).pages)
+    assert reward(Parsed(text=curated), sample).components["tool"] == 1.0

@@ -23,6 +23,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. optim.lr=1e-6")
     export_help = "after training, write the final model as a loadable directory (as `evidra export`)"
     p.add_argument("--export", default=None, metavar="DIR", help=export_help)
+    data_help = "sft: train on this trajectory JSONL (`evidra data distill`) instead of the task's oracle"
+    p.add_argument("--data", default=None, metavar="FILE", help=data_help)
     p.set_defaults(func=run)
 
 
@@ -30,7 +32,12 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from evidra.config import load_config
+    from evidra.errors import ConfigError
 
+    if args.data:
+        if args.mode != "sft":
+            raise ConfigError("--data is SFT trajectories; RL trains on a subset with data.subset=FILE")
+        args.overrides = [*args.overrides, f"data.trajectories={args.data}"]
     if args.mode == "sft":
         from evidra.rl.config import SFTConfig
         from evidra.rl.sft import SFTTrainer

@@ -7,8 +7,10 @@
   curated toolbox; inside ``<description>`` the model writes
   ``<tool name="X" args="Image k: ...">result</tool>`` calls.
 
-A toolbox is a JSON file: a list of ``{"name", "args", "description"}``. The default is the
-7-tool box printed in Figure 10. (The released scorer also accepts ``compute_difference``,
+A toolbox is a JSON file: a list of ``{"name", "args", "description"}`` with an optional
+``"numeric"`` flag (a tool that takes values, not ``Image k:`` regions; when the flag is absent
+a tool is numeric iff its args hint names no ``Image k``). The default is the 7-tool box printed
+in Figure 10. (The released scorer also accepts ``compute_difference``,
 which the prompt never lists; see ``evidra.rewards.lang2act.ALLOWED_TOOLS_UPSTREAM``.)
 """
 
@@ -36,7 +38,19 @@ class Tool:
     name: str
     args: str
     description: str
+    numeric: bool = False  # takes values (``150, 100``), not ``Image k:`` regions: no image check
 
+
+def numeric_by_hint(args: str) -> bool:
+    """A tool whose args hint names no ``Image k`` takes values only (Figure 10's compute_percentage).
+
+    >>> numeric_by_hint("part_value, total_value"), numeric_by_hint("Image k: entity")
+    (True, False)
+    """
+    return _IMAGE_HINT.search(args) is None
+
+
+_IMAGE_HINT = re.compile(r"\bImage\s+(?:k|\d+)\b", re.IGNORECASE)
 
 # Lang2Act Figure 10, "Available Tools for <description>", verbatim.
 DEFAULT_TOOLBOX: tuple[Tool, ...] = (
@@ -65,13 +79,18 @@ DEFAULT_TOOLBOX: tuple[Tool, ...] = (
         "Image k: value A vs value B",
         "Compare quantitative values to determine ordering or equality.",
     ),
-    Tool("compute_percentage", "part_value, total_value", "Compute the percentage based on given values."),
+    Tool(
+        "compute_percentage",
+        "part_value, total_value",
+        "Compute the percentage based on given values.",
+        numeric=True,
+    ),
     Tool("infer_missing_information", "Image k: data", "Infer missing information based on given data."),
 )
 
 
 def load_toolbox(path: str | Path) -> tuple[Tool, ...]:
-    """Read a toolbox file (JSON list of ``{"name", "args", "description"}``)."""
+    """Read a toolbox file (JSON list of ``{"name", "args", "description"}``, optional ``numeric``)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -87,12 +106,24 @@ def load_toolbox(path: str | Path) -> tuple[Tool, ...]:
                 f"toolbox {str(path)!r} entry {i} must have string fields name, args, description; "
                 f"got {item!r}"
             )
-        tools.append(Tool(item["name"], item["args"], item["description"]))
+        numeric = item.get("numeric", numeric_by_hint(item["args"]))
+        if not isinstance(numeric, bool):
+            raise InvalidInputError(
+                f"toolbox {str(path)!r} entry {i}: numeric must be true or false, got {numeric!r}"
+            )
+        tools.append(Tool(item["name"], item["args"], item["description"], numeric))
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise InvalidInputError(
+            f"toolbox {str(path)!r} names a tool twice: {sorted({n for n in names if names.count(n) > 1})}"
+        )
     return tuple(tools)
 
 
 def save_toolbox(tools: Sequence[Tool], path: str | Path) -> None:
-    rows = [{"name": t.name, "args": t.args, "description": t.description} for t in tools]
+    rows = [
+        {"name": t.name, "args": t.args, "description": t.description, "numeric": t.numeric} for t in tools
+    ]
     Path(path).write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -198,6 +229,11 @@ class Toolchain:
     @property
     def tool_names(self) -> frozenset[str]:
         return frozenset(t.name for t in self.toolbox)
+
+    @property
+    def numeric_names(self) -> frozenset[str]:
+        """The toolbox's own numeric tools: exempt from the ``Image k:`` check of Eq. 13."""
+        return frozenset(t.name for t in self.toolbox if t.numeric)
 
 
 def toolchain_oracle_text(sample: Sample, stage: int) -> str:

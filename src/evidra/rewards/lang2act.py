@@ -174,6 +174,7 @@ class Lang2ActReward:
         alpha: float = 0.8,
         beta: float = 0.2,
         toolbox: Collection[str] = TOOLBOX,
+        numeric_tools: Collection[str] = NUMERIC_TOOLS,
     ) -> None:
         if stage not in ("actionrl", "toolrl") or mode not in ("paper", "upstream"):
             raise InvalidInputError(
@@ -183,6 +184,7 @@ class Lang2ActReward:
         self.stage, self.mode, self.alpha, self.beta = stage, mode, alpha, beta
         self.judge = judge if judge is not None else RuleJudge()
         self.toolbox = frozenset(toolbox)
+        self.numeric_tools = frozenset(numeric_tools)  # paper mode: the toolbox's own numeric tools
         self.unscored_count = 0
 
     def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
@@ -201,7 +203,10 @@ class Lang2ActReward:
         num_images = len(sample.pages) or DEFAULT_NUM_IMAGES
         answer = fmt.parsed["answer"] if fmt.valid else parse_generation(text)["answer"]
         return _Prepared(
-            answer or None, float(fmt.valid), tool_validity(text, num_images, self.toolbox), False
+            answer or None,
+            float(fmt.valid),
+            tool_validity(text, num_images, self.toolbox, self.numeric_tools),
+            False,
         )
 
     def _query(self, sample: Sample) -> str | None:

@@ -34,9 +34,13 @@ TOOLBOX: frozenset[str] = frozenset(
     }
 )
 ALLOWED_TOOLS_UPSTREAM: frozenset[str] = TOOLBOX | {"compute_difference"}
+# the released validator's value-taking tools (no ``Image k:`` check); a curated toolbox declares
+# its own (``Tool.numeric``), which ``tool_validity`` takes as ``numeric``
 NUMERIC_TOOLS: frozenset[str] = frozenset({"compute_difference", "compute_percentage"})
 
 _TOOL_OPEN = re.compile(r"<tool\s+name=[\"'](?P<name>[^\"']+)[\"']", re.IGNORECASE)
+# any tool tag opening, whatever its attributes and their order (``<tool args=.. name=..>`` too)
+_ANY_TOOL_OPEN = re.compile(r"<tool(?=[\s/>])", re.IGNORECASE)
 # The released call pattern is ``_TOOL_HEAD`` + ``(?P<body>.*?)</tool>`` (DOTALL | IGNORECASE);
 # the body is found by ``find_blocks``, linear where the lazy group rescans unclosed calls.
 _TOOL_HEAD = re.compile(
@@ -217,21 +221,35 @@ def validate_tool_content(
     return max(0.0, score)
 
 
-def tool_validity(response: str, num_images: int, toolbox: Collection[str] = TOOLBOX) -> float:
+def tool_validity(
+    response: str,
+    num_images: int,
+    toolbox: Collection[str] = TOOLBOX,
+    numeric: Collection[str] = NUMERIC_TOOLS,
+) -> float:
     """Lang2Act Eq. 13, ``I_valid(z | T_box)``: 1.0 iff the strict format holds, there is at
-    least one tool, every ``<tool`` opening is a well-formed call of a toolbox tool, and every
-    non-numeric tool's args start ``Image k:`` with all referenced ids in 1..num_images."""
+    least one tool, every ``<tool`` opening of the response (attributes in any order) is a
+    well-formed ``name=.. args=..`` call inside ``<description>`` of a toolbox tool, and every
+    tool not in ``numeric`` has args starting ``Image k:`` with all referenced ids in 1..num_images.
+
+    >>> ok = '<think>Image 1.</think><description><tool name="read_text_element" args="Image 1: t">x</tool>'
+    >>> tool_validity(ok + "</description><answer>x</answer>", 1)
+    1.0
+    >>> swapped = ok + '<tool args="Image 1: t" name="bogus">y</tool></description><answer>x</answer>'
+    >>> tool_validity(swapped, 1)
+    0.0
+    """
     fmt = check_strict_format(response)
     if not fmt.valid:
         return 0.0
     description = fmt.parsed["description"]
     tools = [ToolCall(t.name.strip(), t.args.strip(), t.body.strip()) for t in quoted_tool_calls(description)]
-    if not tools or len(tools) != len(_TOOL_OPEN.findall(description)):
+    if not tools or len(tools) != len(_ANY_TOOL_OPEN.findall(response)):
         return 0.0
     for tool in tools:
         if tool.name not in toolbox:
             return 0.0
-        if tool.name in NUMERIC_TOOLS:
+        if tool.name in numeric:
             continue
         ids = _image_ids(tool.args)
         if not _ARGS_PREFIX.match(tool.args) or not ids or not all(1 <= i <= num_images for i in ids):

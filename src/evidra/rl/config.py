@@ -45,6 +45,12 @@ class DataConfig:
     source: str = ""  # a benchmark loader (evidra.data.loaders, e.g. visa_wiki, slidevqa) reading path
     options: dict[str, Any] = field(default_factory=dict)  # loader options, e.g. {pool: train.jsonl}
     index: str = ""  # search tasks: an index directory (evidra index build) or a serve-index URL
+    toolbox: str = ""  # Lang2Act stage 2: a toolbox file (evidra data toolbox); empty: Figure 10's box
+    # a file of `evidra data filter`: train on the samples it keeps, a subset of the task's samples
+    subset: str = ""
+    # SFT only: a JSONL of distilled trajectories (evidra data distill), trained on instead of the
+    # task's oracle conversations (`evidra train sft --data FILE` sets it)
+    trajectories: str = ""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from evidra.rl.config import SFTConfig
 from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
 from evidra.rl.precision import training_precision
+from evidra.rl.sft_data import read_trajectories
 from evidra.rl.sink import MetricsSink
 from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
@@ -200,7 +201,9 @@ class SFTTrainer:
 
 
 def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
-    task = resolve_task(cfg.data.task, cfg.judge)
+    if cfg.data.trajectories:  # distilled trajectories (evidra data distill) instead of the oracle
+        return read_trajectories(cfg.data.trajectories)
+    task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
     if task.oracle is None:
         raise ConfigError(f"task {cfg.data.task!r} has no oracle trajectories; pass SFT conversations")
     samples = task_samples(task, cfg.data)

@@ -47,6 +47,9 @@ class Task:
     # the same task scored with another answer judge (``judge:`` in a config); None: no judge
     with_judge: Callable[[Judge], Task] | None = None
     judge_prompt: str = "vragrl"  # the paper's judge prompt style for this task
+    # the same task prompting and scoring with another toolbox (``data.toolbox``, Lang2Act stage 2);
+    # takes ``evidra.paradigms.toolchain.Tool`` records; None: the task has no toolbox
+    with_toolbox: Callable[[tuple[Any, ...]], Task] | None = None
 
     def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
@@ -54,9 +57,16 @@ class Task:
         return self.reward(self.parse(text), sample, trajectory)
 
 
-def resolve_task(name: str, judge: JudgeConfig) -> Task:
-    """The registered task ``name``, scored with the configured judge when one is configured."""
+def resolve_task(name: str, judge: JudgeConfig, data: DataConfig | None = None) -> Task:
+    """The registered task ``name``, with ``data.toolbox``'s tools when one is given, scored with
+    the configured judge when one is configured."""
     task = TASKS.get(name)
+    if data is not None and data.toolbox:
+        from evidra.paradigms.toolchain import load_toolbox
+
+        if task.with_toolbox is None:
+            raise ConfigError(f"task {name!r} takes no toolbox; data.toolbox is for lang2act.stage2")
+        task = task.with_toolbox(load_toolbox(data.toolbox))
     if judge.is_default:
         return task
     if task.with_judge is None:
@@ -68,8 +78,14 @@ def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
     """The samples a run trains on: the task's own, or with ``data.source`` a benchmark's.
 
     Benchmark samples go through ``task.from_benchmark``; more than ``data.size`` of them (when
-    it is not 0) are subsampled with ``data.seed``, keeping their order.
+    it is not 0) are subsampled with ``data.seed``, keeping their order. ``data.subset`` then
+    keeps the samples its file keeps.
     """
+    samples = _own_or_benchmark(task, cfg)
+    return _subset(samples, cfg.subset) if cfg.subset else samples
+
+
+def _own_or_benchmark(task: Task, cfg: DataConfig) -> list[Sample]:
     if not cfg.source:
         return task.samples(cfg)
     if task.from_benchmark is None:
@@ -91,6 +107,25 @@ def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
         keep = sorted(random.Random(cfg.seed).sample(range(len(samples)), cfg.size))
         samples = [samples[i] for i in keep]
     return samples
+
+
+def _subset(samples: list[Sample], path: str) -> list[Sample]:
+    """The samples ``path`` (``evidra data filter``) keeps, in its order."""
+    from evidra.rl.subset import read_subset
+
+    ids = read_subset(path)
+    by_id = {s.id: s for s in samples}
+    missing = [i for i in ids if i not in by_id]
+    kept = [by_id[i] for i in ids if i in by_id]
+    if not kept:
+        raise ConfigError(
+            f"data.subset {path!r} keeps none of this run's {len(samples)} samples (e.g. {ids[0]!r}); "
+            "filter with the same data section as the run"
+        )
+    if missing:
+        logger.warning("data.subset: %d kept ids are not among this run's samples (e.g. %r)",
+                       len(missing), missing[0])  # fmt: skip
+    return kept
 
 
 def usable(

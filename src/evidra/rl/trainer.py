@@ -71,7 +71,7 @@ class RLTrainer:
         self.local_batch = local_batch_size(cfg, self.acc.num_processes)
         self.out = Path(cfg.run.output_dir)
         set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
-        self.task = resolve_task(cfg.data.task, cfg.judge)
+        self.task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
         with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
             self.samples = task_samples(self.task, cfg.data)
             self.vlm = load_policy(

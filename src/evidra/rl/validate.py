@@ -7,10 +7,11 @@ a "did you mean", not after the model has loaded and a rollout has run.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from evidra.config import from_dict, merge_sections, to_dict
-from evidra.errors import ConfigError, RegistryError
+from evidra.errors import ConfigError, InvalidInputError, RegistryError
 from evidra.registry import Registry
 from evidra.rewards.guards import GuardConfig
 from evidra.rewards.judge_config import validate_judge
@@ -105,12 +106,29 @@ def _check_algo(a: AlgoConfig, batch_size: int) -> None:
     _check(m == 0 or batch_size % m == 0, message)
 
 
-def _check_data(data: DataConfig, task: Any) -> None:
+def _check_data(data: DataConfig, task: Any, stage: str) -> None:
     if data.source:
         from evidra.data.loaders import LOADERS
 
         _known(LOADERS, data.source, "data.source")
     _check(data.size >= 0, f"data.size must be >= 0, got {data.size}")
+    if data.toolbox:
+        from evidra.paradigms.toolchain import load_toolbox
+
+        no_box = f"task {task.name!r} takes no toolbox; data.toolbox is for lang2act.stage2"
+        _check(task.with_toolbox is not None, no_box)
+        try:
+            load_toolbox(data.toolbox)
+        except InvalidInputError as exc:
+            raise ConfigError(f"data.toolbox: {exc}") from None
+    if data.subset:
+        from evidra.rl.subset import read_subset
+
+        read_subset(data.subset)
+    if data.trajectories:
+        _check(stage == "sft", "data.trajectories is SFT data; pass it to `evidra train sft --data FILE`")
+        where = f"data.trajectories: no file {data.trajectories!r}"
+        _check(Path(data.trajectories).is_file(), f"{where}; write it with `evidra data distill`")
 
 
 def validate_rl_config(cfg: RLConfig) -> None:
@@ -119,7 +137,7 @@ def validate_rl_config(cfg: RLConfig) -> None:
 
     _known(TASKS, cfg.data.task, "data.task")
     task = TASKS.get(cfg.data.task)
-    _check_data(cfg.data, task)
+    _check_data(cfg.data, task, "rl")
     _check_run(cfg.run)
     _check_optim(cfg.optim)
     _check_rollout(cfg.rollout)
@@ -154,7 +172,7 @@ def validate_sft_config(cfg: SFTConfig) -> None:
     from evidra.rl.tasks import TASKS
 
     _known(TASKS, cfg.data.task, "data.task")
-    _check_data(cfg.data, TASKS.get(cfg.data.task))
+    _check_data(cfg.data, TASKS.get(cfg.data.task), "sft")
     _check_run(cfg.run)
     _check_optim(cfg.optim)
     _check(cfg.epochs >= 1, f"epochs must be >= 1, got {cfg.epochs}")

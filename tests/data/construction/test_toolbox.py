@@ -88,7 +88,9 @@ def test_reuse_before_create_counts_and_top_k(tmp_path: Path) -> None:
     assert box.errors == 2  # the ghost application + missing END_OF_TOOLS
     path = box.write(tmp_path / "toolbox.json")
     rows = json.loads(path.read_text())
-    assert rows[0] == {"name": "locate_row", "args": "row", "description": "Find a table row.", "count": 2}
+    # stage 2 asks for args="Image k: ...": a tool that reads an image gets the prefix in its hint
+    assert rows[0] == {"name": "locate_row", "args": "Image k: row", "description": "Find a table row.",
+                       "numeric": False, "count": 2}  # fmt: skip
     assert [t.name for t in load_toolbox(path)] == [
         "locate_row",
         "read_cell",
@@ -136,3 +138,35 @@ def test_local_vlm_model_is_greedy(tiny_vlms: dict[str, Any]) -> None:
     text = model.complete("sys", "user")
     assert text == model.complete("sys", "user")  # greedy: the same reply twice
     assert not parse_curation(text).ended  # random text: no END_OF_TOOLS, parsed without raising
+
+
+def test_numeric_tools_are_those_applied_with_values_only(tmp_path: Path) -> None:
+    """A curated arithmetic tool (all its applications pass values) is written numeric; stage 2's
+    validity then exempts it from the Image k check, and the tools reading regions are not."""
+    from evidra.rewards.lang2act_format import tool_validity
+
+    replies = [
+        "DEFINE_TOOL: locate_table_row || row || Find a row.\n"
+        "DEFINE_TOOL: subtract_values || val1, val2 || Calculate difference.\n"
+        '<tool name="locate_table_row" args="row \'Q3\'">Row 4</tool>'
+        '<tool name="subtract_values" args="150, 100">50</tool>\nEND_OF_TOOLS',
+        # a mixed use: one application of read_cell passes a region, so it is not numeric
+        "DEFINE_TOOL: read_cell || cell || Read a cell.\n"
+        '<tool name="subtract_values" args="$150M, 12.5%">x</tool><tool name="read_cell" args="3">1</tool>'
+        '<tool name="read_cell" args="row 4">1</tool>\nEND_OF_TOOLS',
+    ]
+    box = curate(["a", "b"], Scripted(replies), k=3)
+    assert box.numeric == frozenset({"subtract_values"})
+    tools = load_toolbox(box.write(tmp_path / "box.json"))
+    by_name = {t.name: t for t in tools}
+    assert by_name["subtract_values"].numeric and by_name["subtract_values"].args == "val1, val2"
+    assert not by_name["locate_table_row"].numeric and by_name["locate_table_row"].args == "Image k: row"
+    names, numeric = {t.name for t in tools}, {t.name for t in tools if t.numeric}
+    response = (
+        "<think>Image 1 has the table.</think><description>"
+        '<tool name="locate_table_row" args="Image 1: row Q3">Row 4</tool>'
+        '<tool name="subtract_values" args="150, 100">50</tool>'
+        "</description><answer>50</answer>"
+    )
+    assert tool_validity(response, 1, names, numeric) == 1.0
+    assert tool_validity(response, 1, names) == 0.0  # the released two-name exemption list rejects it

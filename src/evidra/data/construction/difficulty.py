@@ -20,17 +20,22 @@ from evidra.models.generation import SamplingParams
 from evidra.paradigms.base import Paradigm
 from evidra.rl.filtering import difficulty_filter
 from evidra.rl.rollout import Episode, GenerationBackend, RolloutLimits, rollout
-from evidra.types import Sample
+from evidra.types import Parsed, Sample
 
 IsCorrect = Callable[[Sample, Episode], bool]
 
 
 def answer_is_correct(paradigm: Paradigm, threshold: float = 0.5) -> IsCorrect:
     """Correct when the benchmark's official metric of the parsed final answer reaches ``threshold``."""
+    return parsed_answer_is_correct(paradigm.parse, threshold)
+
+
+def parsed_answer_is_correct(parse: Callable[[str], Parsed], threshold: float = 0.5) -> IsCorrect:
+    """``answer_is_correct`` with any parser (a task's ``parse``)."""
 
     def check(sample: Sample, episode: Episode) -> bool:
         texts = episode.trajectory.texts
-        answer = paradigm.parse(texts[-1]).answer if texts else None
+        answer = parse(texts[-1]).answer if texts else None
         if answer is None:
             return False
         scores = official(sample, answer, Prediction(sample.id, texts, answer))

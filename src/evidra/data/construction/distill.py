@@ -37,6 +37,7 @@ from evidra.paradigms.base import PARADIGMS, Paradigm
 from evidra.registry import Registry
 from evidra.rewards.evisrag import evaluate_predictions, split_block
 from evidra.rewards.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
+from evidra.rl.sft_data import messages_to_json
 from evidra.types import ImagePart, Message, Sample, TextPart
 
 logger = logging.getLogger(__name__)
@@ -127,17 +128,6 @@ RECIPES.add("evisrag", ("evidence", _evisrag))
 RECIPES.add("vragrl", ("search_agent", _vragrl))
 
 
-def _part_json(part: Any) -> dict[str, str]:
-    if isinstance(part, TextPart):
-        return {"type": "text", "text": part.text}
-    return {"type": "image", "image": str(part.image)}
-
-
-def _prompt_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Messages for the SFT record, images by path (not inlined)."""
-    return [{"role": m.role, "content": [_part_json(p) for p in m.content]} for m in messages]
-
-
 def done_ids(path: Path) -> set[str]:
     """Ids already in the output (accepted or rejected); torn lines are ignored."""
     ids: set[str] = set()
@@ -154,7 +144,7 @@ def _row(sample: Sample, method: str, verdict: Verdict, teacher_text: str, promp
     """One output line: the SFT prompt (without demonstrations), the kept response, the verdict."""
     return json.dumps({
         "id": sample.id, "method": method, "accepted": verdict.accepted, "answers": list(sample.answers),
-        "prompt": _prompt_json(prompt), "response": verdict.response, "teacher_response": teacher_text,
+        "prompt": messages_to_json(prompt), "response": verdict.response, "teacher_response": teacher_text,
         "meta": verdict.meta,
     })  # fmt: skip
 

@@ -7,7 +7,15 @@ before new ones are defined (``DEFINE_TOOL: name || args || desc``). The tools a
 uses form ``S_i``; the pool grows by them (Eq. 5); a tool's frequency is the number of
 trajectories that use it (Eq. 7); the toolbox is the top-K by frequency (Eq. 6; K = 7 in
 App. A.6), with its coverage of all tool usage. The toolbox is written as JSON (a list of
-``{name, args, description, count}``) that ``evidra.paradigms.toolchain.load_toolbox`` reads.
+``{name, args, description, numeric, count}``) that ``evidra.paradigms.toolchain.load_toolbox``
+reads and ``data.toolbox`` gives to the stage-2 task.
+
+Which tools are numeric is decided here, from the curation replies: a tool is numeric when every
+one of its applications passes values only (``args="150, 100"``), as the paper's arithmetic tools
+(``subtract_values(val1, val2)``) do. Stage 2's toolchain validity (Eq. 13) exempts exactly those
+from its ``Image k:`` check. The args hint of every other tool is written with an ``Image k:``
+prefix (unless it names an image already), since stage 2 asks for ``args="Image k: ..."`` and
+scores calls without it invalid; the curation replies themselves carry no image ids.
 
 The released code has no curation step; this follows the paper. The model
 is a small protocol: an OpenAI-compatible chat endpoint, a local VLM, or a scripted fake.
@@ -71,6 +79,19 @@ END_MARKER = "END_OF_TOOLS"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _APPLICATION = re.compile(r'<tool\s+name="([^"]*)"\s+args="([^"]*)"\s*>(.*?)</tool>', re.DOTALL)
 _DESCRIPTION = re.compile(r"<description>(.*?)</description>", re.DOTALL)
+# one value of a numeric call: a number, optionally signed, with a currency sign, % or a unit suffix
+_VALUE = re.compile(r"^[-+]?[$€£]?\d[\d,]*(?:\.\d+)?\s*(?:%|[A-Za-z]{1,3})?$")
+_IMAGE_HINT = re.compile(r"\bImage\s+(?:k|\d+)\b", re.IGNORECASE)
+
+
+def values_only(args: str) -> bool:
+    """True when every comma-separated field of ``args`` is a value (``150, 100``, ``$150M, 12%``).
+
+    >>> values_only("150, 100"), values_only("$150M, 12.5%"), values_only("row 'Q3 Revenue'")
+    (True, True, False)
+    """
+    fields = [f.strip() for f in args.split(",")]
+    return bool(args.strip()) and all(_VALUE.match(f) for f in fields)
 
 
 @dataclass(frozen=True)
@@ -153,6 +174,9 @@ class ToolPool:
     counts: dict[str, int] = field(default_factory=dict)
     errors: int = 0
     processed: int = 0
+    # per tool: applications seen, and how many of them passed values only (numeric tools)
+    applied: dict[str, int] = field(default_factory=dict)
+    applied_values: dict[str, int] = field(default_factory=dict)
 
     def update(self, output: CurationOutput) -> set[str]:
         """Add one trajectory's utilized tools ``S_i`` (reuse before create); returns ``S_i``."""
@@ -163,6 +187,8 @@ class ToolPool:
         for app in output.applications:
             if app.name in self.tools or app.name in new:
                 used.add(app.name)
+                self.applied[app.name] = self.applied.get(app.name, 0) + 1
+                self.applied_values[app.name] = self.applied_values.get(app.name, 0) + values_only(app.args)
             else:
                 self.errors += 1
                 logger.debug("application of undefined tool %r ignored", app.name)
@@ -180,10 +206,23 @@ class ToolPool:
         ranked = sorted(self.tools, key=lambda n: (-self.counts.get(n, 0), order[n]))
         return [(self.tools[n], self.counts.get(n, 0)) for n in ranked[:k]]
 
+    def numeric(self, name: str) -> bool:
+        """Every application of ``name`` passed values only (and there was one)."""
+        return self.applied.get(name, 0) > 0 and self.applied_values.get(name, 0) == self.applied[name]
+
     def coverage(self, k: int) -> float:
         """Share of all tool usage (sum of Eq. 7 frequencies) covered by the top-K tools."""
         total = sum(self.counts.values())
         return sum(c for _, c in self.top_k(k)) / total if total else 0.0
+
+
+def stage2_hint(args: str, numeric: bool) -> str:
+    """The args hint stage 2 shows: an ``Image k:`` prefix for tools that read an image.
+
+    >>> stage2_hint("row, col", False), stage2_hint("val1, val2", True)
+    ('Image k: row, col', 'val1, val2')
+    """
+    return args if numeric or _IMAGE_HINT.search(args) else f"Image k: {args}"
 
 
 @dataclass(frozen=True)
@@ -193,13 +232,23 @@ class Toolbox:
     pool_size: int
     trajectories: int
     errors: int
+    numeric: frozenset[str] = frozenset()  # the tools whose applications all passed values only
+
+    def rows(self) -> list[dict[str, Any]]:
+        """``{name, args, description, numeric, count}`` per tool, args as stage 2 shows them."""
+        rows = []
+        for tool, count in self.tools:
+            numeric = tool.name in self.numeric
+            hint = stage2_hint(tool.args, numeric)
+            rows.append({"name": tool.name, "args": hint, "description": tool.description,
+                         "numeric": numeric, "count": count})  # fmt: skip
+        return rows
 
     def write(self, path: str | Path) -> Path:
-        """JSON list of ``{name, args, description, count}`` (what ``load_toolbox`` reads)."""
-        rows = [
-            {"name": t.name, "args": t.args, "description": t.description, "count": c} for t, c in self.tools
-        ]
+        """The JSON list of ``rows()`` (what ``load_toolbox`` reads)."""
+        rows = self.rows()
         out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return out
 
@@ -214,7 +263,9 @@ def curate(
         reply = model.complete(system, CURATION_USER.format(description=description_of(trajectory)))
         pool.update(parse_curation(reply))
     top = tuple(pool.top_k(k)) if pool.tools else ()
-    return Toolbox(top, pool.coverage(k) if pool.tools else 0.0, len(pool.tools), pool.processed, pool.errors)
+    numeric = frozenset(t.name for t, _ in top if pool.numeric(t.name))
+    coverage = pool.coverage(k) if pool.tools else 0.0
+    return Toolbox(top, coverage, len(pool.tools), pool.processed, pool.errors, numeric)
 
 
 @dataclass

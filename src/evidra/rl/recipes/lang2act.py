@@ -3,7 +3,7 @@ documents (Lang2Act §3.1-3.2, Eq. 12, App. A.4).
 
 * ``lang2act.stage1``: 0.8 * r_ans + 0.2 * format (three non-empty blocks).
 * ``lang2act.stage2``: 0.8 * r_ans + 0.2 * r_tool, r_tool = I_valid(z | T_box) against the
-  default toolbox (Figure 10).
+  default toolbox (Figure 10), or the curated one of ``data.toolbox`` (``evidra data toolbox``).
 
 r_ans comes from an LLM judge in the paper; offline, a ``RuleJudge`` (normalised reference
 contained in the answer) stands in, so the recipes run without an endpoint.
@@ -43,6 +43,7 @@ def make_lang2act_task(
         stage="actionrl" if stage == 1 else "toolrl",
         judge=judge if judge is not None else RuleJudge(),
         toolbox=paradigm.tool_names,
+        numeric_tools=paradigm.numeric_names,
     )
 
     def oracle(sample: Sample) -> list[Message]:
@@ -58,6 +59,7 @@ def make_lang2act_task(
         oracle=oracle,
         from_benchmark=adapter(IMAGE_QA),
         with_judge=lambda other: make_lang2act_task(name, stage, toolbox, other),
+        with_toolbox=(lambda tools: make_lang2act_task(name, stage, tools, judge)) if stage == 2 else None,
         judge_prompt="lang2act",
     )
 

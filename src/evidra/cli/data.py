@@ -1,0 +1,281 @@
+"""``evidra data distill|filter|toolbox``: the papers' training-data construction stages.
+
+Each reads the samples of a training recipe (``--config`` and dotted overrides, as ``evidra
+train``), so its output fits the run that trains on it:
+
+    evidra data distill --config configs/lat.yaml --method lat --teacher URL --teacher-model NAME \\
+        --out runs/lat-sft.jsonl                # then: evidra train sft ... --data runs/lat-sft.jsonl
+    evidra data filter --config configs/evisrag.yaml --model runs/evisrag-sft --k 8 \\
+        --out runs/evisrag-keep.jsonl    # then: evidra train rl ... data.subset=runs/evisrag-keep.jsonl
+    evidra data toolbox --config configs/lang2act_stage1.yaml --model runs/l2a-stage1 \\
+        --curator URL --curator-model NAME --out runs/toolbox.json   # then: data.toolbox=runs/toolbox.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from evidra.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "data",
+        help="training-data construction: teacher distillation, difficulty filtering, tool curation",
+        description="Build the data a training stage reads from a recipe's samples.",
+    )
+    sub = p.add_subparsers(dest="data_command", metavar="STAGE", required=True)
+    _distill_parser(sub)
+    _filter_parser(sub)
+    _toolbox_parser(sub)
+
+
+def _recipe_arguments(p: Any) -> None:
+    p.add_argument("--config", default=None, metavar="FILE", help="training recipe whose samples are used")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. data.size=100")
+
+
+def _distill_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "distill",
+        help="teacher trajectories -> SFT JSONL, kept by the paper's filter",
+        description="Query a teacher behind an OpenAI-compatible endpoint for every sample of the recipe "
+        "and keep its trajectory when the method's filter accepts it (lat: answer recall >= gamma; "
+        "evisrag: a correct answer; vragrl: ANLS >= 0.5, boxes re-grounded by --annotator). Reruns skip "
+        "the ids already in --out.",
+    )
+    _recipe_arguments(p)
+    p.add_argument(
+        "--method", required=True, choices=["lat", "evisrag", "vragrl"], help="distillation recipe"
+    )
+    p.add_argument(
+        "--teacher", required=True, metavar="URL", help="teacher's OpenAI-compatible base URL (…/v1)"
+    )
+    p.add_argument("--teacher-model", required=True, metavar="NAME", help="model name the teacher serves")
+    p.add_argument("--annotator", default="", metavar="URL", help="vragrl: grounding model's base URL")
+    p.add_argument("--annotator-model", default="", metavar="NAME")
+    p.add_argument("--api-key-env", default="", metavar="VAR", help="environment variable with the API key")
+    p.add_argument("--gamma", type=float, default=0.5, help="lat: answer-recall threshold (default 0.5)")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--out", required=True, metavar="FILE", help="JSONL of trajectories (appended)")
+    p.set_defaults(func=run_distill)
+
+
+def _filter_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "filter",
+        help="difficulty filtering by the policy's pass rate over k samples",
+        description="Sample k completions per sample with the policy, count the correct ones (the "
+        "benchmark's official metric of the parsed answer >= --threshold) and keep the samples not "
+        "solved by all k (EVisRAG A.2, Lang2Act A.3), easiest first. Train on them with "
+        "data.subset=OUT.",
+    )
+    _recipe_arguments(p)
+    model_help = "policy: a model directory, run or checkpoint (default: the recipe's model.path)"
+    p.add_argument("--model", default=None, metavar="PATH", help=model_help)
+    p.add_argument("--k", type=int, default=8, help="completions per sample (default 8)")
+    p.add_argument("--min-success", type=int, default=0, help="drop samples with fewer correct (default 0)")
+    p.add_argument(
+        "--max-success", type=int, default=None, help="drop samples with more correct (default k-1)"
+    )
+    p.add_argument("--threshold", type=float, default=0.5, help="metric value that counts as correct")
+    p.add_argument("--batch-size", type=int, default=8, help="samples per rollout batch")
+    p.add_argument("--out", required=True, metavar="FILE", help="subset JSONL")
+    p.set_defaults(func=run_filter)
+
+
+def _toolbox_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "toolbox",
+        help="Lang2Act tool curation: stage-1 trajectories -> toolbox JSON",
+        description="Abstract each stage-1 trajectory's <description> into tool applications with a "
+        "curation model (Lang2Act Eqs. 3-7), then keep the K most used tools. Trajectories come from "
+        "--trajectories, or are generated by the stage-1 policy (--model, default the recipe's) over "
+        "the recipe's samples. Train stage 2 on it with data.toolbox=OUT.",
+    )
+    _recipe_arguments(p)
+    p.add_argument("--trajectories", default=None, metavar="FILE",
+                   help="JSONL rows with 'response' (text) or 'texts' (list, last used)")  # fmt: skip
+    p.add_argument(
+        "--model", default=None, metavar="PATH", help="stage-1 policy: model directory, run or checkpoint"
+    )
+    p.add_argument("--curator", default="", metavar="URL", help="curation model's OpenAI-compatible base URL")
+    p.add_argument("--curator-model", default="", metavar="NAME", help="model name the curator serves")
+    p.add_argument(
+        "--curator-local", default="", metavar="PATH", help="or a local model directory as curator"
+    )
+    p.add_argument("--api-key-env", default="", metavar="VAR", help="environment variable with the API key")
+    p.add_argument("--top-k", type=int, default=7, help="tools kept (Lang2Act A.6: 7)")
+    p.add_argument("--out", required=True, metavar="FILE", help="toolbox JSON")
+    p.set_defaults(func=run_toolbox)
+
+
+# --- shared pieces ---------------------------------------------------------------------------
+
+
+def _recipe(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
+    """The recipe's config, task (with its toolbox and judge) and samples; checked before loading."""
+    from evidra.config import load_config
+    from evidra.rl.config import RLConfig
+    from evidra.rl.tasks import resolve_task, task_samples
+    from evidra.rl.validate import validate_rl_config
+
+    cfg = load_config(RLConfig, args.config, args.overrides)
+    validate_rl_config(cfg)
+    task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+    return cfg, task, task_samples(task, cfg.data)
+
+
+def _api_key(var: str) -> str:
+    if not var:
+        return "EMPTY"
+    key = os.environ.get(var)
+    if not key:
+        raise ConfigError(f"--api-key-env {var}: the environment variable is not set")
+    return key
+
+
+def _policy(model: str | None, cfg: Any, out: Path) -> Any:
+    """The policy to sample from: ``--model`` (a directory, run or checkpoint) or the recipe's path."""
+    from evidra.models.loading import load_vlm
+    from evidra.rl.export import resolve_trained_model
+    from evidra.rl.policy import resolve_model_path
+
+    path = (
+        resolve_trained_model(model) if model else resolve_model_path(cfg.model.path, out.parent / ".models")
+    )
+    return load_vlm(path, min_pixels=cfg.model.min_pixels, max_pixels=cfg.model.max_pixels)
+
+
+def _sampling(cfg: Any) -> tuple[Any, Any]:
+    from evidra.models.generation import SamplingParams
+    from evidra.rl.rollout import RolloutLimits
+
+    r = cfg.rollout
+    params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+                            top_k=r.top_k)  # fmt: skip
+    return params, RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
+
+
+# --- stages ----------------------------------------------------------------------------------
+
+
+def run_distill(args: argparse.Namespace) -> int:
+    from evidra.data.construction.distill import distill
+    from evidra.eval.endpoint import ChatEndpoint
+
+    if args.method == "vragrl" and not (args.annotator and args.annotator_model):
+        logger.warning("vragrl without --annotator: the teacher's boxes are kept as written")
+    key = _api_key(args.api_key_env)
+    _, _, samples = _recipe(args)
+    teacher = ChatEndpoint(args.teacher, args.teacher_model, api_key=key)
+    annotator = ChatEndpoint(args.annotator, args.annotator_model, api_key=key) if args.annotator else None
+    report = distill(samples, teacher, args.out, method=args.method, gamma=args.gamma, annotator=annotator,
+                     concurrency=args.concurrency, max_tokens=args.max_tokens,
+                     temperature=args.temperature)  # fmt: skip
+    print(f"distilled {report.attempted} samples: {report.accepted} kept, {report.failed} failed "
+          f"(retried on a rerun), {report.skipped} already in {args.out}")  # fmt: skip
+    print(f"train on them: evidra train sft --config {args.config or 'FILE'} --data {args.out}")
+    return 0
+
+
+def run_filter(args: argparse.Namespace) -> int:
+    from evidra.data.construction.difficulty import (
+        filter_by_difficulty,
+        parsed_answer_is_correct,
+        sample_successes,
+    )
+    from evidra.rl.rollout import HFBackend
+    from evidra.rl.subset import SubsetRow, write_subset
+
+    if args.k < 1:
+        raise ConfigError(f"--k must be >= 1, got {args.k}")
+    cfg, task, samples = _recipe(args)
+    out = Path(args.out)
+    vlm = _policy(args.model, cfg, out)
+    params, limits = _sampling(cfg)
+    successes = sample_successes(HFBackend(vlm), task.make_env, samples, args.k,
+                                 parsed_answer_is_correct(task.parse, args.threshold), params=params,
+                                 limits=limits, batch_size=args.batch_size)  # fmt: skip
+    kept = filter_by_difficulty(samples, successes, args.k, min_success=args.min_success,
+                                max_success=args.max_success)  # fmt: skip
+    chosen = {s.id for s in kept.curriculum}
+    rows = [SubsetRow(s.id, successes[s.id], args.k, True) for s in kept.curriculum]
+    rows += [SubsetRow(s.id, successes[s.id], args.k, False) for s in samples if s.id not in chosen]
+    write_subset(rows, out)
+    print(f"kept {len(kept.curriculum)} of {len(samples)} samples ({len(kept.dropped_easy)} solved by more "
+          f"than the band allows, {len(kept.dropped_hard)} by fewer): {out}")  # fmt: skip
+    print(f"train on them: evidra train rl --config {args.config or 'FILE'} data.subset={out}")
+    return 0
+
+
+def _read_trajectories(path: str) -> list[str]:
+    texts = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            text = row["response"] if "response" in row else row["texts"][-1]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ConfigError(f"--trajectories {path!r} line {n}: no 'response' or 'texts' ({exc})") from None
+        texts.append(str(text))
+    return texts
+
+
+def _stage1_trajectories(args: argparse.Namespace, out: Path) -> list[str]:
+    from evidra.rl.rollout import HFBackend, rollout
+
+    cfg, task, samples = _recipe(args)
+    vlm = _policy(args.model, cfg, out)
+    params, limits = _sampling(cfg)
+    episodes = rollout(HFBackend(vlm), task.make_env, samples, 1, params, limits)
+    return [ep.trajectory.texts[-1] for ep in episodes if ep.trajectory.texts]
+
+
+def run_toolbox(args: argparse.Namespace) -> int:
+    from evidra.data.construction.toolbox import LocalVLMModel, OpenAIChatModel, curate
+
+    if bool(args.curator) == bool(args.curator_local):
+        raise ConfigError(
+            "give the curation model: --curator URL --curator-model NAME, or --curator-local PATH"
+        )
+    if args.curator and not args.curator_model:
+        raise ConfigError("--curator needs --curator-model NAME")
+    if args.top_k < 1:
+        raise ConfigError(f"--top-k must be >= 1, got {args.top_k}")
+    key = _api_key(args.api_key_env)
+    out = Path(args.out)
+    trajectories = (
+        _read_trajectories(args.trajectories) if args.trajectories else _stage1_trajectories(args, out)
+    )
+    curator: Any
+    if args.curator:
+        curator = OpenAIChatModel(args.curator, args.curator_model, api_key="" if key == "EMPTY" else key)
+    else:
+        from evidra.models.loading import load_vlm
+
+        curator = LocalVLMModel(load_vlm(args.curator_local))
+    box = curate(trajectories, curator, k=args.top_k)
+    if not box.tools:
+        raise ConfigError(
+            f"curation found no tool in {box.trajectories} trajectories ({box.errors} malformed replies or "
+            "applications); check the curation model's replies"
+        )
+    box.write(out)
+    for row in box.rows():
+        kind = "numeric" if row["numeric"] else "image"
+        print(f"  {row['name']:<28} used in {row['count']:>4} trajectories  {kind:<7} args: {row['args']}")
+    print(f"toolbox of {len(box.tools)} tools (pool {box.pool_size}, coverage {box.coverage:.1%} of tool "
+          f"use, {box.errors} curation errors over {box.trajectories} trajectories): {out}")  # fmt: skip
+    print(f"train stage 2 with it: evidra train rl --config configs/lang2act_stage2.yaml data.toolbox={out}")
+    return 0
