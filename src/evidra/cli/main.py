@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from evidra import __version__
 from evidra.errors import EvidraError
 
-SUBCOMMANDS = ("ingest", "pages", "ask", "train", "demo", "index", "serve-index", "eval", "export")
+SUBCOMMANDS = ("ingest", "pages", "ask", "train", "demo", "index", "serve-index", "eval", "export", "models")
 
 
 def build_parser() -> argparse.ArgumentParser:
