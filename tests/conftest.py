@@ -11,6 +11,8 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # the recipes' synthetic-corpus caches go to a private folder of this test session, not ~/.cache
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="evidra-test-cache-")
+# hub ids resolve against an empty hub cache of this session, never the user's own
+os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="evidra-test-hub-")
 
 import ipaddress
 import socket
@@ -58,6 +60,35 @@ def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         arch: build_tiny(arch, root / arch) for arch in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "colqwen2")
     }
+
+
+class HubCache:
+    """A hub cache folder tests put checkpoints into, in the layout the hub library writes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def publish(self, src: Path, repo_id: str, commit: str = "0" * 40) -> Path:
+        """Copy checkpoint directory ``src`` in as repository ``repo_id``:
+        ``models--org--name/snapshots/<commit>/...`` plus ``refs/main``; returns the snapshot."""
+        import shutil
+
+        repo = self.root / ("models--" + repo_id.replace("/", "--"))
+        snapshot = repo / "snapshots" / commit
+        shutil.copytree(src, snapshot, dirs_exist_ok=True)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+        return snapshot
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HubCache:
+    """An empty hub cache of this test, read offline (HF_HUB_CACHE, HF_HUB_OFFLINE=1)."""
+    cache = tmp_path / "hub-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return HubCache(cache)
 
 
 @pytest.fixture(scope="session")

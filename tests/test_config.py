@@ -39,3 +39,30 @@ def test_config_errors_name_the_key_and_fix(tmp_path: Path) -> None:
     bad.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping at the top level"):
         load_config(RLConfig, bad)
+
+
+def test_a_file_starts_from_its_base(tmp_path: Path) -> None:
+    (tmp_path / "full.yaml").write_text(
+        "model: {path: big, dtype: bfloat16}\nrollout: {group_size: 8, temperature: 0.9}\nsft: {epochs: 3}\n"
+    )
+    (tmp_path / "small").mkdir()
+    (tmp_path / "small" / "s.yaml").write_text(
+        "base: ../full.yaml\nrollout: {group_size: 2}\nsft: {run: {steps: 1}}\n"
+    )
+    cfg = load_config(RLConfig, tmp_path / "small" / "s.yaml", ["model.path=tiny:qwen2"])
+    assert (cfg.model.path, cfg.model.dtype) == ("tiny:qwen2", "bfloat16")  # override > file > base
+    assert (cfg.rollout.group_size, cfg.rollout.temperature) == (2, 0.9)  # merged section by section
+    assert cfg.sft == {"epochs": 3, "run": {"steps": 1}}
+
+
+def test_base_errors_name_the_file(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    (tmp_path / "c.yaml").write_text("base: gone.yaml\n")
+    (tmp_path / "d.yaml").write_text("base: [x]\n")
+    with pytest.raises(ConfigError, match=r"names itself as a base .*break the cycle"):
+        load_config(RLConfig, tmp_path / "a.yaml")
+    with pytest.raises(ConfigError, match=r"gone\.yaml' \(base of .*c\.yaml\) does not exist"):
+        load_config(RLConfig, tmp_path / "c.yaml")
+    with pytest.raises(ConfigError, match=r"base: in .*d\.yaml' must name a config file, got \['x'\]"):
+        load_config(RLConfig, tmp_path / "d.yaml")

@@ -2,10 +2,12 @@
 
     cfg = load_config(RLConfig, "configs/lat.yaml", ["rollout.group_size=8", "optim.lr=1e-6"])
 
-Unknown keys are errors with a "did you mean"; values are checked against the field types
-(int, float, str, bool, Literal, tuples, optional, nested dataclasses). Components are chosen
-by registry name in a config, never by import path. ``dump_config`` writes the resolved
-config next to every checkpoint and result.
+A file may start from another with ``base: PATH`` (relative to the file): the base is read first
+and the file's own keys merged over it, section by section (``configs/tiny/*.yaml`` are the
+recipes with small sizes this way). Unknown keys are errors with a "did you mean"; values are
+checked against the field types (int, float, str, bool, Literal, tuples, optional, nested
+dataclasses). Components are chosen by registry name in a config, never by import path.
+``dump_config`` writes the resolved config next to every checkpoint and result.
 """
 
 from __future__ import annotations
@@ -134,6 +136,33 @@ def merge_sections(base: Mapping[str, Any], over: Mapping[str, Any], where: str 
     return out
 
 
+BASE_KEY = "base"
+
+
+def read_config_file(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The mapping of YAML file ``path``, merged over the file its ``base:`` names (recursively)."""
+    file = Path(path)
+    if not file.is_file():
+        where = f" (base of {seen[-1]})" if seen else ""
+        raise ConfigError(f"config file {str(file)!r}{where} does not exist")
+    if file.resolve() in seen:
+        raise ConfigError(
+            f"config file {str(file)!r} names itself as a base (through {seen[-1]}); break the cycle"
+        )
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(file)!r} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
+    base = data.pop(BASE_KEY, None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{BASE_KEY}: in {str(file)!r} must name a config file, got {base!r}")
+    return merge_sections(read_config_file(file.parent / base, (*seen, file.resolve())), data)
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
     """Read ``path`` (YAML) if given, apply dotted ``overrides``, and build ``cls``.
 
@@ -141,17 +170,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     section of the file merged over the rest before the overrides: one recipe file serves
     several stages.
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        file = Path(path)
-        if not file.is_file():
-            raise ConfigError(f"config file {str(file)!r} does not exist")
-        try:
-            data = yaml.safe_load(file.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(file)!r} is not valid YAML: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
+    data = read_config_file(path) if path is not None else {}
     for section in getattr(cls, "__stage_sections__", ()):
         stage = data.get(section) or {}
         if not isinstance(stage, Mapping):

@@ -109,17 +109,19 @@ class RAG:
         k: int = DEFAULT_K,
         max_pages: int = 4,
         params: SamplingParams | None = None,
-        dtype: str = "float32",
-        device: str = "cpu",
+        dtype: str = "auto",
+        device: str = "auto",
         max_pixels: int | None = None,
         keep: tempfile.TemporaryDirectory[str] | None = None,
     ) -> RAG:
         """Open ``store`` and ``index`` (None: the store's registered index, if any), load ``model``.
 
-        The paradigm and index are checked before the model loads; ``model`` may also be a
-        training run or checkpoint folder (exported once, as ``evidra ask`` does).
+        The paradigm and index are checked before the model loads; ``model`` is a directory, a hub
+        id, ``tiny:ARCH``, or a training run or checkpoint folder (exported once, as ``evidra ask``
+        does). ``device`` and ``dtype`` ``auto``: the GPU in bfloat16 when one is present.
         """
         from evidra.corpus import PageStore
+        from evidra.devices import resolve_device, resolve_dtype
         from evidra.models.loading import load_vlm
         from evidra.paradigms import PARADIGMS
         from evidra.retrieval.attach import attach, registered_index
@@ -132,7 +134,13 @@ class RAG:
         try:
             where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
             retriever = attach(where, opened) if where else None
-            vlm = load_vlm(resolve_trained_model(model), dtype=dtype, device=device, max_pixels=max_pixels)
+            device = resolve_device(device)
+            vlm = load_vlm(
+                resolve_trained_model(model),
+                dtype=resolve_dtype(dtype, device),
+                device=device,
+                max_pixels=max_pixels,
+            )
         except BaseException:
             if retriever is not None:
                 retriever.close()

@@ -9,6 +9,7 @@ import json
 import shlex
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,7 +140,8 @@ def test_an_encoder_without_its_model_is_refused(
         == 2
     )
     err = _error(capsys, "index")
-    assert f"encoder {encoder!r} needs its checkpoint: pass --model DIR" in err and "config.json" not in err
+    assert f"encoder {encoder!r} needs its checkpoint: pass --model with a {encoder} checkpoint" in err
+    assert "config.json" not in err
     assert not (tmp_path / "i").exists()
 
 
@@ -171,9 +173,16 @@ def test_an_unknown_encoder_is_refused_before_pages_are_read(
     ],
     ids=["colqwen2", "colpali", "dse", "ask", "train"],
 )
-def test_hub_ids_get_a_download_hint_for_their_kind_of_model(
-    command: list[str], kind: str, store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_hub_ids_missing_offline_get_a_download_hint_for_their_kind_of_model(
+    command: list[str],
+    kind: str,
+    store: Path,
+    tmp_path: Path,
+    hub_cache: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """HF_HUB_OFFLINE=1 and an empty hub cache: every command that loads a model names the repo,
+    the cache and how to download it, in one line."""
     if command[0] == "index":
         command = [*command, "--store", str(store), "--out", str(tmp_path / "i")]
     elif command[0] == "ask":
@@ -183,8 +192,9 @@ def test_hub_ids_get_a_download_hint_for_their_kind_of_model(
     assert main(command) == 2
     err = _error(capsys, command[0])
     hub_id = next(a.split("=")[-1] for a in command if "/" in a and not a.startswith(str(tmp_path)))
-    assert f"`hf download {hub_id} --local-dir DIR`" in err and f"evidra loads a {kind} only from disk" in err
-    assert "build_tiny" not in err
+    assert f"{hub_id!r} is no local directory, and as a hub repository it is not in the hub cache" in err
+    assert f"`hf download {hub_id}`" in err and f"pass a local {kind} checkpoint directory" in err
+    assert str(hub_cache.root) in err and "build_tiny" not in err
 
 
 def test_negative_steps_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

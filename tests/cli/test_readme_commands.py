@@ -3,6 +3,7 @@ README's "Ask your documents" walk-through runs as written, on generated documen
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -82,3 +83,42 @@ def test_the_readme_ask_walkthrough_runs_as_written(
     assert isinstance(answer, Answer) and len(answer.retrieved) == 3
     assert [p.id for p in answer.pages] == [h.page_id for h in answer.retrieved]
     namespace["rag"].close()
+
+
+def test_the_readme_model_references_run_as_written(
+    tmp_path: Path,
+    tiny_dirs: dict[str, Path],
+    hub_cache: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The hub ids of the section are tiny models this test puts in an offline hub cache; every
+    command then runs unchanged, in order (the training run cut to one step)."""
+    from evidra.data.synth.documents import generate_documents
+
+    commands = shown_commands(_section((ROOT / "README.md").read_text(), "Model references"))
+    assert [" ".join(c.split()[:2]) for c in commands] == [
+        "models tiny", "models tiny", "index build", "ask --store", "ask --store", "models resolve",
+        "train rl",
+    ]  # fmt: skip
+    hub_cache.publish(tiny_dirs["colqwen2"], "vidore/colqwen2-v1.0-hf")
+    snapshot = hub_cache.publish(tiny_dirs["qwen2_5_vl"], "Qwen/Qwen2.5-VL-3B-Instruct")
+    generate_documents(tmp_path, n_docs=1, seed=2, dpi=50)  # writes tmp_path/docs/*.pdf
+    (tmp_path / "configs").symlink_to(ROOT / "configs", target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    assert main(["-q", "ingest", "docs/", "--store", "store/"]) == 0
+    for command in commands:
+        extra = ["run.steps=1"] if command.startswith("train ") else []
+        capsys.readouterr()
+        assert main(["-q", *shlex.split(command), *extra]) == 0, command
+        out = capsys.readouterr().out
+        if command.startswith("ask "):
+            assert "retrieved: top 2 of idx-vis/" in out, out  # the one document's two pages
+        if command.startswith("models resolve "):
+            assert out.strip().splitlines()[-1] == str(snapshot)
+    assert (
+        json.loads((tmp_path / "idx-vis" / "retriever.json").read_text())["encoder_path"]
+        == "vidore/colqwen2-v1.0-hf"
+    )
+    assert (tmp_path / "ckpt" / "tiny-colqwen2" / "config.json").is_file()
+    assert (tmp_path / "runs" / "tiny" / "lat" / "metrics.jsonl").read_text().count("\n") == 1

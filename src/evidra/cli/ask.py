@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("question", help="the question to answer")
     p.add_argument("--store", required=True, metavar="S", help="page store directory")
-    model_help = "Qwen-VL model directory, or a training run or checkpoint"
+    model_help = "Qwen-VL model: a directory, a hub id (org/name), tiny:ARCH, or a training run or checkpoint"
     p.add_argument("--model", required=True, metavar="PATH", help=model_help)
     p.add_argument(
         "--index",
@@ -66,15 +66,17 @@ def register(subparsers: Any) -> None:
         "--paradigm", default="coe", help="output format: coe (cited steps), direct, evidence, toolchain..."
     )
     p.add_argument("--verify", action="store_true", help="check each evidence step (needs --paradigm coe)")
-    p.add_argument("--retriever", default=None, metavar="PATH", help="ColQwen2 checkpoint for --verify")
+    p.add_argument(
+        "--retriever", default=None, metavar="PATH", help="ColQwen2 checkpoint or hub id for --verify"
+    )
     p.add_argument("--tau", type=float, default=0.3, help="similarity threshold for --verify (LAT: 0.3)")
     p.set_defaults(func=run)
 
 
-def _similarity(retriever: str | None) -> Any:
+def _similarity(retriever: str | None, device: str) -> Any:
     from evidra.rewards.embedding import ColQwen2Similarity, TextOverlapSimilarity
 
-    return ColQwen2Similarity.load(retriever) if retriever else TextOverlapSimilarity()
+    return ColQwen2Similarity.load(retriever, device=device) if retriever else TextOverlapSimilarity()
 
 
 def verification_records(verdicts: list[Any]) -> list[dict[str, Any]]:
@@ -140,8 +142,7 @@ def format_verdict(record: dict[str, Any]) -> str:
 
 def _open(args: argparse.Namespace) -> RAG:
     """Check the options, open store and index, then load the model (the heavy part, last)."""
-    import torch
-
+    from evidra.devices import resolve_device, resolve_dtype
     from evidra.models.generation import SamplingParams
     from evidra.rag import RAG
 
@@ -151,8 +152,8 @@ def _open(args: argparse.Namespace) -> RAG:
         )
     if args.page and args.index:
         raise InvalidInputError("pass --page (pages chosen by hand) or --index (retrieved pages), not both")
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
     return RAG.load(
         args.store,
         args.index or None,
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from evidra.rag import write_html
 
     with _open(args) as rag:
-        similarity = _similarity(args.retriever) if args.verify else None
+        similarity = _similarity(args.retriever, args.device) if args.verify else None
         answer = rag.ask(
             args.question, pages=args.page or None, verify=args.verify, similarity=similarity, tau=args.tau
         )

@@ -55,7 +55,14 @@ def register(subparsers: Any) -> None:
     )
     model = p.add_argument_group("model")
     model.add_argument(
-        "--model", default=None, metavar="PATH", help="model directory, or a training run or checkpoint"
+        "--model",
+        default=None,
+        metavar="PATH",
+        help="model: a directory, a hub id (org/name), tiny:ARCH, or a training run or checkpoint",
+    )
+    model.add_argument("--device", default="auto", help="--model device: auto | cpu | cuda")
+    model.add_argument(
+        "--dtype", default="auto", help="--model weights: auto (bfloat16 on a GPU) | float32 | bfloat16"
     )
     model.add_argument("--endpoint", default=None, metavar="URL", help="OpenAI-compatible base URL (…/v1)")
     model.add_argument("--model-name", default=None, help="model name sent to --endpoint")
@@ -154,10 +161,14 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
     from evidra.eval.runner import EndpointModel, LocalModel
 
     if args.model and not args.endpoint:
+        from evidra.devices import resolve_device, resolve_dtype
         from evidra.models.loading import load_vlm
         from evidra.rl.export import resolve_trained_model
 
-        return LocalModel(load_vlm(resolve_trained_model(args.model))), Path(args.model).name
+        device = resolve_device(args.device)
+        dtype = resolve_dtype(args.dtype, device)
+        vlm = load_vlm(resolve_trained_model(args.model), dtype=dtype, device=device)
+        return LocalModel(vlm), Path(args.model).name
     if args.endpoint and args.model_name:
         from evidra.eval.endpoint import ChatEndpoint
         from evidra.geometry import vision_spec

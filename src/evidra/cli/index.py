@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
     )
     b.add_argument("--out", required=True, help="new index directory")
     b.add_argument("--encoder", required=True, help="colqwen2 | colpali | dse | visrag | minilm | bm25")
-    b.add_argument("--model", default="", help="local encoder checkpoint directory (not for bm25)")
+    b.add_argument("--model", default="", help="encoder checkpoint, hub id or tiny:ARCH (not bm25)")
     b.add_argument("--ocr", action="store_true", help="bm25: OCR pages without a text layer (evidra[ocr])")
     b.add_argument(
         "--backend", choices=("auto", "qdrant"), default="auto", help="auto: the exact store for the encoder"
@@ -130,12 +130,11 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> tuple[Any, Any]:
-    import torch
-
+    from evidra.devices import resolve_device
     from evidra.retrieval.base import EncoderOptions
     from evidra.retrieval.index import MaxSimOptions
 
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(args.device)
     return EncoderOptions(args.batch_size, device, args.dtype), MaxSimOptions(device=device)
 
 

@@ -16,7 +16,19 @@ from collections.abc import Sequence
 from evidra import __version__
 from evidra.errors import EvidraError
 
-SUBCOMMANDS = ("ingest", "pages", "ask", "train", "demo", "index", "serve-index", "eval", "export", "data")
+SUBCOMMANDS = (
+    "ingest",
+    "pages",
+    "ask",
+    "train",
+    "demo",
+    "index",
+    "serve-index",
+    "eval",
+    "export",
+    "data",
+    "models",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("serve-index", help="serve a retrieval index over HTTP (batched search)")
     p.add_argument("--index", required=True, help="index directory from `evidra index build`")
     p.add_argument(
-        "--encoder", default=None, help="encoder checkpoint directory (default: the one it was built with)"
+        "--encoder", default=None, help="encoder checkpoint or hub id (default: the one it was built with)"
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)

@@ -1,25 +1,27 @@
-"""Load Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints (and ColQwen2 retrievers) from disk.
+"""Load Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints (and ColQwen2 retrievers).
 
 Text-only causal LMs (Qwen2, Qwen2.5 and Qwen3 checkpoints, ``model_type`` qwen2 / qwen3) load
 through the same ``load_vlm`` into the same ``VLM`` record, with ``spec`` None and a
 ``TextProcessor`` around their tokenizer, so rollouts and the trainer need no second path.
 
-Only local directories are accepted: a path that does not exist is an error here, never a
-hub lookup. ``min_pixels`` / ``max_pixels`` override the checkpoint's image limits, which
-decide how many tokens a page costs (see ``evidra.geometry.smart_resize``).
+A model is named as users write it (``evidra.models.references``): a local directory, a hub id
+(``org/name[@revision]``, fetched into the hub cache) or ``tiny:ARCH``. ``min_pixels`` /
+``max_pixels`` override the checkpoint's image limits, which decide how many tokens a page costs
+(see ``evidra.geometry.smart_resize``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evidra.devices import resolve_device
 from evidra.errors import ModelLoadError
 from evidra.geometry import VISION_SPECS, VisionSpec
+from evidra.models.references import resolve_model_ref
 from evidra.models.speedups import fast_patch_embed
 
 logger = logging.getLogger(__name__)
@@ -78,30 +80,6 @@ class VLM:
         return next(self.model.parameters()).device
 
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-
-
-def looks_like_hub_id(text: str) -> bool:
-    """``owner/name`` that is no path here: likely meant as a hub repository id."""
-    return _HUB_ID.fullmatch(text) is not None and not Path(text).exists()
-
-
-def not_a_directory(path: str | Path, kind: str) -> str:
-    """Why ``path`` is no ``kind`` checkpoint when no such directory exists, and the fix.
-
-    >>> print(not_a_directory("org/m", "ColPali retriever"))  # doctest: +NORMALIZE_WHITESPACE
-    'org/m' is not a local directory; evidra loads a ColPali retriever only from disk: if it names a
-    hub repository, download it first (`hf download org/m --local-dir DIR`) and pass DIR
-    """
-    text = str(path)
-    if looks_like_hub_id(text):
-        return (
-            f"{text!r} is not a local directory; evidra loads a {kind} only from disk: if it names a hub "
-            f"repository, download it first (`hf download {text} --local-dir DIR`) and pass DIR"
-        )
-    return f"{text!r} is not a directory; pass a local {kind} checkpoint directory (with config.json)"
-
-
 def read_model_type(path: str | Path, kind: str = "Qwen-VL model") -> str:
     """The ``model_type`` of a ``kind`` checkpoint directory, with a clear error if it is not one."""
     root = Path(path)
@@ -109,7 +87,9 @@ def read_model_type(path: str | Path, kind: str = "Qwen-VL model") -> str:
     if not str(path).strip():
         raise ModelLoadError(f"no {kind} checkpoint given; pass a local checkpoint directory")
     if not root.is_dir():
-        raise ModelLoadError(not_a_directory(path, kind))
+        raise ModelLoadError(
+            f"{str(path)!r} is not a directory; pass a local {kind} checkpoint directory (with config.json)"
+        )
     if not cfg.is_file():
         raise ModelLoadError(
             f"{str(root)!r} has no config.json; pass a local {kind} checkpoint directory "
@@ -178,12 +158,16 @@ def load_vlm(
     attn_implementation: str | None = None,
     kind: str = "Qwen-VL model",
 ) -> VLM:
-    """Load a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (or text-only Qwen2 / Qwen3) checkpoint directory.
+    """Load a Qwen2-VL / Qwen2.5-VL / Qwen3-VL (or text-only Qwen2 / Qwen3) checkpoint.
 
-    ``kind`` names what the caller wants it as, in errors (e.g. "dse retriever").
+    ``path`` is a directory, a hub id or ``tiny:ARCH`` (``resolve_model_ref``); ``device`` may be
+    ``auto`` (the GPU when one is present). ``kind`` names what the caller wants it as, in errors
+    (e.g. "dse retriever").
 
-    >>> vlm = load_vlm("ckpt/Qwen2.5-VL-7B-Instruct", dtype="bfloat16", device="cuda")  # doctest: +SKIP
+    >>> vlm = load_vlm("Qwen/Qwen2.5-VL-7B-Instruct", dtype="bfloat16", device="auto")  # doctest: +SKIP
     """
+    path = resolve_model_ref(path, kind)
+    device = resolve_device(device)
     arch = read_model_type(path, kind)
     if arch not in SUPPORTED_ARCHS:
         raise ModelLoadError(
@@ -234,6 +218,7 @@ def load_colqwen2(path: str | Path, *, dtype: str | Any = "float32", device: str
     """Load a ColQwen2 retriever and its processor: ``(model, processor)``."""
     from transformers import ColQwen2ForRetrieval, ColQwen2Processor
 
+    path = resolve_model_ref(path, "ColQwen2 retriever")
     arch = read_model_type(path, "ColQwen2 retriever")
     if arch != "colqwen2":
         raise ModelLoadError(f"{str(path)!r} is a {arch!r} checkpoint, not colqwen2")
@@ -244,4 +229,4 @@ def load_colqwen2(path: str | Path, *, dtype: str | Any = "float32", device: str
         )
     except Exception as exc:
         raise ModelLoadError(f"could not load ColQwen2 from {str(path)!r}: {exc}") from exc
-    return model.to(device).eval(), processor
+    return model.to(resolve_device(device)).eval(), processor

@@ -22,6 +22,8 @@ Arch = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 ARCHS: tuple[Arch, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 TextArch = Literal["qwen2", "qwen3"]
 TEXT_ARCHS: tuple[TextArch, ...] = ("qwen2", "qwen3")  # text-only causal LMs (Qwen2/2.5, Qwen3)
+RETRIEVER_ARCHS = ("colqwen2", "colpali")
+TINY_KINDS = (*ARCHS, *TEXT_ARCHS, *RETRIEVER_ARCHS)  # what ``build_tiny`` and ``tiny:ARCH`` accept
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -320,10 +322,7 @@ def build_tiny(
     if arch in TEXT_ARCHS:
         return build_tiny_text(arch, out_dir, seed=seed)
     if arch not in ARCHS:
-        choices = ", ".join((*ARCHS, *TEXT_ARCHS))
-        raise InvalidInputError(
-            f"unknown tiny architecture {arch!r}; choose one of {choices}, colqwen2, colpali"
-        )
+        raise InvalidInputError(f"unknown tiny architecture {arch!r}; choose one of {', '.join(TINY_KINDS)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(seed=seed)

@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from evidra.devices import resolve_device, resolve_dtype
 from evidra.errors import CorpusError, InvalidInputError
+from evidra.models.references import recorded_ref
 from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, Retriever, VectorIndex
 from evidra.retrieval.encoders import load_encoder
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
@@ -91,7 +93,7 @@ class IndexSpec:
     """What ``retriever.json`` records."""
 
     encoder: str  # registry name ("colqwen2", "dse", ...) or "bm25"
-    encoder_path: str = ""  # local checkpoint directory; empty for bm25
+    encoder_path: str = ""  # checkpoint: an absolute directory, a hub id or tiny:ARCH; empty for bm25
     backend: str = "maxsim"  # maxsim | dense | bm25 | qdrant
     ocr: bool = False  # bm25 only: OCR pages that have no text layer
     qdrant: QdrantSpec | None = None  # qdrant only
@@ -179,8 +181,8 @@ def check_encoder_args(encoder: str, encoder_path: str | Path) -> None:
     ENCODERS.get(encoder)  # raises with the known names and a "did you mean"
     if not str(encoder_path).strip():
         raise InvalidInputError(
-            f"encoder {encoder!r} needs its checkpoint: pass --model DIR, a local {encoder} "
-            "checkpoint directory"
+            f"encoder {encoder!r} needs its checkpoint: pass --model with a {encoder} checkpoint "
+            "directory, a hub id (org/name) or tiny:ARCH"
         )
 
 
@@ -268,7 +270,7 @@ def _build_into(
         dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
         spec = IndexSpec(
             encoder,
-            str(Path(encoder_path).resolve()),
+            recorded_ref(encoder_path),
             "qdrant" if qdrant is not None else backend,
             ocr,
             qdrant=qdrant,
@@ -355,10 +357,7 @@ def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
         from evidra.retrieval.client import SearchClient
 
         return SearchClient(where)
-    import torch
-
-    gpu = torch.cuda.is_available()
-    options = EncoderOptions(device="cuda" if gpu else "cpu", dtype="bfloat16" if gpu else "float32")
+    options = EncoderOptions(device=resolve_device("auto"), dtype=resolve_dtype("auto", "auto"))
     engine = open_index(where, options=options)
     missing = sorted(set(required) - set(engine.index.page_ids()))
     if missing:

@@ -118,13 +118,13 @@ class ColQwen2Similarity:
         self.batch_size, self.device = batch_size, device
 
     @classmethod
-    def load(cls, path: str | Path, *, device: str = "cpu") -> ColQwen2Similarity:
-        """From a local ColQwen2/ColPali checkpoint directory (never a hub id)."""
+    def load(cls, path: str | Path, *, device: str = "auto") -> ColQwen2Similarity:
+        """From a ColQwen2/ColPali checkpoint: a directory, a hub id or a PEFT adapter of one."""
         from evidra.retrieval.base import EncoderOptions
         from evidra.retrieval.encoders.colvision import ColVisionEncoder
 
         enc = ColVisionEncoder.load(path, EncoderOptions(device=device))
-        return cls(enc.model, enc.processor, device=device)
+        return cls(enc.model, enc.processor, device=enc.options.device)
 
     def _embed(self, **inputs: Any) -> list[Tensor]:
         import torch

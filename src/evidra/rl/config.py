@@ -25,7 +25,7 @@ class LoraConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    path: str = ""  # local checkpoint directory; "tiny:qwen2_5_vl" builds a tiny offline model
+    path: str = ""  # a checkpoint directory, a hub id (org/name[@rev]) or tiny:qwen2_5_vl (tiny, offline)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     min_pixels: int | None = None
     max_pixels: int | None = None

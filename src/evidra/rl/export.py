@@ -98,14 +98,21 @@ def read_checkpoint(source: str | Path) -> TrainedCheckpoint:
 
 def base_model_dir(ckpt: TrainedCheckpoint) -> Path:
     """The base checkpoint the run trained from (built again for ``tiny:<arch>``)."""
+    from evidra.models.references import looks_like_hub_id
     from evidra.rl.policy import resolve_model_path
 
-    base = Path(resolve_model_path(ckpt.model.path, ckpt.cache_dir))
+    problem = (
+        f"base model {ckpt.model.path!r} of checkpoint {ckpt.folder} (model.path in its config.yaml) "
+        "is not a model directory here; run from the folder training ran in, or put the base there"
+    )
+    try:
+        base = Path(resolve_model_path(ckpt.model.path, ckpt.cache_dir))
+    except ModelLoadError as exc:
+        if looks_like_hub_id(ckpt.model.path):  # the hub's own reason (not cached offline, say)
+            raise ModelLoadError(f"checkpoint {ckpt.folder}: {exc}") from None
+        raise ModelLoadError(problem) from None
     if not (base / "config.json").is_file():
-        raise ModelLoadError(
-            f"base model {ckpt.model.path!r} of checkpoint {ckpt.folder} (model.path in its config.yaml) "
-            "is not a model directory here; run from the folder training ran in, or put the base there"
-        )
+        raise ModelLoadError(problem)
     return base
 
 
@@ -249,7 +256,8 @@ def _is_complete_export(path: Path) -> bool:
 def resolve_trained_model(path: str | Path) -> str:
     """A directory ``load_vlm`` can open, for any ``--model`` argument.
 
-    A model directory (``config.json``) is returned as is; a run or checkpoint folder is
+    A model directory (``config.json``) is returned as is, a hub id or ``tiny:ARCH`` resolved
+    (``evidra.models.references``); a run or checkpoint folder is
     exported once into ``<checkpoint>/hf/`` (reused while complete) and that path returned.
     """
     root = Path(path)
@@ -265,13 +273,13 @@ def resolve_trained_model(path: str | Path) -> str:
             "no model given; pass --model DIR: a model directory, a training run or one of its checkpoints"
         )
     if not root.exists():
-        from evidra.models.loading import looks_like_hub_id, not_a_directory
+        from evidra.models.references import TINY_PREFIX, parse_hub_id, resolve_model_ref
 
-        if looks_like_hub_id(str(path)):
-            raise InvalidInputError(not_a_directory(path, "Qwen-VL model"))
+        if str(path).startswith(TINY_PREFIX) or parse_hub_id(str(path)) is not None:
+            return str(resolve_model_ref(path, "Qwen-VL model"))
         raise InvalidInputError(
             f"--model {str(root)!r} does not exist; pass a model directory (with config.json), a "
-            "training run folder or one of its checkpoints"
+            "training run folder or one of its checkpoints, a hub id (org/name) or tiny:ARCH"
         )
     try:
         folder = find_checkpoint(root)

@@ -2,14 +2,13 @@
 
 With LoRA the reference is the same model with the adapter disabled, so no second copy of
 the weights exists; with full fine-tuning it is a frozen copy; with KL off there is none.
-``model.path`` may be ``tiny:<arch>`` to build a tiny offline checkpoint on the fly.
+``model.path`` may be a hub id (``org/name``) or ``tiny:<arch>`` (a tiny offline checkpoint built
+on the fly).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 from evidra.errors import ConfigError
 from evidra.models.adapters import LoraSpec, apply_lora, freeze
 from evidra.models.loading import VLM, load_vlm
+from evidra.models.references import resolve_model_ref
 from evidra.rl.config import ModelConfig
 from evidra.rl.precision import Precision, reference_copy, training_precision
 
@@ -26,22 +26,13 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_model_path(path: str, cache_dir: str | Path) -> str:
-    """A local checkpoint path; ``tiny:<arch>`` builds (once) a tiny random checkpoint."""
+    """The directory ``model.path`` names: a local path, a hub id, or ``tiny:<arch>`` built (once)
+    under ``cache_dir``."""
     if not path:
-        raise ConfigError("model.path is empty; give a local checkpoint directory or tiny:qwen2_5_vl")
-    if path.startswith("tiny:"):
-        from evidra.models.tiny import build_tiny
-
-        arch = path.split(":", 1)[1]
-        target = Path(cache_dir) / f"tiny-{arch}"
-        if not (target / "config.json").is_file():  # build aside, then publish with one rename
-            tmp = Path(cache_dir) / f".tmp-tiny-{arch}-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            build_tiny(arch, tmp)
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp, target)
-        return str(target)
-    return path
+        raise ConfigError(
+            "model.path is empty; give a local checkpoint directory, a hub id (org/name) or tiny:qwen2_5_vl"
+        )
+    return str(resolve_model_ref(path, "Qwen-VL model", tiny_cache=cache_dir))
 
 
 def load_policy(

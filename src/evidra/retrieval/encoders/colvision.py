@@ -11,14 +11,17 @@ zero vector never enters MaxSim (it would score 0 where every real match is nega
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
 
+from evidra.devices import resolve_device
 from evidra.errors import ModelLoadError
 from evidra.retrieval.base import ENCODERS, EncoderOptions
 from evidra.retrieval.encoders._batching import batches, check_texts, torch_dtype, unpad
@@ -34,6 +37,8 @@ _CLASSES = {
 }
 
 _TITLES = {"colqwen2": "ColQwen2", "colpali": "ColPali"}
+ADAPTER_CONFIG = "adapter_config.json"
+_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 
 
 class ColVisionEncoder:
@@ -51,33 +56,35 @@ class ColVisionEncoder:
     def load(
         cls, path: str | Path, options: EncoderOptions | None = None, *, expected: str | None = None
     ) -> ColVisionEncoder:
-        """Load a local ColQwen2 or ColPali checkpoint directory (its ``model_type`` decides).
+        """Load a ColQwen2 or ColPali checkpoint (its ``model_type`` decides).
 
-        With ``expected`` (the encoder name asked for) a checkpoint of the other family is refused,
-        so an index never records one encoder while holding vectors of another.
+        ``path`` is a directory, a hub id or ``tiny:ARCH`` (``resolve_model_ref``). A PEFT adapter
+        (``adapter_config.json``, the layout colpali-engine publishes its retrievers in) is applied to
+        the base model its ``base_model_name_or_path`` names, resolved the same way, and merged. With
+        ``expected`` (the encoder name asked for) a checkpoint of the other family is refused, so an
+        index never records one encoder while holding vectors of another.
         """
         import transformers
 
-        from evidra.models.loading import read_model_type
+        from evidra.models.references import resolve_model_ref
 
         opts = options or EncoderOptions()
+        opts = replace(opts, device=resolve_device(opts.device))
         kind = f"{_TITLES[expected]} retriever" if expected in _TITLES else "ColQwen2 / ColPali retriever"
-        arch = read_model_type(path, kind)
-        if arch not in _CLASSES or (expected is not None and arch != expected):
-            fix = (
-                f"use encoder {arch!r} for it"
-                if arch in _CLASSES
-                else "pass a ColQwen2 or ColPali checkpoint"
-            )
-            raise ModelLoadError(
-                f"{str(path)!r} is a {arch!r} checkpoint, not {expected or ' / '.join(_CLASSES)}; {fix}"
-            )
+        root = resolve_model_ref(path, kind)
+        adapter = root / ADAPTER_CONFIG
+        base = _adapter_base(adapter, kind) if adapter.is_file() else root
+        arch = _check_model_type(base, kind, expected)
         model_cls, proc_cls = (getattr(transformers, n) for n in _CLASSES[arch])
+        # an adapter folder of colpali-engine carries the processor it was trained with
+        processor_dir = root if any((root / f).is_file() for f in _PROCESSOR_FILES) else base
         try:
-            processor = proc_cls.from_pretrained(str(path), local_files_only=True)
-            model = model_cls.from_pretrained(str(path), dtype=torch_dtype(opts.dtype), local_files_only=True)
+            processor = proc_cls.from_pretrained(str(processor_dir), local_files_only=True)
+            model = model_cls.from_pretrained(str(base), dtype=torch_dtype(opts.dtype), local_files_only=True)
         except Exception as exc:  # transformers raises many kinds here; name the directory
-            raise ModelLoadError(f"could not load {arch} from {str(path)!r}: {exc}") from exc
+            raise ModelLoadError(f"could not load {arch} from {str(base)!r}: {exc}") from exc
+        if adapter.is_file():
+            model = _merge_adapter(model, root)
         model.to(opts.device).eval()
         return cls(model, processor, name=arch, options=opts)
 
@@ -104,6 +111,68 @@ class ColVisionEncoder:
         for batch in batches(queries, self.options.batch_size):
             out += self._forward(self.processor(text=list(batch), return_tensors="pt"))
         return out
+
+
+def _check_model_type(path: Path, kind: str, expected: str | None) -> str:
+    """The checkpoint's ``model_type``, refused in one line unless it is the family asked for."""
+    from evidra.models.loading import read_model_type
+
+    arch = read_model_type(path, kind)
+    if arch in _CLASSES and (expected is None or arch == expected):
+        return arch
+    if arch in _CLASSES:
+        fix = f"use encoder {arch!r} for it"
+    elif _native_colpali_engine(path):
+        fix = "it is in colpali-engine's own format; use the transformers release (its -hf repository)"
+    else:
+        fix = "pass a ColQwen2 or ColPali checkpoint"
+    raise ModelLoadError(
+        f"{str(path)!r} is a {arch!r} checkpoint, not {expected or ' / '.join(_CLASSES)}; {fix}"
+    )
+
+
+def _native_colpali_engine(path: Path) -> bool:
+    """A base model saved by colpali-engine itself: a Qwen2-VL / PaliGemma type, a Col* class."""
+    try:
+        names = json.loads((path / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    return any(str(n).startswith("Col") for n in names)
+
+
+def _adapter_base(adapter: Path, kind: str) -> Path:
+    """The base checkpoint directory a PEFT adapter names (a local path or a hub id)."""
+    from evidra.models.references import resolve_model_ref
+
+    try:
+        base = json.loads(adapter.read_text())["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(
+            f"{adapter} names no base model ({type(exc).__name__}: {exc}); a PEFT adapter needs "
+            "base_model_name_or_path in its adapter_config.json"
+        ) from None
+    if not isinstance(base, str) or not base.strip():
+        raise ModelLoadError(f"{adapter} has an empty base_model_name_or_path; set it to the base {kind}")
+    try:
+        return resolve_model_ref(base, f"base of the {kind} adapter")
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"adapter {adapter.parent}: {exc}") from None
+
+
+def _merge_adapter(model: Any, folder: Path) -> Any:
+    """``model`` with the PEFT adapter in ``folder`` applied and merged into its weights."""
+    from peft import PeftModel
+
+    try:
+        merged = PeftModel.from_pretrained(model, str(folder), local_files_only=True).merge_and_unload()
+    except Exception as exc:  # peft raises ValueError/KeyError/RuntimeError for a mismatched adapter
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelLoadError(
+            f"the adapter in {str(folder)!r} does not fit its base model ({reason}); pass an adapter "
+            "trained on that base"
+        ) from None
+    logger.info("merged the adapter of %s into its base model", folder)
+    return merged
 
 
 def _colqwen2(path: str | Path, options: EncoderOptions | None = None) -> ColVisionEncoder:

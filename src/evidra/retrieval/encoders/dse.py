@@ -14,12 +14,14 @@ The tokenizer pads on the left, so the last position is every item's last real t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
 
+from evidra.devices import resolve_device
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import ENCODERS, EncoderOptions
 from evidra.retrieval.encoders._batching import batches, check_texts
@@ -84,6 +86,7 @@ class SingleVectorEncoder:
         from evidra.models.loading import load_vlm
 
         opts = options or EncoderOptions()
+        opts = replace(opts, device=resolve_device(opts.device))
         name = "dse" if pooling == "last" else "visrag"
         vlm = load_vlm(path, dtype=opts.dtype, device=opts.device, kind=f"Qwen-VL {name} retriever")
         vlm.processor.tokenizer.padding_side = "left"

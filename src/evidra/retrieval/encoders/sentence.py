@@ -1,19 +1,23 @@
 """Single-vector text encoder over the page text layer via sentence-transformers.
 
-Optional extra ``evidra[text-encoder]``. Give a local model directory (e.g. all-MiniLM-L6-v2 saved
-with ``save_pretrained``); nothing is downloaded. Embeddings are L2-normalised.
+Optional extra ``evidra[text-encoder]``. Give a model directory (e.g. all-MiniLM-L6-v2 saved with
+``save_pretrained``) or a hub id (``sentence-transformers/all-MiniLM-L6-v2``, fetched into the hub
+cache). Embeddings are L2-normalised.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
 
+from evidra.devices import resolve_device
 from evidra.errors import ModelLoadError, require
+from evidra.models.references import resolve_model_ref
 from evidra.retrieval.base import ENCODERS, EncoderOptions
 from evidra.retrieval.encoders._batching import check_texts
 from evidra.retrieval.ocr import page_text
@@ -41,9 +45,11 @@ class SentenceEncoder:
         from sentence_transformers import SentenceTransformer
 
         opts = options or EncoderOptions()
-        if not Path(path).is_dir():
-            raise ModelLoadError(f"sentence encoder path {str(path)!r} is not a local directory")
-        return cls(SentenceTransformer(str(path), device=opts.device, local_files_only=True), opts, ocr=ocr)
+        opts = replace(opts, device=resolve_device(opts.device))
+        root = resolve_model_ref(path, "sentence encoder")
+        if not root.is_dir():
+            raise ModelLoadError(f"sentence encoder path {str(path)!r} is not a directory")
+        return cls(SentenceTransformer(str(root), device=opts.device, local_files_only=True), opts, ocr=ocr)
 
     def _encode(self, texts: list[str]) -> list[Tensor]:
         with torch.inference_mode():

@@ -10,15 +10,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from evidra.devices import resolve_device
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import Hit
 
 
 def pick_device(device: str) -> torch.device:
     """``auto`` means the GPU when one is present, else the CPU."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    return torch.device(resolve_device(device))
 
 
 def check_embeddings(

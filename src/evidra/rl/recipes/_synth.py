@@ -10,11 +10,9 @@ call reuses the store.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 from pathlib import Path
 
-from evidra.errors import ConfigError
+from evidra.cache import private_cache_dir as _private_cache_dir
 from evidra.rl.config import DataConfig
 from evidra.types import Sample
 
@@ -25,19 +23,8 @@ QUESTIONS_PER_DOC = 4  # about: up to 3 pages x 2 questions + 1 unanswerable; us
 
 
 def private_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/evidra`` (default ``~/.cache/evidra``), created with mode 0700.
-
-    Refused with a one-line error when another user owns it or others may write into it: what
-    a cache holds is read back, so no one else may plant files there."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evidra"
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    info = root.stat()
-    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigError(
-            f"cache folder {root} belongs to another user or is writable by others; remove it, or set "
-            "data.path to a folder of your own"
-        )
-    return root
+    """evidra's private cache (``evidra.cache.private_cache_dir``); its error points at data.path."""
+    return _private_cache_dir("or set data.path to a folder of your own")
 
 
 def cache_dir(cfg: DataConfig) -> Path:

@@ -1,0 +1,62 @@
+"""configs/tiny/: every recipe of configs/ with a tiny model and small sizes, the method unchanged,
+and one of them trained from the command line as a user would."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from evidra.cli.main import main
+from evidra.config import load_config
+from evidra.rl.config import RLConfig, SFTConfig
+from evidra.rl.validate import sft_stage, validate_rl_config
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
+TINY = sorted(p.stem for p in (ROOT / "configs" / "tiny").glob("*.yaml"))
+
+
+def test_every_recipe_has_a_tiny_version() -> None:
+    assert TINY == RECIPES
+
+
+@pytest.mark.parametrize("recipe", TINY)
+def test_tiny_recipe_loads_validates_and_keeps_the_method(recipe: str) -> None:
+    tiny = load_config(RLConfig, ROOT / "configs" / "tiny" / f"{recipe}.yaml")
+    full = load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml")
+    validate_rl_config(tiny)
+    assert tiny.model.path == "tiny:qwen2_5_vl" and tiny.run.output_dir == f"runs/tiny/{recipe}"
+    assert tiny.run.steps <= 10 and tiny.data.size <= 16 and tiny.rollout.max_response_tokens <= 96
+    # the method is the recipe's: only sizes differ
+    assert dataclasses.replace(tiny.algo, mini_batch_size=full.algo.mini_batch_size) == full.algo
+    assert (tiny.data.task, tiny.optim, tiny.judge, tiny.reward) == (
+        full.data.task,
+        full.optim,
+        full.judge,
+        full.reward,
+    )
+    assert (tiny.model.dtype, tiny.model.lora, tiny.rollout.max_turns, tiny.rollout.temperature) == (
+        full.model.dtype,
+        full.model.lora,
+        full.rollout.max_turns,
+        full.rollout.temperature,
+    )
+    if full.sft:
+        sft = load_config(SFTConfig, ROOT / "configs" / "tiny" / f"{recipe}.yaml")
+        assert sft == sft_stage(tiny) and sft.optim == sft_stage(full).optim
+        assert sft.run.output_dir == f"runs/tiny/{recipe}_sft" and sft.run.batch_size == 2
+
+
+def test_tiny_lat_trains_from_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`evidra train rl --config configs/tiny/lat.yaml`, as the README shows it, cut to 2 steps."""
+    monkeypatch.chdir(tmp_path)  # the recipe's relative output folder lands here
+    config = str(ROOT / "configs" / "tiny" / "lat.yaml")
+    assert main(["-q", "train", "rl", "--config", config, "run.steps=2"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "runs/tiny/lat/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["loss"]) for r in rows)
+    saved = (tmp_path / "runs/tiny/lat/config.yaml").read_text()
+    assert "path: tiny:qwen2_5_vl" in saved and "base:" not in saved  # the resolved config
