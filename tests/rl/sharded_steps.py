@@ -36,11 +36,26 @@ def _weights(trainer: RLTrainer) -> dict[str, torch.Tensor]:
     return load_trainable_weights(trainer.save())
 
 
+def _held_fraction(trainer: RLTrainer) -> float:
+    """The share of the policy's parameter elements this process holds (1.0 unsharded)."""
+    model = trainer.engine.unwrap(trainer.model)
+    held = total = 0
+    for p in model.parameters():
+        if hasattr(p, "ds_tensor"):  # ZeRO-3: this process's partition
+            held, total = held + p.ds_tensor.numel(), total + p.ds_numel
+        elif hasattr(p, "to_local"):  # FSDP2: a DTensor shard
+            held, total = held + p.to_local().numel(), total + p.numel()
+        else:
+            held, total = held + p.numel(), total + p.numel()
+    return held / total
+
+
 def main(out: str) -> None:
     torch.set_num_threads(1)
     root = Path(out)
     result: dict[str, object] = {}
     full = RLTrainer(_cfg(root / "full", "run.steps=4", "run.save_every=2", "model.dtype=bfloat16"))
+    result["held_fraction"] = _held_fraction(full)
     result["full"] = [m["loss"] for m in full.train()]
     result["full_weights"] = _weights(full)
     cut = RLTrainer(_cfg(root / "cut", "run.steps=2", "run.save_every=2", "model.dtype=bfloat16"))

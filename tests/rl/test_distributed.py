@@ -43,6 +43,7 @@ def test_sharded_training_on_two_cpu_processes_resumes_exactly_and_matches_ddp(
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = torch.load(tmp_path / "result.pt", weights_only=False)
     assert r["world"] == 2 and r["resumed_from"] == 2
+    assert 0.45 <= r["held_fraction"] <= 0.55, r["held_fraction"]  # each of 2 processes holds half
     # a run killed after its step-2 checkpoint and resumed is the uninterrupted run, bit for bit
     assert r["cut"] == r["full"]
     assert set(r["cut_weights"]) == set(r["full_weights"])
