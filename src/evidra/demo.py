@@ -166,35 +166,15 @@ def run_demo(
     say("rendering and ingesting a synthetic corpus")
     samples = _questions(n_docs, seed, out)
     images = _display_images(samples, out, out / "data")
-    training: dict[str, Any] | None = None
+    ask = _Answering(samples, max_new_tokens, batch_size, say)
     if given is not None:
         say(f"loading {model}")
-        answers = [
-            answer_all(
-                load_vlm(given), f"checkpoint {model}", samples, **_gen(max_new_tokens, batch_size, say)
-            )
-        ]
-        model_name = str(model)
+        model_name, training = str(model), None
+        answers = [ask(load_vlm(given), f"checkpoint {model}")]
     else:
-        say(f"building a tiny {arch} checkpoint")
-        from evidra.models.tiny import build_tiny
-
-        model_dir = build_tiny(
-            arch, out / "model", seed=seed, max_pixels=TINY_PIXELS, rope_theta=TINY_ROPE_THETA
+        model_name, answers, training = _tiny_run(
+            out, arch, seed, (sft_steps, rl_steps) if train else None, ask
         )
-        base = load_vlm(model_dir)
-        weights = sum(p.numel() for p in base.model.parameters())
-        model_name = f"a tiny random {arch} of {weights / 1e6:.2f}M weights, built from a config"
-        answers = [answer_all(base, "before training", samples, **_gen(max_new_tokens, batch_size, say))]
-        if train:
-            training, trained = _learn(
-                out, model_dir, len(samples), seed, sft_steps, rl_steps, max_new_tokens, say
-            )
-            answers.append(
-                answer_all(
-                    load_vlm(trained), "after training", samples, **_gen(max_new_tokens, batch_size, say)
-                )
-            )
     say("writing the report")
     html_path = write_demo_report(
         out / "report.html", samples, answers, images, model_name=model_name, training=training,
@@ -217,8 +197,44 @@ def run_demo(
     return result
 
 
-def _gen(max_new_tokens: int, batch_size: int, say: Progress) -> dict[str, Any]:
-    return {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "say": say}
+@dataclass(frozen=True)
+class _Answering:
+    """How every model of one run answers the demo's questions."""
+
+    samples: Sequence[Sample]
+    max_new_tokens: int
+    batch_size: int
+    say: Progress
+
+    def __call__(self, vlm: Any, name: str) -> ModelAnswers:
+        return answer_all(
+            vlm,
+            name,
+            self.samples,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+            say=self.say,
+        )
+
+
+def _tiny_run(
+    out: Path, arch: str, seed: int, steps: tuple[int, int] | None, ask: _Answering
+) -> tuple[str, list[ModelAnswers], dict[str, Any] | None]:
+    """A tiny random model answers, learns (``steps``: SFT and GRPO steps, or None) and answers again."""
+    from evidra.models.loading import load_vlm
+    from evidra.models.tiny import build_tiny
+
+    ask.say(f"building a tiny {arch} checkpoint")
+    model_dir = build_tiny(arch, out / "model", seed=seed, max_pixels=TINY_PIXELS, rope_theta=TINY_ROPE_THETA)
+    base = load_vlm(model_dir)
+    weights = sum(p.numel() for p in base.model.parameters())
+    name = f"a tiny random {arch} of {weights / 1e6:.2f}M weights, built from a config"
+    answers = [ask(base, "before training")]
+    if steps is None:
+        return name, answers, None
+    training, trained = _learn(out, model_dir, len(ask.samples), seed, *steps, ask.max_new_tokens, ask.say)
+    answers.append(ask(load_vlm(trained), "after training"))
+    return name, answers, training
 
 
 def _resolve_model(model: str | Path) -> str:

@@ -146,6 +146,12 @@ def thumbnail_uri(image_path: str, width: int) -> str:
 class _Images:
     base: Path | None  # link images relative to this folder; None: embed them
     thumbnail_width: int | None  # embed thumbnails that open a lightbox; None: full images inline
+    thumbnails: dict[str, str] = field(default_factory=dict)  # image path -> its thumbnail, made once
+
+    def thumbnail(self, image_path: str, width: int) -> str:
+        if image_path not in self.thumbnails:
+            self.thumbnails[image_path] = thumbnail_uri(image_path, width)
+        return self.thumbnails[image_path]
 
 
 def _page_html(page: ViewerPage, images: _Images, anchor: str) -> str:
@@ -155,7 +161,7 @@ def _page_html(page: ViewerPage, images: _Images, anchor: str) -> str:
     full = f'<div class="pg"><img src="{src}" alt="{alt}">{boxes}</div>{_legend(page)}'
     if images.thumbnail_width is None:
         return f'<div class="page">{full}</div>'
-    thumb = html.escape(thumbnail_uri(page.image_path, images.thumbnail_width), quote=True)
+    thumb = html.escape(images.thumbnail(page.image_path, images.thumbnail_width), quote=True)
     bar = (
         f'{html.escape(page.title)} · <a href="{src}" target="_blank">full-size image</a> · '
         '<a href="#">close</a>'
