@@ -144,7 +144,7 @@ def test_the_trained_model_cites_boxes(tmp_path: Path, capsys: pytest.CaptureFix
     printed = capsys.readouterr().out
     assert "after training:" in printed and "held-out LAT reward: before" in printed
     # another architecture into the same folder: refused without --overwrite, run from scratch with it
-    again = ["-q", "demo", "--out", str(out), "--arch", "qwen3_vl", "--docs", "1", "--sft-steps", "4"]
+    again = ["-q", "demo", "--out", str(out), "--arch", "qwen3_vl", "--docs", "2", "--sft-steps", "4"]
     assert main([*again, "--rl-steps", "1"]) == 2
     assert main([*again, "--rl-steps", "1", "--overwrite"]) == 0
     summary = _report(out)["summary"]
