@@ -108,19 +108,21 @@ def answer_all(
     return ModelAnswers(name, parsed, correct, tuple(finishes))
 
 
-def _questions(n_docs: int, seed: int, out: Path) -> list[Sample]:
-    """The LAT task's synthetic questions over ``n_docs`` documents, each once."""
+def _questions(n_docs: int, seed: int, out: Path) -> tuple[list[Sample], Path]:
+    """The LAT task's synthetic questions over ``n_docs`` documents, each once, and the folder
+    of their PDFs."""
     import evidra.rl.recipes  # noqa: F401  (registers the LAT task)
+    from evidra.data.synth.documents import DOCS_DIR
     from evidra.rl.config import DataConfig
-    from evidra.rl.recipes._synth import QUESTIONS_PER_DOC
+    from evidra.rl.recipes._synth import QUESTIONS_PER_DOC, cache_dir
     from evidra.rl.tasks import TASKS
 
     data = DataConfig(task=TASK, path=str(out / "data"), size=n_docs * QUESTIONS_PER_DOC, seed=seed)
     unique = {s.id: s for s in TASKS.get(TASK).samples(data)}
-    return list(unique.values())
+    return list(unique.values()), cache_dir(data) / "corpus" / DOCS_DIR
 
 
-def _display_images(samples: Sequence[Sample], out: Path, data_root: Path) -> dict[str, str]:
+def _display_images(samples: Sequence[Sample], docs_dir: Path, out: Path) -> dict[str, str]:
     """Each page re-rendered from its PDF at ``DISPLAY_DPI`` into ``out/images`` (readable when
     enlarged; boxes stay in the task's page pixels, the viewer scales them)."""
     from evidra.corpus.pdf import render_pdf
@@ -130,8 +132,7 @@ def _display_images(samples: Sequence[Sample], out: Path, data_root: Path) -> di
     wanted = {(p.source, p.page_number): p.id for s in samples for p in s.pages}
     paths: dict[str, str] = {}
     for source in sorted({src for src, _ in wanted}):
-        pdf = next(data_root.glob(f"*/corpus/docs/{source}"))
-        for rendered in render_pdf(pdf.read_bytes(), DISPLAY_DPI, source):
+        for rendered in render_pdf((docs_dir / source).read_bytes(), DISPLAY_DPI, source):
             page_id = wanted.get((source, rendered.page_number))
             if page_id is not None:
                 path = folder / f"{page_id}.png"
@@ -164,8 +165,8 @@ def run_demo(
     given = _resolve_model(model) if model is not None else None  # fail before anything is written
     out = prepare_out_dir(out_dir, overwrite=overwrite)
     say("rendering and ingesting a synthetic corpus")
-    samples = _questions(n_docs, seed, out)
-    images = _display_images(samples, out, out / "data")
+    samples, docs_dir = _questions(n_docs, seed, out)
+    images = _display_images(samples, docs_dir, out)
     ask = _Answering(samples, max_new_tokens, batch_size, say)
     if given is not None:
         say(f"loading {model}")
