@@ -47,7 +47,7 @@ class DemoResult:
     report_html: Path
     pages: int
     questions: int
-    model: str  # what answered: the tiny model's folder or the given checkpoint
+    model: str  # what answered: the tiny model (described) or the given checkpoint folder
     answers: tuple[ModelSummary, ...]  # per model that answered: before and after training, or one
     seconds: float
     training: dict[str, Any] | None = None  # curves and held-out rewards of the learning stage
