@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(BIN)/evidra demo --out evidra-demo
+	$(BIN)/evidra demo --out evidra-demo --overwrite  # the folder is this target's own
 
 test: install
 	$(BIN)/python -m pytest -q -m "not slow and not vllm"

@@ -1,42 +1,151 @@
+"""The demo: folder rules, the report of a given checkpoint (fast), the trained model's cited
+boxes (slow: the full demo trains for about a minute), the report rendered in Chromium."""
+
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from PIL import Image
 
 from evidra.cli.main import main
+from evidra.demo import MARKER, prepare_out_dir
+from evidra.errors import InvalidInputError
 
 
-def _check_report(out: Path) -> dict:
+def test_out_dir_is_fresh_or_cleared_on_request(tmp_path: Path) -> None:
+    out = prepare_out_dir(tmp_path / "demo", overwrite=False)
+    assert (out / MARKER).is_file()
+    (out / "model").mkdir()
+    with pytest.raises(InvalidInputError, match=r"demo'.*--overwrite"):
+        prepare_out_dir(out, overwrite=False)
+    prepare_out_dir(out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == [MARKER]  # the earlier run's files are gone
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
+    with pytest.raises(InvalidInputError, match="not a demo's"):
+        prepare_out_dir(other, overwrite=True)
+    assert (other / "notes.txt").read_text() == "keep"  # never cleared
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (prepare_out_dir(empty, overwrite=False) / MARKER).is_file()
+
+
+def test_second_run_into_the_same_folder_needs_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = prepare_out_dir(tmp_path / "demo", overwrite=False)
+    (out / "train").mkdir()  # checkpoints of an earlier run
+    assert main(["-q", "demo", "--out", str(out), "--arch", "qwen3_vl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(out) in err and "--overwrite" in err
+
+
+@pytest.fixture(scope="module")
+def given_model_report(tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from evidra.demo import run_demo
+
+    out = tmp_path_factory.mktemp("demo") / "given"  # short answers: the random model never stops
+    run_demo(out, model=tiny_dirs["qwen2_5_vl"], n_docs=2, max_new_tokens=40)
+    return out
+
+
+def _report(out: Path) -> dict[str, Any]:
     report = json.loads((out / "report.json").read_text())
     summary, rows = report["summary"], report["questions"]
     assert summary["questions"] == len(rows) > 0 and summary["pages"] > 0
     assert any(not r["answerable"] for r in rows) and any(r["gold_boxes"] for r in rows)
-    assert all(r["finish_reason"] in {"eos", "stop", "length"} for r in rows)
-    html = (out / "report.html").read_text()
-    assert html.count('class="rec"') >= len(rows)
-    assert rows[0]["question"].replace("'", "&#x27;") in html
-    for src in re.findall(r'<img src="([^"]+)"', html):  # every linked page image exists
-        assert (out / src).is_file()
     return report
 
 
-def test_demo_answers_and_reports(tmp_path: Path) -> None:
+def _check_images(out: Path) -> str:
+    """Thumbnails are inside the HTML, every full-size page is a relative link into the folder."""
+    html = (out / "report.html").read_text()
+    assert html.count('<img src="data:image/png;base64,') >= 1
+    links = re.findall(r'<img src="([^"]+)"', html)
+    files = [src for src in links if not src.startswith("data:")]
+    assert files and all(src.startswith("images/") and (out / src).is_file() for src in files)
+    return html
+
+
+def test_demo_with_a_given_model_trains_nothing(given_model_report: Path, tmp_path: Path) -> None:
+    report = _report(given_model_report)
+    summary, rows = report["summary"], report["questions"]
+    assert summary["training"] is None and len(summary["answers"]) == 1
+    name = summary["answers"][0]["name"]
+    assert name.startswith("checkpoint ") and all(set(r["models"]) == {name} for r in rows)
+    assert all(r["models"][name]["finish_reason"] in {"eos", "stop", "length"} for r in rows)
+    assert not (given_model_report / "train").exists() and not (given_model_report / "model").exists()
+    html = _check_images(given_model_report)
+    assert "<svg" not in html and "used as given (no training)" in html
+    assert rows[0]["question"].replace("'", "&#x27;") in html
+    assert html.count('class="lb"') == sum(len(r["pages"]) for r in rows)  # a lightbox per page shown
+    moved = tmp_path / "moved"
+    shutil.copytree(given_model_report, moved)  # the folder works anywhere: links stay inside it
+    _check_images(moved)
+
+
+def test_demo_refuses_a_missing_model_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "demo"
-    assert main(["-q", "demo", "--out", str(out), "--docs", "2", "--no-train"]) == 0
-    assert _check_report(out)["summary"]["training"] is None
+    assert main(["-q", "demo", "--out", str(out), "--model", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not out.exists()
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or (
+        str(Path("/usr/bin/chromium")) if Path("/usr/bin/chromium").exists() else None
+    )
+
+
+def test_report_renders_in_headless_chromium(given_model_report: Path, tmp_path: Path) -> None:
+    binary = _chromium()
+    if binary is None:
+        pytest.skip(
+            "chromium is not installed (Debian package 'chromium'); the report is checked only as text"
+        )
+    shot = tmp_path / "shot.png"
+    flags = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+    flags += ["--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    url = (given_model_report / "report.html").resolve().as_uri()
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,1600", url],
+                   capture_output=True, timeout=90, check=True)  # fmt: skip
+    with Image.open(shot) as im:
+        rgb = im.convert("RGB")
+    colours = rgb.getcolors(maxcolors=1 << 20) or []
+    assert len(colours) > 50  # text, page images and boxes, not a blank page
+    assert any(
+        abs(r - 22) < 12 and abs(g - 163) < 20 and abs(b - 74) < 20 for _, (r, g, b) in colours
+    )  # gold
 
 
 @pytest.mark.slow
-def test_demo_learning_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_trained_model_cites_boxes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "demo"
-    assert main(["-q", "demo", "--out", str(out), "--docs", "2", "--sft-steps", "20", "--rl-steps", "2"]) == 0
-    training = _check_report(out)["summary"]["training"]
-    assert len(training["sft_loss"]) == 20 and len(training["rl_reward"]) == 2
-    assert training["sft_loss"][-1] < training["sft_loss"][0]
+    assert main(["-q", "demo", "--out", str(out)]) == 0
+    report = _report(out)
+    training = report["summary"]["training"]
+    assert len(training["sft_loss"]) == 200 and training["sft_loss"][-1] < training["sft_loss"][0]
     assert set(training["held_out"]) == {"before", "after_sft", "after_rl"}
-    html = (out / "report.html").read_text()
-    assert html.count("<svg") == 2 and "GRPO training reward" in html
-    assert "held-out LAT reward: before" in capsys.readouterr().out
+    after = [r["models"]["after training"] for r in report["questions"]]
+    cited = [a for a in after if a["answer_box"] is not None and not a["parse_errors"]]
+    assert len(cited) >= len(after) // 2  # the trained model answers with boxes that parse
+    assert sum(a["correct"] for a in after) >= 1
+    html = _check_images(out)
+    assert 'title="cited by the answer"' in html and "<svg" not in html
+    assert html.count('<img src="data:image/png;base64,') >= 3 + len(after)  # charts + thumbnails
+    printed = capsys.readouterr().out
+    assert "after training:" in printed and "held-out LAT reward: before" in printed
+    # another architecture into the same folder: refused without --overwrite, run from scratch with it
+    again = ["-q", "demo", "--out", str(out), "--arch", "qwen3_vl", "--docs", "2", "--sft-steps", "4"]
+    assert main([*again, "--rl-steps", "1"]) == 2
+    assert main([*again, "--rl-steps", "1", "--overwrite"]) == 0
+    summary = _report(out)["summary"]
+    assert "qwen3_vl" in summary["model"] and summary["training"]["sft_steps"] == 4

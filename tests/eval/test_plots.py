@@ -51,3 +51,21 @@ def test_comparison_tolerates_rounded_bounds(tmp_path: Path) -> None:
     ci = wilson_interval(0, 6)  # the lower bound is computed, not exactly 0
     row = ResultRow("b", "direct", "m", 6, {"exact_match": 0.0}, {"exact_match": (ci.low + 1e-12, ci.high)})
     assert plot_comparison([row], "exact_match", tmp_path / "z.png").is_file()
+
+
+def test_embeddable_line_and_bar_charts_have_axes() -> None:
+    pytest.importorskip("matplotlib")
+    import io
+
+    from PIL import Image
+
+    from evidra.eval.plots import bar_chart_png, line_chart_png
+
+    line = line_chart_png({"loss": [3.0, 2.0, float("nan"), 1.0]}, title="loss", ylabel="nll")
+    bars = bar_chart_png({"before": {"total": -1.0}, "after": {"total": 0.5}}, title="r", ylabel="reward")
+    for png in (line, bars):
+        assert png.startswith(b"\x89PNG")
+        with Image.open(io.BytesIO(png)) as im:
+            rgb = im.convert("RGB")
+        dark = sum(n for n, (r, g, b) in rgb.getcolors(1 << 20) or [] if r + g + b < 150)  # axes, ticks, text
+        assert rgb.width >= 400 and dark > 500

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -97,3 +98,21 @@ def test_significance_table_pairs_runs_by_sample() -> None:
     # baseline right on 0-5, other right on 4-9: b = 4 (0-3), c = 4 (6-9) -> exact p = 1.0
     md = significance_markdown([run("direct", set(range(6))), run("coe", set(range(4, 10)))])
     assert md.splitlines()[2] == "| bench | m / direct | m / coe | exact_match | 60.0 | 60.0 | 4 | 4 | 1 |"
+
+
+def test_box_labels_go_to_a_legend_and_thumbnails_open_a_lightbox(tmp_path: Path) -> None:
+    from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, write_viewer
+
+    image = tmp_path / "page.png"
+    Image.new("RGB", (200, 100), "white").save(image)
+    close = (ViewerBox(Box(10, 10, 50, 30), "gold"), ViewerBox(Box(12, 11, 48, 29), "answer", "#dc2626"))
+    rec = ViewerRecord("q?", "a", ("a",), True, (ViewerPage(str(image), 200, 100, "p1", close),))
+    html = write_viewer([(rec, rec)], tmp_path / "out" / "v.html", thumbnail_width=50).read_text()
+    assert (
+        re.findall(r'class="box" title="([^"]+)"', html) == ["gold", "answer"] * 4
+    )  # 2 cards x (thumb, big)
+    assert "<span>gold</span>" in html and not re.search(
+        r'class="box"[^>]*>[^<]', html
+    )  # no text on the page
+    assert html.count('class="lb"') == 2 and html.count('<img src="data:image/png;base64,') == 2
+    assert html.count('<img src="../page.png"') == 2  # the full-size page, linked relative to the report

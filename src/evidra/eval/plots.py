@@ -6,7 +6,7 @@ function with the Agg backend, so plotting works headless and the library import
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,53 @@ def plot_comparison(rows: Sequence[ResultRow], metric: str, out_png: str | Path)
     ax.set_ylabel(f"{LABELS.get(metric, metric)} (%)")
     ax.legend(fontsize=7)
     return _save(plt, fig, out_png)
+
+
+def line_chart_png(
+    series: Mapping[str, Sequence[float]], *, title: str, ylabel: str, xlabel: str = "step"
+) -> bytes:
+    """One line per series against its 1-based step, with axes, ticks and a legend, as PNG bytes
+    (for embedding in an HTML report). Non-finite values are left as gaps."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 2.8))
+    for name, values in series.items():
+        ax.plot(range(1, len(values) + 1), values, marker="." if len(values) <= 30 else None, label=name)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png_bytes(plt, fig)
+
+
+def bar_chart_png(groups: Mapping[str, Mapping[str, float]], *, title: str, ylabel: str) -> bytes:
+    """Grouped bars: one group per outer key, one bar per inner key (same inner keys in every
+    group), value labels on the bars, as PNG bytes."""
+    plt = _pyplot()
+    names = list(groups)
+    keys = list(dict.fromkeys(k for g in groups.values() for k in g))
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(keys) * max(1, len(names)) / 2 + 2), 2.8))
+    width = 0.8 / max(1, len(names))
+    for n, name in enumerate(names):
+        xs = [k + n * width for k in range(len(keys))]
+        bars = ax.bar(xs, [groups[name].get(key, 0.0) for key in keys], width, label=name)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7)
+    ax.set_xticks([k + width * (len(names) - 1) / 2 for k in range(len(keys))], keys)
+    ax.axhline(0, color="#64748b", linewidth=0.8)
+    ax.set_title(title, fontsize=10)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+    return _png_bytes(plt, fig)
+
+
+def _png_bytes(plt: Any, fig: Any) -> bytes:
+    import io
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def _save(plt: Any, fig: Any, out_png: str | Path) -> Path:

@@ -40,7 +40,7 @@ def _boxes_for_page(sample: Sample, p: Prediction, index: int) -> tuple[ViewerBo
     boxes = [ViewerBox(g.box, "gold", GOLD) for g in sample.gold_boxes if g.page_id == page.id]
     for k, step in enumerate(p.steps, 1):
         if step.box is not None and step.page == index:
-            boxes.append(ViewerBox(Box(*step.box), str(k), STEP_COLORS[(k - 1) % len(STEP_COLORS)]))
+            boxes.append(ViewerBox(Box(*step.box), str(k), STEP_COLORS[(k - 1) % len(STEP_COLORS)], "dashed"))
     if p.answer_box is not None and p.answer_page == index:
         boxes.append(ViewerBox(Box(*p.answer_box), "answer", ANSWER))
     return tuple(boxes)

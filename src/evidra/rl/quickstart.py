@@ -65,6 +65,7 @@ def cold_start_then_grpo(
     data: DataConfig,
     held_out: int = 8,
     sft_steps: int = 60,
+    sft_batch_size: int = 8,
     rl_steps: int = 15,
     max_new_tokens: int = 96,
     rl_lr: float = 1e-4,
@@ -88,7 +89,7 @@ def cold_start_then_grpo(
     say(f"SFT cold start: {sft_steps} steps on {task_name} oracle conversations")
     sft_cfg = load_config(SFTConfig, None, [
         *common, f"model.path={base_model}", f"run.output_dir={out / 'sft'}", f"run.steps={sft_steps}",
-        "run.batch_size=8", "optim.lr=3e-3",
+        f"run.batch_size={sft_batch_size}", "optim.lr=3e-3",
     ])  # fmt: skip
     sft = SFTTrainer(sft_cfg)
     sft_loss = tuple(m["loss"] for m in sft.train())
