@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from evidra import __version__
@@ -53,6 +54,8 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
     if verbose < 2:  # transformers and friends are chatty at INFO
         for noisy in ("transformers", "httpx", "urllib3", "PIL"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+        # peft still asks transformers for the deprecated flag on every LoRA model
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if verbose < 1:  # weight loading/saving bars are noise for CLI users
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidra.models.context import Context, collate_left
-from evidra.models.prefix import _rope_owner
+from evidra.models.prefix import _rope_owner, cache_kwargs, output_cache
 
 
 def _distinct(contexts: Sequence[Context]) -> tuple[list[Context], list[int]]:
@@ -112,10 +112,10 @@ def decode(
     advance: Callable[[Any, Any], Any]
     if stack is not None:
         advance = functools.partial(
-            stack.step, cache=_SlotCache(head.past_key_values, index, mask, params.max_new_tokens)
+            stack.step, cache=_SlotCache(output_cache(head), index, mask, params.max_new_tokens)
         )
     else:
-        advance = _ModelStep(model, head.past_key_values, index, mask)
+        advance = _ModelStep(model, output_cache(head), index, mask)
     del head
     # 3D rope: the next text position after the last real token, plus the prompt's offset;
     # text-only contexts run on column positions
@@ -157,12 +157,12 @@ class _ModelStep:
         out = self.model(
             input_ids=token[:, None],
             attention_mask=self.mask,
-            past_key_values=self.cache,
+            **cache_kwargs(self.model, self.cache),
             position_ids=pos.view(1, -1, 1).expand(3, -1, -1),
             cache_position=torch.tensor([column], device=token.device),
             use_cache=True,
         )
-        self.cache = out.past_key_values
+        self.cache = output_cache(out)
         return out.logits[:, -1]
 
 

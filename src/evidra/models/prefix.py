@@ -14,6 +14,7 @@ prompt's offset (``rope_deltas``, left on the model by the prompt pass), passed 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,24 @@ class PrefixBatch:
     prompt_index: Any  # (B,) which prompt each response follows
     response_ids: Any  # (B, R)
     response_mask: Any  # (B, R)
+
+
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """The KV cache as the model's forward takes it: ``cache=`` from transformers 5.24 (where
+    ``past_key_values=`` is deprecated), ``past_key_values=`` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    forward = getattr(type(base), "forward", None)
+    try:
+        takes_cache = forward is not None and "cache" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        takes_cache = False
+    return {"cache": cache} if takes_cache else {"past_key_values": cache}
+
+
+def output_cache(out: Any) -> Any:
+    """The KV cache a forward returned (``out.cache`` from transformers 5.24)."""
+    fields = getattr(out, "__dataclass_fields__", {})
+    return out.cache if "cache" in fields else out.past_key_values
 
 
 def _rope_owner(model: Any) -> Any:
@@ -75,7 +94,7 @@ def prefix_logprobs(
     if owner is not None:
         owner.rope_deltas = None  # a text-only prompt pass sets none: never read a stale one
     head = model(**prompt, use_cache=True, logits_to_keep=1)  # (P, 1, V) + cache of (P, Lp)
-    cache = head.past_key_values
+    cache = output_cache(head)
     cache.reorder_cache(index)  # rows per response: (B, heads, Lp, d), differentiable gather
     deltas = owner.rope_deltas if owner is not None else None
     prompt_len = prompt["input_ids"].shape[1]
@@ -89,7 +108,7 @@ def prefix_logprobs(
     tail = model(
         input_ids=batch.response_ids,
         attention_mask=mask,
-        past_key_values=cache,
+        **cache_kwargs(model, cache),
         position_ids=positions.unsqueeze(0).expand(3, -1, -1),
         cache_position=torch.arange(prompt_len, prompt_len + width, device=device),
         use_cache=True,

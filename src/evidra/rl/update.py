@@ -71,9 +71,19 @@ class MicroBatch:
         self.advantages = block.to(self.loss_mask.device)
 
 
+def _checkpointing(model: Any) -> bool:
+    """Whether activation checkpointing is on (``is_activation_checkpointing`` from transformers
+    5.24, ``is_gradient_checkpointing`` before)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        value = getattr(model, name, None)  # a LoRA wrapper forwards to the base model
+        if value is not None:
+            return bool(value)
+    return False
+
+
 def _shared_prompts(vlm: VLM, chunk: Sequence[Episode]) -> tuple[list[Context], list[int]] | None:
     """Distinct prompts of a chunk and each episode's prompt index; None if one cannot share."""
-    if vlm.arch not in PREFIX_ARCHS or getattr(vlm.model, "is_gradient_checkpointing", False):
+    if vlm.arch not in PREFIX_ARCHS or _checkpointing(vlm.model):
         return None  # the shared-prompt pass needs the KV cache, which checkpointed training turns off
     keys: dict[tuple[int, tuple[int, ...]], int] = {}
     prompts: list[Context] = []
