@@ -181,6 +181,16 @@ def test_dynamic_sampling_drops_flat_groups(tmp_path: Path) -> None:
     assert metrics["sampling/filtered_groups"] >= 1
 
 
+@pytest.mark.parametrize(("band", "kept"), [("[-1.0,100.0]", True), ("[5.0,6.0]", False)])
+def test_dynamic_sampling_by_mean_reward_range(tmp_path: Path, band: str, kept: bool) -> None:
+    # toy.length rewards lie in [0, 1]: a wide band keeps every group, a band above 1 keeps none
+    over = ["run.steps=1", "data.task=toy.length", "algo.dynamic_sampling=true", "algo.max_sampling_rounds=1",
+            f"algo.keep_mean_range={band}"]  # fmt: skip
+    (metrics,) = RLTrainer(_cfg(tmp_path, *over)).train()
+    assert metrics["sampling/filtered_groups"] == (0 if kept else 2)
+    assert ("skipped" in metrics) != kept
+
+
 class _SpamBackend:
     """Answers every prompt with a list of candidates that contains the gold value."""
 

@@ -93,6 +93,9 @@ class AlgoConfig:
     tis_cap: float = 0.0
     dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, refill
     max_sampling_rounds: int = 3
+    # dynamic sampling's rule: empty keeps groups whose rewards are not all equal (DAPO); [low, high]
+    # keeps groups whose mean reward is strictly inside (EasyR1's online filter, e.g. [0.01, 0.99])
+    keep_mean_range: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
 from evidra.rl.engine import Engine, empty_like, pad_microbatches
-from evidra.rl.filtering import DynamicSampler, Round
+from evidra.rl.filtering import DAPO_FILTER, DynamicSampler, Round, mean_within
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
@@ -152,8 +152,10 @@ class RLTrainer:
             rewards = torch.tensor([[res.total for res in results] for _, results in groups])  # (P, G)
             return Round(groups, rewards)
 
+        a = self.cfg.algo
+        keep = mean_within(*a.keep_mean_range) if a.keep_mean_range else DAPO_FILTER
         sampler: DynamicSampler[Group] = DynamicSampler(
-            self.local_batch, max_rounds=self.cfg.algo.max_sampling_rounds, on_short="partial"
+            self.local_batch, keep, max_rounds=a.max_sampling_rounds, on_short="partial"
         )
         result = sampler.collect(generate)
         stats = {"sampling/rounds": float(result.rounds), "sampling/filtered_groups": float(result.filtered)}

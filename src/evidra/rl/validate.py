@@ -97,6 +97,9 @@ def _check_algo(a: AlgoConfig, batch_size: int) -> None:
            "algo.dual_clip=null")  # fmt: skip
     _check(a.kl_coef >= 0, f"algo.kl_coef must be >= 0, got {a.kl_coef}")
     _check(a.eps > 0, f"algo.eps must be > 0, got {a.eps}")
+    band = list(a.keep_mean_range)
+    _check(not band or (len(band) == 2 and band[0] < band[1]),
+           f"algo.keep_mean_range must be empty or [low, high] with low < high, got {band}")  # fmt: skip
     _check(a.ppo_epochs >= 1, f"algo.ppo_epochs must be >= 1, got {a.ppo_epochs}")
     _check(a.tis_cap >= 0, f"algo.tis_cap must be >= 0 (0: off), got {a.tis_cap}")
     _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds must be >= 1, got {a.max_sampling_rounds}")
