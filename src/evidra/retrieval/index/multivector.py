@@ -1,5 +1,11 @@
 """The embedded default index: exact MaxSim over fp16 multi-vector shards (torch, GPU if present).
 
+Scoring runs in the dtype ``MaxSimOptions.compute_dtype`` names; ``auto`` takes the fastest one
+this machine has that keeps search exact (``evidra.retrieval.compute``: bf16 on CPUs with AVX-512
+bf16 or AMX, fp32 on CPUs with neither, fp16 on GPU). The in-memory blocks are held in that dtype
+(fp32 doubles their memory), and the index records the dtype its last writer scored in under the
+metadata key ``compute_dtype``.
+
 Exact search scores every live page (``evidra.retrieval.maxsim``); with ``prefilter="pooled"`` a
 first stage scores mean-pooled vectors (``pool_factor`` consecutive patches per vector) held in
 memory (``"clustered"``: the same number of vectors, means of k-means clusters of similar patches
@@ -26,6 +32,7 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
+from evidra.retrieval import compute
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits, write_inputs
 from evidra.retrieval.index._shards import ShardStore
@@ -33,7 +40,6 @@ from evidra.retrieval.maxsim import Block, build_blocks, cluster_pool, mean_pool
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 PREFILTERS = ("none", "pooled", "clustered", "signbits")
 
 
@@ -42,7 +48,7 @@ class MaxSimOptions:
     """Search settings (not persisted: choose them per process)."""
 
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    compute_dtype: Literal["float16", "bfloat16", "float32"] = "float16"
+    compute_dtype: compute.ComputeDtype = "auto"  # auto: the fastest exact one here (module docstring)
     block_tokens: int = 16384  # page vectors per scoring block
     max_elements: int = 1 << 25  # bound on one similarity matrix (Q tokens x block tokens)
     prefilter: Literal["none", "pooled", "clustered", "signbits"] = "none"
@@ -52,8 +58,7 @@ class MaxSimOptions:
     verify: bool = True  # check shard checksums on open
 
     def __post_init__(self) -> None:
-        if self.compute_dtype not in _DTYPES:
-            raise InvalidInputError(f"compute_dtype {self.compute_dtype!r}: use one of {', '.join(_DTYPES)}")
+        compute.check_name(self.compute_dtype)
         if self.prefilter not in PREFILTERS:
             raise InvalidInputError(f"prefilter {self.prefilter!r}: use one of {', '.join(PREFILTERS)}")
         if self.pool_factor < 1 or self.candidates < 1 or self.block_tokens < 1:
@@ -69,15 +74,20 @@ class MultiVectorIndex(ShardWrites):
         self.store = store
         self.options = options
         self.device = pick_device(options.device)
-        self._dtype = _DTYPES[options.compute_dtype]
+        self.compute_dtype = compute.resolve(options.compute_dtype, self.device)
+        self._dtype = compute.DTYPES[self.compute_dtype]
         self._load()
 
     @classmethod
     def create(
         cls, path: str | Path, dim: int, *, options: MaxSimOptions | None = None, encoder: str = ""
     ) -> MultiVectorIndex:
-        store = ShardStore.create(path, kind="multi", dim=dim, extra={"encoder": encoder})
-        return cls(store, options or MaxSimOptions())
+        index = cls(
+            ShardStore.create(path, kind="multi", dim=dim, extra={"encoder": encoder}),
+            options or MaxSimOptions(),
+        )
+        index.store.set_meta("compute_dtype", index.compute_dtype)
+        return index
 
     @classmethod
     def open(cls, path: str | Path, *, options: MaxSimOptions | None = None) -> MultiVectorIndex:
@@ -170,6 +180,8 @@ class MultiVectorIndex(ShardWrites):
         if not arrays:
             return
         records = self.store.write_pages(list(page_ids), arrays, images, replace=replace)
+        if self.store.meta().get("compute_dtype") != self.compute_dtype:
+            self.store.set_meta("compute_dtype", self.compute_dtype)
         for pid in replace:
             self._alive[self._row_of.pop(pid)] = False
         shard = np.load(self.store.root / "shards" / records[0].shard, mmap_mode="r")
@@ -205,7 +217,9 @@ class MultiVectorIndex(ShardWrites):
         queries = [self._check_query(i, q) for i, q in enumerate(queries)]
         if not queries:
             return []
-        scores = score_blocks(queries, self._blocks, len(self._ids), max_elements=self.options.max_elements)
+        scores = score_blocks(
+            queries, self._blocks, len(self._ids), max_elements=self.options.max_elements, dtype=self._dtype
+        )
         scores = self._mask(scores, excl)  # (Q, N)
         if self.options.prefilter != "none":
             scores = self._rerank(queries, scores)
@@ -254,7 +268,9 @@ class MultiVectorIndex(ShardWrites):
         blocks = build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=self._dtype, device=self.device
         )
-        return score_blocks(queries, blocks, len(self._ids), max_elements=self.options.max_elements)
+        return score_blocks(
+            queries, blocks, len(self._ids), max_elements=self.options.max_elements, dtype=self._dtype
+        )
 
 
 _SCORE_PER_COPY = (

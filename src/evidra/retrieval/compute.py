@@ -1,0 +1,157 @@
+"""Which dtype exact MaxSim scores in on this machine.
+
+Shards hold fp16 vectors; what the scoring GEMM runs in is a separate choice, and the fastest
+one differs by orders of magnitude between machines. On an AMD EPYC with AVX-512 bf16 (no
+AVX-512 FP16, no AMX), one 4096x128 @ 128x640 matmul measured 182 GFLOP/s in fp32, 1013 in bf16
+and 6.9 in fp16 (fp16 has no hardware path there); a Xeon with AMX runs fp16 and bf16 fast; a GPU
+runs both half types on its tensor cores. So ``auto`` times a small GEMM in each candidate dtype
+once per process (``probe_rates``) and takes the fastest, preferring the more precise dtype
+unless a less precise one is clearly faster (``choose``).
+
+The candidates are the dtypes that keep exact search exact enough: bf16 GEMMs accumulate in
+fp32 and round the similarities to bf16, which ranked the benchmark's top 10 like fp32 for at
+least 99% of the pages (``benchmarks/maxsim.py`` prints the agreement of every dtype).
+
+>>> choose({"float32": 180.0, "bfloat16": 1000.0, "float16": 7.0}, ("float32", "float16", "bfloat16"))
+'bfloat16'
+>>> choose({"float32": 180.0, "bfloat16": 200.0, "float16": 7.0}, ("float32", "float16", "bfloat16"))
+'float32'
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from evidra.errors import InvalidInputError
+
+logger = logging.getLogger(__name__)
+
+ComputeDtype = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+CHOICES: tuple[str, ...] = ("auto", *DTYPES)
+
+# what ``auto`` may pick per device type, most precise first (fp16 keeps 10 mantissa bits, bf16 7)
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "cpu": ("float32", "float16", "bfloat16"),
+    "cuda": ("float16", "bfloat16"),
+}
+MARGIN = 1.25  # a less precise dtype must be this much faster to be chosen: probe noise is ~10%
+
+Rates = Mapping[str, float]  # dtype name -> measured GEMM rate, GFLOP/s
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a compute dtype option, else an error listing the options."""
+    if name not in CHOICES:
+        raise InvalidInputError(f"compute_dtype {name!r}: use one of {', '.join(CHOICES)}")
+    return name
+
+
+def choose(rates: Rates, candidates: Sequence[str], margin: float = MARGIN) -> str:
+    """The most precise of ``candidates`` whose rate is within ``margin`` of the fastest one.
+
+    ``candidates`` are ordered most precise first; one without a rate is not considered.
+    """
+    known = [c for c in candidates if rates.get(c, 0.0) > 0.0]
+    if not known:
+        raise InvalidInputError(f"no GEMM rate for any of {', '.join(candidates)}; got {dict(rates)}")
+    best = max(rates[c] for c in known)
+    return next(c for c in known if rates[c] * margin >= best)
+
+
+def gemm_gflops(
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    rows: int = 1024,
+    tokens: int = 128,
+    dim: int = 128,
+    repeats: int = 3,
+) -> float:
+    """Best-of-``repeats`` rate of ``(rows, dim) @ (dim, tokens)`` in ``dtype``: GFLOP/s.
+
+    The default shape is a slice of one CPU scoring block (``maxsim.score_block``: pages x
+    dim @ dim x padded query tokens), small enough that a dtype without a hardware path
+    (fp16 on most x86 CPUs, ~7 GFLOP/s) costs a few milliseconds.
+    """
+    g = torch.Generator().manual_seed(0)
+    pages = torch.randn(rows, dim, generator=g).to(device, dtype)
+    query = torch.randn(tokens, dim, generator=g).to(device, dtype)
+    out = torch.empty(rows, tokens, dtype=dtype, device=device)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first call warms up (allocation, kernel selection)
+        _sync(device)
+        t0 = time.perf_counter()
+        torch.matmul(pages, query.T, out=out)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * rows * tokens * dim / max(best, 1e-9) / 1e9
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@functools.cache
+def probe_rates(device: torch.device) -> dict[str, float]:
+    """GEMM rate of every candidate dtype of ``device``'s type, measured once per process."""
+    names = CANDIDATES.get(device.type, ("float32",))
+    rates = {name: gemm_gflops(DTYPES[name], device) for name in names}
+    logger.info("GEMM rates on %s (GFLOP/s): %s", device, {n: round(r, 1) for n, r in rates.items()})
+    return rates
+
+
+def resolve(name: str, device: torch.device, probe: Callable[[torch.device], Rates] | None = None) -> str:
+    """The dtype name to score in: ``name`` itself, or for ``auto`` the choice by ``probe``'s rates
+    (default ``probe_rates``: measured here, once per process)."""
+    if check_name(name) != "auto":
+        return name
+    candidates = CANDIDATES.get(device.type)
+    if candidates is None:  # mps, xpu, ...: nothing measured there yet; fp32 is exact everywhere
+        return "float32"
+    chosen = choose((probe or probe_rates)(device), candidates)
+    logger.info("scoring MaxSim in %s on %s", chosen, device)
+    return chosen
+
+
+WATCHED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16")
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """The CPU's model name and the instruction-set flags that decide which GEMMs are fast."""
+
+    model: str
+    flags: frozenset[str]
+
+    def summary(self) -> str:
+        """``model; flag yes/no ...`` for the flags in ``WATCHED_FLAGS``."""
+        marks = " ".join(f"{f} {'yes' if f in self.flags else 'no'}" for f in WATCHED_FLAGS)
+        return f"{self.model or 'unknown CPU'}; {marks}"
+
+
+def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuFeatures:
+    """Model name and flags of the first CPU in ``cpuinfo`` (Linux); empty where it is missing."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return CpuFeatures("", frozenset())
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    return CpuFeatures(fields.get("model name", ""), frozenset(fields.get("flags", "").split()))
