@@ -127,6 +127,11 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="pages or queries per forward pass")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="float32", help="encoder weights: float32 | bfloat16 | float16")
+    compute_dtype_option(p)
+
+
+def compute_dtype_option(p: argparse.ArgumentParser) -> None:
+    """``--compute-dtype``: what the exact store scores in (``evidra.retrieval.compute``)."""
     p.add_argument(
         "--compute-dtype",
         choices=("auto", "float32", "bfloat16", "float16"),

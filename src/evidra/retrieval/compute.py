@@ -6,11 +6,15 @@ AVX-512 FP16, no AMX), one 4096x128 @ 128x640 matmul measured 182 GFLOP/s in fp3
 and 6.9 in fp16 (fp16 has no hardware path there); a Xeon with AMX runs fp16 and bf16 fast; a GPU
 runs both half types on its tensor cores. So ``auto`` times a small GEMM in each candidate dtype
 once per process (``probe_rates``) and takes the fastest, preferring the more precise dtype
-unless a less precise one is clearly faster (``choose``).
+unless a less precise one is clearly faster (``choose``). On x86 a half dtype is only a candidate
+where the CPU flags show a hardware path for it (``candidates``), so a probe taken while the
+machine is busy cannot pick a software-emulated one.
 
-The candidates are the dtypes that keep exact search exact enough: bf16 GEMMs accumulate in
-fp32 and round the similarities to bf16, which ranked the benchmark's top 10 like fp32 for at
-least 99% of the pages (``benchmarks/maxsim.py`` prints the agreement of every dtype).
+The candidates are the dtypes that keep exact search exact: fp16 and fp32 rank like fp32; bf16
+GEMMs accumulate in fp32 but keep 8 significant bits of inputs and similarities, which alone
+ranked the benchmark's top 10 like fp32 for 98% of the pages, so the index re-scores bf16's best
+pages in fp32 (``MaxSimOptions.rescore``) and excludes bf16 when that is switched off
+(``benchmarks/maxsim.py`` prints the agreement of every dtype, with and without re-scoring).
 
 >>> choose({"float32": 180.0, "bfloat16": 1000.0, "float16": 7.0}, ("float32", "float16", "bfloat16"))
 'bfloat16'
@@ -71,6 +75,32 @@ def choose(rates: Rates, candidates: Sequence[str], margin: float = MARGIN) -> s
     return next(c for c in known if rates[c] * margin >= best)
 
 
+class Gemm:
+    """One ``(rows, dim) @ (dim, tokens)`` matmul in ``dtype`` on ``device``, ready to time."""
+
+    def __init__(
+        self, dtype: torch.dtype, device: torch.device, rows: int = 1024, tokens: int = 128, dim: int = 128
+    ) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.pages = torch.randn(rows, dim, generator=g).to(device, dtype)
+        self.query = torch.randn(tokens, dim, generator=g).to(device, dtype)
+        self.out = torch.empty(rows, tokens, dtype=dtype, device=device)
+        self.flops = 2 * rows * tokens * dim
+        self.device = device
+        self.run()  # warm up: allocation, kernel selection, thread pool
+
+    def run(self) -> None:
+        torch.matmul(self.pages, self.query.T, out=self.out)
+
+    def gflops(self) -> float:
+        """The rate of one call, GFLOP/s."""
+        _sync(self.device)
+        t0 = time.perf_counter()
+        self.run()
+        _sync(self.device)
+        return self.flops / max(time.perf_counter() - t0, 1e-9) / 1e9
+
+
 def gemm_gflops(
     dtype: torch.dtype,
     device: torch.device,
@@ -80,24 +110,31 @@ def gemm_gflops(
     dim: int = 128,
     repeats: int = 3,
 ) -> float:
-    """Best-of-``repeats`` rate of ``(rows, dim) @ (dim, tokens)`` in ``dtype``: GFLOP/s.
+    """Best-of-``repeats`` rate of ``(rows, dim) @ (dim, tokens)`` in ``dtype``: GFLOP/s."""
+    gemm = Gemm(dtype, device, rows, tokens, dim)
+    return max(gemm.gflops() for _ in range(repeats))
 
-    The default shape is a slice of one CPU scoring block (``maxsim.score_block``: pages x
-    dim @ dim x padded query tokens), small enough that a dtype without a hardware path
-    (fp16 on most x86 CPUs, ~7 GFLOP/s) costs a few milliseconds.
+
+def measure_rates(names: Sequence[str], device: torch.device, rounds: int = 6) -> dict[str, float]:
+    """Best GEMM rate of each dtype in ``names`` over ``rounds`` interleaved rounds, GFLOP/s.
+
+    The shape is a slice of one CPU scoring block (``maxsim.score_block``: pages x dim @ dim x
+    padded query tokens). On a shared machine one call can stall for a whole scheduler slice, so
+    each dtype keeps its best call, and rounds alternate between dtypes so that a busy spell
+    slows them all rather than one. A dtype 8x slower than the best so far is hopeless and
+    stops being timed (fp16 without a hardware path, ~5 ms a call, would dominate the probe).
     """
-    g = torch.Generator().manual_seed(0)
-    pages = torch.randn(rows, dim, generator=g).to(device, dtype)
-    query = torch.randn(tokens, dim, generator=g).to(device, dtype)
-    out = torch.empty(rows, tokens, dtype=dtype, device=device)
-    best = float("inf")
-    for _ in range(repeats + 1):  # the first call warms up (allocation, kernel selection)
-        _sync(device)
-        t0 = time.perf_counter()
-        torch.matmul(pages, query.T, out=out)
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * rows * tokens * dim / max(best, 1e-9) / 1e9
+    gemms = {name: Gemm(DTYPES[name], device) for name in names}
+    rates = dict.fromkeys(names, 0.0)
+    for _ in range(rounds):
+        best = max(rates.values())
+        for name, gemm in gemms.items():
+            if rates[name] * _HOPELESS >= best:
+                rates[name] = max(rates[name], gemm.gflops(), gemm.gflops())
+    return rates
+
+
+_HOPELESS = 8.0
 
 
 def _sync(device: torch.device) -> None:
@@ -105,24 +142,51 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def candidates(device: torch.device, features: CpuFeatures | None = None) -> tuple[str, ...]:
+    """The dtypes ``auto`` may pick on ``device``, most precise first.
+
+    On an x86 CPU (its flags are known) a half dtype needs a hardware path: bf16 needs
+    ``avx512_bf16`` or ``amx_bf16``, fp16 needs ``avx512_fp16`` or ``amx_fp16``. Without one,
+    the GEMM converts in software (fp16 ran at 7 GFLOP/s against fp32's 182 on an AVX-512 EPYC),
+    and a probe taken while the machine is busy must not be able to pick it.
+    """
+    names = CANDIDATES.get(device.type, ())
+    if device.type != "cpu":
+        return names
+    flags = (features or cpu_features()).flags
+    if not flags & {"sse2", "avx2"}:  # not x86, or flags unknown: the probe alone decides
+        return names
+    return tuple(n for n in names if n not in _HARDWARE or flags & _HARDWARE[n])
+
+
+_HARDWARE = {"bfloat16": {"avx512_bf16", "amx_bf16"}, "float16": {"avx512_fp16", "amx_fp16"}}
+
+
 @functools.cache
 def probe_rates(device: torch.device) -> dict[str, float]:
-    """GEMM rate of every candidate dtype of ``device``'s type, measured once per process."""
-    names = CANDIDATES.get(device.type, ("float32",))
-    rates = {name: gemm_gflops(DTYPES[name], device) for name in names}
+    """GEMM rate of every candidate dtype of ``device``, measured once per process."""
+    rates = measure_rates(candidates(device) or ("float32",), device)
     logger.info("GEMM rates on %s (GFLOP/s): %s", device, {n: round(r, 1) for n, r in rates.items()})
     return rates
 
 
-def resolve(name: str, device: torch.device, probe: Callable[[torch.device], Rates] | None = None) -> str:
+def resolve(
+    name: str,
+    device: torch.device,
+    probe: Callable[[torch.device], Rates] | None = None,
+    *,
+    exclude: Sequence[str] = (),
+    features: CpuFeatures | None = None,
+) -> str:
     """The dtype name to score in: ``name`` itself, or for ``auto`` the choice by ``probe``'s rates
-    (default ``probe_rates``: measured here, once per process)."""
+    (default ``probe_rates``: measured here, once per process) among ``candidates(device,
+    features)`` less ``exclude``."""
     if check_name(name) != "auto":
         return name
-    candidates = CANDIDATES.get(device.type)
-    if candidates is None:  # mps, xpu, ...: nothing measured there yet; fp32 is exact everywhere
+    allowed = [c for c in candidates(device, features) if c not in exclude]
+    if allowed == ["float32"] or not allowed:  # nothing to choose (mps, xpu, ...: fp32 is exact)
         return "float32"
-    chosen = choose((probe or probe_rates)(device), candidates)
+    chosen = choose((probe or probe_rates)(device), allowed)
     logger.info("scoring MaxSim in %s on %s", chosen, device)
     return chosen
 

@@ -2,9 +2,12 @@
 
 Scoring runs in the dtype ``MaxSimOptions.compute_dtype`` names; ``auto`` takes the fastest one
 this machine has that keeps search exact (``evidra.retrieval.compute``: bf16 on CPUs with AVX-512
-bf16 or AMX, fp32 on CPUs with neither, fp16 on GPU). The in-memory blocks are held in that dtype
-(fp32 doubles their memory), and the index records the dtype its last writer scored in under the
-metadata key ``compute_dtype``.
+bf16 or AMX, fp32 on CPUs with neither, fp16 on GPU). bf16 keeps 8 significant bits, so scores
+move by up to ~0.01 and near-tied pages swap (top-10 agreement with fp32 0.98 on the benchmark's
+pages); the best ``k + rescore`` pages per query by bf16 are therefore re-scored in fp32 from the
+fp16 shards, which restored agreement 1.000, and auto never picks bf16 when ``rescore`` is 0. The
+in-memory blocks are held in the compute dtype (fp32 doubles their memory), and the index records
+the dtype its last writer scored in under the metadata key ``compute_dtype``.
 
 Exact search scores every live page (``evidra.retrieval.maxsim``); with ``prefilter="pooled"`` a
 first stage scores mean-pooled vectors (``pool_factor`` consecutive patches per vector) held in
@@ -54,6 +57,7 @@ class MaxSimOptions:
     prefilter: Literal["none", "pooled", "clustered", "signbits"] = "none"
     pool_factor: int = 4
     candidates: int = 256  # pages per query re-ranked exactly after the pooled stage
+    rescore: int = 32  # bf16 scoring: the best k + rescore pages per query are re-scored in fp32
     compact_at: float = 0.5  # compact on delete once this fraction of stored vectors is dead
     verify: bool = True  # check shard checksums on open
 
@@ -63,6 +67,8 @@ class MaxSimOptions:
             raise InvalidInputError(f"prefilter {self.prefilter!r}: use one of {', '.join(PREFILTERS)}")
         if self.pool_factor < 1 or self.candidates < 1 or self.block_tokens < 1:
             raise InvalidInputError("pool_factor, candidates and block_tokens must all be >= 1")
+        if self.rescore < 0:
+            raise InvalidInputError(f"rescore must be >= 0 (0: no fp32 re-scoring), got {self.rescore}")
 
 
 class MultiVectorIndex(ShardWrites):
@@ -74,7 +80,9 @@ class MultiVectorIndex(ShardWrites):
         self.store = store
         self.options = options
         self.device = pick_device(options.device)
-        self.compute_dtype = compute.resolve(options.compute_dtype, self.device)
+        # without the fp32 re-score, bf16 does not rank like fp32: auto must not pick it
+        unfit = () if options.rescore else ("bfloat16",)
+        self.compute_dtype = compute.resolve(options.compute_dtype, self.device, exclude=unfit)
         self._dtype = compute.DTYPES[self.compute_dtype]
         self._load()
 
@@ -222,7 +230,9 @@ class MultiVectorIndex(ShardWrites):
         )
         scores = self._mask(scores, excl)  # (Q, N)
         if self.options.prefilter != "none":
-            scores = self._rerank(queries, scores)
+            scores = self._rerank(queries, scores, self.options.candidates, self._dtype)
+        if self._dtype == torch.bfloat16 and self.options.rescore:
+            scores = self._rerank(queries, scores, k + self.options.rescore, torch.float32)
         return top_hits(scores, k, self._ids, self._images)
 
     def _check_query(self, i: int, query: Tensor) -> Tensor:
@@ -236,8 +246,9 @@ class MultiVectorIndex(ShardWrites):
         mask = exclusion_mask(exclude, self._row_of, len(self._ids), scores.device)  # type: ignore[arg-type]
         return scores if mask is None else scores.masked_fill(mask, float("-inf"))
 
-    def _rerank(self, queries: Sequence[Tensor], first: Tensor) -> Tensor:
-        """Exact MaxSim over each query's ``candidates`` best pages by the pooled first stage.
+    def _rerank(self, queries: Sequence[Tensor], first: Tensor, n_cand: int, dtype: torch.dtype) -> Tensor:
+        """Exact MaxSim in ``dtype`` over each query's ``n_cand`` best pages by ``first`` (the
+        prefilter's scores, or bf16 scores to re-score in fp32); other pages score ``-inf``.
 
         Two ways to do it: score the whole batch against the union of all candidates (pages are
         copied out of the shards once, but every query scores every page of the union), or each
@@ -246,30 +257,30 @@ class MultiVectorIndex(ShardWrites):
         prefilter; on 1k pages the union is cheaper. We pick by a rough cost model in which
         scoring one page for one query costs ``_SCORE_PER_COPY`` times copying it.
         """
-        n_cand = min(self.options.candidates, first.shape[1])
+        n_cand = min(n_cand, first.shape[1])
         values, rows = first.topk(n_cand, dim=1)  # (Q, C)
         valid = values > float("-inf")
         union = sorted(set(rows[valid].tolist()))
         q = len(queries)
         if len(union) * (1 + q * _SCORE_PER_COPY) <= int(valid.sum()) * (1 + _SCORE_PER_COPY):
             keep = torch.zeros_like(first, dtype=torch.bool).scatter_(1, rows, valid)
-            exact = self._exact(queries, union)
+            exact = self._exact(queries, union, dtype)
             return exact.masked_fill(~keep.to(exact.device), float("-inf"))
         out = torch.full_like(first, float("-inf"))  # (Q, N)
         for i, query in enumerate(queries):
             cand = rows[i][valid[i]].tolist()
             if cand:
-                out[i] = self._exact([query], cand)[0]
+                out[i] = self._exact([query], cand, dtype)[0]
         return out
 
-    def _exact(self, queries: Sequence[Tensor], rows: Sequence[int]) -> Tensor:
+    def _exact(self, queries: Sequence[Tensor], rows: Sequence[int], dtype: torch.dtype) -> Tensor:
         """Exact MaxSim of ``queries`` against the full vectors of ``rows``: ``(Q, N)``."""
         pages = [_tensor(self._views[r]) for r in rows]
         blocks = build_blocks(
-            pages, rows, max_tokens=self.options.block_tokens, dtype=self._dtype, device=self.device
+            pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
         return score_blocks(
-            queries, blocks, len(self._ids), max_elements=self.options.max_elements, dtype=self._dtype
+            queries, blocks, len(self._ids), max_elements=self.options.max_elements, dtype=dtype
         )
 
 
