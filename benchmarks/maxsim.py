@@ -143,13 +143,18 @@ def recall(ids: list[list[int]], gold: list[int], k: int) -> float:
     return statistics.mean(float(g in row[:k]) for row, g in zip(ids, gold, strict=True))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Machine:
-    """What bounds a search here: read bandwidth (GB/s) and GEMM rate per dtype (GFLOP/s)."""
+    """What bounds a search here: read bandwidth (GB/s) and GEMM rate per dtype (GFLOP/s), the
+    best seen so far (a lower bound needs peak rates; a shared machine only ever measures low)."""
 
     bandwidth: float
     rates: dict[str, float]
     exact: frozenset[str] = field(default_factory=frozenset)  # dtypes with agreement >= AGREE
+
+    def see(self, bandwidth: float, rates: dict[str, float]) -> None:
+        self.bandwidth = max(self.bandwidth, bandwidth)
+        self.rates = {d: max(r, rates.get(d, 0.0)) for d, r in self.rates.items()}
 
     @property
     def best(self) -> str:
@@ -190,17 +195,33 @@ class Case:
 
     def row(
         self, name: str, single: float, batched: float, mem: float, ids: list[list[int]], note: str = ""
-    ) -> str:
-        m = len(ids)
-        single_roof = single / self.roof(1)
-        batch_roof = batched * Q / self.roof(Q)  # per query, against the bound of a batch of Q
+    ) -> Row:
+        return Row(self, name, single, batched, mem, ids, note)
+
+
+@dataclass(frozen=True, eq=False)
+class Row:
+    """One method's measurements; formatted when printed, against the best rates seen by then."""
+
+    case: Case
+    name: str
+    single: float
+    batched: float
+    mem: float
+    ids: list[list[int]]
+    note: str = ""
+
+    def __str__(self) -> str:
+        c, m = self.case, len(self.ids)
+        single_roof = self.single / c.roof(1)
+        batch_roof = self.batched * Q / c.roof(Q)  # per query, against the bound of a batch of Q
         return _row(
-            self.n,
-            name,
-            (single, batched, mem),
+            c.n,
+            self.name,
+            (self.single, self.batched, self.mem),
             (single_roof, batch_roof),
-            (agreement(ids, self.ref[:m]), recall(ids, self.gold[:m], 5)),
-            note,
+            (agreement(self.ids, c.ref[:m]), recall(self.ids, c.gold[:m], 5)),
+            self.note,
         )
 
 
@@ -226,7 +247,7 @@ def bench_ours(case: Case, root: Path, options: MaxSimOptions, queries: int = Q)
     )
 
 
-def exact_rows(case: Case, root: Path) -> tuple[list[str], Ours]:
+def exact_rows(case: Case, root: Path) -> tuple[list[Row], Ours]:
     """Our exact store in every compute dtype, ``auto``'s choice first; returns the rows and it."""
     base = MaxSimOptions(device="cpu", verify=False)
     auto = bench_ours(case, root, base)
@@ -243,7 +264,7 @@ def exact_rows(case: Case, root: Path) -> tuple[list[str], Ours]:
     return rows, auto
 
 
-def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[int]], candidates: int) -> str:
+def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[int]], candidates: int) -> Row:
     opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=candidates)  # type: ignore[arg-type]
     run = bench_ours(case, root, opts)
     rel = recall(run.ids, case.gold, 5) / max(recall(exact_ids, case.gold, 5), 1e-9)
@@ -281,6 +302,7 @@ def dtype_agreement(
 
 def bench_size(n: int, args: argparse.Namespace, processor: Any, machine: Machine) -> tuple[list[str], str]:
     """The table rows of one corpus size and its RESULT line."""
+    machine.see(max(bandwidth_gbs()), gemm_rates(repeats=3))  # shared machines drift: re-measure
     pages = make_pages(n, args.length, args.dim, args.pages_kind, seed=n)
     queries, gold = make_queries(pages, seed=n)
     blocks = build_blocks(pages, list(range(n)), dtype=torch.float32)
@@ -289,15 +311,8 @@ def bench_size(n: int, args: argparse.Namespace, processor: Any, machine: Machin
     ref = topk_ids(ref_scores, K)
     agree = dtype_agreement(pages, queries, ref_scores, machine, args.sr_queries)
     # bf16 counts as exact when the store's fp32 re-score of its shortlist ranks like fp32
-    exact = frozenset(d for d, (alone, rescored) in agree.items() if max(alone, rescored) >= AGREE)
-    machine = Machine(machine.bandwidth, machine.rates, exact)
+    machine.exact = frozenset(d for d, (alone, rescored) in agree.items() if max(alone, rescored) >= AGREE)
     case = Case(pages, queries, gold, ref, args, machine)
-    head = [
-        f"{n:>6} | top-10 agreement with fp32 by compute dtype (alone / best {K}+{MaxSimOptions().rescore} "
-        "re-scored in fp32): "
-        + ", ".join(f"{d} {a:.3f} / {r:.3f}" for d, (a, r) in agree.items())
-        + f"; compute bound from {machine.best} ({machine.rates[machine.best]:.0f} GFLOP/s)"
-    ]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "idx"
         index = MultiVectorIndex.create(root, args.dim, options=MaxSimOptions(device="cpu", verify=False))
@@ -315,12 +330,19 @@ def bench_size(n: int, args: argparse.Namespace, processor: Any, machine: Machin
     rows.append(case.row("transformers score_retrieval", sr_single, sr_batch, ours.mem, srids, note))
     if n <= args.qdrant_max:
         rows.append(bench_qdrant(case))
+    head = [
+        f"{n:>6} | top-10 agreement with fp32 by compute dtype (alone / best {K}+{MaxSimOptions().rescore} "
+        "re-scored in fp32): "
+        + ", ".join(f"{d} {a:.3f} / {r:.3f}" for d, (a, r) in agree.items())
+        + f"; bounds from {machine.best} at {machine.rates[machine.best]:.0f} GFLOP/s and "
+        f"{machine.bandwidth:.1f} GB/s read (best seen)"
+    ]
     result = (
         f"RESULT single_vs_score_retrieval={sr_single / ours.single:.2f} "
         f"batched_vs_roofline={ours.batched * Q / case.roof(Q):.2f} "
         f"agreement={agreement(ours.ids, ref):.3f}"
     )
-    return [*head, *rows, *bounds_row(case, ours.batched * Q), *roof], result
+    return [*head, *map(str, rows), *bounds_row(case, ours.batched * Q), *roof], result
 
 
 def bench_score_retrieval(case: Case, processor: Any) -> tuple[float, float, list[list[int]]]:
@@ -399,9 +421,7 @@ def roofline_rows(case: Case, root: Path) -> list[str]:
     scanned = case.n * case.args.length * case.args.dim * 2
     index = MultiVectorIndex.open(root, options=MaxSimOptions(device="cpu", verify=False))
     # shared machines drift: re-measure both rates next to the timings they bound, keep the best seen
-    rates = dict(m.rates)
-    rates[m.best] = max(rates[m.best], gemm_rates(repeats=3)[m.best])
-    m = Machine(max(max(bandwidth_gbs()), m.bandwidth), rates, m.exact)
+    m.see(max(bandwidth_gbs()), gemm_rates(repeats=3))
     rate = m.rates[m.best]
     rows = [
         f"{case.n:>6} | roofline rates: read {m.bandwidth:.1f} GB/s, {m.best} GEMM {rate:.0f} GFLOP/s "
@@ -429,7 +449,7 @@ def rss_bytes() -> float:
     return float(pages * os.sysconf("SC_PAGE_SIZE"))
 
 
-def bench_qdrant(case: Case) -> str:
+def bench_qdrant(case: Case) -> Row | str:
     try:
         from evidra.retrieval.index.qdrant import QdrantIndex
 
