@@ -1,14 +1,14 @@
 """Which dtype exact MaxSim scores in on this machine.
 
-Shards hold fp16 vectors; what the scoring GEMM runs in is a separate choice, and the fastest
-one differs by orders of magnitude between machines. On an AMD EPYC with AVX-512 bf16 (no
-AVX-512 FP16, no AMX), one 4096x128 @ 128x640 matmul measured 182 GFLOP/s in fp32, 1013 in bf16
-and 6.9 in fp16 (fp16 has no hardware path there); a Xeon with AMX runs fp16 and bf16 fast; a GPU
-runs both half types on its tensor cores. So ``auto`` times a small GEMM in each candidate dtype
-once per process (``probe_rates``) and takes the fastest, preferring the more precise dtype
-unless a less precise one is clearly faster (``choose``). On x86 a half dtype is only a candidate
-where the CPU flags show a hardware path for it (``candidates``), so a probe taken while the
-machine is busy cannot pick a software-emulated one.
+Shards hold fp16 vectors; what the scoring GEMM runs in is a separate choice, and the fastest one
+differs by an order of magnitude between machines. On a 2-core AMD EPYC with AVX-512 bf16 (no
+AVX-512 FP16, no AMX), one scoring block's matmul (16384x128 @ 128x640) ran at up to 390 GFLOP/s
+in bf16, 120-190 in fp32 and 7-20 in fp16 (fp16 has no hardware path there); a Xeon with AMX runs
+bf16 fast; a GPU runs both half types on its tensor cores. So ``auto`` times a small GEMM in each
+candidate dtype once per process (``probe_rates``) and takes the fastest, preferring the more
+precise dtype unless a less precise one is clearly faster (``choose``). On x86 a half dtype is
+only a candidate where the CPU flags show a hardware path for it (``candidates``), so a probe
+taken while the machine is busy cannot pick a software-emulated one.
 
 The candidates are the dtypes that keep exact search exact: fp16 and fp32 rank like fp32; bf16
 GEMMs accumulate in fp32 but keep 8 significant bits of inputs and similarities, which alone
@@ -147,7 +147,7 @@ def candidates(device: torch.device, features: CpuFeatures | None = None) -> tup
 
     On an x86 CPU (its flags are known) a half dtype needs a hardware path: bf16 needs
     ``avx512_bf16`` or ``amx_bf16``, fp16 needs ``avx512_fp16`` or ``amx_fp16``. Without one,
-    the GEMM converts in software (fp16 ran at 7 GFLOP/s against fp32's 182 on an AVX-512 EPYC),
+    the GEMM converts in software (fp16 ran at 7-20 GFLOP/s against fp32's 120-190 on an EPYC),
     and a probe taken while the machine is busy must not be able to pick it.
     """
     names = CANDIDATES.get(device.type, ())
