@@ -1,4 +1,4 @@
-"""MaxSim search benchmark: our exact fp16 store vs transformers' score_retrieval vs Qdrant local.
+"""MaxSim search benchmark: our exact store vs transformers' score_retrieval vs Qdrant local.
 
 Synthetic unit-norm page embeddings (N pages x L patches x D dims) and 32 queries x 20 tokens.
 Half of each query's tokens are noisy copies (cosine ~0.6) of patches of one "gold" page, so
@@ -8,18 +8,27 @@ is what positional pooling relies on; ``--pages-kind document`` scatters near-co
 corpus-wide "blank" vectors over 60% of each page's patches (white space anywhere on the page),
 which is what clustering relies on. Everything runs in one process on the same queries:
 
-* ``ours fp16``        exact MaxSim, MultiVectorIndex (default settings), single and batched
-* ``fp32 exact``       the same blocks in float32: the reference for top-10 agreement
+* ``ours exact <dtype>`` exact MaxSim, MultiVectorIndex, single and batched, once per compute
+                       dtype (the one ``auto`` picks first); a dtype whose GEMM is 8x slower than
+                       the best runs only ``--sr-queries`` queries
 * ``ours pooled``      two-stage: mean-pooled x4 prefilter, exact re-rank of the candidates
 * ``ours clustered``   two-stage: k-means-pooled x4 prefilter (same memory), exact re-rank
 * ``ours sign bits``   two-stage: 1-bit-per-dimension codes scored asymmetrically, exact re-rank
 * ``score_retrieval``  transformers' ColQwen2Processor.score_retrieval (einsum, fp16)
 * ``qdrant local``     qdrant-client's embedded mode, exact MAX_SIM (<= 10k pages: at 10k it
                        ingests ~140 pages/s and holds ~230 KB per page; 50k would not fit in 24 GB
-                       beside the rest)
+                       beside the rest); fast-plaid has no runner here, so it is only reported as
+                       installed or not
 
-It also measures the machine's read bandwidth (large tensor copy / sum) and fp16 GEMM rate and
-prints the lower bounds they imply. Run::
+Top-10 agreement is measured against exact fp32 scores of the same fp16 vectors. The header
+prints the CPU's model and the flags that decide which GEMMs are fast, the machine's read
+bandwidth and the GEMM rate of every compute dtype on one scoring block's shape. The roofline of
+a search is the larger of two lower bounds: one scan of the fp16 corpus at the read bandwidth,
+and its flops at the best GEMM rate among the dtypes that rank like fp32 (agreement >= 0.99).
+Each method's ``roof`` columns give its time over that bound. The last line is
+``RESULT single_vs_score_retrieval=<x> batched_vs_roofline=<y> agreement=<z>`` for the largest
+size: our default (``auto``) store's speed-up over score_retrieval for one query, its batched
+time per query over the roofline, and its top-10 agreement with fp32. Run::
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/maxsim.py              # 1k and 10k pages
     .venv/bin/python benchmarks/maxsim.py --sizes 1000 10000 50000      # 50k: ~3.3 GB fp16
@@ -30,21 +39,26 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import importlib.util
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from evidra.retrieval import compute
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 from evidra.retrieval.maxsim import build_blocks, score_blocks
 
 Q, LQ, K = 32, 20, 10
+AGREE = 0.99  # a dtype that ranks the top 10 like fp32 at least this well may set the compute bound
+SLOW = 8.0  # a dtype this much slower than the best runs only --sr-queries queries
+CPU = torch.device("cpu")
 
 
 def timed(fn: Callable[[], Any], repeats: int, *, best: bool = False) -> tuple[float, Any]:
@@ -61,11 +75,6 @@ def timed(fn: Callable[[], Any], repeats: int, *, best: bool = False) -> tuple[f
 def time_each(fn: Callable[[torch.Tensor], Any], queries: list[torch.Tensor]) -> float:
     """Median seconds of ``fn(query)`` over single queries."""
     return statistics.median(timed(functools.partial(fn, q), 1)[0] for q in queries)
-
-
-def fp32_reference(pages: list[torch.Tensor], queries: list[torch.Tensor]) -> tuple[float, torch.Tensor]:
-    blocks = build_blocks(pages, list(range(len(pages))), dtype=torch.float32)
-    return timed(lambda: score_blocks(queries, blocks, len(pages)), 1)
 
 
 def make_pages(n: int, length: int, dim: int, kind: str, seed: int) -> list[torch.Tensor]:
@@ -114,12 +123,12 @@ def bandwidth_gbs() -> tuple[float, float]:
     return size / t_copy / 1e9, size / t_sum / 1e9
 
 
-def gemm_gflops() -> float:
-    """fp16 GEMM rate on the shape one CPU scoring block uses: pages (16384, D) x tokens (D, Q*Lq)."""
-    pages, tokens = torch.randn(16384, 128).half(), torch.randn(Q * LQ, 128).half()
-    out = torch.empty(16384, Q * LQ, dtype=torch.float16)
-    t, _ = timed(lambda: torch.matmul(pages, tokens.T, out=out), 10, best=True)
-    return 2 * Q * LQ * 16384 * 128 / t / 1e9
+def gemm_rates(repeats: int = 2) -> dict[str, float]:
+    """GEMM rate (GFLOP/s) of every compute dtype on one CPU scoring block: (16384, D) x (D, Q*Lq)."""
+    return {
+        name: compute.gemm_gflops(dtype, CPU, rows=16384, tokens=Q * LQ, dim=128, repeats=repeats)
+        for name, dtype in compute.DTYPES.items()
+    }
 
 
 def topk_ids(scores: torch.Tensor, k: int) -> list[list[int]]:
@@ -134,6 +143,31 @@ def recall(ids: list[list[int]], gold: list[int], k: int) -> float:
     return statistics.mean(float(g in row[:k]) for row, g in zip(ids, gold, strict=True))
 
 
+@dataclass
+class Machine:
+    """What bounds a search here: read bandwidth (GB/s) and GEMM rate per dtype (GFLOP/s), the
+    best seen so far (a lower bound needs peak rates; a shared machine only ever measures low)."""
+
+    bandwidth: float
+    rates: dict[str, float]
+    exact: frozenset[str] = field(default_factory=frozenset)  # dtypes with agreement >= AGREE
+
+    def see(self, bandwidth: float, rates: dict[str, float]) -> None:
+        self.bandwidth = max(self.bandwidth, bandwidth)
+        self.rates = {d: max(r, rates.get(d, 0.0)) for d, r in self.rates.items()}
+
+    @property
+    def best(self) -> str:
+        """The fastest dtype among those known to rank like fp32 (fp32 itself when none is known)."""
+        return max(self.exact or {"float32"}, key=lambda d: self.rates[d])
+
+    def roofline(self, n_pages: int, length: int, dim: int, queries: int) -> float:
+        """Seconds one batch of ``queries`` needs at least: a scan of the fp16 corpus, or its flops."""
+        scan = n_pages * length * dim * 2 / (self.bandwidth * 1e9)
+        flops = 2 * queries * LQ * n_pages * length * dim / (self.rates[self.best] * 1e9)
+        return max(scan, flops)
+
+
 @dataclass(frozen=True, eq=False)
 class Case:
     """One corpus size: pages, queries with their gold pages, and the fp32 exact top-10."""
@@ -143,6 +177,7 @@ class Case:
     gold: list[int]
     ref: list[list[int]]
     args: argparse.Namespace
+    machine: Machine
 
     @property
     def n(self) -> int:
@@ -155,68 +190,159 @@ class Case:
     def rows_of(self, hits: list[list[Any]]) -> list[list[int]]:
         return [[int(h.page_id[1:]) for h in r] for r in hits]
 
+    def roof(self, queries: int) -> float:
+        return self.machine.roofline(self.n, self.args.length, self.args.dim, queries)
+
     def row(
         self, name: str, single: float, batched: float, mem: float, ids: list[list[int]], note: str = ""
-    ) -> str:
-        m = len(ids)
+    ) -> Row:
+        return Row(self, name, single, batched, mem, ids, note)
+
+
+@dataclass(frozen=True, eq=False)
+class Row:
+    """One method's measurements; formatted when printed, against the best rates seen by then."""
+
+    case: Case
+    name: str
+    single: float
+    batched: float
+    mem: float
+    ids: list[list[int]]
+    note: str = ""
+
+    def __str__(self) -> str:
+        c, m = self.case, len(self.ids)
+        single_roof = self.single / c.roof(1)
+        batch_roof = self.batched * Q / c.roof(Q)  # per query, against the bound of a batch of Q
         return _row(
-            self.n,
-            name,
-            single,
-            batched,
-            mem,
-            agreement(ids, self.ref[:m]),
-            recall(ids, self.gold[:m], 5),
-            note,
+            c.n,
+            self.name,
+            (self.single, self.batched, self.mem),
+            (single_roof, batch_roof),
+            (agreement(self.ids, c.ref[:m]), recall(self.ids, c.gold[:m], 5)),
+            self.note,
         )
 
 
-def bench_ours(case: Case, root: Path, options: MaxSimOptions) -> tuple[float, float, float, list[list[int]]]:
+@dataclass(frozen=True)
+class Ours:
+    """One run of our exact store: latencies, memory per page and top-10 rows."""
+
+    dtype: str
+    single: float
+    batched: float
+    mem: float
+    ids: list[list[int]]
+
+
+def bench_ours(case: Case, root: Path, options: MaxSimOptions, queries: int = Q) -> Ours:
     """Single-query and per-query batched latency, memory per page and top-10 rows of our index."""
     index = MultiVectorIndex.open(root, options=options)
-    t_single = time_each(lambda q: index.search([q], k=K), case.queries[: case.args.single])
-    t_batch, hits = timed(lambda: index.search(case.queries, k=K), case.args.repeats)
-    return t_single, t_batch / Q, index.memory_bytes() / case.n, case.rows_of(hits)
+    sub = case.queries[:queries]
+    t_single = time_each(lambda q: index.search([q], k=K), sub[: min(case.args.single, queries)])
+    t_batch, hits = timed(lambda: index.search(sub, k=K), case.args.repeats if queries == Q else 1)
+    return Ours(
+        index.compute_dtype, t_single, t_batch / len(sub), index.memory_bytes() / case.n, case.rows_of(hits)
+    )
 
 
-def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[int]], candidates: int) -> str:
+def exact_rows(case: Case, root: Path) -> tuple[list[Row], Ours]:
+    """Our exact store in every compute dtype, ``auto``'s choice first; returns the rows and it."""
+    base = MaxSimOptions(device="cpu", verify=False)
+    auto = bench_ours(case, root, base)
+    rows = [case.row(f"ours exact {auto.dtype} (auto)", auto.single, auto.batched, auto.mem, auto.ids)]
+    best_rate = max(case.machine.rates.values())
+    for name in compute.DTYPES:
+        if name == auto.dtype:
+            continue
+        slow = case.machine.rates[name] * SLOW < best_rate
+        opts = MaxSimOptions(device="cpu", verify=False, compute_dtype=name)  # type: ignore[arg-type]
+        run = bench_ours(case, root, opts, case.args.sr_queries if slow else Q)
+        note = f"{len(run.ids)} queries: GEMM {case.machine.rates[name]:.0f} GFLOP/s" if slow else ""
+        rows.append(case.row(f"ours exact {name}", run.single, run.batched, run.mem, run.ids, note))
+    return rows, auto
+
+
+def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[int]], candidates: int) -> Row:
     opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=candidates)  # type: ignore[arg-type]
-    single, batch, mem, ids = bench_ours(case, root, opts)
-    rel = recall(ids, case.gold, 5) / max(recall(exact_ids, case.gold, 5), 1e-9)
+    run = bench_ours(case, root, opts)
+    rel = recall(run.ids, case.gold, 5) / max(recall(exact_ids, case.gold, 5), 1e-9)
     name = {"pooled": "ours pooled x4", "clustered": "ours clustered x4", "signbits": "ours sign bits"}[
         prefilter
     ]
-    return case.row(f"{name} +{candidates}", single, batch, mem, ids, f"recall@5 vs exact {rel:.3f}")
+    return case.row(
+        f"{name} +{candidates}", run.single, run.batched, run.mem, run.ids, f"recall@5 vs exact {rel:.3f}"
+    )
 
 
-def bench_size(n: int, args: argparse.Namespace, processor: Any, bw: float, gflops: float) -> list[str]:
+def dtype_agreement(
+    pages: list[torch.Tensor], queries: list[torch.Tensor], ref: torch.Tensor, machine: Machine, sr: int
+) -> dict[str, tuple[float, float]]:
+    """Top-10 agreement with fp32 scores ``ref`` (Q, N) of scoring in each dtype, alone and with
+    the best ``K + rescore`` pages per query re-scored in fp32 as the store does for bf16 (a slow
+    dtype on ``sr`` queries)."""
+    best_rate = max(machine.rates.values())
+    ref_ids = topk_ids(ref, K)
+    out = {"float32": (1.0, 1.0)}
+    for name in ("bfloat16", "float16"):
+        dtype = compute.DTYPES[name]
+        sub = queries if machine.rates[name] * SLOW >= best_rate else queries[:sr]
+        blocks = build_blocks(pages, list(range(len(pages))), dtype=dtype)
+        scores = score_blocks(sub, blocks, len(pages), dtype=dtype)  # (q, N)
+        short = scores.topk(K + MaxSimOptions().rescore, dim=1).indices  # what the store re-scores
+        rescored = torch.full_like(scores, float("-inf")).scatter_(1, short, ref[: len(sub)].gather(1, short))
+        m = len(sub)
+        out[name] = (
+            agreement(topk_ids(scores, K), ref_ids[:m]),
+            agreement(topk_ids(rescored, K), ref_ids[:m]),
+        )
+    return out
+
+
+def bench_size(n: int, args: argparse.Namespace, processor: Any, machine: Machine) -> tuple[list[str], str]:
+    """The table rows of one corpus size and its RESULT line."""
+    machine.see(max(bandwidth_gbs()), gemm_rates(repeats=3))  # shared machines drift: re-measure
     pages = make_pages(n, args.length, args.dim, args.pages_kind, seed=n)
     queries, gold = make_queries(pages, seed=n)
-    t_ref, ref_scores = fp32_reference(pages, queries)
-    case = Case(pages, queries, gold, topk_ids(ref_scores, K), args)
+    blocks = build_blocks(pages, list(range(n)), dtype=torch.float32)
+    ref_scores = score_blocks(queries, blocks, n)  # (Q, N) exact fp32
+    del blocks
+    ref = topk_ids(ref_scores, K)
+    agree = dtype_agreement(pages, queries, ref_scores, machine, args.sr_queries)
+    # bf16 counts as exact when the store's fp32 re-score of its shortlist ranks like fp32
+    machine.exact = frozenset(d for d, (alone, rescored) in agree.items() if max(alone, rescored) >= AGREE)
+    case = Case(pages, queries, gold, ref, args, machine)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "idx"
         index = MultiVectorIndex.create(root, args.dim, options=MaxSimOptions(device="cpu", verify=False))
         for s in range(0, n, 2000):
             index.add(case.ids[s : s + 2000], pages[s : s + 2000])
-        t_single, t_batch, mem, ours = bench_ours(case, root, MaxSimOptions(device="cpu", verify=False))
-        case.args.root = root
-        roof = [planted_recall_row(case, root), *roofline_rows(case, bw, gflops)]
-        rows = [
-            case.row("ours fp16 exact", t_single, t_batch, mem, ours),
-            case.row("fp32 exact (ref)", float("nan"), t_ref / Q, mem * 2, case.ref),
-            *(
-                two_stage_row(case, root, kind, ours, c)
-                for kind in ("pooled", "clustered", "signbits")
-                for c in case.args.candidates
-            ),
+        rows, ours = exact_rows(case, root)
+        roof = [planted_recall_row(case, root), *roofline_rows(case, root)]
+        rows += [
+            two_stage_row(case, root, kind, ours.ids, c)
+            for kind in ("pooled", "clustered", "signbits")
+            for c in case.args.candidates
         ]
     sr_single, sr_batch, srids = bench_score_retrieval(case, processor)
-    note = f"ours is {sr_single / t_single:.1f}x faster single, {sr_batch / t_batch:.1f}x batched"
-    rows.append(case.row("transformers score_retrieval", sr_single, sr_batch, mem, srids, note))
+    note = f"ours is {sr_single / ours.single:.1f}x faster single, {sr_batch / ours.batched:.1f}x batched"
+    rows.append(case.row("transformers score_retrieval", sr_single, sr_batch, ours.mem, srids, note))
     if n <= args.qdrant_max:
         rows.append(bench_qdrant(case))
-    return [*rows, *bounds_row(case, t_batch * Q, bw, gflops), *roof]
+    head = [
+        f"{n:>6} | top-10 agreement with fp32 by compute dtype (alone / best {K}+{MaxSimOptions().rescore} "
+        "re-scored in fp32): "
+        + ", ".join(f"{d} {a:.3f} / {r:.3f}" for d, (a, r) in agree.items())
+        + f"; bounds from {machine.best} at {machine.rates[machine.best]:.0f} GFLOP/s and "
+        f"{machine.bandwidth:.1f} GB/s read (best seen)"
+    ]
+    result = (
+        f"RESULT single_vs_score_retrieval={sr_single / ours.single:.2f} "
+        f"batched_vs_roofline={ours.batched * Q / case.roof(Q):.2f} "
+        f"agreement={agreement(ours.ids, ref):.3f}"
+    )
+    return [*head, *map(str, rows), *bounds_row(case, ours.batched * Q), *roof], result
 
 
 def bench_score_retrieval(case: Case, processor: Any) -> tuple[float, float, list[list[int]]]:
@@ -228,32 +354,33 @@ def bench_score_retrieval(case: Case, processor: Any) -> tuple[float, float, lis
     return single, t / len(sub), topk_ids(scores, K)
 
 
-def bounds_row(case: Case, t_batch: float, bw: float, gflops: float) -> list[str]:
+def bounds_row(case: Case, t_batch: float) -> list[str]:
     """The batch's time against the two readings of "the bandwidth bound".
 
     Per query: every query scans every page vector once, so one query's bound is
     ``corpus bytes / bandwidth`` and batched throughput is compared per query with it. Per batch:
     a batch shares one scan, so the bound is the same ``corpus bytes / bandwidth`` for the whole
-    batch; a batch of 32 x 20 tokens does 640 flops per byte scanned, far above this CPU's
+    batch; a batch of 32 x 20 tokens does 640 flops per byte scanned, far above a CPU's
     flops/byte balance, so that bound is out of reach (``roofline_rows`` shows where it holds).
     """
+    m = case.machine
     scanned = case.n * case.args.length * case.args.dim * 2
     flops = 2 * Q * LQ * case.n * case.args.length * case.args.dim
-    bound_bw, bound_flops = scanned / (bw * 1e9), flops / (gflops * 1e9)
+    bound_bw, bound_flops = scanned / (m.bandwidth * 1e9), flops / (m.rates[m.best] * 1e9)
     per_query = t_batch / Q
     return [
         f"{case.n:>6} | bandwidth bound per query: {scanned / 1e6:.0f} MB scanned -> "
-        f"{bound_bw * 1e3:.1f} ms at {bw:.1f} GB/s; batched {per_query * 1e3:.1f} ms/query "
+        f"{bound_bw * 1e3:.1f} ms at {m.bandwidth:.1f} GB/s; batched {per_query * 1e3:.1f} ms/query "
         f"= {per_query / bound_bw:.2f}x of it",
         f"{case.n:>6} | bounds per batch of {Q}: one shared scan {bound_bw * 1e3:.1f} ms "
         f"(batch measured {t_batch * 1e3:.0f} ms = {t_batch / bound_bw:.1f}x); "
-        f"{flops / 1e9:.0f} GFLOP -> {bound_flops * 1e3:.0f} ms at {gflops:.0f} GFLOP/s "
-        f"(measured = {t_batch / bound_flops:.2f}x that GEMM-rate estimate)",
+        f"{flops / 1e9:.0f} GFLOP -> {bound_flops * 1e3:.0f} ms at {m.rates[m.best]:.0f} GFLOP/s {m.best} "
+        f"(measured = {t_batch / bound_flops:.2f}x that GEMM-rate bound)",
     ]
 
 
 def planted_recall_row(case: Case, root: Path) -> str:
-    """Recall@5 of the planted gold page over many queries: exact vs both two-stage modes.
+    """Recall@5 of the planted gold page over many queries: exact vs the two-stage modes.
 
     The timing rows use 32 queries, where one miss moves recall by 0.03; this row scores
     ``--recall-queries`` fresh planted queries (same generator, another seed) so the ratio
@@ -281,28 +408,34 @@ def planted_recall_row(case: Case, root: Path) -> str:
     return f"{case.n:>6} | planted recall@5 over {len(queries)} queries: " + "; ".join(parts)
 
 
-def roofline_rows(case: Case, bw: float, gflops: float) -> list[str]:
-    """Exact search time per batch against both lower bounds, for growing query batches.
+def roofline_rows(case: Case, root: Path) -> list[str]:
+    """Exact search time (default options) per batch against both lower bounds, for growing batches.
 
     A batch scans every page vector once (the bandwidth bound) and does 2 * tokens * D flops per
-    page vector (the compute bound, at the measured fp16 GEMM rate). Small batches are bound by
-    bandwidth, large ones by compute: a batch does ``b * LQ`` flops per byte scanned, so the
-    crossover is at about (GEMM rate / bandwidth) / LQ queries. The roofline is the larger bound.
+    page vector (the compute bound, at the best GEMM rate among the dtypes that rank like fp32).
+    Small batches are bound by bandwidth, large ones by compute: a batch does ``b * LQ`` flops per
+    byte scanned, so the crossover is at about (GEMM rate / bandwidth) / LQ queries. The roofline
+    is the larger bound.
     """
+    m = case.machine
     scanned = case.n * case.args.length * case.args.dim * 2
-    index = MultiVectorIndex.open(case.args.root, options=MaxSimOptions(device="cpu", verify=False))
-    # shared machines drift: re-measure both rates next to the timings they bound
-    bw, gflops = max(max(bandwidth_gbs()), bw), max(gemm_gflops(), gflops)
-    rows = [f"{case.n:>6} | roofline rates: read {bw:.1f} GB/s, fp16 GEMM {gflops:.0f} GFLOP/s (best seen)"]
+    index = MultiVectorIndex.open(root, options=MaxSimOptions(device="cpu", verify=False))
+    # shared machines drift: re-measure both rates next to the timings they bound, keep the best seen
+    m.see(max(bandwidth_gbs()), gemm_rates(repeats=3))
+    rate = m.rates[m.best]
+    rows = [
+        f"{case.n:>6} | roofline rates: read {m.bandwidth:.1f} GB/s, {m.best} GEMM {rate:.0f} GFLOP/s "
+        f"(best seen); the store scores in {index.compute_dtype}"
+    ]
     for b in case.args.roofline:
         t, _ = timed(functools.partial(index.search, case.queries[:b], k=K), case.args.repeats, best=True)
-        bound_bw = scanned / (bw * 1e9)
-        bound_fl = 2 * b * LQ * case.n * case.args.length * case.args.dim / (gflops * 1e9)
-        roof = max(bound_bw, bound_fl)
+        bound_bw = scanned / (m.bandwidth * 1e9)
+        bound_fl = 2 * b * LQ * case.n * case.args.length * case.args.dim / (rate * 1e9)
         rows.append(
             f"{case.n:>6} | roofline, batch {b:>2}: {t * 1e3:7.1f} ms/batch, {b / t:6.1f} q/s | "
             f"bandwidth bound {bound_bw * 1e3:6.1f} ms ({t / bound_bw:4.1f}x) | "
-            f"compute bound {bound_fl * 1e3:6.1f} ms ({t / bound_fl:4.1f}x) | {t / roof:4.1f}x the roofline"
+            f"compute bound {bound_fl * 1e3:6.1f} ms ({t / bound_fl:4.1f}x) | "
+            f"{t / max(bound_bw, bound_fl):4.1f}x the roofline"
         )
     return rows
 
@@ -316,13 +449,15 @@ def rss_bytes() -> float:
     return float(pages * os.sysconf("SC_PAGE_SIZE"))
 
 
-def bench_qdrant(case: Case) -> str:
+def bench_qdrant(case: Case) -> Row | str:
     try:
         from evidra.retrieval.index.qdrant import QdrantIndex
 
         qd = QdrantIndex.connect(case.args.dim, location=":memory:", candidates=0)
     except ImportError:
-        return f"{case.n:>6} | qdrant local: qdrant-client not installed"
+        return (
+            f"{case.n:>6} | qdrant local: qdrant-client not installed (pip install -e '.[qdrant]'); skipped"
+        )
     gc.collect()
     rss0, t0 = rss_bytes(), time.perf_counter()
     for s in range(0, case.n, 200):
@@ -337,14 +472,43 @@ def bench_qdrant(case: Case) -> str:
 
 
 def _row(
-    n: int, name: str, single: float, batched: float, mem: float, agree: float, rec: float, note: str = ""
+    n: int,
+    name: str,
+    times: tuple[float, float, float],
+    roofs: tuple[float, float],
+    quality: tuple[float, float],
+    note: str = "",
 ) -> str:
+    single, batched, mem = times
     single_ms = "-" if single != single else f"{single * 1e3:8.1f}"
     mem_kb = "-" if mem != mem else f"{mem / 1024:6.1f}"
+    single_roof = "-" if single != single else f"{roofs[0]:6.1f}"
     return (
-        f"{n:>6} | {name:<28} | {single_ms:>8} | {batched * 1e3:8.2f} | {1 / batched:8.1f} | {mem_kb:>6} | "
-        f"{agree:6.3f} | {rec:5.3f} | {note}"
+        f"{n:>6} | {name:<28} | {single_ms:>8} | {batched * 1e3:8.2f} | {1 / batched:8.1f} | "
+        f"{single_roof:>6} | {roofs[1]:6.1f} | {mem_kb:>6} | {quality[0]:6.3f} | {quality[1]:5.3f} | {note}"
     )
+
+
+def header(args: argparse.Namespace, machine: Machine, bw: tuple[float, float]) -> list[str]:
+    """The machine (CPU model and flags, bandwidth, GEMM rates), the peers found and the columns."""
+    rates = ", ".join(f"{d} {r:.0f}" for d, r in machine.rates.items())
+    allowed = compute.candidates(CPU)
+    auto = compute.choose({d: machine.rates[d] for d in allowed}, allowed)
+    peers = ["transformers score_retrieval"]
+    qdrant = importlib.util.find_spec("qdrant_client") is not None
+    peers.append("qdrant local" if qdrant else "qdrant local: qdrant-client not installed, skipped")
+    plaid = importlib.util.find_spec("fast_plaid") is not None
+    peers.append("fast-plaid: installed, no runner here" if plaid else "fast-plaid: not installed, skipped")
+    return [
+        f"cpu: {compute.cpu_features().summary()}; torch {torch.__version__} "
+        f"({torch.backends.cpu.get_cpu_capability()})",
+        f"threads {args.threads}; read bandwidth {bw[0]:.1f} GB/s (copy), {bw[1]:.1f} GB/s (sum); "
+        f"GEMM 16384x128 @ 128x{Q * LQ} in GFLOP/s: {rates}; by these rates auto would pick {auto} "
+        f"of {', '.join(allowed)}",
+        f"pages {args.pages_kind} {args.length}x{args.dim}; {Q} queries x {LQ}; peers: " + "; ".join(peers),
+        f"{'pages':>6} | {'method':<28} | single ms | batch ms/q |    q/s   | 1q/roof | bq/roof | KB/pg  "
+        "| agr@10 | R@5   | note",
+    ]
 
 
 def main() -> None:
@@ -361,7 +525,9 @@ def main() -> None:
     ap.add_argument("--recall-queries", type=int, default=320, help="planted queries for the recall row")
     ap.add_argument("--roofline", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32], help="batch sizes")
     ap.add_argument("--single", type=int, default=5, help="queries timed one at a time")
-    ap.add_argument("--sr-queries", type=int, default=4, help="queries given to score_retrieval / qdrant")
+    ap.add_argument(
+        "--sr-queries", type=int, default=4, help="queries given to score_retrieval / qdrant / slow dtypes"
+    )
     ap.add_argument("--qdrant-max", type=int, default=10000, help="largest size run through qdrant local")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -370,20 +536,16 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         _, processor = load_colqwen2(build_tiny("colqwen2", Path(tmp) / "colqwen2"))
-    bw_copy, bw_sum = bandwidth_gbs()
-    gflops = gemm_gflops()
-    bw = max(bw_copy, bw_sum)
-    print(
-        f"threads {args.threads}; read bandwidth {bw_copy:.1f} GB/s (copy), {bw_sum:.1f} GB/s (sum); "
-        f"fp16 GEMM {gflops:.0f} GFLOP/s; pages {args.pages_kind} {args.length}x{args.dim}; "
-        f"{Q} queries x {LQ}"
-    )
-    print(
-        f"{'pages':>6} | {'method':<28} | single ms | batch ms/q |    q/s   | KB/pg  | agr@10 | R@5   | note"
-    )
+    bw = bandwidth_gbs()
+    machine = Machine(max(bw), gemm_rates())
+    for line in header(args, machine, bw):
+        print(line, flush=True)
+    result = ""
     for n in args.sizes:
-        for row in bench_size(n, args, processor, bw, gflops):
+        rows, result = bench_size(n, args, processor, machine)
+        for row in rows:
             print(row, flush=True)
+    print(result)
 
 
 if __name__ == "__main__":

@@ -180,7 +180,9 @@ def test_pooled_prefilter_finds_planted_pages(tmp_path: Path, monkeypatch: pytes
     # dimensions a mean of 4 random vectors is mostly noise and pooling cannot work)
     n_pages, length, dim = 60, 32, 64
     pages = {f"p{i:02d}": _unit(length, dim, seed=i) for i in range(n_pages)}
-    opts = MaxSimOptions(device="cpu", prefilter="pooled", pool_factor=4, candidates=10)
+    opts = MaxSimOptions(
+        device="cpu", compute_dtype="float16", prefilter="pooled", pool_factor=4, candidates=10
+    )
     index = MultiVectorIndex.create(tmp_path / "idx", dim, options=opts)
     index.add(list(pages), list(pages.values()))
     exact = MultiVectorIndex.open(tmp_path / "idx", options=CPU)
@@ -202,7 +204,9 @@ def test_pooled_prefilter_finds_planted_pages(tmp_path: Path, monkeypatch: pytes
     # 20 queries x 10 candidates: re-ranked per query (one query alone uses the union path)
     calls: list[int] = []
     exact_rows = index._exact
-    monkeypatch.setattr(index, "_exact", lambda qs, rows: calls.append(len(qs)) or exact_rows(qs, rows))
+    monkeypatch.setattr(
+        index, "_exact", lambda qs, rows, dtype: calls.append(len(qs)) or exact_rows(qs, rows, dtype)
+    )
     batched = index.search(queries, k=5)
     assert calls == [1] * 20
     assert [[h.page_id for h in r] for r in batched] == [[h.page_id for h in r] for r in singles]

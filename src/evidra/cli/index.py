@@ -127,6 +127,17 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="pages or queries per forward pass")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="float32", help="encoder weights: float32 | bfloat16 | float16")
+    compute_dtype_option(p)
+
+
+def compute_dtype_option(p: argparse.ArgumentParser) -> None:
+    """``--compute-dtype``: what the exact store scores in (``evidra.retrieval.compute``)."""
+    p.add_argument(
+        "--compute-dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="exact store: the dtype MaxSim scores in (auto: the fastest exact one on this machine)",
+    )
 
 
 def _options(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -135,7 +146,8 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
     from evidra.retrieval.index import MaxSimOptions
 
     device = resolve_device(args.device)
-    return EncoderOptions(args.batch_size, device, args.dtype), MaxSimOptions(device=device)
+    maxsim = MaxSimOptions(device=device, compute_dtype=args.compute_dtype)
+    return EncoderOptions(args.batch_size, device, args.dtype), maxsim
 
 
 def _layout(path: str, fmt: str) -> Layout:
@@ -217,8 +229,10 @@ def run_build(args: argparse.Namespace) -> int:
             progress=progress,
         )
     with engine:
+        scoring = getattr(engine.index, "compute_dtype", "")  # the exact store's; others have none
         print(
-            f"indexed {len(engine.index)} pages with {args.encoder} ({engine.spec.backend}) into {args.out}"
+            f"indexed {len(engine.index)} pages with {args.encoder} ({engine.spec.backend}"
+            f"{f', scoring in {scoring}' if scoring else ''}) into {args.out}"
         )
     if args.store is not None:  # `evidra ask --store S` then finds this index without --index
         from evidra.corpus import PageStore

@@ -13,6 +13,8 @@ import argparse
 import os
 from typing import Any
 
+from evidra.cli.index import compute_dtype_option
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("serve-index", help="serve a retrieval index over HTTP (batched search)")
@@ -31,6 +33,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="float32", help="encoder weights: float32 | bfloat16 | float16")
     p.add_argument("--batch-size", type=int, default=32, help="queries per encoder forward pass")
+    compute_dtype_option(p)
     p.set_defaults(func=run)
 
 

@@ -123,11 +123,18 @@ def pack_queries(queries: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
 
 
 def score_block(
-    tokens: Tensor, owner: Tensor, n_queries: int, block: Block, buffer: Tensor | None = None
+    tokens: Tensor,
+    owner: Tensor,
+    n_queries: int,
+    block: Block,
+    buffer: Tensor | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Tensor:
     """MaxSim scores of packed queries against one block: ``(Q, C)`` float32.
 
-    ``buffer`` (flat, the block's dtype, at least ``T*C*L`` elements) receives the similarity
+    The matmul runs in ``dtype`` (default: the block's own, float16 for sign-bit codes); keep
+    blocks in the dtype they are scored in, since converting a block costs more than scoring it.
+    ``buffer`` (flat, ``dtype``, at least ``T*C*L`` elements) receives the similarity
     matrix; reusing one buffer across blocks avoids a fresh allocation (and its page faults) for
     every block, which on CPU costs as much as the matmul itself.
 
@@ -140,9 +147,11 @@ def score_block(
       4.2 ms with patches last, and 0.29 vs 0.33 ms for one 20-token query (padded to 64).
     * GPU: ``(T, C, L)``, patches last, so the max reduces over contiguous memory.
     """
+    dtype = dtype or compute_dtype(block.vectors)
     vectors = block.vectors
     if vectors.dtype == torch.uint8:  # sign-bit codes (C, L, D/8) -> +-1 vectors (C, L, D)
-        vectors = unpack_signs(vectors, compute_dtype(vectors))
+        vectors = unpack_signs(vectors, dtype)
+    vectors = vectors.to(dtype)  # no-op when the block is held in dtype
     c, length, dim = vectors.shape
     t = tokens.shape[0]
     q = tokens.to(vectors.dtype)  # no-op when already converted
@@ -174,18 +183,25 @@ _TILE = 64  # query tokens are padded to a multiple of this in that layout
 
 
 def score_blocks(
-    queries: Sequence[Tensor], blocks: Sequence[Block], n_rows: int, *, max_elements: int = 1 << 25
+    queries: Sequence[Tensor],
+    blocks: Sequence[Block],
+    n_rows: int,
+    *,
+    max_elements: int = 1 << 25,
+    dtype: torch.dtype | None = None,
 ) -> Tensor:
     """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32.
 
     Rows not present in any block score ``-inf``. Queries are processed in groups so that one
-    similarity matrix never holds more than about ``max_elements`` entries.
+    similarity matrix never holds more than about ``max_elements`` entries. The matmuls run in
+    ``dtype`` (default: the blocks' own, float16 for sign-bit codes; see ``evidra.retrieval.compute``
+    for choosing one).
     """
     device = blocks[0].vectors.device if blocks else torch.device("cpu")
     out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32, device=device)
     if not blocks:
         return out
-    dtype = compute_dtype(blocks[0].vectors)
+    dtype = dtype or compute_dtype(blocks[0].vectors)
     widest = max(b.n_tokens for b in blocks)
     buffer: Tensor | None = None
     start = 0
@@ -202,7 +218,9 @@ def score_blocks(
         if buffer is None or buffer.numel() < need:
             buffer = torch.empty(need, dtype=dtype, device=device)
         for block in blocks:
-            out[start:end, block.rows.to(device)] = score_block(tokens, owner, end - start, block, buffer)
+            out[start:end, block.rows.to(device)] = score_block(
+                tokens, owner, end - start, block, buffer, dtype
+            )
         start = end
     return out
 

@@ -144,6 +144,11 @@ class ShardStore:
     def meta(self) -> dict[str, str]:
         return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
 
+    def set_meta(self, key: str, value: str) -> None:
+        """Record ``key = value`` in the index's metadata (one transaction)."""
+        with self._conn:
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
     @property
     def dim(self) -> int:
         return int(self.meta()["dim"])

@@ -1,5 +1,14 @@
 """The embedded default index: exact MaxSim over fp16 multi-vector shards (torch, GPU if present).
 
+Scoring runs in the dtype ``MaxSimOptions.compute_dtype`` names; ``auto`` takes the fastest one
+this machine has that keeps search exact (``evidra.retrieval.compute``: bf16 on CPUs with AVX-512
+bf16 or AMX, fp32 on CPUs with neither, fp16 on GPU). bf16 keeps 8 significant bits, so scores
+move by up to ~0.01 and near-tied pages swap (top-10 agreement with fp32 0.98 on the benchmark's
+pages); the best ``k + rescore`` pages per query by bf16 are therefore re-scored in fp32 from the
+fp16 shards, which restored agreement 1.000, and auto never picks bf16 when ``rescore`` is 0. The
+in-memory blocks are held in the compute dtype (fp32 doubles their memory), and the index records
+the dtype its last writer scored in under the metadata key ``compute_dtype``.
+
 Exact search scores every live page (``evidra.retrieval.maxsim``); with ``prefilter="pooled"`` a
 first stage scores mean-pooled vectors (``pool_factor`` consecutive patches per vector) held in
 memory (``"clustered"``: the same number of vectors, means of k-means clusters of similar patches
@@ -26,6 +35,7 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
+from evidra.retrieval import compute
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits, write_inputs
 from evidra.retrieval.index._shards import ShardStore
@@ -33,7 +43,6 @@ from evidra.retrieval.maxsim import Block, build_blocks, cluster_pool, mean_pool
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 PREFILTERS = ("none", "pooled", "clustered", "signbits")
 
 
@@ -42,22 +51,24 @@ class MaxSimOptions:
     """Search settings (not persisted: choose them per process)."""
 
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    compute_dtype: Literal["float16", "bfloat16", "float32"] = "float16"
+    compute_dtype: compute.ComputeDtype = "auto"  # auto: the fastest exact one here (module docstring)
     block_tokens: int = 16384  # page vectors per scoring block
     max_elements: int = 1 << 25  # bound on one similarity matrix (Q tokens x block tokens)
     prefilter: Literal["none", "pooled", "clustered", "signbits"] = "none"
     pool_factor: int = 4
     candidates: int = 256  # pages per query re-ranked exactly after the pooled stage
+    rescore: int = 32  # bf16 scoring: the best k + rescore pages per query are re-scored in fp32
     compact_at: float = 0.5  # compact on delete once this fraction of stored vectors is dead
     verify: bool = True  # check shard checksums on open
 
     def __post_init__(self) -> None:
-        if self.compute_dtype not in _DTYPES:
-            raise InvalidInputError(f"compute_dtype {self.compute_dtype!r}: use one of {', '.join(_DTYPES)}")
+        compute.check_name(self.compute_dtype)
         if self.prefilter not in PREFILTERS:
             raise InvalidInputError(f"prefilter {self.prefilter!r}: use one of {', '.join(PREFILTERS)}")
         if self.pool_factor < 1 or self.candidates < 1 or self.block_tokens < 1:
             raise InvalidInputError("pool_factor, candidates and block_tokens must all be >= 1")
+        if self.rescore < 0:
+            raise InvalidInputError(f"rescore must be >= 0 (0: no fp32 re-scoring), got {self.rescore}")
 
 
 class MultiVectorIndex(ShardWrites):
@@ -69,15 +80,22 @@ class MultiVectorIndex(ShardWrites):
         self.store = store
         self.options = options
         self.device = pick_device(options.device)
-        self._dtype = _DTYPES[options.compute_dtype]
+        # without the fp32 re-score, bf16 does not rank like fp32: auto must not pick it
+        unfit = () if options.rescore else ("bfloat16",)
+        self.compute_dtype = compute.resolve(options.compute_dtype, self.device, exclude=unfit)
+        self._dtype = compute.DTYPES[self.compute_dtype]
         self._load()
 
     @classmethod
     def create(
         cls, path: str | Path, dim: int, *, options: MaxSimOptions | None = None, encoder: str = ""
     ) -> MultiVectorIndex:
-        store = ShardStore.create(path, kind="multi", dim=dim, extra={"encoder": encoder})
-        return cls(store, options or MaxSimOptions())
+        index = cls(
+            ShardStore.create(path, kind="multi", dim=dim, extra={"encoder": encoder}),
+            options or MaxSimOptions(),
+        )
+        index.store.set_meta("compute_dtype", index.compute_dtype)
+        return index
 
     @classmethod
     def open(cls, path: str | Path, *, options: MaxSimOptions | None = None) -> MultiVectorIndex:
@@ -170,6 +188,8 @@ class MultiVectorIndex(ShardWrites):
         if not arrays:
             return
         records = self.store.write_pages(list(page_ids), arrays, images, replace=replace)
+        if self.store.meta().get("compute_dtype") != self.compute_dtype:
+            self.store.set_meta("compute_dtype", self.compute_dtype)
         for pid in replace:
             self._alive[self._row_of.pop(pid)] = False
         shard = np.load(self.store.root / "shards" / records[0].shard, mmap_mode="r")
@@ -205,10 +225,14 @@ class MultiVectorIndex(ShardWrites):
         queries = [self._check_query(i, q) for i, q in enumerate(queries)]
         if not queries:
             return []
-        scores = score_blocks(queries, self._blocks, len(self._ids), max_elements=self.options.max_elements)
+        scores = score_blocks(
+            queries, self._blocks, len(self._ids), max_elements=self.options.max_elements, dtype=self._dtype
+        )
         scores = self._mask(scores, excl)  # (Q, N)
         if self.options.prefilter != "none":
-            scores = self._rerank(queries, scores)
+            scores = self._rerank(queries, scores, self.options.candidates, self._dtype)
+        if self._dtype == torch.bfloat16 and self.options.rescore:
+            scores = self._rerank(queries, scores, k + self.options.rescore, torch.float32)
         return top_hits(scores, k, self._ids, self._images)
 
     def _check_query(self, i: int, query: Tensor) -> Tensor:
@@ -222,8 +246,9 @@ class MultiVectorIndex(ShardWrites):
         mask = exclusion_mask(exclude, self._row_of, len(self._ids), scores.device)  # type: ignore[arg-type]
         return scores if mask is None else scores.masked_fill(mask, float("-inf"))
 
-    def _rerank(self, queries: Sequence[Tensor], first: Tensor) -> Tensor:
-        """Exact MaxSim over each query's ``candidates`` best pages by the pooled first stage.
+    def _rerank(self, queries: Sequence[Tensor], first: Tensor, n_cand: int, dtype: torch.dtype) -> Tensor:
+        """Exact MaxSim in ``dtype`` over each query's ``n_cand`` best pages by ``first`` (the
+        prefilter's scores, or bf16 scores to re-score in fp32); other pages score ``-inf``.
 
         Two ways to do it: score the whole batch against the union of all candidates (pages are
         copied out of the shards once, but every query scores every page of the union), or each
@@ -232,29 +257,31 @@ class MultiVectorIndex(ShardWrites):
         prefilter; on 1k pages the union is cheaper. We pick by a rough cost model in which
         scoring one page for one query costs ``_SCORE_PER_COPY`` times copying it.
         """
-        n_cand = min(self.options.candidates, first.shape[1])
+        n_cand = min(n_cand, first.shape[1])
         values, rows = first.topk(n_cand, dim=1)  # (Q, C)
         valid = values > float("-inf")
         union = sorted(set(rows[valid].tolist()))
         q = len(queries)
         if len(union) * (1 + q * _SCORE_PER_COPY) <= int(valid.sum()) * (1 + _SCORE_PER_COPY):
             keep = torch.zeros_like(first, dtype=torch.bool).scatter_(1, rows, valid)
-            exact = self._exact(queries, union)
+            exact = self._exact(queries, union, dtype)
             return exact.masked_fill(~keep.to(exact.device), float("-inf"))
         out = torch.full_like(first, float("-inf"))  # (Q, N)
         for i, query in enumerate(queries):
             cand = rows[i][valid[i]].tolist()
             if cand:
-                out[i] = self._exact([query], cand)[0]
+                out[i] = self._exact([query], cand, dtype)[0]
         return out
 
-    def _exact(self, queries: Sequence[Tensor], rows: Sequence[int]) -> Tensor:
+    def _exact(self, queries: Sequence[Tensor], rows: Sequence[int], dtype: torch.dtype) -> Tensor:
         """Exact MaxSim of ``queries`` against the full vectors of ``rows``: ``(Q, N)``."""
         pages = [_tensor(self._views[r]) for r in rows]
         blocks = build_blocks(
-            pages, rows, max_tokens=self.options.block_tokens, dtype=self._dtype, device=self.device
+            pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
-        return score_blocks(queries, blocks, len(self._ids), max_elements=self.options.max_elements)
+        return score_blocks(
+            queries, blocks, len(self._ids), max_elements=self.options.max_elements, dtype=dtype
+        )
 
 
 _SCORE_PER_COPY = (
