@@ -4,7 +4,7 @@ fast-plaid pins its own torch build, so it runs in its own environment and this 
 side of the comparison: it reads the pages and queries ``maxsim.py`` wrote (a ``.pt`` file of
 float32 tensors and the exact top-k of every query), builds a fast-plaid index at the library's
 defaults, and prints one JSON line: build seconds, index bytes per page, single-query and
-batched latency, and recall@k against the exact top-k. Set it up once::
+batched latency, recall@k against the exact top-k and the ids it found. Set it up once::
 
     python -m venv .venv-fastplaid && .venv-fastplaid/bin/pip install fast-plaid
     .venv/bin/python benchmarks/maxsim.py --fast-plaid-python .venv-fastplaid/bin/python
@@ -49,11 +49,11 @@ def main(path: str) -> None:
         t0 = time.perf_counter()
         found = index.search(queries_embeddings=batch, top_k=k)
         batched = (time.perf_counter() - t0) / len(batch)
-    hits = [{doc for doc, _ in row} for row in found]
-    recall = statistics.mean(len(h & set(e.tolist())) / k for h, e in zip(hits, exact, strict=True))
+    ids = [[int(doc) for doc, _ in row] for row in found]
+    recall = statistics.mean(len(set(h) & set(e.tolist())) / k for h, e in zip(ids, exact, strict=True))
     print(json.dumps({"build_s": build_s, "bytes_per_page": size / len(pages),
                       "single_ms": 1e3 * statistics.median(single), "batched_ms": 1e3 * batched,
-                      "recall": recall, "torch": torch.__version__}))  # fmt: skip
+                      "recall": recall, "ids": ids, "torch": torch.__version__}))  # fmt: skip
 
 
 if __name__ == "__main__":

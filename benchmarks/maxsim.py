@@ -17,8 +17,10 @@ which is what clustering relies on. Everything runs in one process on the same q
 * ``score_retrieval``  transformers' ColQwen2Processor.score_retrieval (einsum, fp16)
 * ``qdrant local``     qdrant-client's embedded mode, exact MAX_SIM (<= 10k pages: at 10k it
                        ingests ~140 pages/s and holds ~230 KB per page; 50k would not fit in 24 GB
-                       beside the rest); fast-plaid has no runner here, so it is only reported as
-                       installed or not
+                       beside the rest)
+* ``fast-plaid``       PLAID (PyLate's engine) at its defaults, run in its own venv because it pins
+                       its own torch: ``--fast-plaid-python .venv-fastplaid/bin/python``
+                       (``benchmarks/fast_plaid_peer.py``); without it the row says it was not run
 
 Top-10 agreement is measured against exact fp32 scores of the same fp16 vectors. The header
 prints the CPU's model and the flags that decide which GEMMs are fast, the machine's read
@@ -40,8 +42,10 @@ import argparse
 import functools
 import gc
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -330,6 +334,7 @@ def bench_size(n: int, args: argparse.Namespace, processor: Any, machine: Machin
     rows.append(case.row("transformers score_retrieval", sr_single, sr_batch, ours.mem, srids, note))
     if n <= args.qdrant_max:
         rows.append(bench_qdrant(case))
+    rows.append(bench_fast_plaid(case))
     head = [
         f"{n:>6} | top-10 agreement with fp32 by compute dtype (alone / best {K}+{MaxSimOptions().rescore} "
         "re-scored in fp32): "
@@ -471,6 +476,29 @@ def bench_qdrant(case: Case) -> Row | str:
     return case.row("qdrant local :memory:", t_single, t_batch / len(sub), mem, case.rows_of(hits), note)
 
 
+def bench_fast_plaid(case: Case) -> Row | str:
+    """fast-plaid at its defaults, run by ``benchmarks/fast_plaid_peer.py`` in its own environment
+    (``--fast-plaid-python``): it pins its own torch, so it cannot share this process."""
+    python = case.args.fast_plaid_python
+    if not python:
+        return (f"{case.n:>6} | fast-plaid: not run (it pins its own torch build; install it in its own venv "
+                "and pass --fast-plaid-python PATH)")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "case.pt"
+        exact = torch.tensor(case.ref)[:, :K]
+        torch.save({"pages": case.pages, "queries": case.queries, "exact": exact, "k": K,
+                    "threads": case.args.threads}, data)  # fmt: skip
+        script = Path(__file__).with_name("fast_plaid_peer.py")
+        proc = subprocess.run([python, str(script), str(data)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"{case.n:>6} | fast-plaid: failed in {python} ({reason[:160]})"
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    note = f"build {out['build_s']:.1f} s; torch {out['torch']} in its own venv; KB/pg = index on disk"
+    single, batched = out["single_ms"] / 1e3, out["batched_ms"] / 1e3
+    return case.row("fast-plaid (PLAID defaults)", single, batched, out["bytes_per_page"], out["ids"], note)
+
+
 def _row(
     n: int,
     name: str,
@@ -497,8 +525,8 @@ def header(args: argparse.Namespace, machine: Machine, bw: tuple[float, float]) 
     peers = ["transformers score_retrieval"]
     qdrant = importlib.util.find_spec("qdrant_client") is not None
     peers.append("qdrant local" if qdrant else "qdrant local: qdrant-client not installed, skipped")
-    plaid = importlib.util.find_spec("fast_plaid") is not None
-    peers.append("fast-plaid: installed, no runner here" if plaid else "fast-plaid: not installed, skipped")
+    plaid = args.fast_plaid_python
+    peers.append(f"fast-plaid via {plaid}" if plaid else "fast-plaid: not run (needs --fast-plaid-python)")
     return [
         f"cpu: {compute.cpu_features().summary()}; torch {torch.__version__} "
         f"({torch.backends.cpu.get_cpu_capability()})",
@@ -529,6 +557,10 @@ def main() -> None:
         "--sr-queries", type=int, default=4, help="queries given to score_retrieval / qdrant / slow dtypes"
     )
     ap.add_argument("--qdrant-max", type=int, default=10000, help="largest size run through qdrant local")
+    ap.add_argument(
+        "--fast-plaid-python", default="", metavar="PATH",
+        help="python of a venv with fast-plaid installed (it pins its own torch): runs the PLAID peer",
+    )  # fmt: skip
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from evidra.models.loading import load_colqwen2

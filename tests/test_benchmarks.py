@@ -39,13 +39,19 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     out = _run(
         "maxsim", [*argv, "--candidates", "40", "--repeats", "1", "--threads", "1"], monkeypatch, capsys
     )
-    # exact fp16 search, score_retrieval and qdrant all agree with fp32 brute force on a small corpus
-    for method in ("ours fp16 exact", "transformers score_retrieval", "qdrant local :memory:"):
+    # exact search in every dtype, score_retrieval and qdrant agree with fp32 brute force
+    auto = next(x for x in out.splitlines() if "(auto)" in x).split("|")[1].strip()
+    exact = ("ours exact float32", "ours exact float16", auto)
+    for method in (*exact, "transformers score_retrieval", "qdrant local :memory:"):
         cells = _cells(out, method)
         assert cells[0] == "120"
-        assert float(cells[6]) >= 0.99, (method, cells)  # top-10 agreement with fp32
-    assert float(_cells(out, "ours fp16 exact")[5]) == pytest.approx(24 * 128 * 2 / 1024)  # KB per page
-    assert float(_cells(out, "ours sign bits +40")[5]) == pytest.approx(
+        assert float(cells[8]) >= 0.99, (method, cells)  # top-10 agreement with fp32
+    assert float(_cells(out, "ours exact float16")[7]) == pytest.approx(24 * 128 * 2 / 1024)  # KB per page
+    assert re.search(r"cpu: .*avx512_bf16 (yes|no)", out) and "GFLOP/s: float32" in out
+    assert "fast-plaid: not run" in out  # no --fast-plaid-python here: said, not silently skipped
+    result = r"^RESULT single_vs_score_retrieval=\S+ batched_vs_roofline=\S+ agreement=1\.000$"
+    assert re.search(result, out, re.M)
+    assert float(_cells(out, "ours sign bits +40")[7]) == pytest.approx(
         24 * 128 / 8 / 1024, abs=0.05
     )  # printed to 0.1 KB
     assert re.search(r"bandwidth bound per query: .* = \d+\.\d+x of it", out)
