@@ -18,8 +18,6 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-
 from evidra.env.toy import KeyValueEnv
 from evidra.integrations import SEARCH_TOOL, as_trl_environment, as_trl_reward
 from evidra.rewards.base import RewardResult
@@ -50,6 +48,7 @@ def test_grpo_trainer_runs_an_evidra_environment_and_reward(tmp_path: Path) -> N
     pytest.importorskip("trl")
     datasets = pytest.importorskip("datasets")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen2_5_chat_template
@@ -143,6 +142,7 @@ def test_grpo_trainer_runs_an_evidra_environment_and_reward(tmp_path: Path) -> N
 
 
 def _load(model_dir: Path) -> Any:
+    import torch
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
