@@ -1,7 +1,10 @@
 """Adapters that let other RL frameworks use evidra's rewards.
 
 * ``as_trl_reward``: a reward function for TRL's ``GRPOTrainer(reward_funcs=[...])``;
-* ``as_verl_compute_score``: a ``compute_score`` for verl's reward manager.
+* ``as_verl_compute_score``: a ``compute_score`` for verl's reward manager;
+* ``as_trl_environment``: an evidra environment as TRL's multi-turn ``environment_factory``,
+  its actions exposed as tools (``SEARCH_TOOL``, ``BBOX_TOOL``, ``ZOOM_TOOL`` or a
+  ``ToolSpec``); ``as_trl_reward`` then scores each rollout's episode.
 
 Both turn the framework's arguments into an evidra ``Sample`` (question, answers, pages and
 gold evidence from the dataset columns / ``extra_info``), parse the completion with a paradigm
@@ -12,5 +15,25 @@ TRL, which it treats as "no reward" (NaN), and raise nothing.
 from __future__ import annotations
 
 from evidra.integrations.frameworks import as_trl_reward, as_verl_compute_score, sample_from_fields
+from evidra.integrations.trl_env import (
+    BBOX_TOOL,
+    SEARCH_TOOL,
+    ZOOM_TOOL,
+    Episode,
+    ToolSpec,
+    TRLEnvironment,
+    as_trl_environment,
+)
 
-__all__ = ["as_trl_reward", "as_verl_compute_score", "sample_from_fields"]
+__all__ = [
+    "BBOX_TOOL",
+    "SEARCH_TOOL",
+    "ZOOM_TOOL",
+    "Episode",
+    "TRLEnvironment",
+    "ToolSpec",
+    "as_trl_environment",
+    "as_trl_reward",
+    "as_verl_compute_score",
+    "sample_from_fields",
+]

@@ -43,6 +43,17 @@ def _text(value: Any) -> str:
     return "" if value is None or isinstance(value, Sequence) else str(value)
 
 
+def _last_assistant_text(completion: Any) -> str:
+    """The text of a multi-turn completion's last assistant message (tool results follow the
+    assistant turns that called them; a rollout cut at the length limit may end on one)."""
+    if isinstance(completion, Sequence) and not isinstance(completion, str):
+        for message in reversed(completion):
+            if isinstance(message, Mapping) and message.get("role") == "assistant":
+                return _text(message)
+        return ""
+    return _text(completion)
+
+
 def _answers(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -82,10 +93,18 @@ def as_trl_reward(
     """A TRL ``GRPOTrainer`` reward function: ``f(prompts, completions, completion_ids, **columns)``.
 
     Dataset columns arrive as lists (one value per completion); TRL's own extras
-    (``trainer_state``, ``log_extra``, ``log_metric``, ``environments``) are ignored. An
-    unscored sample (judge down) is ``None``, which TRL records as NaN; a reward that cannot
-    score at all (a missing service) is refused here, not discovered as all-None rewards.
+    (``trainer_state``, ``log_extra``, ``log_metric``) are ignored. With a multi-turn
+    environment made by ``as_trl_environment``, TRL passes ``environments`` (one per
+    completion): the completion's last assistant text is played as the episode's final turn,
+    and the reward sees the episode's sample, a text trajectory of its actions and the pages it
+    retrieved (``parsed.fields["retrieved_pages"]``, VRAG-RL's reward). Other environments are
+    ignored. An unscored sample (judge down) is ``None``, which TRL records as NaN; a reward
+    that cannot score at all (a missing service) is refused here, not discovered as all-None
+    rewards.
     """
+    from evidra.integrations.trl_env import Episode, episode_parsed
+    from evidra.rewards.vragrl import RETRIEVED_FIELD
+
     _usable(reward)
     framework_keys = {"trainer_state", "log_extra", "log_metric", "environments"}
 
@@ -95,11 +114,23 @@ def as_trl_reward(
         completion_ids: Sequence[Any] | None = None,
         **columns: Any,
     ) -> list[float | None]:
+        environments = columns.get("environments") or ()
         columns = {k: v for k, v in columns.items() if k not in framework_keys}
         out: list[float | None] = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-            row = {k: v[i] for k, v in columns.items() if isinstance(v, Sequence) and len(v) == len(prompts)}
-            result = reward(parse(_text(completion)), sample_from_fields(row, index=i, prompt=prompt), None)
+            text = _text(completion)
+            episode = getattr(environments[i], "evidra_episode", None) if i < len(environments) else None
+            if isinstance(episode, Episode):
+                text = _last_assistant_text(completion)
+                episode.finish(text)
+                ids = completion_ids[i] if completion_ids is not None else ()
+                parsed = episode_parsed(parse(text), episode, RETRIEVED_FIELD)
+                result = reward(parsed, episode.sample, episode.trajectory(ids))
+            else:
+                row = {
+                    k: v[i] for k, v in columns.items() if isinstance(v, Sequence) and len(v) == len(prompts)
+                }
+                result = reward(parse(text), sample_from_fields(row, index=i, prompt=prompt), None)
             out.append(result.total if result.scored else None)
         return out
 
