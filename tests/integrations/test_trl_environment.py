@@ -13,6 +13,8 @@ calling the environment's method, inserting the result, the reward call and two 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +47,19 @@ def _forcing_bias(tokenizer: Any, script: list[tuple[str, str]], window: int = 1
 
 
 def test_grpo_trainer_runs_an_evidra_environment_and_reward(tmp_path: Path) -> None:
+    """Run in its own process: TRL's trainer changes process-wide state (gradient-checkpointing
+    wrappers among them) that later tests in the same process must not inherit."""
     pytest.importorskip("trl")
-    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("datasets")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, __file__, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def _train_two_steps(tmp_path: Path) -> None:
+    import datasets
+
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     from transformers import AutoTokenizer
@@ -146,3 +159,7 @@ def _load(model_dir: Path) -> Any:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+if __name__ == "__main__":
+    _train_two_steps(Path(sys.argv[1]))
