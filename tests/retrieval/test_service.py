@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
+from http_raw import raw_request as _raw
 
 from evidra.corpus import PageStore
 from evidra.retrieval.client import AsyncSearchClient, SearchClient, SearchServiceError
@@ -22,17 +21,6 @@ logger = logging.getLogger(__name__)
 def bm25_engine(synth_store: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
     store, corpus = synth_store
     return build_index(PageStore.open(store).pages(), tmp_path_factory.mktemp("svc") / "bm25", "bm25"), corpus
-
-
-def _raw(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(data)
-        chunks = b""
-        while chunk := s.recv(65536):
-            chunks += chunk
-    head, _, body = chunks.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body)
 
 
 def test_malformed_requests_get_4xx(bm25_engine: Any) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from http_raw import raw_request as _raw
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import Exclude, Hit
@@ -33,17 +34,6 @@ class SlowRetriever:
         if any(q == "explode" for q in queries):
             raise RuntimeError("secret internal detail /home/me/index")
         return [[Hit(f"p-{q[:8]}", 1.0, "")] for q in queries]
-
-
-def _raw(url: str, data: bytes) -> tuple[int, dict[str, Any]]:
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(data)
-        chunks = b""
-        while chunk := s.recv(65536):
-            chunks += chunk
-    head, _, body = chunks.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body)
 
 
 def _post(url: str, body: bytes, headers: str = "") -> tuple[int, dict[str, Any]]:

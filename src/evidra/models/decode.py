@@ -148,6 +148,7 @@ class _ModelStep:
     def __init__(self, model: Any, cache: Any, index: Any, mask: Any) -> None:
         cache.reorder_cache(index)
         self.model, self.cache, self.mask = model, cache, mask
+        self.cache_kwarg = next(iter(cache_kwargs(model, None)))  # read once, not per token
 
     def __call__(self, token: Any, pos: Any) -> Any:
         import torch
@@ -157,7 +158,7 @@ class _ModelStep:
         out = self.model(
             input_ids=token[:, None],
             attention_mask=self.mask,
-            **cache_kwargs(self.model, self.cache),
+            **{self.cache_kwarg: self.cache},
             position_ids=pos.view(1, -1, 1).expand(3, -1, -1),
             cache_position=torch.tensor([column], device=token.device),
             use_cache=True,
