@@ -15,7 +15,7 @@ import pytest
 from evidra.config import load_config
 from evidra.rl.config import RLConfig, SFTConfig
 from evidra.rl.sft import SFTTrainer
-from evidra.rl.sink import read_metrics
+from evidra.sink import read_metrics
 from evidra.rl.trainer import RLTrainer
 
 

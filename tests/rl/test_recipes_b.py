@@ -66,8 +66,8 @@ from typing import Any  # noqa: E402
 from evidra.models.context import Context  # noqa: E402
 from evidra.models.generation import Generation, SamplingParams  # noqa: E402
 from evidra.rl.config import DataConfig  # noqa: E402
-from evidra.rl.rollout import RolloutLimits, rollout  # noqa: E402
 from evidra.rl.tasks import TASKS  # noqa: E402
+from evidra.rollout import RolloutLimits, rollout  # noqa: E402
 
 
 class Scripted:

@@ -79,7 +79,7 @@ class ModelBackend(Protocol):
 
 @dataclass(frozen=True)
 class LocalModel:
-    """A local checkpoint (``evidra.models.load_vlm``) through ``evidra.rl.rollout``."""
+    """A local checkpoint (``evidra.models.load_vlm``) through ``evidra.rollout``."""
 
     vlm: VLM
 
@@ -93,7 +93,7 @@ class LocalModel:
         return self.vlm.spec
 
     def run(self, samples: Sequence[Sample], make_env: EnvFactory, cfg: RunConfig) -> list[RawEpisode]:
-        from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
+        from evidra.rollout import HFBackend, RolloutLimits, rollout
 
         params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed)
         limits = RolloutLimits(cfg.max_turns, cfg.max_new_tokens, cfg.max_response_tokens)

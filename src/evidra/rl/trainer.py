@@ -37,8 +37,7 @@ from evidra.rl.filtering import DAPO_FILTER, DynamicSampler, Round, mean_within
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
-from evidra.rl.rollout import Episode, RolloutLimits, rollout
-from evidra.rl.sink import MetricsSink
+from evidra.sink import MetricsSink
 from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
@@ -50,6 +49,7 @@ from evidra.rl.update import (
     reference_logprobs,
 )
 from evidra.rl.validate import local_batch_size, validate_rl_config
+from evidra.rollout import Episode, RolloutLimits, rollout
 from evidra.types import Sample
 
 logger = logging.getLogger(__name__)

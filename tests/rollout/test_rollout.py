@@ -12,7 +12,7 @@ from evidra.env import KeyValueEnv, SingleTurnEnv, StepResult
 from evidra.models.context import collate_split
 from evidra.models.generation import Generation, SamplingParams, forward_logprobs
 from evidra.paradigms import Direct
-from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
+from evidra.rollout import HFBackend, RolloutLimits, rollout
 from evidra.types import ImagePart, Message, Page, Sample
 
 CORPUS = {"alpha": "17", "beta": "42", "gamma": "99"}
