@@ -321,9 +321,13 @@ class Parsed:
     answer_page: int | None = None
     fields: Mapping[str, str] = field(default_factory=dict)  # tag name -> content (observe, think...)
     errors: tuple[str, ...] = ()
+    # page ids the episode's searches inserted, first insertion first: set from the environment's
+    # steps (not the text) for rewards that judge retrieval (VRAG-RL's NDCG)
+    retrieved: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "retrieved", tuple(self.retrieved))
         object.__setattr__(self, "errors", tuple(self.errors))
         _freeze_mapping(self, "fields", self.fields)
 

@@ -12,6 +12,7 @@ searches the question, is shown the gold page, crops the evidence region and ans
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Collection, Sequence
@@ -29,12 +30,12 @@ from evidra.retrieval.base import Hit
 from evidra.retrieval.engine import open_searcher
 from evidra.rewards.base import RewardResult
 from evidra.rewards.judge import Judge, RuleJudge
-from evidra.rewards.vragrl import RETRIEVED_FIELD, VragRLReward
+from evidra.rewards.vragrl import VragRLReward
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._benchmark import has_gold_pages, images_on_disk, is_answerable
 from evidra.rl.recipes._synth import private_cache_dir
 from evidra.rl.tasks import TASKS, Task, usable
-from evidra.types import Message, Page, Parsed, Sample
+from evidra.types import Message, Page, Sample
 
 if TYPE_CHECKING:
     from evidra.data.synth.documents import SynthCorpus
@@ -162,12 +163,10 @@ def score_episodes(vlm: Any, episodes: Sequence[Any], reward: VragRLReward) -> l
     """VRAG-RL Eq. 12 per episode, the retrieved pages read from the environment's infos."""
     batch = []
     for ep in episodes:
-        retrieved = ep.infos[-1].get("retrieved", ()) if ep.infos else ()
+        retrieved = ep.infos[-1].retrieved if ep.infos else ()
         text = ep.trajectory.texts[-1] if ep.trajectory.texts else ""
         parsed = SearchAgent().parse(text)
-        fields = {**parsed.fields, RETRIEVED_FIELD: "\n".join(retrieved)}
-        batch.append((Parsed(text=parsed.text, answer=parsed.answer, action=parsed.action, fields=fields,
-                             errors=parsed.errors), ep.sample, ep.trajectory))  # fmt: skip
+        batch.append((dataclasses.replace(parsed, retrieved=retrieved), ep.sample, ep.trajectory))
     return reward.score_batch(batch)
 
 
