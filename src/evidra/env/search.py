@@ -4,7 +4,7 @@ Per turn (VRAG-RL §2.2 and §2.4, Algorithm 1): the first action block of the p
 executed. A search inserts the best page not yet seen in this episode as a user turn holding
 the image (resized by VRAG's ``process_image``, so the policy's boxes live in that frame); a
 ``<bbox>`` crops the region of the raw page that the box covers in the last image shown
-(``evidra.env.crop``) and inserts it, zoomed, the same way; an answer ends the episode. An
+(``evidra.geometry``) and inserts it, zoomed, the same way; an answer ends the episode. An
 invalid action gets an explanatory message and is counted (``StepInfo.invalid``). After
 ``max_turns`` policy turns without an answer the episode ends (``StepInfo.turn_limit``).
 
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from evidra.env.base import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
-from evidra.env.crop import (
+from evidra.errors import InvalidInputError
+from evidra.geometry import (
     VRAG_MAX_PIXELS,
     VRAG_MIN_PIXELS,
     CropMode,
@@ -29,7 +30,6 @@ from evidra.env.crop import (
     crop_displayed,
     process_image_size,
 )
-from evidra.errors import InvalidInputError
 from evidra.paradigms.base import Paradigm
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.types import ImagePart, Message, Page, Parsed, Sample

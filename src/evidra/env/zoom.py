@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evidra.env.base import ENVIRONMENTS, StepInfo, StepResult
-from evidra.env.crop import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
 from evidra.env.search import resized
+from evidra.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
 from evidra.paradigms.base import Paradigm
 from evidra.paradigms.zoom_agent import ZoomAgent
 from evidra.types import ImagePart, Message, Page, Sample, TextPart

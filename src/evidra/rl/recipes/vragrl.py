@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evidra.env.base import play_script
-from evidra.env.crop import Displayed
 from evidra.env.search import SearchEnv, Searcher, bm25_searcher
 from evidra.errors import ConfigError, InvalidInputError
+from evidra.geometry import Displayed, page_box_to_displayed
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
 from evidra.retrieval.engine import open_searcher
@@ -186,9 +186,7 @@ def oracle(sample: Sample) -> list[Message]:
     gold = next(p for p in sample.pages if p.id == sample.gold_pages[0])
     env = SearchEnv(_Fixed(gold), {gold.id: gold}, max_turns=MAX_TURNS)
     box = sample.extras.get("evidence_box") or sample.gold_boxes[0].box
-    shown = Displayed.page(gold.id, gold.image_path, gold.size)
-    sx, sy = shown.size[0] / gold.width, shown.size[1] / gold.height
-    coords = [int(box.x1 * sx), int(box.y1 * sy), int(box.x2 * sx) + 1, int(box.y2 * sy) + 1]
+    coords = page_box_to_displayed(box, Displayed.page(gold.id, gold.image_path, gold.size))
     turns = [
         f"<think>I need to find: {sample.question}</think><search>{sample.question}</search>",
         f"<think>The answer is in this region of the page.</think><bbox>{json.dumps(coords)}</bbox>",
