@@ -78,3 +78,16 @@ def test_grpo_step_gpu_benchmark_smoke_on_cpu(
         assert re.search(r"TRL / evidra: step time \d+\.\d\dx, rollout tok/s \d+\.\d\dx, peak memory", out)
     else:
         assert "TRL is not installed" in out
+
+
+@pytest.mark.slow
+def test_search_turns_benchmark_batches_with_the_one_by_one_pages(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--pages", "60", "--patches", "16", "--episodes", "6", "--turns", "2", "--repeats", "1"]
+    out = _run("search_turns", argv, monkeypatch, capsys)
+    assert re.search(r"cpu: .*avx512_bf16 (yes|no)", out)
+    for name in ("maxsim", "bm25", "service"):
+        line = next(x for x in out.splitlines() if x.startswith(name))
+        assert "same=yes" in line and float(line.split("batched")[1].split()[0]) > 0, line
+    assert re.search(r"^RESULT batched_vs_one_by_one_maxsim=\S+ bm25=\S+ service=\S+$", out, re.M)
