@@ -59,6 +59,18 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     assert len(re.findall(r"roofline, batch", out)) == 2
 
 
+def test_maxsim_benchmark_on_cuda_says_when_cuda_is_absent(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the CUDA benchmark would run for real")
+    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling maxsim_cuda
+    out = _run("maxsim", ["--device", "cuda"], monkeypatch, capsys)
+    assert out.startswith("CUDA is absent: torch ") and "RESULT" not in out
+
+
 @pytest.mark.slow
 def test_grpo_step_gpu_benchmark_smoke_on_cpu(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
