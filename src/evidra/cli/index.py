@@ -223,7 +223,8 @@ def run_build(args: argparse.Namespace) -> int:
     check_encoder_args(args.encoder, args.model)
     pages = _build_pages(args)
     enc_opts, maxsim = _options(args)
-    with LazyBar(total=len(pages), unit="page", desc="embedding") as progress:
+    desc = "reading text" if args.encoder == "bm25" else "embedding"
+    with LazyBar(total=len(pages), unit="page", desc=desc) as progress:
         engine = build_index(
             pages,
             args.out,
@@ -286,7 +287,9 @@ def run_add(args: argparse.Namespace) -> int:
         else:
             have = set(engine.index.page_ids())
             pages = [p for p in store.pages() if args.replace or p.id not in have]
-        engine.add(pages, replace=args.replace)
+        desc = "reading text" if engine.encoder is None else "embedding"
+        with LazyBar(total=len(pages), unit="page", desc=desc) as progress:
+            engine.add(pages, replace=args.replace, progress=progress)
         print(f"added {len(pages)} pages; the index now holds {len(engine.index)}")
     return 0
 

@@ -261,7 +261,7 @@ def run_eval(
     if progress and done:
         progress(sum(1 for s in samples if s.id in done))
     todo = [s for s in samples if s.id not in done]
-    logger.info("%s: %d cached, %d to run", cfg.key, len(samples) - len(todo), len(todo))
+    logger.info("%s: %d cached, %d to run", " / ".join(cfg.key.values()), len(samples) - len(todo), len(todo))
     with path.open("a", encoding="utf-8") as fh:
         for batch in _batches(todo, cfg.batch_size):
             for sample, raw in zip(batch, model.run(batch, factory, cfg), strict=True):
