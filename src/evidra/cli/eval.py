@@ -99,7 +99,8 @@ def _judge_arguments(p: Any) -> None:
                    help="rule (offline normalised match) or openai (OpenAI-compatible server)")  # fmt: skip
     j.add_argument("--judge-url", default="", metavar="URL", help="judge server base URL (…/v1)")
     j.add_argument("--judge-model", default="", metavar="NAME", help="model name the judge server serves")
-    j.add_argument("--judge-api-key-env", default="", metavar="VAR", help="environment variable with the key")
+    j.add_argument("--judge-api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
+                   help=f"environment variable with the key (default {DEFAULT_API_KEY_ENV})")  # fmt: skip
     j.add_argument("--judge-prompt", default="vragrl", choices=["vragrl", "lang2act"],
                    help="the paper's judge prompt: vragrl (one answer a request) or lang2act")  # fmt: skip
     j.add_argument("--judge-concurrency", type=int, default=8)
