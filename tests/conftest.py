@@ -15,8 +15,11 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="evidra-test-cache-")
 os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="evidra-test-hub-")
 
 import ipaddress
+import json
 import socket
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +101,35 @@ def tiny_vlms(tiny_dirs: dict[str, Path]) -> dict[str, Any]:
     return {arch: load_vlm(tiny_dirs[arch]) for arch in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")}
 
 
-# --- a fake OpenAI-compatible judge server on 127.0.0.1 ----------------------------------------
+# --- a fake OpenAI-compatible server on 127.0.0.1 (judge, policy, teacher) --------------------
+
+
+@dataclass
+class Scripted:
+    """One scripted reply after ``delay_s``: ``body`` a JSON payload, raw bytes sent as they are,
+    or None for the default completion; with ``trickle_s`` the headers promise 100 bytes and one
+    byte follows every ``trickle_s``."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    trickle_s: float = 0.0
+    delay_s: float = 0.0
 
 
 class FakeJudge:
-    """What the fake judge server answers (``mode``) and everything it received.
+    """What the fake server answers (``mode``, ``script``) and everything it received.
 
     Modes: ``match`` (each item True iff its reference is contained in its generated answer,
     case-insensitively), ``fail`` (HTTP 500), ``slow`` (sleeps past any client timeout),
     ``garbage`` (a reply without ``<judge>`` tags), ``wrongcount`` (one tag too many). A request
-    that is no judge prompt (a policy model served by the same fake) gets ``policy_reply``.
+    that is no judge prompt (a policy model or teacher served by the same fake) gets
+    ``policy_reply`` (``n`` choices, listed in reverse index order, the i-th suffixed `` [i]``
+    when ``n`` > 1). While ``script`` is not empty, each request gets its next ``Scripted`` reply
+    instead.
     """
+
+    Scripted = Scripted  # so that tests build replies without importing this module
 
     def __init__(self, url: str) -> None:
         import threading
@@ -117,7 +138,8 @@ class FakeJudge:
         self.mode = "match"
         self.policy_reply = "The answer is 42."
         self.delay_s = 0.0  # added to every request (to observe concurrency)
-        self.requests: list[dict[str, Any]] = []  # {"path", "authorization", "body"}
+        self.script: list[Scripted] = []
+        self.requests: list[dict[str, Any]] = []  # {"path", "authorization", "body", "t"}
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
 
@@ -135,14 +157,60 @@ class FakeJudge:
             tags.append("<judge>True</judge>")
         return "\n".join(tags)
 
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The default 200 reply to ``body``."""
+        if "## Reference Answer" in json.dumps(body):
+            texts = [self.reply(body)]
+        else:
+            n = int(body.get("n", 1))
+            texts = [self.policy_reply + (f" [{i}]" if n > 1 else "") for i in range(n)]
+        choices = [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+                   for i, t in enumerate(texts)]  # fmt: skip
+        return {"choices": choices[::-1], "usage": {"completion_tokens": sum(len(t.split()) for t in texts)}}
+
+    def take(self, judging: bool) -> Scripted:
+        """The reply of the next request: the script's next one, else what ``mode`` says."""
+        with self.lock:
+            if self.script:
+                return self.script.pop(0)
+        mode = self.mode if judging else "policy"
+        if mode == "fail":
+            return Scripted(500, {"error": "boom"})
+        return Scripted(200, None, delay_s=5.0 if mode == "slow" else 0.0)
+
+
+def _serve(handler: Any, state: FakeJudge, reply: Scripted, body: dict[str, Any]) -> None:
+    import contextlib
+
+    if reply.trickle_s > 0:
+        handler.send_response(reply.status)
+        handler.send_header("Content-Length", "100")
+        handler.end_headers()
+        for _ in range(100):
+            time.sleep(reply.trickle_s)
+            try:
+                handler.wfile.write(b" ")
+                handler.wfile.flush()
+            except OSError:
+                return
+        return
+    time.sleep(state.delay_s + reply.delay_s)
+    payload = reply.body if reply.body is not None or reply.status != 200 else state.completion(body)
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    handler.send_response(reply.status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for name, value in reply.headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        handler.wfile.write(data)
+
 
 @pytest.fixture
 def fake_judge() -> Iterator[FakeJudge]:
     """A scripted ``POST /v1/chat/completions`` server on a random loopback port."""
-    import contextlib
-    import json
     import threading
-    import time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
@@ -152,25 +220,12 @@ def fake_judge() -> Iterator[FakeJudge]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with state.lock:
-                state.requests.append(
-                    {"path": self.path, "authorization": self.headers.get("Authorization"), "body": body}
-                )
+                state.requests.append({"path": self.path, "authorization": self.headers.get("Authorization"),
+                                       "body": body, "t": time.monotonic()})  # fmt: skip
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
-            judging = "## Reference Answer" in json.dumps(body)
-            mode = state.mode if judging else "policy"
             try:
-                time.sleep(state.delay_s + (5.0 if mode == "slow" else 0.0))
-                status = 500 if mode == "fail" else 200
-                content = state.reply(body) if judging else state.policy_reply
-                payload = {"choices": [{"message": {"role": "assistant", "content": content}}]}
-                data = json.dumps(payload if status == 200 else {"error": "boom"}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)
+                _serve(self, state, state.take("## Reference Answer" in json.dumps(body)), body)
             finally:
                 with state.lock:
                     state.in_flight -= 1

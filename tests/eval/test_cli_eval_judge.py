@@ -62,3 +62,19 @@ def test_bad_judge_options_fail_before_the_model_loads(
     assert main([*argv, "--judge", "openai", "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "m",
                  "--judge-concurrency", "-1"]) == 2  # fmt: skip
     assert "judge.concurrency must be >= 1, got -1" in capsys.readouterr().err
+
+
+def test_endpoint_and_judge_keys_come_from_their_variables(
+    fake_judge: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("POLICY_KEY", "sk-policy")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    judge = ["--judge", "openai", "--judge-url", fake_judge.url, "--judge-model", "judge-m"]
+    fake_judge.policy_reply = "<think>t</think><answer>{1}</answer>"  # an answer, so the judge is asked
+    assert main([*_argv(fake_judge.url, tmp_path / "k", *judge), "--api-key-env", "POLICY_KEY"]) == 0
+    keys = {(r["body"]["model"], r["authorization"]) for r in fake_judge.requests}
+    assert keys == {("policy-m", "Bearer sk-policy"), ("judge-m", None)}  # $OPENAI_API_KEY is unset
+    before = len(fake_judge.requests)
+    assert main([*_argv(fake_judge.url, tmp_path / "m"), "--api-key-env", "NO_SUCH_KEY_VAR"]) == 2
+    assert "--api-key-env NO_SUCH_KEY_VAR: that environment variable is not set" in capsys.readouterr().err
+    assert len(fake_judge.requests) == before  # refused before any request

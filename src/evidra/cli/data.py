@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from evidra.errors import ConfigError
+from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,12 @@ def _recipe_arguments(p: Any) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. data.size=100")
 
 
+def _api_key_argument(p: Any) -> None:
+    p.add_argument("--api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
+                   help="environment variable holding the endpoints' API key, sent as a Bearer token "
+                   f"(default {DEFAULT_API_KEY_ENV}; none is sent when it is unset or '')")  # fmt: skip
+
+
 def _distill_parser(sub: Any) -> None:
     p = sub.add_parser(
         "distill",
@@ -61,7 +67,7 @@ def _distill_parser(sub: Any) -> None:
     p.add_argument("--teacher-model", required=True, metavar="NAME", help="model name the teacher serves")
     p.add_argument("--annotator", default="", metavar="URL", help="vragrl: grounding model's base URL")
     p.add_argument("--annotator-model", default="", metavar="NAME")
-    p.add_argument("--api-key-env", default="", metavar="VAR", help="environment variable with the API key")
+    _api_key_argument(p)
     p.add_argument("--gamma", type=float, default=0.5, help="lat: answer-recall threshold (default 0.5)")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=1024)
@@ -113,7 +119,7 @@ def _toolbox_parser(sub: Any) -> None:
     p.add_argument(
         "--curator-local", default="", metavar="PATH", help="or a local model directory as curator"
     )
-    p.add_argument("--api-key-env", default="", metavar="VAR", help="environment variable with the API key")
+    _api_key_argument(p)
     p.add_argument("--top-k", type=int, default=7, help="tools kept (Lang2Act A.6: 7)")
     p.add_argument("--out", required=True, metavar="FILE", help="toolbox JSON")
     p.set_defaults(func=run_toolbox)
@@ -133,15 +139,6 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     validate_rl_config(cfg)
     task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
     return cfg, task, task_samples(task, cfg.data)
-
-
-def _api_key(var: str) -> str:
-    if not var:
-        return "EMPTY"
-    key = os.environ.get(var)
-    if not key:
-        raise ConfigError(f"--api-key-env {var}: the environment variable is not set")
-    return key
 
 
 def _policy(model: str | None, cfg: Any, out: Path) -> Any:
@@ -175,10 +172,14 @@ def run_distill(args: argparse.Namespace) -> int:
 
     if args.method == "vragrl" and not (args.annotator and args.annotator_model):
         logger.warning("vragrl without --annotator: the teacher's boxes are kept as written")
-    key = _api_key(args.api_key_env)
+    check_api_key_env(args.api_key_env, "--api-key-env")
     _, _, samples = _recipe(args)
-    teacher = ChatEndpoint(args.teacher, args.teacher_model, api_key=key)
-    annotator = ChatEndpoint(args.annotator, args.annotator_model, api_key=key) if args.annotator else None
+    teacher = ChatEndpoint(args.teacher, args.teacher_model, api_key_env=args.api_key_env)
+    annotator = (
+        ChatEndpoint(args.annotator, args.annotator_model, api_key_env=args.api_key_env)
+        if args.annotator
+        else None
+    )
     report = distill(samples, teacher, args.out, method=args.method, gamma=args.gamma, annotator=annotator,
                      concurrency=args.concurrency, max_tokens=args.max_tokens,
                      temperature=args.temperature)  # fmt: skip
@@ -253,14 +254,14 @@ def run_toolbox(args: argparse.Namespace) -> int:
         raise ConfigError("--curator needs --curator-model NAME")
     if args.top_k < 1:
         raise ConfigError(f"--top-k must be >= 1, got {args.top_k}")
-    key = _api_key(args.api_key_env)
+    check_api_key_env(args.api_key_env, "--api-key-env")
     out = Path(args.out)
     trajectories = (
         _read_trajectories(args.trajectories) if args.trajectories else _stage1_trajectories(args, out)
     )
     curator: Any
     if args.curator:
-        curator = OpenAIChatModel(args.curator, args.curator_model, api_key="" if key == "EMPTY" else key)
+        curator = OpenAIChatModel(args.curator, args.curator_model, api_key_env=args.api_key_env)
     else:
         from evidra.models.loading import load_vlm
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from evidra.cli._progress import advance
 from evidra.errors import InvalidInputError
+from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ def register(subparsers: Any) -> None:
     )
     model.add_argument("--endpoint", default=None, metavar="URL", help="OpenAI-compatible base URL (…/v1)")
     model.add_argument("--model-name", default=None, help="model name sent to --endpoint")
+    model.add_argument("--api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
+                       help="environment variable holding --endpoint's API key "
+                       f"(default {DEFAULT_API_KEY_ENV}; none is sent when it is unset)")  # fmt: skip
     model.add_argument(
         "--arch", default="qwen2_5_vl", help="box convention of the endpoint model (default qwen2_5_vl)"
     )
@@ -95,7 +99,8 @@ def _judge_arguments(p: Any) -> None:
                    help="rule (offline normalised match) or openai (OpenAI-compatible server)")  # fmt: skip
     j.add_argument("--judge-url", default="", metavar="URL", help="judge server base URL (…/v1)")
     j.add_argument("--judge-model", default="", metavar="NAME", help="model name the judge server serves")
-    j.add_argument("--judge-api-key-env", default="", metavar="VAR", help="environment variable with the key")
+    j.add_argument("--judge-api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
+                   help=f"environment variable with the key (default {DEFAULT_API_KEY_ENV})")  # fmt: skip
     j.add_argument("--judge-prompt", default="vragrl", choices=["vragrl", "lang2act"],
                    help="the paper's judge prompt: vragrl (one answer a request) or lang2act")  # fmt: skip
     j.add_argument("--judge-concurrency", type=int, default=8)
@@ -173,9 +178,9 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
         from evidra.eval.endpoint import ChatEndpoint
         from evidra.geometry import vision_spec
 
-        return EndpointModel(
-            ChatEndpoint(args.endpoint, args.model_name), vision_spec(args.arch)
-        ), args.model_name
+        check_api_key_env(args.api_key_env, "--api-key-env")
+        endpoint = ChatEndpoint(args.endpoint, args.model_name, api_key_env=args.api_key_env)
+        return EndpointModel(endpoint, vision_spec(args.arch)), args.model_name
     raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
 
 

@@ -1,57 +1,26 @@
-"""A minimal OpenAI-compatible chat client for evaluation and teacher distillation.
+"""A model under evaluation (or a distillation teacher) behind an OpenAI-compatible endpoint.
 
 Any server that speaks ``POST {base_url}/chat/completions`` (vLLM, SGLang, OpenAI, a local
-fake in tests) can be the model under evaluation or the teacher. Images go as base64 data
-URLs (``image_url`` parts), text as ``text`` parts, in message order. ``httpx`` (a core
-dependency, the same client the LLM judge uses) is imported when a request is made.
+fake in tests) can be the model. ``ChatEndpoint`` turns evidra messages into one request
+through ``evidra.openai_client`` (images as base64 data URLs, text parts in message order) and
+keeps what the harness records: the text, the completion tokens, the finish reason and the
+latency. The key comes from ``api_key`` or the variable ``api_key_env`` (``OPENAI_API_KEY``);
+``retries`` extra attempts on 429/5xx/connection errors/timeouts, waiting at most
+``max_wait_s`` in all; ``timeout_s`` bounds each attempt as a whole.
 """
 
 from __future__ import annotations
 
-import base64
-import io
-import logging
-import mimetypes
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
-from evidra.errors import EvidraError
-from evidra.types import ImagePart, Message, TextPart
+from evidra.openai_client import DEFAULT_API_KEY_ENV, ChatClient, ChatClientError, endpoint_config
+from evidra.openai_client import to_openai as to_openai
+from evidra.types import Message
 
-logger = logging.getLogger(__name__)
-
-
-class EndpointError(EvidraError, RuntimeError):
-    """The endpoint answered with an error or an unexpected body."""
-
-
-def _image_url(part: ImagePart) -> str:
-    if isinstance(part.image, (str, Path)):
-        path = Path(part.image)
-        mime = mimetypes.guess_type(path.name)[0] or "image/png"
-        data = path.read_bytes()
-    else:
-        buf = io.BytesIO()
-        part.image.save(buf, format="PNG")
-        mime, data = "image/png", buf.getvalue()
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
-
-
-def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """evidra messages -> OpenAI chat messages (content parts in order)."""
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        parts: list[dict[str, Any]] = []
-        for p in m.content:
-            if isinstance(p, TextPart):
-                parts.append({"type": "text", "text": p.text})
-            elif isinstance(p, ImagePart):
-                parts.append({"type": "image_url", "image_url": {"url": _image_url(p)}})
-        out.append({"role": m.role, "content": parts})
-    return out
+# The error every failed call raises (a refused request, an unreachable server, a malformed
+# reply); kept under this name for callers that catch it.
+EndpointError = ChatClientError
 
 
 @dataclass(frozen=True)
@@ -68,38 +37,24 @@ class ChatEndpoint:
 
     base_url: str
     model: str
-    api_key: str = "EMPTY"
-    timeout_s: float = 120.0
-    retries: int = 2
+    api_key: str | None = field(default=None, repr=False)  # None: read api_key_env; "": send none
+    timeout_s: float = 120.0  # one attempt, wall clock
+    retries: int = 2  # extra attempts on 429/5xx/connection errors/timeouts
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    max_wait_s: float = 120.0  # total wait between attempts of one call
+    client: ChatClient = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        config = endpoint_config(
+            self.base_url, self.model, api_key=self.api_key, api_key_env=self.api_key_env,
+            timeout_s=self.timeout_s, retries=self.retries, max_wait_s=self.max_wait_s,
+        )  # fmt: skip
+        object.__setattr__(self, "client", ChatClient(config))
 
     def complete(
         self, messages: Sequence[Message], *, max_tokens: int = 512, temperature: float = 0.0,
         stop: Sequence[str] = (),
     ) -> Completion:  # fmt: skip
-        import httpx
-
-        body: dict[str, Any] = {"model": self.model, "messages": to_openai(messages),
-                                "max_tokens": max_tokens, "temperature": temperature}  # fmt: skip
-        if stop:
-            body["stop"] = list(stop)
-        url = self.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Authorization": f"Bearer {self.api_key}"}
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            start = time.perf_counter()
-            try:
-                resp = httpx.post(url, json=body, headers=headers, timeout=self.timeout_s)
-                resp.raise_for_status()
-                data = resp.json()
-                choice = data["choices"][0]
-                usage = data.get("usage") or {}
-                return Completion(
-                    text=str(choice["message"]["content"] or ""),
-                    completion_tokens=int(usage.get("completion_tokens", 0)),
-                    finish_reason=str(choice.get("finish_reason") or "stop"),
-                    latency_s=time.perf_counter() - start,
-                )
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-                last = exc
-                logger.warning("endpoint %s attempt %d failed: %s", url, attempt + 1, exc)
-        raise EndpointError(f"chat endpoint {url} failed after {self.retries + 1} attempts: {last}")
+        result = self.client.chat(messages, max_tokens=max_tokens, temperature=temperature, stop=stop)
+        first = result.choices[0]
+        return Completion(first.text, result.completion_tokens, first.finish_reason, result.latency_s)

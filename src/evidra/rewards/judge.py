@@ -9,9 +9,9 @@ Backends:
 
 * ``RuleJudge``: normalized exact / containment match, offline and deterministic.
 * ``OpenAIJudge``: any OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint
-  (vLLM, SGLang, hosted), async with bounded concurrency, timeouts, bounded exponential-backoff
-  retries and a cache keyed by ``(model, prompt)``. The released code retried forever
-  (VRAG-RL) or scored failures as 0 (Lang2Act); neither is reproduced.
+  (vLLM, SGLang, hosted) through ``evidra.openai_client``, async with bounded concurrency,
+  timeouts, bounded backoff retries and a cache keyed by ``(model, prompt)``. The released code
+  retried forever (VRAG-RL) or scored failures as 0 (Lang2Act); neither is reproduced.
 
 Prompts: VRAG-RL sends one item as a single user message (``VRAGRL_JUDGE_TEMPLATE``);
 Lang2Act sends batches as system prompt + one user message (``lang2act_user_message``).
@@ -22,8 +22,6 @@ released, lenient reply parsers are kept for replay next to their rewards:
 Layout: items, verdicts, prompts and the strict reply parser are in ``judge_protocol``; the
 HTTP backend and its caches in ``judge_http``; this module holds ``RuleJudge`` and re-exports
 the rest, so ``evidra.rewards.judge`` stays the one import path.
-
-``OpenAIJudge`` needs ``httpx`` (optional extra ``judge``).
 """
 
 from __future__ import annotations
@@ -42,8 +40,6 @@ from evidra.rewards.judge_http import JudgeCache as JudgeCache
 from evidra.rewards.judge_http import JudgeStats as JudgeStats
 from evidra.rewards.judge_http import MemoryCache as MemoryCache
 from evidra.rewards.judge_http import OpenAIJudge as OpenAIJudge
-from evidra.rewards.judge_http import _Fatal as _Fatal
-from evidra.rewards.judge_http import _Retryable as _Retryable
 from evidra.rewards.judge_http import cache_key as cache_key
 from evidra.rewards.judge_protocol import _PLACEHOLDER as _PLACEHOLDER
 from evidra.rewards.judge_protocol import LANG2ACT_JUDGE_SYSTEM_PROMPT as LANG2ACT_JUDGE_SYSTEM_PROMPT

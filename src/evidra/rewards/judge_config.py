@@ -8,10 +8,11 @@ judge:
   kind: openai                       # rule (offline, default) | openai
   base_url: http://localhost:8001/v1 # any OpenAI-compatible server (vLLM, SGLang, hosted)
   model: Qwen2.5-72B-Instruct
-  api_key_env: JUDGE_API_KEY         # the key is read from this variable, never written anywhere
+  api_key_env: JUDGE_API_KEY         # the key is read from this variable (default OPENAI_API_KEY)
   concurrency: 8
-  timeout_s: 60
+  timeout_s: 60                      # one request, wall clock
   max_retries: 3                     # bounded; a judgement that still fails is unscored, not 0
+  max_wait_s: 120                    # total backoff of one request's retries
 ```
 
 ``prompt`` picks the paper's judge prompt: ``vragrl`` (one item per request, VRAG-RL's template)
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evidra.errors import ConfigError, RegistryError
+from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
 from evidra.registry import Registry
 from evidra.rewards.judge import HttpJudgeConfig, JudgeCache, OpenAIJudge, RuleJudge
 from evidra.rewards.judge_protocol import Judge
@@ -37,12 +39,14 @@ class JudgeConfig:
     rule: Literal["", "exact", "contains", "stripped_lower"] = ""  # rule judge's match; "": the task's
     base_url: str = ""  # openai: e.g. http://localhost:8001/v1
     model: str = ""  # openai: the model name the server serves
-    api_key_env: str = ""  # openai: environment variable holding the API key (sent as a Bearer token)
+    # openai: environment variable holding the API key (sent as a Bearer token; none when unset); "": none
+    api_key_env: str = DEFAULT_API_KEY_ENV
     prompt: Literal["", "vragrl", "lang2act"] = ""  # the paper's judge prompt; "": the task's
     batch_size: int = 10  # items per request with the lang2act prompt (toolrl 10, actionrl 5)
     concurrency: int = 8
     timeout_s: float = 60.0
     max_retries: int = 3
+    max_wait_s: float = 120.0  # total wait between the retries of one request
     temperature: float = 0.0
     max_tokens: int = 0  # 0: the server's default
 
@@ -63,14 +67,13 @@ def _rule(cfg: JudgeConfig, default_prompt: str) -> Judge:
 
 @JUDGES.register("openai")
 def _openai(cfg: JudgeConfig, default_prompt: str) -> Judge:
-    key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
-    if cfg.api_key_env and not key:
-        raise ConfigError(f"judge.api_key_env={cfg.api_key_env}: that environment variable is not set")
+    key = (os.environ.get(cfg.api_key_env) or None) if cfg.api_key_env else None
     style = cfg.prompt or default_prompt
     http = HttpJudgeConfig(
         base_url=cfg.base_url, model=cfg.model, style="vragrl" if style == "vragrl" else "lang2act",
-        api_key=key, batch_size=cfg.batch_size, concurrency=cfg.concurrency, timeout_s=cfg.timeout_s,
-        max_retries=cfg.max_retries, temperature=cfg.temperature, max_tokens=cfg.max_tokens or None,
+        api_key=key, api_key_env=cfg.api_key_env, batch_size=cfg.batch_size, concurrency=cfg.concurrency,
+        timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, max_wait_s=cfg.max_wait_s,
+        temperature=cfg.temperature, max_tokens=cfg.max_tokens or None,
     )  # fmt: skip
     return OpenAIJudge(http)
 
@@ -88,12 +91,15 @@ def validate_judge(cfg: JudgeConfig) -> None:
                               f"got {cfg.base_url!r}")  # fmt: skip
         if not cfg.model:
             raise ConfigError("judge.model is empty: name the model the judge server serves")
+        check_api_key_env(cfg.api_key_env, "judge.api_key_env")
     for name in ("batch_size", "concurrency"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"judge.{name} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.max_retries < 0 or cfg.timeout_s <= 0 or cfg.max_tokens < 0:
-        raise ConfigError(f"judge.max_retries must be >= 0, timeout_s > 0 and max_tokens >= 0, got "
-                          f"{cfg.max_retries}, {cfg.timeout_s}, {cfg.max_tokens}")  # fmt: skip
+    if cfg.max_retries < 0 or cfg.timeout_s <= 0 or cfg.max_tokens < 0 or cfg.max_wait_s < 0:
+        raise ConfigError(
+            f"judge.max_retries, max_tokens and max_wait_s must be >= 0 and timeout_s > 0, got "
+            f"{cfg.max_retries}, {cfg.max_tokens}, {cfg.max_wait_s}, {cfg.timeout_s}"
+        )
 
 
 def build_judge(cfg: JudgeConfig, default_prompt: str = "vragrl", cache: JudgeCache | None = None) -> Judge:

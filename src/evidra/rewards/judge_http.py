@@ -1,29 +1,40 @@
 """``OpenAIJudge``: the judge over any OpenAI-compatible ``POST {base_url}/chat/completions``
-endpoint (vLLM, SGLang, hosted), with its reply caches and retry policy.
+endpoint (vLLM, SGLang, hosted), with its reply caches.
 
-Async with bounded concurrency, timeouts, bounded exponential-backoff retries and a cache
-keyed by ``(model, prompt)``. The released code retried forever (VRAG-RL) or scored failures
-as 0 (Lang2Act); neither is reproduced: an item that stays unjudged is a ``Verdict`` of None.
+Requests go through ``evidra.openai_client`` (the key from ``api_key_env``, bounded backoff with
+jitter on 429/5xx/connection errors/timeouts honouring ``Retry-After``, a wall-clock timeout per
+attempt), concurrently under a semaphore, with a cache keyed by ``(model, prompt)``. A reply
+that is no chat completion or holds no parseable verdicts is asked again, within the same
+``max_retries``. The released code retried forever (VRAG-RL) or scored failures as 0
+(Lang2Act); neither is reproduced: an item that stays unjudged is a ``Verdict`` of None.
 Prompts and the reply parser are in ``evidra.rewards.judge_protocol``.
-
-``OpenAIJudge`` needs ``httpx`` (optional extra ``judge``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import hashlib
 import json
 import logging
+import random
 import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from evidra.errors import InvalidInputError
+from evidra.openai_client import (
+    DEFAULT_API_KEY_ENV,
+    AsyncChatClient,
+    ChatClientError,
+    ClientConfig,
+    MalformedResponseError,
+    RetryPolicy,
+    retry_delay,
+    run_sync,
+)
 from evidra.rewards.judge_protocol import JudgeItem, PromptStyle, Verdict, build_messages, parse_verdicts
 
 logger = logging.getLogger(__name__)
@@ -85,8 +96,12 @@ class HttpJudgeConfig:
     """Endpoint and retry policy of an ``OpenAIJudge``.
 
     ``batch_size``: items per request for the Lang2Act prompt (10 in toolrl, 5 in actionrl);
-    the VRAG-RL prompt always sends one. Retries are bounded: ``max_retries`` extra attempts,
-    retry ``r`` (1-based) after ``min(max_backoff_s, backoff_s * 2**(r - 1))`` seconds.
+    the VRAG-RL prompt always sends one. Retries are bounded: at most ``1 + max_retries``
+    requests per batch, whatever failed (HTTP 429/5xx, connection, timeout, a malformed or
+    unparseable reply); retry ``r`` (1-based) waits up to ``min(max_backoff_s, backoff_s *
+    2**(r - 1))`` seconds (or the server's ``Retry-After``, up to ``max_backoff_s``), and the
+    retries of one request wait at most ``max_wait_s`` in all. ``timeout_s`` bounds each
+    attempt as a whole. The key is ``api_key`` when given, else ``$api_key_env``.
     """
 
     base_url: str
@@ -101,6 +116,8 @@ class HttpJudgeConfig:
     max_backoff_s: float = 30.0
     temperature: float = 0.0
     max_tokens: int | None = None
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    max_wait_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.concurrency < 1 or self.max_retries < 0:
@@ -110,6 +127,12 @@ class HttpJudgeConfig:
             )
         if self.style not in ("vragrl", "lang2act"):
             raise InvalidInputError(f"unknown judge prompt style {self.style!r}; use 'vragrl' or 'lang2act'")
+
+    def client_config(self) -> ClientConfig:
+        retry = RetryPolicy(max_attempts=self.max_retries + 1, backoff_s=self.backoff_s,
+                            max_backoff_s=self.max_backoff_s, max_wait_s=self.max_wait_s)  # fmt: skip
+        return ClientConfig(self.base_url, self.model, api_key_env=self.api_key_env, api_key=self.api_key,
+                            timeout_s=self.timeout_s, retry=retry)  # fmt: skip
 
 
 @dataclass
@@ -123,14 +146,6 @@ class JudgeStats:
     unscored: int = 0
 
 
-class _Retryable(Exception):
-    """A failed attempt worth retrying (timeout, connection error, 5xx/429, bad reply)."""
-
-
-class _Fatal(Exception):
-    """A failed attempt that retrying cannot fix (4xx other than 429)."""
-
-
 class OpenAIJudge:
     """Judge over an OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -139,31 +154,24 @@ class OpenAIJudge:
     """
 
     def __init__(self, config: HttpJudgeConfig, cache: JudgeCache | None = None) -> None:
-        self.config = config  # httpx is a core dependency, imported where requests are made
+        self.config = config
+        self.client_config = config.client_config()
         self.cache: JudgeCache = cache if cache is not None else MemoryCache()
         self.stats = JudgeStats()
+        self._rng = random.Random()
 
     def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         return self.judge_batch(items)
 
     def judge_batch(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """Blocking wrapper around ``ajudge``; safe to call from inside a running event loop."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.ajudge(items))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self.ajudge(items)).result()
+        return run_sync(self.ajudge(items))
 
     async def ajudge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        import httpx
-
         size = 1 if self.config.style == "vragrl" else self.config.batch_size
         chunks = [list(items[i : i + size]) for i in range(0, len(items), size)]
         sem = asyncio.Semaphore(self.config.concurrency)
-        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-        timeout = httpx.Timeout(self.config.timeout_s)
-        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+        async with AsyncChatClient(self.client_config) as client:
             results = await asyncio.gather(*(self._chunk(client, sem, chunk) for chunk in chunks))
         verdicts = [v for chunk_verdicts in results for v in chunk_verdicts]
         self.stats.judged += sum(v.scored for v in verdicts)
@@ -174,57 +182,40 @@ class OpenAIJudge:
             )
         return verdicts
 
-    async def _chunk(self, client: Any, sem: asyncio.Semaphore, chunk: list[JudgeItem]) -> list[Verdict]:
+    async def _chunk(
+        self, client: AsyncChatClient, sem: asyncio.Semaphore, chunk: list[JudgeItem]
+    ) -> list[Verdict]:
         messages = build_messages(self.config.style, chunk)
         key = cache_key(self.config.model, messages)
         cached = self.cache.get(key)
         if cached is not None:
             self.stats.cache_hits += 1
             return parse_verdicts(cached, len(chunk))
+        budget = self.config.max_retries + 1  # requests for this chunk, whatever fails
+        used = 0
         verdicts = [Verdict(None, "judge not called")] * len(chunk)
-        for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(
-                    min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (attempt - 1))
-                )
+        while used < budget:
+            if used:  # the last reply was malformed or unparseable: ask again after a backoff
+                await asyncio.sleep(retry_delay(self.client_config.retry, used, None, self._rng.random()))
             try:
                 async with sem:
-                    reply = await self._post(client, messages, len(chunk))
-            except _Retryable as exc:
+                    result = await client.chat(messages, temperature=self.config.temperature,
+                                               max_tokens=self.config.max_tokens or max(64, 20 * len(chunk)),
+                                               max_attempts=budget - used)  # fmt: skip
+            except MalformedResponseError as exc:
+                used += exc.attempts
                 verdicts = [Verdict(None, str(exc))] * len(chunk)
-                logger.info("judge attempt %d failed: %s", attempt + 1, exc)
                 continue
-            except _Fatal as exc:
-                return [Verdict(None, str(exc))] * len(chunk)
-            verdicts = parse_verdicts(reply, len(chunk))
+            except ChatClientError as exc:  # refused (4xx), or unavailable through every retry
+                used += exc.attempts
+                verdicts = [Verdict(None, str(exc))] * len(chunk)
+                break
+            used += result.attempts
+            verdicts = parse_verdicts(result.text, len(chunk))
             if all(v.scored for v in verdicts):
-                self.cache.put(key, reply)
-                return verdicts
-            logger.info("judge attempt %d: unparseable reply %r", attempt + 1, reply[:80])
+                self.cache.put(key, result.text)
+                break
+            logger.info("judge request %d: unparseable reply %r", used, result.text[:80])
+        self.stats.requests += used
+        self.stats.retries += used - 1
         return verdicts
-
-    async def _post(self, client: Any, messages: list[dict[str, str]], n: int) -> str:
-        import httpx
-
-        body: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": messages,
-            "temperature": self.config.temperature,
-            "max_tokens": self.config.max_tokens or max(64, 20 * n),
-        }
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
-        self.stats.requests += 1
-        try:  # timeout_s bounds the whole attempt, not each read (a trickling server cannot hold it)
-            response = await asyncio.wait_for(client.post(url, json=body), timeout=self.config.timeout_s)
-        except (httpx.HTTPError, asyncio.TimeoutError) as exc:  # timeouts, refused connections, protocol
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
-        if response.status_code == 429 or response.status_code >= 500:
-            raise _Retryable(f"HTTP {response.status_code} from {url}")
-        if response.status_code >= 400:
-            raise _Fatal(f"HTTP {response.status_code} from {url}; check the model name and api key")
-        try:
-            content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise _Retryable(f"reply is not an OpenAI chat completion: {exc!r}") from exc
-        return content if isinstance(content, str) else ""

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evidra.errors import InvalidInputError
+from evidra.openai_client import DEFAULT_API_KEY_ENV, ChatClient, endpoint_config
 
 logger = logging.getLogger(__name__)
 
@@ -268,37 +269,34 @@ def curate(
     return Toolbox(top, coverage, len(pool.tools), pool.processed, pool.errors, numeric)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpenAIChatModel:
-    """An OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, a hosted API)."""
+    """An OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, a hosted API), through
+    ``evidra.openai_client``: the key from ``api_key`` or the variable ``api_key_env``, ``retries``
+    extra attempts on 429/5xx/connection errors/timeouts within ``max_wait_s`` of waiting, and
+    ``timeout`` seconds for each attempt as a whole."""
 
     base_url: str
     model: str
-    api_key: str = ""
+    api_key: str | None = field(default=None, repr=False)  # None: read api_key_env; "": send none
     max_tokens: int = 1024
     temperature: float = 0.0
     timeout: float = 120.0
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    retries: int = 2
+    max_wait_s: float = 120.0
+    client: ChatClient = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        config = endpoint_config(
+            self.base_url, self.model, api_key=self.api_key, api_key_env=self.api_key_env,
+            timeout_s=self.timeout, retries=self.retries, max_wait_s=self.max_wait_s,
+        )  # fmt: skip
+        object.__setattr__(self, "client", ChatClient(config))
 
     def complete(self, system: str, user: str) -> str:
-        import httpx
-
-        from evidra.errors import EvidraError
-
-        body = {
-            "model": self.model,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-        }
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        url = self.base_url.rstrip("/") + "/chat/completions"
-        try:
-            response = httpx.post(url, json=body, headers=headers, timeout=self.timeout, trust_env=False)
-            response.raise_for_status()
-            data: Any = response.json()
-            return str(data["choices"][0]["message"]["content"] or "")
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            raise EvidraError(f"curation model at {url} failed: {type(exc).__name__}: {exc}") from exc
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return self.client.chat(messages, max_tokens=self.max_tokens, temperature=self.temperature).text
 
 
 @dataclass

@@ -1,0 +1,368 @@
+"""One client for OpenAI-compatible ``POST {base_url}/chat/completions`` servers (vLLM, SGLang,
+hosted APIs), used by the evaluation endpoint, the LLM judge and the data-construction teachers.
+
+* **Key**: read from the environment variable named by ``api_key_env`` (``OPENAI_API_KEY`` by
+  default; ``""`` sends none) unless an explicit ``api_key`` is given, and sent as
+  ``Authorization: Bearer``; no header at all when the variable is unset. The key is never
+  logged, never part of a ``repr`` and never part of an error message.
+* **Retries**: 429, 5xx, refused or dropped connections and timeouts are retried, at most
+  ``RetryPolicy.max_attempts`` requests in all, after an exponential backoff with jitter
+  (``retry_delay``), or after the server's ``Retry-After`` when it sends one, in both cases at
+  most ``max_backoff_s``. ``max_wait_s`` bounds the time spent waiting between attempts over
+  the whole call: a wait that would pass it ends the call. Any other 4xx fails at once with
+  ``ChatHTTPError`` (one line naming the URL, the status and the server's message).
+* **Timeout**: ``timeout_s`` bounds every attempt as a whole, wall clock over connect, send and
+  every read, so a server that trickles a byte at a time cannot hold a call; a call lasts at
+  most ``max_attempts * timeout_s + max_wait_s``.
+* **Replies**: the text of every choice (``n`` samples); a 2xx body that is not a chat
+  completion raises ``MalformedResponseError`` (not retried: callers such as the judge decide).
+
+``AsyncChatClient`` is the core (``async with`` it to share one connection pool among
+concurrent calls); ``ChatClient`` is its blocking form, running the calls of every thread on
+one private event loop so that they share one connection pool too.
+
+>>> client = ChatClient(ClientConfig("http://127.0.0.1:8000/v1", "Qwen2.5-VL-7B"))  # doctest: +SKIP
+>>> client.chat([{"role": "user", "content": "Say hi"}], n=2).texts               # doctest: +SKIP
+('Hi!', 'Hello!')
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import random
+import threading
+import time
+import weakref
+from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from evidra.errors import ConfigError, InvalidInputError
+from evidra.openai_wire import ChatClientError as ChatClientError
+from evidra.openai_wire import ChatHTTPError as ChatHTTPError
+from evidra.openai_wire import ChatResult as ChatResult
+from evidra.openai_wire import ChatUnavailableError as ChatUnavailableError
+from evidra.openai_wire import Choice as Choice
+from evidra.openai_wire import MalformedResponseError as MalformedResponseError
+from evidra.openai_wire import parse_completion, request_body, server_message
+from evidra.openai_wire import to_openai as to_openai
+from evidra.types import Message
+
+if TYPE_CHECKING:
+    import httpx
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+T = TypeVar("T")
+ChatMessages = Sequence[Message | Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long a call retries 429/5xx/connection errors/timeouts."""
+
+    max_attempts: int = 3  # requests in all, the first included
+    backoff_s: float = 1.0  # ceiling of the first wait; doubles each retry
+    max_backoff_s: float = 30.0  # longest single wait, Retry-After included
+    max_wait_s: float = 120.0  # longest total wait between attempts of one call
+    jitter: float = 0.5  # a wait is drawn from [(1 - jitter) * ceiling, ceiling]
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise InvalidInputError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if min(self.backoff_s, self.max_backoff_s, self.max_wait_s) < 0:
+            raise InvalidInputError(
+                f"backoff_s, max_backoff_s and max_wait_s must be >= 0, got "
+                f"{self.backoff_s}, {self.max_backoff_s}, {self.max_wait_s}"
+            )
+        if not 0.0 <= self.jitter <= 1.0:
+            raise InvalidInputError(f"jitter must be in [0, 1], got {self.jitter}")
+
+
+def retry_delay(policy: RetryPolicy, retry: int, retry_after: float | None, rand: float) -> float:
+    """Seconds to wait before retry number ``retry`` (1-based); ``rand`` is uniform in [0, 1).
+
+    Without ``Retry-After``: ``min(max_backoff_s, backoff_s * 2**(retry - 1))`` scaled down by
+    up to ``jitter`` so that concurrent callers do not retry in lockstep. With it: the server's
+    value, up to ``max_backoff_s``.
+
+    >>> p = RetryPolicy(backoff_s=1.0, max_backoff_s=5.0, jitter=0.5)
+    >>> retry_delay(p, 1, None, 0.0), retry_delay(p, 3, None, 1.0), retry_delay(p, 5, None, 0.0)
+    (1.0, 2.0, 5.0)
+    >>> retry_delay(p, 1, 3.0, 0.9), retry_delay(p, 1, 60.0, 0.9)
+    (3.0, 5.0)
+    """
+    if retry_after is not None:
+        return min(policy.max_backoff_s, retry_after)
+    ceiling = min(policy.max_backoff_s, policy.backoff_s * 2.0 ** min(retry - 1, 60))
+    return ceiling * (1.0 - policy.jitter * rand)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """A ``Retry-After`` header in seconds (delay-seconds or an HTTP date); None if absent or bad.
+
+    >>> parse_retry_after("7"), parse_retry_after("soon"), parse_retry_after(None)
+    (7.0, None, None)
+    >>> parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT",
+    ...                   now=datetime(2015, 10, 21, 7, 28, 0, tzinfo=timezone.utc))
+    30.0
+    """
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where to send requests and how long to keep trying."""
+
+    base_url: str  # e.g. http://127.0.0.1:8000/v1; requests go to {base_url}/chat/completions
+    model: str
+    api_key_env: str = DEFAULT_API_KEY_ENV  # variable holding the key; "": send none
+    api_key: str | None = field(default=None, repr=False)  # an explicit key wins over api_key_env
+    timeout_s: float = 120.0  # one attempt, wall clock over connect, send and every read
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise InvalidInputError(
+                f"base_url must be the http(s) URL of an OpenAI-compatible server (…/v1), "
+                f"got {self.base_url!r}"
+            )
+        if not self.model:
+            raise InvalidInputError(f"model is empty: name the model that {self.base_url} serves")
+        if not self.timeout_s > 0:
+            raise InvalidInputError(f"timeout_s must be > 0, got {self.timeout_s}")
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def key(self) -> str | None:
+        """The key to send: ``api_key`` when given (``""``: none), else ``$api_key_env``."""
+        if self.api_key is not None:
+            return self.api_key or None
+        return (os.environ.get(self.api_key_env) or None) if self.api_key_env else None
+
+
+def endpoint_config(
+    base_url: str, model: str, *, api_key: str | None = None, api_key_env: str = DEFAULT_API_KEY_ENV,
+    timeout_s: float = 120.0, retries: int = 2, max_wait_s: float = 120.0,
+) -> ClientConfig:  # fmt: skip
+    """A ``ClientConfig`` from the flat fields the endpoint and teacher configs carry:
+    ``retries`` extra attempts, the default backoff, ``max_wait_s`` of waiting in all."""
+    if retries < 0:
+        raise InvalidInputError(f"retries must be >= 0, got {retries}")
+    retry = RetryPolicy(max_attempts=retries + 1, max_wait_s=max_wait_s)
+    return ClientConfig(base_url, model, api_key_env=api_key_env, api_key=api_key, timeout_s=timeout_s,
+                        retry=retry)  # fmt: skip
+
+
+def check_api_key_env(name: str, option: str) -> None:
+    """``ConfigError`` when ``name`` is a variable other than the default and it is unset: a
+    variable named on purpose is expected to hold a key (the default may be unset, for a local
+    server that needs none)."""
+    if name and name != DEFAULT_API_KEY_ENV and not os.environ.get(name):
+        raise ConfigError(f"{option} {name}: that environment variable is not set; export it, or pass "
+                          f"the variable that holds the key")  # fmt: skip
+
+
+class _Transient(Exception):
+    """A failed attempt worth retrying; ``retry_after`` is the server's wish, in seconds."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class AsyncChatClient:
+    """Async chat completions with retries; ``async with`` shares one pool among calls."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self._http: httpx.AsyncClient | None = None
+        self._rng = random.Random()
+
+    async def __aenter__(self) -> AsyncChatClient:
+        import httpx  # a core dependency, imported when a client is opened
+
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout_s))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def chat(
+        self, messages: ChatMessages, *, n: int = 1, max_tokens: int | None = None,
+        temperature: float = 0.0, stop: Sequence[str] = (), max_attempts: int | None = None,
+    ) -> ChatResult:  # fmt: skip
+        """The text choices for ``messages``; ``max_attempts`` overrides the policy's."""
+        if n < 1:
+            raise InvalidInputError(f"n must be >= 1, got {n}")
+        if self._http is None:  # not opened: a client of its own for this one call
+            async with self:
+                return await self.chat(messages, n=n, max_tokens=max_tokens, temperature=temperature,
+                                       stop=stop, max_attempts=max_attempts)  # fmt: skip
+        body = request_body(self.config.model, messages, n=n, max_tokens=max_tokens,
+                            temperature=temperature, stop=stop)  # fmt: skip
+        return await self._with_retries(body, max_attempts or self.config.retry.max_attempts)
+
+    async def _with_retries(self, body: dict[str, Any], attempts: int) -> ChatResult:
+        policy, url = self.config.retry, self.config.url
+        waited = 0.0
+        for attempt in range(1, attempts + 1):
+            start = time.perf_counter()
+            try:
+                data = await self._attempt(body)
+            except _Transient as exc:
+                if attempt == attempts:
+                    raise ChatUnavailableError(
+                        f"{url}: no answer after {attempt} attempts: {exc}", attempt
+                    ) from None
+                delay = retry_delay(policy, attempt, exc.retry_after, self._rng.random())
+                if waited + delay > policy.max_wait_s:
+                    raise ChatUnavailableError(
+                        f"{url}: gave up after {attempt} attempts ({exc}): waiting {delay:.2f} s more would "
+                        f"pass the retry budget max_wait_s={policy.max_wait_s}", attempt
+                    ) from None  # fmt: skip
+                logger.warning("%s: attempt %d of %d failed (%s); retrying in %.2f s",
+                               url, attempt, attempts, exc, delay)  # fmt: skip
+                await asyncio.sleep(delay)
+                waited += delay
+                continue
+            except ChatClientError as exc:
+                exc.attempts = attempt
+                raise
+            return parse_completion(data, url, attempt, time.perf_counter() - start)
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    async def _attempt(self, body: dict[str, Any]) -> Any:
+        """One request; its decoded JSON, or ``_Transient`` / ``ChatClientError``."""
+        import httpx
+
+        assert self._http is not None
+        url, key = self.config.url, self.config.key()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        try:  # wait_for bounds the whole attempt; httpx's own timeouts bound each phase only
+            response = await asyncio.wait_for(
+                self._http.post(url, json=body, headers=headers), timeout=self.config.timeout_s
+            )
+        except asyncio.TimeoutError:
+            raise _Transient(f"no complete reply within timeout_s={self.config.timeout_s:g}") from None
+        except httpx.TransportError as exc:  # refused, reset, protocol errors, httpx's phase timeouts
+            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise ChatClientError(f"{url}: {type(exc).__name__}: {exc}") from None
+        status = response.status_code
+        if status == 429 or status >= 500:
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            raise _Transient(f"HTTP {status}: {server_message(response.text)}", retry_after)
+        if not 200 <= status < 300:
+            hint = ""
+            if status in (401, 403):
+                source = "api_key" if self.config.api_key is not None else f"${self.config.api_key_env}"
+                hint = f"; check the API key (from {source})" if key else "; no API key was sent"
+            raise ChatHTTPError(f"HTTP {status} from {url}: {server_message(response.text)}{hint}", status)
+        try:
+            return response.json()
+        except ValueError:
+            shown = server_message(response.text, 80)
+            raise MalformedResponseError(
+                f"{url} answered HTTP {status} with a body that is not JSON: {shown}"
+            ) from None
+
+
+class _LoopThread:
+    """An event loop running in a daemon thread, with one open ``AsyncChatClient`` on it."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="evidra-chat-client", daemon=True)
+        self.thread.start()
+        self.client = AsyncChatClient(config)
+        self.submit(self.client.__aenter__())
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        if self.thread.is_alive() and self.pid == os.getpid():
+            with contextlib.suppress(Exception):  # closing must not fail: the pool is gone either way
+                asyncio.run_coroutine_threadsafe(self.client.__aexit__(), self.loop).result(timeout=5)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+class ChatClient:
+    """The blocking form of ``AsyncChatClient``, safe to share among threads.
+
+    Calls run on a private event loop in a daemon thread, started by the first call, so all
+    calls share one connection pool (one TLS set-up, keep-alive) and overlap when made from
+    several threads. ``close()`` (or garbage collection) stops it.
+    """
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._runner: _LoopThread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:  # a pickled client (another process) starts its own loop
+        return {"config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])  # type: ignore[misc]
+
+    def _loop_thread(self) -> _LoopThread:
+        with self._lock:
+            if self._runner is None or self._runner.pid != os.getpid():  # none yet, or a forked child
+                self._runner = _LoopThread(self.config)
+                weakref.finalize(self, self._runner.close)
+            return self._runner
+
+    def chat(
+        self, messages: ChatMessages, *, n: int = 1, max_tokens: int | None = None,
+        temperature: float = 0.0, stop: Sequence[str] = (), max_attempts: int | None = None,
+    ) -> ChatResult:  # fmt: skip
+        runner = self._loop_thread()
+        return runner.submit(runner.client.chat(messages, n=n, max_tokens=max_tokens, temperature=temperature,
+                                                stop=stop, max_attempts=max_attempts))  # fmt: skip
+
+    def close(self) -> None:
+        with self._lock:
+            runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.close()
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from blocking code, in a worker thread when this thread
+    already runs an event loop (a notebook, an async caller)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
