@@ -75,8 +75,20 @@ def sample_from_fields(fields: Mapping[str, Any], *, index: int = 0, prompt: Any
     answers = next((_answers(fields[k]) for k in ANSWER_KEYS if k in fields), ())
     answerable = bool(fields.get("answerable", True))
     sid = str(fields.get("id", fields.get("sample_id", index)))
+    gold, source = _answers(fields.get("gold_pages")), str(fields.get("data_source", ""))
     return Sample(id=sid or str(index), question=question, answers=answers, answerable=answerable,
-                  dataset=str(fields.get("data_source", "")), extras=dict(fields))  # fmt: skip
+                  gold_pages=gold, dataset=source, extras=dict(fields))  # fmt: skip
+
+
+def with_retrieved(parsed: Parsed, page_ids: Sequence[str], field_name: str) -> Parsed:
+    """``parsed`` with ``page_ids`` (newline-separated) in ``fields[field_name]``, as VRAG-RL's
+    reward reads the pages an episode retrieved; unchanged when there are none."""
+    if not page_ids:
+        return parsed
+    fields = {**parsed.fields, field_name: "\n".join(page_ids)}
+    return Parsed(text=parsed.text, answer=parsed.answer, steps=parsed.steps, action=parsed.action,
+                  answer_box=parsed.answer_box, answer_page=parsed.answer_page, fields=fields,
+                  errors=parsed.errors)  # fmt: skip
 
 
 def _usable(reward: RewardFn) -> None:
@@ -147,8 +159,12 @@ def as_verl_compute_score(
     ``score``, ``scored`` (1.0, or 0.0 when the reward could not score the sample, e.g. the
     judge was down: its ``score`` 0.0 is not a verdict, drop it by ``scored``) and one value per
     component in ``keys`` (default: the reward's ``component_names``, if it declares them; 0.0
-    where a result lacks one).
+    where a result lacks one). The pages evidra's verl search tool retrieved reach it in
+    ``extra_info["retrieved_pages"]`` and are read as VRAG-RL's reward reads them; gold pages
+    come from ``extra_info["gold_pages"]``.
     """
+    from evidra.rewards.vragrl import RETRIEVED_FIELD
+
     _usable(reward)
     names = tuple(keys) if keys is not None else tuple(getattr(reward, "component_names", ()))
 
@@ -160,7 +176,10 @@ def as_verl_compute_score(
         **_: Any,
     ) -> dict[str, Any]:
         fields = {**dict(extra_info or {}), "answers": ground_truth, "data_source": data_source}
-        result: RewardResult = reward(parse(solution_str), sample_from_fields(fields), None)
+        parsed = parse(solution_str)
+        if RETRIEVED_FIELD not in parsed.fields:
+            parsed = with_retrieved(parsed, _answers(fields.get(RETRIEVED_FIELD)), RETRIEVED_FIELD)
+        result: RewardResult = reward(parsed, sample_from_fields(fields), None)
         total = result.total if result.scored else 0.0
         out: dict[str, Any] = {"score": total, "scored": float(result.scored)}
         out.update({k: float(result.components.get(k, 0.0)) for k in names})

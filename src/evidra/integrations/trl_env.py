@@ -254,10 +254,6 @@ def as_trl_environment(
 def episode_parsed(parsed: Parsed, episode: Episode, retrieved_field: str) -> Parsed:
     """``parsed`` with the episode's retrieved page ids (newline-separated) in ``fields``, as
     VRAG-RL's reward reads them; unchanged when the episode retrieved nothing."""
-    retrieved = episode.retrieved()
-    if not retrieved:
-        return parsed
-    fields = {**parsed.fields, retrieved_field: "\n".join(retrieved)}
-    return Parsed(text=parsed.text, answer=parsed.answer, steps=parsed.steps, action=parsed.action,
-                  answer_box=parsed.answer_box, answer_page=parsed.answer_page, fields=fields,
-                  errors=parsed.errors)  # fmt: skip
+    from evidra.integrations.frameworks import with_retrieved
+
+    return with_retrieved(parsed, episode.retrieved(), retrieved_field)
