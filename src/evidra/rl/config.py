@@ -48,9 +48,12 @@ class DataConfig:
     toolbox: str = ""  # Lang2Act stage 2: a toolbox file (evidra data toolbox); empty: Figure 10's box
     # a file of `evidra data filter`: train on the samples it keeps, a subset of the task's samples
     subset: str = ""
-    # SFT only: a JSONL of distilled trajectories (evidra data distill), trained on instead of the
-    # task's oracle conversations (`evidra train sft --data FILE` sets it)
+    # SFT only: a JSONL of conversations, trained on instead of the task's oracle conversations
+    # (`evidra train sft --data FILE` sets it): distilled trajectories (evidra data distill), TRL /
+    # OpenAI messages or LLaMA-Factory ShareGPT rows
     trajectories: str = ""
+    # the file's format: auto (detected from its rows) | evidra | messages | sharegpt
+    trajectories_format: str = "auto"
 
 
 @dataclass(frozen=True)

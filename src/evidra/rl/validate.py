@@ -131,7 +131,12 @@ def _check_data(data: DataConfig, task: Any, stage: str) -> None:
     if data.trajectories:
         _check(stage == "sft", "data.trajectories is SFT data; pass it to `evidra train sft --data FILE`")
         where = f"data.trajectories: no file {data.trajectories!r}"
-        _check(Path(data.trajectories).is_file(), f"{where}; write it with `evidra data distill`")
+        fix = "pass a JSONL of messages or ShareGPT rows, or write one with `evidra data distill`"
+        _check(Path(data.trajectories).is_file(), f"{where}; {fix}")
+    if data.trajectories_format != "auto":
+        from evidra.rl.sft_formats import SFT_FORMATS
+
+        _known(SFT_FORMATS, data.trajectories_format, "data.trajectories_format")
 
 
 def validate_rl_config(cfg: RLConfig) -> None:
