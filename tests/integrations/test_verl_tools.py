@@ -142,7 +142,7 @@ def test_one_trajectory_through_the_agent_loops_calls(store: tuple[Path, dict[st
     assert bad_box[0].text.startswith("Invalid call of bbox: expected arguments box (array)")
     assert no_query[0].text.startswith("Invalid call of search") and no_query[1] == -0.05
     episode = getattr(agent, EPISODES_ATTRIBUTE)["search"].episode
-    assert [i.get("page_id") for i in episode.infos] == [ids["C"], ids["C"], ids["A"]]
+    assert [i.page_id for i in episode.infos] == [ids["C"], ids["C"], ids["A"]]
     assert agent.extra_fields == {"retrieved_pages": [ids["C"], ids["A"]], "evidra_tool_calls": 6,
                                   "evidra_invalid_tool_calls": 3}  # fmt: skip
     # the episode's step rewards: the bad box and the empty search (the early crop preceded it)
