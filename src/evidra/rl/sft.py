@@ -203,7 +203,7 @@ class SFTTrainer:
 def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
     if cfg.data.trajectories:  # distilled trajectories (evidra data distill) instead of the oracle
         return read_trajectories(cfg.data.trajectories)
-    task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+    task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
     if task.oracle is None:
         raise ConfigError(f"task {cfg.data.task!r} has no oracle trajectories; pass SFT conversations")
     samples = task_samples(task, cfg.data)
