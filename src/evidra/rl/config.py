@@ -45,6 +45,9 @@ class DataConfig:
     source: str = ""  # a benchmark loader (evidra.data.loaders, e.g. visa_wiki, slidevqa) reading path
     options: dict[str, Any] = field(default_factory=dict)  # loader options, e.g. {pool: train.jsonl}
     index: str = ""  # search tasks: an index directory (evidra index build) or a serve-index URL
+    # pages shown per question (Lang2Act: the top 3): ranked by ``index`` over every page of the
+    # samples when one is given, else the sample's own order; 0 shows every page of the sample
+    pages_per_question: int = 0
     toolbox: str = ""  # Lang2Act stage 2: a toolbox file (evidra data toolbox); empty: Figure 10's box
     # a file of `evidra data filter`: train on the samples it keeps, a subset of the task's samples
     subset: str = ""

@@ -53,6 +53,9 @@ class Task:
     # the same task scored with its reward's other variant (``reward.mode``: "paper" or "upstream",
     # the method's released code); None: the task has the paper's reward only
     with_reward_mode: Callable[[str], Task] | None = None
+    # shows each question a budget of its top pages (``data.pages_per_question``); tasks that search
+    # or label sufficiency from the pages they show leave it False
+    ranks_pages: bool = False
 
     def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
@@ -92,10 +95,18 @@ def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
 
     Benchmark samples go through ``task.from_benchmark``; more than ``data.size`` of them (when
     it is not 0) are subsampled with ``data.seed``, keeping their order. ``data.subset`` then
-    keeps the samples its file keeps.
+    keeps the samples its file keeps, and ``data.pages_per_question`` cuts each sample's pages to
+    its top ones (``evidra.data.pages.top_pages``, ranked by ``data.index`` when given).
     """
     samples = _own_or_benchmark(task, cfg)
-    return _subset(samples, cfg.subset) if cfg.subset else samples
+    samples = _subset(samples, cfg.subset) if cfg.subset else samples
+    if cfg.pages_per_question:
+        from evidra.data.pages import top_pages
+        from evidra.retrieval.engine import open_searcher
+
+        searcher = open_searcher(cfg.index) if cfg.index else None
+        samples = top_pages(samples, cfg.pages_per_question, searcher)
+    return samples
 
 
 def _own_or_benchmark(task: Task, cfg: DataConfig) -> list[Sample]:

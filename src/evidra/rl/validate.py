@@ -115,6 +115,10 @@ def _check_data(data: DataConfig, task: Any, stage: str) -> None:
 
         _known(LOADERS, data.source, "data.source")
     _check(data.size >= 0, f"data.size must be >= 0, got {data.size}")
+    k = data.pages_per_question
+    _check(k >= 0, f"data.pages_per_question must be >= 0 (0: every page), got {k}")
+    _check(k == 0 or task.ranks_pages, f"task {task.name!r} takes no page budget; remove "
+           "data.pages_per_question (it is for lang2act.stage1/2)")  # fmt: skip
     if data.toolbox:
         from evidra.paradigms.toolchain import load_toolbox
 
