@@ -137,7 +137,7 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
 
     cfg = load_config(RLConfig, args.config, args.overrides)
     validate_rl_config(cfg)
-    task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+    task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
     return cfg, task, task_samples(task, cfg.data)
 
 

@@ -19,6 +19,7 @@ Run the tests with ``OMP_NUM_THREADS=1 .venv/bin/pytest tests/rl/test_advantages
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
@@ -187,6 +188,30 @@ def router_advantages(
     return group_normalize(
         rewards, groups, valid=valid, scale_by_std=scale_by_std, eps=eps, std=std, singleton=singleton
     )
+
+
+@dataclass(frozen=True, eq=False)
+class ScopedAdvantages:
+    """Advantages for a loss taken per scope (EVisRAG's released router): each channel's advantage
+    on its own scope's tokens. The policy loss is computed once per scope and the per-scope losses
+    are combined by ``losses.aggregate_scoped``, not by a token-level aggregation."""
+
+    values: Tensor  # (N, K, L): channel k's advantage on the tokens of its scope, 0 elsewhere
+    masks: Tensor  # (N, K, L): 1 on the (policy) tokens of scope k
+
+    def __post_init__(self) -> None:
+        if self.values.dim() != 3 or self.values.shape != self.masks.shape:
+            raise InvalidInputError(
+                f"scoped advantages and masks must both be (N, K, L), got {tuple(self.values.shape)} "
+                f"and {tuple(self.masks.shape)}"
+            )
+
+    @classmethod
+    def broadcast(cls, advantages: Tensor, scope_masks: Tensor) -> ScopedAdvantages:
+        """(N, K) channel advantages (:func:`router_advantages`) on (N, K, L) scope masks."""
+        _check_scope_shapes(advantages, scope_masks)
+        masks = scope_masks.to(advantages.dtype)  # (N, K, L)
+        return cls(advantages.unsqueeze(-1) * masks, masks)
 
 
 def scoped_token_advantages(

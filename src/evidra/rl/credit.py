@@ -4,8 +4,10 @@ Each estimator is registered in ``CREDIT`` under its ``algo.advantage`` name and
 ``CreditInputs`` record. Outcome estimators (``grpo``, ``dr_grpo``) give one value per episode,
 spread over its policy tokens. ``rs_grpo`` (EVisRAG Eq. 7-10) group-normalises each reward
 channel and applies it only to the tokens of its scopes (``Trajectory.scopes``, channels from
-``RewardResult.scopes``). ``turn_credit`` (CAVE) spreads per-turn credits (``RewardResult.turns``)
-over each turn's tokens.
+``RewardResult.scopes``). ``router`` (EVisRAG's released RS-GRPO) normalises each channel on
+its own and returns ``ScopedAdvantages``: the update then takes the policy loss per scope and
+combines the scopes with ``losses.aggregate_scoped``. ``turn_credit`` (CAVE) spreads per-turn
+credits (``RewardResult.turns``) over each turn's tokens.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from evidra.registry import Registry
 from evidra.rewards.base import RewardResult
 from evidra.rl.advantages import (
     ADVANTAGES,
+    ScopedAdvantages,
+    router_advantages,
     rs_grpo_advantages,
     scope_masks_from_spans,
     turn_credit_advantages,
@@ -50,9 +54,25 @@ class CreditInputs:
             policy[i, : len(mask)] = torch.tensor(mask, dtype=torch.float32)
         return policy
 
+    def channels(self) -> tuple[Any, Any]:
+        """Each episode's reward channels ``(N, K)`` (``RewardResult.scopes``, in ``scope_names``
+        order) and the channels' scope masks ``(N, K, L)`` on policy tokens."""
+        import torch
+
+        names = self.scope_names
+        if not names:
+            raise ConfigError(
+                f"advantage {self.algo.advantage} needs a task with scope names (its reward channels)"
+            )
+        channel = torch.tensor([[r.scopes.get(n, 0.0) for n in names] for r in self.results])  # (N, K)
+        masks = scope_masks_from_spans(
+            [ep.trajectory.scopes for ep in self.episodes], names, self.length, policy_mask=self.policy_mask()
+        )  # (N, K, L)
+        return channel, masks
+
 
 class CreditFn(Protocol):
-    def __call__(self, inputs: CreditInputs) -> Any: ...  # (N, L)
+    def __call__(self, inputs: CreditInputs) -> Any: ...  # (N, L), or ScopedAdvantages
 
 
 CREDIT: Registry[CreditFn] = Registry("advantage estimator")
@@ -77,21 +97,27 @@ def dr_grpo_credit(inputs: CreditInputs) -> Any:
 
 @CREDIT.register("rs_grpo")
 def rs_grpo_credit(inputs: CreditInputs) -> Any:
-    import torch
-
-    names = inputs.scope_names
-    if not names:
-        raise ConfigError("advantage rs_grpo needs a task with scope names (its reward channels)")
-    channel = torch.tensor([[r.scopes.get(n, 0.0) for n in names] for r in inputs.results])  # (N, K)
-    masks = scope_masks_from_spans(
-        [ep.trajectory.scopes for ep in inputs.episodes],
-        names,
-        inputs.length,
-        policy_mask=inputs.policy_mask(),
-    )  # (N, K, L)
+    channel, masks = inputs.channels()  # (N, K), (N, K, L)
     return rs_grpo_advantages(channel, masks, inputs.group_size, valid=inputs.valid,
                               scale_by_std=inputs.algo.scale_by_std, eps=inputs.algo.eps,
                               singleton="zero")  # fmt: skip
+
+
+@CREDIT.register("router")
+def router_credit(inputs: CreditInputs) -> ScopedAdvantages:
+    """EVisRAG's released ``compute_router_outcome_advantage``: every channel z-scored in its group
+    on its own (so the x3 weights of accuracy and evidence cancel), each on its own scope."""
+    channel, masks = inputs.channels()  # (N, K), (N, K, L)
+    a = inputs.algo
+    adv = router_advantages(
+        channel,
+        inputs.group_size,
+        valid=inputs.valid,
+        scale_by_std=a.scale_by_std,
+        eps=a.eps,
+        singleton="zero",
+    )  # (N, K)
+    return ScopedAdvantages.broadcast(adv, masks)
 
 
 @CREDIT.register("turn_credit")
@@ -121,6 +147,7 @@ def token_advantages(
     group_size: int,
     scope_names: Sequence[str] = (),
 ) -> Any:
-    """Advantages ``(N, L)``: row i covers episode i's tokens (0 past its end)."""
+    """Advantages ``(N, L)``: row i covers episode i's tokens (0 past its end); ``ScopedAdvantages``
+    ``(N, K, L)`` for an estimator whose loss is taken per scope (``router``)."""
     inputs = CreditInputs(algo, episodes, results, rewards, valid, group_size, scope_names)
     return CREDIT.get(algo.advantage)(inputs)

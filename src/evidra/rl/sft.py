@@ -208,7 +208,7 @@ class SFTTrainer:
 
 
 def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
-    task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+    task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
     if task.oracle is None:
         raise ConfigError(f"task {cfg.data.task!r} has no oracle trajectories; pass SFT conversations")
     samples = task_samples(task, cfg.data)

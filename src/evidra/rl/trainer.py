@@ -27,6 +27,7 @@ from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
 from evidra.rewards.guards import guard, tripped
+from evidra.rl.advantages import ScopedAdvantages
 from evidra.rl.backends import make_backend
 from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
@@ -71,7 +72,7 @@ class RLTrainer:
         self.local_batch = local_batch_size(cfg, self.acc.num_processes)
         self.out = Path(cfg.run.output_dir)
         set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
-        self.task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+        self.task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
         with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
             self.samples = task_samples(self.task, cfg.data)
             self.vlm = load_policy(
@@ -196,7 +197,8 @@ class RLTrainer:
         valid = torch.tensor([r.scored and math.isfinite(r.total) for r in results])  # (B*G,)
         shaped = self._kl_in_reward(rewards, flat, ref)
         g, scopes = self.cfg.rollout.group_size, self.task.scope_names
-        advantages = token_advantages(self.cfg.algo, episodes, results, shaped, valid, g, scopes)  # (B*G, L)
+        # (B*G, L), or ScopedAdvantages (B*G, K, L) for a loss taken per scope (algo.advantage=router)
+        advantages = token_advantages(self.cfg.algo, episodes, results, shaped, valid, g, scopes)
         for mb in flat:
             mb.set_advantages(advantages)
         settings = self._settings()
@@ -341,6 +343,8 @@ def _split(items: list[Group], n: int) -> list[list[Group]]:
 
 def _reward_metrics(results: list[RewardResult], rewards: Any, advantages: Any) -> dict[str, float]:
     """Reward statistics over the scored episodes only (unscored ones are counted apart)."""
+    if isinstance(advantages, ScopedAdvantages):  # per scope: the advantages on the scopes' tokens
+        advantages = advantages.values[advantages.masks > 0]
     nonzero = advantages[advantages != 0]
     scored = rewards[[r.scored and math.isfinite(r.total) for r in results]]
     out = {
