@@ -148,6 +148,74 @@ def test_pdf_over_the_page_cap_is_refused_and_named(tmp_path: Path) -> None:
         Limits(max_pixels=0)
 
 
+def _sparse(path: Path, size: int) -> Path:
+    """A file of ``size`` bytes that occupies (almost) no disk: its length is set, nothing written."""
+    with path.open("wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_a_file_over_the_size_cap_is_skipped_unread_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.pdf").write_bytes(_pdf(1))
+    _sparse(docs / "huge.pdf", 600 * 2**20 + 1)  # over the default cap of 512 MiB
+    rendered: list[str] = []
+    real = ingest_module._render
+
+    def tracked(path: Path, *args: object) -> Iterator[RenderedPage]:
+        rendered.append(path.name)
+        return real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest_module, "_render", tracked)
+    report = ingest(docs, tmp_path / "store", dpi=36)
+    # 600 MiB + 1 byte = 629145601 bytes; --max-file-mb rounds the size up to whole MiB: 601
+    reason = (
+        "huge.pdf is 600.0 MiB (629145601 bytes), over the cap of 512 MiB per file; raise the cap "
+        "(--max-file-mb 601, or Limits(max_file_bytes=...))"
+    )
+    assert [(f.path, f.reason) for f in report.failed] == [("huge.pdf", reason)]
+    assert len(report.added) == 1 and rendered == ["a.pdf"]
+    assert f"skipping huge.pdf: {reason}" in caplog.text
+
+
+def test_the_size_cap_admits_a_file_of_exactly_its_size(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _sparse(docs / "at.png", 2**20)
+    _sparse(docs / "over.png", 2**20 + 1)
+    report = ingest(docs, tmp_path / "store", limits=Limits(max_file_bytes=2**20))
+    reasons = {f.path: f.reason for f in report.failed}
+    assert reasons["at.png"].startswith("at.png is not a readable image")  # read, then found to be zeros
+    assert reasons["over.png"] == (
+        "over.png is 1.0 MiB (1048577 bytes), over the cap of 1 MiB per file; raise the cap "
+        "(--max-file-mb 2, or Limits(max_file_bytes=...))"
+    )
+    with pytest.raises(InvalidInputError, match="max_file_bytes must be positive"):
+        Limits(max_file_bytes=0)
+
+
+def test_cli_max_file_mb_skips_the_large_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evidra.cli.main import main
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.pdf").write_bytes(_pdf(1))
+    _sparse(docs / "b.pdf", 3 * 2**20)
+    argv = ["ingest", str(docs), "--store", str(tmp_path / "store"), "--dpi", "36", "--max-file-mb", "2.5"]
+    assert main(argv) == 0  # a page was stored: the skipped file does not fail the run
+    out = capsys.readouterr().out
+    assert out.splitlines()[1:] == [
+        "  skipped b.pdf: b.pdf is 3.0 MiB (3145728 bytes), over the cap of 2.5 MiB per file; raise the "
+        "cap (--max-file-mb 3, or Limits(max_file_bytes=...))"
+    ]
+    assert out.startswith("1 pages added, 0 unchanged, 1 files failed, 2 files seen")
+
+
 def _track_live_images(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Wrap ingest's renderer; returns a list that records how many page images are alive at each page."""
     real = ingest_module._render

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from evidra.corpus.ingest import DEFAULT_MAX_FILE_BYTES, MIB
 from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS
 
 
@@ -33,13 +34,22 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_MAX_PAGES,
         help=f"page (or image frame) cap per file (default: {DEFAULT_MAX_PAGES}); longer files are skipped",
     )
+    p.add_argument(
+        "--max-file-mb",
+        type=float,
+        default=DEFAULT_MAX_FILE_BYTES / MIB,
+        help=f"size cap per file in MiB (default: {DEFAULT_MAX_FILE_BYTES // MIB}); larger files are "
+        "skipped before they are read",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from evidra.corpus import Limits, ingest
 
-    limits = Limits(max_pixels=args.max_pixels, max_pages=args.max_pages)
+    limits = Limits(
+        max_pixels=args.max_pixels, max_pages=args.max_pages, max_file_bytes=int(args.max_file_mb * MIB)
+    )
     report = ingest(args.root, args.store, dpi=args.dpi, recursive=not args.no_recursive, limits=limits)
     print(report.summary())
     for failed in report.failed:
