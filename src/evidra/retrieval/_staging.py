@@ -3,8 +3,8 @@
 * A build fills ``.{name}.building.{pid}.*`` beside the target and ``publish`` moves it into place,
   the manifest last; ``remove_stale_builds`` removes the folders of builds that no longer run
   (dropping the Qdrant collection one noted, ``qdrant_build.drop_noted``).
-* Files that a backend rewrites whole (BM25's) live in a folder ``{prefix}.{pid}.*`` inside the
-  index that the manifest names: ``save_generation`` saves a new folder, the caller switches the
+* Files that a backend rewrites whole (BM25's) live in a folder ``{prefix}.*`` inside the index
+  that the manifest names: ``save_generation`` saves a new folder, the caller switches the
   manifest to it, then removes the old one, so the manifest always names a complete folder.
 """
 
@@ -67,21 +67,26 @@ def remove_stale_builds(out: Path) -> None:
 def save_generation(root: Path, prefix: str, save: Callable[[Path], object], *, keep: str) -> str:
     """Save files through ``save(folder)`` into a new folder of ``root``; returns its name.
 
-    First removes the ``{prefix}.*`` folders of writers that no longer run, except ``keep`` (the
-    one the manifest names). The new folder's files are flushed to disk before it is returned.
+    The folder is written as ``{prefix}.{pid}.{random}`` and, once its files are flushed to disk,
+    renamed ``{prefix}.{random}``: complete, ready for the manifest to name. First removes the
+    ``{prefix}.*`` folders the manifest does not name (``keep``): complete ones (a change killed
+    before it named or after it replaced them) and those of writers that no longer run.
     """
     for path in root.glob(f"{glob.escape(prefix)}.*"):
         pid = pid_in_name(path.name, 1)
-        if path.is_dir() and path.name != keep and pid is not None and not process_alive(pid):
+        if path.is_dir() and path.name != keep and (pid is None or not process_alive(pid)):
             logger.info("removing %s, left by an interrupted index change", path)
             shutil.rmtree(path, ignore_errors=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{prefix}.{os.getpid()}.", dir=root))
+    done = root / f"{prefix}.{folder.name.rsplit('.', 1)[1]}"
     try:
         save(folder)
         for entry in folder.rglob("*"):
             fsync_path(entry)
         fsync_path(folder)
+        os.rename(folder, done)
+        fsync_path(root)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    return folder.name
+    return done.name
