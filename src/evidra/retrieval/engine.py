@@ -7,6 +7,11 @@ layer (no model), and ``qdrant`` for multi-vector encoders whose vectors live in
 collection (a server or cluster at ``url``, or embedded local mode in a directory); the
 manifest records where, never the API key (read from ``$QDRANT_API_KEY`` on every open).
 
+Changes never show half done: a build is staged beside the directory and moved in (``_staging``);
+``Engine.add`` commits all its batches at once on the directory's own stores (``ShardBatch``, or a
+new BM25 folder that the manifest then names); a Qdrant build fills a new collection and makes the
+asked-for name its alias at the end (``qdrant_build``).
+
 >>> engine = build_index(store.pages(), "idx/", "colqwen2", "ckpt/colqwen2")   # doctest: +SKIP
 >>> engine.retriever.search(["When was Orion founded?"], k=5)                  # doctest: +SKIP
 """
@@ -76,8 +81,9 @@ class Engine:
     ) -> None:
         """Embed and add ``pages``; with ``replace`` pages already present are updated.
 
-        All or nothing for the directory's own stores: a failure or kill leaves the index as it
-        was. A Qdrant collection gets each batch as it is embedded (``QdrantIndex.add_batches``).
+        All or nothing for the directory's own stores: a failure or kill leaves the index files as
+        they were (after a failed BM25 save this retriever still holds the pages: reopen it). A
+        Qdrant collection gets each batch as it is embedded (``QdrantIndex.add_batches``).
         """
         if isinstance(self.index, BM25Retriever):
             texts = {p.id: page_text(p, ocr=self.spec.ocr) for p in pages}
