@@ -146,7 +146,8 @@ KILL_POINTS: dict[str, tuple[Any, str, str, int]] = {
 
 
 def child_main(argv: Sequence[str]) -> None:
-    """``action root point [delay_s] [qdrant_path]``: arm ``point`` (or ``none``), then act."""
+    """``action root point [delay_s] [qdrant_path]``: arm ``point`` (``none``: nothing, ``slow``:
+    every stage sleeps ``delay_s`` before and after), print ``ready``, act, print ``done``."""
     action, root, point = argv[0], Path(argv[1]), argv[2]
     delay = float(argv[3]) if len(argv) > 3 else 0.0
     ENCODERS._items.update(encoder_factories(delay))
@@ -172,3 +173,5 @@ def child_main(argv: Sequence[str]) -> None:
         add_missing(root)
     else:
         build_index([*BEFORE, *NEW], root, "hash-multi", "hash", qdrant=QdrantSpec(path=argv[4])).close()
+    print("done", flush=True)
+    os._exit(0)  # skip the interpreter's teardown: the parent waits for it
