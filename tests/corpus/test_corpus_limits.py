@@ -12,6 +12,7 @@ import weakref
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -19,7 +20,7 @@ from PIL import Image
 from evidra.corpus import Limits, PageStore, ingest
 from evidra.corpus.pdf import RenderedPage, capped_scale
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-from evidra.errors import InvalidInputError
+from evidra.errors import CorpusError, InvalidInputError
 
 ingest_module = importlib.import_module("evidra.corpus.ingest")
 
@@ -195,6 +196,45 @@ def test_the_size_cap_admits_a_file_of_exactly_its_size(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidInputError, match="max_file_bytes must be positive"):
         Limits(max_file_bytes=0)
+
+
+def test_reading_a_small_file_does_not_allocate_the_size_cap(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = tmp_path / "small.pdf"
+    path.write_bytes(b"%PDF" * 64)
+    tracemalloc.start()
+    try:
+        data = ingest_module._read_capped(path, "small.pdf", 512 * 2**20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert data == b"%PDF" * 64 and peak < 2**20  # f.read(cap + 1) would allocate 512 MiB first
+
+
+def test_a_file_that_grows_after_its_size_was_checked_is_read_whole_or_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_stat = Path.stat
+    stale: dict[Path, int] = {}
+
+    def stat(self: Path, **kwargs: Any) -> os.stat_result:
+        st = real_stat(self, **kwargs)
+        if self in stale:  # the size seen before the file grew, once
+            fields = list(st)
+            fields[6] = stale.pop(self)  # st_size
+            return os.stat_result(fields)
+        return st
+
+    monkeypatch.setattr(Path, "stat", stat)
+    path = tmp_path / "grows.pdf"
+    path.write_bytes(b"x" * 1500)
+    stale[path] = 1000
+    assert ingest_module._read_capped(path, "grows.pdf", 2000) == b"x" * 1500  # not cut at 1000
+    path.write_bytes(b"x" * 3000)
+    stale[path] = 1000
+    with pytest.raises(CorpusError, match=r"^grows.pdf is 0.0 MiB \(3000 bytes\), over the cap"):
+        ingest_module._read_capped(path, "grows.pdf", 2000)
 
 
 def test_cli_max_file_mb_skips_the_large_file_in_one_line(

@@ -149,7 +149,9 @@ def _read_capped(path: Path, source: str, cap: int) -> bytes:
     if size > cap:
         raise _over_size_cap(source, size, cap)
     with path.open("rb") as f:
-        data = f.read(cap + 1)
+        data = f.read(size + 1)  # not f.read(cap + 1): that allocates the whole cap up front
+        if len(data) > size:  # the file grew since stat: read on, up to one byte past the cap
+            data += f.read(cap + 1 - len(data))
     if len(data) > cap:
         raise _over_size_cap(source, max(len(data), path.stat().st_size), cap)
     return data
