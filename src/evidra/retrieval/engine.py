@@ -45,7 +45,7 @@ from evidra.types import Page
 logger = logging.getLogger(__name__)
 
 MANIFEST = "retriever.json"
-Progress = Callable[[int], None]  # called with the number of pages just embedded
+Progress = Callable[[int], None]  # called with the number of pages just embedded (bm25: read)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Engine:
         Qdrant collection gets each batch as it is embedded (``QdrantIndex.add_batches``).
         """
         if isinstance(self.index, BM25Retriever):
-            texts = {p.id: page_text(p, ocr=self.spec.ocr) for p in pages}
+            texts = _page_texts(pages, self.spec.ocr, progress)
             self.index.add(texts, {p.id: p.image_path for p in pages}, replace=replace)
             save_bm25(self.root, self.index)
             return
@@ -121,6 +121,16 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _page_texts(pages: Sequence[Page], ocr: bool, progress: Progress | None) -> dict[str, str]:
+    """Each page's text layer, or its OCR (slow) where ``ocr`` asks for it."""
+    texts = {}
+    for p in pages:
+        texts[p.id] = page_text(p, ocr=ocr)
+        if progress is not None:
+            progress(1)
+    return texts
 
 
 def _backend(encoder: Encoder) -> str:
@@ -233,7 +243,7 @@ def build_index(
         drop_noted(staging)  # the Qdrant collection it was filling, if any
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    logger.info("built %s index of %d pages at %s", spec.backend, len(pages), out)
+    logger.debug("built %s index of %d pages at %s", spec.backend, len(pages), out)
     if spec.backend == "bm25":
         retriever = _load_bm25(out, spec)
         return Engine(out, spec, None, retriever, retriever)
@@ -258,7 +268,7 @@ def _build_into(
     """Build the complete index for ``out`` in ``staging`` and close it; returns its spec and encoder."""
     if encoder == "bm25":
         retriever = BM25Retriever.build({}, bm25 or BM25Params())
-        retriever.add({p.id: page_text(p, ocr=ocr) for p in pages}, {p.id: p.image_path for p in pages})
+        retriever.add(_page_texts(pages, ocr, progress), {p.id: p.image_path for p in pages})
         data_dir = save_generation(staging, "bm25", retriever.save, keep="")
         spec = IndexSpec("bm25", "", "bm25", ocr, data_dir=data_dir)
         _write_manifest(staging, spec)
