@@ -12,7 +12,7 @@ removed per item, so no zero vector ever takes part in a MaxSim.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 
 EmbeddingKind = Literal["multi", "single"]
 Exclude = Sequence[Collection[str]] | None  # one collection of page ids per query, or None
+
+
+@dataclass(frozen=True)
+class PageBatch:
+    """Embedded pages to store: their ids, one ``(L, D)`` tensor each and their image paths."""
+
+    page_ids: Sequence[str]
+    embeddings: Sequence[Tensor]
+    image_paths: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,14 @@ class VectorIndex(Protocol):
         self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
     ) -> None:
         """Add pages, replacing those whose ids are already present."""
+        ...
+
+    def add_batches(self, batches: Iterable[PageBatch], *, replace: bool = False) -> int:
+        """Store every batch (``replace``: updating pages already present); returns the page count.
+
+        The embedded stores make all batches visible at once, or none if it fails or is killed;
+        a Qdrant collection stores each batch as it comes.
+        """
         ...
 
     def delete(self, page_ids: Sequence[str]) -> int:
