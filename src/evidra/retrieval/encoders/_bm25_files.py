@@ -20,7 +20,9 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -105,28 +107,42 @@ def read_index(root: Path) -> Stored:
 
 
 def _live_folder(root: Path) -> Path:
-    manifest = _json(root / MANIFEST)
+    with _reading(MANIFEST):
+        manifest = _json(root / MANIFEST)
     folder = manifest.get("folder")
     if manifest.get("format") != FORMAT or not isinstance(folder, str) or not _FOLDER.fullmatch(folder):
         raise IndexFileError(f"{MANIFEST} names no format {FORMAT} index folder")
     return root / folder
 
 
+@contextmanager
+def _reading(name: str) -> Iterator[None]:
+    """Name the file in any error that reading it raises (a missing file stays as it is, for the retry)."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as exc:
+        raise IndexFileError(f"{name} cannot be read: {exc}") from exc
+
+
 def _read_folder(root: Path, folder: Path) -> Stored:
-    pages = _json(folder / "pages.json")
+    with _reading("pages.json"):
+        pages = _json(folder / "pages.json")
+        k1, b = float(pages["k1"]), float(pages["b"])
     ids, images = pages.get("ids"), pages.get("images")
     if not _strings(ids) or not _strings(images) or len(ids) != len(images) or len(set(ids)) != len(ids):
         raise IndexFileError("pages.json needs as many image paths as distinct page ids")
     if (pages.get("method"), pages.get("idf_method")) != (METHOD, IDF_METHOD):
         raise IndexFileError(f"pages.json names another scoring variant than {METHOD}/{IDF_METHOD}")
-    k1, b = float(pages["k1"]), float(pages["b"])
     engine = None
     vocab: tuple[str, ...] = ()
     if (folder / "params.index.json").exists():
-        engine = bm25s_module().BM25.load(folder, allow_pickle=False, mmap=False, backend="numpy")
+        with _reading(f"the bm25s files in {folder.name}"):
+            engine = bm25s_module().BM25.load(folder, allow_pickle=False, mmap=False, backend="numpy")
         vocab = _vocab(engine.vocab_dict)
         _check_engine(engine, k1, b, len(ids), len(vocab))
-    with np.load(folder / "counts.npz", allow_pickle=False) as npz:
+    with _reading("counts.npz"), np.load(folder / "counts.npz", allow_pickle=False) as npz:
         counts = TermCounts(vocab, npz["indptr"], npz["terms"], npz["counts"])
     _check_counts(counts, len(ids))
     base = root.absolute()
