@@ -40,11 +40,10 @@ import numpy as np
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.encoders._batching import check_texts
-from evidra.retrieval.encoders._bm25_files import MANIFEST, IndexFileError, read_index, write_index
+from evidra.retrieval.encoders._bm25_files import IndexFileError, read_index, write_index
 from evidra.retrieval.encoders._bm25_terms import TermCounts, build_engine, top_rows
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
-FILE_NAME = MANIFEST
 # what reading a damaged or foreign index folder raises (json, numpy, zipfile, bm25s)
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, ImportError, IndexFileError, zipfile.BadZipFile)
 
