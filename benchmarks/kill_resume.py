@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from evidra.rl.checkpoint import list_checkpoints, load_trainable_weights
-from evidra.rl.sink import read_metrics
+from evidra.sink import read_metrics
 
 
 def _launch(out: Path, steps: int) -> subprocess.Popen[bytes]:

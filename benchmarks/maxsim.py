@@ -34,6 +34,10 @@ time per query over the roofline, and its top-10 agreement with fp32. Run::
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/maxsim.py              # 1k and 10k pages
     .venv/bin/python benchmarks/maxsim.py --sizes 1000 10000 50000      # 50k: ~3.3 GB fp16
+    .venv/bin/python benchmarks/maxsim.py --device cuda --sizes 10000   # the GPU scorers
+
+``--device cuda`` times the fused Triton kernel against chunked torch and ``score_retrieval`` on
+one GPU instead (``benchmarks/maxsim_cuda.py``); without a GPU it says that CUDA is absent.
 """
 
 from __future__ import annotations
@@ -561,8 +565,15 @@ def main() -> None:
         "--fast-plaid-python", default="", metavar="PATH",
         help="python of a venv with fast-plaid installed (it pins its own torch): runs the PLAID peer",
     )  # fmt: skip
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: the GPU scorers instead")
+    ap.add_argument("--gpu-dtype", choices=["float16", "bfloat16"], default="float16", help="--device cuda")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.device == "cuda":
+        import maxsim_cuda  # the sibling file; python puts this script's folder on sys.path
+
+        maxsim_cuda.main(args)
+        return
     from evidra.models.loading import load_colqwen2
     from evidra.models.tiny import build_tiny
 

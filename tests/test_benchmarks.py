@@ -59,6 +59,18 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     assert len(re.findall(r"roofline, batch", out)) == 2
 
 
+def test_maxsim_benchmark_on_cuda_says_when_cuda_is_absent(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the CUDA benchmark would run for real")
+    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling maxsim_cuda
+    out = _run("maxsim", ["--device", "cuda"], monkeypatch, capsys)
+    assert out.startswith("CUDA is absent: torch ") and "RESULT" not in out
+
+
 @pytest.mark.slow
 def test_grpo_step_gpu_benchmark_smoke_on_cpu(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -95,3 +107,16 @@ def test_bm25_benchmark_prints_every_engine_and_the_result(
     assert agr == same == 1.0  # same tokenizer, variant and tie order as the hand-written index
     assert re.search(r"^RESULT single_p50_speedup=\S+x batched_speedup=\S+x build_ratio=\S+ size_ratio=\S+ "
                      r"agreement=1\.000$", out, re.M)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_search_turns_benchmark_batches_with_the_one_by_one_pages(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--pages", "60", "--patches", "16", "--episodes", "6", "--turns", "2", "--repeats", "1"]
+    out = _run("search_turns", argv, monkeypatch, capsys)
+    assert re.search(r"cpu: .*avx512_bf16 (yes|no)", out)
+    for name in ("maxsim", "bm25", "service"):
+        line = next(x for x in out.splitlines() if x.startswith(name))
+        assert "same=yes" in line and float(line.split("batched")[1].split()[0]) > 0, line
+    assert re.search(r"^RESULT batched_vs_one_by_one_maxsim=\S+ bm25=\S+ service=\S+$", out, re.M)

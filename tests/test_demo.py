@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from markupsafe import escape
 from PIL import Image
 
 from evidra.cli.main import main
@@ -84,7 +85,7 @@ def test_demo_with_a_given_model_trains_nothing(given_model_report: Path, tmp_pa
     assert not (given_model_report / "train").exists() and not (given_model_report / "model").exists()
     html = _check_images(given_model_report)
     assert "<svg" not in html and "used as given (no training)" in html
-    assert rows[0]["question"].replace("'", "&#x27;") in html
+    assert str(escape(rows[0]["question"])) in html
     assert html.count('class="lb"') == sum(len(r["pages"]) for r in rows)  # a lightbox per page shown
     moved = tmp_path / "moved"
     shutil.copytree(given_model_report, moved)  # the folder works anywhere: links stay inside it

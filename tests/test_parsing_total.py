@@ -138,7 +138,7 @@ def _targets() -> dict[str, Callable[[str], object]]:
             s, "John", PAGES, ConstantSimilarity(), mode=m
         )
         rewards[f"vragrl.{mode}"] = lambda s, m=mode: vragrl.VragRLReward(judge=RuleJudge(), mode=m)(
-            Parsed(text=s, fields={"retrieved_pages": "p1\np2"}), SAMPLE
+            Parsed(text=s, retrieved=("p1", "p2")), SAMPLE
         )
         for stage in ("actionrl", "toolrl"):
             reward = lang2act.Lang2ActReward(stage=stage, judge=RuleJudge(), mode=mode)

@@ -4,18 +4,20 @@ Each card shows the question, the gold answer and, side by side, each model's an
 boxes it cited drawn on the page beside the gold boxes (a legend names every colour; a click
 enlarges a page). Page thumbnails are embedded, full-size pages linked from the report's own
 ``images/`` folder and charts embedded as PNG, so the folder can be moved or zipped whole.
+The summary comes from ``evidra/templates/demo_summary.html.j2``, the cards from the viewer's
+template; both escape every text.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evidra.errors import MissingDependencyError
+from evidra.templating import render
 from evidra.types import Box, Parsed, Sample
 
 GOLD = "#16a34a"  # gold answer box: green, solid; the gold evidence region: green, dotted
@@ -148,90 +150,50 @@ def write_demo_report(
     from evidra.eval.viewer import write_viewer
 
     cards = [tuple(_record(s, images, a, i) for a in answers) for i, s in enumerate(samples)]
-    preamble = _summary_html(model_name, [a.summary() for a in answers], training, given_model)
-    if training:
-        preamble += _training_html(training)
+    preamble = _preamble(model_name, [a.summary() for a in answers], training, given_model)
     return write_viewer(cards, path, title="evidra demo", preamble=preamble, thumbnail_width=THUMBNAIL_WIDTH)
 
 
-def _summary_html(
-    model_name: str, summaries: Sequence[ModelSummary], training: dict[str, Any] | None, given: bool
-) -> str:
-    e = html.escape
-    if given:
-        how = f"<p>Model: <b>{e(model_name)}</b>, used as given (no training).</p>"
-    else:
-        how = f"<p>Model: {e(model_name)}.</p>"
-        if training:
-            how += (
-                f"<p>Training: an SFT cold start of {training['sft_steps']} steps on LAT's oracle "
-                f"chain-of-evidence answers to the {training['train_questions']} questions below, then "
-                f"{training['rl_steps']} GRPO steps with LAT's rewards (accuracy, step, grounding, "
-                "format), on this machine's CPU. The questions below are the training questions: a "
-                "model this small learns their answers and boxes by heart and cannot read a page, so "
-                "its answers to new questions (the held-out table) stay wrong.</p>"
-            )
-        how += (
-            "<p>A real checkpoint gives real answers: <code>evidra demo --model DIR</code> writes this "
-            "report for a trained Qwen-VL model (a model folder, or a training run).</p>"
-        )
-    head = "<tr><th>model</th><th>questions</th><th>well-formed</th><th>cite a box</th><th>correct</th></tr>"
-    rows = "".join(
-        f"<tr><td>{e(s.name)}</td><td>{s.questions}</td><td>{s.well_formed}</td>"
-        f"<td>{s.with_boxes}</td><td>{s.correct}</td></tr>"
-        for s in summaries
-    )
-    legend = (
-        f'<p style="font-size:13px">Boxes: <span style="color:{GOLD}">green solid</span> the gold answer, '
-        f'<span style="color:{GOLD}">green dotted</span> the gold evidence, <span style="color:{STEP}">blue '
-        f'dashed</span> a box a reasoning step cites, <span style="color:{ANSWER}">red</span> the box the '
-        "answer cites. Click a page to enlarge it.</p>"
-    )
-    table = f'<table border="1" cellpadding="4" style="border-collapse:collapse">{head}{rows}</table>'
-    return f'<div class="rec"><h2>Summary</h2>{how}{table}{legend}</div>'
+@dataclass(frozen=True)
+class _Chart:
+    png_base64: str
+    alt: str
 
 
-def _png_img(png: bytes, alt: str) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    alt = html.escape(alt, quote=True)
-    return f'<img src="data:image/png;base64,{data}" alt="{alt}" style="max-width:100%">'
-
-
-def _charts_html(training: dict[str, Any]) -> str:
+def _charts(training: dict[str, Any]) -> tuple[_Chart, ...] | None:
+    """The training charts as embedded PNGs; None without matplotlib."""
     try:
         from evidra.eval.plots import bar_chart_png, line_chart_png
 
         held = training["held_out"]
-        charts = [
-            _png_img(line_chart_png({"SFT loss": training["sft_loss"]}, title="SFT loss per step",
-                                    ylabel="token NLL"), "SFT loss"),
-            _png_img(line_chart_png({"mean reward": training["rl_reward"]}, title="GRPO training reward per "
-                                    "step", ylabel="LAT reward"), "GRPO reward"),
-            _png_img(bar_chart_png({k: {"total": h["reward"], **h["components"]} for k, h in held.items()},
-                                   title="held-out LAT reward", ylabel="reward"), "held-out reward"),
+        pngs = [
+            (line_chart_png({"SFT loss": training["sft_loss"]}, title="SFT loss per step",
+                            ylabel="token NLL"), "SFT loss"),
+            (line_chart_png({"mean reward": training["rl_reward"]}, title="GRPO training reward per step",
+                            ylabel="LAT reward"), "GRPO reward"),
+            (bar_chart_png({k: {"total": h["reward"], **h["components"]} for k, h in held.items()},
+                           title="held-out LAT reward", ylabel="reward"), "held-out reward"),
         ]  # fmt: skip
     except MissingDependencyError:
-        return "<p><i>Charts need matplotlib: pip install 'evidra[plots]'.</i></p>"
-    return '<div style="display:flex;flex-wrap:wrap;gap:8px">' + "".join(charts) + "</div>"
+        return None
+    return tuple(_Chart(base64.b64encode(png).decode("ascii"), alt) for png, alt in pngs)
 
 
-def _training_html(training: dict[str, Any]) -> str:
-    e = html.escape
-    held = training["held_out"]
-    keys = sorted({k for h in held.values() for k in h["components"]})
-    head = "".join(f"<th>{e(k)}</th>" for k in ["model", "reward", *keys])
-    rows = "".join(
-        f"<tr><td>{e(name)}</td><td>{h['reward']:.3f}</td>"
-        + "".join(f"<td>{h['components'].get(k, 0.0):.3f}</td>" for k in keys)
-        + "</tr>"
-        for name, h in held.items()
-    )
-    samples = next(iter(held.values()))["samples"]
-    return (
-        '<div class="rec"><h2>Learning: SFT cold start, then GRPO with LAT rewards</h2>'
-        f"<p>Held-out reward (greedy, {samples} questions of other documents):</p>"
-        f'<table border="1" cellpadding="4" style="border-collapse:collapse"><tr>{head}</tr>{rows}</table>'
-        f"{_charts_html(training)}</div>"
+def _preamble(
+    model_name: str, summaries: Sequence[ModelSummary], training: dict[str, Any] | None, given: bool
+) -> str:
+    """The summary (and, after training, the learning curves) above the question cards."""
+    held = training["held_out"] if training else {}
+    return render(
+        "demo_summary.html.j2",
+        model_name=model_name,
+        given=given,
+        summaries=summaries,
+        training=training,
+        held=held,
+        components=sorted({k for h in held.values() for k in h["components"]}),
+        charts=_charts(training) if training else None,
+        colors={"gold": GOLD, "step": STEP, "answer": ANSWER},
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -321,9 +321,13 @@ class Parsed:
     answer_page: int | None = None
     fields: Mapping[str, str] = field(default_factory=dict)  # tag name -> content (observe, think...)
     errors: tuple[str, ...] = ()
+    # page ids the episode's searches inserted, first insertion first: set from the environment's
+    # steps (not the text) for rewards that judge retrieval (VRAG-RL's NDCG)
+    retrieved: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "retrieved", tuple(self.retrieved))
         object.__setattr__(self, "errors", tuple(self.errors))
         _freeze_mapping(self, "fields", self.fields)
 
@@ -394,3 +398,31 @@ class Trajectory:
     def text(self) -> str:
         """All policy turns' text, in order (what single-turn rewards look at)."""
         return "".join(self.texts)
+
+
+def _part_json(part: Part) -> dict[str, str]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    return {"type": "image", "image": str(part.image)}
+
+
+def messages_to_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Messages as JSON, images by path (not inlined).
+
+    >>> messages_to_json([Message.text("user", "hi")])
+    [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}]
+    """
+    return [{"role": m.role, "content": [_part_json(p) for p in m.content]} for m in messages]
+
+
+def _part(item: dict[str, Any]) -> Part:
+    if item["type"] == "text":
+        return TextPart(str(item["text"]))
+    if item["type"] == "image":
+        return ImagePart(str(item["image"]))
+    raise ValueError(f"unknown part type {item['type']!r}")
+
+
+def messages_from_json(rows: Sequence[dict[str, Any]]) -> list[Message]:
+    """The inverse of ``messages_to_json``."""
+    return [Message(r["role"], tuple(_part(p) for p in r["content"])) for r in rows]

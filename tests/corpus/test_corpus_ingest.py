@@ -89,6 +89,21 @@ def test_reingest_is_idempotent_and_does_not_render(
     assert second.elapsed_s < first.elapsed_s
 
 
+def test_progress_counts_pages_as_stored_and_files_as_done(docs: Path, tmp_path: Path) -> None:
+    from evidra.corpus import IngestProgress
+
+    (docs / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    seen: list[IngestProgress] = []
+    ingest(docs, tmp_path / "store", dpi=72, progress=seen.append)
+    # sorted: broken.pdf (fails), photo.jpg (1 page), report.pdf (3), scan.png (1), sub/memo.pdf (1)
+    steps = [(p.files_done, p.pages) for p in seen]
+    assert steps == [(1, 0), (1, 1), (2, 1), (2, 2), (2, 3), (2, 4), (3, 4), (3, 5), (4, 5), (4, 6), (5, 6)]
+    assert {p.files_total for p in seen} == {5}
+    seen.clear()
+    ingest(docs, tmp_path / "store", dpi=72, progress=seen.append)  # nothing rendered: one step per file
+    assert [(p.files_done, p.pages) for p in seen] == [(1, 0), (2, 1), (3, 4), (4, 5), (5, 6)]
+
+
 def test_identical_copy_maps_to_the_same_pages_and_records_both_sources(docs: Path, tmp_path: Path) -> None:
     shutil.copy(docs / "sub" / "memo.pdf", docs / "memo-copy.pdf")
     report = ingest(docs, tmp_path / "store", dpi=72)

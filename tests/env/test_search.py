@@ -38,17 +38,17 @@ def test_search_crop_answer_episode(pages: dict[str, Page]) -> None:
         "<think>done</think><answer>10%</answer>",
     ])  # fmt: skip
     first, second, crop, answer = steps
-    assert first.info["page_id"] == "pA" and not first.done
+    assert first.info.page_id == "pA" and not first.done
     image = first.observation[0].content[0]
     assert isinstance(image, ImagePart) and image.page_id == "pA"
     assert image.image.size == (448, 896)  # process_image: 1000 x 2000 shrunk by sqrt(401408 / 2e6)
-    assert second.info["page_id"] == "pC" and second.info["retrieved"] == ("pA", "pC")
+    assert second.info.page_id == "pC" and second.info.retrieved == ("pA", "pC")
     # the box is in the 448 x 896 frame of pC: x scale 1000 / 448, y scale 2000 / 896
-    assert crop.info["crop"] == (int(100 * 1000 / 448), int(200 * 2000 / 896), int(300 * 1000 / 448),
+    assert crop.info.crop == (int(100 * 1000 / 448), int(200 * 2000 / 896), int(300 * 1000 / 448),
                                  int(400 * 2000 / 896))  # fmt: skip
-    assert crop.info["page_id"] == "pC"
-    assert crop.info["area_ratio"] == pytest.approx((669 - 223) * (892 - 446) / 2e6)
-    assert answer.done and answer.info["answer"] == "10%" and answer.info["retrieved"] == ("pA", "pC")
+    assert crop.info.page_id == "pC"
+    assert crop.info.area_ratio == pytest.approx((669 - 223) * (892 - 446) / 2e6)
+    assert answer.done and answer.info.answer == "10%" and answer.info.retrieved == ("pA", "pC")
     assert env.invalid == 0
 
 
@@ -63,8 +63,8 @@ def test_invalid_actions_are_counted_and_explained(pages: dict[str, Page]) -> No
         "<think>x</think><search>   </search>",
         "<think>x</think><search>zebra giraffe</search>",  # no hit: not invalid
     ])  # fmt: skip
-    assert [s.info["invalid"] for s in steps] == [True, True, False, True, True, True, False]
-    assert steps[-1].info["invalid_count"] == 5 and env.invalid == 5
+    assert [s.info.invalid for s in steps] == [True, True, False, True, True, True, False]
+    assert steps[-1].info.invalid_count == 5 and env.invalid == 5
     assert "Your previous action is invalid" in steps[0].observation[0].plain_text
     assert "no image to crop" in steps[1].observation[0].plain_text
     assert "No new page" in steps[-1].observation[0].plain_text
@@ -75,14 +75,14 @@ def test_turn_limit_ends_the_episode(pages: dict[str, Page]) -> None:
     env = SearchEnv(bm25_searcher(pages.values()), pages, max_turns=2)
     steps = _run(env, ["<think>a</think><search>revenue</search>", "<think>b</think><search>chart</search>"])
     assert not steps[0].done
-    assert steps[1].done and steps[1].info["turn_limit"] and steps[1].observation == ()
+    assert steps[1].done and steps[1].info.turn_limit and steps[1].observation == ()
 
 
 def test_all_pages_seen_and_react_has_no_bbox(pages: dict[str, Page]) -> None:
     env = SearchEnv(bm25_searcher(pages.values()), pages, paradigm=ReAct(), max_turns=10)
     steps = _run(env, ["<search>revenue</search>"] * 3 + ["<bbox>[0, 0, 5, 5]</bbox>"])
-    assert [s.info.get("page_id") for s in steps[:3]] == ["pA", "pC", None]  # pB has no 'revenue'
-    assert steps[3].info["invalid"]  # ReAct has no crop action
+    assert [s.info.page_id for s in steps[:3]] == ["pA", "pC", None]  # pB has no 'revenue'
+    assert steps[3].info.invalid  # ReAct has no crop action
 
 
 def test_crop_of_crop_paper_vs_upstream(pages: dict[str, Page]) -> None:
@@ -93,11 +93,11 @@ def test_crop_of_crop_paper_vs_upstream(pages: dict[str, Page]) -> None:
     ]
     paper = _run(SearchEnv(bm25_searcher(pages.values()), pages), texts)
     upstream = _run(SearchEnv(bm25_searcher(pages.values()), pages, crop_mode="upstream"), texts)
-    assert paper[1].info["crop"] == upstream[1].info["crop"] == (0, 0, 1000, 1000)
+    assert paper[1].info.crop == upstream[1].info.crop == (0, 0, 1000, 1000)
     # the crop (1000 x 1000) is shown at 633 x 633; paper mode zooms into it
-    assert paper[2].info["crop"] == (0, 0, int(100 * 1000 / 633), int(100 * 1000 / 633))
+    assert paper[2].info.crop == (0, 0, int(100 * 1000 / 633), int(100 * 1000 / 633))
     # upstream scales by the crop's display size but maps onto the whole page
-    assert upstream[2].info["crop"] == (0, 0, int(100 * 1000 / 633), int(100 * 2000 / 633))
+    assert upstream[2].info.crop == (0, 0, int(100 * 1000 / 633), int(100 * 2000 / 633))
 
 
 def test_bm25_needs_a_text_layer(pages: dict[str, Page]) -> None:
@@ -114,4 +114,4 @@ def test_search_client_backend_behind_the_same_protocol(pages: dict[str, Page]) 
     service = SearchService(bm25_searcher(pages.values()), n_pages=len(pages))
     with service.running() as url, SearchClient(url, timeout=10) as client:
         remote = _run(SearchEnv(client, pages), ["<search>revenue</search>"] * 2)
-    assert [s.info["page_id"] for s in remote] == [s.info["page_id"] for s in local] == ["pA", "pC"]
+    assert [s.info.page_id for s in remote] == [s.info.page_id for s in local] == ["pA", "pC"]

@@ -47,7 +47,7 @@ def test_report_files_and_escaping(tmp_path: Path) -> None:
     paths = write_report([_run(tmp_path)], tmp_path / "out")
     assert [p.name for p in paths][:2] == ["results.jsonl", "tables.md"]
     html = (tmp_path / "out" / "viewer.html").read_text()
-    assert "<script>" not in html and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+    assert "<script>" not in html and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
     assert 'class="steps"' in html and "exact_match: 1" in html
 
 

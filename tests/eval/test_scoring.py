@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from evidra.env.base import StepInfo
 from evidra.eval.runner import RawEpisode, to_prediction
 from evidra.eval.scoring import Prediction, braced_answer, score
 from evidra.geometry import vision_spec
@@ -64,21 +67,21 @@ def test_official_per_dataset() -> None:
 def test_retrieval_and_process_from_infos() -> None:
     s = _sample()
     infos = (
-        {"action": "search", "retrieved": ["p1", "p9"]},
-        {"action": "bbox", "page_id": "p2", "crop": (0, 0, 20, 20)},  # overlaps the gold box: useful
-        {"action": "bbox", "page_id": "p1", "crop": (0, 0, 20, 20)},  # wrong page: not useful
-        {"action": "invalid"},
-        {"action": "search", "retrieved": ["p2"]},
-        {"action": "answer"},
+        StepInfo("search", retrieved=("p1", "p9")),
+        StepInfo("bbox", page_id="p2", crop=(0, 0, 20, 20)),  # overlaps the gold box: useful
+        StepInfo("bbox", page_id="p1", crop=(0, 0, 20, 20)),  # wrong page: not useful
+        StepInfo("invalid"),
+        StepInfo("search", retrieved=("p2",)),
+        StepInfo("answer"),
     )
     got = score(s, Prediction("s", ("a",) * 6, "Jane Doe", infos=infos, n_tokens=40, finished=False))
     # ranking p1, p9, p2 against gold {p2}: recall@1 = 0, recall@5 = 1, MRR@10 = 1/3
     assert got["recall@1"] == 0.0 and got["recall@5"] == 1.0 and got["mrr@10"] == pytest.approx(1 / 3)
     assert got["invalid_rate"] == pytest.approx(1 / 6) and got["tool_calls"] == 4.0
     assert got["useful_zoom_rate"] == 0.5 and got["turns"] == 6.0 and got["finished"] == 0.0
-    # evidra.env.zoom reports no page id: a single shown page is the zoomed one
+    # a zoom that names no page: a single shown page is the zoomed one
     one = _sample(pages=PAGES[1:])
-    zoom = ({"action": "zoom", "crop": (30, 20, 60, 40)}, {"action": "zoom", "crop": (100, 60, 150, 90)})
+    zoom = (StepInfo("zoom", crop=(30, 20, 60, 40)), StepInfo("zoom", crop=(100, 60, 150, 90)))
     assert score(one, Prediction("s", ("a", "b"), None, infos=zoom))["useful_zoom_rate"] == 0.5
 
 
@@ -96,7 +99,9 @@ def test_to_prediction_converts_boxes_to_page_pixels() -> None:
     page = Page("p1", "/x/p1.png", 1000, 500)
     s = Sample("s", "q?", ("Jane",), pages=(page,), gold_pages=("p1",),
                gold_boxes=(EvidenceBox("p1", Box(100, 50, 300, 150)),), dataset="visa_wiki")  # fmt: skip
-    pred = to_prediction(s, RawEpisode(("t",), ({},), 9, True, 0.1), _Norm1000(), vision_spec("qwen2_vl"))  # type: ignore[arg-type]
+    pred = to_prediction(
+        s, RawEpisode(("t",), (StepInfo(),), 9, True, 0.1), _Norm1000(), vision_spec("qwen2_vl")
+    )  # type: ignore[arg-type]
     # 0..1000 -> page pixels: x * 1000 / 1000, y * 500 / 1000
     assert pred.answer_box == (100.0, 50.0, 300.0, 150.0) and pred.steps[0].box == (100.0, 50.0, 300.0, 150.0)
     assert pred.scores["iou50"] == 1.0 and pred.scores["em"] == 1.0 and pred.n_tokens == 9
@@ -141,3 +146,22 @@ def test_judge_scorer_with_the_offline_rule_judge() -> None:
     assert score(s, Prediction("s", ("t",), "Profit: it rose by 5%"), [judged])["judge_accuracy"] == 1.0
     assert score(s, Prediction("s", ("t",), "It fell"), [judged])["judge_accuracy"] == 0.0
     assert "judge_accuracy" not in score(_sample(answers=()), Prediction("s", ("t",), "x"), [judged])
+
+
+def test_step_infos_survive_the_prediction_cache_row() -> None:
+    from evidra.eval.runner import prediction_from_json, prediction_to_json
+
+    infos = (
+        StepInfo("search", query="revenue", page_id="p1", retrieved=("p1",), turn=1),
+        StepInfo("bbox", page_id="p1", crop=(1, 2, 30, 40), area_ratio=0.25, retrieved=("p1",), turn=2),
+        StepInfo("invalid", invalid=True, reason="no action", invalid_count=1, turn=3),
+        StepInfo("answer", answer="42", retrieved=("p1",), turn=4),
+    )
+    row = json.loads(prediction_to_json(Prediction("s", ("a",) * 4, "42", infos=infos), {"run": "r"}))
+    assert row["infos"][1] == {"action": "bbox", "page_id": "p1", "crop": [1, 2, 30, 40], "area_ratio": 0.25,
+                               "retrieved": ["p1"], "turn": 2}  # fmt: skip
+    assert prediction_from_json(row).infos == infos
+    # rows written before the record was typed: unknown keys are ignored
+    assert StepInfo.from_json({"action": "zoom", "round": 2, "crop": [0, 0, 5, 5]}) == StepInfo(
+        "zoom", crop=(0, 0, 5, 5)
+    )

@@ -10,14 +10,13 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from evidra.env.base import StepResult
+from evidra.env.base import StepInfo, StepResult
 from evidra.env.toy import KeyValueEnv
 from evidra.errors import ConfigError
 from evidra.integrations import BBOX_TOOL, SEARCH_TOOL, ZOOM_TOOL, ToolSpec, as_trl_environment, as_trl_reward
 from evidra.integrations.trl_env import ENDED, trl_content
 from evidra.rewards.base import RewardResult
 from evidra.rewards.toy import key_value_answer, parse_answer
-from evidra.rewards.vragrl import RETRIEVED_FIELD
 from evidra.types import ImagePart, Message, Parsed, Sample, TextPart, Trajectory
 
 
@@ -77,7 +76,7 @@ def test_reset_reuses_the_instance_and_the_reward_reads_the_episode() -> None:
         episode = env.evidra_episode
         assert episode is not None and episode.actions == ["<search>x</search>", f"<answer>{answer}</answer>"]
         assert episode.sample.question == "x?" and episode.sample.answers == ("7",)
-        assert episode.done and episode.infos[-1]["answer"] == answer
+        assert episode.done and episode.infos[-1].answer == answer
         assert env.search(query="x") == ENDED  # after the end, tools no longer reach the environment
     assert totals == [pytest.approx(1.1), pytest.approx(0.1)]
 
@@ -102,10 +101,10 @@ class _PagesEnv:
 
     def step(self, text: str) -> StepResult:
         if text.startswith("<answer>"):
-            return StepResult(done=True, info={"action": "answer", "retrieved": tuple(self.retrieved)})
+            return StepResult(done=True, info=StepInfo("answer", retrieved=tuple(self.retrieved)))
         self.retrieved.append(f"p{len(self.retrieved)}")
         obs = Message("user", (TextPart("page:"), ImagePart(self.image, page_id=self.retrieved[-1])))
-        return StepResult((obs,), info={"action": "search", "retrieved": tuple(self.retrieved)})
+        return StepResult((obs,), info=StepInfo("search", retrieved=tuple(self.retrieved)))
 
 
 def test_image_observations_become_content_blocks_and_the_reward_sees_retrieved_pages(tmp_path: Any) -> None:
@@ -121,14 +120,14 @@ def test_image_observations_become_content_blocks_and_the_reward_sees_retrieved_
     seen: list[Any] = []
 
     def reward(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
-        seen.append((parsed.fields[RETRIEVED_FIELD], trajectory))
+        seen.append((parsed.retrieved, trajectory))
         return RewardResult(total=1.0)
 
     fn = as_trl_reward(reward)
     assert fn(prompts=["q"], completions=[[{"role": "assistant", "content": "<answer>x</answer>"}]],
               completion_ids=[[5, 6]], environments=[env]) == [1.0]  # fmt: skip
     retrieved, trajectory = seen[0]
-    assert retrieved == "p0\np1"
+    assert retrieved == ("p0", "p1")
     assert trajectory.texts == ("<search>a</search>", "<search>b</search>", "<answer>x</answer>")
     assert trajectory.token_ids == (5, 6) and trajectory.finished
 

@@ -141,7 +141,7 @@ def _train_two_steps(tmp_path: Path) -> None:
     for answer, texts, gold in seen:
         assert texts == ("<search>capital</search>", f"<answer>{answer}</answer>") and gold == ("Paris",)
     episodes = [env.evidra_episode for env in trainer.environments]
-    assert all(ep is not None and ep.infos[0]["hit"] and ep.done for ep in episodes)
+    assert all(ep is not None and ep.infos[0].hit and ep.done for ep in episodes)
     logs = [log for log in trainer.state.log_history if "rewards/key_value_answer/mean" in log]
     expected = [1.1 if a == "Paris" else 0.1 for a, _, _ in seen]  # correct answer + 0.1 for searching
     assert [log["rewards/key_value_answer/mean"] for log in logs] == [

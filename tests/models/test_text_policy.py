@@ -16,8 +16,8 @@ from evidra.models.generation import SamplingParams, sequence_logprobs
 from evidra.models.loading import load_vlm
 from evidra.models.tiny import build_tiny
 from evidra.rl.config import RLConfig
-from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
 from evidra.rl.trainer import RLTrainer
+from evidra.rollout import HFBackend, RolloutLimits, rollout
 from evidra.types import ImagePart, Message, Sample, TextPart
 
 CORPUS = {"alpha": "17", "beta": "42"}

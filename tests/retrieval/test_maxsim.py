@@ -53,6 +53,19 @@ def test_blocked_scores_match_reference_for_ragged_pages_and_queries() -> None:
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
+def test_blocks_are_views_of_one_flat_array_with_their_lengths() -> None:
+    pages = [torch.full((n, 2), float(n)) for n in (3, 1, 2, 3)]
+    blocks = build_blocks(pages, [10, 11, 12, 13], max_tokens=4, dtype=torch.float32)
+    # sorted by length (1, 2, 3, 3): [1, 2] padded to 2 (4 tokens), then one block per page of 3
+    assert [b.vectors.shape[:2] for b in blocks] == [(2, 2), (1, 3), (1, 3)]
+    assert [b.rows.tolist() for b in blocks] == [[11, 12], [10], [13]]
+    assert [b.lengths.tolist() for b in blocks] == [[1, 2], [3], [3]]
+    storage = blocks[0].vectors.untyped_storage().data_ptr()
+    assert all(b.vectors.untyped_storage().data_ptr() == storage for b in blocks)
+    assert [b.vectors.storage_offset() for b in blocks] == [0, 4 * 2, 7 * 2]  # rows 0, 4, 7 of (10, 2)
+    assert blocks[0].vectors[0].tolist() == [[1.0, 1.0], [0.0, 0.0]]  # zero filler past length 1
+
+
 def test_rows_without_pages_score_minus_inf() -> None:
     blocks = build_blocks([torch.ones(2, 4)], [1], dtype=torch.float32)
     scores = score_blocks([torch.ones(1, 4)], blocks, 3)

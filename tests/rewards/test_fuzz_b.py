@@ -91,7 +91,7 @@ def test_vragrl_train_reward_range(text: str, paths: list[str], pages: list[int]
 @given(texts, st.lists(st.sampled_from(["p1", "p2", "p3"]), max_size=4))
 def test_vragrl_reward_wrapper_in_range(text: str, retrieved: list[str]) -> None:
     sample = Sample(id="s", question="q?", answers=("p2 answer",), gold_pages=("p2",))
-    parsed = Parsed(text=text, fields={"retrieved_pages": "\n".join(retrieved)})
+    parsed = Parsed(text=text, retrieved=tuple(retrieved))
     for mode in ("paper", "upstream"):
         result = VragRLReward(judge=RuleJudge(), mode=mode)(parsed, sample)
         assert result.scored and result.total >= 0.0

@@ -202,7 +202,7 @@ def _traj(texts: list[str]) -> Trajectory:
 
 
 def _parsed(text: str, retrieved: list[str]) -> Parsed:
-    return Parsed(text=text, fields={"retrieved_pages": "\n".join(retrieved)})
+    return Parsed(text=text, retrieved=tuple(retrieved))
 
 
 def test_reward_paper_mode_weighted_sum() -> None:

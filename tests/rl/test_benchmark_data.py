@@ -100,7 +100,7 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
     env = make_env(sample)
     env.reset(sample)
     step = env.step(f"<search>{sample.question}</search>")
-    assert step.info["page_id"] in {"deck-a_1", "deck-a_2", "deck-a_3"} and not step.done
+    assert step.info.page_id in {"deck-a_1", "deck-a_2", "deck-a_3"} and not step.done
     # the same index behind `evidra serve-index`: rollout workers share it over HTTP
     from evidra.retrieval.engine import open_index
     from evidra.retrieval.server import SearchService
@@ -109,7 +109,7 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
         (remote,) = task_samples(TASKS.get("vragrl"), _slides("vragrl", index=url))
         served = make_env(remote)
         served.reset(remote)
-        assert served.step(f"<search>{sample.question}</search>").info["page_id"] == step.info["page_id"]
+        assert served.step(f"<search>{sample.question}</search>").info.page_id == step.info.page_id
     # an index that lacks a gold page can never earn VRAG-RL's retrieval reward: refused
     assert main(["index", "delete", "--index", str(idx), "deck-a_3"]) == 0
     with pytest.raises(InvalidInputError, match=r"lacks 1 gold pages.*deck-a_3"):

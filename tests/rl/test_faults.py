@@ -14,9 +14,9 @@ from evidra.errors import CheckpointError, TrainingError
 from evidra.rewards.base import RewardResult
 from evidra.rl.checkpoint import WEIGHTS, list_checkpoints, load_trainable_weights, verify_checkpoint
 from evidra.rl.config import RLConfig
-from evidra.rl.sink import read_metrics
 from evidra.rl.tasks import TASKS
 from evidra.rl.trainer import RLTrainer
+from evidra.sink import read_metrics
 from evidra.types import Parsed, Sample, Trajectory
 
 BASE = TASKS.get("toy.length")

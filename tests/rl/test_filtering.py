@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evidra.data.construction.difficulty import difficulty_filter
 from evidra.errors import EvidraError, InvalidInputError
 from evidra.rl.filtering import (
     DAPO_FILTER,
@@ -15,7 +16,6 @@ from evidra.rl.filtering import (
     DynamicSamplingError,
     Round,
     all_of,
-    difficulty_filter,
     filter_groups,
     mean_within,
     std_above,

@@ -15,8 +15,8 @@ import pytest
 from evidra.config import load_config
 from evidra.rl.config import RLConfig, SFTConfig
 from evidra.rl.sft import SFTTrainer
-from evidra.rl.sink import read_metrics
 from evidra.rl.trainer import RLTrainer
+from evidra.sink import read_metrics
 
 
 @pytest.mark.slow

@@ -66,8 +66,8 @@ from typing import Any  # noqa: E402
 from evidra.models.context import Context  # noqa: E402
 from evidra.models.generation import Generation, SamplingParams  # noqa: E402
 from evidra.rl.config import DataConfig  # noqa: E402
-from evidra.rl.rollout import RolloutLimits, rollout  # noqa: E402
 from evidra.rl.tasks import TASKS  # noqa: E402
+from evidra.rollout import RolloutLimits, rollout  # noqa: E402
 
 
 class Scripted:
@@ -111,11 +111,11 @@ def test_vragrl_scripted_episodes_score_the_paper_reward(small_vlm: Any, tmp_pat
     episodes = rollout(Scripted(small_vlm, [right, wrong]), task.make_env, [sample], 2,
                        SamplingParams(max_new_tokens=64), RolloutLimits(5, 64, 4000))  # fmt: skip
     good, bad = episodes
-    assert [i["action"] for i in good.infos] == ["search", "bbox", "answer"]
-    assert good.infos[0]["page_id"] == sample.gold_pages[0]  # BM25 finds the gold page for the question
+    assert [i.action for i in good.infos] == ["search", "bbox", "answer"]
+    assert good.infos[0].page_id == sample.gold_pages[0]  # BM25 finds the gold page for the question
     assert good.context.num_images == 2 and 0 in good.trajectory.policy_mask
-    assert [i["action"] for i in bad.infos] == ["search", "invalid", "answer"]  # no hit, then a bad box
-    assert bad.context.num_images == 0 and bad.infos[-1]["invalid_count"] == 1
+    assert [i.action for i in bad.infos] == ["search", "invalid", "answer"]  # no hit, then a bad box
+    assert bad.context.num_images == 0 and bad.infos[-1].invalid_count == 1
     results = task.score_episodes(small_vlm, episodes)
     # one relevant page retrieved first: NDCG 1; judge right; pattern 1 -> 0.2 + 0.7 + 0.1
     assert dict(results[0].components) == {"retrieval": 1.0, "answer": 1.0, "pattern": 1.0}
@@ -144,7 +144,7 @@ def test_cave_scripted_episodes_get_turn_credits(small_vlm: Any, tmp_path: Path)
     assert all(math.isfinite(t) for r in results for t in r.turns)
     assert guessed.components["focus"] == 0.0  # no zoom, no focus credit
     ratio = 200 * 200 / (sample.pages[0].width * sample.pages[0].height)
-    assert episodes[0].infos[0]["area_ratio"] == pytest.approx(ratio)
+    assert episodes[0].infos[0].area_ratio == pytest.approx(ratio)
 
 
 @pytest.mark.slow

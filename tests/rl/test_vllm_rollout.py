@@ -18,8 +18,8 @@ from evidra.env import KeyValueEnv
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import SamplingParams, forward_logprobs
 from evidra.rl.config import RLConfig
-from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
 from evidra.rl.trainer import RLTrainer
+from evidra.rollout import HFBackend, RolloutLimits, rollout
 from evidra.types import Message, Sample
 
 pytestmark = pytest.mark.vllm

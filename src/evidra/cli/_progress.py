@@ -25,12 +25,23 @@ class LazyBar:
         self._kwargs = tqdm_kwargs
         self._bar: Any = None
 
-    def __call__(self, n: int) -> None:
+    def _open(self, **late: Any) -> Any:
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(**self._kwargs)
-        self._bar.update(n)
+            self._bar = tqdm(**{**self._kwargs, **late})
+        return self._bar
+
+    def __call__(self, n: int) -> None:
+        self._open().update(n)
+
+    def move_to(self, done: int, total: int, **postfix: object) -> None:
+        """Show ``done`` of ``total`` (which the caller may learn only once work starts)."""
+        bar = self._open(total=total)
+        bar.total = total
+        bar.n = done
+        bar.set_postfix(postfix, refresh=False)
+        bar.refresh()
 
     def __enter__(self) -> LazyBar:
         return self

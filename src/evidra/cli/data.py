@@ -158,7 +158,7 @@ def _policy(model: str | None, cfg: Any, out: Path) -> Any:
 
 def _sampling(cfg: Any) -> tuple[Any, Any]:
     from evidra.models.generation import SamplingParams
-    from evidra.rl.rollout import RolloutLimits
+    from evidra.rollout import RolloutLimits
 
     r = cfg.rollout
     params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
@@ -194,8 +194,8 @@ def run_filter(args: argparse.Namespace) -> int:
         parsed_answer_is_correct,
         sample_successes,
     )
-    from evidra.rl.rollout import HFBackend
     from evidra.rl.subset import SubsetRow, write_subset
+    from evidra.rollout import HFBackend
 
     if args.k < 1:
         raise ConfigError(f"--k must be >= 1, got {args.k}")
@@ -233,7 +233,7 @@ def _read_trajectories(path: str) -> list[str]:
 
 
 def _stage1_trajectories(args: argparse.Namespace, out: Path) -> list[str]:
-    from evidra.rl.rollout import HFBackend, rollout
+    from evidra.rollout import HFBackend, rollout
 
     cfg, task, samples = _recipe(args)
     vlm = _policy(args.model, cfg, out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 
@@ -37,18 +38,25 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from evidra.demo import run_demo
 
-    result = run_demo(
-        args.out,
-        arch=args.arch,
-        model=args.model,
-        seed=args.seed,
-        n_docs=args.docs,
-        train=not args.no_train,
-        sft_steps=args.sft_steps,
-        rl_steps=args.rl_steps,
-        overwrite=args.overwrite,
-        progress=lambda msg: print(f"[demo] {msg}", flush=True),
-    )
+    library = logging.getLogger("evidra")
+    level = library.level
+    if args.verbose == 0:  # the [demo] lines narrate each stage; the library's INFO lines come with -v
+        library.setLevel(logging.WARNING)
+    try:
+        result = run_demo(
+            args.out,
+            arch=args.arch,
+            model=args.model,
+            seed=args.seed,
+            n_docs=args.docs,
+            train=not args.no_train,
+            sft_steps=args.sft_steps,
+            rl_steps=args.rl_steps,
+            overwrite=args.overwrite,
+            progress=lambda msg: print(f"[demo] {msg}", flush=True),
+        )
+    finally:
+        library.setLevel(level)
     print(
         f"[demo] {result.questions} questions over {result.pages} pages in {result.seconds:.1f}s; "
         f"model: {result.model}"

@@ -127,16 +127,23 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="pages or queries per forward pass")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="float32", help="encoder weights: float32 | bfloat16 | float16")
-    compute_dtype_option(p)
+    scoring_options(p)
 
 
-def compute_dtype_option(p: argparse.ArgumentParser) -> None:
-    """``--compute-dtype``: what the exact store scores in (``evidra.retrieval.compute``)."""
+def scoring_options(p: argparse.ArgumentParser) -> None:
+    """``--compute-dtype`` and ``--maxsim-kernel``: how the exact store scores
+    (``evidra.retrieval.compute``, ``evidra.retrieval.kernels``)."""
     p.add_argument(
         "--compute-dtype",
         choices=("auto", "float32", "bfloat16", "float16"),
         default="auto",
         help="exact store: the dtype MaxSim scores in (auto: the fastest exact one on this machine)",
+    )
+    p.add_argument(
+        "--maxsim-kernel",
+        choices=("auto", "torch", "triton"),
+        default="auto",
+        help="exact store: auto (the fused Triton kernel on CUDA when installed, else torch), torch, triton",
     )
 
 
@@ -146,7 +153,7 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
     from evidra.retrieval.index import MaxSimOptions
 
     device = resolve_device(args.device)
-    maxsim = MaxSimOptions(device=device, compute_dtype=args.compute_dtype)
+    maxsim = MaxSimOptions(device=device, compute_dtype=args.compute_dtype, kernel=args.maxsim_kernel)
     return EncoderOptions(args.batch_size, device, args.dtype), maxsim
 
 
@@ -216,7 +223,8 @@ def run_build(args: argparse.Namespace) -> int:
     check_encoder_args(args.encoder, args.model)
     pages = _build_pages(args)
     enc_opts, maxsim = _options(args)
-    with LazyBar(total=len(pages), unit="page", desc="embedding") as progress:
+    desc = "reading text" if args.encoder == "bm25" else "embedding"
+    with LazyBar(total=len(pages), unit="page", desc=desc) as progress:
         engine = build_index(
             pages,
             args.out,
@@ -279,7 +287,9 @@ def run_add(args: argparse.Namespace) -> int:
         else:
             have = set(engine.index.page_ids())
             pages = [p for p in store.pages() if args.replace or p.id not in have]
-        engine.add(pages, replace=args.replace)
+        desc = "reading text" if engine.encoder is None else "embedding"
+        with LazyBar(total=len(pages), unit="page", desc=desc) as progress:
+            engine.add(pages, replace=args.replace, progress=progress)
         print(f"added {len(pages)} pages; the index now holds {len(engine.index)}")
     return 0
 

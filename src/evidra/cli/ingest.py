@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from evidra.cli._progress import LazyBar
 from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS
 
 
@@ -37,12 +38,17 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evidra.corpus import Limits, ingest
+    from evidra.corpus import IngestProgress, Limits, ingest
 
     limits = Limits(max_pixels=args.max_pixels, max_pages=args.max_pages)
-    report = ingest(args.root, args.store, dpi=args.dpi, recursive=not args.no_recursive, limits=limits)
-    print(report.summary())
-    for failed in report.failed:
-        print(f"  skipped {failed.path}: {failed.reason}")
+    with LazyBar(desc="ingest", unit="file") as bar:
+
+        def show(p: IngestProgress) -> None:
+            bar.move_to(p.files_done, p.files_total, pages=p.pages)
+
+        report = ingest(
+            args.root, args.store, dpi=args.dpi, recursive=not args.no_recursive, limits=limits, progress=show
+        )
+    print(report.summary())  # each failed file was named by a warning as it was skipped
     stored = len(report.added) + len(report.skipped)
     return 1 if report.failed and stored == 0 else 0

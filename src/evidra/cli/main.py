@@ -8,13 +8,11 @@ exit with status 2; only the CLI configures logging and progress bars, never the
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
-import warnings
 from collections.abc import Sequence
 
 from evidra import __version__
+from evidra.cli._logging import setup as setup_logging
 from evidra.errors import EvidraError
 
 SUBCOMMANDS = (
@@ -40,26 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evidence-grounded visual document RAG: ingest, ask, train, evaluate.",
     )
     parser.add_argument("--version", action="version", version=f"evidra {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="more log output (-vv: debug, with library warnings)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"evidra.cli.{name.replace('-', '_')}").register(subparsers)
     return parser
-
-
-def _setup_logging(verbose: int, quiet: bool) -> None:
-    level = logging.WARNING if quiet else logging.DEBUG if verbose > 1 else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if verbose < 2:  # transformers and friends are chatty at INFO
-        for noisy in ("transformers", "httpx", "urllib3", "PIL"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-        # peft still asks transformers for the deprecated flag on every LoRA model
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if verbose < 1:  # weight loading/saving bars are noise for CLI users
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    _setup_logging(args.verbose, args.quiet)
+    setup_logging(args.verbose, args.quiet)
     try:
         return int(args.func(args))
     except EvidraError as exc:

@@ -13,7 +13,7 @@ import argparse
 import os
 from typing import Any
 
-from evidra.cli.index import compute_dtype_option
+from evidra.cli.index import scoring_options
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="float32", help="encoder weights: float32 | bfloat16 | float16")
     p.add_argument("--batch-size", type=int, default=32, help="queries per encoder forward pass")
-    compute_dtype_option(p)
+    scoring_options(p)
     p.set_defaults(func=run)
 
 

@@ -8,7 +8,14 @@
 from __future__ import annotations
 
 from evidra.corpus.images import IMAGE_SUFFIXES, WordExtractor
-from evidra.corpus.ingest import SUPPORTED_SUFFIXES, FailedFile, IngestReport, Limits, ingest
+from evidra.corpus.ingest import (
+    SUPPORTED_SUFFIXES,
+    FailedFile,
+    IngestProgress,
+    IngestReport,
+    Limits,
+    ingest,
+)
 from evidra.corpus.pdf import RenderedPage, render_pdf
 from evidra.corpus.store import PageStore
 
@@ -16,6 +23,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "SUPPORTED_SUFFIXES",
     "FailedFile",
+    "IngestProgress",
     "IngestReport",
     "Limits",
     "PageStore",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +59,47 @@ class IngestReport:
             f"{len(self.added)} pages added, {len(self.skipped)} unchanged, "
             f"{len(self.failed)} files failed, {self.files_seen} files seen in {self.elapsed_s:.2f}s"
         )
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """Where an ``ingest`` call stands; reported after every page stored and every file done."""
+
+    files_done: int
+    files_total: int
+    pages: int  # pages stored by this call or found already stored, so far
+
+
+IngestCallback = Callable[[IngestProgress], None]
+
+
+@dataclass
+class _Tally:
+    files_total: int
+    callback: IngestCallback | None
+    files_done: int = 0
+    pages: int = 0
+
+    def page(self) -> None:
+        self.pages += 1
+        self._report()
+
+    def file_done(self, unchanged_pages: int) -> None:
+        self.files_done += 1
+        self.pages += unchanged_pages
+        self._report()
+
+    def _report(self) -> None:
+        if self.callback is not None:
+            self.callback(IngestProgress(self.files_done, self.files_total, self.pages))
+
+
+def _ticking(
+    pages: Iterator[tuple[str, RenderedPage]], tick: Callable[[], None]
+) -> Iterator[tuple[str, RenderedPage]]:
+    for page in pages:
+        yield page
+        tick()  # the consumer asked for the next page: this one is stored
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -139,9 +180,16 @@ def _render(path: Path, data: bytes, source: str, dpi: float, limits: Limits) ->
 
 
 def _ingest_file(
-    store: PageStore, path: Path, source: str, dpi: float, ocr: WordExtractor | None, limits: Limits
+    store: PageStore,
+    path: Path,
+    source: str,
+    dpi: float,
+    ocr: WordExtractor | None,
+    limits: Limits,
+    on_page: Callable[[], None],
 ) -> tuple[list[str], bool]:
-    """Store one file; returns its page ids and whether they were newly added."""
+    """Store one file; returns its page ids and whether they were newly added. ``on_page`` is
+    called after each page rendered and stored."""
     data = path.read_bytes()
     file_hash = content_hash(data)
     existing = store.page_ids_for_hash(file_hash)
@@ -149,9 +197,12 @@ def _ingest_file(
         if store.hash_of_source(source) != file_hash:
             store.record_source(source, file_hash)
         return existing, False
-    pages = (
-        (make_page_id(file_hash, r.page_number), _with_ocr(r, ocr))
-        for r in _render(path, data, source, dpi, limits)
+    pages = _ticking(
+        (
+            (make_page_id(file_hash, r.page_number), _with_ocr(r, ocr))
+            for r in _render(path, data, source, dpi, limits)
+        ),
+        on_page,
     )
     is_pdf = path.suffix.lower() in PDF_SUFFIXES
     return store.write_file(source, file_hash, pages, dpi if is_pdf else None), True
@@ -171,6 +222,7 @@ def ingest(
     recursive: bool = True,
     ocr: WordExtractor | None = None,
     limits: Limits | None = None,
+    progress: IngestCallback | None = None,
 ) -> IngestReport:
     """Ingest every PDF and image under ``root`` into ``store`` (a store or a path to create one).
 
@@ -198,22 +250,25 @@ def ingest(
     added: list[str] = []
     skipped: list[str] = []
     failed = list(refused)
+    tally = _Tally(len(files), progress)
     try:
         for path in files:
             source = path.relative_to(base).as_posix()
             try:
-                ids, new = _ingest_file(page_store, path, source, dpi, ocr, limits)
+                ids, new = _ingest_file(page_store, path, source, dpi, ocr, limits, tally.page)
             except Exception as exc:  # any bad file (MemoryError included) is skipped, never fatal
                 reason = _reason(exc)
                 logger.warning("skipping %s: %s", source, reason)
                 failed.append(FailedFile(source, reason))
+                tally.file_done(0)
                 continue
             (added if new else skipped).extend(ids)
+            tally.file_done(0 if new else len(ids))
     finally:
         if owned:
             page_store.close()
     report = IngestReport(
         tuple(added), tuple(skipped), tuple(failed), time.perf_counter() - start, len(files)
     )
-    logger.info("ingest %s: %s", real, report.summary())
+    logger.debug("ingest %s: %s", real, report.summary())  # the caller holds the report
     return report

@@ -8,13 +8,57 @@ every paradigm.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evidra.registry import Registry
 from evidra.types import Message, Sample
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What one environment step did: read by the trainer's metrics, the rewards that look at
+    actions (VRAG-RL's retrieved pages, CAVE's zoom ratios) and the evaluation's process scores.
+
+    ``action`` is the action's name (``answer``, ``search``, ``bbox``, ``zoom``, a tool's name,
+    ``invalid`` for a turn that named no valid action, ``none`` when the turn limit ended the episode
+    on a turn without one). Regions (``crop``) are page pixels.
+    """
+
+    action: str = "answer"
+    invalid: bool = False
+    reason: str = ""  # why the action was invalid
+    answer: str | None = None
+    query: str | None = None  # a search's query
+    page_id: str | None = None  # the page a search inserted or a crop/zoom cut (None: no result)
+    crop: tuple[int, int, int, int] | None = None  # (x1, y1, x2, y2) in page pixels
+    area_ratio: float | None = None  # crop area / page area
+    hit: bool | None = None  # a lookup found its key (key-value environments)
+    retrieved: tuple[str, ...] = ()  # page ids inserted so far, first insertion first
+    invalid_count: int = 0  # invalid turns so far
+    turn: int = 0  # policy turns so far, this one included
+    turn_limit: bool = False  # the episode ended because it reached its turn limit
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields that differ from their defaults, JSON-ready (tuples as lists)."""
+        out: dict[str, Any] = {"action": self.action}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> StepInfo:
+        """The inverse of ``to_json``; keys it does not know (older rows) are ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in row.items() if k in known}
+        if values.get("crop") is not None:
+            values["crop"] = tuple(int(v) for v in values["crop"])
+        values["retrieved"] = tuple(str(v) for v in values.get("retrieved") or ())
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -23,11 +67,10 @@ class StepResult:
 
     observation: tuple[Message, ...] = ()  # inserted as the next user turn(s); empty when done
     done: bool = False
-    info: Mapping[str, Any] = field(default_factory=dict)  # action, invalid, retrieved ids...
+    info: StepInfo = StepInfo()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "observation", tuple(self.observation))
-        object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
 
 
 class Environment(Protocol):

@@ -4,11 +4,11 @@ Per turn (VRAG-RL §2.2 and §2.4, Algorithm 1): the first action block of the p
 executed. A search inserts the best page not yet seen in this episode as a user turn holding
 the image (resized by VRAG's ``process_image``, so the policy's boxes live in that frame); a
 ``<bbox>`` crops the region of the raw page that the box covers in the last image shown
-(``evidra.env.crop``) and inserts it, zoomed, the same way; an answer ends the episode. An
-invalid action gets an explanatory message and is counted (``info["invalid"]``). After
-``max_turns`` policy turns without an answer the episode ends (``info["turn_limit"]``).
+(``evidra.geometry``) and inserts it, zoomed, the same way; an answer ends the episode. An
+invalid action gets an explanatory message and is counted (``StepInfo.invalid``). After
+``max_turns`` policy turns without an answer the episode ends (``StepInfo.turn_limit``).
 
-Retrieved page ids are recorded in insertion order (``info["retrieved"]`` of every step): the
+Retrieved page ids are recorded in insertion order (``StepInfo.retrieved`` of every step): the
 VRAG-RL reward's NDCG (Eq. 7-9) reads them. The index is anything with the retrieval
 ``search(queries, k, exclude)`` method: ``BM25Retriever``, an engine's retriever, or a
 ``SearchClient`` to ``evidra serve-index``.
@@ -20,8 +20,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from evidra.env.base import ENVIRONMENTS, SearchRequest, StepResult
-from evidra.env.crop import (
+from evidra.env.base import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
+from evidra.errors import InvalidInputError
+from evidra.geometry import (
     VRAG_MAX_PIXELS,
     VRAG_MIN_PIXELS,
     CropMode,
@@ -29,7 +30,6 @@ from evidra.env.crop import (
     crop_displayed,
     process_image_size,
 )
-from evidra.errors import InvalidInputError
 from evidra.paradigms.base import Paradigm
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.types import ImagePart, Message, Page, Parsed, Sample
@@ -185,9 +185,8 @@ class SearchEnv:
         return self._result((reply,), False, action="invalid", invalid=True, reason=reason)
 
     def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
-        info.setdefault("invalid", False)
-        info.update(retrieved=tuple(self.retrieved), invalid_count=self.invalid, turn=self.turns)
-        return StepResult(obs, done, info)
+        step = StepInfo(**info, retrieved=tuple(self.retrieved), invalid_count=self.invalid, turn=self.turns)
+        return StepResult(obs, done, step)
 
 
 def _invalid_reason(parsed: Parsed) -> str | None:

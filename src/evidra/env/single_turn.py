@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evidra.env.base import ENVIRONMENTS, StepResult
+from evidra.env.base import ENVIRONMENTS, StepInfo, StepResult
 from evidra.paradigms.base import Paradigm
 from evidra.types import Message, Sample
 
@@ -20,7 +20,7 @@ class SingleTurnEnv:
         return self.paradigm.build_messages(sample, sample.pages)
 
     def step(self, text: str) -> StepResult:
-        return StepResult(done=True, info={"action": "answer"})
+        return StepResult(done=True, info=StepInfo("answer", turn=1))
 
 
 ENVIRONMENTS.add("single_turn", SingleTurnEnv)

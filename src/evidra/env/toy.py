@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from evidra.env.base import ENVIRONMENTS, StepResult
+from evidra.env.base import ENVIRONMENTS, StepInfo, StepResult
 from evidra.tagscan import find_named_blocks
 from evidra.types import Message, Sample
 
@@ -36,13 +36,13 @@ class KeyValueEnv:
         if match is None:
             self.invalid += 1
             reply = "Invalid action: write <search> key </search> or <answer> value </answer>."
-            return StepResult((Message.text("user", reply),), info={"action": "invalid", "invalid": True})
+            return StepResult((Message.text("user", reply),), info=StepInfo("invalid", invalid=True))
         action, argument = match.head.group(1), match.body().strip()
         if action == "answer":
-            return StepResult(done=True, info={"action": "answer", "answer": argument})
+            return StepResult(done=True, info=StepInfo("answer", answer=argument))
         self.searches += 1
         value = self.corpus.get(argument, "not found")
-        info = {"action": "search", "query": argument, "hit": argument in self.corpus}
+        info = StepInfo("search", query=argument, hit=argument in self.corpus)
         return StepResult((Message.text("user", f"<information>{value}</information>"),), info=info)
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidra.env.base import ENVIRONMENTS, StepResult
-from evidra.env.crop import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
+from evidra.env.base import ENVIRONMENTS, StepInfo, StepResult
 from evidra.env.search import resized
+from evidra.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
 from evidra.paradigms.base import Paradigm
 from evidra.paradigms.zoom_agent import ZoomAgent
 from evidra.types import ImagePart, Message, Page, Sample, TextPart
@@ -69,7 +69,8 @@ class ZoomEnv:
         ratio = (x2 - x1) * (y2 - y1) / float(page.width * page.height)
         obs = Message("user", (TextPart("<tool_response>"), ImagePart(crop, page_id=page.id),
                                TextPart("</tool_response>")))  # fmt: skip
-        return self._result((obs,), False, action="zoom", crop=(x1, y1, x2, y2), area_ratio=ratio)
+        return self._result((obs,), False, action="zoom", page_id=page.id, crop=(x1, y1, x2, y2),
+                            area_ratio=ratio)  # fmt: skip
 
     def _invalid(self, reason: str) -> StepResult:
         self.invalid += 1
@@ -77,9 +78,7 @@ class ZoomEnv:
         return self._result((reply,), False, action="invalid", invalid=True, reason=reason)
 
     def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
-        info.setdefault("invalid", False)
-        info.update(invalid_count=self.invalid, round=self.rounds)
-        return StepResult(obs, done, info)
+        return StepResult(obs, done, StepInfo(**info, invalid_count=self.invalid, turn=self.rounds))
 
 
 ENVIRONMENTS.add("zoom", ZoomEnv)

@@ -49,7 +49,7 @@ def plot_training(
     window: int = 1,
 ) -> Path:
     """One panel per metric key against ``step`` (raw, plus the moving average when window > 1)."""
-    from evidra.rl.sink import read_metrics
+    from evidra.sink import read_metrics
 
     rows = read_metrics(metrics_jsonl)
     present = [k for k in keys if any(k in r for r in rows)]

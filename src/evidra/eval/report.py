@@ -2,7 +2,7 @@
 
 The viewer shows, per sample, every page with the gold boxes, the box of each reasoning step
 (numbered like the step list beside the pages) and the answer box, plus the run's scores. All
-text is escaped by ``evidra.eval.viewer``.
+text is escaped by the viewer's template (``evidra.eval.viewer``).
 """
 
 from __future__ import annotations

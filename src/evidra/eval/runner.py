@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from evidra.env.base import Environment
+from evidra.env.base import Environment, StepInfo
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import InvalidInputError
 from evidra.eval.endpoint import ChatEndpoint
@@ -65,7 +65,7 @@ class RawEpisode:
     """What a model backend returns for one sample before parsing."""
 
     texts: tuple[str, ...]
-    infos: tuple[Mapping[str, Any], ...]
+    infos: tuple[StepInfo, ...]
     n_tokens: int
     finished: bool
     latency_s: float
@@ -79,7 +79,7 @@ class ModelBackend(Protocol):
 
 @dataclass(frozen=True)
 class LocalModel:
-    """A local checkpoint (``evidra.models.load_vlm``) through ``evidra.rl.rollout``."""
+    """A local checkpoint (``evidra.models.load_vlm``) through ``evidra.rollout``."""
 
     vlm: VLM
 
@@ -93,7 +93,7 @@ class LocalModel:
         return self.vlm.spec
 
     def run(self, samples: Sequence[Sample], make_env: EnvFactory, cfg: RunConfig) -> list[RawEpisode]:
-        from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
+        from evidra.rollout import HFBackend, RolloutLimits, rollout
 
         params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed)
         limits = RolloutLimits(cfg.max_turns, cfg.max_new_tokens, cfg.max_response_tokens)
@@ -129,7 +129,7 @@ class EndpointModel:
         env = make_env(sample)
         messages = list(env.reset(sample))
         texts: list[str] = []
-        infos: list[Mapping[str, Any]] = []
+        infos: list[StepInfo] = []
         tokens, latency, done = 0, 0.0, False
         for _ in range(cfg.max_turns):
             c = self.endpoint.complete(
@@ -190,7 +190,7 @@ def to_prediction(
 
 def prediction_to_json(p: Prediction, key: Mapping[str, str]) -> str:
     row = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
-    row["infos"] = [dict(i) for i in p.infos]
+    row["infos"] = [i.to_json() for i in p.infos]
     row["steps"] = [{"text": s.text, "page": s.page, "box": s.box} for s in p.steps]
     row["scores"] = dict(p.scores)
     return json.dumps({**key, **row}, default=str)
@@ -209,7 +209,7 @@ def prediction_from_json(row: Mapping[str, Any]) -> Prediction:
         answer_page=row.get("answer_page"),
         answer_box=_box(row.get("answer_box")),
         steps=steps,
-        infos=tuple(row.get("infos", ())),
+        infos=tuple(StepInfo.from_json(i) for i in row.get("infos", ())),
         errors=tuple(row.get("errors", ())),
         n_tokens=int(row.get("n_tokens", 0)),
         latency_s=float(row.get("latency_s", 0.0)),
@@ -261,7 +261,7 @@ def run_eval(
     if progress and done:
         progress(sum(1 for s in samples if s.id in done))
     todo = [s for s in samples if s.id not in done]
-    logger.info("%s: %d cached, %d to run", cfg.key, len(samples) - len(todo), len(todo))
+    logger.info("%s: %d cached, %d to run", " / ".join(cfg.key.values()), len(samples) - len(todo), len(todo))
     with path.open("a", encoding="utf-8") as fh:
         for batch in _batches(todo, cfg.batch_size):
             for sample, raw in zip(batch, model.run(batch, factory, cfg), strict=True):

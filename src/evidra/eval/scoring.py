@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from evidra.env.base import StepInfo
 from evidra.errors import InvalidInputError
 from evidra.eval.metrics import (
     anls,
@@ -66,7 +66,7 @@ class Prediction:
     answer_page: int | None = None  # 0-based
     answer_box: PageBox | None = None
     steps: tuple[StepBox, ...] = ()
-    infos: tuple[Mapping[str, Any], ...] = ()
+    infos: tuple[StepInfo, ...] = ()
     errors: tuple[str, ...] = ()
     n_tokens: int = 0
     latency_s: float = 0.0
@@ -178,18 +178,18 @@ def evisrag_scores(sample: Sample, pred: str) -> dict[str, float]:
     return {"evisrag_acc": float(m["acc"]), "evisrag_f1": float(m["f1"])}
 
 
-def retrieved_ids(infos: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every page id the episode retrieved, first occurrence first (``info["retrieved"]``)."""
+def retrieved_ids(infos: Sequence[StepInfo]) -> list[str]:
+    """Every page id the episode retrieved, first occurrence first (``StepInfo.retrieved``)."""
     seen: list[str] = []
     for info in infos:
-        for pid in info.get("retrieved", ()) or ():
-            if str(pid) not in seen:
-                seen.append(str(pid))
+        for pid in info.retrieved:
+            if pid not in seen:
+                seen.append(pid)
     return seen
 
 
 def retrieval_scores(
-    sample: Sample, infos: Sequence[Mapping[str, Any]], ks: Sequence[int] = (1, 5)
+    sample: Sample, infos: Sequence[StepInfo], ks: Sequence[int] = (1, 5)
 ) -> dict[str, float]:
     ranking = retrieved_ids(infos)
     if not ranking or not sample.gold_pages:
@@ -205,11 +205,10 @@ NOT_TOOL_CALLS = frozenset({"", "answer", "invalid", "none"})
 ZOOM_ACTIONS = frozenset({"zoom", "crop", "bbox"})  # evidra.env.zoom ("zoom"), evidra.env.search ("bbox")
 
 
-def _useful_zoom(sample: Sample, info: Mapping[str, Any]) -> bool:
-    """A zoom is useful when its region (``info["crop"]``, page pixels) overlaps a gold box on
-    the zoomed page (``info["page_id"]``; the only page when a single page is shown)."""
-    box = info.get("crop", info.get("box"))
-    page = info.get("page_id", info.get("page"))
+def _useful_zoom(sample: Sample, info: StepInfo) -> bool:
+    """A zoom is useful when its region (``crop``, page pixels) overlaps a gold box on the zoomed
+    page (``page_id``; the only page when a single page is shown)."""
+    box, page = info.crop, info.page_id
     if page is None and len(sample.pages) == 1:
         page = sample.pages[0].id
     if box is None or page is None:
@@ -220,8 +219,8 @@ def _useful_zoom(sample: Sample, info: Mapping[str, Any]) -> bool:
 
 def process(sample: Sample, p: Prediction) -> dict[str, float]:
     """Invalid-action rate, finish, turns, tool calls, useful-zoom rate, tokens, latency."""
-    actions = [str(i.get("action", "")) for i in p.infos]
-    zooms = [i for i in p.infos if i.get("action") in ZOOM_ACTIONS]
+    actions = [i.action for i in p.infos]
+    zooms = [i for i in p.infos if i.action in ZOOM_ACTIONS]
     out = {
         "invalid_rate": sum(a == "invalid" for a in actions) / len(actions) if actions else 0.0,
         "finished": float(p.finished),

@@ -97,13 +97,12 @@ def as_trl_reward(
     environment made by ``as_trl_environment``, TRL passes ``environments`` (one per
     completion): the completion's last assistant text is played as the episode's final turn,
     and the reward sees the episode's sample, a text trajectory of its actions and the pages it
-    retrieved (``parsed.fields["retrieved_pages"]``, VRAG-RL's reward). Other environments are
+    retrieved (``parsed.retrieved``, VRAG-RL's reward). Other environments are
     ignored. An unscored sample (judge down) is ``None``, which TRL records as NaN; a reward
     that cannot score at all (a missing service) is refused here, not discovered as all-None
     rewards.
     """
     from evidra.integrations.trl_env import Episode, episode_parsed
-    from evidra.rewards.vragrl import RETRIEVED_FIELD
 
     _usable(reward)
     framework_keys = {"trainer_state", "log_extra", "log_metric", "environments"}
@@ -124,7 +123,7 @@ def as_trl_reward(
                 text = _last_assistant_text(completion)
                 episode.finish(text)
                 ids = completion_ids[i] if completion_ids is not None else ()
-                parsed = episode_parsed(parse(text), episode, RETRIEVED_FIELD)
+                parsed = episode_parsed(parse(text), episode)
                 result = reward(parsed, episode.sample, episode.trajectory(ids))
             else:
                 row = {

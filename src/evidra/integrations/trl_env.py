@@ -28,19 +28,20 @@ text as the episode's final ``step`` before scoring, as evidra's own rollout loo
 True
 >>> env.search(query="x")
 '<information>7</information>'
->>> env.evidra_episode.infos[0]["hit"]
+>>> env.evidra_episode.infos[0].hit
 True
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidra.env.base import Environment, StepResult
+from evidra.env.base import Environment, StepInfo, StepResult
 from evidra.errors import ConfigError
 from evidra.types import ImagePart, Message, Parsed, Sample, Span, TextPart, Trajectory
 
@@ -106,7 +107,7 @@ class Episode:
     env: Environment
     prompt: list[Message]
     actions: list[str] = field(default_factory=list)  # the action text of every step, in order
-    infos: list[Mapping[str, Any]] = field(default_factory=list)  # StepResult.info of every step
+    infos: list[StepInfo] = field(default_factory=list)  # StepResult.info of every step
     done: bool = False
 
     def step(self, text: str) -> StepResult:
@@ -123,11 +124,8 @@ class Episode:
             self.done = True
 
     def retrieved(self) -> tuple[str, ...]:
-        """The page ids the episode inserted (``info["retrieved"]`` of its last step that has it)."""
-        for info in reversed(self.infos):
-            if "retrieved" in info:
-                return tuple(info["retrieved"])
-        return ()
+        """The page ids the episode inserted (``StepInfo.retrieved`` of its last step)."""
+        return self.infos[-1].retrieved if self.infos else ()
 
     def trajectory(self, completion_ids: Sequence[int] = ()) -> Trajectory:
         """A text-level trajectory: ``texts`` are the actions; ``token_ids`` TRL's completion ids.
@@ -251,13 +249,7 @@ def as_trl_environment(
     return type(name, (TRLEnvironment,), attrs)
 
 
-def episode_parsed(parsed: Parsed, episode: Episode, retrieved_field: str) -> Parsed:
-    """``parsed`` with the episode's retrieved page ids (newline-separated) in ``fields``, as
-    VRAG-RL's reward reads them; unchanged when the episode retrieved nothing."""
-    retrieved = episode.retrieved()
-    if not retrieved:
-        return parsed
-    fields = {**parsed.fields, retrieved_field: "\n".join(retrieved)}
-    return Parsed(text=parsed.text, answer=parsed.answer, steps=parsed.steps, action=parsed.action,
-                  answer_box=parsed.answer_box, answer_page=parsed.answer_page, fields=fields,
-                  errors=parsed.errors)  # fmt: skip
+def episode_parsed(parsed: Parsed, episode: Episode) -> Parsed:
+    """``parsed`` with the page ids the episode retrieved (``Parsed.retrieved``, which VRAG-RL's
+    reward reads)."""
+    return dataclasses.replace(parsed, retrieved=episode.retrieved())

@@ -166,7 +166,7 @@ _HARDWARE = {"bfloat16": {"avx512_bf16", "amx_bf16"}, "float16": {"avx512_fp16",
 def probe_rates(device: torch.device) -> dict[str, float]:
     """GEMM rate of every candidate dtype of ``device``, measured once per process."""
     rates = measure_rates(candidates(device) or ("float32",), device)
-    logger.info("GEMM rates on %s (GFLOP/s): %s", device, {n: round(r, 1) for n, r in rates.items()})
+    logger.debug("GEMM rates on %s (GFLOP/s): %s", device, {n: round(r, 1) for n, r in rates.items()})
     return rates
 
 
@@ -187,7 +187,7 @@ def resolve(
     if allowed == ["float32"] or not allowed:  # nothing to choose (mps, xpu, ...: fp32 is exact)
         return "float32"
     chosen = choose((probe or probe_rates)(device), allowed)
-    logger.info("scoring MaxSim in %s on %s", chosen, device)
+    logger.debug("scoring MaxSim in %s on %s", chosen, device)  # `index build` prints the choice
     return chosen
 
 

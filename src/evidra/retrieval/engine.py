@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MANIFEST = "retriever.json"
-Progress = Callable[[int], None]  # called with the number of pages just embedded
+Progress = Callable[[int], None]  # called with the number of pages just embedded (bm25: read)
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,11 @@ class Engine:
     ) -> None:
         """Embed and add ``pages``; with ``replace`` pages already present are updated."""
         if isinstance(self.index, BM25Retriever):
-            texts = {p.id: page_text(p, ocr=self.spec.ocr) for p in pages}
+            texts = {}
+            for p in pages:  # the text layer, or OCR (slow) when the spec asks for it
+                texts[p.id] = page_text(p, ocr=self.spec.ocr)
+                if progress is not None:
+                    progress(1)
             self.index.add(texts, {p.id: p.image_path for p in pages}, replace=replace)
             self.index.save(self.root)
             return
@@ -231,7 +235,7 @@ def build_index(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    logger.info("built %s index of %d pages at %s", spec.backend, len(pages), out)
+    logger.debug("built %s index of %d pages at %s", spec.backend, len(pages), out)
     if spec.backend == "bm25":
         retriever = BM25Retriever.load(out)
         return Engine(out, spec, None, retriever, retriever)

@@ -9,7 +9,9 @@ Layout for speed: pages are sorted by length and cut into ``Block`` s of
 shape ``(C, L, D)``; one matmul scores all query tokens of a batch against a whole block. On
 GPU the result is ``(T, C, L)`` with the patch axis last, so the max reduction runs over
 contiguous memory; on CPU ``(C, L, T)`` measured faster (see ``score_block``). Queries are
-packed token-wise and summed per query with ``index_add_``.
+packed token-wise and summed per query with ``index_add_``. This is the reference scorer; on CUDA
+the store scores the same blocks with a fused Triton kernel that never writes the similarity
+matrix (``evidra.retrieval.kernels``, ``evidra.retrieval.maxsim_triton``).
 
 >>> import torch
 >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])            # 2 query tokens
@@ -39,13 +41,16 @@ def maxsim(query: Tensor, page: Tensor) -> Tensor:
 class Block:
     """Pages of similar length stacked as ``(C, L, D)``, zero-filled past each page's length.
 
-    ``rows`` are the pages' row numbers in the owning index; ``pad`` is a ``(C, L)`` mask that is
-    True on filler positions, or None when every page in the block has length ``L``.
+    ``rows`` are the pages' row numbers in the owning index and ``lengths`` their patch counts;
+    ``pad`` is a ``(C, L)`` mask that is True on filler positions, or None when every page in the
+    block has length ``L``. ``build_blocks`` makes the blocks of one call views of one flat
+    ``(R, D)`` array, which the fused GPU kernel (``maxsim_triton``) scores in one launch.
     """
 
     vectors: Tensor  # (C, L, D)
-    rows: Tensor  # (C,) int64
+    rows: Tensor  # (C,) int64, CPU
     pad: Tensor | None  # (C, L) bool
+    lengths: Tensor  # (C,) int64, CPU
 
     @property
     def n_tokens(self) -> int:
@@ -62,12 +67,13 @@ def build_blocks(
 ) -> list[Block]:
     """Sort ``pages`` (each ``(L_i, D)``) by length and pack them into blocks of <= ``max_tokens``.
 
-    Sorting keeps the filler small: a block pads only up to its own longest page.
+    Sorting keeps the filler small: a block pads only up to its own longest page. The blocks
+    are consecutive views of one ``(R, D)`` array on ``device``.
     """
     if len(pages) != len(rows):
         raise InvalidInputError(f"build_blocks got {len(pages)} pages but {len(rows)} rows")
     order = sorted(range(len(pages)), key=lambda i: int(pages[i].shape[0]))
-    blocks: list[Block] = []
+    spans: list[tuple[int, int, int]] = []  # (start, end, longest) in ``order``
     start = 0
     while start < len(order):
         longest = int(pages[order[start]].shape[0])
@@ -77,34 +83,44 @@ def build_blocks(
             if (end - start + 1) * longest_next > max_tokens:
                 break
             longest, end = longest_next, end + 1
+        spans.append((start, end, longest))
+        start = end
+    if not spans:
+        return []
+    total = sum((end - start) * longest for start, end, longest in spans)
+    flat = torch.empty(total, int(pages[0].shape[1]), dtype=dtype, device=device)  # (R, D)
+    blocks, at = [], 0
+    for start, end, longest in spans:
+        members = order[start:end]
+        size = len(members) * longest
         blocks.append(
             _block(
-                [pages[i] for i in order[start:end]],
-                [rows[i] for i in order[start:end]],
-                longest,
-                dtype,
-                device,
+                [pages[i] for i in members],
+                [rows[i] for i in members],
+                flat[at : at + size].view(len(members), longest, -1),
             )
         )
-        start = end
+        at += size
     return blocks
 
 
-def _block(
-    pages: Sequence[Tensor], rows: Sequence[int], length: int, dtype: torch.dtype, device: str | torch.device
-) -> Block:
-    dim = int(pages[0].shape[1])
-    vectors = torch.zeros(len(pages), length, dim, dtype=dtype)  # (C, L, D)
-    pad = torch.zeros(len(pages), length, dtype=torch.bool)  # (C, L)
+def _block(pages: Sequence[Tensor], rows: Sequence[int], out: Tensor) -> Block:
+    """Fill ``out`` ``(C, L, D)`` with ``pages`` (zeros past each one's length): their block."""
+    c, length, _ = out.shape
+    vectors = out if out.device.type == "cpu" else torch.empty(out.shape, dtype=out.dtype)  # (C, L, D)
+    vectors.zero_()
+    pad = torch.zeros(c, length, dtype=torch.bool)  # (C, L)
     for i, page in enumerate(pages):
         n = int(page.shape[0])
-        vectors[i, :n] = page.to(dtype)
+        vectors[i, :n] = page.to(out.dtype)
         pad[i, n:] = True
-    has_pad = bool(pad.any())
+    if vectors is not out:
+        out.copy_(vectors)  # one host-to-device copy per block
     return Block(
-        vectors=vectors.to(device),
+        vectors=out,
         rows=torch.as_tensor(list(rows), dtype=torch.int64),
-        pad=pad.to(device) if has_pad else None,
+        pad=pad.to(out.device) if bool(pad.any()) else None,
+        lengths=length - pad.sum(dim=1),
     )
 
 

@@ -16,8 +16,8 @@ Two modes:
   without both an ``<answer>`` and a ``<search>``, NDCG counts duplicates.
 
 Inputs of the ``RewardFn`` wrapper: the question and ``answers[0]`` of the ``Sample``, its
-``gold_pages``, and the retrieved page ids in insertion order, read from
-``parsed.fields["retrieved_pages"]`` (newline-separated) as written by the search-agent parser.
+``gold_pages``, and the retrieved page ids in insertion order, ``parsed.retrieved`` (set from the
+search environment's steps).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from evidra.types import Parsed, Sample, Trajectory
 
 logger = logging.getLogger(__name__)
 
-RETRIEVED_FIELD = "retrieved_pages"
 Mode = Literal["paper", "upstream"]
 UPSTREAM_DATA_SOURCES = ("rag", "slidevqa_test", "mmlongdoc", "vidoseek")
 NO_ANSWER_PLACEHOLDER = "Please Judge False"  # what rm.py sends the judge when no answer exists
@@ -261,7 +260,7 @@ def _policy_turns(parsed: Parsed, trajectory: Trajectory | None) -> list[str]:
 
 
 def _retrieved(parsed: Parsed) -> list[str]:
-    return [line for line in parsed.fields.get(RETRIEVED_FIELD, "").split("\n") if line]
+    return list(parsed.retrieved)
 
 
 @dataclass(frozen=True)

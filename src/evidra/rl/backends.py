@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from evidra.models.loading import VLM
 from evidra.registry import Registry
 from evidra.rl.config import RolloutConfig
-from evidra.rl.rollout import GenerationBackend, HFBackend
+from evidra.rollout import GenerationBackend, HFBackend
 
 
 class TrainingBackend(GenerationBackend, Protocol):

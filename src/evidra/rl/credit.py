@@ -24,7 +24,7 @@ from evidra.rl.advantages import (
     turn_credit_advantages,
 )
 from evidra.rl.config import AlgoConfig
-from evidra.rl.rollout import Episode
+from evidra.rollout import Episode
 
 
 @dataclass(frozen=True, eq=False)

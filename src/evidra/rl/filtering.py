@@ -15,7 +15,7 @@ pass, capped at ``max_rounds`` (verl recipe ``max_num_gen_batches``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
@@ -170,49 +170,3 @@ class DynamicSampler(Generic[T]):
             full=full,
             per_round_kept=per_round,
         )
-
-
-@dataclass(frozen=True)
-class DifficultySelection:
-    """Question ids kept by difficulty filtering, in input order and in curriculum order."""
-
-    kept: list[Hashable]
-    curriculum: list[Hashable]  # easiest (highest success rate) first
-    dropped_easy: list[Hashable]
-    dropped_hard: list[Hashable]
-
-
-def difficulty_filter(
-    successes: Mapping[Hashable, float],
-    k: int,
-    *,
-    min_success: float = 0.0,
-    max_success: float | None = None,
-    order: Literal["easy_first", "hard_first"] = "easy_first",
-) -> DifficultySelection:
-    """Keep questions whose success count out of ``k`` sampled completions lies in
-    ``[min_success, max_success]`` (default ``max_success = k - 1``: drop questions solved by all
-    k, as EVisRAG drops perfect-score items out of 8 completions, App. A.2), then order them for
-    a curriculum by success rate (EVisRAG: simple to complex). Ties keep input order.
-
-    >>> difficulty_filter({"a": 8, "b": 3, "c": 6}, 8).curriculum
-    ['c', 'b']
-    """
-    if k < 1:
-        raise InvalidInputError(f"k (completions per question) must be >= 1, got {k}")
-    high = k - 1 if max_success is None else max_success
-    if min_success > high:
-        raise InvalidInputError(
-            f"min_success {min_success} exceeds max_success {high}; nothing would be kept"
-        )
-    bad = {q: s for q, s in successes.items() if not 0 <= s <= k}
-    if bad:
-        raise InvalidInputError(f"success counts must lie in [0, {k}], got {bad}")
-    kept = [q for q, s in successes.items() if min_success <= s <= high]
-    ranked = sorted(kept, key=lambda q: -successes[q] if order == "easy_first" else successes[q])
-    return DifficultySelection(
-        kept=kept,
-        curriculum=ranked,
-        dropped_easy=[q for q, s in successes.items() if s > high],
-        dropped_hard=[q for q, s in successes.items() if s < min_success],
-    )

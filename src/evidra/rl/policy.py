@@ -59,8 +59,19 @@ def load_policy(
     if cast_frozen and not cfg.lora.enabled:  # FSDP2 wants one dtype per sharded group: kept fp32 there
         precision.cast_frozen(vlm.model)
     if cfg.gradient_checkpointing:
-        vlm.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        _enable_checkpointing(vlm.model)
     return vlm
+
+
+def _enable_checkpointing(model: Any) -> None:
+    """Activation checkpointing, non-reentrant: ``activation_checkpointing_enable`` from
+    transformers 5.24, the deprecated ``gradient_checkpointing_enable`` before."""
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # a LoRA wrapper forwards it
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 @dataclass(frozen=True, eq=False)

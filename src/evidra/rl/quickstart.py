@@ -18,8 +18,8 @@ from evidra.config import load_config
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM, load_vlm
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
-from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
 from evidra.rl.tasks import TASKS, Task
+from evidra.rollout import HFBackend, RolloutLimits, rollout
 from evidra.types import Sample
 
 Progress = Callable[[str], None]

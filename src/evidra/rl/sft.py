@@ -32,9 +32,9 @@ from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.sft_data import read_trajectories
-from evidra.rl.sink import MetricsSink
 from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
+from evidra.sink import MetricsSink
 from evidra.types import Message
 
 logger = logging.getLogger(__name__)

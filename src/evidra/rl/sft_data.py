@@ -9,40 +9,10 @@ rows stay in the file (a rerun skips their ids) and are not trained on.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from evidra.errors import ConfigError
-from evidra.types import ImagePart, Message, Part, TextPart
-
-
-def _part_json(part: Part) -> dict[str, str]:
-    if isinstance(part, TextPart):
-        return {"type": "text", "text": part.text}
-    return {"type": "image", "image": str(part.image)}
-
-
-def messages_to_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Messages as JSON, images by path (not inlined).
-
-    >>> messages_to_json([Message.text("user", "hi")])
-    [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}]
-    """
-    return [{"role": m.role, "content": [_part_json(p) for p in m.content]} for m in messages]
-
-
-def _part(item: dict[str, Any]) -> Part:
-    if item["type"] == "text":
-        return TextPart(str(item["text"]))
-    if item["type"] == "image":
-        return ImagePart(str(item["image"]))
-    raise ValueError(f"unknown part type {item['type']!r}")
-
-
-def messages_from_json(rows: Sequence[dict[str, Any]]) -> list[Message]:
-    """The inverse of ``messages_to_json``."""
-    return [Message(r["role"], tuple(_part(p) for p in r["content"])) for r in rows]
+from evidra.types import Message, messages_from_json
 
 
 def read_trajectories(path: str | Path) -> list[list[Message]]:

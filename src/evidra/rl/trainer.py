@@ -37,8 +37,6 @@ from evidra.rl.filtering import DAPO_FILTER, DynamicSampler, Round, mean_within
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
-from evidra.rl.rollout import Episode, RolloutLimits, rollout
-from evidra.rl.sink import MetricsSink
 from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
@@ -50,6 +48,8 @@ from evidra.rl.update import (
     reference_logprobs,
 )
 from evidra.rl.validate import local_batch_size, validate_rl_config
+from evidra.rollout import Episode, RolloutLimits, rollout
+from evidra.sink import MetricsSink
 from evidra.types import Sample
 
 logger = logging.getLogger(__name__)
@@ -365,9 +365,9 @@ def _episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     actions: dict[str, int] = {}
     for ep in episodes:
         for info in ep.infos:
-            name = str(info.get("action", "unknown"))
+            name = info.action
             actions[name] = actions.get(name, 0) + 1
-    first = sum(bool(ep.infos) and ep.infos[0].get("action") == "search" for ep in episodes)
+    first = sum(bool(ep.infos) and ep.infos[0].action == "search" for ep in episodes)
     return {
         **{f"actions/{k}": v / n for k, v in sorted(actions.items())},
         "actions/first_is_search": first / n,

@@ -23,7 +23,7 @@ from evidra.rl.kl import kl_penalty
 from evidra.rl.losses import POLICY_LOSSES, aggregate
 from evidra.rl.mismatch import combined, logprob_mismatch
 from evidra.rl.policy import Reference
-from evidra.rl.rollout import Episode
+from evidra.rollout import Episode
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import InvalidInputError
 from evidra.models.generation import SamplingParams
 from evidra.paradigms.direct import Direct
-from evidra.rl.rollout import HFBackend, RolloutLimits
+from evidra.rollout import HFBackend, RolloutLimits
 from evidra.types import Sample
 
 

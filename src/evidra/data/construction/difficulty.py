@@ -1,15 +1,15 @@
 """Difficulty filtering and curriculum ordering of training questions.
 
-Sample ``k`` completions per question with the current policy (``evidra.rl.rollout``), count
+Sample ``k`` completions per question with the current policy (``evidra.rollout``), count
 the correct ones, drop the questions every completion solves or none does (they give GRPO a
 zero advantage: all rewards in the group are equal), and order the rest from easy to hard.
 EVisRAG drops items solved by all 8 completions and trains simple-to-complex (App. A.2); the
-selection itself is ``evidra.rl.filtering.difficulty_filter``.
+selection itself is ``difficulty_filter`` below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,8 +18,7 @@ from evidra.errors import InvalidInputError
 from evidra.eval.scoring import Prediction, official
 from evidra.models.generation import SamplingParams
 from evidra.paradigms.base import Paradigm
-from evidra.rl.filtering import difficulty_filter
-from evidra.rl.rollout import Episode, GenerationBackend, RolloutLimits, rollout
+from evidra.rollout import Episode, GenerationBackend, RolloutLimits, rollout
 from evidra.types import Parsed, Sample
 
 IsCorrect = Callable[[Sample, Episode], bool]
@@ -115,3 +114,49 @@ def curriculum_stages(filtered: FilteredSet, stages: int) -> list[tuple[Sample, 
     items = filtered.curriculum
     bounds = [round(i * len(items) / stages) for i in range(stages + 1)]
     return [items[bounds[i] : bounds[i + 1]] for i in range(stages)]
+
+
+@dataclass(frozen=True)
+class DifficultySelection:
+    """Question ids kept by difficulty filtering, in input order and in curriculum order."""
+
+    kept: list[Hashable]
+    curriculum: list[Hashable]  # easiest (highest success rate) first
+    dropped_easy: list[Hashable]
+    dropped_hard: list[Hashable]
+
+
+def difficulty_filter(
+    successes: Mapping[Hashable, float],
+    k: int,
+    *,
+    min_success: float = 0.0,
+    max_success: float | None = None,
+    order: Literal["easy_first", "hard_first"] = "easy_first",
+) -> DifficultySelection:
+    """Keep questions whose success count out of ``k`` sampled completions lies in
+    ``[min_success, max_success]`` (default ``max_success = k - 1``: drop questions solved by all
+    k, as EVisRAG drops perfect-score items out of 8 completions, App. A.2), then order them for
+    a curriculum by success rate (EVisRAG: simple to complex). Ties keep input order.
+
+    >>> difficulty_filter({"a": 8, "b": 3, "c": 6}, 8).curriculum
+    ['c', 'b']
+    """
+    if k < 1:
+        raise InvalidInputError(f"k (completions per question) must be >= 1, got {k}")
+    high = k - 1 if max_success is None else max_success
+    if min_success > high:
+        raise InvalidInputError(
+            f"min_success {min_success} exceeds max_success {high}; nothing would be kept"
+        )
+    bad = {q: s for q, s in successes.items() if not 0 <= s <= k}
+    if bad:
+        raise InvalidInputError(f"success counts must lie in [0, {k}], got {bad}")
+    kept = [q for q, s in successes.items() if min_success <= s <= high]
+    ranked = sorted(kept, key=lambda q: -successes[q] if order == "easy_first" else successes[q])
+    return DifficultySelection(
+        kept=kept,
+        curriculum=ranked,
+        dropped_easy=[q for q, s in successes.items() if s > high],
+        dropped_hard=[q for q, s in successes.items() if s < min_success],
+    )

@@ -37,8 +37,7 @@ from evidra.paradigms.base import PARADIGMS, Paradigm
 from evidra.registry import Registry
 from evidra.rewards.evisrag import evaluate_predictions, split_block
 from evidra.rewards.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
-from evidra.rl.sft_data import messages_to_json
-from evidra.types import ImagePart, Message, Sample, TextPart
+from evidra.types import ImagePart, Message, Sample, TextPart, messages_to_json
 
 logger = logging.getLogger(__name__)
 

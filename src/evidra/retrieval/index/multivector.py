@@ -9,7 +9,9 @@ fp16 shards, which restored agreement 1.000, and auto never picks bf16 when ``re
 in-memory blocks are held in the compute dtype (fp32 doubles their memory), and the index records
 the dtype its last writer scored in under the metadata key ``compute_dtype``.
 
-Exact search scores every live page (``evidra.retrieval.maxsim``); with ``prefilter="pooled"`` a
+Exact search scores every live page (``evidra.retrieval.maxsim``), on CUDA by default with one fused
+Triton kernel that never writes the similarity matrix (``MaxSimOptions.kernel``,
+``evidra.retrieval.kernels``); with ``prefilter="pooled"`` a
 first stage scores mean-pooled vectors (``pool_factor`` consecutive patches per vector) held in
 memory (``"clustered"``: the same number of vectors, means of k-means clusters of similar patches
 wherever they sit; ``"signbits"``: one bit per dimension, 16x less than fp16, scored asymmetrically),
@@ -35,11 +37,11 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import compute
+from evidra.retrieval import compute, kernels
 from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits, write_inputs
 from evidra.retrieval.index._shards import ShardStore
-from evidra.retrieval.maxsim import Block, build_blocks, cluster_pool, mean_pool, pack_signs, score_blocks
+from evidra.retrieval.maxsim import Block, build_blocks, cluster_pool, mean_pool, pack_signs
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class MaxSimOptions:
 
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compute_dtype: compute.ComputeDtype = "auto"  # auto: the fastest exact one here (module docstring)
+    kernel: kernels.KernelName = "auto"  # auto: the fused Triton kernel on CUDA when installed, else torch
     block_tokens: int = 16384  # page vectors per scoring block
     max_elements: int = 1 << 25  # bound on one similarity matrix (Q tokens x block tokens)
     prefilter: Literal["none", "pooled", "clustered", "signbits"] = "none"
@@ -63,6 +66,7 @@ class MaxSimOptions:
 
     def __post_init__(self) -> None:
         compute.check_name(self.compute_dtype)
+        kernels.check_name(self.kernel)
         if self.prefilter not in PREFILTERS:
             raise InvalidInputError(f"prefilter {self.prefilter!r}: use one of {', '.join(PREFILTERS)}")
         if self.pool_factor < 1 or self.candidates < 1 or self.block_tokens < 1:
@@ -84,6 +88,9 @@ class MultiVectorIndex(ShardWrites):
         unfit = () if options.rescore else ("bfloat16",)
         self.compute_dtype = compute.resolve(options.compute_dtype, self.device, exclude=unfit)
         self._dtype = compute.DTYPES[self.compute_dtype]
+        self.kernel = kernels.resolve(options.kernel, self.device)
+        self._score = kernels.KERNELS.get(self.kernel)
+        logger.info("exact MaxSim on %s: %s kernel, %s", self.device, self.kernel, self.compute_dtype)
         self._load()
 
     @classmethod
@@ -225,7 +232,7 @@ class MultiVectorIndex(ShardWrites):
         queries = [self._check_query(i, q) for i, q in enumerate(queries)]
         if not queries:
             return []
-        scores = score_blocks(
+        scores = self._score(
             queries, self._blocks, len(self._ids), max_elements=self.options.max_elements, dtype=self._dtype
         )
         scores = self._mask(scores, excl)  # (Q, N)
@@ -279,7 +286,7 @@ class MultiVectorIndex(ShardWrites):
         blocks = build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
-        return score_blocks(
+        return self._score(
             queries, blocks, len(self._ids), max_elements=self.options.max_elements, dtype=dtype
         )
 

@@ -86,7 +86,7 @@ def score_episodes(
     out = []
     for ep, per in zip(episodes, states, strict=True):
         n = len(per)
-        ratios = [ep.infos[t].get("area_ratio") if t < len(ep.infos) else None for t in range(n)]
+        ratios = [ep.infos[t].area_ratio if t < len(ep.infos) else None for t in range(n)]
         anchors = outcome(ep.trajectory.texts, ep.sample, judge)
         out.append(
             RewardResult.unscored("judge") if anchors is None else cave_reward(per, ratios, anchors, params)

@@ -12,6 +12,7 @@ searches the question, is shown the gold page, crops the evidence region and ans
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Collection, Sequence
@@ -21,20 +22,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evidra.env.base import play_script
-from evidra.env.crop import Displayed
 from evidra.env.search import SearchEnv, Searcher, bm25_searcher
 from evidra.errors import ConfigError, InvalidInputError
+from evidra.geometry import Displayed, page_box_to_displayed
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
 from evidra.retrieval.engine import open_searcher
 from evidra.rewards.base import RewardResult
 from evidra.rewards.judge import Judge, RuleJudge
-from evidra.rewards.vragrl import RETRIEVED_FIELD, VragRLReward
+from evidra.rewards.vragrl import VragRLReward
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._benchmark import has_gold_pages, images_on_disk, is_answerable
 from evidra.rl.recipes._synth import private_cache_dir
 from evidra.rl.tasks import TASKS, Task, usable
-from evidra.types import Message, Page, Parsed, Sample
+from evidra.types import Message, Page, Sample
 
 if TYPE_CHECKING:
     from evidra.data.synth.documents import SynthCorpus
@@ -162,12 +163,10 @@ def score_episodes(vlm: Any, episodes: Sequence[Any], reward: VragRLReward) -> l
     """VRAG-RL Eq. 12 per episode, the retrieved pages read from the environment's infos."""
     batch = []
     for ep in episodes:
-        retrieved = ep.infos[-1].get("retrieved", ()) if ep.infos else ()
+        retrieved = ep.infos[-1].retrieved if ep.infos else ()
         text = ep.trajectory.texts[-1] if ep.trajectory.texts else ""
         parsed = SearchAgent().parse(text)
-        fields = {**parsed.fields, RETRIEVED_FIELD: "\n".join(retrieved)}
-        batch.append((Parsed(text=parsed.text, answer=parsed.answer, action=parsed.action, fields=fields,
-                             errors=parsed.errors), ep.sample, ep.trajectory))  # fmt: skip
+        batch.append((dataclasses.replace(parsed, retrieved=retrieved), ep.sample, ep.trajectory))
     return reward.score_batch(batch)
 
 
@@ -187,9 +186,7 @@ def oracle(sample: Sample) -> list[Message]:
     gold = next(p for p in sample.pages if p.id == sample.gold_pages[0])
     env = SearchEnv(_Fixed(gold), {gold.id: gold}, max_turns=MAX_TURNS)
     box = sample.extras.get("evidence_box") or sample.gold_boxes[0].box
-    shown = Displayed.page(gold.id, gold.image_path, gold.size)
-    sx, sy = shown.size[0] / gold.width, shown.size[1] / gold.height
-    coords = [int(box.x1 * sx), int(box.y1 * sy), int(box.x2 * sx) + 1, int(box.y2 * sy) + 1]
+    coords = page_box_to_displayed(box, Displayed.page(gold.id, gold.image_path, gold.size))
     turns = [
         f"<think>I need to find: {sample.question}</think><search>{sample.question}</search>",
         f"<think>The answer is in this region of the page.</think><bbox>{json.dumps(coords)}</bbox>",

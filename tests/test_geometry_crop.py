@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from evidra.env.crop import (
+from evidra.errors import InvalidInputError
+from evidra.geometry import (
     Displayed,
     convert_to_qwen25vl_format,
     crop_displayed,
@@ -16,9 +17,8 @@ from evidra.env.crop import (
     map_crop_upstream,
     process_image_size,
 )
-from evidra.errors import InvalidInputError
 
-CONFORMANCE = Path(__file__).resolve().parents[1] / "fixtures" / "conformance"
+CONFORMANCE = Path(__file__).resolve().parent / "fixtures" / "conformance"
 
 
 def _cases(name: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from evidra.errors import MissingDependencyError
-from evidra.rl.sink import MetricsSink, read_metrics
+from evidra.sink import MetricsSink, read_metrics
 
 
 def test_jsonl_sink_writes_truncates_and_cleans(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from evidra.env import KeyValueEnv, SingleTurnEnv, StepResult
 from evidra.models.context import collate_split
 from evidra.models.generation import Generation, SamplingParams, forward_logprobs
 from evidra.paradigms import Direct
-from evidra.rl.rollout import HFBackend, RolloutLimits, rollout
+from evidra.rollout import HFBackend, RolloutLimits, rollout
 from evidra.types import ImagePart, Message, Page, Sample
 
 CORPUS = {"alpha": "17", "beta": "42", "gamma": "99"}
@@ -83,7 +83,7 @@ def test_turn_limit_truncates(tiny_vlms: dict[str, Any]) -> None:
         HFBackend(vlm), lambda s: KeyValueEnv(CORPUS), _samples()[:1], 1, SamplingParams(seed=1), limits
     )
     # a random policy virtually never writes a well-formed action in 6 tokens: invalid -> truncated
-    if ep.infos[0]["action"] != "answer":
+    if ep.infos[0].action != "answer":
         assert ep.trajectory.truncated and ep.trajectory.num_turns == 1
         assert ep.trajectory.policy_mask == (1,) * len(ep.trajectory.token_ids)
 
@@ -211,5 +211,5 @@ def test_searches_of_a_turn_are_batched_with_the_one_by_one_results(
     assert batched_calls == [6, 6] and single_calls == [1] * 12  # one index call per turn
     for a, b in zip(batched, single, strict=True):
         assert a.trajectory.token_ids == b.trajectory.token_ids
-        assert [dict(i) for i in a.infos] == [dict(i) for i in b.infos]
-    assert {i["page_id"] for ep in batched for i in ep.infos if i.get("action") == "search"} >= {"pA", "pB"}
+        assert a.infos == b.infos
+    assert {i.page_id for ep in batched for i in ep.infos if i.action == "search"} >= {"pA", "pB"}

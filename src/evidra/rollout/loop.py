@@ -10,11 +10,11 @@ policy turn. Turn and token limits end an episode as truncated.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from evidra.env.base import Environment
+from evidra.env.base import Environment, StepInfo
 from evidra.errors import InvalidInputError
 from evidra.models.context import Context, encode_messages, encode_turn
 from evidra.models.generation import Generation, SamplingParams, generate_contexts
@@ -70,7 +70,7 @@ class Episode:
     group: int  # index of the sample in the batch: episodes of one group share it
     trajectory: Trajectory
     context: Context  # prompt + response, with every image (what the policy loss needs)
-    infos: tuple[Mapping[str, Any], ...]  # the environment's info for each step
+    infos: tuple[StepInfo, ...]  # what the environment did at each step
 
 
 @dataclass
@@ -86,7 +86,7 @@ class _Running:
     logprobs: list[float] = field(default_factory=list)
     turns: list[Span] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
-    infos: list[Mapping[str, Any]] = field(default_factory=list)
+    infos: list[StepInfo] = field(default_factory=list)
     done: bool = False
     truncated: bool = False
 

@@ -1,0 +1,130 @@
+"""Which function scores exact MaxSim: the chunked torch scorer or the fused Triton kernel.
+
+Both take the same input (packed ``Block`` s of page vectors) and give the same ``(Q, N)`` float32
+scores; they differ in what they write to memory. ``torch`` (``maxsim.score_blocks``) runs on any
+device and materialises a block's ``tokens x pages x patches`` similarities, bounded by
+``max_elements``; on the CPU it is the reference. ``triton`` (``maxsim_triton``) is one fused CUDA
+kernel that keeps the running max per query token in registers and writes only the scores.
+
+``auto`` picks ``triton`` where the index lives on CUDA and Triton is installed (the ``gpu`` extra),
+else ``torch``. Forcing ``triton`` without Triton is an error naming the extra; forcing it off
+CUDA is an error unless Triton's interpreter is on (``TRITON_INTERPRET=1``, which runs the kernel on
+CPU tensors with numpy, slowly: a way to test the kernel, not to search).
+
+>>> resolve("auto", torch.device("cpu"))
+'torch'
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+import torch
+from torch import Tensor
+
+from evidra.errors import InvalidInputError, MissingDependencyError
+from evidra.registry import Registry
+from evidra.retrieval import maxsim
+from evidra.retrieval.maxsim import Block
+
+logger = logging.getLogger(__name__)
+
+KernelName = Literal["auto", "torch", "triton"]
+
+
+class BlockScorer(Protocol):
+    """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32,
+    ``-inf`` for rows in no block; products in ``dtype`` (default: the blocks' own)."""
+
+    def __call__(
+        self,
+        queries: Sequence[Tensor],
+        blocks: Sequence[Block],
+        n_rows: int,
+        *,
+        max_elements: int,
+        dtype: torch.dtype | None,
+    ) -> Tensor: ...
+
+
+KERNELS: Registry[BlockScorer] = Registry("MaxSim kernel")
+
+
+@KERNELS.register("torch")
+def score_torch(
+    queries: Sequence[Tensor],
+    blocks: Sequence[Block],
+    n_rows: int,
+    *,
+    max_elements: int = 1 << 25,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """Chunked torch: one similarity matrix of at most ``max_elements`` entries at a time."""
+    return maxsim.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
+
+
+@KERNELS.register("triton")
+def score_triton(
+    queries: Sequence[Tensor],
+    blocks: Sequence[Block],
+    n_rows: int,
+    *,
+    max_elements: int = 1 << 25,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """The fused Triton kernel (``maxsim_triton``); ``max_elements`` has nothing to bound there."""
+    from evidra.retrieval import maxsim_triton  # imports triton: only when this kernel runs
+
+    return maxsim_triton.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
+
+
+CHOICES: tuple[str, ...] = ("auto", *KERNELS)
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a kernel option, else an error listing the options."""
+    if name not in CHOICES:
+        raise InvalidInputError(f"MaxSim kernel {name!r}: use one of {', '.join(CHOICES)}")
+    return name
+
+
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def resolve(name: str, device: torch.device) -> str:
+    """The kernel that scores on ``device``: ``name`` itself (checked), or ``auto``'s choice."""
+    if check_name(name) == "auto":
+        if device.type != "cuda":
+            return "torch"
+        if triton_installed():
+            return "triton"
+        logger.info("Triton is not installed: exact MaxSim on %s runs chunked in torch", device)
+        return "torch"
+    if name == "triton":
+        if not triton_installed():
+            raise MissingDependencyError(
+                "MaxSim kernel 'triton' needs Triton; install it with `pip install 'evidra[gpu]'` "
+                "or use kernel 'torch'"
+            )
+        if device.type != "cuda" and not interpreting():
+            raise InvalidInputError(
+                f"MaxSim kernel 'triton' runs on CUDA devices, but the index is on {device}; "
+                "use kernel 'torch' or 'auto' (or set TRITON_INTERPRET=1 to test it on the CPU)"
+            )
+    return name
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter is on, read as Triton reads it (``triton.knobs``, 3.4 and
+    later; the ``TRITON_INTERPRET`` variable itself before that). Imports Triton."""
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -1,0 +1,55 @@
+"""Imports point down: the layers below the trainer never import it, and the rollout loop sits below
+evaluation and data construction (which roll out a policy the way training does)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "evidra"
+# what may import the trainer: the CLI, the top-level conveniences (demo, RAG) and rl itself
+ABOVE_RL = {"cli", "rl", "methods", "demo", "rag", "__init__"}
+# the rollout loop uses models, environments and types only
+BELOW_EVAL = {"rollout": {"eval", "data", "rl", "cli", "methods"}}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``evidra.<top>`` named by an import anywhere in the file, function bodies included."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        out |= {n.split(".")[1] for n in names if n.startswith("evidra.")}
+    return out
+
+
+def _layer(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_scan_sees_function_level_imports(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from evidra.rl.trainer import Trainer\n    import evidra.cli.main\n")
+    assert _imports(probe) == {"rl", "cli"}
+
+
+def test_no_layer_below_the_trainer_imports_it() -> None:
+    upward = [
+        f"{path.relative_to(PACKAGE)} imports evidra.{name}"
+        for path in MODULES
+        if _layer(path) not in ABOVE_RL
+        for name in sorted(_imports(path) & {"rl", "cli", "methods"})
+    ]
+    assert len(MODULES) > 100  # the scan found the package
+    assert not upward, "\n".join(upward)
+
+
+def test_the_rollout_loop_sits_below_eval_and_data() -> None:
+    for path in (PACKAGE / "rollout").rglob("*.py"):
+        assert not _imports(path) & BELOW_EVAL["rollout"], path
