@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -101,9 +102,10 @@ def test_damaged_or_old_bm25_index(tmp_path: Path, capsys: pytest.CaptureFixture
     index = tmp_path / "bm25"
     search = ["index", "search", "--index", str(index), "revenue"]
     assert main(search) == 0
-    (next(index.glob("bm25-*")) / "pages.json").write_text('{"ids": ["p1"')  # cut short
+    data = index / json.loads((index / "retriever.json").read_text())["data_dir"]  # the live BM25 folder
+    (next(data.glob("bm25-*")) / "pages.json").write_text('{"ids": ["p1"')  # cut short
     _one_line_error(capsys, search, "cannot read the BM25 index", "pages.json", "evidra index build")
-    shutil.rmtree(next(index.glob("bm25-*")))
-    (index / "bm25.index.json").unlink()
-    (index / "bm25.json").write_text('{"k1": 1.5, "b": 0.75, "ids": ["p1"], "images": [""], "docs": [{}]}')
+    shutil.rmtree(next(data.glob("bm25-*")))
+    (data / "bm25.index.json").unlink()
+    (data / "bm25.json").write_text('{"k1": 1.5, "b": 0.75, "ids": ["p1"], "images": [""], "docs": [{}]}')
     _one_line_error(capsys, search, "older evidra (bm25.json)", "--encoder bm25")
