@@ -90,7 +90,7 @@ class MultiVectorIndex(ShardWrites):
         self._dtype = compute.DTYPES[self.compute_dtype]
         self.kernel = kernels.resolve(options.kernel, self.device)
         self._score = kernels.KERNELS.get(self.kernel)
-        logger.info("exact MaxSim on %s: %s kernel, %s", self.device, self.kernel, self.compute_dtype)
+        logger.debug("exact MaxSim on %s: %s kernel, %s", self.device, self.kernel, self.compute_dtype)
         self._load()
 
     @classmethod
