@@ -1,5 +1,6 @@
 """Advantage estimators: group-relative (GRPO, Dr.GRPO), reward-scoped (EVisRAG RS-GRPO) and
-per-turn process credits (CAVE), as pure tensor functions registered in ``ADVANTAGES``.
+per-turn process credits (CAVE), as pure tensor functions (registered as estimators, with one
+input record, in ``evidra.rl.estimators``).
 
 Conventions shared by every estimator:
 
@@ -27,14 +28,11 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.registry import Registry
 from evidra.types import Span
 
 StdKind = Literal["unbiased", "biased"]
 Singleton = Literal["raise", "zero"]
 Index = Sequence[Hashable] | Tensor | None
-
-ADVANTAGES: Registry[Callable[..., Tensor]] = Registry("advantage estimator")
 
 
 def group_ids(n: int, group_size: int | None = None, index: Index = None) -> Tensor:
@@ -118,7 +116,6 @@ def group_normalize(
     return out.reshape(scores.shape)
 
 
-@ADVANTAGES.register("grpo")
 def grpo(
     rewards: Tensor,
     group_size: int | None = None,
@@ -146,7 +143,6 @@ def grpo(
     )
 
 
-@ADVANTAGES.register("dr_grpo")
 def dr_grpo(
     rewards: Tensor,
     group_size: int | None = None,
@@ -162,7 +158,6 @@ def dr_grpo(
     return grpo(rewards, group_size, index=index, valid=valid, scale_by_std=False, singleton=singleton)
 
 
-@ADVANTAGES.register("router")
 def router_advantages(
     rewards: Tensor,
     group_size: int | None = None,
@@ -242,7 +237,6 @@ def _check_scope_shapes(values: Tensor, scope_masks: Tensor) -> None:
         )
 
 
-@ADVANTAGES.register("rs_grpo")
 def rs_grpo_advantages(
     rewards: Tensor,
     scope_masks: Tensor,
@@ -286,7 +280,6 @@ def rs_grpo_advantages(
 TurnNorm = Literal["trajectory", "turn_index", "group_turns", "none"]
 
 
-@ADVANTAGES.register("turn_credit")
 def turn_credit_advantages(
     turn_values: Tensor,
     turn_mask: Tensor,
