@@ -161,7 +161,7 @@ def router_estimator(x: AdvantageInputs) -> Advantages:
         eps=x.eps,
         std=x.std,
         singleton=x.singleton,
-    )  # (N, K)  fmt: skip
+    )  # (N, K)
     return Advantages(scoped=ScopedAdvantages.broadcast(adv, masks))
 
 
