@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
+from evidra.rewards.scopes import span_mask
 from evidra.types import Span
 
 StdKind = Literal["unbiased", "biased"]
@@ -347,7 +348,8 @@ def _normalise_turns(
 def spans_to_mask(
     spans: Sequence[Sequence[Span]], length: int, *, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """(B, L) 0/1 mask that is 1 on the union of each row's half-open spans.
+    """(B, L) 0/1 mask that is 1 on the union of each row's half-open spans (each span's mask is
+    ``rewards.scopes.span_mask``, the one definition).
 
     >>> spans_to_mask([[Span(1, 3)], [Span(0, 1), Span(3, 4)]], 4)
     tensor([[0., 1., 1., 0.],
@@ -361,7 +363,7 @@ def spans_to_mask(
                     f"span [{span.start}, {span.end}) of row {row} exceeds length {length}; "
                     "pass the padded response length"
                 )
-            mask[row, span.start : span.end] = 1
+            mask[row] = torch.maximum(mask[row], torch.tensor(span_mask(span, length), dtype=dtype))
     return mask
 
 
