@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from evidra.retrieval import engine as engine_module
+from evidra.retrieval import manifest as manifest_module
 from evidra.retrieval.base import ENCODERS, EncoderOptions
 from evidra.retrieval.encoders.bm25 import BM25Retriever
 from evidra.retrieval.engine import QdrantSpec, build_index, open_index
@@ -138,8 +139,8 @@ KILL_POINTS: dict[str, tuple[Any, str, str, int]] = {
     "shards:between-batches": (ShardBatch, "write", "after", 2),
     "shards:before-commit": (ShardBatch, "commit", "before", 1),
     "shards:after-commit": (ShardBatch, "commit", "after", 1),
-    "bm25:before-manifest": (engine_module, "_write_manifest", "before", 1),
-    "bm25:after-manifest": (engine_module, "_write_manifest", "after", 1),
+    "bm25:before-manifest": (manifest_module, "write_manifest", "before", 1),
+    "bm25:after-manifest": (manifest_module, "write_manifest", "after", 1),
     "qdrant:after-first-batch": (None, "update", "after", 1),  # QdrantIndex, imported lazily
     "qdrant:after-alias": (engine_module, "publish_alias", "after", 1),
 }
@@ -156,7 +157,7 @@ def child_main(argv: Sequence[str]) -> None:
             (ShardBatch, "write"),
             (ShardBatch, "commit"),
             (BM25Retriever, "save"),
-            (engine_module, "_write_manifest"),
+            (manifest_module, "write_manifest"),
         ):
             _slowed(owner, attr, delay)
     elif point == "bm25:mid-save":

@@ -109,7 +109,7 @@ def test_evisrag_upstream_recipe_trains_with_router_advantages_and_scoped_loss(
 ) -> None:
     """configs/tiny/evisrag_upstream.yaml: the released reward's six channels, normalised one by
     one (``router_advantages``) and combined per scope (``aggregate_scoped``)."""
-    import evidra.rl.credit as credit
+    import evidra.rl.estimators as estimators
     import evidra.rl.update as update
 
     calls: dict[str, list[Any]] = {"router": [], "scoped": []}
@@ -121,7 +121,7 @@ def test_evisrag_upstream_recipe_trains_with_router_advantages_and_scoped_loss(
 
         return wrapped
 
-    monkeypatch.setattr(credit, "router_advantages", spy("router", credit.router_advantages))
+    monkeypatch.setattr(estimators, "router_advantages", spy("router", estimators.router_advantages))
     monkeypatch.setattr(update, "aggregate_scoped", spy("scoped", update.aggregate_scoped))
     over = ["run.steps=1", "run.batch_size=1", "rollout.group_size=2", "rollout.max_new_tokens=8",
             "algo.dynamic_sampling=false", "algo.mini_batch_size=0", "data.size=2",

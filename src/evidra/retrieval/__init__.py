@@ -21,7 +21,7 @@ from typing import Any
 
 _EXPORTS = {
     "ENCODERS": "evidra.retrieval.base",
-    "INDEXES": "evidra.retrieval.base",
+    "INDEXES": "evidra.retrieval.stores",
     "EncodedRetriever": "evidra.retrieval.base",
     "Encoder": "evidra.retrieval.base",
     "EncoderOptions": "evidra.retrieval.base",

@@ -3,7 +3,8 @@
 An ``Encoder`` turns pages and queries into embeddings; a ``VectorIndex`` stores page
 embeddings and searches them; a ``Retriever`` answers text queries with ranked ``Hit`` lists
 (``EncodedRetriever`` joins an encoder to an index; BM25 and hybrid fusion are retrievers on
-their own). Every backend is one file, registered by name in ``ENCODERS`` / ``INDEXES``.
+their own). Every backend is one file, registered by name in ``ENCODERS``
+(encoders) / ``stores.INDEXES`` (index backends).
 
 Embeddings are always a list with one ``(L, D)`` tensor per item: ``L`` patch/token vectors
 for multi-vector (late-interaction) encoders, ``L == 1`` for single-vector ones. Padding is
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from evidra.errors import InvalidInputError
 from evidra.registry import Registry
@@ -149,7 +150,6 @@ class EncodedRetriever:
 
 EncoderFactory = Callable[..., Encoder]
 ENCODERS: Registry[EncoderFactory] = Registry("encoder")
-INDEXES: Registry[Callable[..., Any]] = Registry("index")
 
 
 def check_k(k: int) -> None:

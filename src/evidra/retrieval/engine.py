@@ -18,47 +18,34 @@ asked-for name its alias at the end (``qdrant_build``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from evidra.devices import resolve_device, resolve_dtype
-from evidra.errors import CorpusError, InvalidInputError
+from evidra.errors import InvalidInputError
 from evidra.models.references import recorded_ref
-from evidra.retrieval._staging import fsync_path, publish, remove_stale_builds, save_generation
-from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, PageBatch, Retriever, VectorIndex
+from evidra.retrieval._staging import publish, remove_stale_builds
+from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, Retriever, VectorIndex
 from evidra.retrieval.encoders import load_encoder
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
-from evidra.retrieval.index.dense import DenseIndex
-from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
-from evidra.retrieval.ocr import page_text
+from evidra.retrieval.index.multivector import MaxSimOptions
+from evidra.retrieval.manifest import MANIFEST as MANIFEST
+from evidra.retrieval.manifest import IndexSpec as IndexSpec
+from evidra.retrieval.manifest import read_spec as read_spec
+from evidra.retrieval.manifest import save_bm25 as save_bm25
+from evidra.retrieval.manifest import write_manifest
 from evidra.retrieval.qdrant_build import QdrantSpec as QdrantSpec
-from evidra.retrieval.qdrant_build import check_target, drop_noted, publish_alias, stage_collection
+from evidra.retrieval.qdrant_build import drop_noted, publish_alias
+from evidra.retrieval.stores import INDEXES, AddRequest, Progress, StoreOptions
 from evidra.types import Page
 
 logger = logging.getLogger(__name__)
-
-MANIFEST = "retriever.json"
-Progress = Callable[[int], None]  # called with the number of pages just embedded (bm25: read)
-
-
-@dataclass(frozen=True)
-class IndexSpec:
-    """What ``retriever.json`` records."""
-
-    encoder: str  # registry name ("colqwen2", "dse", ...) or "bm25"
-    encoder_path: str = ""  # checkpoint: an absolute directory, a hub id or tiny:ARCH; empty for bm25
-    backend: str = "maxsim"  # maxsim | dense | bm25 | qdrant
-    ocr: bool = False  # bm25 only: OCR pages that have no text layer
-    qdrant: QdrantSpec | None = None  # qdrant only
-    dim: int = 0  # embedding width (recorded for qdrant, whose reopening needs it)
-    data_dir: str = ""  # bm25: the folder of the index holding its files (empty: the index itself)
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,29 +72,15 @@ class Engine:
         they were (after a failed BM25 save this retriever still holds the pages: reopen it). A
         Qdrant collection gets each batch as it is embedded (``QdrantIndex.add_batches``).
         """
-        if isinstance(self.index, BM25Retriever):
-            texts = _page_texts(pages, self.spec.ocr, progress)
-            self.index.add(texts, {p.id: p.image_path for p in pages}, replace=replace)
-            save_bm25(self.root, self.index)
-            return
-        self.index.add_batches(self._embedded(pages, batch_pages, progress), replace=replace)
-
-    def _embedded(
-        self, pages: Sequence[Page], batch_pages: int, progress: Progress | None
-    ) -> Iterator[PageBatch]:
-        assert self.encoder is not None
-        for start in range(0, len(pages), batch_pages):
-            batch = pages[start : start + batch_pages]
-            yield PageBatch(
-                [p.id for p in batch], self.encoder.embed_pages(batch), [p.image_path for p in batch]
-            )
-            if progress is not None:  # the batch is stored (or staged) once the next one is asked for
-                progress(len(batch))
+        backend = INDEXES.get(self.spec.backend)
+        backend.add(
+            self.index, AddRequest(pages, self.encoder, self.spec.ocr, replace, batch_pages, progress)
+        )
+        backend.commit(self.root, self.index)
 
     def delete(self, page_ids: Sequence[str]) -> int:
         n = self.index.delete(page_ids)
-        if isinstance(self.index, BM25Retriever):
-            save_bm25(self.root, self.index)
+        INDEXES.get(self.spec.backend).commit(self.root, self.index)
         return n
 
     def close(self) -> None:
@@ -123,65 +96,8 @@ class Engine:
         self.close()
 
 
-def _page_texts(pages: Sequence[Page], ocr: bool, progress: Progress | None) -> dict[str, str]:
-    """Each page's text layer, or its OCR (slow) where ``ocr`` asks for it."""
-    texts = {}
-    for p in pages:
-        texts[p.id] = page_text(p, ocr=ocr)
-        if progress is not None:
-            progress(1)
-    return texts
-
-
-def _backend(encoder: Encoder) -> str:
-    return "maxsim" if encoder.kind == "multi" else "dense"
-
-
-def _write_manifest(root: Path, spec: IndexSpec) -> None:
-    tmp = root / f".{MANIFEST}.tmp"
-    with tmp.open("w") as f:
-        f.write(json.dumps(asdict(spec), indent=2))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / MANIFEST)
-    fsync_path(root)
-
-
-def save_bm25(root: Path, retriever: BM25Retriever) -> None:
-    """Replace the BM25 files of index ``root`` by ``retriever``'s, all at once (``_staging``):
-    a new folder, then the manifest naming it, then the old folder removed. An index whose files
-    sit in the index folder itself (``data_dir`` empty) keeps them there, unread, once moved."""
-    spec = read_spec(root)
-    new = save_generation(root, "bm25", retriever.save, keep=spec.data_dir)
-    try:
-        _write_manifest(root, replace(spec, data_dir=new))
-    except BaseException:
-        shutil.rmtree(root / new, ignore_errors=True)
-        raise
-    if spec.data_dir:
-        shutil.rmtree(root / spec.data_dir, ignore_errors=True)
-
-
-def _load_bm25(root: Path, spec: IndexSpec) -> BM25Retriever:
-    try:
-        return BM25Retriever.load(root / spec.data_dir)
-    except CorpusError:
-        again = read_spec(root)  # a writer may have switched folders between the two reads
-        if again.data_dir == spec.data_dir:
-            raise
-        return BM25Retriever.load(root / again.data_dir)
-
-
-def read_spec(root: str | Path) -> IndexSpec:
-    path = Path(root) / MANIFEST
-    try:
-        raw = json.loads(path.read_text())
-        qdrant = raw.pop("qdrant", None)
-        return IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
-    except FileNotFoundError:
-        raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
-    except (ValueError, TypeError) as exc:
-        raise CorpusError(f"{path} is malformed ({exc}); rebuild the index") from exc
+def _engine(root: Path, spec: IndexSpec, encoder: Encoder | None, index: Any) -> Engine:
+    return Engine(root, spec, encoder, index, index if encoder is None else _joined(encoder, index))
 
 
 def check_encoder_args(encoder: str, encoder_path: str | Path) -> None:
@@ -236,20 +152,15 @@ def build_index(
     remove_stale_builds(out)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building.{os.getpid()}.", dir=out.parent))
     try:
-        spec, enc = _build_into(staging, out, pages, encoder, encoder_path, options, maxsim, ocr, bm25,
-                                qdrant, progress)  # fmt: skip
+        spec, enc = _build_into(staging, out, pages, encoder, encoder_path, options,
+                                StoreOptions(maxsim, bm25), ocr, qdrant, progress)  # fmt: skip
         publish(staging, out, MANIFEST)
     except BaseException:
         drop_noted(staging)  # the Qdrant collection it was filling, if any
         shutil.rmtree(staging, ignore_errors=True)
         raise
     logger.debug("built %s index of %d pages at %s", spec.backend, len(pages), out)
-    if spec.backend == "bm25":
-        retriever = _load_bm25(out, spec)
-        return Engine(out, spec, None, retriever, retriever)
-    assert enc is not None
-    index = _open_store(out, spec, maxsim)
-    return Engine(out, spec, enc, index, _joined(enc, index))
+    return _engine(out, spec, enc, INDEXES.get(spec.backend).open(out, spec, StoreOptions(maxsim, bm25)))
 
 
 def _build_into(
@@ -259,38 +170,36 @@ def _build_into(
     encoder: str,
     encoder_path: str | Path,
     options: EncoderOptions | None,
-    maxsim: MaxSimOptions | None,
+    stores: StoreOptions,
     ocr: bool,
-    bm25: BM25Params | None,
     qdrant: QdrantSpec | None,
     progress: Progress | None,
 ) -> tuple[IndexSpec, Encoder | None]:
     """Build the complete index for ``out`` in ``staging`` and close it; returns its spec and encoder."""
     if encoder == "bm25":
-        retriever = BM25Retriever.build({}, bm25 or BM25Params())
-        retriever.add(_page_texts(pages, ocr, progress), {p.id: p.image_path for p in pages})
-        data_dir = save_generation(staging, "bm25", retriever.save, keep="")
-        spec = IndexSpec("bm25", "", "bm25", ocr, data_dir=data_dir)
-        _write_manifest(staging, spec)
-        return spec, None
-    enc = load_encoder(encoder, encoder_path, options)
-    backend = _backend(enc)
-    if qdrant is not None and backend != "maxsim":
-        raise InvalidInputError(
-            f"the qdrant backend needs a multi-vector encoder (colqwen2, colpali); {encoder} is single-vector"
-        )
-    dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
-    backend = "qdrant" if qdrant is not None else backend
-    spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim)
-    index = _create_store(staging, _staged(spec, out, staging), maxsim)
+        enc, spec = None, IndexSpec("bm25", "", "bm25", ocr)
+    else:
+        enc = load_encoder(encoder, encoder_path, options)
+        if qdrant is not None and enc.kind != "multi":
+            raise InvalidInputError(
+                f"the qdrant backend needs a multi-vector encoder (colqwen2, colpali); {encoder} is "
+                "single-vector"
+            )
+        backend = "qdrant" if qdrant is not None else "maxsim" if enc.kind == "multi" else "dense"
+        dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
+        spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim)
+    backend_hooks = INDEXES.get(spec.backend)
+    index = backend_hooks.create(staging, _staged(spec, out, staging), stores)
     try:
-        Engine(staging, spec, enc, index, _joined(enc, index)).add(pages, progress=progress)
+        write_manifest(staging, spec)  # a commit (BM25's new file folder) rewrites it
+        _engine(staging, spec, enc, index).add(pages, progress=progress)
         if spec.qdrant is not None:  # every page is in: only now does the asked-for name show them
             publish_alias(index, spec.qdrant.collection, spec.qdrant.where)
     finally:
-        index.close()  # release files and locks before the folder is renamed (or removed)
-    _write_manifest(staging, spec)
-    return spec, enc
+        close = getattr(index, "close", None)
+        if close is not None:
+            close()  # release files and locks before the folder is renamed (or removed)
+    return read_spec(staging), enc
 
 
 def _staged(spec: IndexSpec, out: Path, staging: Path) -> IndexSpec:
@@ -313,16 +222,18 @@ def open_index(
     """Open an index directory; ``encoder_path`` overrides the checkpoint recorded at build time."""
     path = Path(root)
     spec = read_spec(path)
-    if spec.backend == "bm25":
-        retriever = _load_bm25(path, spec)
-        return Engine(path, spec, None, retriever, retriever)
-    index = _open_store(path, spec, maxsim)  # first: a missing store fails before a model loads
+    backend = INDEXES.get(spec.backend)
+    index = backend.open(
+        path, spec, StoreOptions(maxsim)
+    )  # first: a missing store fails before a model loads
+    if not backend.embeds:
+        return _engine(path, spec, None, index)
     try:
         enc = load_encoder(spec.encoder, encoder_path or spec.encoder_path, options)
     except BaseException:
         index.close()
         raise
-    return Engine(path, spec, enc, index, _joined(enc, index))
+    return _engine(path, spec, enc, index)
 
 
 def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
@@ -353,35 +264,8 @@ def open_store_only(root: str | Path) -> VectorIndex | BM25Retriever:
     """The index of a directory without loading its encoder (enough to delete or list pages)."""
     path = Path(root)
     spec = read_spec(path)
-    if spec.backend == "bm25":
-        return _load_bm25(path, spec)
-    return _open_store(path, spec, None)
-
-
-def _create_store(root: Path, spec: IndexSpec, maxsim: MaxSimOptions | None) -> Any:
-    if spec.qdrant is not None:  # a new collection, noted in the staging folder before it exists
-        index = stage_collection(spec.qdrant, root).connect(spec.dim, create=True)
-        try:
-            check_target(index, spec.qdrant.collection, spec.qdrant.where)
-        except BaseException:
-            index.close()
-            raise
-        return index
-    if spec.backend == "maxsim":
-        return MultiVectorIndex.create(root, spec.dim, options=maxsim, encoder=spec.encoder)
-    return DenseIndex.create(root, spec.dim, device=(maxsim or MaxSimOptions()).device, encoder=spec.encoder)
-
-
-def _open_store(root: Path, spec: IndexSpec, maxsim: MaxSimOptions | None) -> Any:
-    if spec.backend == "qdrant":
-        if spec.qdrant is None or spec.dim < 1:
-            raise CorpusError(
-                f"{root / MANIFEST} names the qdrant backend without its connection; rebuild it"
-            )
-        return spec.qdrant.connect(spec.dim, create=False)
-    if spec.backend == "maxsim":
-        return MultiVectorIndex.open(root, options=maxsim)
-    return DenseIndex.open(root, device=(maxsim or MaxSimOptions()).device)
+    store: VectorIndex | BM25Retriever = INDEXES.get(spec.backend).open(path, spec, StoreOptions())
+    return store
 
 
 def _joined(encoder: Encoder, index: VectorIndex) -> Retriever:

@@ -1,5 +1,6 @@
 """Advantage estimators: group-relative (GRPO, Dr.GRPO), reward-scoped (EVisRAG RS-GRPO) and
-per-turn process credits (CAVE), as pure tensor functions registered in ``ADVANTAGES``.
+per-turn process credits (CAVE), as pure tensor functions (registered as estimators, with one
+input record, in ``evidra.rl.estimators``).
 
 Conventions shared by every estimator:
 
@@ -27,14 +28,12 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.registry import Registry
+from evidra.rewards.scopes import span_mask
 from evidra.types import Span
 
 StdKind = Literal["unbiased", "biased"]
 Singleton = Literal["raise", "zero"]
 Index = Sequence[Hashable] | Tensor | None
-
-ADVANTAGES: Registry[Callable[..., Tensor]] = Registry("advantage estimator")
 
 
 def group_ids(n: int, group_size: int | None = None, index: Index = None) -> Tensor:
@@ -118,7 +117,6 @@ def group_normalize(
     return out.reshape(scores.shape)
 
 
-@ADVANTAGES.register("grpo")
 def grpo(
     rewards: Tensor,
     group_size: int | None = None,
@@ -146,7 +144,6 @@ def grpo(
     )
 
 
-@ADVANTAGES.register("dr_grpo")
 def dr_grpo(
     rewards: Tensor,
     group_size: int | None = None,
@@ -162,7 +159,6 @@ def dr_grpo(
     return grpo(rewards, group_size, index=index, valid=valid, scale_by_std=False, singleton=singleton)
 
 
-@ADVANTAGES.register("router")
 def router_advantages(
     rewards: Tensor,
     group_size: int | None = None,
@@ -242,7 +238,6 @@ def _check_scope_shapes(values: Tensor, scope_masks: Tensor) -> None:
         )
 
 
-@ADVANTAGES.register("rs_grpo")
 def rs_grpo_advantages(
     rewards: Tensor,
     scope_masks: Tensor,
@@ -286,7 +281,6 @@ def rs_grpo_advantages(
 TurnNorm = Literal["trajectory", "turn_index", "group_turns", "none"]
 
 
-@ADVANTAGES.register("turn_credit")
 def turn_credit_advantages(
     turn_values: Tensor,
     turn_mask: Tensor,
@@ -354,7 +348,8 @@ def _normalise_turns(
 def spans_to_mask(
     spans: Sequence[Sequence[Span]], length: int, *, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """(B, L) 0/1 mask that is 1 on the union of each row's half-open spans.
+    """(B, L) 0/1 mask that is 1 on the union of each row's half-open spans (each span's mask is
+    ``rewards.scopes.span_mask``, the one definition).
 
     >>> spans_to_mask([[Span(1, 3)], [Span(0, 1), Span(3, 4)]], 4)
     tensor([[0., 1., 1., 0.],
@@ -368,7 +363,7 @@ def spans_to_mask(
                     f"span [{span.start}, {span.end}) of row {row} exceeds length {length}; "
                     "pass the padded response length"
                 )
-            mask[row, span.start : span.end] = 1
+            mask[row] = torch.maximum(mask[row], torch.tensor(span_mask(span, length), dtype=dtype))
     return mask
 
 

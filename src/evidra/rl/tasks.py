@@ -57,10 +57,10 @@ class Task:
     # or label sufficiency from the pages they show leave it False
     ranks_pages: bool = False
 
-    def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
+    def score(self, sample: Sample, trajectory: Trajectory, parsed: Parsed | None = None) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
         text = trajectory.texts[-1] if trajectory.texts else ""
-        return self.reward(self.parse(text), sample, trajectory)
+        return self.reward(self.parse(text) if parsed is None else parsed, sample, trajectory)
 
 
 def resolve_task(

@@ -38,6 +38,7 @@ from evidra.rl.filtering import DAPO_FILTER, DynamicSampler, Round, mean_within
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
+from evidra.rl.scoring import score_episodes
 from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
@@ -130,13 +131,9 @@ class RLTrainer:
             annotate, tok = self.task.scopes, self.vlm.tokenizer
             episodes = [replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
                         for ep in episodes]  # fmt: skip
-        if self.task.score_episodes is not None:
-            results = self.task.score_episodes(self.vlm, episodes)
-        else:
-            results = [self.task.score(ep.sample, ep.trajectory) for ep in episodes]
+        results, final = score_episodes(self.task, self.vlm, episodes, guards=self.cfg.reward.guards)
         if self.cfg.reward.guards:  # beyond the papers: a gamed reward is capped at 0
-            parse, cfg = self.task.parse, self.cfg.reward
-            final = [parse(ep.trajectory.texts[-1] if ep.trajectory.texts else "") for ep in episodes]
+            cfg = self.cfg.reward
             pairs = zip(results, final, episodes, strict=True)
             results = [guard(res, tripped(p, ep.sample, cfg)) for res, p, ep in pairs]
         g = r.group_size

@@ -82,11 +82,11 @@ def _check_rollout(r: RolloutConfig) -> None:
 
 
 def _check_algo(a: AlgoConfig, batch_size: int) -> None:
-    from evidra.rl.credit import CREDIT
+    from evidra.rl.estimators import ADVANTAGES
     from evidra.rl.kl import KL_ESTIMATORS
     from evidra.rl.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 
-    _known(CREDIT, a.advantage, "algo.advantage")
+    _known(ADVANTAGES, a.advantage, "algo.advantage")
     _known(POLICY_LOSSES, a.policy_loss, "algo.policy_loss")
     _known(LOSS_AGGREGATIONS, a.loss_agg, "algo.loss_agg")
     _known(KL_ESTIMATORS, a.kl_estimator, "algo.kl_estimator")
@@ -183,12 +183,15 @@ def _check_reward_mode(mode: str, task: Any) -> None:
 def _check_scoped(a: AlgoConfig, task: Any) -> None:
     """Estimators that read reward channels need a task with scopes; ``router`` takes its loss per
     scope, each a token mean over its scope's tokens, so the aggregation must be token-mean."""
-    if a.advantage in ("rs_grpo", "router") and not task.scope_names:
+    from evidra.rl.estimators import ADVANTAGES
+
+    est = ADVANTAGES.get(a.advantage)
+    if est.needs_scopes and not task.scope_names:
         raise ConfigError(
             f"algo.advantage={a.advantage} needs a task with scoped rewards; {task.name!r} has none"
         )
-    _check(a.advantage != "router" or a.loss_agg == "token-mean",
-           f"algo.advantage=router takes a token mean per scope (EVisRAG's released loss); set "
+    _check(not est.per_scope_loss or a.loss_agg == "token-mean",
+           f"algo.advantage={a.advantage} takes a token mean per scope (EVisRAG's released loss); set "
            f"algo.loss_agg=token-mean, not {a.loss_agg}")  # fmt: skip
 
 

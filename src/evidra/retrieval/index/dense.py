@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
 
@@ -117,6 +117,3 @@ class DenseIndex(ShardWrites):
         if mask is not None:
             scores = scores.masked_fill(mask, float("-inf"))
         return top_hits(scores, k, self._ids, self._images)
-
-
-INDEXES.add("dense", DenseIndex)

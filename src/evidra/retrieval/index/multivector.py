@@ -38,7 +38,7 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval import compute, kernels
-from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
 from evidra.retrieval.maxsim import Block, build_blocks, cluster_pool, mean_pool, pack_signs
@@ -292,6 +292,3 @@ def _tensor(view: np.ndarray) -> Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "non-writable NumPy array": we never write
         return torch.from_numpy(view)
-
-
-INDEXES.add("maxsim", MultiVectorIndex)

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from evidra.errors import CorpusError, InvalidInputError, require
-from evidra.retrieval.base import INDEXES, Exclude, Hit, PageBatch, check_exclude, check_k
+from evidra.retrieval.base import Exclude, Hit, PageBatch, check_exclude, check_k
 from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.maxsim import cluster_pool, mean_pool
 
@@ -340,6 +340,3 @@ def _filter(skip: Collection[str], where: Mapping[str, Any] | None) -> Any:
     if not must and not must_not:
         return None
     return models.Filter(must=must or None, must_not=must_not or None)
-
-
-INDEXES.add("qdrant", QdrantIndex)
