@@ -5,8 +5,9 @@ Three formats, detected per file or named (``data.trajectories_format``, ``--dat
 ``evidra``, the JSONL that ``evidra data distill`` writes: one row per sample, ``{"id",
 "accepted", "prompt", "response", ...}`` where ``prompt`` is the chat without the assistant turn
 (``[{"role", "content": [{"type": "text", "text"} | {"type": "image", "image": PATH}]}]``) and
-``response`` the assistant text to learn. Rejected rows stay in the file (a rerun skips their
-ids) and are not trained on.
+``response`` the assistant text to learn, or, for a multi-turn episode, ``conversation``: the
+whole chat (prompt, assistant turns and observations) in the same JSON form. Rejected rows stay
+in the file (a rerun skips their ids) and are not trained on.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def read_evidra_row(row: Mapping[str, Any], where: RowSource) -> list[Message] |
     if not row.get("accepted"):
         return None
     try:
-        messages = [*messages_from_json(row["prompt"]), Message.text("assistant", str(row["response"]))]
+        if "conversation" in row:  # a multi-turn episode (``evidra data multiexpert``)
+            messages = messages_from_json(row["conversation"])
+        else:
+            messages = [*messages_from_json(row["prompt"]), Message.text("assistant", str(row["response"]))]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(
             f"data.trajectories: {str(where.file)!r} line {where.line} is no trajectory row "
