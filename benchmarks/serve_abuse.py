@@ -76,7 +76,8 @@ def _abandon(url: str, stop: Any, max_queries: int, counts: dict[str, Any]) -> N
     while not stop.is_set():
         body = json.dumps({"queries": [_query(rng) for _ in range(max_queries)], "k": 5}).encode()
         with socket.create_connection((host, int(port)), timeout=10) as s:
-            s.sendall(b"POST /search HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            head = b"POST /search HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n" % (host.encode(), len(body))
+            s.sendall(head + body)
             time.sleep(0.01)  # leave before the answer
         counts["abandoned"].value += 1
 
