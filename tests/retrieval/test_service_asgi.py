@@ -142,6 +142,17 @@ def test_health_answers_while_a_search_holds_the_worker() -> None:
     assert retriever.searched == 2
 
 
+def test_keep_alive_answers_do_not_wait_for_delayed_acks() -> None:
+    """With Nagle's algorithm on, each answer (headers and body written apart) waited ~40 ms."""
+    with SearchService(SlowRetriever()).running() as url, httpx.Client(timeout=10) as client:
+        times = []
+        for _ in range(9):
+            start = time.perf_counter()
+            assert client.get(url + "/health").status_code == 200
+            times.append(time.perf_counter() - start)
+    assert sorted(times)[4] < 0.02, times
+
+
 def test_a_service_restarts_and_a_taken_port_is_a_one_line_error() -> None:
     service = SearchService(SlowRetriever())
     for word in ("first", "second"):

@@ -56,7 +56,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _starlette_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own refusals (no route, wrong method, body over its limit) as one-line JSON."""
+    """Starlette's own refusals (no such route, a wrong method) as one-line JSON."""
     assert isinstance(exc, HTTPException)
     path = request.url.path
     if exc.status_code == 404:

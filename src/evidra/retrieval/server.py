@@ -269,8 +269,7 @@ class SearchService:
     def _listen(self, host: str, port: int) -> tuple[socket.socket, str]:
         """A socket bound to ``host:port`` (``port=0`` picks a free one) and its base URL."""
         try:
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = socket.create_server((host, port), family=family)
+            sock = _bind(host, port)
         except OSError as exc:
             raise ServiceError(
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port"
@@ -318,6 +317,25 @@ class SearchService:
             server.should_exit = True
             thread.join(timeout=STOP_S)
             sock.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket, made as asyncio makes its own: with ``IPPROTO_TCP`` as its protocol,
+    which asyncio checks before it turns Nagle's algorithm off on accepted connections (a socket
+    made with protocol 0 keeps it on, and uvicorn's two writes per response then wait ~40 ms for
+    the client's delayed ACK)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def hits_from_json(rows: Sequence[Sequence[dict[str, Any]]]) -> list[list[Hit]]:
