@@ -65,12 +65,16 @@ class _Timed:
         self.calls.append((len(queries), time.perf_counter() - wall, time.thread_time() - cpu))
         return hits
 
-    def summary(self, calls: list[tuple[int, float, float]], seconds: float) -> str:
+    def summary(self, calls: list[tuple[int, float, float]], seconds: float, process_cpu: float) -> str:
+        """``process_cpu``: CPU seconds of this whole process (server and normal client) meanwhile;
+        near 100% of one core means the GIL, which lets one thread run Python at a time, is full."""
         n = sum(c[0] for c in calls) or 1
         wall, cpu = sum(c[1] for c in calls), sum(c[2] for c in calls)
+        rest = process_cpu - cpu
         return (f"search thread: {len(calls)} calls, {n / max(len(calls), 1):.1f} queries/call, "
                 f"{wall / n * 1e3:.1f} ms/query wall, {cpu / n * 1e3:.1f} ms/query CPU, "
-                f"busy {wall / seconds:.0%} of the run")  # fmt: skip
+                f"busy {wall / seconds:.0%} of the run; process CPU {process_cpu / seconds:.0%} of a core "
+                f"(search {cpu / seconds:.0%}, event loop and client {rest / seconds:.0%})")  # fmt: skip
 
 
 def _query(rng: random.Random) -> str:
@@ -168,9 +172,10 @@ def main() -> None:
                 time.sleep(0.05)  # spawned interpreters import evidra first: slow on a loaded machine
             time.sleep(1.0 if procs else 0.0)  # the flood is under way before we measure
             timed.calls.clear()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             _normal(url, args.seconds, latencies)
             run_s, calls = time.perf_counter() - start, list(timed.calls)  # the measured window only
+            process_cpu = time.process_time() - cpu_start
             stop.set()
             for p in procs:
                 p.join(timeout=60)
@@ -181,7 +186,7 @@ def main() -> None:
         extra = ", ".join(f"{k} {v.value}" for k, v in counts.items() if attackers and k != "started")
         print(f"{label:12s} normal requests {len(latencies):5d}  p50 {p50 * 1e3:7.2f} ms  "
               f"p99 {p99 * 1e3:7.2f} ms  {extra}")  # fmt: skip
-        print(f"{'':12s} {timed.summary(calls, run_s)}")
+        print(f"{'':12s} {timed.summary(calls, run_s, process_cpu)}")
     abused, alone = results["under abuse"][1], results["alone"][1]
     print(f"RESULT p99_under_abuse_vs_alone={abused / alone:.1f}x p99_under_abuse_ms={abused * 1e3:.1f}")
 
