@@ -9,9 +9,10 @@ spent its time: wall vs. CPU milliseconds per query (wall far above CPU means it
 GIL or for a core).
 
 ``--retriever sleep`` swaps BM25 for a stand-in that costs as much per query (timed on 32 BM25
-queries at startup) but sleeps, releasing the GIL: the same queueing, no interpreter contention.
+queries at startup, or ``--sleep-ms``) but sleeps, releasing the GIL: the same queueing, no
+interpreter contention.
 
-    python benchmarks/serve_abuse.py --pages 10000 --seconds 10 [--retriever sleep]
+    python benchmarks/serve_abuse.py --pages 10000 --seconds 10 [--retriever sleep] [--max-batch 32]
 """
 
 from __future__ import annotations
@@ -141,6 +142,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--max-queries", type=int, default=256)
     ap.add_argument("--retriever", choices=("bm25", "sleep"), default="bm25")
+    ap.add_argument("--max-batch", type=int, default=32, help="the service's queries per search call")
+    ap.add_argument(
+        "--sleep-ms", type=float, default=0.0, help="the stand-in's cost per query (0: time BM25)"
+    )
     args = ap.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
     start = time.perf_counter()
@@ -149,9 +154,9 @@ def main() -> None:
     if args.retriever == "sleep":
         rng, start = random.Random(5), time.perf_counter()
         index.search([_query(rng) for _ in range(32)], k=5)
-        index = _Sleepy((time.perf_counter() - start) / 32)
-        print(f"sleeping stand-in: {index.per_query_s * 1e3:.1f} ms per query, as BM25 took")
-    options = ServiceOptions(max_queries=args.max_queries)
+        index = _Sleepy(args.sleep_ms / 1e3 or (time.perf_counter() - start) / 32)
+        print(f"sleeping stand-in: {index.per_query_s * 1e3:.1f} ms per query")
+    options = ServiceOptions(max_queries=args.max_queries, max_batch=args.max_batch)
     ctx = multiprocessing.get_context("spawn")
     results = {}
     abusers: list[Callable[..., None]] = [_flood, _flood, _oversized, _abandon]
