@@ -5,8 +5,8 @@ sends one-query searches back to back for ``--seconds``, first alone (the baseli
 abusive clients send the largest allowed requests (``max_queries`` queries each), oversized
 requests (refused with 413) and large requests they abandon mid-flight. Prints requests served,
 p50/p99 latency of the normal client in both runs and their ratio, and where the search thread's
-time went: CPU, waiting for a core (the kernel's run queue, from ``/proc``), and the rest of its
-wall time, which for a thread that does no I/O is waiting for the GIL.
+time went: CPU, waiting for a core (the kernel's run queue, from ``/proc``), and blocked, the
+rest of its wall time: waiting for the GIL, for a search that neither sleeps nor reads files.
 
 ``--retriever sleep`` and ``--retriever spin`` swap BM25 for stand-ins that cost ``--cost-ms``
 per query (default: what 32 BM25 queries took at startup): ``sleep`` sleeps, releasing the GIL;
@@ -116,7 +116,7 @@ class _Window:
         gil = max(0.0, wall - search_cpu - search_queued)
         return (f"search thread: {len(calls)} calls of {n / max(len(calls), 1):.1f} queries, per query "
                 f"{wall / n * 1e3:.1f} ms wall = {search_cpu / n * 1e3:.1f} CPU + "
-                f"{search_queued / n * 1e3:.1f} waiting for a core + {gil / n * 1e3:.1f} for the GIL; "
+                f"{search_queued / n * 1e3:.1f} waiting for a core + {gil / n * 1e3:.1f} blocked; "
                 f"process: CPU {cpu / seconds:.0%} of a core (search {search_cpu / seconds:.0%}), "
                 f"waited for a core {queued / seconds:.0%}")  # fmt: skip
 
