@@ -111,11 +111,12 @@ def test_stage1_reward_and_wrong_order(page_factory: Callable[..., Page]) -> Non
     assert reward("actionrl", text, two_pages(page_factory)) == {"answer": 1.0, "format": 1.0, "total": 1.0}
     swapped = "<answer>$4M</answer><think>a</think><description>d</description>"
     assert not parse_toolchain(swapped).ok
-    # stage 1's format is "three non-empty blocks" (order unchecked, as released); the answer is wrong
+    # stage 1's format is "three non-empty blocks" (order unchecked, as released); the answer is
+    # wrong, and the paper's stage-1 reward is the answer alone (Eq. 2)
     assert reward("actionrl", swapped, two_pages(page_factory)) == {
         "answer": 0.0,
         "format": 1.0,
-        "total": 0.2,
+        "total": 0.0,
     }
 
 

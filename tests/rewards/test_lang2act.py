@@ -147,11 +147,23 @@ def test_upstream_toolrl_wrapper_matches_released_formula() -> None:
 
 
 def test_actionrl_stage_weights() -> None:
-    reward = Lang2ActReward(stage="actionrl", judge=RuleJudge())
-    ok = reward(Parsed(text="<think>a</think><description>d</description><answer>7.2 %</answer>"), _sample())
-    assert ok.total == 1.0
-    wrong = reward(Parsed(text="<think>a</think><description>d</description><answer>8</answer>"), _sample())
-    assert wrong.total == 0.2 and wrong.components == {"answer": 0.0, "format": 1.0}
+    text_ok = "<think>a</think><description>d</description><answer>7.2 %</answer>"
+    text_wrong = "<think>a</think><description>d</description><answer>8</answer>"
+    no_format = "<answer>8</answer>"  # the released format check wants all three blocks
+    paper = Lang2ActReward(stage="actionrl", judge=RuleJudge())
+    upstream = Lang2ActReward(stage="actionrl", mode="upstream", judge=RuleJudge())
+    assert (
+        paper(Parsed(text=text_ok), _sample()).total == upstream(Parsed(text=text_ok), _sample()).total == 1.0
+    )
+    # paper (Eq. 2): the answer alone; released: 0.8 x answer + 0.2 x format
+    wrong = paper(Parsed(text=text_wrong), _sample())
+    assert wrong.total == 0.0 and wrong.components == {"answer": 0.0, "format": 1.0}
+    assert upstream(Parsed(text=text_wrong), _sample()).total == 0.2
+    assert (
+        paper(Parsed(text=no_format), _sample()).total
+        == upstream(Parsed(text=no_format), _sample()).total
+        == 0.0
+    )
     # stage-1 prompt asks for <thinking>, which the released check does not accept
     assert (
         actionrl_format_score("<thinking>a</thinking><description>d</description><answer>x</answer>") == 0.0

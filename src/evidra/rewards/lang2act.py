@@ -237,7 +237,10 @@ class Lang2ActReward:
         answer = float(verdict.value)
         components = {"answer": answer, "format": p.format, "tool": p.tool}
         if self.stage == "actionrl":
-            total = round(self.alpha * answer + self.beta * p.format, 6)
+            # Lang2Act Eq. 2: stage 1 maximises the answer reward alone; the released actionrl.py
+            # adds 0.2 x its format check (upstream mode). The format stays a logged component.
+            upstream = round(self.alpha * answer + self.beta * p.format, 6)
+            total = upstream if self.mode == "upstream" else answer
             return RewardResult(total=total, components={"answer": answer, "format": p.format})
         if self.mode == "upstream":
             total = round(max(0.0, min(1.0, 0.8 * answer + 0.1 * p.format + 0.1 * p.tool)), 6)
