@@ -4,8 +4,8 @@ A method is the one place that knows which paradigm, environment, reward and dat
 uses. Its builder (registered in ``METHODS``) turns a typed ``MethodConfig`` (the ``method:``
 section of a training config) and run ``Resources`` into the ``Task`` the trainer is handed:
 
-    task = task_for(load_config(RLConfig, "configs/lat.yaml"))
-    RLTrainer(cfg, task=task).train()
+    cfg = load_config(RLConfig, "configs/lat.yaml", ["model.path=..."])
+    RLTrainer(cfg, task=task_for(cfg)).train()      # or rl_trainer(cfg)
 
 ``evidra.rl`` knows only the ``Task`` record; nothing below this package imports it.
 """
@@ -19,6 +19,8 @@ from evidra.methods.resolve import (
     check_config,
     method_config,
     named_task,
+    rl_trainer,
+    sft_trainer,
     task_for,
 )
 
@@ -31,5 +33,7 @@ __all__ = [
     "check_config",
     "method_config",
     "named_task",
+    "rl_trainer",
+    "sft_trainer",
     "task_for",
 ]

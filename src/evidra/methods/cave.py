@@ -20,15 +20,15 @@ from typing import Any
 
 from evidra.env.base import play_script
 from evidra.env.zoom import ZoomEnv
+from evidra.method_config import MethodConfig
+from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
+from evidra.methods.base import METHODS, Resources, check_options, method_judge
+from evidra.methods.vragrl import corpus_dir, synth_once
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
 from evidra.rewards.base import RewardResult
 from evidra.rewards.cave import CaveParams, Outcome, StateScore, cave_reward
 from evidra.rewards.cave_scoring import score_states
 from evidra.rewards.judge import Judge, JudgeItem, RuleJudge
-from evidra.method_config import MethodConfig
-from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
-from evidra.methods.base import METHODS, Resources, check_options, method_judge
-from evidra.methods.vragrl import corpus_dir, synth_once
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task
 from evidra.types import Message, Parsed, Sample, Trajectory

@@ -19,6 +19,10 @@ Synthetic questions without an answer in the document are the insufficient-conte
 from __future__ import annotations
 
 from evidra.env.single_turn import SingleTurnEnv
+from evidra.method_config import MethodConfig
+from evidra.methods._benchmark import IMAGE_QA, adapter, with_sufficiency
+from evidra.methods._synth import synth_samples
+from evidra.methods.base import METHODS, Resources, check_options, merged_weights
 from evidra.paradigms.evidence import (
     SCOPE_NAMES,
     EvidenceGuided,
@@ -28,10 +32,6 @@ from evidra.paradigms.evidence import (
     upstream_scopes,
 )
 from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, EvisragReward
-from evidra.method_config import MethodConfig
-from evidra.methods._benchmark import IMAGE_QA, adapter, with_sufficiency
-from evidra.methods._synth import synth_samples
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task
 from evidra.types import Message, Sample

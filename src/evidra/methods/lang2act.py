@@ -15,15 +15,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.paradigms.toolchain import (
-    DEFAULT_TOOLBOX,
-    Tool,
-    Toolchain,
-    parse_toolchain,
-    toolchain_oracle_text,
-)
-from evidra.rewards.judge import Judge, RuleJudge
-from evidra.rewards.lang2act import Lang2ActReward
 from evidra.errors import ConfigError
 from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import IMAGE_QA, adapter
@@ -37,6 +28,15 @@ from evidra.methods.base import (
     method_judge,
     page_budget,
 )
+from evidra.paradigms.toolchain import (
+    DEFAULT_TOOLBOX,
+    Tool,
+    Toolchain,
+    parse_toolchain,
+    toolchain_oracle_text,
+)
+from evidra.rewards.judge import Judge, RuleJudge
+from evidra.rewards.lang2act import Lang2ActReward
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task
 from evidra.types import Message, Sample

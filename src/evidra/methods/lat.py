@@ -20,15 +20,15 @@ from typing import Any
 
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import ConfigError
-from evidra.paradigms.coe import ChainOfEvidence, coe_oracle_text, parse_coe
-from evidra.rewards.base import RewardResult
-from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity, score_plans_on_pages
-from evidra.rewards.lat import LatConfig, LatReward, finish_step_reward, plan_steps_paper
 from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import IMAGE_QA, adapter
 from evidra.methods._synth import synth_samples
 from evidra.methods.base import METHODS, Resources, check_options, merged_weights
 from evidra.methods.combined import LAT_ROUTES, LAT_RULES, with_scopes
+from evidra.paradigms.coe import ChainOfEvidence, coe_oracle_text, parse_coe
+from evidra.rewards.base import RewardResult
+from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity, score_plans_on_pages
+from evidra.rewards.lat import LatConfig, LatReward, finish_step_reward, plan_steps_paper
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task
 from evidra.types import Message, Parsed, Sample, Trajectory

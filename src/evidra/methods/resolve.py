@@ -108,3 +108,19 @@ def check_config(cfg: RLConfig | SFTConfig) -> Task:
     else:
         validate_sft_config(cfg)
     return task
+
+
+def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
+    """An ``RLTrainer`` for ``cfg`` on the task ``task_for(cfg, resources)`` builds."""
+    from evidra.rl.trainer import RLTrainer
+
+    return RLTrainer(cfg, accelerator, task=task_for(cfg, resources))
+
+
+def sft_trainer(cfg: SFTConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
+    """An ``SFTTrainer`` for ``cfg``: on its data file (``data.trajectories``) or on the oracle
+    conversations of the task ``task_for(cfg, resources)`` builds."""
+    from evidra.rl.sft import SFTTrainer
+
+    task = None if cfg.data.trajectories else task_for(cfg, resources)
+    return SFTTrainer(cfg, accelerator=accelerator, task=task)

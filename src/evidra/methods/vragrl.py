@@ -28,14 +28,14 @@ from evidra.env.base import play_script
 from evidra.env.search import SearchEnv, Searcher, bm25_searcher
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.geometry import Displayed, page_box_to_displayed
-from evidra.paradigms.search_agent import SearchAgent
-from evidra.retrieval.base import Hit
-from evidra.retrieval.engine import open_searcher
-from evidra.rewards.base import RewardResult
 from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import has_gold_pages, images_on_disk, is_answerable
 from evidra.methods._synth import private_cache_dir
 from evidra.methods.base import METHODS, Resources, check_options, merged_weights, method_judge
+from evidra.paradigms.search_agent import SearchAgent
+from evidra.retrieval.base import Hit
+from evidra.retrieval.engine import open_searcher
+from evidra.rewards.base import RewardResult
 from evidra.rewards.judge import Judge, RuleJudge
 from evidra.rewards.vragrl import VragRLReward, VragRLWeights
 from evidra.rl.config import DataConfig
@@ -161,6 +161,7 @@ class Corpora:
         return self.known[store]
 
     def make_env(self, sample: Sample) -> SearchEnv:
+        searcher: Searcher
         if sample.corpus is None:
             searcher, pages = bm25_searcher(sample.pages), {p.id: p for p in sample.pages}
         else:

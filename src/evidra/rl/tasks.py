@@ -42,7 +42,7 @@ class Task:
     # environments' infos (CAVE's teacher-forced credits, VRAG-RL's retrieved pages); replaces score
     score_episodes: Callable[[Any, Sequence[Any]], list[RewardResult]] | None = None
     # published-benchmark samples (``data.source``) -> this task's: keep the usable ones, fill
-    # what the task needs (``evidra.rl.recipes._benchmark``); None: the task's own data only
+    # what the task needs (``evidra.methods._benchmark``); None: the task's own data only
     from_benchmark: Callable[[list[Sample], DataConfig], list[Sample]] | None = None
     # cuts each sample's pages to the ones the question is shown (a method's page budget, after
     # ``data.subset``); None: every page of the sample

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evidra.config import from_dict, merge_sections, to_dict
-from evidra.errors import ConfigError, InvalidInputError, RegistryError
+from evidra.errors import ConfigError, RegistryError
 from evidra.registry import Registry
 from evidra.rewards.guards import GuardConfig
 from evidra.rl.config import (
