@@ -86,11 +86,11 @@ def test_config_checks_toolbox_subset_and_trajectories(tmp_path: Path) -> None:
     def check(recipe: str, *over: str) -> None:
         check_config(load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", ["model.path=x", *over]))
 
-    with pytest.raises(ConfigError, match=r"data\.toolbox is for lang2act\.stage2"):
+    with pytest.raises(ConfigError, match=r"method\.toolbox=.* is no option of method 'lat'"):
         check("lat", f"data.toolbox={tmp_path / 'box.json'}")
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
-    with pytest.raises(ConfigError, match=r"data\.toolbox: toolbox .* non-empty"):
+    with pytest.raises(ConfigError, match=r"method\.toolbox: toolbox .* non-empty"):
         check("lang2act_stage2", f"data.toolbox={bad}")
     with pytest.raises(ConfigError, match=r"data\.subset: cannot read"):
         check("lat", f"data.subset={tmp_path / 'missing.jsonl'}")

@@ -130,7 +130,7 @@ def test_a_failed_judgement_is_unscored_not_zero(fake: tuple[str, list[dict[str,
         ("judge={kind: openai, base_url: 'http://x/v1'}", "judge.model is empty"),
         ("judge={kind: openai, base_url: 'x', model: m}", "http"),
         ("judge.concurrency=0", "judge.concurrency must be >= 1"),
-        ("judge.rule=exact", "judges no answers"),
+        ("judge.rule=exact", "judge is an option of a paper method"),
     ],
 )
 def test_judge_config_errors_before_the_model_loads(tmp_path: Path, override: str, message: str) -> None:

@@ -168,12 +168,12 @@ def test_sft_writes_oracles_for_benchmark_samples_with_gold_evidence(tmp_path: P
     from evidra.rl.config import SFTConfig
     from evidra.rl.sft import _task_conversations
 
-    convs = _task_conversations(SFTConfig(data=_visa(tmp_path, "lat")))
+    convs = _task_conversations(SFTConfig(data=_visa(tmp_path, "lat")), named_task("lat"))
     assert len(convs) == 2 and all(c[-1].role == "assistant" for c in convs)
     assert "No answer" in convs[1][-1].plain_text
     # SlideVQA has no answer boxes: LAT's oracle cannot cite evidence for any sample
     with pytest.raises(ConfigError, match="cannot build an SFT conversation"):
-        _task_conversations(SFTConfig(data=_slides("lat")))
+        _task_conversations(SFTConfig(data=_slides("lat")), named_task("lat"))
 
 
 @pytest.mark.slow

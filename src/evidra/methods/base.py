@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.method_config import MethodConfig
 from evidra.registry import Registry
-from evidra.rewards.judge_config import build_judge
+from evidra.rewards.judge_config import build_judge, validate_judge
 from evidra.rewards.judge_protocol import Judge
 from evidra.rl.tasks import Task
 from evidra.types import Sample
@@ -99,10 +99,7 @@ def check_options(cfg: MethodConfig, takes: Collection[str]) -> None:
     k = cfg.pages_per_question
     if k < 0:
         raise ConfigError(f"method.pages_per_question must be >= 0 (0: every page), got {k}")
-    if not cfg.judge.is_default:
-        from evidra.rewards.judge_config import validate_judge
-
-        validate_judge(cfg.judge)
+    validate_judge(cfg.judge)
 
 
 def check_weights(cfg: MethodConfig, known: Sequence[str]) -> dict[str, float]:

@@ -16,7 +16,7 @@ from typing import Any
 from evidra.errors import ConfigError, RegistryError
 from evidra.method_config import MethodConfig
 from evidra.methods.base import METHODS, Resources
-from evidra.rewards.judge_config import JudgeConfig
+from evidra.rewards.judge_config import JudgeConfig, validate_judge
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.tasks import Task, plain_task
 
@@ -65,6 +65,7 @@ def _legacy(cfg: RLConfig | SFTConfig) -> dict[str, tuple[str, Any]]:
 
 def method_config(cfg: RLConfig | SFTConfig) -> MethodConfig | None:
     """The run's method section with the older spellings merged in; None for a plain task."""
+    validate_judge(cfg.judge)  # a typo in the section fails with its own fix first
     method = cfg.method
     alias = TASK_ALIASES.get(cfg.data.task, {})
     if alias:  # an explicit former task name wins over the method fields it names
