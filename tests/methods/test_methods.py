@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,10 @@ import pytest
 from evidra.config import load_config
 from evidra.errors import ConfigError
 from evidra.methods import METHODS, TASK_ALIASES, MethodConfig, Resources, build_task, method_config
+from evidra.retrieval.base import Hit
 from evidra.rewards.judge import RuleJudge
 from evidra.rl.config import DataConfig, RLConfig
+from evidra.rl.tasks import task_samples
 
 
 def _cfg(*over: str) -> RLConfig:
@@ -96,3 +99,30 @@ def test_aliases_cover_every_former_task_name() -> None:
     assert set(TASK_ALIASES) == {"lat", "lat.colqwen2", "lat.rs_grpo", "evisrag", "lang2act.stage1",
                                  "lang2act.stage2", "vragrl", "cave"}  # fmt: skip
     assert {a["name"] for a in TASK_ALIASES.values()} == set(METHODS.names())
+
+
+class _Always:
+    """A searcher that ranks one page first for every query."""
+
+    def __init__(self, page_id: str) -> None:
+        self.page_id = page_id
+
+    def search(self, queries: Sequence[str], k: int = 10, exclude: object = None) -> list[list[Hit]]:
+        return [[Hit(self.page_id, 1.0)] for _ in queries]
+
+
+def test_two_vragrl_tasks_keep_their_own_search_engines() -> None:
+    """The same benchmark under two tasks: each searches with the engine it was built with (no
+    corpus is shared through the process)."""
+    fix = Path(__file__).parents[1] / "fixtures" / "benchmarks" / "slidevqa" / "test.jsonl"
+    data = DataConfig(source="slidevqa", path=str(fix), options={"n_slides": "3"})
+    first = build_task(MethodConfig(name="vragrl"), Resources(searcher=_Always("deck-a_1")))
+    second = build_task(MethodConfig(name="vragrl"), Resources(searcher=_Always("deck-a_3")))
+    (a,) = task_samples(first, data)
+    (b,) = task_samples(second, data)  # the same corpus key, built after the first
+    shown = []
+    for task, sample in ((first, a), (second, b)):
+        env = task.make_env(sample)
+        env.reset(sample)
+        shown.append(env.step(f"<search>{sample.question}</search>").info.page_id)
+    assert shown == ["deck-a_1", "deck-a_3"]
