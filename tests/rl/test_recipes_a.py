@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evidra.config import load_config
-from evidra.methods import named_task, rl_trainer
+from evidra.methods import named_task, rl_trainer, task_for
 from evidra.rl.config import RLConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def _small(tmp: Path, name: str) -> list[str]:
 def test_recipe_trains_two_steps(recipe: str, tmp_path: Path) -> None:
     task, components, advantage = RECIPES[recipe]
     cfg = load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", _small(tmp_path, recipe))
-    assert cfg.data.task == task and cfg.algo.advantage == advantage
+    assert task_for(cfg).name == task and cfg.algo.advantage == advantage
     metrics = rl_trainer(cfg).train()
     assert len(metrics) == 2
     for row in metrics:
