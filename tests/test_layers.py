@@ -9,6 +9,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "evidra"
 # what may import the trainer: the CLI, the top-level conveniences (demo, RAG) and rl itself
 ABOVE_RL = {"cli", "rl", "methods", "demo", "rag", "__init__"}
+# what may import the paper methods: the CLI, the top-level conveniences and the methods themselves;
+# the trainer is handed a Task and never asks for a method
+ABOVE_METHODS = {"cli", "methods", "demo", "rag", "__init__"}
 # the rollout loop uses models, environments and types only
 BELOW_EVAL = {"rollout": {"eval", "data", "rl", "cli", "methods"}}
 
@@ -48,6 +51,23 @@ def test_no_layer_below_the_trainer_imports_it() -> None:
     ]
     assert len(MODULES) > 100  # the scan found the package
     assert not upward, "\n".join(upward)
+
+
+def test_nothing_below_the_methods_imports_them() -> None:
+    upward = [
+        f"{path.relative_to(PACKAGE)} imports evidra.{name}"
+        for path in MODULES
+        if _layer(path) not in ABOVE_METHODS
+        for name in sorted(_imports(path) & {"methods", "cli"})
+    ]
+    assert any(_layer(p) == "methods" for p in MODULES)  # the scan found the methods package
+    assert not upward, "\n".join(upward)
+
+
+def test_the_rl_package_loads_no_module_by_name() -> None:
+    """rl/ reaches no method through importlib (an import by name would hide from the scan above)."""
+    for path in (PACKAGE / "rl").rglob("*.py"):
+        assert "import_module(" not in path.read_text(encoding="utf-8"), path
 
 
 def test_the_rollout_loop_sits_below_eval_and_data() -> None:

@@ -28,7 +28,7 @@ class _Payload:
 
 
 def test_a_planted_corpus_cache_is_never_executed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from evidra.rl.recipes.vragrl import _build, corpus_dir, synth_once
+    from evidra.methods.vragrl import _build, corpus_dir, synth_once
 
     cfg = DataConfig(task="vragrl", path=str(tmp_path / "cache"), size=2)
     root = corpus_dir(cfg, "vragrl")
@@ -66,7 +66,7 @@ def test_a_planted_checkpoint_is_never_executed(tmp_path: Path) -> None:
 
 
 def test_a_cache_folder_others_can_write_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evidra.rl.recipes._synth import private_cache_dir
+    from evidra.methods._synth import private_cache_dir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert (

@@ -1,7 +1,7 @@
 """The offline end-to-end demo, as a thin composition of library calls.
 
 1. render a small synthetic corpus (text blocks, a table, a bar chart) as PDFs with a text
-   layer and ingest it into a page store (the LAT task's own data, ``rl.recipes.lat``);
+   layer and ingest it into a page store (the LAT method's own data, ``methods.lat``);
 2. build a tiny random Qwen-VL checkpoint and load it like a real one;
 3. answer every question with LAT's chain of evidence (each step cites a page and a box);
 4. learn: an SFT cold start on LAT's oracle chain-of-evidence answers to these questions, then a
@@ -111,14 +111,13 @@ def answer_all(
 def _questions(n_docs: int, seed: int, out: Path) -> tuple[list[Sample], Path]:
     """The LAT task's synthetic questions over ``n_docs`` documents, each once, and the folder
     of their PDFs."""
-    import evidra.rl.recipes  # noqa: F401  (registers the LAT task)
     from evidra.data.synth.documents import DOCS_DIR
+    from evidra.methods import MethodConfig, build_task
+    from evidra.methods._synth import QUESTIONS_PER_DOC, cache_dir
     from evidra.rl.config import DataConfig
-    from evidra.rl.recipes._synth import QUESTIONS_PER_DOC, cache_dir
-    from evidra.rl.tasks import TASKS
 
-    data = DataConfig(task=TASK, path=str(out / "data"), size=n_docs * QUESTIONS_PER_DOC, seed=seed)
-    unique = {s.id: s for s in TASKS.get(TASK).samples(data)}
+    data = DataConfig(path=str(out / "data"), size=n_docs * QUESTIONS_PER_DOC, seed=seed)
+    unique = {s.id: s for s in build_task(MethodConfig(name=TASK)).samples(data)}
     return list(unique.values()), cache_dir(data) / "corpus" / DOCS_DIR
 
 
@@ -255,13 +254,16 @@ def _learn(
     say: Progress,
 ) -> tuple[dict[str, Any], str]:
     """SFT on the oracle answers to the demo's questions, then GRPO; the trained model's folder."""
+    from evidra.methods import MethodConfig, build_task
     from evidra.rl.config import DataConfig
     from evidra.rl.export import resolve_trained_model
     from evidra.rl.quickstart import cold_start_then_grpo
 
-    data = DataConfig(task=TASK, path=str(out / "data"), size=size, seed=seed)
+    data = DataConfig(path=str(out / "data"), size=size, seed=seed)
+    task = build_task(MethodConfig(name=TASK))
     result = cold_start_then_grpo(
-        TASK, model_dir, out / "train", data=data, sft_steps=sft_steps, sft_batch_size=SFT_BATCH,
+        task, model_dir, out / "train", data=data, overrides=[f"method.name={TASK}"],
+        sft_steps=sft_steps, sft_batch_size=SFT_BATCH,
         rl_steps=rl_steps, max_new_tokens=max_new_tokens, progress=say,
     )  # fmt: skip
     training = {

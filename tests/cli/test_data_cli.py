@@ -12,9 +12,9 @@ import pytest
 from evidra.cli.main import main
 from evidra.config import load_config
 from evidra.errors import ConfigError
+from evidra.methods import check_config, task_for
 from evidra.rl.config import RLConfig
-from evidra.rl.tasks import resolve_task, task_samples
-from evidra.rl.validate import validate_rl_config
+from evidra.rl.tasks import task_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=50176",
@@ -35,7 +35,7 @@ def _data(tmp: Path, size: int = 2) -> list[str]:
 
 def _samples(recipe: str, overrides: list[str]) -> list[Any]:
     cfg = load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", overrides)
-    return task_samples(resolve_task(cfg.data.task, cfg.judge, cfg.data), cfg.data)
+    return task_samples(task_for(cfg), cfg.data)
 
 
 def test_distill_then_sft_on_the_kept_trajectories(
@@ -84,15 +84,13 @@ def test_train_rl_refuses_data_and_sft_refuses_a_rejected_only_file(
 
 def test_config_checks_toolbox_subset_and_trajectories(tmp_path: Path) -> None:
     def check(recipe: str, *over: str) -> None:
-        validate_rl_config(
-            load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", ["model.path=x", *over])
-        )
+        check_config(load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", ["model.path=x", *over]))
 
-    with pytest.raises(ConfigError, match=r"data\.toolbox is for lang2act\.stage2"):
+    with pytest.raises(ConfigError, match=r"method\.toolbox=.* is no option of method 'lat'"):
         check("lat", f"data.toolbox={tmp_path / 'box.json'}")
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
-    with pytest.raises(ConfigError, match=r"data\.toolbox: toolbox .* non-empty"):
+    with pytest.raises(ConfigError, match=r"method\.toolbox: toolbox .* non-empty"):
         check("lang2act_stage2", f"data.toolbox={bad}")
     with pytest.raises(ConfigError, match=r"data\.subset: cannot read"):
         check("lat", f"data.subset={tmp_path / 'missing.jsonl'}")
@@ -185,7 +183,7 @@ def test_lang2act_sequence_stage1_toolbox_stage2(tmp_path: Path, fake_judge: Any
     assert len((tmp_path / "rl2" / "metrics.jsonl").read_text().splitlines()) == 1
     over = ["model.path=x", f"data.toolbox={box}", *data]
     cfg = load_config(RLConfig, ROOT / "configs" / "lang2act_stage2.yaml", over)
-    task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+    task = task_for(cfg)
     sample = task_samples(task, cfg.data)[0]
     prompt = task.make_env(sample).reset(sample)[0].content[0].text
     assert 'name="subtract_values" args="val1, val2"' in prompt and "read_text_element" not in prompt

@@ -13,8 +13,9 @@ import pytest
 
 from evidra.cli.main import main
 from evidra.config import load_config
+from evidra.methods import check_config
 from evidra.rl.config import RLConfig, SFTConfig
-from evidra.rl.validate import sft_stage, validate_rl_config
+from evidra.rl.validate import sft_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
@@ -40,7 +41,7 @@ def test_every_recipe_has_a_paradigm_here() -> None:
 def test_recipe_loads_for_both_stages(recipe: str, tmp_path: Path) -> None:
     path = ROOT / "configs" / f"{recipe}.yaml"
     rl = load_config(RLConfig, path, ["model.path=x"])
-    validate_rl_config(rl)
+    check_config(rl)
     sft = load_config(SFTConfig, path, ["model.path=x"])
     assert sft == sft_stage(rl)  # the SFT stage is the recipe with its sft section merged in
     for key, value in rl.sft.get("optim", {}).items():

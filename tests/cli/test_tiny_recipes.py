@@ -12,8 +12,9 @@ import pytest
 
 from evidra.cli.main import main
 from evidra.config import load_config
+from evidra.methods import check_config
 from evidra.rl.config import RLConfig, SFTConfig
-from evidra.rl.validate import sft_stage, validate_rl_config
+from evidra.rl.validate import sft_stage
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
@@ -28,7 +29,7 @@ def test_every_recipe_has_a_tiny_version() -> None:
 def test_tiny_recipe_loads_validates_and_keeps_the_method(recipe: str) -> None:
     tiny = load_config(RLConfig, ROOT / "configs" / "tiny" / f"{recipe}.yaml")
     full = load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml")
-    validate_rl_config(tiny)
+    check_config(tiny)
     assert tiny.model.path == "tiny:qwen2_5_vl" and tiny.run.output_dir == f"runs/tiny/{recipe}"
     assert tiny.run.steps <= 10 and tiny.data.size <= 16 and tiny.rollout.max_response_tokens <= 96
     # the method is the recipe's: only sizes differ

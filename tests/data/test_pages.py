@@ -11,10 +11,10 @@ import pytest
 from evidra.config import load_config
 from evidra.data.pages import top_pages
 from evidra.errors import ConfigError, InvalidInputError
+from evidra.methods import MethodConfig, build_task, check_config
 from evidra.retrieval.base import Hit
 from evidra.rl.config import DataConfig, RLConfig
-from evidra.rl.tasks import TASKS, task_samples
-from evidra.rl.validate import validate_rl_config
+from evidra.rl.tasks import task_samples
 from evidra.types import Box, EvidenceBox, Page, Sample
 
 
@@ -71,14 +71,14 @@ def test_bad_budget_and_a_retriever_that_knows_none_of_the_pages() -> None:
 
 
 def test_lang2act_trains_on_its_top_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """data.pages_per_question cuts the pages; with data.index the index ranks them."""
+    """method.pages_per_question cuts the pages; with method.index the index ranks them."""
     import evidra.retrieval.engine as engine
 
-    task = TASKS.get("lang2act.stage2")
-    cfg = DataConfig(task="lang2act.stage2", size=4, path=str(tmp_path))
-    full = task_samples(task, cfg)
+    method = MethodConfig(name="lang2act", stage=2)
+    cfg = DataConfig(size=4, path=str(tmp_path))
+    full = task_samples(build_task(method), cfg)
     assert max(len(s.pages) for s in full) == 2
-    one = task_samples(task, replace(cfg, pages_per_question=1))
+    one = task_samples(build_task(replace(method, pages_per_question=1)), cfg)
     assert [s.pages for s in one] == [s.pages[:1] for s in full]
     last = {
         s.question: [p.id for p in reversed(s.pages)] for s in full
@@ -90,7 +90,7 @@ def test_lang2act_trains_on_its_top_pages(tmp_path: Path, monkeypatch: pytest.Mo
         return _Ranking(last)
 
     monkeypatch.setattr(engine, "open_searcher", fake_open)
-    ranked = task_samples(task, replace(cfg, pages_per_question=1, index="idx/"))
+    ranked = task_samples(build_task(replace(method, pages_per_question=1, index="idx/")), cfg)
     assert opened == ["idx/"] and [s.pages for s in ranked] == [s.pages[-1:] for s in full]
 
 
@@ -98,8 +98,8 @@ def test_page_budget_is_checked_before_loading(tmp_path: Path) -> None:
     def cfg(*over: str) -> RLConfig:
         return load_config(RLConfig, None, ["model.path=x", f"run.output_dir={tmp_path}", *over])
 
-    validate_rl_config(cfg("data.task=lang2act.stage1", "data.pages_per_question=3"))
-    with pytest.raises(ConfigError, match="task 'evisrag' takes no page budget"):
-        validate_rl_config(cfg("data.task=evisrag", "data.pages_per_question=3"))
+    check_config(cfg("data.task=lang2act.stage1", "data.pages_per_question=3"))
+    with pytest.raises(ConfigError, match=r"method\.pages_per_question=3 is no option of method 'evisrag'"):
+        check_config(cfg("data.task=evisrag", "data.pages_per_question=3"))
     with pytest.raises(ConfigError, match="must be >= 0"):
-        validate_rl_config(cfg("data.task=lang2act.stage1", "data.pages_per_question=-1"))
+        check_config(cfg("data.task=lang2act.stage1", "data.pages_per_question=-1"))

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from evidra.methods.lat import LatTaskReward
 from evidra.paradigms import PARADIGMS
 from evidra.paradigms.coe import (
     COE_MULTI_PROMPT,
@@ -15,7 +16,6 @@ from evidra.paradigms.coe import (
     parse_coe,
 )
 from evidra.rewards.embedding import TextOverlapSimilarity
-from evidra.rl.recipes.lat import LatTaskReward
 from evidra.types import Box, ImagePart, Page, Sample, TextPart
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import pytest
+from evidra.rl.recipes.lat import WEIGHTS, LatTaskReward
 
 from evidra.errors import ConfigError
 from evidra.paradigms.coe import parse_coe
@@ -15,7 +16,6 @@ from evidra.rewards import embedding
 from evidra.rewards.embedding import StepQuery, TextOverlapSimilarity
 from evidra.rewards.lat import LatConfig
 from evidra.rewards.lat_batch import episode_scorer, with_step_text
-from evidra.rl.recipes.lat import WEIGHTS, LatTaskReward
 from evidra.types import Page, Sample
 
 
@@ -83,7 +83,8 @@ def test_pages_without_a_text_layer_are_read_by_ocr_or_refused(
     keep = with_step_text(lambda s, c: s)
     monkeypatch.setattr(embedding, "ocr_available", lambda: False)
     with pytest.raises(
-        ConfigError, match=r"data.source=visa: 1 pages have no text layer.*evidra\[ocr\].*lat.colqwen2"
+        ConfigError,
+        match=r"data.source=visa: 1 pages have no text layer.*evidra\[ocr\].*method.similarity=colqwen2",
     ):
         keep([bare], cfg)
     assert keep([sample], cfg) == [sample]  # a text layer: nothing to fix

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from evidra.methods import named_task
 from evidra.rewards.guards import GuardConfig, guard, tripped
 from evidra.rl.config import DataConfig
-from evidra.rl.tasks import TASKS
 from evidra.types import Sample
 
 METHODS = ["lat", "evisrag", "lang2act.stage1", "lang2act.stage2", "vragrl", "cave"]
@@ -59,7 +59,7 @@ def _lat_box_hacks(oracle: str, sample: Sample, page_text: str) -> dict[str, str
 def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Sample, str, dict[str, str]]]:
     out = {}
     for name in METHODS:
-        task = TASKS.get(name)
+        task = named_task(name)
         path = Path(tmp_path_factory.mktemp(name.replace(".", "_")))
         sample = task.samples(DataConfig(task=name, size=2, path=str(path)))[0]
         assert task.oracle is not None
@@ -75,7 +75,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Sample, s
 
 
 def _score(name: str, sample: Sample, text: str, cfg: GuardConfig) -> tuple[float, tuple[str, ...]]:
-    task = TASKS.get(name)
+    task = named_task(name)
     parsed = task.parse(text)
     trips = tripped(parsed, sample, cfg)
     return guard(task.reward(parsed, sample), trips).total, trips

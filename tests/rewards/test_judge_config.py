@@ -15,11 +15,10 @@ import pytest
 
 from evidra.config import load_config
 from evidra.errors import ConfigError
+from evidra.methods import MethodConfig, build_task, rl_trainer
 from evidra.rewards.judge import JudgeItem, OpenAIJudge, RuleJudge
 from evidra.rewards.judge_config import JudgeConfig, build_judge
 from evidra.rl.config import RLConfig
-from evidra.rl.tasks import resolve_task
-from evidra.rl.trainer import RLTrainer
 from evidra.types import Sample, Span, Trajectory
 
 
@@ -103,7 +102,9 @@ def test_training_task_asks_the_configured_judge(
 ) -> None:
     url, seen = fake
     monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test")
-    task = resolve_task("lang2act.stage1", _openai(f"{url}/ok/v1", api_key_env="TEST_JUDGE_KEY"))
+    task = build_task(
+        MethodConfig(name="lang2act", stage=1, judge=_openai(f"{url}/ok/v1", api_key_env="TEST_JUDGE_KEY"))
+    )
     sample = Sample(id="q", question="Capital of France?", answers=("Paris",))
     right = task.score(sample, _lang2act_trajectory("Paris"))
     wrong = task.score(sample, _lang2act_trajectory("Lyon"))
@@ -116,7 +117,7 @@ def test_training_task_asks_the_configured_judge(
 
 def test_a_failed_judgement_is_unscored_not_zero(fake: tuple[str, list[dict[str, Any]]]) -> None:
     url, seen = fake
-    task = resolve_task("lang2act.stage1", _openai(f"{url}/fail/v1", max_retries=2))
+    task = build_task(MethodConfig(name="lang2act", stage=1, judge=_openai(f"{url}/fail/v1", max_retries=2)))
     result = task.score(Sample(id="q", question="Q?", answers=("Paris",)), _lang2act_trajectory("Paris"))
     assert not result.scored and "unscored:judge" in result.components
     assert len(seen) == 3  # one attempt and two bounded retries
@@ -129,7 +130,7 @@ def test_a_failed_judgement_is_unscored_not_zero(fake: tuple[str, list[dict[str,
         ("judge={kind: openai, base_url: 'http://x/v1'}", "judge.model is empty"),
         ("judge={kind: openai, base_url: 'x', model: m}", "http"),
         ("judge.concurrency=0", "judge.concurrency must be >= 1"),
-        ("judge.rule=exact", "judges no answers"),
+        ("judge.rule=exact", "judge is an option of a paper method"),
     ],
 )
 def test_judge_config_errors_before_the_model_loads(tmp_path: Path, override: str, message: str) -> None:
@@ -137,7 +138,7 @@ def test_judge_config_errors_before_the_model_loads(tmp_path: Path, override: st
     if "concurrency" in override:
         over[2] = "data.task=vragrl"
     with pytest.raises(ConfigError, match=message):
-        RLTrainer(load_config(RLConfig, None, over))
+        rl_trainer(load_config(RLConfig, None, over))
     assert not (tmp_path / "models").exists()
 
 

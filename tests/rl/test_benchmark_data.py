@@ -11,6 +11,7 @@ import pytest
 
 from evidra.cli.main import main
 from evidra.errors import ConfigError, InvalidInputError
+from evidra.methods import MethodConfig, build_task, named_task
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import TASKS, task_samples, usable
 from evidra.types import Page, Sample
@@ -39,24 +40,24 @@ def _ocr_installed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_single_turn_recipes_take_benchmark_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: False)
     with pytest.raises(ConfigError, match="visa_wiki: 5 pages have no text layer"):  # screenshots, no OCR
-        task_samples(TASKS.get("lat"), _visa(tmp_path, "lat"))
+        task_samples(named_task("lat"), _visa(tmp_path, "lat"))
     monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: True)
-    lat = task_samples(TASKS.get("lat"), _visa(tmp_path, "lat"))
+    lat = task_samples(named_task("lat"), _visa(tmp_path, "lat"))
     assert [s.answerable for s in lat] == [True, False]  # "No Answer" items train LAT's refusal
     assert lat[0].gold_boxes and [p.id for p in lat[0].pages] == ["nq-7", "nq-1", "nq-9"]
-    evisrag = task_samples(TASKS.get("evisrag"), _visa(tmp_path, "evisrag"))
+    evisrag = task_samples(named_task("evisrag"), _visa(tmp_path, "evisrag"))
     assert [s.sufficient for s in evisrag] == [True, False]  # derived from answerability
-    (cave,) = task_samples(TASKS.get("cave"), _visa(tmp_path, "cave"))  # answerable ones only
+    (cave,) = task_samples(named_task("cave"), _visa(tmp_path, "cave"))  # answerable ones only
     assert [p.id for p in cave.pages] == ["nq-1"]  # the gold page, zoomed on alone
-    assert len(task_samples(TASKS.get("lang2act.stage2"), _visa(tmp_path, "lang2act.stage2"))) == 2
+    assert len(task_samples(named_task("lang2act.stage2"), _visa(tmp_path, "lang2act.stage2"))) == 2
     # the scoped variants carry the adaptation of the task they wrap
-    assert len(task_samples(TASKS.get("lat.rs_grpo"), _visa(tmp_path, "lat.rs_grpo"))) == 2
+    assert len(task_samples(named_task("lat.rs_grpo"), _visa(tmp_path, "lat.rs_grpo"))) == 2
 
 
 def test_data_size_subsamples_with_the_seed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    task = TASKS.get("lat")
+    task = named_task("lat")
     with caplog.at_level(logging.WARNING, logger="evidra.rl.tasks"):
         one = task_samples(task, _visa(tmp_path, "lat", size=1, seed=0))
     assert len(one) == 1 and "training on 1 of 2 visa_wiki samples" in caplog.text
@@ -69,14 +70,14 @@ def test_benchmark_errors_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="own generated data"):
         task_samples(TASKS.get("toy.digits"), _visa(tmp_path, "toy.digits"))
     with pytest.raises(ConfigError, match=r"needs data\.path"):
-        task_samples(TASKS.get("lat"), DataConfig(task="lat", source="slidevqa"))
+        task_samples(named_task("lat"), DataConfig(task="lat", source="slidevqa"))
     # VRAG-RL: image-only pages and no index -> BM25 would find nothing
-    with pytest.raises(ConfigError, match=r"data\.index"):
-        task_samples(TASKS.get("vragrl"), _slides("vragrl"))
+    with pytest.raises(ConfigError, match=r"method\.index"):
+        task_samples(named_task("vragrl"), _slides("vragrl"))
 
 
 def test_usable_counts_reasons_and_refuses_when_nothing_is_left(tmp_path: Path) -> None:
-    from evidra.rl.recipes._benchmark import IMAGE_QA
+    from evidra.methods._benchmark import IMAGE_QA
 
     img = tmp_path / "p.png"
     img.write_bytes(b"not read here")
@@ -94,7 +95,6 @@ def test_usable_counts_reasons_and_refuses_when_nothing_is_left(tmp_path: Path) 
 def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
     tiny_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from evidra.rl.recipes.vragrl import make_env
 
     idx = tmp_path / "idx"
     build = ["index", "build", "--dataset", "slidevqa", "--data", str(FIX / "slidevqa" / "test.jsonl"),
@@ -107,9 +107,10 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
     assert main([*evaluate, "--data", str(FIX / "slidevqa" / "test.jsonl"), "--option", "n_slides=3"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["n_queries"] == 1 and metrics["recall@3"] == 1.0 and metrics["recall@1"] in (0.0, 0.5)
-    (sample,) = task_samples(TASKS.get("vragrl"), _slides("vragrl", index=str(idx)))
+    task = build_task(MethodConfig(name="vragrl", index=str(idx)))
+    (sample,) = task_samples(task, _slides("vragrl"))
     assert sample.gold_pages == ("deck-a_2", "deck-a_3")
-    env = make_env(sample)
+    env = task.make_env(sample)
     env.reset(sample)
     step = env.step(f"<search>{sample.question}</search>")
     assert step.info.page_id in {"deck-a_1", "deck-a_2", "deck-a_3"} and not step.done
@@ -118,14 +119,15 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
     from evidra.retrieval.server import SearchService
 
     with open_index(idx) as engine, SearchService(engine.retriever, n_pages=3).running() as url:
-        (remote,) = task_samples(TASKS.get("vragrl"), _slides("vragrl", index=url))
-        served = make_env(remote)
+        served_task = build_task(MethodConfig(name="vragrl", index=url))
+        (remote,) = task_samples(served_task, _slides("vragrl"))
+        served = served_task.make_env(remote)
         served.reset(remote)
         assert served.step(f"<search>{sample.question}</search>").info.page_id == step.info.page_id
     # an index that lacks a gold page can never earn VRAG-RL's retrieval reward: refused
     assert main(["index", "delete", "--index", str(idx), "deck-a_3"]) == 0
     with pytest.raises(InvalidInputError, match=r"lacks 1 gold pages.*deck-a_3"):
-        task_samples(TASKS.get("vragrl"), _slides("vragrl", index=str(idx)))
+        task_samples(build_task(MethodConfig(name="vragrl", index=str(idx))), _slides("vragrl"))
 
 
 def test_index_build_dataset_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,8 +154,8 @@ def test_lat_recipe_trains_on_a_benchmark_from_its_yaml(tmp_path: Path) -> None:
     import math
 
     from evidra.config import load_config
+    from evidra.methods import rl_trainer
     from evidra.rl.config import RLConfig
-    from evidra.rl.trainer import RLTrainer
 
     root = Path(__file__).resolve().parents[2]
     overrides = [
@@ -166,9 +168,9 @@ def test_lat_recipe_trains_on_a_benchmark_from_its_yaml(tmp_path: Path) -> None:
         f"run.output_dir={tmp_path / 'run'}",
     ]  # fmt: skip
     cfg = load_config(RLConfig, root / "configs" / "lat.yaml", overrides)
-    trainer = RLTrainer(cfg)
+    trainer = rl_trainer(cfg)
     assert sorted(s.id for s in trainer.samples) == sorted(
-        s.id for s in task_samples(TASKS.get("lat"), cfg.data)
+        s.id for s in task_samples(named_task("lat"), cfg.data)
     )
     (row,) = trainer.train()
     assert math.isfinite(row["loss"]) and {"reward/accuracy", "reward/ground"} <= set(row)
@@ -178,12 +180,12 @@ def test_sft_writes_oracles_for_benchmark_samples_with_gold_evidence(tmp_path: P
     from evidra.rl.config import SFTConfig
     from evidra.rl.sft import _task_conversations
 
-    convs = _task_conversations(SFTConfig(data=_visa(tmp_path, "lat")))
+    convs = _task_conversations(SFTConfig(data=_visa(tmp_path, "lat")), named_task("lat"))
     assert len(convs) == 2 and all(c[-1].role == "assistant" for c in convs)
     assert "No answer" in convs[1][-1].plain_text
     # SlideVQA has no answer boxes: LAT's oracle cannot cite evidence for any sample
     with pytest.raises(ConfigError, match="cannot build an SFT conversation"):
-        _task_conversations(SFTConfig(data=_slides("lat")))
+        _task_conversations(SFTConfig(data=_slides("lat")), named_task("lat"))
 
 
 @pytest.mark.slow
@@ -193,8 +195,8 @@ def test_vragrl_recipe_trains_on_a_benchmark_with_an_index(
     import math
 
     from evidra.config import load_config
+    from evidra.methods import rl_trainer
     from evidra.rl.config import RLConfig
-    from evidra.rl.trainer import RLTrainer
 
     idx = tmp_path / "idx"
     assert main(["index", "build", "--dataset", "slidevqa", "--data", str(FIX / "slidevqa" / "test.jsonl"),
@@ -209,7 +211,7 @@ def test_vragrl_recipe_trains_on_a_benchmark_with_an_index(
         "data.source=slidevqa", f"data.path={FIX / 'slidevqa' / 'test.jsonl'}", "data.options.n_slides=3",
         f"data.index={idx}", f"run.output_dir={tmp_path / 'run'}",
     ]  # fmt: skip
-    (row,) = RLTrainer(load_config(RLConfig, root / "configs" / "vragrl.yaml", overrides)).train()
+    (row,) = rl_trainer(load_config(RLConfig, root / "configs" / "vragrl.yaml", overrides)).train()
     assert math.isfinite(row["loss"]) and {"reward/retrieval", "reward/answer", "reward/pattern"} <= set(row)
 
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from evidra.methods.combined import LAT_ROUTES, ScopedReward
 from evidra.rewards.base import RewardResult
-from evidra.rl.recipes.combined import LAT_ROUTES, ScopedReward
 from evidra.types import Parsed, Sample
 
 
@@ -24,15 +24,15 @@ def test_components_are_routed_to_channels() -> None:
 @pytest.mark.slow
 def test_lat_rewards_train_under_rs_grpo_scopes(tmp_path: Path) -> None:
     from evidra.config import load_config
+    from evidra.methods import rl_trainer
     from evidra.rl.config import RLConfig
-    from evidra.rl.trainer import RLTrainer
 
     cfg = load_config(RLConfig, None, [
         "model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "run.steps=2", "run.batch_size=2",
         "rollout.group_size=3", "rollout.max_new_tokens=24", "data.task=lat.rs_grpo",
         f"data.path={tmp_path / 'data'}", "data.size=4", "algo.advantage=rs_grpo", "algo.kl=none",
     ])  # fmt: skip
-    trainer = RLTrainer(cfg)
+    trainer = rl_trainer(cfg)
     history = trainer.train()
     assert all("reward/accuracy" in m and m["loss"] == m["loss"] for m in history)
     assert trainer.task.scope_names == ("reasoning", "answer")

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from evidra.config import load_config
+from evidra.methods import named_task, rl_trainer, task_for
 from evidra.rl.config import RLConfig
-from evidra.rl.tasks import TASKS
-from evidra.rl.trainer import RLTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,8 +51,8 @@ def _small(tmp: Path, name: str) -> list[str]:
 def test_recipe_trains_two_steps(recipe: str, tmp_path: Path) -> None:
     task, components, advantage = RECIPES[recipe]
     cfg = load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", _small(tmp_path, recipe))
-    assert cfg.data.task == task and cfg.algo.advantage == advantage
-    metrics = RLTrainer(cfg).train()
+    assert task_for(cfg).name == task and cfg.algo.advantage == advantage
+    metrics = rl_trainer(cfg).train()
     assert len(metrics) == 2
     for row in metrics:
         assert math.isfinite(row["loss"])
@@ -94,7 +93,7 @@ def test_oracle_conversation_earns_the_full_reward(task: str, tmp_path: Path) ->
     """The SFT cold-start answer built from the gold evidence scores the maximum."""
     from evidra.rl.config import DataConfig
 
-    t = TASKS.get(task)
+    t = named_task(task)
     samples = t.samples(DataConfig(task=task, size=6, path=str(tmp_path)))
     assert any(not s.answerable for s in samples) and any(s.answerable for s in samples)
     best = {"lat": 4.0, "evisrag": 3.0, "lang2act.stage1": 1.0, "lang2act.stage2": 1.0}[task]
@@ -109,7 +108,7 @@ def test_oracle_conversation_earns_the_full_reward(task: str, tmp_path: Path) ->
 def test_evisrag_upstream_variant_trains_on_the_six_released_scopes(tmp_path: Path) -> None:
     over = [*_small(tmp_path, "up"), "reward.mode=upstream", "run.steps=1"]
     cfg = load_config(RLConfig, ROOT / "configs" / "evisrag.yaml", over)
-    (row,) = RLTrainer(cfg).train()
+    (row,) = rl_trainer(cfg).train()
     assert math.isfinite(row["loss"])
     assert {
         f"reward/{c}" for c in ("accuracy", "evidence", "format", "overlong", "isObserve", "isThink")
@@ -119,8 +118,8 @@ def test_evisrag_upstream_variant_trains_on_the_six_released_scopes(tmp_path: Pa
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["lat", "evisrag", "lang2act.stage2"])
 def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
+    from evidra.methods import sft_trainer
     from evidra.rl.config import SFTConfig
-    from evidra.rl.sft import SFTTrainer
 
     over = [
         "model.path=tiny:qwen2_5_vl",
@@ -134,26 +133,25 @@ def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
         "run.micro_batch_size=2",
         f"run.output_dir={tmp_path / 'sft'}",
     ]
-    metrics = SFTTrainer(load_config(SFTConfig, None, over)).train()
+    metrics = sft_trainer(load_config(SFTConfig, None, over)).train()
     assert len(metrics) == 2 and all(math.isfinite(m["loss"]) for m in metrics)
 
 
 @pytest.mark.slow
-def test_lat_colqwen2_loads_the_retriever_from_the_environment(
-    tiny_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_lat_colqwen2_loads_the_retriever_from_its_checkpoint(
+    tiny_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
     from evidra.errors import ConfigError
+    from evidra.methods import MethodConfig, build_task
     from evidra.rl.config import DataConfig
-    from evidra.rl.recipes.lat import RETRIEVER_ENV, LatTaskReward, _colqwen2_loader, make_lat_task
 
-    task = make_lat_task("lat.test", LatTaskReward(loader=_colqwen2_loader))
+    with pytest.raises(ConfigError, match=r"needs method\.similarity_checkpoint"):
+        named_task("lat.colqwen2")  # the alias names no checkpoint
+    checkpoint = str(tiny_dirs["colqwen2"])
+    task = build_task(MethodConfig(name="lat", similarity="colqwen2", similarity_checkpoint=checkpoint))
     sample = next(s for s in task.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)
     assert task.oracle is not None
     parsed = task.parse(task.oracle(sample)[-1].plain_text)
-    monkeypatch.delenv(RETRIEVER_ENV, raising=False)
-    with pytest.raises(ConfigError, match=RETRIEVER_ENV):
-        task.reward(parsed, sample, None)
-    monkeypatch.setenv(RETRIEVER_ENV, str(tiny_dirs["colqwen2"]))
     result = task.reward(parsed, sample, None)
     # accuracy, ground and format do not depend on the retriever; the random tiny ColQwen2 decides step
     assert (result.components["accuracy"], result.components["ground"], result.components["format"]) == (
@@ -165,9 +163,9 @@ def test_lat_colqwen2_loads_the_retriever_from_the_environment(
 
 
 def test_lang2act_task_with_a_toolbox_file(tmp_path: Path) -> None:
+    from evidra.methods.lang2act import make_lang2act_task
     from evidra.paradigms.toolchain import Tool, load_toolbox, save_toolbox
     from evidra.rl.config import DataConfig
-    from evidra.rl.recipes.lang2act import make_lang2act_task
 
     save_toolbox([Tool("count_rows", "Image k: table", "Count rows.")], tmp_path / "box.json")
     task = make_lang2act_task("lang2act.custom", 2, load_toolbox(tmp_path / "box.json"))

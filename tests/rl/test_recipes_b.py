@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from evidra.config import load_config
+from evidra.methods import rl_trainer, task_for
 from evidra.rl.config import RLConfig
-from evidra.rl.trainer import RLTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,8 +49,8 @@ def _small(tmp: Path, name: str) -> list[str]:
 def test_recipe_trains_two_steps(recipe: str, tmp_path: Path) -> None:
     components, advantage = RECIPES[recipe]
     cfg = load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", _small(tmp_path, recipe))
-    assert cfg.data.task == recipe and cfg.algo.advantage == advantage
-    metrics = RLTrainer(cfg).train()
+    assert task_for(cfg).name == recipe and cfg.algo.advantage == advantage
+    metrics = rl_trainer(cfg).train()
     assert len(metrics) == 2
     for row in metrics:
         assert math.isfinite(row["loss"])
@@ -63,10 +63,10 @@ def test_recipe_trains_two_steps(recipe: str, tmp_path: Path) -> None:
 from collections.abc import Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
+from evidra.methods import named_task  # noqa: E402
 from evidra.models.context import Context  # noqa: E402
 from evidra.models.generation import Generation, SamplingParams  # noqa: E402
 from evidra.rl.config import DataConfig  # noqa: E402
-from evidra.rl.tasks import TASKS  # noqa: E402
 from evidra.rollout import RolloutLimits, rollout  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def small_vlm(tiny_dirs: dict[str, Path]) -> Any:
 
 
 def test_vragrl_scripted_episodes_score_the_paper_reward(small_vlm: Any, tmp_path: Path) -> None:
-    task = TASKS.get("vragrl")
+    task = named_task("vragrl")
     sample = task.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
     q, a = sample.question, sample.answers[0]
     right = [f"<think>a</think><search>{q}</search>", "<think>b</think><bbox>[10, 10, 300, 200]</bbox>",
@@ -127,7 +127,7 @@ def test_vragrl_scripted_episodes_score_the_paper_reward(small_vlm: Any, tmp_pat
 def test_cave_scripted_episodes_get_turn_credits(small_vlm: Any, tmp_path: Path) -> None:
     import json
 
-    task = TASKS.get("cave")
+    task = named_task("cave")
     sample = task.samples(DataConfig(task="cave", size=1, path=str(tmp_path)))[0]
     call = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 200, 200]}})
     zoom_then_answer = [f"<think>z</think><tool_call>{call}</tool_call>",
@@ -150,8 +150,8 @@ def test_cave_scripted_episodes_get_turn_credits(small_vlm: Any, tmp_path: Path)
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["vragrl", "cave"])
 def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
+    from evidra.methods import sft_trainer
     from evidra.rl.config import SFTConfig
-    from evidra.rl.sft import SFTTrainer
 
     over = [
         "model.path=tiny:qwen2_5_vl",
@@ -165,7 +165,7 @@ def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
         "run.micro_batch_size=2",
         f"run.output_dir={tmp_path / 'sft'}",
     ]
-    metrics = SFTTrainer(load_config(SFTConfig, None, over)).train()
+    metrics = sft_trainer(load_config(SFTConfig, None, over)).train()
     assert len(metrics) == 2 and all(math.isfinite(m["loss"]) and m["tokens"] > 0 for m in metrics)
 
 
@@ -173,7 +173,7 @@ def test_synth_once_builds_a_folder_once_across_threads(tmp_path: Path) -> None:
     import threading
 
     from evidra.data.synth.documents import SynthCorpus
-    from evidra.rl.recipes.vragrl import synth_once
+    from evidra.methods.vragrl import synth_once
 
     calls: list[int] = []
 
@@ -200,11 +200,10 @@ def test_vragrl_answer_without_search_paper_and_released(small_vlm: Any, tmp_pat
     a <search> in the decoded response. After an invalid action the released check also reads the
     environment's message, whose instructions name both tags: the gate passes without a search
     (0.7 + 0.1 + 0.2 * 0), where the paper still gives 0.7."""
-    from evidra.rewards.judge_config import JudgeConfig
-    from evidra.rl.tasks import resolve_task
+    from evidra.methods import MethodConfig, build_task
 
-    paper = resolve_task("vragrl", JudgeConfig())
-    released = resolve_task("vragrl", JudgeConfig(), reward_mode="upstream")
+    paper = build_task(MethodConfig(name="vragrl"))
+    released = build_task(MethodConfig(name="vragrl", reward_mode="upstream"))
     sample = paper.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
     answer = f"<think>I know it.</think><answer>{sample.answers[0]}</answer>"
     after_invalid, direct = ["<think>zoom</think><bbox>[5, 5, 1, 1]</bbox>", answer], [answer]
@@ -222,12 +221,13 @@ def test_vragrl_answer_without_search_paper_and_released(small_vlm: Any, tmp_pat
 
 
 def test_vragrl_released_reward_keeps_the_judge_and_full_marks(small_vlm: Any, tmp_path: Path) -> None:
+    from evidra.methods import MethodConfig, build_task
     from evidra.rewards.judge import RuleJudge
     from evidra.rewards.judge_config import JudgeConfig
     from evidra.rewards.vragrl import VragRLReward
-    from evidra.rl.tasks import resolve_task
 
-    released = resolve_task("vragrl", JudgeConfig(kind="rule", rule="exact"), reward_mode="upstream")
+    judge = JudgeConfig(kind="rule", rule="exact")
+    released = build_task(MethodConfig(name="vragrl", judge=judge, reward_mode="upstream"))
     sample = released.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
     q, a = sample.question, sample.answers[0]
     right = [f"<think>a</think><search>{q}</search>", f"<think>c</think><answer>{a}</answer>"]

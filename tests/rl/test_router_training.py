@@ -10,12 +10,11 @@ import pytest
 
 from evidra.config import load_config
 from evidra.errors import ConfigError
+from evidra.methods import MethodConfig, build_task, check_config, rl_trainer
 from evidra.models.generation import Generation
 from evidra.rewards.base import RewardResult
 from evidra.rl.config import RLConfig
-from evidra.rl.tasks import TASKS, Task, resolve_task
-from evidra.rl.trainer import RLTrainer
-from evidra.rl.validate import validate_rl_config
+from evidra.rl.tasks import TASKS, Task
 from evidra.types import Span
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +73,7 @@ def _step(tmp: Path, advantage: str) -> dict[str, float]:
     over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp}", "run.steps=1", "run.batch_size=1",
             "run.micro_batch_size=1", "rollout.group_size=2", "data.size=2", f"data.task={_task()}",
             f"algo.advantage={advantage}", "algo.kl=none", "algo.dual_clip=null"]  # fmt: skip
-    trainer = RLTrainer(load_config(RLConfig, None, over))
+    trainer = rl_trainer(load_config(RLConfig, None, over))
     trainer.backend = _FixedBackend(trainer.vlm)
     (metrics,) = trainer.train()
     return metrics
@@ -127,7 +126,7 @@ def test_evisrag_upstream_recipe_trains_with_router_advantages_and_scoped_loss(
             "algo.dynamic_sampling=false", "algo.mini_batch_size=0", "data.size=2",
             f"data.path={tmp_path / 'synth'}", f"run.output_dir={tmp_path / 'run'}"]  # fmt: skip
     cfg = load_config(RLConfig, ROOT / "configs" / "tiny" / "evisrag_upstream.yaml", over)
-    (row,) = RLTrainer(cfg).train()
+    (row,) = rl_trainer(cfg).train()
     assert calls["router"] == [(2, 6)]  # one call: 2 episodes x the six released components
     assert len(calls["scoped"]) == 1 and calls["scoped"][0][1] == 6  # (b, 6, R) per-scope losses
     assert {
@@ -136,26 +135,23 @@ def test_evisrag_upstream_recipe_trains_with_router_advantages_and_scoped_loss(
 
 
 def test_reward_mode_selects_the_released_evisrag_reward() -> None:
-    from evidra.rewards.judge_config import JudgeConfig
 
-    paper = resolve_task("evisrag", JudgeConfig())
-    upstream = resolve_task("evisrag", JudgeConfig(), reward_mode="upstream")
+    paper = build_task(MethodConfig(name="evisrag"))
+    upstream = build_task(MethodConfig(name="evisrag", reward_mode="upstream"))
     assert paper.scope_names == ("observe", "evidence", "think", "answer")
     assert upstream.scope_names == ("accuracy", "evidence", "format", "overlong", "isObserve", "isThink")
-    assert resolve_task("evisrag", JudgeConfig(), reward_mode="paper") is paper
+    assert build_task(MethodConfig(name="evisrag", weights={"format": 0.0})).reward != paper.reward
 
 
 def test_reward_mode_and_router_are_checked_before_loading(tmp_path: Path) -> None:
     def cfg(*over: str) -> RLConfig:
         return load_config(RLConfig, None, ["model.path=x", f"run.output_dir={tmp_path}", *over])
 
-    with pytest.raises(ConfigError, match="has only the paper's reward"):
-        validate_rl_config(cfg("data.task=toy.digits", "reward.mode=upstream"))
+    with pytest.raises(ConfigError, match=r"reward\.mode is an option of a paper method"):
+        check_config(cfg("data.task=toy.digits", "reward.mode=upstream"))
     with pytest.raises(ConfigError, match="router needs a task with scoped rewards"):
-        validate_rl_config(cfg("data.task=toy.digits", "algo.advantage=router"))
+        check_config(cfg("data.task=toy.digits", "algo.advantage=router"))
     with pytest.raises(ConfigError, match=r"algo\.loss_agg=token-mean"):
-        validate_rl_config(
-            cfg("data.task=evisrag", "algo.advantage=router", "algo.loss_agg=seq-mean-token-mean")
-        )
+        check_config(cfg("data.task=evisrag", "algo.advantage=router", "algo.loss_agg=seq-mean-token-mean"))
     with pytest.raises(ConfigError, match=r"reward\.mode must be one of"):
         cfg("reward.mode=released")

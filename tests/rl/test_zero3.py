@@ -35,18 +35,18 @@ def test_ds_config_follows_the_precision_and_clipping() -> None:
 
 
 def test_zero3_with_a_vllm_sampler_is_refused_before_loading() -> None:
-    from evidra.rl.validate import validate_rl_config
+    from evidra.methods import check_config
 
     with pytest.raises(ConfigError, match=r"rollout\.backend=hf"):
-        validate_rl_config(load_config(RLConfig, None, _over("rollout.backend=vllm")))
+        check_config(load_config(RLConfig, None, _over("rollout.backend=vllm")))
 
 
 def test_a_missing_deepspeed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evidra.rl.validate import validate_rl_config
+    from evidra.methods import check_config
 
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed -> ImportError
     with pytest.raises(ConfigError, match=r"evidra\[deepspeed\]"):
-        validate_rl_config(load_config(RLConfig, None, _over()))
+        check_config(load_config(RLConfig, None, _over()))
 
 
 def test_zero3_on_one_process_is_refused() -> None:

@@ -161,13 +161,12 @@ def _toolbox_parser(sub: Any) -> None:
 def _recipe(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
     """The recipe's config, task (with its toolbox and judge) and samples; checked before loading."""
     from evidra.config import load_config
+    from evidra.methods import check_config
     from evidra.rl.config import RLConfig
-    from evidra.rl.tasks import resolve_task, task_samples
-    from evidra.rl.validate import validate_rl_config
+    from evidra.rl.tasks import task_samples
 
     cfg = load_config(RLConfig, args.config, args.overrides)
-    validate_rl_config(cfg)
-    task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
+    task = check_config(cfg)
     return cfg, task, task_samples(task, cfg.data)
 
 

@@ -46,20 +46,19 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--data-format names the format of --data FILE; pass --data too")
         args.overrides = [*args.overrides, f"data.trajectories_format={args.data_format}"]
     if args.mode == "sft":
+        from evidra.methods import sft_trainer
         from evidra.rl.config import SFTConfig
-        from evidra.rl.sft import SFTTrainer
 
-        sft_cfg = load_config(SFTConfig, args.config, args.overrides)
-        trainer: Any = SFTTrainer(sft_cfg)
+        trainer: Any = sft_trainer(load_config(SFTConfig, args.config, args.overrides))
         if trainer.data is not None and trainer.engine.is_main_process:
             print(f"data: {trainer.data.summary()}")
         total = trainer.steps  # run.steps, or epochs x examples / batch_size
     else:
+        from evidra.methods import rl_trainer
         from evidra.rl.config import RLConfig
-        from evidra.rl.trainer import RLTrainer
 
         rl_cfg = load_config(RLConfig, args.config, args.overrides)
-        trainer = RLTrainer(rl_cfg)
+        trainer = rl_trainer(rl_cfg)
         total = rl_cfg.run.steps
     keys = ("loss", "reward/mean", "kl")
     with tqdm(total=total, initial=trainer.state.step, desc=f"train {args.mode}", unit="step") as bar:

@@ -101,8 +101,8 @@ def require_step_text(samples: Sequence[Sample], dataset: str) -> None:
         raise ConfigError(
             f"{dataset}: {bare} pages have no text layer, so LAT's text-overlap step similarity would "
             f"score their steps 0; install OCR (pip install 'evidra[ocr]' and the tesseract binary) or "
-            f"use the visual similarity (data.task=lat.colqwen2 with $EVIDRA_LAT_RETRIEVER set to a "
-            f"ColQwen2 checkpoint)"
+            f"use the visual similarity (method.similarity=colqwen2 with method.similarity_checkpoint "
+            f"set to a ColQwen2 checkpoint)"
         )
 
 

@@ -1,8 +1,10 @@
 """Configuration of RL and SFT runs: small nested frozen dataclasses, loaded from YAML.
 
-Every component is chosen by registry name (task, advantage estimator, loss, aggregation, KL
+Every component is chosen by registry name (method, advantage estimator, loss, aggregation, KL
 estimator). Defaults follow GRPO as LAT and VRAG-RL train it; each paper's recipe in
-``configs/`` overrides what its paper specifies.
+``configs/`` overrides what its paper specifies. The ``method`` section (``MethodConfig``) is
+read by ``evidra.methods``, which builds the task the trainer is handed; the trainer reads none
+of it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from evidra.method_config import MethodConfig
 from evidra.models.vllm_backend import VLLMConfig
 from evidra.rewards.guards import GuardConfig
 from evidra.rewards.judge_config import JudgeConfig
@@ -38,17 +41,19 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    task: str = "toy.digits"  # registry name: dataset + environment + parser + reward
+    # a plain task (evidra.rl.tasks.TASKS: toy.digits, toy.length, toy.key_value) when method.name is
+    # empty. The former paper task names (lat, lat.colqwen2, lat.rs_grpo, evisrag, lang2act.stage1,
+    # lang2act.stage2, vragrl, cave) are aliases of a method section (docs/methods.md)
+    task: str = "toy.digits"
     path: str = ""  # the benchmark's files with ``source``; else the generated data's cache folder
     size: int = 64  # generated tasks: number of samples; with ``source``: at most this many, 0 = all
     seed: int = 0
     source: str = ""  # a benchmark loader (evidra.data.loaders, e.g. visa_wiki, slidevqa) reading path
     options: dict[str, Any] = field(default_factory=dict)  # loader options, e.g. {pool: train.jsonl}
-    index: str = ""  # search tasks: an index directory (evidra index build) or a serve-index URL
-    # pages shown per question (Lang2Act: the top 3): ranked by ``index`` over every page of the
-    # samples when one is given, else the sample's own order; 0 shows every page of the sample
+    # aliases of method.index, method.pages_per_question and method.toolbox (older configs)
+    index: str = ""
     pages_per_question: int = 0
-    toolbox: str = ""  # Lang2Act stage 2: a toolbox file (evidra data toolbox); empty: Figure 10's box
+    toolbox: str = ""
     # a file of `evidra data filter`: train on the samples it keeps, a subset of the task's samples
     subset: str = ""
     # SFT only: a JSONL of conversations, trained on instead of the task's oracle conversations
@@ -136,22 +141,22 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class RewardConfig(GuardConfig):
-    """The ``reward:`` section: which variant of the task's reward, and the guards (``GuardConfig``)."""
+    """The ``reward:`` section: the reward-hacking guards (``GuardConfig``)."""
 
-    # paper: the reward as the paper writes it; upstream: as the method's released code computes it
-    # (tasks that have such a variant: evisrag, vragrl; see docs/methods.md)
+    # alias of method.reward_mode (older configs)
     mode: Literal["paper", "upstream"] = "paper"
 
 
 @dataclass(frozen=True)
 class RLConfig:
+    method: MethodConfig = field(default_factory=MethodConfig)  # the paper method and its options
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)  # answer judge of the rewards that judge
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # alias of method.judge (older configs)
     reward: RewardConfig = field(default_factory=RewardConfig)  # reward variant, hacking guards (off)
     # overrides of the sections above for the SFT stage of the same recipe (``evidra train sft``),
     # e.g. {optim: {lr: 5.0e-7, schedule: cosine}, epochs: 3}; checked when the recipe loads
@@ -165,8 +170,9 @@ class RLConfig:
 class SFTConfig:
     """The SFT stage. It reads the same recipe file as RL: the ``sft`` section is merged over the
     shared sections before command-line overrides; ``rollout``, ``algo`` and ``reward`` are accepted
-    and unused."""
+    and unused; ``method`` builds the task whose oracle conversations are trained on."""
 
+    method: MethodConfig = field(default_factory=MethodConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4))

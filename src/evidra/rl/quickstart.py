@@ -19,7 +19,7 @@ from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM, load_vlm
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.scoring import score_episodes
-from evidra.rl.tasks import TASKS, Task
+from evidra.rl.tasks import Task
 from evidra.rollout import HFBackend, RolloutLimits, rollout
 from evidra.types import Sample
 
@@ -59,11 +59,12 @@ def evaluate_task(vlm: VLM, task: Task, samples: Sequence[Sample], max_new_token
 
 
 def cold_start_then_grpo(
-    task_name: str,
+    task: Task,
     base_model: str | Path,
     out_dir: str | Path,
     *,
     data: DataConfig,
+    overrides: Sequence[str] = (),
     held_out: int = 8,
     sft_steps: int = 60,
     sft_batch_size: int = 8,
@@ -73,16 +74,18 @@ def cold_start_then_grpo(
     temperature: float = 0.7,
     progress: Progress | None = None,
 ) -> LearningResult:
-    """SFT on oracle conversations, then GRPO; held-out reward before, after SFT, after RL."""
+    """SFT on ``task``'s oracle conversations, then GRPO; held-out reward before, after SFT, after
+    RL. ``overrides`` go into both stages' configs (e.g. the ``method`` section ``task`` was built
+    from, so the configs written beside the checkpoints name it)."""
     from evidra.rl.sft import SFTTrainer
     from evidra.rl.trainer import RLTrainer
 
     say = progress or (lambda _m: None)
     out = Path(out_dir)
-    task = TASKS.get(task_name)
+    task_name = task.name
     test = task.samples(replace(data, seed=data.seed + 1000, size=held_out))
     common = [
-        f"data.task={task_name}", f"data.path={data.path}", f"data.size={data.size}",
+        *overrides, f"data.path={data.path}", f"data.size={data.size}",
         f"data.seed={data.seed}", "model.lora.enabled=false",
     ]  # fmt: skip
     say(f"held-out reward of the base model on {len(test)} {task_name} samples")
@@ -92,7 +95,7 @@ def cold_start_then_grpo(
         *common, f"model.path={base_model}", f"run.output_dir={out / 'sft'}", f"run.steps={sft_steps}",
         f"run.batch_size={sft_batch_size}", "optim.lr=3e-3",
     ])  # fmt: skip
-    sft = SFTTrainer(sft_cfg)
+    sft = SFTTrainer(sft_cfg, task=task)
     sft_loss = tuple(m["loss"] for m in sft.train())
     sft_model = sft.export(out / "sft-model")
     after_sft = evaluate_task(sft.vlm, task, test, max_new_tokens)
@@ -103,7 +106,7 @@ def cold_start_then_grpo(
         f"rollout.max_new_tokens={max_new_tokens}", f"rollout.max_response_tokens={max_new_tokens}",
         f"optim.lr={rl_lr}", "algo.kl=loss", "algo.kl_coef=0.04", f"rollout.temperature={temperature}",
     ])  # fmt: skip
-    trainer: Any = RLTrainer(rl_cfg)
+    trainer: Any = RLTrainer(rl_cfg, task=task)
     rl_reward = tuple(m.get("reward/mean", float("nan")) for m in trainer.train())
     after_rl = evaluate_task(trainer.vlm, task, test, max_new_tokens)
     return LearningResult(before, after_sft, after_rl, sft_loss, rl_reward, out / "rl")

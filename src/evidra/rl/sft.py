@@ -32,7 +32,7 @@ from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.sft_data import SFTData, read_sft_data
-from evidra.rl.tasks import resolve_task, task_samples
+from evidra.rl.tasks import Task, plain_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
 from evidra.sink import MetricsSink
 from evidra.types import Message
@@ -106,11 +106,17 @@ class SFTTrainer:
     """Token-mean NLL of assistant turns; DDP or FSDP2 and bf16 with fp32 masters, as RL."""
 
     def __init__(
-        self, cfg: SFTConfig, examples: Sequence[Sequence[Message]] | None = None, accelerator: Any = None
+        self,
+        cfg: SFTConfig,
+        examples: Sequence[Sequence[Message]] | None = None,
+        accelerator: Any = None,
+        task: Task | None = None,
     ) -> None:
         from accelerate.utils import set_seed
 
         validate_sft_config(cfg)
+        if task is None and examples is None and not cfg.data.trajectories:
+            task = plain_task(cfg.data.task)  # a paper method's task is passed in (evidra.methods)
         self.cfg = cfg
         self.engine = Engine(cfg.run, training_precision(cfg.model), accelerator)
         self.local_batch = local_batch_size(cfg, self.engine.num_processes)
@@ -124,7 +130,8 @@ class SFTTrainer:
                 self.data = read_sft_data(cfg.data.trajectories, cfg.data.trajectories_format)
                 conversations = self.data.conversations
             else:
-                conversations = _task_conversations(cfg)
+                assert task is not None
+                conversations = _task_conversations(cfg, task)
             self.vlm = load_policy(
                 cfg.model,
                 self.out / "models",
@@ -207,10 +214,9 @@ class SFTTrainer:
         return export_model(self.out, path)
 
 
-def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
-    task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
+def _task_conversations(cfg: SFTConfig, task: Task) -> list[list[Message]]:
     if task.oracle is None:
-        raise ConfigError(f"task {cfg.data.task!r} has no oracle trajectories; pass SFT conversations")
+        raise ConfigError(f"task {task.name!r} has no oracle trajectories; pass SFT conversations")
     samples = task_samples(task, cfg.data)
     if not cfg.data.source:
         return [task.oracle(s) for s in samples]
@@ -223,7 +229,7 @@ def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
             failed.append(f"{sample.id}: {type(exc).__name__} {exc}")
     if not out:
         raise ConfigError(
-            f"task {cfg.data.task!r} cannot build an SFT conversation for any {cfg.data.source} sample "
+            f"task {task.name!r} cannot build an SFT conversation for any {cfg.data.source} sample "
             f"(e.g. {failed[0]}); pass SFT conversations instead"
         )
     if failed:

@@ -1,7 +1,9 @@
 """Tasks: what to train on. A task bundles a dataset, an environment, a parser and a reward.
 
-The paper recipes register their own tasks (LAT, EVisRAG, ...); the toy tasks here are small
-and verifiable, for the trainer's learning checks and for smoke runs on a CPU.
+The trainer knows only this ``Task`` record. The paper methods build theirs from a
+``MethodConfig`` (``evidra.methods``) and hand it to the trainer; ``TASKS`` holds plain tasks
+chosen by ``data.task``: the toy tasks here, small and verifiable, for the trainer's learning
+checks and for smoke runs on a CPU.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ from evidra.env.toy import KeyValueEnv
 from evidra.errors import ConfigError
 from evidra.registry import Registry
 from evidra.rewards.base import RewardFn, RewardResult
-from evidra.rewards.judge_config import JudgeConfig, build_judge
-from evidra.rewards.judge_protocol import Judge
 from evidra.rewards.toy import digit_fraction, key_value_answer, parse_answer, text_length
 from evidra.rl.config import DataConfig
 from evidra.types import Message, Page, Parsed, Sample, Span, Trajectory
@@ -42,20 +42,11 @@ class Task:
     # environments' infos (CAVE's teacher-forced credits, VRAG-RL's retrieved pages); replaces score
     score_episodes: Callable[[Any, Sequence[Any]], list[RewardResult]] | None = None
     # published-benchmark samples (``data.source``) -> this task's: keep the usable ones, fill
-    # what the task needs (``evidra.rl.recipes._benchmark``); None: the task's own data only
+    # what the task needs (``evidra.methods._benchmark``); None: the task's own data only
     from_benchmark: Callable[[list[Sample], DataConfig], list[Sample]] | None = None
-    # the same task scored with another answer judge (``judge:`` in a config); None: no judge
-    with_judge: Callable[[Judge], Task] | None = None
-    judge_prompt: str = "vragrl"  # the paper's judge prompt style for this task
-    # the same task prompting and scoring with another toolbox (``data.toolbox``, Lang2Act stage 2);
-    # takes ``evidra.paradigms.toolchain.Tool`` records; None: the task has no toolbox
-    with_toolbox: Callable[[tuple[Any, ...]], Task] | None = None
-    # the same task scored with its reward's other variant (``reward.mode``: "paper" or "upstream",
-    # the method's released code); None: the task has the paper's reward only
-    with_reward_mode: Callable[[str], Task] | None = None
-    # shows each question a budget of its top pages (``data.pages_per_question``); tasks that search
-    # or label sufficiency from the pages they show leave it False
-    ranks_pages: bool = False
+    # cuts each sample's pages to the ones the question is shown (a method's page budget, after
+    # ``data.subset``); None: every page of the sample
+    select_pages: Callable[[list[Sample]], list[Sample]] | None = None
 
     def score(self, sample: Sample, trajectory: Trajectory, parsed: Parsed | None = None) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
@@ -63,31 +54,14 @@ class Task:
         return self.reward(self.parse(text) if parsed is None else parsed, sample, trajectory)
 
 
-def resolve_task(
-    name: str, judge: JudgeConfig, data: DataConfig | None = None, reward_mode: str = "paper"
-) -> Task:
-    """The registered task ``name``, with ``data.toolbox``'s tools when one is given, its reward's
-    ``reward_mode`` variant (``reward.mode``), scored with the configured judge when one is
-    configured."""
-    task = TASKS.get(name)
-    if data is not None and data.toolbox:
-        from evidra.paradigms.toolchain import load_toolbox
-
-        if task.with_toolbox is None:
-            raise ConfigError(f"task {name!r} takes no toolbox; data.toolbox is for lang2act.stage2")
-        task = task.with_toolbox(load_toolbox(data.toolbox))
-    if reward_mode != "paper":
-        if task.with_reward_mode is None:
-            raise ConfigError(
-                f"task {name!r} has only the paper's reward; remove reward.mode={reward_mode} "
-                "(tasks with a released-code variant: evisrag, vragrl)"
-            )
-        task = task.with_reward_mode(reward_mode)
-    if judge.is_default:
-        return task
-    if task.with_judge is None:
-        raise ConfigError(f"task {name!r} judges no answers, so it takes no judge; remove the judge section")
-    return task.with_judge(build_judge(judge, task.judge_prompt))
+def plain_task(name: str) -> Task:
+    """The plain task ``data.task`` names (a ``ConfigError`` with the fix for a paper method's name)."""
+    if name not in TASKS:
+        raise ConfigError(
+            f"data.task={name!r} is no plain task ({', '.join(TASKS.names())}); a paper method is set with "
+            "method.name and its task built by evidra.methods.build_task, then passed to the trainer"
+        )
+    return TASKS.get(name)
 
 
 def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
@@ -95,18 +69,12 @@ def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
 
     Benchmark samples go through ``task.from_benchmark``; more than ``data.size`` of them (when
     it is not 0) are subsampled with ``data.seed``, keeping their order. ``data.subset`` then
-    keeps the samples its file keeps, and ``data.pages_per_question`` cuts each sample's pages to
-    its top ones (``evidra.data.pages.top_pages``, ranked by ``data.index`` when given).
+    keeps the samples its file keeps, and ``task.select_pages`` (a method's page budget) cuts
+    each sample's pages to the ones it is shown.
     """
     samples = _own_or_benchmark(task, cfg)
     samples = _subset(samples, cfg.subset) if cfg.subset else samples
-    if cfg.pages_per_question:
-        from evidra.data.pages import top_pages
-        from evidra.retrieval.engine import open_searcher
-
-        searcher = open_searcher(cfg.index) if cfg.index else None
-        samples = top_pages(samples, cfg.pages_per_question, searcher)
-    return samples
+    return task.select_pages(samples) if task.select_pages is not None else samples
 
 
 def _own_or_benchmark(task: Task, cfg: DataConfig) -> list[Sample]:
@@ -178,35 +146,7 @@ def usable(
     return kept
 
 
-class TaskRegistry(Registry[Task]):
-    """The task registry; the method recipes (``evidra.rl.recipes``) register themselves the
-    first time a task is looked up, so importing a recipe module never imports the others."""
-
-    _loading = False
-
-    def _load_recipes(self) -> None:
-        if not TaskRegistry._loading:
-            TaskRegistry._loading = True
-            from evidra.rl import recipes
-
-            recipes.load_all()
-
-    def get(self, name: str) -> Task:
-        if name not in self._items:
-            self._load_recipes()
-        return super().get(name)
-
-    def names(self) -> list[str]:
-        self._load_recipes()
-        return super().names()
-
-    def __contains__(self, name: object) -> bool:
-        if name not in self._items:
-            self._load_recipes()
-        return name in self._items
-
-
-TASKS: TaskRegistry = TaskRegistry("task")
+TASKS: Registry[Task] = Registry("task")
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.scoring import score_episodes
-from evidra.rl.tasks import resolve_task, task_samples
+from evidra.rl.tasks import Task, plain_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
     UpdateSettings,
@@ -60,12 +60,14 @@ Group = tuple[list[Episode], list[RewardResult]]
 
 
 class RLTrainer:
-    """GRPO-family training of a Qwen-VL policy on one registered task."""
+    """GRPO-family training of a Qwen-VL policy on one task: ``task`` (a paper method's, built by
+    ``evidra.methods.build_task``) or the plain task ``data.task`` names."""
 
-    def __init__(self, cfg: RLConfig, accelerator: Any = None) -> None:
+    def __init__(self, cfg: RLConfig, accelerator: Any = None, task: Task | None = None) -> None:
         from accelerate.utils import set_seed
 
-        validate_rl_config(cfg)  # every name and option, before anything heavy loads
+        task = task if task is not None else plain_task(cfg.data.task)
+        validate_rl_config(cfg, task)  # every name and option, before anything heavy loads
         self.cfg = cfg
         self.precision = training_precision(cfg.model)
         self.engine = Engine(cfg.run, self.precision, accelerator)
@@ -73,7 +75,7 @@ class RLTrainer:
         self.local_batch = local_batch_size(cfg, self.acc.num_processes)
         self.out = Path(cfg.run.output_dir)
         set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
-        self.task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
+        self.task = task
         with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
             self.samples = task_samples(self.task, cfg.data)
             self.vlm = load_policy(

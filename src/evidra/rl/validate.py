@@ -1,6 +1,6 @@
 """Check a whole training config before anything heavy loads.
 
-Every registry name (task, advantage estimator, policy loss, loss aggregation, KL estimator,
+Every registry name (advantage estimator, policy loss, loss aggregation, KL estimator,
 benchmark loader) and every numeric option is checked here, so a typo fails in a second with
 a "did you mean", not after the model has loaded and a rollout has run.
 """
@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from evidra.config import from_dict, merge_sections, to_dict
-from evidra.errors import ConfigError, InvalidInputError, RegistryError
+from evidra.errors import ConfigError, RegistryError
 from evidra.registry import Registry
 from evidra.rewards.guards import GuardConfig
-from evidra.rewards.judge_config import validate_judge
 from evidra.rl.config import (
     AlgoConfig,
     DataConfig,
@@ -25,6 +24,7 @@ from evidra.rl.config import (
     SFTConfig,
 )
 from evidra.rl.precision import training_precision
+from evidra.rl.tasks import Task
 
 
 def _known(registry: Registry[Any], name: str, key: str) -> None:
@@ -109,25 +109,12 @@ def _check_algo(a: AlgoConfig, batch_size: int) -> None:
     _check(m == 0 or batch_size % m == 0, message)
 
 
-def _check_data(data: DataConfig, task: Any, stage: str) -> None:
+def _check_data(data: DataConfig, stage: str) -> None:
     if data.source:
         from evidra.data.loaders import LOADERS
 
         _known(LOADERS, data.source, "data.source")
     _check(data.size >= 0, f"data.size must be >= 0, got {data.size}")
-    k = data.pages_per_question
-    _check(k >= 0, f"data.pages_per_question must be >= 0 (0: every page), got {k}")
-    _check(k == 0 or task.ranks_pages, f"task {task.name!r} takes no page budget; remove "
-           "data.pages_per_question (it is for lang2act.stage1/2)")  # fmt: skip
-    if data.toolbox:
-        from evidra.paradigms.toolchain import load_toolbox
-
-        no_box = f"task {task.name!r} takes no toolbox; data.toolbox is for lang2act.stage2"
-        _check(task.with_toolbox is not None, no_box)
-        try:
-            load_toolbox(data.toolbox)
-        except InvalidInputError as exc:
-            raise ConfigError(f"data.toolbox: {exc}") from None
     if data.subset:
         from evidra.rl.subset import read_subset
 
@@ -143,28 +130,19 @@ def _check_data(data: DataConfig, task: Any, stage: str) -> None:
         _known(SFT_FORMATS, data.trajectories_format, "data.trajectories_format")
 
 
-def validate_rl_config(cfg: RLConfig) -> None:
-    """Raise a one-line ``ConfigError`` for the first wrong name or value in ``cfg``."""
-    from evidra.rl.tasks import TASKS
-
-    _known(TASKS, cfg.data.task, "data.task")
-    task = TASKS.get(cfg.data.task)
-    _check_data(cfg.data, task, "rl")
-    _check_reward_mode(cfg.reward.mode, task)
+def validate_rl_config(cfg: RLConfig, task: Task) -> None:
+    """Raise a one-line ``ConfigError`` for the first wrong name or value in ``cfg`` trained on
+    ``task`` (the method's own options are checked when its task is built, ``evidra.methods``)."""
+    _check_data(cfg.data, "rl")
     _check_run(cfg.run)
     _check_optim(cfg.optim)
     _check_rollout(cfg.rollout)
     _check_algo(cfg.algo, cfg.run.batch_size)
-    validate_judge(cfg.judge)
     _check_guards(cfg.reward)
     if cfg.run.sharding == "zero3" and cfg.rollout.backend != "hf":
         raise ConfigError(
             "run.sharding=zero3 samples with the trainer's own gathered weights: set rollout.backend=hf "
             "(or run.sharding=none|fsdp2 with vLLM)"
-        )
-    if not cfg.judge.is_default and task.with_judge is None:
-        raise ConfigError(
-            f"task {task.name!r} judges no answers, so it takes no judge; remove the judge section"
         )
     _check_scoped(cfg.algo, task)
     training_precision(cfg.model)
@@ -174,13 +152,7 @@ def validate_rl_config(cfg: RLConfig) -> None:
         raise ConfigError(f"the recipe's SFT stage (section sft): {exc}") from None
 
 
-def _check_reward_mode(mode: str, task: Any) -> None:
-    _check(mode == "paper" or task.with_reward_mode is not None,
-           f"task {task.name!r} has only the paper's reward; remove reward.mode={mode} (tasks with a "
-           "released-code variant: evisrag, vragrl)")  # fmt: skip
-
-
-def _check_scoped(a: AlgoConfig, task: Any) -> None:
+def _check_scoped(a: AlgoConfig, task: Task) -> None:
     """Estimators that read reward channels need a task with scopes; ``router`` takes its loss per
     scope, each a token mean over its scope's tokens, so the aggregation must be token-mean."""
     from evidra.rl.estimators import ADVANTAGES
@@ -202,11 +174,9 @@ def sft_stage(cfg: RLConfig) -> SFTConfig:
 
 
 def validate_sft_config(cfg: SFTConfig) -> None:
-    from evidra.rl.tasks import TASKS
-
-    _known(TASKS, cfg.data.task, "data.task")
-    _check_data(cfg.data, TASKS.get(cfg.data.task), "sft")
-    _check_reward_mode(cfg.reward.mode, TASKS.get(cfg.data.task))
+    """The SFT stage's own names and values (its task, when it needs one, is checked where it is
+    built: ``evidra.methods`` or ``evidra.rl.tasks.plain_task``)."""
+    _check_data(cfg.data, "sft")
     _check_run(cfg.run)
     _check_optim(cfg.optim)
     _check(cfg.epochs >= 1, f"epochs must be >= 1, got {cfg.epochs}")

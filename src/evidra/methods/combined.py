@@ -7,11 +7,11 @@ covers (tag markers, as ``rewards.scopes``), ``routes`` which components feed wh
 of the components routed to it; the trainer then group-normalises each channel on its own
 tokens (``algo.advantage=rs_grpo``).
 
-Registered example (in ``recipes/lat.py``), ``lat.rs_grpo``: LAT's evidence rewards (stepwise attribution and
-grounding) and its format reward act on the ``<think>`` chain of evidence, the accuracy reward
-on the ``<answer>``:
+Example (``methods/lat.py``, ``method.scoped=true``): LAT's evidence rewards (stepwise
+attribution and grounding) and its format reward act on the ``<think>`` chain of evidence, the
+accuracy reward on the ``<answer>``:
 
-    evidra train rl --config configs/lat.yaml data.task=lat.rs_grpo algo.advantage=rs_grpo
+    evidra train rl --config configs/lat.yaml method.scoped=true algo.advantage=rs_grpo
 """
 
 from __future__ import annotations

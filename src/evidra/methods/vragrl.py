@@ -1,12 +1,13 @@
-"""The VRAG-RL task: search a synthetic document corpus, crop and zoom, answer (VRAG-RL §2).
+"""VRAG-RL: search a synthetic document corpus, crop and zoom, answer (VRAG-RL §2).
 
 Samples are questions about synthetic PDFs (``evidra.data.synth.documents``), ingested into a
 page store so every page has its text layer; the search engine is an in-process BM25 index
 over all pages of that corpus (the paper uses ColQwen2; any ``Searcher`` fits ``SearchEnv``,
-e.g. ``SearchClient`` to ``evidra serve-index``). The reward is VRAG-RL Eq. 12 with the
-released weights (0.2 NDCG of the retrieved pages, 0.7 judge, 0.1 pattern) and the offline
-``RuleJudge``; the retrieved page ids come from the environment's infos, which is why this
-task scores whole episodes (``Task.score_episodes``). ``reward.mode=upstream`` scores as the
+e.g. ``SearchClient`` to ``evidra serve-index``, through ``method.index`` or
+``Resources.searcher``). The reward is VRAG-RL Eq. 12 with the released weights (0.2 NDCG of the
+retrieved pages, 0.7 judge, 0.1 pattern; ``method.weights``) and the offline ``RuleJudge``
+(``method.judge``); the retrieved page ids come from the environment's infos, which is why this
+task scores whole episodes (``Task.score_episodes``). ``method.reward_mode=upstream`` scores as the
 released reward manager: the whole decoded episode is checked, and without both a ``<search>``
 and an ``<answer>`` in it the reward is 0. The oracle conversation (for SFT) searches the
 question, is shown the gold page, crops the evidence region and answers.
@@ -19,7 +20,7 @@ import json
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
-from functools import lru_cache, partial
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,16 +28,18 @@ from evidra.env.base import play_script
 from evidra.env.search import SearchEnv, Searcher, bm25_searcher
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.geometry import Displayed, page_box_to_displayed
+from evidra.method_config import MethodConfig
+from evidra.methods._benchmark import has_gold_pages, images_on_disk, is_answerable
+from evidra.methods._synth import private_cache_dir
+from evidra.methods.base import METHODS, Resources, check_options, merged_weights, method_judge
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
 from evidra.retrieval.engine import open_searcher
 from evidra.rewards.base import RewardResult
 from evidra.rewards.judge import Judge, RuleJudge
-from evidra.rewards.vragrl import VragRLReward
+from evidra.rewards.vragrl import VragRLReward, VragRLWeights
 from evidra.rl.config import DataConfig
-from evidra.rl.recipes._benchmark import has_gold_pages, images_on_disk, is_answerable
-from evidra.rl.recipes._synth import private_cache_dir
-from evidra.rl.tasks import TASKS, Task, usable
+from evidra.rl.tasks import Task, usable
 from evidra.types import Message, Page, Sample
 
 if TYPE_CHECKING:
@@ -92,73 +95,78 @@ def _build(root: Path, n_docs: int, seed: int) -> SynthCorpus:
     return corpus
 
 
-def _samples(cfg: DataConfig) -> list[Sample]:
-    from evidra.corpus.store import PageStore
+class Corpora:
+    """The search corpora of one task: key (a Sample's ``corpus``) -> (searcher, pages by id).
 
-    root = corpus_dir(cfg, "vragrl")
-    corpus = synth_once(root, lambda r: _build(r, max(2, cfg.size // 2 + 1), cfg.seed))
-    store = root / "store"
-    with PageStore.open(store) as opened:
-        pages = {p.id: p for p in opened.pages()}
-    samples = [s for s in corpus.samples(pages, dataset="synth.vragrl") if s.answerable]
-    samples = [_with_corpus(s, str(store)) for s in samples[: cfg.size]]
-    if cfg.index:  # search the store with that index (e.g. ColQwen2) instead of BM25
-        _CORPORA[str(store)] = (open_searcher(cfg.index, {g for s in samples for g in s.gold_pages}), pages)
-    return samples
-
-
-# corpora of this process: key (a Sample's ``corpus``) -> (searcher, pages by id); filled when the
-# samples are made, so every rank of a distributed run holds its own
-_CORPORA: dict[str, tuple[Searcher, dict[str, Page]]] = {}
-
-
-def _from_benchmark(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
-    """Benchmark questions searched over the pages of every loaded sample (VRAG-RL's corpus).
-
-    The NDCG term needs gold pages. The pages are searched with ``data.index`` (an index built
-    over the same loader's pages, or a service) or, when they carry a text layer, with BM25.
+    Filled when the samples are made (every rank of a distributed run builds its own task, so
+    holds its own); a page store named by a sample but not made here is indexed with BM25 on
+    first use. ``searcher`` (``Resources.searcher``) or ``index`` (``method.index``) replaces
+    BM25 for the task's own corpus and for benchmark pages.
     """
-    pages = {p.id: p for s in samples for p in s.pages}
-    kept = usable(
-        samples, (is_answerable, has_gold_pages, images_on_disk), f"task {cfg.task} on {cfg.source}"
-    )
-    if cfg.index:
-        searcher = open_searcher(cfg.index, {g for s in kept for g in s.gold_pages})
-    elif any(p.words for p in pages.values()):
-        searcher = bm25_searcher(pages.values())
-    else:
-        raise ConfigError(
-            f"the pages of {cfg.source} have no text layer, so BM25 would find nothing: build an index "
-            f"(evidra index build --dataset {cfg.source} --data {cfg.path} --out DIR --encoder colqwen2 "
-            "--model CKPT) and pass data.index=DIR, or a serve-index URL"
-        )
-    key = f"{cfg.source}:{Path(cfg.path).resolve()}"
-    _CORPORA[key] = (searcher, pages)
-    return [replace(s, corpus=key) for s in kept]
 
+    def __init__(self, searcher: Searcher | None = None, index: str = "") -> None:
+        self.searcher, self.index = searcher, index
+        self.known: dict[str, tuple[Searcher, dict[str, Page]]] = {}
 
-def _with_corpus(sample: Sample, store: str) -> Sample:
-    return replace(sample, corpus=store)
+    def _given(self, gold: set[str]) -> Searcher | None:
+        if self.searcher is not None:
+            return self.searcher
+        return open_searcher(self.index, gold) if self.index else None
 
+    def samples(self, cfg: DataConfig) -> list[Sample]:
+        from evidra.corpus.store import PageStore
 
-@lru_cache(maxsize=4)
-def _index(store: str) -> tuple[Any, dict[str, Page]]:
-    """The BM25 index and pages of one page store, built once per process."""
-    from evidra.corpus.store import PageStore
+        root = corpus_dir(cfg, "vragrl")
+        corpus = synth_once(root, lambda r: _build(r, max(2, cfg.size // 2 + 1), cfg.seed))
+        store = root / "store"
+        with PageStore.open(store) as opened:
+            pages = {p.id: p for p in opened.pages()}
+        samples = [s for s in corpus.samples(pages, dataset="synth.vragrl") if s.answerable]
+        samples = [replace(s, corpus=str(store)) for s in samples[: cfg.size]]
+        given = self._given({g for s in samples for g in s.gold_pages})
+        if given is not None:  # search the store with that engine (e.g. ColQwen2) instead of BM25
+            self.known[str(store)] = (given, pages)
+        return samples
 
-    with PageStore.open(store) as opened:
-        pages = {p.id: p for p in opened.pages()}
-    return bm25_searcher(pages.values()), pages
+    def from_benchmark(self, samples: list[Sample], cfg: DataConfig) -> list[Sample]:
+        """Benchmark questions searched over the pages of every loaded sample (VRAG-RL's corpus).
 
+        The NDCG term needs gold pages. The pages are searched with the given engine or
+        ``method.index`` (an index built over the same loader's pages, or a service) or, when they
+        carry a text layer, with BM25.
+        """
+        pages = {p.id: p for s in samples for p in s.pages}
+        kept = usable(samples, (is_answerable, has_gold_pages, images_on_disk), f"vragrl on {cfg.source}")
+        searcher = self._given({g for s in kept for g in s.gold_pages})
+        if searcher is None and any(p.words for p in pages.values()):
+            searcher = bm25_searcher(pages.values())
+        if searcher is None:
+            raise ConfigError(
+                f"the pages of {cfg.source} have no text layer, so BM25 would find nothing: build an index "
+                f"(evidra index build --dataset {cfg.source} --data {cfg.path} --out DIR --encoder colqwen2 "
+                "--model CKPT) and pass method.index=DIR, or a serve-index URL"
+            )
+        key = f"{cfg.source}:{Path(cfg.path).resolve()}"
+        self.known[key] = (searcher, pages)
+        return [replace(s, corpus=key) for s in kept]
 
-def make_env(sample: Sample) -> SearchEnv:
-    if sample.corpus in _CORPORA:
-        searcher, pages = _CORPORA[sample.corpus]
-    elif sample.corpus is None:
-        searcher, pages = bm25_searcher(sample.pages), {p.id: p for p in sample.pages}
-    else:
-        searcher, pages = _index(sample.corpus)
-    return SearchEnv(searcher, pages, max_turns=MAX_TURNS)
+    def _store(self, store: str) -> tuple[Searcher, dict[str, Page]]:
+        """The BM25 index and pages of one page store, built once."""
+        from evidra.corpus.store import PageStore
+
+        if store not in self.known:
+            with PageStore.open(store) as opened:
+                pages = {p.id: p for p in opened.pages()}
+            self.known[store] = (bm25_searcher(pages.values()), pages)
+        return self.known[store]
+
+    def make_env(self, sample: Sample) -> SearchEnv:
+        searcher: Searcher
+        if sample.corpus is None:
+            searcher, pages = bm25_searcher(sample.pages), {p.id: p for p in sample.pages}
+        else:
+            searcher, pages = self._store(sample.corpus)
+        return SearchEnv(searcher, pages, max_turns=MAX_TURNS)
 
 
 def _scored_text(vlm: Any, ep: Any, mode: str) -> str:
@@ -206,23 +214,36 @@ def oracle(sample: Sample) -> list[Message]:
     return play_script(env, sample, turns)
 
 
-def make_vragrl_task(judge: Judge, mode: str = "paper") -> Task:
+def make_vragrl_task(
+    judge: Judge,
+    mode: str = "paper",
+    weights: VragRLWeights | None = None,
+    corpora: Corpora | None = None,
+) -> Task:
     """The VRAG-RL task whose answer reward asks ``judge`` (offline: a rule judge); ``mode``
-    "upstream" scores as the released reward manager does (``reward.mode``)."""
-    reward = VragRLReward(judge, mode="upstream" if mode == "upstream" else "paper")
+    "upstream" scores as the released reward manager does; ``corpora`` holds its search engines."""
+    reward = VragRLReward(judge, weights=weights, mode="upstream" if mode == "upstream" else "paper")
+    corpora = corpora if corpora is not None else Corpora()
     return Task(
         name="vragrl",
-        samples=_samples,
-        make_env=make_env,
+        samples=corpora.samples,
+        make_env=corpora.make_env,
         parse=SearchAgent().parse,
         reward=reward,
         oracle=oracle,
         score_episodes=partial(score_episodes, reward=reward),
-        from_benchmark=_from_benchmark,
-        with_judge=partial(make_vragrl_task, mode=mode),
-        judge_prompt="vragrl",
-        with_reward_mode=partial(make_vragrl_task, judge),
+        from_benchmark=corpora.from_benchmark,
     )
 
 
-TASKS.add("vragrl", make_vragrl_task(RuleJudge()))
+@METHODS.register("vragrl")
+def build_vragrl(cfg: MethodConfig, resources: Resources) -> Task:
+    """VRAG-RL's task with its judge, weights, reward variant and search engine."""
+    check_options(cfg, ("reward_mode", "weights", "judge", "index"))
+    w = merged_weights({"retrieval": 0.2, "answer": 0.7, "pattern": 0.1}, cfg)
+    try:
+        weights = VragRLWeights(**w)
+    except InvalidInputError as exc:
+        raise ConfigError(f"method.weights: {exc}") from None
+    judge = method_judge(cfg, resources, "vragrl", RuleJudge())
+    return make_vragrl_task(judge, cfg.reward_mode, weights, Corpora(resources.searcher, cfg.index))

@@ -20,15 +20,17 @@ from typing import Any
 
 from evidra.env.base import play_script
 from evidra.env.zoom import ZoomEnv
+from evidra.method_config import MethodConfig
+from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
+from evidra.methods.base import METHODS, Resources, check_options, method_judge
+from evidra.methods.vragrl import corpus_dir, synth_once
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
 from evidra.rewards.base import RewardResult
 from evidra.rewards.cave import CaveParams, Outcome, StateScore, cave_reward
 from evidra.rewards.cave_scoring import score_states
 from evidra.rewards.judge import Judge, JudgeItem, RuleJudge
 from evidra.rl.config import DataConfig
-from evidra.rl.recipes._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
-from evidra.rl.recipes.vragrl import corpus_dir, synth_once
-from evidra.rl.tasks import TASKS, Task
+from evidra.rl.tasks import Task
 from evidra.types import Message, Parsed, Sample, Trajectory
 
 DPI = 60  # low resolution: body text is a few pixels high, so reading it pays a zoom
@@ -129,9 +131,11 @@ def make_cave_task(judge: Judge) -> Task:
         oracle=oracle,
         score_episodes=partial(score_episodes, judge=judge),
         from_benchmark=adapter((has_pages, images_on_disk, is_answerable), first_gold_page),
-        with_judge=make_cave_task,
-        judge_prompt="vragrl",
     )
 
 
-TASKS.add("cave", make_cave_task(_JUDGE))
+@METHODS.register("cave")
+def build_cave(cfg: MethodConfig, resources: Resources) -> Task:
+    """CAVE's task with its answer judge (``method.judge``; offline: a containment rule)."""
+    check_options(cfg, ("judge",))
+    return make_cave_task(method_judge(cfg, resources, "vragrl", _JUDGE))

@@ -1,4 +1,4 @@
-"""EVisRAG task: evidence-guided reasoning over synthetic documents, trained with RS-GRPO.
+"""EVisRAG: evidence-guided reasoning over synthetic documents, trained with RS-GRPO.
 
 Rewards (EVisRAG Eqs. 11-13): perception (per-image evidence vs gold evidence), derivation
 (answer F1; "insufficient to answer" when the context is insufficient) and format. RS-GRPO
@@ -6,7 +6,7 @@ Rewards (EVisRAG Eqs. 11-13): perception (per-image evidence vs gold evidence), 
 of the observe/evidence/think/answer channels (Eq. 8's mean of the rewards covering it) and
 ``scopes()`` finds their token spans on the sampled ids.
 
-``reward.mode=upstream`` scores as the released code does instead: the six ``sum_all``
+``method.reward_mode=upstream`` scores as the released code does instead: the six ``sum_all``
 components (accuracy, evidence, format, overlong, isObserve, isThink), each a channel on the
 token span the released router gives it (``UPSTREAM_SCOPE_RULES``). The released trainer
 normalises each channel on its own and takes the loss per scope: ``algo.advantage=router``
@@ -18,9 +18,11 @@ Synthetic questions without an answer in the document are the insufficient-conte
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from evidra.env.single_turn import SingleTurnEnv
+from evidra.method_config import MethodConfig
+from evidra.methods._benchmark import IMAGE_QA, adapter, with_sufficiency
+from evidra.methods._synth import synth_samples
+from evidra.methods.base import METHODS, Resources, check_options, merged_weights
 from evidra.paradigms.evidence import (
     SCOPE_NAMES,
     EvidenceGuided,
@@ -31,9 +33,7 @@ from evidra.paradigms.evidence import (
 )
 from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, EvisragReward
 from evidra.rl.config import DataConfig
-from evidra.rl.recipes._benchmark import IMAGE_QA, adapter, with_sufficiency
-from evidra.rl.recipes._synth import synth_samples
-from evidra.rl.tasks import TASKS, Task
+from evidra.rl.tasks import Task
 from evidra.types import Message, Sample
 
 
@@ -49,29 +49,26 @@ def evisrag_oracle(sample: Sample) -> list[Message]:
     ]
 
 
-def _with_reward_mode(mode: str) -> Task:
-    """The task scored with the paper's rewards (Eqs. 11-13, four scopes) or the released ones."""
-    if mode == "paper":
-        return EVISRAG_TASK
-    return replace(
-        EVISRAG_TASK,
-        reward=EvisragReward(mode="upstream"),
-        scope_names=UPSTREAM_COMPONENTS,
-        scopes=upstream_scopes,
-        with_reward_mode=_with_reward_mode,
+PAPER_COMPONENTS = ("perception", "derivation", "format")  # Eqs. 11-13
+
+
+@METHODS.register("evisrag")
+def build_evisrag(cfg: MethodConfig, resources: Resources) -> Task:
+    """EVisRAG's task: the paper's rewards on four scopes, or (``reward_mode=upstream``) the
+    released code's six components, each on the token span the released router gives it."""
+    check_options(cfg, ("reward_mode", "weights"))
+    upstream = cfg.reward_mode == "upstream"
+    components = UPSTREAM_COMPONENTS if upstream else PAPER_COMPONENTS
+    # both totals are the plain sum of the components; without method.weights it is kept as is
+    weights = merged_weights(dict.fromkeys(components, 1.0), cfg) if cfg.weights else None
+    return Task(
+        name="evisrag",
+        samples=evisrag_samples,
+        make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
+        parse=parse_evidence,
+        reward=EvisragReward(mode=cfg.reward_mode, weights=weights),
+        oracle=evisrag_oracle,
+        scope_names=UPSTREAM_COMPONENTS if upstream else SCOPE_NAMES,
+        scopes=upstream_scopes if upstream else evidence_scopes,
+        from_benchmark=adapter(IMAGE_QA, with_sufficiency, name="evisrag"),
     )
-
-
-EVISRAG_TASK = Task(
-    name="evisrag",
-    samples=evisrag_samples,
-    make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
-    parse=parse_evidence,
-    reward=EvisragReward(),
-    oracle=evisrag_oracle,
-    scope_names=SCOPE_NAMES,
-    scopes=evidence_scopes,
-    from_benchmark=adapter(IMAGE_QA, with_sufficiency),
-    with_reward_mode=_with_reward_mode,
-)
-TASKS.add("evisrag", EVISRAG_TASK)

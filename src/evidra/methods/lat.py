@@ -1,37 +1,39 @@
-"""LAT task: Chain-of-Evidence over synthetic documents, rewarded with LAT Eqs. 2-10.
+"""LAT: Chain-of-Evidence over synthetic documents, rewarded with LAT Eqs. 2-10.
 
 R = R_acc + R_step + R_ground + R_format. The paper gives no weights and the released code sums
-the four unweighted (range -1..4), so every weight is 1. R_step's similarity is injected:
+the four unweighted (range -1..4), so every weight is 1 (``method.weights`` changes them).
+R_step's similarity is injected (``method.similarity``, or ``Resources.similarity``):
 
-* ``lat``: :class:`~evidra.rewards.embedding.TextOverlapSimilarity` (offline, page text layer
-  inside the box vs the step text), so the recipe runs without a retriever;
-* ``lat.colqwen2``: ColQwen2 late interaction, as the paper; the checkpoint directory is read
-  from the ``EVIDRA_LAT_RETRIEVER`` environment variable (``RLConfig`` has no field for a
-  reward model yet) and loaded on first use.
+* ``text_overlap``: :class:`~evidra.rewards.embedding.TextOverlapSimilarity` (offline, page text
+  layer inside the box vs the step text), so the recipe runs without a retriever;
+* ``colqwen2``: ColQwen2 late interaction, as the paper, from ``method.similarity_checkpoint``,
+  loaded on first use.
+
+``method.scoped`` routes the rewards to token scopes for RS-GRPO (``methods/combined.py``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import ConfigError
+from evidra.method_config import MethodConfig
+from evidra.methods._benchmark import IMAGE_QA, adapter
+from evidra.methods._synth import synth_samples
+from evidra.methods.base import METHODS, Resources, check_options, merged_weights
+from evidra.methods.combined import LAT_ROUTES, LAT_RULES, with_scopes
 from evidra.paradigms.coe import ChainOfEvidence, coe_oracle_text, parse_coe
 from evidra.rewards.base import RewardResult
 from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity
 from evidra.rewards.lat import LatConfig
 from evidra.rewards.lat_batch import episode_scorer, score_lat_batch, with_step_text
 from evidra.rl.config import DataConfig
-from evidra.rl.recipes._benchmark import IMAGE_QA, adapter
-from evidra.rl.recipes._synth import synth_samples
-from evidra.rl.recipes.combined import LAT_ROUTES, LAT_RULES, with_scopes
-from evidra.rl.tasks import TASKS, Task
+from evidra.rl.tasks import Task
 from evidra.types import Message, Parsed, Sample, Trajectory
 
-RETRIEVER_ENV = "EVIDRA_LAT_RETRIEVER"
 WEIGHTS = {"accuracy": 1.0, "step": 1.0, "ground": 1.0, "format": 1.0}  # released: unweighted sum
 
 
@@ -60,16 +62,15 @@ class LatTaskReward:
         return score_lat_batch([(p, sample) for p in group], self._similarity(), self.config, self.weights)
 
 
-def _colqwen2_loader() -> StepSimilarity:
-    from evidra.rewards.embedding import ColQwen2Similarity
+def colqwen2_loader(checkpoint: str) -> Any:
+    """() -> the ColQwen2 similarity of ``checkpoint``, loaded when first called."""
 
-    path = os.environ.get(RETRIEVER_ENV)
-    if not path:
-        raise ConfigError(
-            f"task lat.colqwen2 reads the ColQwen2 checkpoint directory from ${RETRIEVER_ENV}; set it, "
-            "or use task lat (offline text-overlap similarity)"
-        )
-    return ColQwen2Similarity.load(path)
+    def load() -> StepSimilarity:
+        from evidra.rewards.embedding import ColQwen2Similarity
+
+        return ColQwen2Similarity.load(checkpoint)
+
+    return load
 
 
 def lat_samples(cfg: DataConfig) -> list[Sample]:
@@ -86,6 +87,7 @@ def lat_oracle(sample: Sample) -> list[Message]:
 
 def make_lat_task(name: str, reward: LatTaskReward) -> Task:
     text_only = isinstance(reward.similarity, TextOverlapSimilarity)
+    benchmark = adapter(IMAGE_QA, name=name)
     return Task(
         name=name,
         samples=lat_samples,
@@ -93,7 +95,9 @@ def make_lat_task(name: str, reward: LatTaskReward) -> Task:
         parse=parse_coe,
         reward=reward,
         oracle=lat_oracle,
-        from_benchmark=with_step_text(adapter(IMAGE_QA)) if text_only else adapter(IMAGE_QA),
+        from_benchmark=with_step_text(adapter(IMAGE_QA, name=name))
+        if text_only
+        else adapter(IMAGE_QA, name=name),
         # the whole batch's steps in one similarity call (a retriever embeds them together)
         score_episodes=None
         if text_only
@@ -101,8 +105,28 @@ def make_lat_task(name: str, reward: LatTaskReward) -> Task:
     )
 
 
-LAT_TASK = make_lat_task("lat", LatTaskReward(similarity=TextOverlapSimilarity()))
-TASKS.add("lat", LAT_TASK)
-TASKS.add("lat.colqwen2", make_lat_task("lat.colqwen2", LatTaskReward(loader=_colqwen2_loader)))
-# LAT's evidence rewards on the chain of evidence, accuracy on the answer (recipes/combined.py)
-TASKS.add("lat.rs_grpo", with_scopes(LAT_TASK, "lat.rs_grpo", LAT_RULES, LAT_ROUTES))
+def _reward(cfg: MethodConfig, resources: Resources) -> LatTaskReward:
+    weights = merged_weights(WEIGHTS, cfg)
+    if resources.similarity is not None:
+        return LatTaskReward(similarity=resources.similarity, weights=weights)
+    if cfg.similarity == "text_overlap":
+        if cfg.similarity_checkpoint:
+            raise ConfigError(
+                "method.similarity_checkpoint is for method.similarity=colqwen2; set the similarity "
+                "or remove the checkpoint"
+            )
+        return LatTaskReward(similarity=TextOverlapSimilarity(), weights=weights)
+    if not cfg.similarity_checkpoint:
+        raise ConfigError(
+            "method.similarity=colqwen2 needs method.similarity_checkpoint (a ColQwen2 checkpoint "
+            "directory), or use method.similarity=text_overlap (offline)"
+        )
+    return LatTaskReward(loader=colqwen2_loader(cfg.similarity_checkpoint), weights=weights)
+
+
+@METHODS.register("lat")
+def build_lat(cfg: MethodConfig, resources: Resources) -> Task:
+    """LAT's task: the chain-of-evidence paradigm and its four rewards (optionally scoped)."""
+    check_options(cfg, ("weights", "similarity", "similarity_checkpoint", "scoped"))
+    task = make_lat_task("lat", _reward(cfg, resources))
+    return with_scopes(task, "lat.rs_grpo", LAT_RULES, LAT_ROUTES) if cfg.scoped else task

@@ -1,0 +1,100 @@
+"""Lang2Act: stage 1 (action exploration) and stage 2 (tool-based RL) over synthetic documents
+(Lang2Act §3.1-3.2, Eq. 12, App. A.4); ``method.stage`` picks one.
+
+* stage 1: 0.8 * r_ans + 0.2 * format (three non-empty blocks).
+* stage 2: 0.8 * r_ans + 0.2 * r_tool, r_tool = I_valid(z | T_box) against the default toolbox
+  (Figure 10), or the curated one of ``method.toolbox`` (``evidra data toolbox``).
+
+r_ans comes from an LLM judge in the paper (``method.judge``); offline, a ``RuleJudge``
+(normalised reference contained in the answer) stands in, so the recipes run without an
+endpoint. ``method.pages_per_question`` shows each question its top pages (§4: 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from evidra.env.single_turn import SingleTurnEnv
+from evidra.errors import ConfigError
+from evidra.method_config import MethodConfig
+from evidra.methods._benchmark import IMAGE_QA, adapter
+from evidra.methods._synth import synth_samples
+from evidra.methods.base import (
+    METHODS,
+    Resources,
+    check_options,
+    load_tools,
+    merged_weights,
+    method_judge,
+    page_budget,
+)
+from evidra.paradigms.toolchain import (
+    DEFAULT_TOOLBOX,
+    Tool,
+    Toolchain,
+    parse_toolchain,
+    toolchain_oracle_text,
+)
+from evidra.rewards.judge import Judge, RuleJudge
+from evidra.rewards.lang2act import Lang2ActReward
+from evidra.rl.config import DataConfig
+from evidra.rl.tasks import Task
+from evidra.types import Message, Sample
+
+
+def lang2act_samples(cfg: DataConfig) -> list[Sample]:
+    return synth_samples(cfg, "synth.lang2act")
+
+
+def make_lang2act_task(
+    name: str,
+    stage: int,
+    toolbox: tuple[Tool, ...] = DEFAULT_TOOLBOX,
+    judge: Judge | None = None,
+    weights: tuple[float, float] = (0.8, 0.2),
+) -> Task:
+    """A Lang2Act task for ``stage`` (1 or 2) whose prompt lists ``toolbox`` and whose tool
+    reward accepts exactly its names (e.g. a curated box from ``load_toolbox(path)``); ``judge``
+    defaults to the offline ``RuleJudge``; ``weights`` are (answer, format or tool)."""
+    paradigm = Toolchain(name=f"toolchain.stage{stage}", stage=stage, toolbox=toolbox)
+    reward = Lang2ActReward(
+        stage="actionrl" if stage == 1 else "toolrl",
+        judge=judge if judge is not None else RuleJudge(),
+        alpha=weights[0],
+        beta=weights[1],
+        toolbox=paradigm.tool_names,
+        numeric_tools=paradigm.numeric_names,
+    )
+
+    def oracle(sample: Sample) -> list[Message]:
+        prompt = paradigm.build_messages(sample, sample.pages)
+        return [*prompt, Message.text("assistant", toolchain_oracle_text(sample, stage))]
+
+    return Task(
+        name=name,
+        samples=lang2act_samples,
+        make_env=lambda sample: SingleTurnEnv(paradigm),
+        parse=parse_toolchain,
+        reward=reward,
+        oracle=oracle,
+        from_benchmark=adapter(IMAGE_QA, name=name),
+    )
+
+
+@METHODS.register("lang2act")
+def build_lang2act(cfg: MethodConfig, resources: Resources) -> Task:
+    """Lang2Act's task of ``cfg.stage``, with its toolbox, judge, weights and page budget."""
+    check_options(cfg, ("stage", "judge", "toolbox", "index", "pages_per_question", "weights"))
+    if cfg.stage not in (1, 2):
+        raise ConfigError(f"method.stage must be 1 or 2 for lang2act, got {cfg.stage}; set method.stage=1|2")
+    if cfg.toolbox and cfg.stage != 2:
+        raise ConfigError("method.toolbox is for lang2act stage 2; set method.stage=2 or remove the toolbox")
+    if cfg.index and not cfg.pages_per_question:
+        raise ConfigError("method.index ranks the pages of method.pages_per_question for lang2act; set both")
+    second = "format" if cfg.stage == 1 else "tool"
+    weights = merged_weights({"answer": 0.8, second: 0.2}, cfg)
+    toolbox = load_tools(cfg.toolbox) if cfg.toolbox else DEFAULT_TOOLBOX
+    judge = method_judge(cfg, resources, "lang2act", RuleJudge())
+    name = f"lang2act.stage{cfg.stage}"
+    task = make_lang2act_task(name, cfg.stage, toolbox, judge, (weights["answer"], weights[second]))
+    return replace(task, select_pages=page_budget(cfg, resources))

@@ -1,0 +1,128 @@
+"""The method layer: typed method configs, the old task names as aliases, checked options."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from evidra.config import load_config
+from evidra.errors import ConfigError
+from evidra.methods import METHODS, TASK_ALIASES, MethodConfig, Resources, build_task, method_config
+from evidra.retrieval.base import Hit
+from evidra.rewards.judge import RuleJudge
+from evidra.rl.config import DataConfig, RLConfig
+from evidra.rl.tasks import task_samples
+
+
+def _cfg(*over: str) -> RLConfig:
+    return load_config(RLConfig, None, ["model.path=x", *over])
+
+
+def test_every_paper_has_a_builder() -> None:
+    assert METHODS.names() == ["cave", "evisrag", "lang2act", "lat", "vragrl"]
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("lat.colqwen2", MethodConfig(name="lat", similarity="colqwen2")),
+        ("lat.rs_grpo", MethodConfig(name="lat", scoped=True)),
+        ("lang2act.stage2", MethodConfig(name="lang2act", stage=2)),
+        ("vragrl", MethodConfig(name="vragrl")),
+    ],
+)
+def test_a_former_task_name_is_a_method_section(task: str, expected: MethodConfig) -> None:
+    assert method_config(_cfg(f"data.task={task}")) == expected
+
+
+def test_older_option_keys_move_into_the_method_section() -> None:
+    cfg = _cfg("data.task=lang2act.stage1", "data.pages_per_question=3", "reward.mode=paper")
+    assert method_config(cfg) == MethodConfig(name="lang2act", stage=1, pages_per_question=3)
+    up = _cfg("method.name=evisrag", "reward.mode=upstream")
+    assert method_config(up) == MethodConfig(name="evisrag", reward_mode="upstream")
+    assert method_config(_cfg("data.task=toy.length")) is None  # a plain task has no method
+
+
+def test_conflicting_spellings_are_errors_not_guesses(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data\.toolbox and method\.toolbox disagree"):
+        method_config(_cfg("method.name=lang2act", "method.toolbox=a.json", "data.toolbox=b.json"))
+    with pytest.raises(ConfigError, match=r"data\.task='toy\.length' and method\.name='lat'"):
+        method_config(_cfg("method.name=lat", "data.task=toy.length"))
+    with pytest.raises(ConfigError, match=r"data\.index is an option of a paper method"):
+        method_config(_cfg("data.task=toy.length", "data.index=idx/"))
+
+
+@pytest.mark.parametrize(
+    ("method", "message"),
+    [
+        (MethodConfig(name="lat", stage=2), r"method\.stage=2 is no option of method 'lat'; set it to 0"),
+        (MethodConfig(name="cave", reward_mode="upstream"), r"method\.reward_mode='upstream' is no option"),
+        (MethodConfig(name="lang2act"), r"method\.stage must be 1 or 2"),
+        (MethodConfig(name="lang2act", stage=1, toolbox="t.json"), r"toolbox is for lang2act stage 2"),
+        (MethodConfig(name="lat", similarity="colqwen2"), r"needs method\.similarity_checkpoint"),
+        (MethodConfig(name="lat", weights={"acc": 1.0}), r"no reward component 'acc'; use accuracy"),
+        (MethodConfig(name="vragrl", weights={"answer": 0.8}), r"method\.weights: .*sum to 1"),
+        (MethodConfig(name="latt"), r"method\.name: unknown method 'latt'; did you mean 'lat'"),
+    ],
+)
+def test_a_wrong_option_is_one_line_naming_key_and_fix(method: MethodConfig, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        build_task(method)
+    assert "\n" not in str(err.value)
+
+
+def test_lat_weights_reweight_the_oracle_reward(tmp_path: Path) -> None:
+    """The oracle answer earns 1 on each of LAT's four rewards: 4 unweighted; with step at 0 and
+    accuracy at 2, 2 + 0 + 1 + 1 = 4 again, and with step at 0 alone, 3."""
+    plain = build_task(MethodConfig(name="lat"))
+    no_step = build_task(MethodConfig(name="lat", weights={"step": 0.0}))
+    shifted = build_task(MethodConfig(name="lat", weights={"step": 0.0, "accuracy": 2.0}))
+    sample = next(s for s in plain.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)
+    assert plain.oracle is not None
+    parsed = plain.parse(plain.oracle(sample)[-1].plain_text)
+    totals = [t.reward(parsed, sample, None).total for t in (plain, no_step, shifted)]
+    assert totals == pytest.approx([4.0, 3.0, 4.0])
+
+
+def test_resources_are_used_instead_of_building_from_config() -> None:
+    judge = RuleJudge("exact")
+    task = build_task(MethodConfig(name="lang2act", stage=1), Resources(judge=judge))
+    assert task.reward.judge is judge
+    similarity = object()
+    lat = build_task(MethodConfig(name="lat"), Resources(similarity=similarity))
+    assert lat.reward.similarity is similarity
+
+
+def test_aliases_cover_every_former_task_name() -> None:
+    assert set(TASK_ALIASES) == {"lat", "lat.colqwen2", "lat.rs_grpo", "evisrag", "lang2act.stage1",
+                                 "lang2act.stage2", "vragrl", "cave"}  # fmt: skip
+    assert {a["name"] for a in TASK_ALIASES.values()} == set(METHODS.names())
+
+
+class _Always:
+    """A searcher that ranks one page first for every query."""
+
+    def __init__(self, page_id: str) -> None:
+        self.page_id = page_id
+
+    def search(self, queries: Sequence[str], k: int = 10, exclude: object = None) -> list[list[Hit]]:
+        return [[Hit(self.page_id, 1.0)] for _ in queries]
+
+
+def test_two_vragrl_tasks_keep_their_own_search_engines() -> None:
+    """The same benchmark under two tasks: each searches with the engine it was built with (no
+    corpus is shared through the process)."""
+    fix = Path(__file__).parents[1] / "fixtures" / "benchmarks" / "slidevqa" / "test.jsonl"
+    data = DataConfig(source="slidevqa", path=str(fix), options={"n_slides": "3"})
+    first = build_task(MethodConfig(name="vragrl"), Resources(searcher=_Always("deck-a_1")))
+    second = build_task(MethodConfig(name="vragrl"), Resources(searcher=_Always("deck-a_3")))
+    (a,) = task_samples(first, data)
+    (b,) = task_samples(second, data)  # the same corpus key, built after the first
+    shown = []
+    for task, sample in ((first, a), (second, b)):
+        env = task.make_env(sample)
+        env.reset(sample)
+        shown.append(env.step(f"<search>{sample.question}</search>").info.page_id)
+    assert shown == ["deck-a_1", "deck-a_3"]
