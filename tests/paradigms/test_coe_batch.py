@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import pytest
-from evidra.rl.recipes.lat import WEIGHTS, LatTaskReward
 
 from evidra.errors import ConfigError
+from evidra.methods.lat import WEIGHTS, LatTaskReward
 from evidra.paradigms.coe import parse_coe
 from evidra.rewards import embedding
 from evidra.rewards.embedding import StepQuery, TextOverlapSimilarity

@@ -95,9 +95,7 @@ def make_lat_task(name: str, reward: LatTaskReward) -> Task:
         parse=parse_coe,
         reward=reward,
         oracle=lat_oracle,
-        from_benchmark=with_step_text(adapter(IMAGE_QA, name=name))
-        if text_only
-        else adapter(IMAGE_QA, name=name),
+        from_benchmark=with_step_text(benchmark) if text_only else benchmark,
         # the whole batch's steps in one similarity call (a retriever embeds them together)
         score_episodes=None
         if text_only
