@@ -126,3 +126,25 @@ def test_two_vragrl_tasks_keep_their_own_search_engines() -> None:
         env.reset(sample)
         shown.append(env.step(f"<search>{sample.question}</search>").info.page_id)
     assert shown == ["deck-a_1", "deck-a_3"]
+
+
+def test_lat_trains_on_the_released_reward_in_upstream_mode(tmp_path: Path) -> None:
+    """An empty <answer> earns accuracy 0 in the paper and 0.5 in the released reward; the task
+    built with reward_mode=upstream scores accuracy, grounding and format as the released reward."""
+    from evidra.rewards.lat import LatReward
+
+    rules = ("accuracy", "ground", "format")
+
+    paper = build_task(MethodConfig(name="lat"))
+    upstream = build_task(MethodConfig(name="lat", reward_mode="upstream"))
+    sample = next(s for s in paper.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)
+    assert paper.oracle is not None
+    oracle = paper.oracle(sample)[-1].plain_text
+    empty = oracle[: oracle.index("<answer>")] + "<answer> </answer>"
+    for text in (oracle, empty):
+        parsed = paper.parse(text)
+        released = LatReward(components=rules, mode="upstream")(parsed, sample).components
+        got = upstream.reward(parsed, sample, None).components
+        assert {k: got[k] for k in rules} == pytest.approx(released)
+    got = [t.reward(paper.parse(empty), sample, None).components["accuracy"] for t in (paper, upstream)]
+    assert got == [0.0, 0.5]

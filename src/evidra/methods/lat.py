@@ -30,6 +30,7 @@ from evidra.rewards.base import RewardResult
 from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity
 from evidra.rewards.lat import LatConfig
 from evidra.rewards.lat_batch import episode_scorer, score_lat_batch, with_step_text
+from evidra.rewards.lat_scoring import Mode
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task
 from evidra.types import Message, Parsed, Sample, Trajectory
@@ -45,6 +46,7 @@ class LatTaskReward:
     weights: dict[str, float] = field(default_factory=lambda: dict(WEIGHTS))
     config: LatConfig = field(default_factory=LatConfig)
     loader: Any = None  # () -> StepSimilarity, called once when ``similarity`` is None
+    mode: Mode = "paper"  # upstream: the released reward's parsing and scoring rules
 
     def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
         return self.score_group([parsed], sample)[0]
@@ -59,7 +61,8 @@ class LatTaskReward:
 
     def score_group(self, group: Sequence[Parsed], sample: Sample) -> list[RewardResult]:
         """One similarity call for every step of the group (LAT Eq. 8)."""
-        return score_lat_batch([(p, sample) for p in group], self._similarity(), self.config, self.weights)
+        items = [(p, sample) for p in group]
+        return score_lat_batch(items, self._similarity(), self.config, self.weights, self.mode)
 
 
 def colqwen2_loader(checkpoint: str) -> Any:
@@ -99,32 +102,32 @@ def make_lat_task(name: str, reward: LatTaskReward) -> Task:
         # the whole batch's steps in one similarity call (a retriever embeds them together)
         score_episodes=None
         if text_only
-        else episode_scorer(reward._similarity, parse_coe, reward.config, reward.weights),
+        else episode_scorer(reward._similarity, parse_coe, reward.config, reward.weights, reward.mode),
     )
 
 
 def _reward(cfg: MethodConfig, resources: Resources) -> LatTaskReward:
-    weights = merged_weights(WEIGHTS, cfg)
+    weights, mode = merged_weights(WEIGHTS, cfg), cfg.reward_mode
     if resources.similarity is not None:
-        return LatTaskReward(similarity=resources.similarity, weights=weights)
+        return LatTaskReward(similarity=resources.similarity, weights=weights, mode=mode)
     if cfg.similarity == "text_overlap":
         if cfg.similarity_checkpoint:
             raise ConfigError(
                 "method.similarity_checkpoint is for method.similarity=colqwen2; set the similarity "
                 "or remove the checkpoint"
             )
-        return LatTaskReward(similarity=TextOverlapSimilarity(), weights=weights)
+        return LatTaskReward(similarity=TextOverlapSimilarity(), weights=weights, mode=mode)
     if not cfg.similarity_checkpoint:
         raise ConfigError(
             "method.similarity=colqwen2 needs method.similarity_checkpoint (a ColQwen2 checkpoint "
             "directory), or use method.similarity=text_overlap (offline)"
         )
-    return LatTaskReward(loader=colqwen2_loader(cfg.similarity_checkpoint), weights=weights)
+    return LatTaskReward(loader=colqwen2_loader(cfg.similarity_checkpoint), weights=weights, mode=mode)
 
 
 @METHODS.register("lat")
 def build_lat(cfg: MethodConfig, resources: Resources) -> Task:
     """LAT's task: the chain-of-evidence paradigm and its four rewards (optionally scoped)."""
-    check_options(cfg, ("weights", "similarity", "similarity_checkpoint", "scoped"))
+    check_options(cfg, ("reward_mode", "weights", "similarity", "similarity_checkpoint", "scoped"))
     task = make_lat_task("lat", _reward(cfg, resources))
     return with_scopes(task, "lat.rs_grpo", LAT_RULES, LAT_ROUTES) if cfg.scoped else task

@@ -14,8 +14,16 @@ from typing import Any
 
 from evidra.rewards.base import RewardResult
 from evidra.rewards.embedding import StepQuery, StepSimilarity, require_step_text
-from evidra.rewards.lat import LatConfig, LatReward, StepPlan, finish_step_reward, plan_steps_paper
+from evidra.rewards.lat import (
+    LatConfig,
+    LatReward,
+    StepPlan,
+    finish_step_reward,
+    plan_steps_paper,
+    plan_steps_upstream,
+)
 from evidra.rewards.lat_parse import StepCitation
+from evidra.rewards.lat_scoring import Mode
 from evidra.types import Box, Parsed, Sample
 
 
@@ -26,11 +34,12 @@ def _query(step: StepCitation, sample: Sample) -> StepQuery | None:
     return StepQuery(sample.pages[step.page_key], Box(*step.box), step.text)
 
 
-def _plan(parsed: Parsed, sample: Sample, images: dict[str, list[Any]]) -> StepPlan:
+def _plan(parsed: Parsed, sample: Sample, images: dict[str, list[Any]], mode: Mode) -> StepPlan:
     if sample.id not in images:
         images[sample.id] = [p.open_image() for p in sample.pages]
     pages = images[sample.id]
-    return plan_steps_paper(parsed.text, pages, single_image=len(pages) == 1)
+    planner = plan_steps_upstream if mode == "upstream" else plan_steps_paper
+    return planner(parsed.text, pages, single_image=len(pages) == 1)
 
 
 def score_lat_batch(
@@ -38,23 +47,25 @@ def score_lat_batch(
     similarity: StepSimilarity,
     config: LatConfig,
     weights: Mapping[str, float],
+    mode: Mode = "paper",
 ) -> list[RewardResult]:
-    """One ``RewardResult`` per (parsed, sample); one ``score_steps`` call for all their steps."""
+    """One ``RewardResult`` per (parsed, sample); one ``score_steps`` call for all their steps.
+    ``mode="upstream"`` scores as the released reward does (``LatReward(mode="upstream")``)."""
     images: dict[str, list[Any]] = {}
-    plans = [_plan(parsed, sample, images) for parsed, sample in items]
+    plans = [_plan(parsed, sample, images, mode) for parsed, sample in items]
     queries = [
         q for plan, (_, sample) in zip(plans, items, strict=True) for step in plan.steps
         if (q := _query(step, sample)) is not None
     ]  # fmt: skip
     flat = iter(similarity.score_steps(queries) if queries else [])
-    rules = LatReward(components=("accuracy", "ground", "format"), config=config)
+    rules = LatReward(components=("accuracy", "ground", "format"), config=config, mode=mode)
     out = []
     for plan, (parsed, sample) in zip(plans, items, strict=True):
         scores = [float(next(flat)) if _query(s, sample) is not None else 0.0 for s in plan.steps]
         (other,) = rules.score_group([parsed], sample)
         gold = sample.answers[0] if sample.answers else ""
         step = finish_step_reward(
-            plan, scores, parsed.text, gold, answerable=sample.answerable, config=config
+            plan, scores, parsed.text, gold, answerable=sample.answerable, mode=mode, config=config
         )
         values = {**other.components, "step": step}
         out.append(
@@ -68,6 +79,7 @@ def episode_scorer(
     parse: Callable[[str], Parsed],
     config: LatConfig,
     weights: Mapping[str, float],
+    mode: Mode = "paper",
 ) -> Callable[[Any, Sequence[Any]], list[RewardResult]]:
     """``Task.score_episodes`` for LAT: the batch's episodes (the final policy turn of each,
     parsed) scored by ``score_lat_batch``; ``similarity`` is called (it may load a model) then."""
@@ -76,7 +88,7 @@ def episode_scorer(
         items = [
             (parse(ep.trajectory.texts[-1] if ep.trajectory.texts else ""), ep.sample) for ep in episodes
         ]
-        return score_lat_batch(items, similarity(), config, weights)
+        return score_lat_batch(items, similarity(), config, weights, mode)
 
     return score
 
