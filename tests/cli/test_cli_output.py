@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from evidra.cli._logging import DEEPSPEED_NOTICES, DropMessages, quiet_library_warnings
+from evidra.cli._progress import LazyBar, open_bar, show_bars
+from evidra.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,6 +69,52 @@ def test_screen_lines_keeps_what_a_terminal_shows() -> None:
     bar = "\rload:   0%|  | 0/2\rload:  50%|# | 1/2\rload: 100%|##| 2/2\n"
     cleared = "\rload:   0%|  | 0/2\r" + " " * 18 + "\rINFO x: hi\n"
     assert screen_lines(bar + cleared + "a\n\nb\n") == ["load: 100%|##| 2/2", "INFO x: hi", "a", "b"]
+
+
+def test_hidden_bars_draw_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        show_bars(False)
+        with open_bar(total=2, desc="hidden") as bar, LazyBar(total=3, desc="lazy") as lazy:
+            bar.update(2)
+            lazy(3)
+            lazy.move_to(3, 3, pages=1)
+        assert capsys.readouterr().err == ""
+        show_bars(True)
+        with open_bar(total=2, desc="shown") as bar:
+            bar.update(2)
+        assert "shown: 100%" in capsys.readouterr().err
+    finally:
+        show_bars(True)
+
+
+def test_quiet_hides_the_bar_that_the_default_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``index eval`` on a two-page BM25 index; -q first, so the default's bar proves -q does not stick."""
+    from PIL import Image
+
+    from evidra.retrieval.engine import build_index
+    from evidra.types import Box, Page, Word
+
+    pages = []
+    for pid, text in (("p1", "red square report"), ("p2", "blue bars chart")):
+        Image.new("RGB", (64, 32), "white").save(tmp_path / f"{pid}.png")
+        words = tuple(Word(w, Box(8.0 * j, 2.0, 8.0 * j + 6, 10.0)) for j, w in enumerate(text.split()))
+        pages.append(Page(pid, str(tmp_path / f"{pid}.png"), 64, 32, words=words))
+    build_index(pages, tmp_path / "idx", "bm25").close()
+    (tmp_path / "q.jsonl").write_text('{"_id": "a", "text": "red report"}\n{"_id": "b", "text": "bars"}\n')
+    (tmp_path / "r.tsv").write_text("query-id\tcorpus-id\tscore\na\tp1\t1\nb\tp2\t1\n")
+    argv = ["index", "eval", "--index", str(tmp_path / "idx"), "--queries", str(tmp_path / "q.jsonl"),
+            "--qrels", str(tmp_path / "r.tsv"), "--json", "-k", "1"]  # fmt: skip
+    shown = {}
+    for flags in (["-q"], [], ["-q"]):
+        capsys.readouterr()
+        assert main([*flags, *argv]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["recall@1"] == 1.0  # both queries find their page first
+        shown[bool(flags)] = screen_lines(err)
+    assert shown[True] == []  # -q: nothing at all on stderr
+    assert any(line.startswith("searching: 100%") and "2/2" in line for line in shown[False]), shown
 
 
 def _evidra(*args: str, cwd: Path) -> tuple[str, str]:

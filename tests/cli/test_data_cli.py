@@ -56,7 +56,8 @@ def test_distill_then_sft_on_the_kept_trajectories(
     kept = [r for r in rows if r["accepted"]]
     assert [r["id"] for r in kept] == [first.id]
     assert "1 kept" in capsys.readouterr().out
-    assert main(argv) == 0 and len(fake_judge.requests) == 3  # a rerun skips every id in the file
+    assert main(argv[1:]) == 0 and len(fake_judge.requests) == 3  # a rerun skips every id in the file
+    assert "distill: 100%" in capsys.readouterr().err  # without -q: the skipped samples fill the bar
     run = tmp_path / "sft"
     sft = ["-q", "train", "sft", "--config", config, "--data", str(out), *TINY, *data,
            f"run.output_dir={run}", "sft.run.batch_size=1", "sft.run.steps=1"]  # fmt: skip
@@ -156,7 +157,10 @@ def test_toolbox_from_trajectories_file(
         ("locate_table_row", False, 3),
         ("subtract_values", True, 3),
     ]
-    assert "coverage 100.0%" in capsys.readouterr().out
+    out_text, err = capsys.readouterr()
+    assert "coverage 100.0%" in out_text and "curating" not in err  # -q: no bar
+    assert main(argv[1:]) == 0  # without -q: a bar over the three trajectories
+    assert "curating: 100%" in capsys.readouterr().err
     assert main([*argv[:5], "--out", str(out)]) == 2  # no curation model given
     assert "--curator URL" in capsys.readouterr().err
 

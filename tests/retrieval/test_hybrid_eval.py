@@ -8,7 +8,7 @@ import pytest
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import Exclude, Hit
-from evidra.retrieval.evaluation import evaluate, load_qrels, load_queries, score_rankings
+from evidra.retrieval.evaluation import evaluate, judged, load_qrels, load_queries, score_rankings
 from evidra.retrieval.hybrid import RRFRetriever, rrf_fuse
 
 
@@ -87,3 +87,13 @@ def test_package_exports_are_lazy_and_complete() -> None:
     assert all(getattr(retrieval, name) is not None for name in retrieval.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = retrieval.nope
+
+
+def test_evaluate_reports_progress_per_batch_of_judged_queries() -> None:
+    queries = {f"q{i}": f"text {i}" for i in range(6)}  # q5 has no judgement: never searched
+    qrels = {f"q{i}": {"a": 1.0} for i in range(5)}
+    steps: list[int] = []
+    report = evaluate(Fixed(["a", "b"]), queries, qrels, ks=(1,), batch_size=2, progress=steps.append)
+    assert judged(queries, qrels) == ["q0", "q1", "q2", "q3", "q4"]
+    assert steps == [2, 2, 1]  # five judged queries in batches of two
+    assert report.n_queries == 5 and report.n_skipped == 1

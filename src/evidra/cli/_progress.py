@@ -1,9 +1,27 @@
-"""Progress bars belong to the CLI; the library only calls ``progress(n)``."""
+"""Progress bars belong to the CLI; the library only calls ``progress(n)``.
+
+Every bar opens through ``open_bar`` so that ``evidra -q`` hides them all: ``main`` calls
+``show_bars`` once per command, before the subcommand runs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+_shown = {"bars": True}  # set by show_bars for the command being run
+
+
+def show_bars(shown: bool) -> None:
+    """Whether bars opened from now on are drawn (``-q`` passes False)."""
+    _shown["bars"] = shown
+
+
+def open_bar(**tqdm_kwargs: Any) -> Any:
+    """A tqdm bar on stderr, disabled under ``-q``."""
+    from tqdm import tqdm
+
+    return tqdm(**{"disable": not _shown["bars"], **tqdm_kwargs})
 
 
 def advance(bar: Any) -> Callable[[int], None]:
@@ -27,9 +45,7 @@ class LazyBar:
 
     def _open(self, **late: Any) -> Any:
         if self._bar is None:
-            from tqdm import tqdm
-
-            self._bar = tqdm(**{**self._kwargs, **late})
+            self._bar = open_bar(**{**self._kwargs, **late})
         return self._bar
 
     def __call__(self, n: int) -> None:

@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from evidra.cli._progress import LazyBar
 from evidra.errors import ConfigError
 from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
 
@@ -209,9 +210,10 @@ def run_distill(args: argparse.Namespace) -> int:
         if args.annotator
         else None
     )
-    report = distill(samples, teacher, args.out, method=args.method, gamma=args.gamma, annotator=annotator,
-                     concurrency=args.concurrency, max_tokens=args.max_tokens,
-                     temperature=args.temperature)  # fmt: skip
+    with LazyBar(total=len(samples), unit="sample", desc="distill") as progress:
+        report = distill(samples, teacher, args.out, method=args.method, gamma=args.gamma,
+                         annotator=annotator, concurrency=args.concurrency, max_tokens=args.max_tokens,
+                         temperature=args.temperature, progress=progress)  # fmt: skip
     print(f"distilled {report.attempted} samples: {report.accepted} kept, {report.failed} failed "
           f"(retried on a rerun), {report.skipped} already in {args.out}")  # fmt: skip
     print(f"train on them: evidra train sft --config {args.config or 'FILE'} --data {args.out}")
@@ -237,7 +239,8 @@ def run_multiexpert(args: argparse.Namespace) -> int:
     key = args.api_key_env
     lm = ChatEndpoint(args.teacher, args.teacher_model, api_key_env=key)
     expert = ChatEndpoint(args.expert, args.expert_model, api_key_env=key) if args.expert else None
-    report = multiexpert(samples, task.make_env, lm, expert, args.out, cfg)
+    with LazyBar(total=len(samples), unit="question", desc="multiexpert") as progress:
+        report = multiexpert(samples, task.make_env, lm, expert, args.out, cfg, progress=progress)
     print(
         f"played {report.questions} questions: {report.accepted} of {report.episodes} episodes kept, "
         f"{report.failed} questions failed (retried on a rerun), {report.skipped} already in {args.out}"
@@ -263,9 +266,11 @@ def run_filter(args: argparse.Namespace) -> int:
     out = Path(args.out)
     vlm = _policy(args.model, cfg, out)
     params, limits = _sampling(cfg)
-    successes = sample_successes(HFBackend(vlm), task.make_env, samples, args.k,
-                                 parsed_answer_is_correct(task.parse, args.threshold), params=params,
-                                 limits=limits, batch_size=args.batch_size)  # fmt: skip
+    with LazyBar(total=len(samples), unit="sample", desc=f"sampling {args.k} each") as progress:
+        successes = sample_successes(HFBackend(vlm), task.make_env, samples, args.k,
+                                     parsed_answer_is_correct(task.parse, args.threshold), params=params,
+                                     limits=limits, batch_size=args.batch_size,
+                                     progress=progress)  # fmt: skip
     kept = filter_by_difficulty(samples, successes, args.k, min_success=args.min_success,
                                 max_success=args.max_success)  # fmt: skip
     chosen = {s.id for s in kept.curriculum}
@@ -292,14 +297,23 @@ def _read_trajectories(path: str) -> list[str]:
     return texts
 
 
+STAGE1_BATCH = 8  # samples rolled out together when data toolbox generates trajectories
+
+
 def _stage1_trajectories(args: argparse.Namespace, out: Path) -> list[str]:
     from evidra.rollout import HFBackend, rollout
 
     cfg, task, samples = _recipe(args)
     vlm = _policy(args.model, cfg, out)
     params, limits = _sampling(cfg)
-    episodes = rollout(HFBackend(vlm), task.make_env, samples, 1, params, limits)
-    return [ep.trajectory.texts[-1] for ep in episodes if ep.trajectory.texts]
+    backend, texts = HFBackend(vlm), []
+    with LazyBar(total=len(samples), unit="sample", desc="stage-1 trajectories") as progress:
+        for i in range(0, len(samples), STAGE1_BATCH):
+            batch = samples[i : i + STAGE1_BATCH]
+            episodes = rollout(backend, task.make_env, batch, 1, params, limits)
+            texts += [ep.trajectory.texts[-1] for ep in episodes if ep.trajectory.texts]
+            progress(len(batch))
+    return texts
 
 
 def run_toolbox(args: argparse.Namespace) -> int:
@@ -325,7 +339,8 @@ def run_toolbox(args: argparse.Namespace) -> int:
         from evidra.models.loading import load_vlm
 
         curator = LocalVLMModel(load_vlm(args.curator_local))
-    box = curate(trajectories, curator, k=args.top_k)
+    with LazyBar(total=len(trajectories), unit="trajectory", desc="curating") as progress:
+        box = curate(trajectories, curator, k=args.top_k, progress=progress)
     if not box.tools:
         raise ConfigError(
             f"curation found no tool in {box.trajectories} trajectories ({box.errors} malformed replies or "

@@ -22,7 +22,7 @@ from typing import Any
 
 from evidra.cli._eval_options import EvalOptions, load_sa, parse_options, with_pages
 from evidra.cli._eval_options import add_arguments as add_eval_options
-from evidra.cli._progress import advance
+from evidra.cli._progress import advance, open_bar
 from evidra.errors import InvalidInputError
 from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
 
@@ -256,8 +256,6 @@ def _search_corpus(args: argparse.Namespace, samples: list[Any]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from evidra.errors import EvidraError
     from evidra.eval.report import RunResult, write_report
     from evidra.eval.tables import breakdown, summarize
@@ -275,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
     for bench, samples in benches.items():
         corpus = _search_corpus(args, samples) if args.env == "search" else None
         for paradigm in paradigms:
-            with tqdm(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
+            with open_bar(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
                     preds, cfg = _run_one(args, options, backend, (bench, paradigm, model_name), samples,
                                           corpus, advance(bar))  # fmt: skip

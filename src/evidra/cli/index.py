@@ -366,7 +366,7 @@ def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, 
 
 def run_eval(args: argparse.Namespace) -> int:
     from evidra.retrieval.engine import open_index
-    from evidra.retrieval.evaluation import evaluate, missing_relevant
+    from evidra.retrieval.evaluation import evaluate, judged, missing_relevant
 
     queries, qrels = _eval_inputs(args)
     enc_opts, maxsim = _options(args)
@@ -378,7 +378,8 @@ def run_eval(args: argparse.Namespace) -> int:
                 f"the index (e.g. {', '.join(sorted(missing)[:3])}); they count as misses",
                 file=sys.stderr,
             )
-        report = evaluate(engine.retriever, queries, qrels, ks=args.k)
+        with LazyBar(total=len(judged(queries, qrels)), unit="query", desc="searching") as progress:
+            report = evaluate(engine.retriever, queries, qrels, ks=args.k, progress=progress)
     if args.json:
         print(json.dumps({"n_queries": report.n_queries, "n_skipped": report.n_skipped, **report.metrics}))
         return 0

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from evidra import __version__
 from evidra.cli._logging import setup as setup_logging
+from evidra.cli._progress import show_bars
 from evidra.errors import EvidraError
 
 SUBCOMMANDS = (
@@ -45,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="more log output (-vv: debug, with library warnings)",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="only warnings and errors, no progress bars"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"evidra.cli.{name.replace('-', '_')}").register(subparsers)
@@ -65,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     setup_logging(args.verbose, args.quiet)
+    show_bars(not args.quiet)
     try:
         return int(args.func(args))
     except EvidraError as exc:

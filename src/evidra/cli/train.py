@@ -32,8 +32,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    from evidra.cli._progress import open_bar
     from evidra.config import load_config
     from evidra.errors import ConfigError
 
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         trainer = rl_trainer(rl_cfg)
         total = rl_cfg.run.steps
     keys = ("loss", "reward/mean", "kl")
-    with tqdm(total=total, initial=trainer.state.step, desc=f"train {args.mode}", unit="step") as bar:
+    with open_bar(total=total, initial=trainer.state.step, desc=f"train {args.mode}", unit="step") as bar:
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             bar.update(1)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -168,6 +168,11 @@ def score_rankings(
     return EvalReport(means, n, skipped, per_query)
 
 
+def judged(queries: Mapping[str, str], qrels: Qrels) -> list[str]:
+    """The ids of the queries ``evaluate`` searches: those the qrels judge."""
+    return [q for q in queries if q in qrels]
+
+
 def evaluate(
     retriever: Retriever,
     queries: Mapping[str, str],
@@ -175,15 +180,19 @@ def evaluate(
     ks: Sequence[int] = (1, 5, 10),
     *,
     batch_size: int = 32,
+    progress: Callable[[int], None] | None = None,
 ) -> EvalReport:
-    """Search every judged query and score the rankings."""
-    ids = [q for q in queries if q in qrels]
+    """Search every judged query and score the rankings; ``progress(n)`` after each batch of ``n``
+    queries searched (the judged ones: ``judged(queries, qrels)`` in all)."""
+    ids = judged(queries, qrels)
     depth = max(ks)
     rankings: dict[str, list[str]] = {}
     for start in range(0, len(ids), batch_size):
         batch = ids[start : start + batch_size]
         for qid, hits in zip(batch, retriever.search([queries[q] for q in batch], k=depth), strict=True):
             rankings[qid] = [h.page_id for h in hits]
+        if progress is not None:
+            progress(len(batch))
     report = score_rankings(rankings, qrels, ks)
     missing = len(queries) - len(ids)
     return EvalReport(report.metrics, report.n_queries, report.n_skipped + missing, report.per_query)

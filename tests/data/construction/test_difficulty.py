@@ -67,6 +67,7 @@ def test_filter_drops_trivial_and_impossible_and_orders() -> None:
 def test_sample_successes_with_the_tiny_policy(tiny_vlms: dict[str, Any], tmp_path: Path) -> None:
     samples = [_s("a"), _s("b"), _s("c")]
     seen: list[str] = []
+    steps: list[int] = []
 
     def is_correct(sample: Sample, episode: Any) -> bool:
         seen.append(sample.id)
@@ -75,6 +76,8 @@ def test_sample_successes_with_the_tiny_policy(tiny_vlms: dict[str, Any], tmp_pa
     counts = sample_successes(
         HFBackend(tiny_vlms["qwen2_5_vl"]), lambda s: SingleTurnEnv(Direct()), samples, 2, is_correct,
         params=SamplingParams(max_new_tokens=4, seed=0), limits=RolloutLimits(max_new_tokens=4), batch_size=2,
+        progress=steps.append,
     )  # fmt: skip
+    assert steps == [2, 1]  # three samples in batches of two
     assert seen == ["a", "a", "b", "b", "c", "c"]  # k = 2 completions per question, grouped
     assert counts == {"a": 1, "b": 1, "c": 1}

@@ -142,3 +142,13 @@ def test_to_openai_parts_in_order() -> None:
     assert msgs == [
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
     ]
+
+
+def test_progress_counts_resumed_samples_first_then_one_per_sample(serve: Any, tmp_path: Path) -> None:
+    _, teacher = serve({"Who founded": "<answer>Jane Doe</answer>"})
+    out, steps = tmp_path / "lat.jsonl", []
+    distill(_samples(tmp_path)[:3], teacher, out, method="lat", concurrency=2, progress=steps.append)
+    assert steps == [1, 1, 1]  # nothing in out yet: one step per sample as it finishes
+    steps.clear()
+    distill(_samples(tmp_path), teacher, out, method="lat", concurrency=2, progress=steps.append)
+    assert steps == [3, 1]  # q1-q3 are in out; q4 (a failed request) still counts as done this run

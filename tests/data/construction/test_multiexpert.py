@@ -117,7 +117,11 @@ def test_two_experts_compose_a_kept_trajectory_and_sft_reads_it(serve: Any, tmp_
     )
     out = tmp_path / "me.jsonl"
     make_env = lambda s: SearchEnv(bm25_searcher(pages.values()), pages)  # noqa: E731
-    report = multiexpert(SAMPLES, make_env, lm, expert, out, MultiExpertConfig(concurrency=2))
+    steps: list[int] = []
+    report = multiexpert(
+        SAMPLES, make_env, lm, expert, out, MultiExpertConfig(concurrency=2), progress=steps.append
+    )
+    assert steps == [1, 1, 1]  # one per question as it finishes
     assert (report.questions, report.episodes, report.accepted, report.failed) == (3, 3, 1, 0)
     assert report.buckets == {"3 steps: search+bbox": 1}
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
@@ -146,8 +150,10 @@ def test_two_experts_compose_a_kept_trajectory_and_sft_reads_it(serve: Any, tmp_
     assert [Image.open(str(i.image)).size for i in images] == [(448, 896), crop_size]
     assert crop_size[0] > 111 * 3
     before = len(lm_srv.requests)
-    again = multiexpert(SAMPLES, make_env, lm, expert, out)
+    steps.clear()
+    again = multiexpert(SAMPLES, make_env, lm, expert, out, progress=steps.append)
     assert (again.skipped, again.questions, len(lm_srv.requests)) == (3, 0, before)
+    assert steps == [3]  # all three were in out: counted at once
 
 
 def test_several_samples_per_question_and_a_wrong_environment(serve: Any, tmp_path: Path) -> None:

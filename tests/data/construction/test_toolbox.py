@@ -77,7 +77,9 @@ def test_reuse_before_create_counts_and_top_k(tmp_path: Path) -> None:
     model = Scripted(replies)
     trajectories = ["<think>x</think><description>Found row Q3, read 150.</description><answer>1</answer>",
                     "read cells", "subtract", "nothing"]  # fmt: skip
-    box = curate(trajectories, model, k=2)
+    steps: list[int] = []
+    box = curate(trajectories, model, k=2, progress=steps.append)
+    assert steps == [1, 1, 1, 1]  # one per trajectory, the garbage reply included
     assert EMPTY_POOL in model.systems[0]
     assert "- locate_row || row || Find a table row." in model.systems[1]  # the pool is shown for reuse
     assert model.users[0].endswith("DESCRIPTION: Found row Q3, read 150.\nOUTPUT:")

@@ -61,8 +61,10 @@ def sample_successes(
     params: SamplingParams | None = None,
     limits: RolloutLimits | None = None,
     batch_size: int = 8,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
-    """Roll out ``k`` completions per sample (temperature 1 by default) and count correct ones."""
+    """Roll out ``k`` completions per sample (temperature 1 by default) and count correct ones;
+    ``progress(n)`` after each batch of ``n`` samples (``len(samples)`` in all)."""
     if k < 1:
         raise InvalidInputError(f"k must be >= 1, got {k}")
     counts: dict[str, int] = {}
@@ -70,6 +72,8 @@ def sample_successes(
         batch = samples[i : i + batch_size]
         episodes = rollout(backend, make_env, batch, k, params or SamplingParams(), limits or RolloutLimits())
         counts.update(count_successes(episodes, is_correct))
+        if progress is not None:
+            progress(len(batch))
     return counts
 
 

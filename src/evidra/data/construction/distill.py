@@ -25,7 +25,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,21 @@ def done_ids(path: Path) -> set[str]:
     return ids
 
 
+def run_pool(
+    work: Callable[[Sample], None],
+    todo: Sequence[Sample],
+    concurrency: int,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """``work`` on every sample, ``concurrency`` at a time; ``progress(1)`` on this thread as each
+    finishes, in completion order (a slow sample does not hold the count back)."""
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for future in as_completed([pool.submit(work, s) for s in todo]):
+            future.result()  # an unexpected error in a worker stops the run, as it would unthreaded
+            if progress is not None:
+                progress(1)
+
+
 def _row(sample: Sample, method: str, verdict: Verdict, teacher_text: str, prompt: Sequence[Message]) -> str:
     """One output line: the SFT prompt (without demonstrations), the kept response, the verdict."""
     return json.dumps({
@@ -168,8 +183,13 @@ def distill(
     concurrency: int = 4,
     max_tokens: int = 1024,
     temperature: float = 0.7,
+    progress: Callable[[int], None] | None = None,
 ) -> DistillReport:
-    """Query the teacher for every sample not yet in ``out``; append one JSONL row per sample."""
+    """Query the teacher for every sample not yet in ``out``; append one JSONL row per sample.
+
+    ``progress(n)`` counts samples: first those already in ``out`` (when any), then one per
+    sample as its query finishes, ``len(samples)`` in all.
+    """
     if concurrency < 1:
         raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
     paradigm_name, judge = RECIPES.get(method)
@@ -178,6 +198,8 @@ def distill(
     path.parent.mkdir(parents=True, exist_ok=True)
     seen = done_ids(path)
     todo = [s for s in samples if s.id not in seen]
+    if progress is not None and len(todo) < len(samples):
+        progress(len(samples) - len(todo))
     lock = threading.Lock()
     counts = {"accepted": 0, "failed": 0}
 
@@ -197,8 +219,7 @@ def distill(
                 fh.write(row + "\n")
             counts["accepted"] += int(verdict.accepted)
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        list(pool.map(work, todo))
+    run_pool(work, todo, concurrency, progress)
     return DistillReport(len(todo), counts["accepted"], len(samples) - len(todo), counts["failed"])
 
 

@@ -32,12 +32,11 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evidra.data.construction.distill import done_ids
+from evidra.data.construction.distill import done_ids, run_pool
 from evidra.env.base import StepInfo
 from evidra.env.search import SearchEnv
 from evidra.errors import InvalidInputError
@@ -260,8 +259,13 @@ def multiexpert(
     expert: ChatEndpoint | None,
     out: str | Path,
     cfg: MultiExpertConfig | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> MultiExpertReport:
-    """Play ``cfg.samples_per_question`` episodes per question not yet in ``out``; append their rows."""
+    """Play ``cfg.samples_per_question`` episodes per question not yet in ``out``; append their rows.
+
+    ``progress(n)`` counts questions: first those already in ``out`` (when any), then one per
+    question as its episodes finish, ``len(samples)`` in all.
+    """
     cfg = cfg or MultiExpertConfig()
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -300,7 +304,8 @@ def multiexpert(
             f"multi-expert sampling plays the search environment: use a task whose "
             f"environment is 'search' (vragrl), not {type(make_env(todo[0])).__name__}"
         )
-    with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
-        list(pool.map(work, todo))
+    if progress is not None and len(todo) < len(samples):
+        progress(len(samples) - len(todo))
+    run_pool(work, todo, cfg.concurrency, progress)
     return MultiExpertReport(len(todo), counts["episodes"], counts["accepted"], len(samples) - len(todo),
                              counts["failed"], {k: v for k, v in sorted(buckets.items()) if v})  # fmt: skip

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -255,14 +255,21 @@ class Toolbox:
 
 
 def curate(
-    trajectories: Iterable[str], model: CurationModel, k: int = 7, pool: ToolPool | None = None
+    trajectories: Iterable[str],
+    model: CurationModel,
+    k: int = 7,
+    pool: ToolPool | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Toolbox:
-    """Process trajectories in order (Eq. 4-5), then keep the top-K tools (Eq. 6-7)."""
+    """Process trajectories in order (Eq. 4-5), then keep the top-K tools (Eq. 6-7);
+    ``progress(1)`` after each trajectory."""
     pool = pool if pool is not None else ToolPool()
     for trajectory in trajectories:
         system = CURATION_SYSTEM.replace("{tool_pool_text}", pool_text(list(pool.tools.values())))
         reply = model.complete(system, CURATION_USER.format(description=description_of(trajectory)))
         pool.update(parse_curation(reply))
+        if progress is not None:
+            progress(1)
     top = tuple(pool.top_k(k)) if pool.tools else ()
     numeric = frozenset(t.name for t, _ in top if pool.numeric(t.name))
     coverage = pool.coverage(k) if pool.tools else 0.0
