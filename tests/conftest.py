@@ -179,10 +179,13 @@ class FakeJudge:
         return Scripted(200, None, delay_s=5.0 if mode == "slow" else 0.0)
 
 
-def _serve(handler: Any, state: FakeJudge, reply: Scripted, body: dict[str, Any]) -> None:
+def _serve(handler: Any, state: FakeJudge, reply: Scripted, body: dict[str, Any], answering: Any) -> None:
+    """Answer one request; ``answering()`` marks it no longer in flight just before the reply goes
+    out (a client may send its next request as soon as it has read this one)."""
     import contextlib
 
     if reply.trickle_s > 0:
+        answering()
         handler.send_response(reply.status)
         handler.send_header("Content-Length", "100")
         handler.end_headers()
@@ -197,6 +200,7 @@ def _serve(handler: Any, state: FakeJudge, reply: Scripted, body: dict[str, Any]
     time.sleep(state.delay_s + reply.delay_s)
     payload = reply.body if reply.body is not None or reply.status != 200 else state.completion(body)
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    answering()
     handler.send_response(reply.status)
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", str(len(data)))
@@ -224,11 +228,18 @@ def fake_judge() -> Iterator[FakeJudge]:
                                        "body": body, "t": time.monotonic()})  # fmt: skip
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
-            try:
-                _serve(self, state, state.take("## Reference Answer" in json.dumps(body)), body)
-            finally:
+            released = []
+
+            def answering() -> None:
                 with state.lock:
-                    state.in_flight -= 1
+                    if not released:
+                        released.append(True)
+                        state.in_flight -= 1
+
+            try:
+                _serve(self, state, state.take("## Reference Answer" in json.dumps(body)), body, answering)
+            finally:
+                answering()
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
