@@ -9,8 +9,9 @@ and the perception evidence. The four ways give the same numbers (checked here):
 * ``per target, one forward per episode``: the same rows, one padded forward per episode;
 * ``KV cache``: the longest state once with a KV cache, then every (state, target) row on a copy
   of the cache with the columns past its state masked out: two forwards per episode;
-* ``packed (evidra)``: the longest state once with every (state, target) packed behind it under
-  a mask (``evidra.models.branches``): one forward per episode.
+* ``packed``: the longest state once with every (state, target) packed behind it under a mask
+  (``evidra.models.branches``): one forward per episode (evidra's default), or 8 episodes' rows
+  padded into one forward.
 
     OMP_NUM_THREADS=1 python benchmarks/cave_credits.py [--episodes 8] [--zooms 2 3] [--repeats 3]
 """
@@ -134,9 +135,9 @@ def _ways(vlm: VLM, rows: Sequence[Row], k: int) -> list[tuple[str, Callable[[],
         ("per target, one forward per episode",
          lambda: score_states(vlm, rows, top_k=k, packed=False, batch_size=per_episode)),
         ("KV cache (2 forwards per episode)", lambda: _kv_cache(vlm, rows, k)),
-        ("packed, one episode per forward",
-         lambda: score_states(vlm, rows, top_k=k, packed=True, episodes_per_forward=1)),
-        ("packed, 8 episodes per forward (evidra)", lambda: score_states(vlm, rows, top_k=k, packed=True)),
+        ("packed, one episode per forward (evidra)", lambda: score_states(vlm, rows, top_k=k, packed=True)),
+        ("packed, 8 episodes per forward",
+         lambda: score_states(vlm, rows, top_k=k, packed=True, episodes_per_forward=8)),
     ]  # fmt: skip
 
 

@@ -114,4 +114,5 @@ def test_cave_credits_benchmark_checks_every_way_against_the_peer(
     # each way's numbers equal the peer's (asserted inside); 2 episodes x 2 states x 2 targets
     assert _cells(out, "per target x16")[1:6] == ["1", "8", "per target x16", "1", "8"]
     assert _cells(out, "KV cache")[4:6] == ["4", "10"]  # per episode: the context, then 4 rows
-    assert _cells(out, "packed, 8 episodes per forward (evidra)")[4:6] == ["1", "2"]
+    assert _cells(out, "packed, one episode per forward (evidra)")[4:6] == ["2", "2"]
+    assert _cells(out, "packed, 8 episodes per forward")[4:6] == ["1", "2"]

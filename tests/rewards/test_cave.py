@@ -180,13 +180,13 @@ def test_packed_credits_equal_the_per_target_path_in_fewer_forwards(
         plain_calls, seen[:] = list(seen), [0, 0]
         packed = score_states(vlm, episodes, top_k=5, packed=True)
         packed_calls, seen[:] = list(seen), [0, 0]
-        one_each = score_states(vlm, episodes, top_k=5, packed=True, episodes_per_forward=1)
+        together = score_states(vlm, episodes, top_k=5, packed=True, episodes_per_forward=2)
     finally:
         hook.remove()
     # plain: one row per state x target, 2 x 3 + 3 x 2 = 12 rows in batches of 4; packed: one row
-    # per episode, both in one forward (or one forward each)
-    assert plain_calls == [3, 12] and packed_calls == [1, 2] and seen == [2, 2]
-    for got in (packed, one_each):
+    # per episode, one forward each (or both in one forward)
+    assert plain_calls == [3, 12] and packed_calls == [2, 2] and seen == [1, 2]
+    for got in (packed, together):
         assert [len(p) for p in got] == [2, 3]
         for p_ep, q_ep in zip(got, plain, strict=True):
             for p, q in zip(p_ep, q_ep, strict=True):

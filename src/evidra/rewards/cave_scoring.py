@@ -106,7 +106,7 @@ PackedEpisode = tuple[Context, Sequence[int], Sequence[Target]]  # context, pref
 
 
 def score_packed(vlm: VLM, episodes: Sequence[PackedEpisode], *, top_k: int = 10,
-                 episodes_per_forward: int = 8) -> list[list[list[TargetScore]]]:  # fmt: skip
+                 episodes_per_forward: int = 1) -> list[list[list[TargetScore]]]:  # fmt: skip
     """``scores[e][t][j]``: episode e's target j teacher-forced after its first ``prefix_lens[t]``
     tokens; each episode is one packed row (``evidra.models.branches``), ``episodes_per_forward``
     rows per forward pass. Each episode is ``(context, prefix_lens, targets)``."""
@@ -145,14 +145,15 @@ Episode = tuple[Context, int, Sequence[int], str, Sequence[str]]
 
 def score_states(
     vlm: VLM, episodes: Sequence[Episode], *, top_k: int = 10, batch_size: int = 16,
-    packed: bool | None = None, episodes_per_forward: int = 8,
+    packed: bool | None = None, episodes_per_forward: int = 1,
 ) -> list[list[StateScore]]:  # fmt: skip
     """StateScores of every state of every episode.
 
     Each episode is ``(context, prompt_len, turn_starts, answer_body, evidence_units)``. Packed
     (the default where the model's attention allows it): each episode is one row holding all of
-    its states and targets, ``episodes_per_forward`` rows per forward pass. Otherwise every state
-    x target is its own row, ``batch_size`` rows per forward pass.
+    its states and targets, ``episodes_per_forward`` rows per forward pass (one: on a CPU thread,
+    batching rows measured slower, see docs/agents.md). Otherwise every state x target is its own
+    row, ``batch_size`` rows per forward pass.
     """
     tok = vlm.tokenizer
     targets = [[make_target(tok, answer, ANSWER_PREFIX, ANSWER_SUFFIX), *(make_target(tok, u) for u in units)]
