@@ -12,8 +12,10 @@ export TOKENIZERS_PARALLELISM := false
 
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.evidra-installed
+VERL_VENV ?= .venv-verl
+VERL_STAMP := $(VERL_VENV)/.evidra-installed
 
-.PHONY: install demo test test-slow test-all test-vllm lint clean
+.PHONY: install demo test test-slow test-all test-vllm test-verl lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +53,21 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
+# evidra's verl tools against verl's own classes, in a venv of their own (verl pins ray, its own
+# transformers and more); the test runs that venv's python in a subprocess and is skipped without it
+$(VERL_STAMP): pyproject.toml
+	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VERL_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VERL_VENV)/bin/python -m pip install --quiet verl==0.9.1  # the API the tools were checked against
+	# the tool agent loop imports these; verl 0.9.1 does not declare them
+	$(VERL_VENV)/bin/python -m pip install --quiet cachetools uvicorn fastapi
+	$(VERL_VENV)/bin/python -m pip install --quiet -e .
+	touch $(VERL_STAMP)
+
+test-verl: install $(VERL_STAMP)
+	$(BIN)/python -m pytest -q tests/integrations/test_verl_tools.py
+
 test-all: install
 	$(BIN)/python -m pytest -q
 
@@ -60,4 +77,4 @@ lint: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) evidra-demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(VERL_VENV) evidra-demo .pytest_cache .mypy_cache .ruff_cache

@@ -92,6 +92,23 @@ def test_grpo_step_gpu_benchmark_smoke_on_cpu(
         assert "TRL is not installed" in out
 
 
+@pytest.mark.parametrize("text", ["zipf", "synth"])
+def test_bm25_benchmark_prints_every_engine_and_the_result(
+    text: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--pages", "150", "--text", text, "--single", "10", "--batch", "30", "--vocab", "2000"]
+    out = _run("bm25", argv, monkeypatch, capsys)
+    assert re.search(r"^cpu: .*avx2 (yes|no)", out, re.M) and "bm25s 0." in out
+    rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")] for line in out.splitlines()}
+    for engine in ("hand-written", "evidra (bm25s)", "bm25s retrieve"):
+        build, p50, p99, qps, size, load = (float(c) for c in rows[engine][1:7])
+        assert build > 0 and 0 < p50 <= p99 and qps > 0 and size > 0 and load >= 0
+    agr, same = (float(c) for c in rows["evidra (bm25s)"][7:9])
+    assert agr == same == 1.0  # same tokenizer, variant and tie order as the hand-written index
+    assert re.search(r"^RESULT single_p50_speedup=\S+x batched_speedup=\S+x build_ratio=\S+ size_ratio=\S+ "
+                     r"agreement=1\.000$", out, re.M)  # fmt: skip
+
+
 @pytest.mark.slow
 def test_search_turns_benchmark_batches_with_the_one_by_one_pages(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,31 @@ def test_no_unsafe_deserialisation_in_the_source() -> None:
             if unsafe.search(line) or ("torch.load(" in line and "weights_only=True" not in line):
                 hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not hits, "\n".join(hits)
+
+
+def test_planted_bm25_index_files_are_never_executed(tmp_path: Path) -> None:
+    import numpy as np
+
+    from evidra.errors import CorpusError
+    from evidra.retrieval.encoders.bm25 import BM25Retriever
+
+    marker = tmp_path / "owned"
+    payload = np.array([_Payload(marker)], dtype=object)
+    BM25Retriever.build({"a": "orion budget", "b": "vega"}).save(tmp_path / "clean")
+    files = sorted(
+        p.name for p in next((tmp_path / "clean").glob("bm25-*")).iterdir() if p.suffix in {".npy", ".npz"}
+    )
+    assert {"counts.npz", "data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy"} <= set(files)
+    for name in files:  # each array file in turn holds a pickled object instead of numbers
+        root = tmp_path / name
+        shutil.copytree(tmp_path / "clean", root)
+        target = next(root.glob("bm25-*")) / name
+        if name.endswith(".npz"):
+            with open(target, "wb") as f:
+                np.savez(f, indptr=payload, terms=payload, counts=payload, allow_pickle=True)
+        else:
+            with open(target, "wb") as f:
+                np.save(f, payload, allow_pickle=True)
+        with pytest.raises(CorpusError, match="cannot read the BM25 index"):
+            BM25Retriever.load(root)
+        assert not marker.exists(), name

@@ -73,11 +73,12 @@ def test_qdrant_url_without_a_server(
     assert f"cannot reach a Qdrant server at {url}" in err and "--qdrant-path" in err
     assert not (tmp_path / "q").exists()
     # an index whose manifest names the server: searching it fails the same way
-    from evidra.retrieval.engine import IndexSpec, QdrantSpec, _write_manifest
+    from evidra.retrieval.engine import IndexSpec, QdrantSpec
+    from evidra.retrieval.manifest import write_manifest
 
     (tmp_path / "made").mkdir()
     spec = IndexSpec("colqwen2", str(model), "qdrant", qdrant=QdrantSpec(url=url, prefer_grpc=grpc), dim=8)
-    _write_manifest(tmp_path / "made", spec)
+    write_manifest(tmp_path / "made", spec)
     assert main(["index", "search", "--index", str(tmp_path / "made"), "budget"]) == 2
     assert f"cannot reach a Qdrant server at {url}" in _error(capsys, "index")
 

@@ -190,3 +190,40 @@ def test_lang2act_sequence_stage1_toolbox_stage2(tmp_path: Path, fake_judge: Any
     prompt = task.make_env(sample).reset(sample)[0].content[0].text
     assert 'name="subtract_values" args="val1, val2"' in prompt and "read_text_element" not in prompt
     assert task.reward.numeric_tools == frozenset({"subtract_values"})
+
+
+def _completion(text: str) -> dict[str, Any]:
+    return {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]
+    }
+
+
+@pytest.mark.slow
+def test_multiexpert_then_sft_on_the_kept_episode(
+    tmp_path: Path, fake_judge: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """VRAG-RL: the teacher searches the question, then answers it right; the episode (2 steps,
+    a search) is kept and ``train sft --data`` trains on its conversation."""
+    config = str(ROOT / "configs" / "vragrl.yaml")
+    data = _data(tmp_path, 1)
+    sample = _samples("vragrl", ["model.path=x", *data])[0]
+    fake_judge.script = [
+        fake_judge.Scripted(200, _completion(f"<think>look it up</think><search>{sample.question}</search>")),
+        fake_judge.Scripted(200, _completion(f"<think>found</think><answer>{sample.answers[0]}</answer>")),
+    ]
+    out = tmp_path / "vragrl-sft.jsonl"
+    argv = ["-q", "data", "multiexpert", "--config", config, "--teacher", fake_judge.url,
+            "--teacher-model", "teacher", "--concurrency", "1", "--out", str(out), *data]  # fmt: skip
+    assert main(argv) == 0
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["accepted"] and row["meta"]["actions"] == ["search", "answer"]
+    assert "1 of 1 episodes kept" in capsys.readouterr().out
+    run = tmp_path / "sft"
+    sft = ["-q", "train", "sft", "--config", config, "--data", str(out), *TINY, *data,
+           f"run.output_dir={run}", "sft.run.batch_size=1", "sft.run.steps=1"]  # fmt: skip
+    assert main(sft) == 0
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
+    bad = ["-q", "data", "multiexpert", "--config", config, "--teacher", fake_judge.url, "--teacher-model",
+           "t", "--expert", fake_judge.url, "--out", str(out), *data]  # fmt: skip
+    assert main(bad) == 2
+    assert "--expert-model" in capsys.readouterr().err

@@ -18,8 +18,9 @@ from evidra.rl.validate import sft_stage, validate_rl_config
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
-PARADIGM = {"lat": "coe", "evisrag": "evidence", "lang2act_stage1": "toolchain.stage1",
-            "lang2act_stage2": "toolchain", "vragrl": "direct", "cave": "direct"}  # fmt: skip
+PARADIGM = {"lat": "coe", "evisrag": "evidence", "evisrag_upstream": "evidence",
+            "lang2act_stage1": "toolchain.stage1", "lang2act_stage2": "toolchain", "vragrl": "direct",
+            "cave": "direct"}  # fmt: skip
 
 
 def _small(tmp: Path, name: str) -> list[str]:

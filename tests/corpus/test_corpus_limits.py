@@ -12,6 +12,7 @@ import weakref
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -19,7 +20,7 @@ from PIL import Image
 from evidra.corpus import Limits, PageStore, ingest
 from evidra.corpus.pdf import RenderedPage, capped_scale
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-from evidra.errors import InvalidInputError
+from evidra.errors import CorpusError, InvalidInputError
 
 ingest_module = importlib.import_module("evidra.corpus.ingest")
 
@@ -146,6 +147,113 @@ def test_pdf_over_the_page_cap_is_refused_and_named(tmp_path: Path) -> None:
     ]  # fmt: skip
     with pytest.raises(InvalidInputError, match="must be positive"):
         Limits(max_pixels=0)
+
+
+def _sparse(path: Path, size: int) -> Path:
+    """A file of ``size`` bytes that occupies (almost) no disk: its length is set, nothing written."""
+    with path.open("wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_a_file_over_the_size_cap_is_skipped_unread_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.pdf").write_bytes(_pdf(1))
+    _sparse(docs / "huge.pdf", 600 * 2**20 + 1)  # over the default cap of 512 MiB
+    rendered: list[str] = []
+    real = ingest_module._render
+
+    def tracked(path: Path, *args: object) -> Iterator[RenderedPage]:
+        rendered.append(path.name)
+        return real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest_module, "_render", tracked)
+    report = ingest(docs, tmp_path / "store", dpi=36)
+    # 600 MiB + 1 byte = 629145601 bytes; --max-file-mb rounds the size up to whole MiB: 601
+    reason = (
+        "huge.pdf is 600.0 MiB (629145601 bytes), over the cap of 512 MiB per file; raise the cap "
+        "(--max-file-mb 601, or Limits(max_file_bytes=...))"
+    )
+    assert [(f.path, f.reason) for f in report.failed] == [("huge.pdf", reason)]
+    assert len(report.added) == 1 and rendered == ["a.pdf"]
+    assert f"skipping huge.pdf: {reason}" in caplog.text
+
+
+def test_the_size_cap_admits_a_file_of_exactly_its_size(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    _sparse(docs / "at.png", 2**20)
+    _sparse(docs / "over.png", 2**20 + 1)
+    report = ingest(docs, tmp_path / "store", limits=Limits(max_file_bytes=2**20))
+    reasons = {f.path: f.reason for f in report.failed}
+    assert reasons["at.png"].startswith("at.png is not a readable image")  # read, then found to be zeros
+    assert reasons["over.png"] == (
+        "over.png is 1.0 MiB (1048577 bytes), over the cap of 1 MiB per file; raise the cap "
+        "(--max-file-mb 2, or Limits(max_file_bytes=...))"
+    )
+    with pytest.raises(InvalidInputError, match="max_file_bytes must be positive"):
+        Limits(max_file_bytes=0)
+
+
+def test_reading_a_small_file_does_not_allocate_the_size_cap(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = tmp_path / "small.pdf"
+    path.write_bytes(b"%PDF" * 64)
+    tracemalloc.start()
+    try:
+        data = ingest_module._read_capped(path, "small.pdf", 512 * 2**20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert data == b"%PDF" * 64 and peak < 2**20  # f.read(cap + 1) would allocate 512 MiB first
+
+
+def test_a_file_that_grows_after_its_size_was_checked_is_read_whole_or_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_stat = Path.stat
+    stale: dict[Path, int] = {}
+
+    def stat(self: Path, **kwargs: Any) -> os.stat_result:
+        st = real_stat(self, **kwargs)
+        if self in stale:  # the size seen before the file grew, once
+            fields = list(st)
+            fields[6] = stale.pop(self)  # st_size
+            return os.stat_result(fields)
+        return st
+
+    monkeypatch.setattr(Path, "stat", stat)
+    path = tmp_path / "grows.pdf"
+    path.write_bytes(b"x" * 1500)
+    stale[path] = 1000
+    assert ingest_module._read_capped(path, "grows.pdf", 2000) == b"x" * 1500  # not cut at 1000
+    path.write_bytes(b"x" * 3000)
+    stale[path] = 1000
+    with pytest.raises(CorpusError, match=r"^grows.pdf is 0.0 MiB \(3000 bytes\), over the cap"):
+        ingest_module._read_capped(path, "grows.pdf", 2000)
+
+
+def test_cli_max_file_mb_skips_the_large_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from evidra.cli.main import main
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.pdf").write_bytes(_pdf(1))
+    _sparse(docs / "b.pdf", 3 * 2**20)
+    argv = ["ingest", str(docs), "--store", str(tmp_path / "store"), "--dpi", "36", "--max-file-mb", "2.5"]
+    assert main(argv) == 0  # a page was stored: the skipped file does not fail the run
+    assert capsys.readouterr().out.startswith("1 pages added, 0 unchanged, 1 files failed, 2 files seen")
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping")]
+    assert skipped == [
+        "skipping b.pdf: b.pdf is 3.0 MiB (3145728 bytes), over the cap of 2.5 MiB per file; raise the "
+        "cap (--max-file-mb 3, or Limits(max_file_bytes=...))"
+    ]
 
 
 def _track_live_images(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -81,3 +81,16 @@ def test_a_paper_reward_through_both_adapters() -> None:
     trl = as_trl_reward(reward)(prompts=["When?"], completions=[text], completion_ids=[[1]], answer=["1987"])
     verl = as_verl_compute_score(reward)("rag", text, "1987", {"question": "When?"})
     assert trl[0] is not None and math.isfinite(trl[0]) and trl[0] == verl["score"]
+
+
+def test_verl_compute_score_reads_the_pages_the_tools_retrieved() -> None:
+    """verl hands the tools' extra_fields to the reward as extra_info: retrieved_pages (a list)
+    becomes the NDCG input, gold_pages the sample's gold (VRAG-RL Eq. 9)."""
+    from evidra.rewards.vragrl import retrieval_reward
+
+    score = as_verl_compute_score(retrieval_reward)
+    info = {"question": "q", "gold_pages": ["p2", "p9"], "retrieved_pages": ["p1", "p2"]}
+    # DCG = 1/log2(3) (p2 at rank 2); IDCG over the 2 gold pages = 1 + 1/log2(3)
+    expected = (1 / math.log2(3)) / (1 + 1 / math.log2(3))
+    assert math.isclose(score("vragrl", "<answer>x</answer>", "x", info)["score"], expected)
+    assert score("vragrl", "<answer>x</answer>", "x", {**info, "retrieved_pages": []})["score"] == 0.0

@@ -105,12 +105,6 @@ def test_adapter_checkpoints_are_checked(
     ):
         load_encoder("colpali", ADAPTER_ID)
 
-    native = tmp_path / "native-base"  # colpali-engine's own format: a Qwen2-VL type, a Col* class
-    native.mkdir()
-    (native / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "architectures": ["ColQwen2"]}))
-    with pytest.raises(ModelLoadError, match=r"colpali-engine's own format; use the transformers release"):
-        load_encoder("colqwen2", native)
-
     nameless = tmp_path / "nameless"
     shutil.copytree(adapter, nameless)
     cfg = json.loads((nameless / "adapter_config.json").read_text())

@@ -72,7 +72,7 @@ def test_a_build_interrupted_while_publishing_into_a_folder_is_redone(tmp_path: 
     out = tmp_path / "idx"
     (out / "images").mkdir(parents=True)  # e.g. inline images written before the build
     (out / "images" / "a.png").write_bytes(b"png")
-    (out / "bm25.json").write_text("{truncated")  # an entry moved before the manifest, then killed
+    (out / "bm25.index.json").write_text("{truncated")  # an entry moved before the manifest, then killed
     with build_index(PAGES, out, "bm25") as engine:
         assert engine.retriever.search(["memo"], k=1)[0][0].page_id == "doc-p0003"
     assert (out / "images" / "a.png").read_bytes() == b"png"

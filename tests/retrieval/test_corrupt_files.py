@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -90,3 +91,21 @@ def test_truncated_page_image_in_index_build(
     colq = ["--encoder", "colqwen2", "--model", str(built["colqwen2"])]
     argv = ["index", "build", "--store", str(store), *colq, "--out", str(tmp_path / "i")]
     _one_line_error(capsys, argv, page.name, "cannot be read", "ingest its document again")
+
+
+def test_damaged_or_old_bm25_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evidra.retrieval.engine import build_index
+    from evidra.types import Box, Page, Word
+
+    pages = [Page("p1", "/pages/1.png", 10, 10, words=(Word("revenue", Box(0, 0, 5, 5)),))]
+    build_index(pages, tmp_path / "bm25", "bm25").close()
+    index = tmp_path / "bm25"
+    search = ["index", "search", "--index", str(index), "revenue"]
+    assert main(search) == 0
+    data = index / json.loads((index / "retriever.json").read_text())["data_dir"]  # the live BM25 folder
+    (next(data.glob("bm25-*")) / "pages.json").write_text('{"ids": ["p1"')  # cut short
+    _one_line_error(capsys, search, "cannot read the BM25 index", "pages.json", "evidra index build")
+    shutil.rmtree(next(data.glob("bm25-*")))
+    (data / "bm25.index.json").unlink()
+    (data / "bm25.json").write_text('{"k1": 1.5, "b": 0.75, "ids": ["p1"], "images": [""], "docs": [{}]}')
+    _one_line_error(capsys, search, "older evidra (bm25.json)", "--encoder bm25")

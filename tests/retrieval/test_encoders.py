@@ -11,7 +11,6 @@ import torch
 
 from evidra.errors import InvalidInputError, MissingDependencyError, ModelLoadError
 from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions
-from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever, tokenize
 from evidra.retrieval.encoders.colvision import ColVisionEncoder
 from evidra.retrieval.encoders.dse import SingleVectorEncoder
 from evidra.retrieval.maxsim import maxsim
@@ -114,35 +113,6 @@ def test_registry_names_the_encoders() -> None:
     assert {"colqwen2", "colpali", "dse", "visrag", "minilm"} <= set(ENCODERS.names())
     with pytest.raises(KeyError, match="did you mean 'colqwen2'"):
         ENCODERS.get("colqwen")
-
-
-def test_bm25_hand_computed() -> None:
-    texts = {"a": "the red fox", "b": "a blue whale", "c": "red red whale", "d": "fox"}
-    bm25 = BM25Retriever.build(texts, BM25Params(k1=1.5, b=0.75))
-    # N=4, avgdl=2.5; df(red)=df(whale)=df(fox)=2 -> idf = ln(1 + 2.5/2.5) = ln 2
-    # |d|=3: k1*(1-b+b*3/2.5) = 1.725; |d|=1: 0.825
-    # c: ln2*(2*2.5/(2+1.725) + 2.5/(1+1.725)) = 1.566314; a, b: ln2*2.5/2.725 = 0.635915
-    scores = bm25.scores("red whale red")  # repeated query terms count once
-    assert scores.tolist() == pytest.approx([0.635915, 0.635915, 1.566314, 0.0], abs=1e-6)
-    # fox: d is shorter, so it wins: ln2*2.5/1.825 = 0.949517
-    hits = bm25.search(["Fox!"], k=3)[0]
-    assert [(h.page_id, round(h.score, 6)) for h in hits] == [("d", 0.949517), ("a", 0.635915)]
-    assert [h.page_id for h in bm25.search(["fox"], k=2, exclude=[{"d"}])[0]] == ["a"]
-
-
-def test_bm25_save_load_roundtrip(tmp_path: Path) -> None:
-    bm25 = BM25Retriever.build({"x": "alpha beta", "y": "beta gamma"}, images={"x": "x.png"})
-    bm25.save(tmp_path)
-    again = BM25Retriever.load(tmp_path)
-    assert again.search(["alpha"], k=1) == bm25.search(["alpha"], k=1)
-    assert again.search(["alpha"], k=1)[0][0].image_path == "x.png"
-    assert tokenize("Ünïcode Wörds, 42") == ["ünïcode", "wörds", "42"]
-    # ligature characters (as OCR emits them) and decomposed accents match their plain spelling
-    assert tokenize("\ufb01ne \ufb02oor e\ufb03cient Wo\u0308rds") == ["fine", "floor", "efficient", "wörds"]
-    bm25 = BM25Retriever.build({"ocr": "the speci\ufb01cation of the \ufb02oor", "other": "a fine day"})
-    assert [h.page_id for h in bm25.search(["specification floor"], k=2)[0]] == ["ocr"]
-    with pytest.raises(InvalidInputError, match="k1"):
-        BM25Params(k1=-1.0)
 
 
 def test_sentence_encoder_missing_dependency(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

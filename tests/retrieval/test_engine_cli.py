@@ -114,6 +114,7 @@ def test_serve_index_cli_parses_and_reports_missing_index(
     args = build_parser().parse_args(
         ["serve-index", "--index", "i", "--max-batch", "4", "--max-wait-ms", "2"]
     )
-    assert (args.max_batch, args.max_wait_ms, args.host) == (4, 2.0, "127.0.0.1")
+    assert (args.max_batch, args.max_wait_ms, args.host, args.access_log) == (4, 2.0, "127.0.0.1", True)
+    assert build_parser().parse_args(["serve-index", "--index", "i", "--no-access-log"]).access_log is False
     assert main(["serve-index", "--index", str(tmp_path / "missing")]) == 2
     assert "evidra index build" in capsys.readouterr().err

@@ -7,39 +7,23 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from http_raw import raw_exchange
 from http_raw import raw_request as _raw
+from service_fakes import SlowRetriever
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval.base import Exclude, Hit
+from evidra.retrieval.base import Hit
 from evidra.retrieval.client import SearchClient, SearchServiceError
-from evidra.retrieval.server import API_KEY_ENV, BATCH_RECORD, SearchService, ServiceOptions
-
-
-class SlowRetriever:
-    """Answers every query with one hit named after it, taking ``per_query_s`` per query."""
-
-    def __init__(self, per_query_s: float = 0.0) -> None:
-        self.per_query_s = per_query_s
-        self.searched = 0
-        self.lock = threading.Lock()
-
-    def search(self, queries: Sequence[str], k: int = 10, exclude: Exclude = None) -> list[list[Hit]]:
-        time.sleep(self.per_query_s * len(queries))
-        with self.lock:
-            self.searched += len(queries)
-        if any(q == "explode" for q in queries):
-            raise RuntimeError("secret internal detail /home/me/index")
-        return [[Hit(f"p-{q[:8]}", 1.0, "")] for q in queries]
+from evidra.retrieval.server import API_KEY_ENV, BATCH_RECORD, MAX_HEAD, SearchService, ServiceOptions
 
 
 def _post(url: str, body: bytes, headers: str = "") -> tuple[int, dict[str, Any]]:
     return _raw(
         url,
-        b"POST /search HTTP/1.1\r\nConnection: close\r\n"
+        b"POST /search HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
         + headers.encode()
         + b"Content-Length: %d\r\n\r\n" % len(body)
         + body,
@@ -70,14 +54,23 @@ def test_every_malformed_request_gets_a_short_4xx(caplog: pytest.LogCaptureFixtu
             assert (got_status, fragment in got["error"]) == (status, True), (body[:40], got)
             assert len(got["error"]) < 120 and "Traceback" not in got["error"]
         assert "secret internal detail" in caplog.text  # logged for the operator, not sent
+        head = b"POST /search HTTP/1.1\r\nHost: t\r\n"
+        for raw in [  # refused by uvicorn's h11 parser before the app sees them
+            head + b"Content-Length: -5\r\n\r\n",
+            head + b"Content-Length: 1_0\r\n\r\n",
+            head + b"Content-Length: " + b"9" * 5000 + b"\r\n\r\n",
+            head + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",  # not a chunk size
+            b"GARBAGE\r\n\r\n",
+            b"GET /health HTTP/1.1\r\n\r\n",  # HTTP/1.1 without Host
+            b"GET /" + b"a" * (MAX_HEAD + 100),  # a head still incomplete past MAX_HEAD
+            b"GET /health HTTP/1.1\r\nHost: t\r\nX-Big: " + b"b" * (MAX_HEAD + 100),
+        ]:
+            status, kind, text = raw_exchange(url, raw)  # (chunked when the body had begun)
+            assert (status, kind) == (400, "text/plain; charset=utf-8"), raw[:40]
+            assert b"Invalid HTTP request received." in text and len(text) < 50, text
         for raw, status, fragment in [
-            (b"POST /search HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400, "non-negative integer"),
-            (b"POST /search HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n", 400, "non-negative integer"),
-            (b"POST /search HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 400, "non-negative"),
-            (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414, "request line is longer than"),
-            (b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\n\r\n", 414, "request line is longer than"),
-            (b"GET /health HTTP/1.1\r\nX-Big: " + b"b" * 70_000 + b"\r\n\r\n", 431, "header line is longer"),
-            (b"GET /health HTTP/1.1\r\n" + b"X-A: 1\r\n" * 65 + b"\r\n", 431, "more than 64 headers"),
+            (head + b"Content-Length: 99999999\r\n\r\n", 413, "a body of 99999999 bytes exceeds the limit"),
+            (b"GET /health HTTP/1.1\r\nHost: t\r\n" + b"X-A: 1\r\n" * 64 + b"\r\n", 431, "more than 64"),
         ]:
             got_status, got = _raw(url, raw)
             assert (got_status, fragment in got["error"]) == (status, True), (raw[:40], got)
@@ -108,7 +101,7 @@ def test_a_disconnected_clients_queries_are_dropped() -> None:
         host, port = url.removeprefix("http://").split(":")
         body = json.dumps({"queries": ["q"] * 1000}).encode()
         with socket.create_connection((host, int(port))) as s:
-            s.sendall(b"POST /search HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            s.sendall(b"POST /search HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             time.sleep(0.1)
         time.sleep(0.4)  # well within the 2 s the request would take
         with SearchClient(url, timeout=10) as client:
@@ -134,7 +127,7 @@ def test_api_key_is_required_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
         assert SearchClient(url, api_key="s3cret").search(["a"], k=1) == [[Hit("p-a", 1.0, "")]]
         monkeypatch.setenv(API_KEY_ENV, "s3cret")
         assert SearchClient(url).search(["a"], k=1) == [[Hit("p-a", 1.0, "")]]  # read from the env
-        assert _raw(url, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")[0] == 200  # probes stay open
+        assert _raw(url, b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")[0] == 200
     assert "s3cret" not in repr(service.options)
     with pytest.raises(InvalidInputError, match="API key is empty"):
         ServiceOptions(api_key=" ")

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from evidra.errors import InvalidInputError, RegistryError
 from evidra.rl.advantages import (
-    ADVANTAGES,
     dr_grpo,
     group_ids,
     grpo,
@@ -26,6 +25,7 @@ from evidra.rl.advantages import (
     turn_credit_advantages,
     turn_masks,
 )
+from evidra.rl.estimators import ADVANTAGES, AdvantageInputs
 from evidra.types import Span
 
 S3 = math.sqrt(1.0 / 3.0)  # unbiased std of [1, 0, 1, 0]: sqrt(4 * 0.25 / 3)
@@ -111,7 +111,9 @@ def test_bad_group_arguments_are_named() -> None:
 
 
 def test_registry_lookup_and_typo() -> None:
-    assert ADVANTAGES.get("grpo") is grpo and ADVANTAGES.get("dr_grpo") is dr_grpo
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    assert torch.equal(ADVANTAGES.get("grpo").fn(AdvantageInputs(r, 4)).sequence, grpo(r, 4))
+    assert torch.equal(ADVANTAGES.get("dr_grpo").fn(AdvantageInputs(r, 4)).sequence, dr_grpo(r, 4))
     with pytest.raises(RegistryError, match="did you mean 'grpo'"):
         ADVANTAGES.get("grpoo")
 

@@ -30,7 +30,17 @@ def _slides(task: str, **kw: object) -> DataConfig:
                       options={"n_slides": "3"}, **kw)  # type: ignore[arg-type]  # fmt: skip
 
 
-def test_single_turn_recipes_take_benchmark_samples(tmp_path: Path) -> None:
+@pytest.fixture(autouse=True)
+def _ocr_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VISA's pages are screenshots: task lat reads them by OCR (refused without it, tested below)."""
+    monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: True)
+
+
+def test_single_turn_recipes_take_benchmark_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: False)
+    with pytest.raises(ConfigError, match="visa_wiki: 5 pages have no text layer"):  # screenshots, no OCR
+        task_samples(TASKS.get("lat"), _visa(tmp_path, "lat"))
+    monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: True)
     lat = task_samples(TASKS.get("lat"), _visa(tmp_path, "lat"))
     assert [s.answerable for s in lat] == [True, False]  # "No Answer" items train LAT's refusal
     assert lat[0].gold_boxes and [p.id for p in lat[0].pages] == ["nq-7", "nq-1", "nq-9"]
@@ -43,7 +53,9 @@ def test_single_turn_recipes_take_benchmark_samples(tmp_path: Path) -> None:
     assert len(task_samples(TASKS.get("lat.rs_grpo"), _visa(tmp_path, "lat.rs_grpo"))) == 2
 
 
-def test_data_size_subsamples_with_the_seed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_data_size_subsamples_with_the_seed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     task = TASKS.get("lat")
     with caplog.at_level(logging.WARNING, logger="evidra.rl.tasks"):
         one = task_samples(task, _visa(tmp_path, "lat", size=1, seed=0))

@@ -107,7 +107,7 @@ def test_oracle_conversation_earns_the_full_reward(task: str, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_evisrag_upstream_variant_trains_on_the_six_released_scopes(tmp_path: Path) -> None:
-    over = [*_small(tmp_path, "up"), "data.task=evisrag.upstream", "run.steps=1"]
+    over = [*_small(tmp_path, "up"), "reward.mode=upstream", "run.steps=1"]
     cfg = load_config(RLConfig, ROOT / "configs" / "evisrag.yaml", over)
     (row,) = RLTrainer(cfg).train()
     assert math.isfinite(row["loss"])

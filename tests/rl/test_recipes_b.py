@@ -193,6 +193,53 @@ def test_synth_once_builds_a_folder_once_across_threads(tmp_path: Path) -> None:
     assert calls == [1] and [r.dpi for r in results] == [1.0] * 4
 
 
+def test_vragrl_answer_without_search_paper_and_released(small_vlm: Any, tmp_path: Path) -> None:
+    """A right answer with no search. Paper (Eq. 9-12): no page retrieved, r_Ret = DCG(empty) /
+    IDCG = 0; no <search> action, r_Pat = 0; r = 0.2 * 0 + 0.7 * 1 + 0.1 * 0 = 0.7 (beta: the paper
+    gates nothing on retrieval). Released (reward.mode=upstream): 0 without both an <answer> and
+    a <search> in the decoded response. After an invalid action the released check also reads the
+    environment's message, whose instructions name both tags: the gate passes without a search
+    (0.7 + 0.1 + 0.2 * 0), where the paper still gives 0.7."""
+    from evidra.rewards.judge_config import JudgeConfig
+    from evidra.rl.tasks import resolve_task
+
+    paper = resolve_task("vragrl", JudgeConfig())
+    released = resolve_task("vragrl", JudgeConfig(), reward_mode="upstream")
+    sample = paper.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
+    answer = f"<think>I know it.</think><answer>{sample.answers[0]}</answer>"
+    after_invalid, direct = ["<think>zoom</think><bbox>[5, 5, 1, 1]</bbox>", answer], [answer]
+    # the longer script first: Scripted plays the j-th running episode's script
+    episodes = rollout(Scripted(small_vlm, [after_invalid, direct]), paper.make_env, [sample], 2,
+                       SamplingParams(max_new_tokens=64), RolloutLimits(5, 64, 4000))  # fmt: skip
+    assert [i.action for i in episodes[0].infos] == ["invalid", "answer"]
+    assert [i.action for i in episodes[1].infos] == ["answer"]
+    got = paper.score_episodes(small_vlm, episodes)
+    assert dict(got[1].components) == {"retrieval": 0.0, "answer": 1.0, "pattern": 0.0}
+    assert [r.total for r in got] == [pytest.approx(0.7), pytest.approx(0.7)]
+    up = released.score_episodes(small_vlm, episodes)
+    assert up[1].total == 0.0 and up[1].components["pattern"] == 0.0
+    assert up[0].components["pattern"] == 1.0 and up[0].total == pytest.approx(0.8)
+
+
+def test_vragrl_released_reward_keeps_the_judge_and_full_marks(small_vlm: Any, tmp_path: Path) -> None:
+    from evidra.rewards.judge import RuleJudge
+    from evidra.rewards.judge_config import JudgeConfig
+    from evidra.rewards.vragrl import VragRLReward
+    from evidra.rl.tasks import resolve_task
+
+    released = resolve_task("vragrl", JudgeConfig(kind="rule", rule="exact"), reward_mode="upstream")
+    sample = released.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
+    q, a = sample.question, sample.answers[0]
+    right = [f"<think>a</think><search>{q}</search>", f"<think>c</think><answer>{a}</answer>"]
+    episodes = rollout(Scripted(small_vlm, [right]), released.make_env, [sample], 1,
+                       SamplingParams(max_new_tokens=64), RolloutLimits(5, 64, 4000))  # fmt: skip
+    (result,) = released.score_episodes(small_vlm, episodes)
+    assert result.total == pytest.approx(0.7 * 1 + 0.1 * 1 + 0.2 * 1.0)  # rm.py's order of terms
+    reward = released.reward
+    assert isinstance(reward, VragRLReward) and reward.mode == "upstream"  # the judge kept the mode
+    assert reward.judge == RuleJudge("exact")  # and the mode kept the judge
+
+
 # --- what CAVE trains on, and VRAG-RL's token budgets ---
 
 SCENARIOS = ("tracer_match", "tracer_subimage", "tracer_trace", "tracer_vjump", "tunnel_chain",

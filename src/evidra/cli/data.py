@@ -1,10 +1,12 @@
-"""``evidra data distill|filter|toolbox``: the papers' training-data construction stages.
+"""``evidra data distill|multiexpert|filter|toolbox``: the papers' training-data construction stages.
 
 Each reads the samples of a training recipe (``--config`` and dotted overrides, as ``evidra
 train``), so its output fits the run that trains on it:
 
     evidra data distill --config configs/lat.yaml --method lat --teacher URL --teacher-model NAME \\
         --out runs/lat-sft.jsonl                # then: evidra train sft ... --data runs/lat-sft.jsonl
+    evidra data multiexpert --config configs/vragrl.yaml --teacher URL --teacher-model NAME \\
+        --expert URL --expert-model NAME --out runs/vragrl-sft.jsonl   # then: train sft --data
     evidra data filter --config configs/evisrag.yaml --model runs/evisrag-sft --k 8 \\
         --out runs/evisrag-keep.jsonl    # then: evidra train rl ... data.subset=runs/evisrag-keep.jsonl
     evidra data toolbox --config configs/lang2act_stage1.yaml --model runs/l2a-stage1 \\
@@ -33,6 +35,7 @@ def register(subparsers: Any) -> None:
     )
     sub = p.add_subparsers(dest="data_command", metavar="STAGE", required=True)
     _distill_parser(sub)
+    _multiexpert_parser(sub)
     _filter_parser(sub)
     _toolbox_parser(sub)
 
@@ -74,6 +77,33 @@ def _distill_parser(sub: Any) -> None:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--out", required=True, metavar="FILE", help="JSONL of trajectories (appended)")
     p.set_defaults(func=run_distill)
+
+
+def _multiexpert_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "multiexpert",
+        help="VRAG-RL multi-expert episodes (large model + grounding expert) -> SFT JSONL",
+        description="Play the recipe's search environment with two teachers (VRAG-RL Eqs. 3-6): the "
+        "large model (--teacher) thinks and picks each action, the grounding expert (--expert) "
+        "re-locates every <bbox> from the history and the large model's thought. An episode is kept "
+        "when it searched, made no invalid action, took --min-steps..--max-steps turns and its answer "
+        "has ANLS >= --min-anls. Reruns skip the ids already in --out.",
+    )
+    _recipe_arguments(p)
+    p.add_argument("--teacher", required=True, metavar="URL", help="large model's OpenAI-compatible base URL")
+    p.add_argument("--teacher-model", required=True, metavar="NAME", help="model name the teacher serves")
+    p.add_argument("--expert", default="", metavar="URL", help="grounding expert's base URL")
+    p.add_argument("--expert-model", default="", metavar="NAME", help="model name the expert serves")
+    _api_key_argument(p)
+    p.add_argument("--samples", type=int, default=1, help="episodes sampled per question (default 1)")
+    p.add_argument("--min-steps", type=int, default=2, help="fewest turns kept (default 2)")
+    p.add_argument("--max-steps", type=int, default=6, help="most turns kept (default 6)")
+    p.add_argument("--min-anls", type=float, default=0.5, help="answer ANLS that counts as right")
+    p.add_argument("--concurrency", type=int, default=4, help="questions played at once")
+    p.add_argument("--max-tokens", type=int, default=1024, help="per large-model turn")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--out", required=True, metavar="FILE", help="JSONL of episodes (appended)")
+    p.set_defaults(func=run_multiexpert)
 
 
 def _filter_parser(sub: Any) -> None:
@@ -137,7 +167,7 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
 
     cfg = load_config(RLConfig, args.config, args.overrides)
     validate_rl_config(cfg)
-    task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+    task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
     return cfg, task, task_samples(task, cfg.data)
 
 
@@ -184,6 +214,36 @@ def run_distill(args: argparse.Namespace) -> int:
                      temperature=args.temperature)  # fmt: skip
     print(f"distilled {report.attempted} samples: {report.accepted} kept, {report.failed} failed "
           f"(retried on a rerun), {report.skipped} already in {args.out}")  # fmt: skip
+    print(f"train on them: evidra train sft --config {args.config or 'FILE'} --data {args.out}")
+    return 0
+
+
+def run_multiexpert(args: argparse.Namespace) -> int:
+    from evidra.data.construction.multiexpert import MultiExpertConfig, multiexpert
+    from evidra.errors import InvalidInputError
+    from evidra.eval.endpoint import ChatEndpoint
+
+    if bool(args.expert) != bool(args.expert_model):
+        raise ConfigError("give the grounding expert as --expert URL --expert-model NAME (both or neither)")
+    if not args.expert:
+        logger.warning("no --expert: the large model's boxes are kept as written")
+    check_api_key_env(args.api_key_env, "--api-key-env")
+    try:
+        cfg = MultiExpertConfig(args.samples, args.min_steps, args.max_steps, args.min_anls, args.max_tokens,
+                                args.temperature, concurrency=args.concurrency)  # fmt: skip
+    except InvalidInputError as exc:
+        raise ConfigError(f"data multiexpert: {exc}") from None
+    _, task, samples = _recipe(args)
+    key = args.api_key_env
+    lm = ChatEndpoint(args.teacher, args.teacher_model, api_key_env=key)
+    expert = ChatEndpoint(args.expert, args.expert_model, api_key_env=key) if args.expert else None
+    report = multiexpert(samples, task.make_env, lm, expert, args.out, cfg)
+    print(
+        f"played {report.questions} questions: {report.accepted} of {report.episodes} episodes kept, "
+        f"{report.failed} questions failed (retried on a rerun), {report.skipped} already in {args.out}"
+    )
+    for name, count in report.buckets.items():
+        print(f"  {name:<28} {count:>5} kept")
     print(f"train on them: evidra train sft --config {args.config or 'FILE'} --data {args.out}")
     return 0
 

@@ -4,6 +4,10 @@
         --paradigm direct --paradigm coe --model ./checkpoint --out runs/eval
     evidra eval --benchmark docvqa --data val.jsonl --paradigm all \\
         --endpoint http://127.0.0.1:8000/v1 --model-name qwen2.5-vl-7b --out runs/eval
+    evidra eval --benchmark slidevqa --data test.jsonl --paradigm toolchain --toolbox box.json \\
+        --pages-per-question 3 --index idx/ --model ckpt/l2a --out runs/l2a   # Lang2Act as evaluated
+    evidra eval --benchmark visa_wiki --data data/visa --paradigm coe --sa-retriever ckpt/colqwen2 \\
+        --model ckpt/lat --out runs/lat   # LAT's Step Accuracy column
 
 Predictions are cached in ``OUT/predictions.jsonl``: rerunning resumes. ``--paradigm all`` runs
 every registered paradigm and skips (with a warning) those that cannot prompt these samples.
@@ -16,6 +20,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from evidra.cli._eval_options import EvalOptions, load_sa, parse_options, with_pages
+from evidra.cli._eval_options import add_arguments as add_eval_options
 from evidra.cli._progress import advance
 from evidra.errors import InvalidInputError
 from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
@@ -76,8 +82,8 @@ def register(subparsers: Any) -> None:
     env_help = "episode environment built from the paradigm, e.g. zoom (default: single turn)"
     p.add_argument("--env", default=None, metavar="NAME", help=env_help)
     index_help = (
-        "--env search: an index directory or serve-index URL over the benchmark's pages "
-        "(default: BM25 over their text layer)"
+        "an index directory or serve-index URL over the benchmark's pages: what --env search searches "
+        "(default: BM25 over their text layer), or what ranks pages for --pages-per-question"
     )
     p.add_argument("--index", default=None, metavar="DIR|URL", help=index_help)
     by_help = "extra rows per value of a sample field: subset (ChartQA), stratum (VISA), page_kind"
@@ -89,6 +95,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--training-metrics", default=None, metavar="FILE",
                    help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR")
+    add_eval_options(p)
     _judge_arguments(p)
     p.set_defaults(func=run)
 
@@ -145,6 +152,7 @@ def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
 
 
 def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
+    """Each benchmark's samples, with their top ``--pages-per-question`` pages when given."""
     from evidra.eval.benchmarks import synthetic_samples
 
     benches: dict[str, list[Any]] = {}
@@ -159,7 +167,7 @@ def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
         benches[args.benchmark] = load(args.benchmark, args.data, limit=args.limit, **options)
     if not benches:
         raise InvalidInputError("nothing to evaluate: pass --synthetic NAME or --benchmark NAME --data PATH")
-    return benches
+    return {name: with_pages(samples, args) for name, samples in benches.items()}
 
 
 def _backend(args: argparse.Namespace) -> tuple[Any, str]:
@@ -184,17 +192,14 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
     raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
 
 
-def _env_factory(name: str | None, paradigm_name: str, corpus: Any, args: argparse.Namespace) -> Any:
+def _env_factory(name: str | None, paradigm: Any, corpus: Any, args: argparse.Namespace) -> Any:
     """``make_env`` for ``--env``: the environment class called with ``paradigm=``; ``search``
     also gets ``corpus``, the benchmark's ``(searcher, pages)`` from ``_search_corpus``."""
-    if args.index and name != "search":
-        raise InvalidInputError("--index is for --env search")
     if name is None:
         return None
     from evidra.env import ENVIRONMENTS
-    from evidra.paradigms import PARADIGMS
 
-    env_cls, paradigm = ENVIRONMENTS.get(name), PARADIGMS.get(paradigm_name)()
+    env_cls = ENVIRONMENTS.get(name)
     limit = _turn_field(env_cls)
     turns = {limit: args.max_turns} if limit and args.max_turns is not None else {}
     if name == "search":
@@ -255,28 +260,27 @@ def run(args: argparse.Namespace) -> int:
 
     from evidra.errors import EvidraError
     from evidra.eval.report import RunResult, write_report
-    from evidra.eval.runner import RunConfig, run_eval
     from evidra.eval.tables import breakdown, summarize
     from evidra.paradigms import PARADIGMS
 
     out = Path(args.out)
     judge = _judge(args, out)  # a bad judge option fails before any model loads
+    options = parse_options(args)
     benches = _samples(args, out)
+    options = load_sa(args, options)
     backend, model_name = _backend(args)
-    paradigms = PARADIGMS.names() if args.paradigm in ([], ["all"]) else args.paradigm
-    runs, turns = [], _max_turns(args)
+    every = args.paradigm in ([], ["all"])
+    paradigms = PARADIGMS.names() if every else args.paradigm
+    runs: list[Any] = []
     for bench, samples in benches.items():
         corpus = _search_corpus(args, samples) if args.env == "search" else None
         for paradigm in paradigms:
-            cfg = RunConfig(bench, paradigm, model_name, batch_size=args.batch_size, max_turns=turns,
-                            max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
             with tqdm(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
-                    make_env = _env_factory(args.env, paradigm, corpus, args)
-                    preds = run_eval(samples, backend, cfg, out / "predictions.jsonl", make_env=make_env,
-                                     progress=advance(bar))  # fmt: skip
+                    preds, cfg = _run_one(args, options, backend, (bench, paradigm, model_name), samples,
+                                          corpus, advance(bar))  # fmt: skip
                 except EvidraError as exc:
-                    if args.paradigm not in ([], ["all"]):
+                    if not every:
                         raise
                     logger.warning("skipping paradigm %s on %s: %s", paradigm, bench, exc)
                     continue
@@ -292,6 +296,28 @@ def run(args: argparse.Namespace) -> int:
     for path in [*write_report(runs, out), *_plots(runs, out), *curves]:
         print(path)
     return 0
+
+
+def _run_one(args: argparse.Namespace, options: EvalOptions, backend: Any, key: tuple[str, str, str],
+             samples: list[Any], corpus: Any, progress: Any) -> tuple[list[Any], Any]:  # fmt: skip
+    """One benchmark x paradigm: its predictions (cached in ``OUT/predictions.jsonl``) and config."""
+    from evidra.eval.runner import RunConfig, run_eval
+
+    bench, name, model_name = key
+    paradigm = options.paradigm(name, explicit=args.paradigm not in ([], ["all"]))
+    cfg = RunConfig(bench, name, model_name, batch_size=args.batch_size, max_turns=_max_turns(args),
+                    max_new_tokens=args.max_new_tokens, seed=args.seed,
+                    variant=options.variant(paradigm))  # fmt: skip
+    make_env = _env_factory(args.env, paradigm, corpus, args)
+    preds = run_eval(samples, backend, cfg, Path(args.out) / "predictions.jsonl", make_env=make_env,
+                     progress=progress, paradigm=paradigm)  # fmt: skip
+    if options.sa is not None:  # scored after the cache, so cached predictions get SA too
+        from dataclasses import replace
+
+        preds = [
+            replace(p, scores={**p.scores, **options.sa(s, p)}) for s, p in zip(samples, preds, strict=True)
+        ]
+    return preds, cfg
 
 
 def _plots(runs: list[Any], out: Path) -> list[Path]:

@@ -296,13 +296,13 @@ def run_add(args: argparse.Namespace) -> int:
 
 def run_delete(args: argparse.Namespace) -> int:
     from evidra.retrieval.encoders.bm25 import BM25Retriever
-    from evidra.retrieval.engine import open_store_only
+    from evidra.retrieval.engine import open_store_only, save_bm25
 
     index = open_store_only(args.index)
     try:
         n = index.delete(args.page_ids)
         if isinstance(index, BM25Retriever):
-            index.save(args.index)
+            save_bm25(Path(args.index), index)
         print(f"deleted {n} of {len(args.page_ids)} pages; the index now holds {len(index)}")
     finally:
         if not isinstance(index, BM25Retriever):

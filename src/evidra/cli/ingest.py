@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from evidra.cli._progress import LazyBar
+from evidra.corpus.ingest import DEFAULT_MAX_FILE_BYTES, MIB
 from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS
 
 
@@ -34,13 +35,22 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_MAX_PAGES,
         help=f"page (or image frame) cap per file (default: {DEFAULT_MAX_PAGES}); longer files are skipped",
     )
+    p.add_argument(
+        "--max-file-mb",
+        type=float,
+        default=DEFAULT_MAX_FILE_BYTES / MIB,
+        help=f"size cap per file in MiB (default: {DEFAULT_MAX_FILE_BYTES // MIB}); larger files are "
+        "skipped before they are read",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from evidra.corpus import IngestProgress, Limits, ingest
 
-    limits = Limits(max_pixels=args.max_pixels, max_pages=args.max_pages)
+    limits = Limits(
+        max_pixels=args.max_pixels, max_pages=args.max_pages, max_file_bytes=int(args.max_file_mb * MIB)
+    )
     with LazyBar(desc="ingest", unit="file") as bar:
 
         def show(p: IngestProgress) -> None:

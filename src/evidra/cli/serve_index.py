@@ -4,7 +4,9 @@ evidra serve-index --index idx/ --port 8765 --max-batch 32 --max-wait-ms 5
 curl -s localhost:8765/search -d '{"queries": ["When was Orion founded?"], "k": 5}'
 
 With EVIDRA_INDEX_API_KEY set, /search needs ``Authorization: Bearer $EVIDRA_INDEX_API_KEY``
-(evidra's clients send it from the same variable).
+(evidra's clients send it from the same variable). Each request is logged on one line (method,
+path, status, queries, milliseconds) unless ``--no-access-log``; Ctrl-C or SIGTERM stops it,
+letting requests in flight finish for up to 5 s.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--max-queries", type=int, default=256, help="queries per request (default: 256)")
     p.add_argument("--max-query-chars", type=int, default=4096, help="characters per query (default: 4096)")
+    p.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="log one line per request: method, path, status, queries, ms (default: on)",
+    )
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--dtype", default="float32", help="encoder weights: float32 | bfloat16 | float16")
     p.add_argument("--batch-size", type=int, default=32, help="queries per encoder forward pass")
@@ -38,8 +46,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-
     from evidra.cli.index import _options
     from evidra.retrieval.engine import open_index
     from evidra.retrieval.server import API_KEY_ENV, SearchService, ServiceOptions
@@ -50,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         max_queries=args.max_queries,
         max_query_chars=args.max_query_chars,
         api_key=os.environ.get(API_KEY_ENV),
+        access_log=args.access_log,
     )
     enc_opts, maxsim = _options(args)
     with open_index(args.index, encoder_path=args.encoder, options=enc_opts, maxsim=maxsim) as engine:
@@ -58,9 +65,12 @@ def run(args: argparse.Namespace) -> int:
             options,
             n_pages=len(engine.index),
         )
-        print(
-            f"serving {len(engine.index)} pages of {args.index} on "
-            f"http://{args.host}:{args.port} ({'API key required, ' if options.api_key else ''}Ctrl-C stops)"
-        )
-        asyncio.run(service.serve_forever(args.host, args.port))
+        key = "API key required, " if options.api_key else ""
+
+        def ready(url: str) -> None:
+            print(
+                f"serving {len(engine.index)} pages of {args.index} on {url} ({key}Ctrl-C stops)", flush=True
+            )
+
+        service.serve_forever(args.host, args.port, ready=ready)
     return 0

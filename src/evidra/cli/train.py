@@ -23,8 +23,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. optim.lr=1e-6")
     export_help = "after training, write the final model as a loadable directory (as `evidra export`)"
     p.add_argument("--export", default=None, metavar="DIR", help=export_help)
-    data_help = "sft: train on this trajectory JSONL (`evidra data distill`) instead of the task's oracle"
+    data_help = ("sft: train on this JSONL instead of the task's oracle: TRL/OpenAI messages, "
+                 "LLaMA-Factory ShareGPT or `evidra data distill` rows")  # fmt: skip
     p.add_argument("--data", default=None, metavar="FILE", help=data_help)
+    p.add_argument("--data-format", default=None, choices=["messages", "sharegpt", "evidra"],
+                   help="the --data file's format (default: detected from its rows)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -38,12 +41,18 @@ def run(args: argparse.Namespace) -> int:
         if args.mode != "sft":
             raise ConfigError("--data is SFT trajectories; RL trains on a subset with data.subset=FILE")
         args.overrides = [*args.overrides, f"data.trajectories={args.data}"]
+    if args.data_format:
+        if not args.data:
+            raise ConfigError("--data-format names the format of --data FILE; pass --data too")
+        args.overrides = [*args.overrides, f"data.trajectories_format={args.data_format}"]
     if args.mode == "sft":
         from evidra.rl.config import SFTConfig
         from evidra.rl.sft import SFTTrainer
 
         sft_cfg = load_config(SFTConfig, args.config, args.overrides)
         trainer: Any = SFTTrainer(sft_cfg)
+        if trainer.data is not None and trainer.engine.is_main_process:
+            print(f"data: {trainer.data.summary()}")
         total = trainer.steps  # run.steps, or epochs x examples / batch_size
     else:
         from evidra.rl.config import RLConfig

@@ -12,7 +12,8 @@ own directory are not scanned. One bad file never stops the run; the report list
 
 Memory stays bounded whatever the input: pages are rendered and written one at a time, a page
 is capped at ``Limits.max_pixels`` (PDF pages are rendered at a lower dpi to fit, images over it
-are refused before decoding) and a file at ``Limits.max_pages`` pages or frames.
+are refused before decoding), a file at ``Limits.max_pages`` pages or frames and at
+``Limits.max_file_bytes`` bytes (checked before the file is read, and the read stops there).
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from pathlib import Path
 from evidra.corpus.images import IMAGE_SUFFIXES, WordExtractor, render_image
 from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage, render_pdf
 from evidra.corpus.store import PageStore
-from evidra.errors import EvidraError, InvalidInputError
+from evidra.errors import CorpusError, EvidraError, InvalidInputError
 from evidra.types import content_hash, make_page_id
 
 logger = logging.getLogger(__name__)
 
 PDF_SUFFIXES = frozenset({".pdf"})
+MIB = 1 << 20
+DEFAULT_MAX_FILE_BYTES = 512 * MIB  # a 10,000-page scanned PDF at 50 KB a page fits
 SUPPORTED_SUFFIXES = PDF_SUFFIXES | IMAGE_SUFFIXES
 
 
@@ -159,12 +162,40 @@ class Limits:
 
     max_pixels: int = DEFAULT_MAX_PIXELS  # per page; PDF pages are rendered at a lower dpi to fit
     max_pages: int = DEFAULT_MAX_PAGES  # per file (PDF pages or image frames)
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # per file, before it is read (--max-file-mb in MiB)
 
     def __post_init__(self) -> None:
-        if self.max_pixels < 1 or self.max_pages < 1:
+        if self.max_pixels < 1 or self.max_pages < 1 or self.max_file_bytes < 1:
             raise InvalidInputError(
-                f"max_pixels and max_pages must be positive, got {self.max_pixels} and {self.max_pages}"
+                f"max_pixels, max_pages and max_file_bytes must be positive, got {self.max_pixels}, "
+                f"{self.max_pages} and {self.max_file_bytes}"
             )
+
+
+def _over_size_cap(source: str, size: int, cap: int) -> CorpusError:
+    """The one-line refusal of a file over ``cap`` bytes, with the option value that admits it."""
+    return CorpusError(
+        f"{source} is {size / MIB:.1f} MiB ({size} bytes), over the cap of {cap / MIB:g} MiB per file; "
+        f"raise the cap (--max-file-mb {-(-size // MIB)}, or Limits(max_file_bytes=...))"
+    )
+
+
+def _read_capped(path: Path, source: str, cap: int) -> bytes:
+    """The bytes of ``path``, refused before reading when its size is over ``cap``.
+
+    The size is checked first (a sparse or huge file costs nothing), and the read stops one
+    byte past the cap, so a file that grows after the check cannot make it read more.
+    """
+    size = path.stat().st_size
+    if size > cap:
+        raise _over_size_cap(source, size, cap)
+    with path.open("rb") as f:
+        data = f.read(size + 1)  # not f.read(cap + 1): that allocates the whole cap up front
+        if len(data) > size:  # the file grew since stat: read on, up to one byte past the cap
+            data += f.read(cap + 1 - len(data))
+    if len(data) > cap:
+        raise _over_size_cap(source, max(len(data), path.stat().st_size), cap)
+    return data
 
 
 def _with_ocr(page: RenderedPage, ocr: WordExtractor | None) -> RenderedPage:
@@ -190,7 +221,7 @@ def _ingest_file(
 ) -> tuple[list[str], bool]:
     """Store one file; returns its page ids and whether they were newly added. ``on_page`` is
     called after each page rendered and stored."""
-    data = path.read_bytes()
+    data = _read_capped(path, source, limits.max_file_bytes)
     file_hash = content_hash(data)
     existing = store.page_ids_for_hash(file_hash)
     if existing:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evidra.registry import Registry
-from evidra.types import Message, Sample
+from evidra.types import Message, Parsed, Sample
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,9 @@ class StepResult:
     observation: tuple[Message, ...] = ()  # inserted as the next user turn(s); empty when done
     done: bool = False
     info: StepInfo = StepInfo()
+    # the environment's parse of this turn's text (its paradigm's ``parse``), kept so that scoring
+    # reuses it instead of parsing the text again; None when the environment parsed nothing
+    parsed: Parsed | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "observation", tuple(self.observation))

@@ -186,7 +186,7 @@ class SearchEnv:
 
     def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
         step = StepInfo(**info, retrieved=tuple(self.retrieved), invalid_count=self.invalid, turn=self.turns)
-        return StepResult(obs, done, step)
+        return StepResult(obs, done, step, parsed=self._parsed[1] if self._parsed is not None else None)
 
 
 def _invalid_reason(parsed: Parsed) -> str | None:

@@ -20,7 +20,8 @@ class SingleTurnEnv:
         return self.paradigm.build_messages(sample, sample.pages)
 
     def step(self, text: str) -> StepResult:
-        return StepResult(done=True, info=StepInfo("answer", turn=1))
+        parsed = self.paradigm.parse(text)  # the one parse of the turn: scoring reuses it
+        return StepResult(done=True, info=StepInfo("answer", turn=1), parsed=parsed)
 
 
 ENVIRONMENTS.add("single_turn", SingleTurnEnv)

@@ -18,7 +18,7 @@ from evidra.env.search import resized
 from evidra.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
 from evidra.paradigms.base import Paradigm
 from evidra.paradigms.zoom_agent import ZoomAgent
-from evidra.types import ImagePart, Message, Page, Sample, TextPart
+from evidra.types import ImagePart, Message, Page, Parsed, Sample, TextPart
 
 INVALID_MESSAGE = (
     "Your previous action is invalid: {reason}. Think inside <think> and </think>, then either call "
@@ -40,6 +40,7 @@ class ZoomEnv:
     invalid: int = field(default=0, init=False)
     zooms: list[tuple[int, int, int, int]] = field(default_factory=list, init=False)
     _page: Page | None = field(default=None, init=False, repr=False)
+    _parsed: Parsed | None = field(default=None, init=False, repr=False)
 
     def reset(self, sample: Sample) -> list[Message]:
         self.rounds, self.invalid, self.zooms = 0, 0, []
@@ -48,7 +49,7 @@ class ZoomEnv:
 
     def step(self, text: str) -> StepResult:
         self.rounds += 1
-        parsed = self.paradigm.parse(text)
+        parsed = self._parsed = self.paradigm.parse(text)
         action = parsed.action
         if action is not None and action.name == "answer":
             return self._result((), True, action="answer", answer=parsed.answer)
@@ -78,7 +79,8 @@ class ZoomEnv:
         return self._result((reply,), False, action="invalid", invalid=True, reason=reason)
 
     def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
-        return StepResult(obs, done, StepInfo(**info, invalid_count=self.invalid, turn=self.rounds))
+        info_ = StepInfo(**info, invalid_count=self.invalid, turn=self.rounds)
+        return StepResult(obs, done, info_, parsed=self._parsed)
 
 
 ENVIRONMENTS.add("zoom", ZoomEnv)

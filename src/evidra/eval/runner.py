@@ -50,6 +50,9 @@ class RunConfig:
     max_response_tokens: int = 2048
     temperature: float = 0.0  # greedy, as the papers evaluate
     seed: int = 0
+    # how this run's prompts differ from the paradigm's defaults (e.g. "top3,toolbox=curated"):
+    # part of the cache key and of the result row's paradigm, so variants never share rows
+    variant: str = ""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.max_turns < 1:
@@ -57,7 +60,8 @@ class RunConfig:
 
     @property
     def key(self) -> dict[str, str]:
-        return {"benchmark": self.benchmark, "paradigm": self.paradigm, "model": self.model}
+        paradigm = f"{self.paradigm}[{self.variant}]" if self.variant else self.paradigm
+        return {"benchmark": self.benchmark, "paradigm": paradigm, "model": self.model}
 
 
 @dataclass(frozen=True)
@@ -248,12 +252,15 @@ def run_eval(
     make_env: EnvFactory | None = None,
     progress: Callable[[int], None] | None = None,
     extra_scores: Sequence[ExtraScorer] = (),
+    paradigm: Paradigm | None = None,
 ) -> list[Prediction]:
     """Predictions for ``samples`` in order, reusing and extending the JSONL ``cache``.
 
     ``extra_scores`` add per-sample metrics that need models (LAT's SA: ``stepwise_attribution_scorer``).
+    ``paradigm`` replaces the registered ``cfg.paradigm``'s default instance (e.g. Lang2Act's
+    paradigm with a curated toolbox: ``toolchain.with_toolbox``); name it in ``cfg.variant``.
     """
-    paradigm = PARADIGMS.get(cfg.paradigm)()
+    paradigm = paradigm if paradigm is not None else PARADIGMS.get(cfg.paradigm)()
     factory = make_env or (lambda s: SingleTurnEnv(paradigm))
     path = Path(cache)
     path.parent.mkdir(parents=True, exist_ok=True)

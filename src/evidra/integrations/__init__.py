@@ -4,7 +4,9 @@
 * ``as_verl_compute_score``: a ``compute_score`` for verl's reward manager;
 * ``as_trl_environment``: an evidra environment as TRL's multi-turn ``environment_factory``,
   its actions exposed as tools (``SEARCH_TOOL``, ``BBOX_TOOL``, ``ZOOM_TOOL`` or a
-  ``ToolSpec``); ``as_trl_reward`` then scores each rollout's episode.
+  ``ToolSpec``); ``as_trl_reward`` then scores each rollout's episode;
+* ``evidra.integrations.verl_tools`` (imported on its own, it imports verl when present): the
+  search, crop and zoom environments as tools of verl's multi-turn tool agent loop.
 
 Both turn the framework's arguments into an evidra ``Sample`` (question, answers, pages and
 gold evidence from the dataset columns / ``extra_info``), parse the completion with a paradigm

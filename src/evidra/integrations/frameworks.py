@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -75,8 +76,9 @@ def sample_from_fields(fields: Mapping[str, Any], *, index: int = 0, prompt: Any
     answers = next((_answers(fields[k]) for k in ANSWER_KEYS if k in fields), ())
     answerable = bool(fields.get("answerable", True))
     sid = str(fields.get("id", fields.get("sample_id", index)))
+    gold, source = _answers(fields.get("gold_pages")), str(fields.get("data_source", ""))
     return Sample(id=sid or str(index), question=question, answers=answers, answerable=answerable,
-                  dataset=str(fields.get("data_source", "")), extras=dict(fields))  # fmt: skip
+                  gold_pages=gold, dataset=source, extras=dict(fields))  # fmt: skip
 
 
 def _usable(reward: RewardFn) -> None:
@@ -137,6 +139,9 @@ def as_trl_reward(
     return reward_func
 
 
+RETRIEVED_FIELD = "retrieved_pages"  # the key evidra's verl tools write into extra_info
+
+
 def as_verl_compute_score(
     reward: RewardFn, parse: Parser = _plain_parse, keys: Sequence[str] | None = None
 ) -> Callable[..., dict[str, Any]]:
@@ -146,7 +151,9 @@ def as_verl_compute_score(
     ``score``, ``scored`` (1.0, or 0.0 when the reward could not score the sample, e.g. the
     judge was down: its ``score`` 0.0 is not a verdict, drop it by ``scored``) and one value per
     component in ``keys`` (default: the reward's ``component_names``, if it declares them; 0.0
-    where a result lacks one).
+    where a result lacks one). The pages evidra's verl search tool retrieved reach it in
+    ``extra_info["retrieved_pages"]`` and are read as VRAG-RL's reward reads them; gold pages
+    come from ``extra_info["gold_pages"]``.
     """
     _usable(reward)
     names = tuple(keys) if keys is not None else tuple(getattr(reward, "component_names", ()))
@@ -159,7 +166,10 @@ def as_verl_compute_score(
         **_: Any,
     ) -> dict[str, Any]:
         fields = {**dict(extra_info or {}), "answers": ground_truth, "data_source": data_source}
-        result: RewardResult = reward(parse(solution_str), sample_from_fields(fields), None)
+        parsed = parse(solution_str)
+        if not parsed.retrieved:
+            parsed = dataclasses.replace(parsed, retrieved=_answers(fields.get(RETRIEVED_FIELD)))
+        result: RewardResult = reward(parsed, sample_from_fields(fields), None)
         total = result.total if result.scored else 0.0
         out: dict[str, Any] = {"score": total, "scored": float(result.scored)}
         out.update({k: float(result.components.get(k, 0.0)) for k in names})

@@ -20,7 +20,7 @@ from typing import Any
 from evidra.errors import InvalidInputError
 from evidra.paradigms.base import PARADIGMS
 from evidra.rewards.boxes import extract_tag
-from evidra.rewards.scopes import PAPER_SCOPE_RULES, UPSTREAM_SCOPE_RULES, scope_spans
+from evidra.rewards.scopes import PAPER_SCOPE_RULES, UPSTREAM_SCOPE_RULES, rule_spans, scope_spans
 from evidra.rewards.text import INSUFFICIENT_ANSWER, NO_RELEVANT_INFORMATION
 from evidra.tagscan import parse_digits
 from evidra.types import ImagePart, Message, Page, Parsed, Sample, Span, Step, TextPart, Trajectory
@@ -154,20 +154,12 @@ def evidence_scopes(
     """
     ids = trajectory.token_ids
     text = tokenizer.decode(list(ids), skip_special_tokens=False)
-    bounds: dict[str, int] = {}
-    for start, end in rules.values():
-        for marker in (start, end):
-            if marker not in bounds and marker.startswith("<"):
-                at = text.find(marker)
-                bounds[marker] = token_at_char(ids, tokenizer, at) if at >= 0 else -1
-    out: dict[str, tuple[Span, ...]] = {}
-    for name, (start, end) in rules.items():
-        a = bounds.get(start, 0) if start.startswith("<") else 0
-        b = bounds.get(end, len(ids)) if end.startswith("<") else len(ids)
-        a = 0 if a < 0 else a
-        b = len(ids) if b < 0 else b
-        out[name] = (Span(a, max(a, b)),)
-    return out
+
+    def locate(marker: str) -> int:
+        at = text.find(marker)
+        return token_at_char(ids, tokenizer, at) if at >= 0 else -1
+
+    return {name: (span,) for name, span in rule_spans(rules, locate, len(ids)).items()}
 
 
 def upstream_scopes(trajectory: Trajectory, tokenizer: Any) -> dict[str, tuple[Span, ...]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evidra.errors import InvalidInputError
@@ -234,6 +234,15 @@ class Toolchain:
     def numeric_names(self) -> frozenset[str]:
         """The toolbox's own numeric tools: exempt from the ``Image k:`` check of Eq. 13."""
         return frozenset(t.name for t in self.toolbox if t.numeric)
+
+
+def with_toolbox(paradigm: object, tools: tuple[Tool, ...]) -> Toolchain:
+    """The stage-2 Lang2Act ``paradigm`` prompting with ``tools`` (a curated toolbox, as
+    ``data.toolbox`` gives stage-2 training); any other paradigm lists no tools."""
+    if not isinstance(paradigm, Toolchain) or paradigm.stage != 2:
+        name = getattr(paradigm, "name", type(paradigm).__name__)
+        raise InvalidInputError(f"paradigm {name!r} lists no tools; a toolbox is for the paradigm toolchain")
+    return replace(paradigm, toolbox=tools)
 
 
 def toolchain_oracle_text(sample: Sample, stage: int) -> str:

@@ -5,7 +5,8 @@
 * ``index/``     exact MaxSim over fp16 shards (embedded default), exact dense, Qdrant (scale-out).
 * ``hybrid.py``  reciprocal-rank fusion; ``evaluation.py`` Recall/MRR/nDCG from BEIR-layout qrels.
 * ``engine.py``  an index directory that knows its encoder (what ``evidra index`` builds).
-* ``server.py`` / ``client.py``  ``evidra serve-index`` and the clients environments use.
+* ``server.py`` / ``client.py``  ``evidra serve-index`` (batching; its starlette app in ``app.py``,
+  uvicorn in ``serving.py``, request checks in ``http.py``) and the clients environments use.
 
 Names are imported lazily, so ``from evidra.retrieval.client import SearchClient`` stays light.
 
@@ -21,7 +22,7 @@ from typing import Any
 
 _EXPORTS = {
     "ENCODERS": "evidra.retrieval.base",
-    "INDEXES": "evidra.retrieval.base",
+    "INDEXES": "evidra.retrieval.stores",
     "EncodedRetriever": "evidra.retrieval.base",
     "Encoder": "evidra.retrieval.base",
     "EncoderOptions": "evidra.retrieval.base",

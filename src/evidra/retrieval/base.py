@@ -3,7 +3,8 @@
 An ``Encoder`` turns pages and queries into embeddings; a ``VectorIndex`` stores page
 embeddings and searches them; a ``Retriever`` answers text queries with ranked ``Hit`` lists
 (``EncodedRetriever`` joins an encoder to an index; BM25 and hybrid fusion are retrievers on
-their own). Every backend is one file, registered by name in ``ENCODERS`` / ``INDEXES``.
+their own). Every backend is one file, registered by name in ``ENCODERS``
+(encoders) / ``stores.INDEXES`` (index backends).
 
 Embeddings are always a list with one ``(L, D)`` tensor per item: ``L`` patch/token vectors
 for multi-vector (late-interaction) encoders, ``L == 1`` for single-vector ones. Padding is
@@ -12,9 +13,9 @@ removed per item, so no zero vector ever takes part in a MaxSim.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from evidra.errors import InvalidInputError
 from evidra.registry import Registry
@@ -26,6 +27,15 @@ if TYPE_CHECKING:
 
 EmbeddingKind = Literal["multi", "single"]
 Exclude = Sequence[Collection[str]] | None  # one collection of page ids per query, or None
+
+
+@dataclass(frozen=True)
+class PageBatch:
+    """Embedded pages to store: their ids, one ``(L, D)`` tensor each and their image paths."""
+
+    page_ids: Sequence[str]
+    embeddings: Sequence[Tensor]
+    image_paths: Sequence[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,14 @@ class VectorIndex(Protocol):
         """Add pages, replacing those whose ids are already present."""
         ...
 
+    def add_batches(self, batches: Iterable[PageBatch], *, replace: bool = False) -> int:
+        """Store every batch (``replace``: updating pages already present); returns the page count.
+
+        The embedded stores make all batches visible at once, or none if it fails or is killed;
+        a Qdrant collection stores each batch as it comes.
+        """
+        ...
+
     def delete(self, page_ids: Sequence[str]) -> int:
         """Remove pages by id; returns how many were present."""
         ...
@@ -132,7 +150,6 @@ class EncodedRetriever:
 
 EncoderFactory = Callable[..., Encoder]
 ENCODERS: Registry[EncoderFactory] = Registry("encoder")
-INDEXES: Registry[Callable[..., Any]] = Registry("index")
 
 
 def check_k(k: int) -> None:

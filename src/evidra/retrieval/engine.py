@@ -7,97 +7,45 @@ layer (no model), and ``qdrant`` for multi-vector encoders whose vectors live in
 collection (a server or cluster at ``url``, or embedded local mode in a directory); the
 manifest records where, never the API key (read from ``$QDRANT_API_KEY`` on every open).
 
+Changes never show half done: a build is staged beside the directory and moved in (``_staging``);
+``Engine.add`` commits all its batches at once on the directory's own stores (``ShardBatch``, or a
+new BM25 folder that the manifest then names); a Qdrant build fills a new collection and makes the
+asked-for name its alias at the end (``qdrant_build``).
+
 >>> engine = build_index(store.pages(), "idx/", "colqwen2", "ckpt/colqwen2")   # doctest: +SKIP
 >>> engine.retriever.search(["When was Orion founded?"], k=5)                  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import glob
-import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from evidra.devices import resolve_device, resolve_dtype
-from evidra.errors import CorpusError, InvalidInputError
+from evidra.errors import InvalidInputError
 from evidra.models.references import recorded_ref
+from evidra.retrieval._staging import publish, remove_stale_builds
 from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, Retriever, VectorIndex
 from evidra.retrieval.encoders import load_encoder
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
-from evidra.retrieval.index.dense import DenseIndex
-from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
-from evidra.retrieval.ocr import page_text
-from evidra.staging import pid_in_name, process_alive
+from evidra.retrieval.index.multivector import MaxSimOptions
+from evidra.retrieval.manifest import MANIFEST as MANIFEST
+from evidra.retrieval.manifest import IndexSpec as IndexSpec
+from evidra.retrieval.manifest import read_spec as read_spec
+from evidra.retrieval.manifest import save_bm25 as save_bm25
+from evidra.retrieval.manifest import write_manifest
+from evidra.retrieval.qdrant_build import QdrantSpec as QdrantSpec
+from evidra.retrieval.qdrant_build import drop_noted, publish_alias
+from evidra.retrieval.stores import INDEXES, AddRequest, Progress, StoreOptions
 from evidra.types import Page
 
-if TYPE_CHECKING:
-    from evidra.retrieval.index.qdrant import QdrantIndex
-
 logger = logging.getLogger(__name__)
-
-MANIFEST = "retriever.json"
-Progress = Callable[[int], None]  # called with the number of pages just embedded (bm25: read)
-
-
-@dataclass(frozen=True)
-class QdrantSpec:
-    """Where a ``qdrant``-backed index keeps its vectors."""
-
-    url: str = ""  # server or cluster, e.g. http://localhost:6333; empty: local mode at ``path``
-    path: str = ""  # embedded local-mode directory (absolute)
-    collection: str = "evidra_pages"
-    candidates: int = 200  # pooled prefetch size; 0 scores the full multi-vectors exhaustively
-    pool_factor: int = 4
-    pooling: Literal["mean", "clustered"] = "mean"  # prefetch vectors: consecutive runs | k-means
-    prefer_grpc: bool = False
-
-    def __post_init__(self) -> None:
-        if bool(self.url) == bool(self.path):
-            raise InvalidInputError("a Qdrant index needs exactly one of url (a server) or path (local mode)")
-        if self.candidates < 0 or self.pool_factor < 1:
-            raise InvalidInputError("Qdrant candidates must be >= 0 and pool_factor >= 1")
-
-    def check_server(self) -> None:
-        """Fail fast when ``url`` names a server that does not answer (local mode: nothing to do)."""
-        if self.url:
-            from evidra.retrieval.index.qdrant import check_server
-
-            key = os.environ.get("QDRANT_API_KEY") or None
-            check_server(self.url, api_key=key, prefer_grpc=self.prefer_grpc)
-
-    def connect(self, dim: int, *, create: bool) -> QdrantIndex:
-        from evidra.retrieval.index.qdrant import QdrantIndex
-
-        return QdrantIndex.connect(
-            dim,
-            collection=self.collection,
-            url=self.url or None,
-            path=self.path or None,
-            api_key=(os.environ.get("QDRANT_API_KEY") or None) if self.url else None,
-            prefer_grpc=self.prefer_grpc,
-            pool_factor=self.pool_factor,
-            pooling=self.pooling,
-            candidates=self.candidates,
-            create=create,
-        )
-
-
-@dataclass(frozen=True)
-class IndexSpec:
-    """What ``retriever.json`` records."""
-
-    encoder: str  # registry name ("colqwen2", "dse", ...) or "bm25"
-    encoder_path: str = ""  # checkpoint: an absolute directory, a hub id or tiny:ARCH; empty for bm25
-    backend: str = "maxsim"  # maxsim | dense | bm25 | qdrant
-    ocr: bool = False  # bm25 only: OCR pages that have no text layer
-    qdrant: QdrantSpec | None = None  # qdrant only
-    dim: int = 0  # embedding width (recorded for qdrant, whose reopening needs it)
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,29 +66,21 @@ class Engine:
         batch_pages: int = 32,
         progress: Progress | None = None,
     ) -> None:
-        """Embed and add ``pages``; with ``replace`` pages already present are updated."""
-        if isinstance(self.index, BM25Retriever):
-            texts = {}
-            for p in pages:  # the text layer, or OCR (slow) when the spec asks for it
-                texts[p.id] = page_text(p, ocr=self.spec.ocr)
-                if progress is not None:
-                    progress(1)
-            self.index.add(texts, {p.id: p.image_path for p in pages}, replace=replace)
-            self.index.save(self.root)
-            return
-        assert self.encoder is not None
-        for start in range(0, len(pages), batch_pages):
-            batch = pages[start : start + batch_pages]
-            emb = self.encoder.embed_pages(batch)
-            ids, images = [p.id for p in batch], [p.image_path for p in batch]
-            (self.index.update if replace else self.index.add)(ids, emb, images)
-            if progress is not None:
-                progress(len(batch))
+        """Embed and add ``pages``; with ``replace`` pages already present are updated.
+
+        All or nothing for the directory's own stores: a failure or kill leaves the index files as
+        they were (after a failed BM25 save this retriever still holds the pages: reopen it). A
+        Qdrant collection gets each batch as it is embedded (``QdrantIndex.add_batches``).
+        """
+        backend = INDEXES.get(self.spec.backend)
+        backend.add(
+            self.index, AddRequest(pages, self.encoder, self.spec.ocr, replace, batch_pages, progress)
+        )
+        backend.commit(self.root, self.index)
 
     def delete(self, page_ids: Sequence[str]) -> int:
         n = self.index.delete(page_ids)
-        if isinstance(self.index, BM25Retriever):
-            self.index.save(self.root)
+        INDEXES.get(self.spec.backend).commit(self.root, self.index)
         return n
 
     def close(self) -> None:
@@ -156,26 +96,8 @@ class Engine:
         self.close()
 
 
-def _backend(encoder: Encoder) -> str:
-    return "maxsim" if encoder.kind == "multi" else "dense"
-
-
-def _write_manifest(root: Path, spec: IndexSpec) -> None:
-    tmp = root / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(asdict(spec), indent=2))
-    os.replace(tmp, root / MANIFEST)
-
-
-def read_spec(root: str | Path) -> IndexSpec:
-    path = Path(root) / MANIFEST
-    try:
-        raw = json.loads(path.read_text())
-        qdrant = raw.pop("qdrant", None)
-        return IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
-    except FileNotFoundError:
-        raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
-    except (ValueError, TypeError) as exc:
-        raise CorpusError(f"{path} is malformed ({exc}); rebuild the index") from exc
+def _engine(root: Path, spec: IndexSpec, encoder: Encoder | None, index: Any) -> Engine:
+    return Engine(root, spec, encoder, index, index if encoder is None else _joined(encoder, index))
 
 
 def check_encoder_args(encoder: str, encoder_path: str | Path) -> None:
@@ -210,8 +132,9 @@ def build_index(
     index-looking ``root`` to block the next one; the next build removes staging folders of
     builds that no longer run. ``root`` may be missing or a folder that holds no index.
 
-    With ``qdrant`` the vectors go to that Qdrant collection (which must be new or empty) instead
-    of the directory's own exact store; the encoder must be multi-vector.
+    With ``qdrant`` the vectors go to a new Qdrant collection instead of the directory's own exact
+    store, and ``qdrant.collection`` (new, or empty) becomes its alias once every page is in
+    (``qdrant_build``); the encoder must be multi-vector.
     """
     out = Path(root).expanduser().absolute()
     if (out / MANIFEST).exists():
@@ -226,22 +149,18 @@ def build_index(
     if qdrant is not None:
         qdrant.check_server()  # before the encoder loads
     out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_builds(out)
+    remove_stale_builds(out)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.building.{os.getpid()}.", dir=out.parent))
     try:
-        spec, enc = _build_into(staging, out, pages, encoder, encoder_path, options, maxsim, ocr, bm25,
-                                qdrant, progress)  # fmt: skip
-        _publish(staging, out)
+        spec, enc = _build_into(staging, out, pages, encoder, encoder_path, options,
+                                StoreOptions(maxsim, bm25), ocr, qdrant, progress)  # fmt: skip
+        publish(staging, out, MANIFEST)
     except BaseException:
+        drop_noted(staging)  # the Qdrant collection it was filling, if any
         shutil.rmtree(staging, ignore_errors=True)
         raise
     logger.debug("built %s index of %d pages at %s", spec.backend, len(pages), out)
-    if spec.backend == "bm25":
-        retriever = BM25Retriever.load(out)
-        return Engine(out, spec, None, retriever, retriever)
-    assert enc is not None
-    index = _open_store(out, spec, maxsim)
-    return Engine(out, spec, enc, index, _joined(enc, index))
+    return _engine(out, spec, enc, INDEXES.get(spec.backend).open(out, spec, StoreOptions(maxsim, bm25)))
 
 
 def _build_into(
@@ -251,61 +170,36 @@ def _build_into(
     encoder: str,
     encoder_path: str | Path,
     options: EncoderOptions | None,
-    maxsim: MaxSimOptions | None,
+    stores: StoreOptions,
     ocr: bool,
-    bm25: BM25Params | None,
     qdrant: QdrantSpec | None,
     progress: Progress | None,
 ) -> tuple[IndexSpec, Encoder | None]:
     """Build the complete index for ``out`` in ``staging`` and close it; returns its spec and encoder."""
     if encoder == "bm25":
-        spec = IndexSpec("bm25", "", "bm25", ocr)
-        retriever = BM25Retriever.build({}, bm25 or BM25Params())
-        engine = Engine(staging, spec, None, retriever, retriever)
-        enc = None
+        enc, spec = None, IndexSpec("bm25", "", "bm25", ocr)
     else:
         enc = load_encoder(encoder, encoder_path, options)
-        backend = _backend(enc)
-        if qdrant is not None and backend != "maxsim":
+        if qdrant is not None and enc.kind != "multi":
             raise InvalidInputError(
-                "the qdrant backend needs a multi-vector encoder (colqwen2, colpali); "
-                f"{encoder} is single-vector"
+                f"the qdrant backend needs a multi-vector encoder (colqwen2, colpali); {encoder} is "
+                "single-vector"
             )
+        backend = "qdrant" if qdrant is not None else "maxsim" if enc.kind == "multi" else "dense"
         dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
-        spec = IndexSpec(
-            encoder,
-            recorded_ref(encoder_path),
-            "qdrant" if qdrant is not None else backend,
-            ocr,
-            qdrant=qdrant,
-            dim=dim,
-        )
-        index = _create_store(staging, _staged(spec, out, staging), maxsim)
-        engine = Engine(staging, spec, enc, index, _joined(enc, index))
+        spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim)
+    backend_hooks = INDEXES.get(spec.backend)
+    index = backend_hooks.create(staging, _staged(spec, out, staging), stores)
     try:
-        engine.add(pages, progress=progress)
+        write_manifest(staging, spec)  # a commit (BM25's new file folder) rewrites it
+        _engine(staging, spec, enc, index).add(pages, progress=progress)
+        if spec.qdrant is not None:  # every page is in: only now does the asked-for name show them
+            publish_alias(index, spec.qdrant.collection, spec.qdrant.where)
     finally:
-        engine.close()  # release files and locks before the folder is renamed (or removed)
-    _write_manifest(staging, spec)
-    return spec, enc
-
-
-def _publish(staging: Path, out: Path) -> None:
-    """Move the finished index in ``staging`` to ``out``, its manifest last.
-
-    A missing ``out`` is one rename. Into an existing folder (one with inline images, say) each
-    entry moves on its own, replacing an entry of the same name: ``out`` has no manifest, so such
-    an entry can only be the leftover of a build interrupted while publishing.
-    """
-    if not out.exists():
-        os.rename(staging, out)
-        return
-    for entry in sorted(staging.iterdir(), key=lambda p: p.name == MANIFEST):
-        target = out / entry.name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        os.replace(entry, target)
-    staging.rmdir()
+        close = getattr(index, "close", None)
+        if close is not None:
+            close()  # release files and locks before the folder is renamed (or removed)
+    return read_spec(staging), enc
 
 
 def _staged(spec: IndexSpec, out: Path, staging: Path) -> IndexSpec:
@@ -318,15 +212,6 @@ def _staged(spec: IndexSpec, out: Path, staging: Path) -> IndexSpec:
     return replace(spec, qdrant=replace(spec.qdrant, path=str(staging / local.relative_to(out))))
 
 
-def _remove_stale_builds(out: Path) -> None:
-    """Remove staging folders of earlier builds of ``out`` whose process no longer runs."""
-    for path in out.parent.glob(f".{glob.escape(out.name)}.building.*"):
-        pid = pid_in_name(path.name[len(out.name) + 1 :], 2)
-        if path.is_dir() and (pid is None or not process_alive(pid)):
-            logger.info("removing %s, left by an interrupted index build", path)
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def open_index(
     root: str | Path,
     *,
@@ -337,16 +222,18 @@ def open_index(
     """Open an index directory; ``encoder_path`` overrides the checkpoint recorded at build time."""
     path = Path(root)
     spec = read_spec(path)
-    if spec.backend == "bm25":
-        retriever = BM25Retriever.load(path)
-        return Engine(path, spec, None, retriever, retriever)
-    index = _open_store(path, spec, maxsim)  # first: a missing store fails before a model loads
+    backend = INDEXES.get(spec.backend)
+    index = backend.open(
+        path, spec, StoreOptions(maxsim)
+    )  # first: a missing store fails before a model loads
+    if not backend.embeds:
+        return _engine(path, spec, None, index)
     try:
         enc = load_encoder(spec.encoder, encoder_path or spec.encoder_path, options)
     except BaseException:
         index.close()
         raise
-    return Engine(path, spec, enc, index, _joined(enc, index))
+    return _engine(path, spec, enc, index)
 
 
 def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
@@ -377,38 +264,8 @@ def open_store_only(root: str | Path) -> VectorIndex | BM25Retriever:
     """The index of a directory without loading its encoder (enough to delete or list pages)."""
     path = Path(root)
     spec = read_spec(path)
-    if spec.backend == "bm25":
-        return BM25Retriever.load(path)
-    return _open_store(path, spec, None)
-
-
-def _create_store(root: Path, spec: IndexSpec, maxsim: MaxSimOptions | None) -> Any:
-    if spec.qdrant is not None:
-        index = spec.qdrant.connect(spec.dim, create=True)
-        held = len(index)
-        if held:
-            index.close()
-            where = spec.qdrant.url or spec.qdrant.path
-            raise InvalidInputError(
-                f"Qdrant collection {spec.qdrant.collection!r} at {where} already holds {held} pages; "
-                "pass another --collection, or add to it through the index directory that built it"
-            )
-        return index
-    if spec.backend == "maxsim":
-        return MultiVectorIndex.create(root, spec.dim, options=maxsim, encoder=spec.encoder)
-    return DenseIndex.create(root, spec.dim, device=(maxsim or MaxSimOptions()).device, encoder=spec.encoder)
-
-
-def _open_store(root: Path, spec: IndexSpec, maxsim: MaxSimOptions | None) -> Any:
-    if spec.backend == "qdrant":
-        if spec.qdrant is None or spec.dim < 1:
-            raise CorpusError(
-                f"{root / MANIFEST} names the qdrant backend without its connection; rebuild it"
-            )
-        return spec.qdrant.connect(spec.dim, create=False)
-    if spec.backend == "maxsim":
-        return MultiVectorIndex.open(root, options=maxsim)
-    return DenseIndex.open(root, device=(maxsim or MaxSimOptions()).device)
+    store: VectorIndex | BM25Retriever = INDEXES.get(spec.backend).open(path, spec, StoreOptions())
+    return store
 
 
 def _joined(encoder: Encoder, index: VectorIndex) -> Retriever:

@@ -1,42 +1,32 @@
-"""The HTTP/1.1 side of the search service: reading one request, validating a /search body, answering.
+"""What a /search request may ask for, and the checks of its JSON body.
 
-Everything a client sends is bounded and checked here, and every refusal is an ``HttpError``
-with a 4xx status and a one-line message that never repeats Python's exception text: a request
-line or header over ``MAX_LINE`` bytes (414/431), more than ``MAX_HEADERS`` headers (431), a
-Content-Length that is not a plain non-negative integer (400) or over ``MAX_BODY`` (413), a body
-that is not JSON, is nested too deeply or holds a number too long to convert (400), and a
-/search body over the caps of ``SearchLimits`` (413) or otherwise malformed (400).
+Every refusal is an ``HttpError`` with a 4xx status and a one-line message that never repeats
+Python's exception text: a body that is not JSON, is nested too deeply or holds a number too
+long to convert (400), and a /search body over the caps of ``SearchLimits`` (413) or otherwise
+malformed (400). The HTTP framing before it (request line, headers, Content-Length, chunked
+bodies) is uvicorn's h11 parser's job, and the body size cap is starlette's; see
+``evidra.retrieval.app``. This module needs neither, so the clients import it cheaply.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
 
-MAX_BODY = 1 << 20
-MAX_HEADERS = 64
-MAX_LINE = 8 << 10  # bytes of a request line or one header line
+MAX_BODY = 1 << 20  # bytes of one request body, Content-Length or chunked (413 above)
+MAX_HEAD = 16 << 10  # bytes of the request line and headers together (400 above, from h11)
+MAX_HEADERS = 64  # header lines of one request (431 above)
 
 
 class HttpError(Exception):
-    """An error answered with ``status`` and a JSON ``{"error": message}`` body."""
+    """An error answered with ``status`` and a JSON ``{"error": message}`` body; ``close`` ends the
+    connection after it (the rest of the request was left unread)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-    keep_alive: bool
+        self.close = close
 
 
 @dataclass(frozen=True)
@@ -53,54 +43,6 @@ class SearchRequest:
     queries: list[str]
     k: int
     exclude: list[list[str]]
-
-
-async def _line(reader: asyncio.StreamReader, what: str, status: int) -> bytes:
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError as exc:
-        return exc.partial  # the client closed the connection mid-line
-    except asyncio.LimitOverrunError:
-        raise HttpError(status, f"{what} is longer than {MAX_LINE} bytes") from None
-    if len(line) > MAX_LINE:
-        raise HttpError(status, f"{what} is longer than {MAX_LINE} bytes")
-    return line
-
-
-async def read_request(reader: asyncio.StreamReader) -> Request | None:
-    """The next request on ``reader``; ``None`` when the client closed the connection.
-
-    ``reader`` must be created with ``limit`` at least ``MAX_LINE`` (``asyncio.start_server``'s
-    default of 64 KiB is).
-    """
-    line = await _line(reader, "the request line", 414)
-    if not line:
-        return None
-    parts = line.decode("latin-1").split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise HttpError(400, f"malformed request line {line[:80]!r}")
-    method, path, version = parts
-    headers: dict[str, str] = {}
-    for count in itertools.count():
-        raw = await _line(reader, "a header line", 431)
-        if raw in (b"\r\n", b"\n", b""):
-            break
-        if count >= MAX_HEADERS:
-            raise HttpError(431, f"more than {MAX_HEADERS} headers")
-        name, _, value = raw.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        raise HttpError(411, "chunked bodies are not supported; send Content-Length")
-    text = headers.get("content-length", "0")
-    if not (text.isascii() and text.isdigit()) or len(text) > 12:
-        raise HttpError(400, "Content-Length must be a non-negative integer")
-    length = int(text)
-    if length > MAX_BODY:
-        raise HttpError(413, f"body of {length} bytes exceeds the limit of {MAX_BODY}")
-    body = await reader.readexactly(length) if length else b""
-    connection = headers.get("connection", "").lower()
-    keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return Request(method, path.split("?", 1)[0], headers, body, keep)
 
 
 def _json(body: bytes) -> Any:
@@ -127,7 +69,14 @@ def _is_text(q: object) -> bool:
 
 
 def parse_search(body: bytes, limits: SearchLimits) -> SearchRequest:
-    """Validate a /search body; raises ``HttpError`` (400, or 413 over a cap) naming the bad field."""
+    """Validate a /search body; raises ``HttpError`` (400, or 413 over a cap) naming the bad field.
+
+    >>> parse_search(b'{"queries": ["red fox"], "k": 3}', SearchLimits())
+    SearchRequest(queries=['red fox'], k=3, exclude=[[]])
+    >>> parse_search(b'{"queries": ["a", "b"]}', SearchLimits(max_queries=1))
+    Traceback (most recent call last):
+    evidra.retrieval.http.HttpError: 2 queries in one request, over the cap of 1; split it
+    """
     data = _json(body)
     if not isinstance(data, dict):
         raise HttpError(400, 'body must be a JSON object like {"queries": ["..."], "k": 5}')
@@ -157,14 +106,3 @@ def parse_search(body: bytes, limits: SearchLimits) -> SearchRequest:
     ):
         raise HttpError(400, '"exclude" must be a list with one list of page ids per query')
     return SearchRequest(queries, k, exclude)
-
-
-def response(status: int, payload: Any, *, keep_alive: bool, extra: str = "") -> bytes:
-    """A complete HTTP/1.1 response with a JSON body; ``extra`` holds further header lines."""
-    body = json.dumps(payload).encode()
-    head = (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n"
-        f"{extra}\r\n"
-    )
-    return head.encode() + body

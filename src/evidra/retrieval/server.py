@@ -1,4 +1,4 @@
-"""A small HTTP search service that batches concurrent requests (stdlib asyncio, no extra deps).
+"""A small HTTP search service that batches concurrent requests (starlette app, uvicorn server).
 
 Endpoints (JSON in, JSON out)::
 
@@ -9,13 +9,17 @@ Endpoints (JSON in, JSON out)::
 Requests arriving within ``max_wait_ms`` of each other are gathered, up to ``max_batch`` queries,
 into one ``retriever.search`` call (batched MaxSim is 2-6x cheaper per query); searches run one
 at a time on a worker thread so the event loop keeps accepting requests. A request holds the
-worker for at most ``max_batch`` queries at a time: larger ones are searched in slices, and the
-slices of a client that disconnected are dropped, so one large request cannot starve the others.
+worker for at most ``max_batch`` queries at a time: larger ones are searched in slices, every
+waiting request gets a share of each batch (smallest first), and the slices of a client that
+disconnected are dropped, so one large request cannot starve the others.
 
-Hostile clients get a 4xx with a one-line message (see ``evidra.retrieval.http``); an internal
-failure answers 500 without its exception text (it goes to the log). With ``api_key`` set,
-/search needs ``Authorization: Bearer <key>`` (/health stays open for probes). HTTP/1.1
-keep-alive is supported; chunked request bodies are not (clients send Content-Length).
+The HTTP side is a starlette app (``evidra.retrieval.app``) served by uvicorn with its h11
+parser (``evidra.retrieval.serving``): HTTP/1.1 keep-alive, chunked request bodies, a request
+head capped at ``MAX_HEAD`` bytes and due within ``idle_timeout_s``. Hostile clients get a 4xx
+with a one-line message; an internal failure answers 500 without its exception text (it goes
+to the log). With ``api_key`` set, /search needs ``Authorization: Bearer <key>`` (/health stays
+open for probes). starlette and uvicorn are imported only when a service starts, so the
+clients, which import this module, stay light.
 
 >>> with SearchService(retriever).running() as url:            # doctest: +SKIP
 ...     SearchClient(url).search(["When was Orion founded?"], k=5)
@@ -26,34 +30,41 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hmac
 import ipaddress
 import logging
+import socket
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evidra.errors import InvalidInputError
+from evidra.errors import EvidraError, InvalidInputError
 from evidra.retrieval.base import Hit, Retriever
-from evidra.retrieval.http import (
-    MAX_BODY,
-    MAX_HEADERS,
-    HttpError,
-    Request,
-    SearchLimits,
-    parse_search,
-    read_request,
-    response,
-)
+from evidra.retrieval.http import MAX_BODY, MAX_HEAD, MAX_HEADERS, HttpError, SearchLimits, SearchRequest
 
-__all__ = ["MAX_BODY", "MAX_HEADERS", "HttpError", "SearchService", "ServiceOptions", "hits_from_json"]
+if TYPE_CHECKING:
+    import uvicorn
+
+__all__ = [
+    "MAX_BODY",
+    "MAX_HEAD",
+    "MAX_HEADERS",
+    "HttpError",
+    "SearchService",
+    "ServiceError",
+    "ServiceOptions",
+    "hits_from_json",
+]
 
 logger = logging.getLogger(__name__)
 
 API_KEY_ENV = "EVIDRA_INDEX_API_KEY"  # read by the CLI and the clients, never by SearchService
 BATCH_RECORD = 1000  # retriever calls remembered in SearchService.batches
+STOP_S = 60  # how long stopping may take (uvicorn cancels requests still in flight after 5 s)
+
+Receive = Callable[[], Awaitable[Any]]  # an ASGI receive channel
 
 
 @dataclass(frozen=True)
@@ -61,16 +72,20 @@ class ServiceOptions:
     max_batch: int = 32  # queries per retriever call
     max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
     max_k: int = 100
-    idle_timeout_s: float = 30.0  # keep-alive connections idle this long are closed
+    idle_timeout_s: float = 30.0  # keep-alive connections idle this long are closed; also the body's deadline
     max_queries: int = 256  # queries per request (413 above)
     max_query_chars: int = 4096  # characters per query (413 above)
+    max_body: int = MAX_BODY  # bytes per request body, declared or chunked (413 above)
     api_key: str | None = field(default=None, repr=False)  # required as a Bearer token when set
+    access_log: bool = True  # one INFO line per request on the evidra.retrieval.access logger
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_k < 1:
             raise InvalidInputError("ServiceOptions needs max_batch >= 1, max_wait_ms >= 0, max_k >= 1")
-        if self.max_queries < 1 or self.max_query_chars < 1:
-            raise InvalidInputError("ServiceOptions needs max_queries >= 1 and max_query_chars >= 1")
+        if min(self.max_queries, self.max_query_chars, self.max_body) < 1 or self.idle_timeout_s <= 0:
+            raise InvalidInputError(
+                "ServiceOptions needs max_queries, max_query_chars and max_body >= 1, idle_timeout_s > 0"
+            )
         if self.api_key is not None and not self.api_key.strip():
             raise InvalidInputError(f"the API key is empty; set {API_KEY_ENV} to a secret or leave it unset")
 
@@ -79,20 +94,21 @@ class ServiceOptions:
         return SearchLimits(self.max_k, self.max_queries, self.max_query_chars)
 
 
+class ServiceError(EvidraError):
+    """The search service could not start (the port is taken, the address is not this machine's)."""
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready."""
+
+
 @dataclass
 class _Pending:
     queries: list[str]
     k: int
     exclude: list[list[str]]
-    future: asyncio.Future[list[list[Hit]]] = field(repr=False)
+    future: asyncio.Future[list[list[Hit]]] = field(repr=False)  # cancelled when its client leaves
     hits: list[list[Hit]] = field(default_factory=list, repr=False)  # slices searched so far
-    reader: asyncio.StreamReader | None = field(default=None, repr=False)  # its client's connection
-
-    @property
-    def gone(self) -> bool:
-        """Its client hung up (checked before each slice is searched, not only every 50 ms)."""
-        r = self.reader
-        return r is not None and (r.at_eof() or r.exception() is not None)
 
     @property
     def remaining(self) -> int:
@@ -132,8 +148,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class _ClientGone(Exception):
-    """The client closed its connection before its answer was ready."""
+async def _disconnected(receive: Receive) -> None:
+    """Returns once the ASGI channel says the client is gone (its request body is already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class SearchService:
@@ -145,13 +163,29 @@ class SearchService:
         self.retriever = retriever
         self.options = options or ServiceOptions()
         self.n_pages = n_pages
-        self._queue: asyncio.Queue[_Pending] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evidra-search")
         # queries per retriever call, for stats and tests; the newest BATCH_RECORD only
         self.batches: collections.deque[int] = collections.deque(maxlen=BATCH_RECORD)
-        self._connections: set[asyncio.Task[None]] = set()  # open connection handlers
+        self._queue: asyncio.Queue[_Pending] | None = None  # these two live while the app runs
+        self._executor: ThreadPoolExecutor | None = None
 
     # -- batching -------------------------------------------------------------------------------
+
+    async def search(self, request: SearchRequest, receive: Receive) -> list[list[Hit]]:
+        """``request``'s hits, searched in batches with everyone else's; raises ``ClientGone``
+        (and its unsearched slices are dropped) once ``receive`` says its client left."""
+        assert self._queue is not None, "the service is not running"
+        future: asyncio.Future[list[list[Hit]]] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Pending(request.queries, request.k, request.exclude, future))
+        left = asyncio.ensure_future(_disconnected(receive))
+        either: list[asyncio.Future[Any]] = [future, left]
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not future.done():
+                raise ClientGone
+            return future.result()
+        finally:
+            left.cancel()
+            future.cancel()  # a no-op once it has its result; else the batcher skips it
 
     async def _batcher(self) -> None:
         assert self._queue is not None
@@ -163,7 +197,7 @@ class SearchService:
             while size < self.options.max_batch:
                 try:
                     item = await asyncio.wait_for(self._queue.get(), max(0.0, deadline - loop.time()))
-                except TimeoutError:
+                except asyncio.TimeoutError:
                     break
                 batch.append(item)
                 size += item.remaining
@@ -174,9 +208,6 @@ class SearchService:
     async def _run(self, batch: list[_Pending]) -> None:
         """Search at most ``max_batch`` queries of ``batch``; unfinished requests queue up again."""
         assert self._queue is not None
-        for p in batch:
-            if p.gone and not p.future.done():
-                p.future.cancel()  # its client left while it waited: no work for nobody
         live = [p for p in batch if not p.future.done()]  # a cancelled one's client is gone
         work = [(p, n) for p, n in _shares(live, self.options.max_batch) if n]
         for k in sorted({p.k for p, _ in work}):  # one call per k: results equal a direct search(k=k)
@@ -190,6 +221,9 @@ class SearchService:
                 p.future.set_result(p.hits)
 
     async def _search_group(self, group: list[tuple[_Pending, int]], k: int) -> None:
+        group = [(p, n) for p, n in group if not p.future.done()]  # left during an earlier k's call
+        if not group:
+            return
         queries = [q for p, n in group for q in p.queries[len(p.hits) : len(p.hits) + n]]
         exclude = [e for p, n in group for e in p.exclude[len(p.hits) : len(p.hits) + n]]
         self.batches.append(len(queries))
@@ -209,85 +243,40 @@ class SearchService:
     def _search(self, queries: list[str], k: int, exclude: list[list[str]]) -> list[list[Hit]]:
         return self.retriever.search(queries, k=k, exclude=[set(e) for e in exclude])
 
-    # -- HTTP ------------------------------------------------------------------------------------
-
-    def _check_key(self, req: Request) -> None:
-        key = self.options.api_key
-        if key is None:
-            return
-        given = req.headers.get("authorization", "").encode("latin-1")
-        if not hmac.compare_digest(given, f"Bearer {key}".encode()):
-            raise HttpError(401, f"missing or wrong API key; send Authorization: Bearer ${API_KEY_ENV}")
-
-    async def _route(self, req: Request, reader: asyncio.StreamReader) -> tuple[int, Any]:
-        if req.path == "/health":
-            if req.method != "GET":
-                raise HttpError(405, "use GET /health")
-            return 200, {"status": "ok", "pages": self.n_pages}
-        if req.path != "/search":
-            raise HttpError(404, f"no endpoint {req.path[:80]!r}; use POST /search or GET /health")
-        if req.method != "POST":
-            raise HttpError(405, "use POST /search with a JSON body")
-        self._check_key(req)
-        search = parse_search(req.body, self.options.limits)
-        assert self._queue is not None
-        future: asyncio.Future[list[list[Hit]]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(search.queries, search.k, search.exclude, future, reader=reader))
-        try:
-            hits = await _unless_gone(future, reader)
-        except InvalidInputError as exc:
-            raise HttpError(400, str(exc)) from None
-        rows = [
-            [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path} for h in r] for r in hits
-        ]
-        return 200, {"results": rows}
-
-    async def _answer(self, req: Request, reader: asyncio.StreamReader) -> tuple[int, Any]:
-        try:
-            return await self._route(req, reader)
-        except HttpError as exc:
-            return exc.status, {"error": str(exc)}
-        except _ClientGone:
-            raise
-        except Exception:
-            logger.exception("search failed")
-            return 500, {"error": "internal error; the service log has the details"}
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:  # tracked, so stopping can end idle keep-alive connections cleanly
-            self._connections.add(task)
-            task.add_done_callback(self._connections.discard)
-        try:
-            while True:
-                try:
-                    req = await asyncio.wait_for(read_request(reader), self.options.idle_timeout_s)
-                except HttpError as exc:
-                    writer.write(_error(exc.status, str(exc), keep_alive=False))
-                    await writer.drain()
-                    return
-                if req is None:
-                    return
-                status, payload = await self._answer(req, reader)
-                extra = "WWW-Authenticate: Bearer\r\n" if status == 401 else ""
-                writer.write(response(status, payload, keep_alive=req.keep_alive, extra=extra))
-                await writer.drain()
-                if not req.keep_alive:
-                    return
-        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, _ClientGone):
-            return
-        except asyncio.CancelledError:  # the service is stopping: end quietly (asyncio's stream
-            return  # callback would log a cancelled handler task as an error)
-        finally:
-            writer.close()
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[asyncio.Server, int]:
-        """Start listening; returns the server and the bound port (``port=0`` picks a free one)."""
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: object) -> AsyncIterator[None]:
+        """The app's lifespan: the queue, the search thread and the batcher live while it runs."""
         self._queue = asyncio.Queue()
-        self._batcher_task = asyncio.create_task(self._batcher())
-        server = await asyncio.start_server(self._handle, host, port)
-        bound = int(server.sockets[0].getsockname()[1])
-        logger.info("search service on http://%s:%d", host, bound)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evidra-search")
+        batcher = asyncio.create_task(self._batcher())
+        try:
+            yield
+        finally:
+            batcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await batcher
+            await asyncio.to_thread(self._executor.shutdown)  # a slice being searched finishes
+            self._queue = self._executor = None
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def _server(self) -> uvicorn.Server:
+        from evidra.retrieval.app import build_app
+        from evidra.retrieval.serving import make_server
+
+        return make_server(build_app(self), idle_timeout_s=self.options.idle_timeout_s)
+
+    def _listen(self, host: str, port: int) -> tuple[socket.socket, str]:
+        """A socket bound to ``host:port`` (``port=0`` picks a free one) and its base URL."""
+        try:
+            sock = _bind(host, port)
+        except OSError as exc:
+            raise ServiceError(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port"
+            ) from None
+        bound = int(sock.getsockname()[1])
+        url = f"http://[{host}]:{bound}" if ":" in host else f"http://{host}:{bound}"
+        logger.info("search service on %s", url)
         if not is_loopback(host):
             guard = (
                 "requests need the API key, which travels unencrypted (put a TLS proxy in front)"
@@ -295,54 +284,58 @@ class SearchService:
                 else f"anyone who can reach it can search; set {API_KEY_ENV} to require a key"
             )
             logger.warning("search service bound to %s is reachable from other machines: %s", host, guard)
-        return server, bound
+        return sock, url
 
-    async def serve_forever(self, host: str = "127.0.0.1", port: int = 8765) -> None:
-        server, _ = await self.start(host, port)
-        async with server:
-            await server.serve_forever()
+    def serve_forever(
+        self, host: str = "127.0.0.1", port: int = 8765, *, ready: Callable[[str], None] | None = None
+    ) -> None:
+        """Serve on this thread until SIGINT or SIGTERM (uvicorn's handlers stop it gracefully);
+        ``ready`` gets the base URL once the socket is bound."""
+        sock, url = self._listen(host, port)
+        with sock:
+            if ready is not None:
+                ready(url)
+            self._server().run(sockets=[sock])
 
     @contextlib.contextmanager
     def running(self, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
         """Run the service on a background thread; yields its base URL, stops on exit."""
-        loop = asyncio.new_event_loop()
-        started = asyncio.run_coroutine_threadsafe(self.start(host, port), loop)
-        thread = threading.Thread(target=loop.run_forever, name="evidra-search-loop", daemon=True)
+        sock, url = self._listen(host, port)
+        server = self._server()
+        thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="evidra-search-loop", daemon=True
+        )
         thread.start()
-        server, bound = started.result(timeout=30)
         try:
-            yield f"http://{host}:{bound}"
+            deadline = time.monotonic() + 30
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    raise ServiceError(f"the search service on {url} did not start; its log says why")
+                time.sleep(0.005)
+            yield url
         finally:
-            asyncio.run_coroutine_threadsafe(self._stop(server), loop).result(timeout=30)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=30)
-            loop.close()
-            self._executor.shutdown(wait=True)
-
-    async def _stop(self, server: asyncio.Server) -> None:
-        server.close()
-        for task in list(self._connections):  # clients may still hold keep-alive connections
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        await server.wait_closed()
-        self._batcher_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._batcher_task
+            server.should_exit = True
+            thread.join(timeout=STOP_S)
+            sock.close()
 
 
-async def _unless_gone(future: asyncio.Future[list[list[Hit]]], reader: asyncio.StreamReader) -> Any:
-    """``future``'s result; cancelled (and ``_ClientGone`` raised) once the client hangs up."""
-    while True:
-        done, _ = await asyncio.wait({future}, timeout=0.05)
-        if done:
-            return future.result()
-        if reader.at_eof() or reader.exception() is not None:
-            future.cancel()  # the batcher drops its remaining slices
-            raise _ClientGone
-
-
-def _error(status: int, message: str, *, keep_alive: bool) -> bytes:
-    return response(status, {"error": message}, keep_alive=keep_alive)
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket, made as asyncio makes its own: with ``IPPROTO_TCP`` as its protocol,
+    which asyncio checks before it turns Nagle's algorithm off on accepted connections (a socket
+    made with protocol 0 keeps it on, and uvicorn's two writes per response then wait ~40 ms for
+    the client's delayed ACK)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def hits_from_json(rows: Sequence[Sequence[dict[str, Any]]]) -> list[list[Hit]]:

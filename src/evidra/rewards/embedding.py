@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from evidra.errors import InvalidInputError
+from evidra.errors import ConfigError, InvalidInputError
 from evidra.geometry import is_valid_box
 from evidra.rewards.lat import StepPlan, _fit_aspect
-from evidra.types import Box, Page, Parsed
+from evidra.types import Box, Page, Parsed, Sample
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -85,15 +85,56 @@ def words_in_box(page: Page, box: Box) -> list[str]:
     return out
 
 
+def ocr_available() -> bool:
+    """Whether tesseract can read crops here (the ``pytesseract`` package and its binary)."""
+    import importlib.util
+    import shutil
+
+    return importlib.util.find_spec("pytesseract") is not None and shutil.which("tesseract") is not None
+
+
+def require_step_text(samples: Sequence[Sample], dataset: str) -> None:
+    """``ConfigError`` when a page has no text layer and no OCR is installed: the text-overlap
+    similarity would score every step on it 0 (R_step at most 0.5) instead of training on it."""
+    bare = sum(1 for s in samples for p in s.pages if not p.words)
+    if bare and not ocr_available():
+        raise ConfigError(
+            f"{dataset}: {bare} pages have no text layer, so LAT's text-overlap step similarity would "
+            f"score their steps 0; install OCR (pip install 'evidra[ocr]' and the tesseract binary) or "
+            f"use the visual similarity (data.task=lat.colqwen2 with $EVIDRA_LAT_RETRIEVER set to a "
+            f"ColQwen2 checkpoint)"
+        )
+
+
 @dataclass(frozen=True)
 class TextOverlapSimilarity:
-    """Offline step similarity: token F1 between the text-layer words inside the box and the
-    step text. Pages without a text layer score 0 (log a warning once per call)."""
+    """Offline step similarity: token F1 between the words inside the box and the step text.
+
+    The words are the page's text layer; on a page without one (screenshots) they are what
+    tesseract reads in the crop when OCR is installed (``ocr``: None = when available), else the
+    step scores 0 with a warning (``require_step_text`` refuses such data at task build)."""
+
+    ocr: bool | None = None
 
     def score_steps(self, queries: Sequence[StepQuery]) -> list[float]:
-        if any(not q.page.words for q in queries):
-            logger.warning("TextOverlapSimilarity: some pages have no text layer; their steps score 0")
-        return [token_f1(tokens(" ".join(words_in_box(q.page, q.box))), tokens(q.text)) for q in queries]
+        use_ocr = ocr_available() if self.ocr is None else self.ocr
+        if not use_ocr and any(not q.page.words for q in queries):
+            logger.warning(
+                "TextOverlapSimilarity: some pages have no text layer and no OCR; their steps score 0"
+            )
+        images: dict[str, PILImage] = {}
+        out = []
+        for q in queries:
+            if q.page.words or not use_ocr:
+                words = words_in_box(q.page, q.box)
+            else:
+                from evidra.retrieval.ocr import ocr_words
+
+                if q.page.id not in images:
+                    images[q.page.id] = q.page.open_image()
+                words = ocr_words(_crop(images[q.page.id], q.box))
+            out.append(token_f1(tokens(" ".join(words)), tokens(q.text)))
+        return out
 
 
 def _unpad(embeddings: Tensor, mask: Tensor) -> list[Tensor]:
@@ -118,12 +159,15 @@ class ColQwen2Similarity:
         self.batch_size, self.device = batch_size, device
 
     @classmethod
-    def load(cls, path: str | Path, *, device: str = "auto") -> ColQwen2Similarity:
-        """From a ColQwen2/ColPali checkpoint: a directory, a hub id or a PEFT adapter of one."""
+    def load(cls, path: str | Path, *, device: str = "auto", dtype: str = "auto") -> ColQwen2Similarity:
+        """From a ColQwen2/ColPali checkpoint: a directory, a hub id or a PEFT adapter of one;
+        ``auto``: on the GPU in bfloat16 when there is one (as the policy), else CPU float32."""
+        from evidra.devices import resolve_device, resolve_dtype
         from evidra.retrieval.base import EncoderOptions
         from evidra.retrieval.encoders.colvision import ColVisionEncoder
 
-        enc = ColVisionEncoder.load(path, EncoderOptions(device=device))
+        where = resolve_device(device)
+        enc = ColVisionEncoder.load(path, EncoderOptions(device=where, dtype=resolve_dtype(dtype, where)))
         return cls(enc.model, enc.processor, device=enc.options.device)
 
     def _embed(self, **inputs: Any) -> list[Tensor]:

@@ -23,7 +23,7 @@ these functions work on one sequence at a time, which is what the recorded contr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from evidra.errors import InvalidInputError
 from evidra.types import Span
@@ -66,17 +66,35 @@ def find_first(ids: Sequence[int], marker: Sequence[int]) -> int:
     return -1
 
 
-def _bound(ids: Sequence[int], name: str, markers: Mapping[str, Sequence[int]], *, is_start: bool) -> int:
-    if name == START:
-        return 0
-    if name == END:
-        return len(ids)
-    if name not in markers:
-        raise InvalidInputError(f"no token ids given for marker {name!r}; pass marker_ids[{name!r}]")
-    idx = find_first(ids, markers[name])
-    if idx == -1:
-        return 0 if is_start else len(ids)
-    return idx
+def rule_spans(
+    rules: Mapping[str, tuple[str, str]], locate: Callable[[str], int], length: int
+) -> dict[str, Span]:
+    """The one definition of a scope's span: each rule's ``[start, end)`` between its two markers.
+
+    ``locate(marker)`` is the token index where ``marker`` first occurs, or -1. ``START``/``END``
+    are 0 and ``length``; a start marker that is not found starts at 0, an end marker that is not
+    found ends at ``length``; the span is empty (start == end) when the end comes first.
+
+    >>> rule_spans({"a": ("<x>", END), "b": (START, "<y>")}, {"<x>": 2, "<y>": -1}.__getitem__, 5)
+    {'a': Span(start=2, end=5), 'b': Span(start=0, end=5)}
+    """
+    found: dict[str, int] = {}
+
+    def bound(marker: str, *, is_start: bool) -> int:
+        if marker == START:
+            return 0
+        if marker == END:
+            return length
+        if marker not in found:
+            found[marker] = locate(marker)
+        idx = found[marker]
+        return (0 if is_start else length) if idx < 0 else idx
+
+    spans: dict[str, Span] = {}
+    for name, (start_marker, end_marker) in rules.items():
+        start = bound(start_marker, is_start=True)
+        spans[name] = Span(start, max(start, bound(end_marker, is_start=False)))
+    return spans
 
 
 def scope_spans(
@@ -93,17 +111,24 @@ def scope_spans(
     >>> (s["accuracy"].start, s["accuracy"].end), (s["isThink"].start, s["isThink"].end)
     ((3, 8), (3, 6))
     """
-    spans: dict[str, Span] = {}
-    for name, (start_marker, end_marker) in rules.items():
-        start = _bound(ids, start_marker, marker_ids, is_start=True)
-        end = _bound(ids, end_marker, marker_ids, is_start=False)
-        spans[name] = Span(start, max(start, end))
-    return spans
+
+    def locate(marker: str) -> int:
+        if marker not in marker_ids:
+            raise InvalidInputError(f"no token ids given for marker {marker!r}; pass marker_ids[{marker!r}]")
+        return find_first(ids, marker_ids[marker])
+
+    return rule_spans(rules, locate, len(ids))
 
 
 def span_mask(span: Span, length: int, response_mask: Sequence[int] | None = None) -> list[int]:
-    """A 0/1 mask of ``length`` tokens that is 1 on ``span`` (times ``response_mask``)."""
-    mask = [1 if span.start <= t < span.end else 0 for t in range(length)]
+    """The one definition of a span's mask: ``length`` 0/1 entries, 1 on the tokens of ``span``
+    (the part of it below ``length``), times ``response_mask`` when given.
+
+    >>> span_mask(Span(1, 3), 4), span_mask(Span(1, 3), 4, [1, 0, 1, 1])
+    ([0, 1, 1, 0], [0, 0, 1, 0])
+    """
+    start, end = min(max(span.start, 0), length), min(max(span.end, 0), length)
+    mask = [0] * start + [1] * max(0, end - start) + [0] * (length - max(start, end))
     if response_mask is not None:
         if len(response_mask) != length:
             raise InvalidInputError(f"response_mask has {len(response_mask)} entries for {length} tokens")

@@ -6,7 +6,6 @@ imported here, so importing ``evidra.rl`` stays cheap.
 from __future__ import annotations
 
 from evidra.rl.advantages import (
-    ADVANTAGES,
     dr_grpo,
     group_ids,
     group_normalize,
@@ -19,6 +18,7 @@ from evidra.rl.advantages import (
     turn_credit_advantages,
     turn_masks,
 )
+from evidra.rl.estimators import ADVANTAGES, AdvantageInputs, Advantages, Estimator
 from evidra.rl.filtering import (
     DAPO_FILTER,
     EVISRAG_FILTER,
@@ -51,8 +51,11 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "POLICY_LOSSES",
+    "AdvantageInputs",
+    "Advantages",
     "DynamicSampler",
     "DynamicSamplingError",
+    "Estimator",
     "PolicyLossOutput",
     "Round",
     "SamplingResult",

@@ -1,5 +1,6 @@
 """Advantage estimators: group-relative (GRPO, Dr.GRPO), reward-scoped (EVisRAG RS-GRPO) and
-per-turn process credits (CAVE), as pure tensor functions registered in ``ADVANTAGES``.
+per-turn process credits (CAVE), as pure tensor functions (registered as estimators, with one
+input record, in ``evidra.rl.estimators``).
 
 Conventions shared by every estimator:
 
@@ -19,6 +20,7 @@ Run the tests with ``OMP_NUM_THREADS=1 .venv/bin/pytest tests/rl/test_advantages
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
@@ -26,14 +28,12 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.registry import Registry
+from evidra.rewards.scopes import span_mask
 from evidra.types import Span
 
 StdKind = Literal["unbiased", "biased"]
 Singleton = Literal["raise", "zero"]
 Index = Sequence[Hashable] | Tensor | None
-
-ADVANTAGES: Registry[Callable[..., Tensor]] = Registry("advantage estimator")
 
 
 def group_ids(n: int, group_size: int | None = None, index: Index = None) -> Tensor:
@@ -117,7 +117,6 @@ def group_normalize(
     return out.reshape(scores.shape)
 
 
-@ADVANTAGES.register("grpo")
 def grpo(
     rewards: Tensor,
     group_size: int | None = None,
@@ -145,7 +144,6 @@ def grpo(
     )
 
 
-@ADVANTAGES.register("dr_grpo")
 def dr_grpo(
     rewards: Tensor,
     group_size: int | None = None,
@@ -161,7 +159,6 @@ def dr_grpo(
     return grpo(rewards, group_size, index=index, valid=valid, scale_by_std=False, singleton=singleton)
 
 
-@ADVANTAGES.register("router")
 def router_advantages(
     rewards: Tensor,
     group_size: int | None = None,
@@ -187,6 +184,30 @@ def router_advantages(
     return group_normalize(
         rewards, groups, valid=valid, scale_by_std=scale_by_std, eps=eps, std=std, singleton=singleton
     )
+
+
+@dataclass(frozen=True, eq=False)
+class ScopedAdvantages:
+    """Advantages for a loss taken per scope (EVisRAG's released router): each channel's advantage
+    on its own scope's tokens. The policy loss is computed once per scope and the per-scope losses
+    are combined by ``losses.aggregate_scoped``, not by a token-level aggregation."""
+
+    values: Tensor  # (N, K, L): channel k's advantage on the tokens of its scope, 0 elsewhere
+    masks: Tensor  # (N, K, L): 1 on the (policy) tokens of scope k
+
+    def __post_init__(self) -> None:
+        if self.values.dim() != 3 or self.values.shape != self.masks.shape:
+            raise InvalidInputError(
+                f"scoped advantages and masks must both be (N, K, L), got {tuple(self.values.shape)} "
+                f"and {tuple(self.masks.shape)}"
+            )
+
+    @classmethod
+    def broadcast(cls, advantages: Tensor, scope_masks: Tensor) -> ScopedAdvantages:
+        """(N, K) channel advantages (:func:`router_advantages`) on (N, K, L) scope masks."""
+        _check_scope_shapes(advantages, scope_masks)
+        masks = scope_masks.to(advantages.dtype)  # (N, K, L)
+        return cls(advantages.unsqueeze(-1) * masks, masks)
 
 
 def scoped_token_advantages(
@@ -217,7 +238,6 @@ def _check_scope_shapes(values: Tensor, scope_masks: Tensor) -> None:
         )
 
 
-@ADVANTAGES.register("rs_grpo")
 def rs_grpo_advantages(
     rewards: Tensor,
     scope_masks: Tensor,
@@ -261,7 +281,6 @@ def rs_grpo_advantages(
 TurnNorm = Literal["trajectory", "turn_index", "group_turns", "none"]
 
 
-@ADVANTAGES.register("turn_credit")
 def turn_credit_advantages(
     turn_values: Tensor,
     turn_mask: Tensor,
@@ -329,7 +348,8 @@ def _normalise_turns(
 def spans_to_mask(
     spans: Sequence[Sequence[Span]], length: int, *, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """(B, L) 0/1 mask that is 1 on the union of each row's half-open spans.
+    """(B, L) 0/1 mask that is 1 on the union of each row's half-open spans (each span's mask is
+    ``rewards.scopes.span_mask``, the one definition).
 
     >>> spans_to_mask([[Span(1, 3)], [Span(0, 1), Span(3, 4)]], 4)
     tensor([[0., 1., 1., 0.],
@@ -343,7 +363,7 @@ def spans_to_mask(
                     f"span [{span.start}, {span.end}) of row {row} exceeds length {length}; "
                     "pass the padded response length"
                 )
-            mask[row, span.start : span.end] = 1
+            mask[row] = torch.maximum(mask[row], torch.tensor(span_mask(span, length), dtype=dtype))
     return mask
 
 

@@ -52,12 +52,18 @@ class DataConfig:
     synthetic: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)  # loader options, e.g. {pool: train.jsonl}
     index: str = ""  # search tasks: an index directory (evidra index build) or a serve-index URL
+    # pages shown per question (Lang2Act: the top 3): ranked by ``index`` over every page of the
+    # samples when one is given, else the sample's own order; 0 shows every page of the sample
+    pages_per_question: int = 0
     toolbox: str = ""  # Lang2Act stage 2: a toolbox file (evidra data toolbox); empty: Figure 10's box
     # a file of `evidra data filter`: train on the samples it keeps, a subset of the task's samples
     subset: str = ""
-    # SFT only: a JSONL of distilled trajectories (evidra data distill), trained on instead of the
-    # task's oracle conversations (`evidra train sft --data FILE` sets it)
+    # SFT only: a JSONL of conversations, trained on instead of the task's oracle conversations
+    # (`evidra train sft --data FILE` sets it): distilled trajectories (evidra data distill), TRL /
+    # OpenAI messages or LLaMA-Factory ShareGPT rows
     trajectories: str = ""
+    # the file's format: auto (detected from its rows) | evidra | messages | sharegpt
+    trajectories_format: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,9 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class AlgoConfig:
-    advantage: str = "grpo"  # grpo | dr_grpo
+    # grpo | dr_grpo | rs_grpo (EVisRAG Eq. 7-9) | turn_credit (CAVE) | router: EVisRAG's released
+    # RS-GRPO, each reward channel normalised on its own and its loss taken per scope
+    advantage: str = "grpo"
     scale_by_std: bool = True
     policy_loss: str = "ppo_clip"  # ppo_clip | gspo
     loss_agg: str = (
@@ -147,6 +155,15 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class RewardConfig(GuardConfig):
+    """The ``reward:`` section: which variant of the task's reward, and the guards (``GuardConfig``)."""
+
+    # paper: the reward as the paper writes it; upstream: as the method's released code computes it
+    # (tasks that have such a variant: evisrag, vragrl; see docs/methods.md)
+    mode: Literal["paper", "upstream"] = "paper"
+
+
+@dataclass(frozen=True)
 class RLConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -155,7 +172,7 @@ class RLConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)  # answer judge of the rewards that judge
-    reward: GuardConfig = field(default_factory=GuardConfig)  # reward-hacking guards (off: the papers')
+    reward: RewardConfig = field(default_factory=RewardConfig)  # reward variant, hacking guards (off)
     # overrides of the sections above for the SFT stage of the same recipe (``evidra train sft``),
     # e.g. {optim: {lr: 5.0e-7, schedule: cosine}, epochs: 3}; checked when the recipe loads
     sft: dict[str, Any] = field(default_factory=dict)
@@ -178,7 +195,7 @@ class SFTConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
-    reward: GuardConfig = field(default_factory=GuardConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     sft: dict[str, Any] = field(default_factory=dict)
 
     __stage_sections__: ClassVar[tuple[str, ...]] = ("sft",)

@@ -1,115 +1,91 @@
-"""From rewards to per-token advantages, for every estimator the trainer supports.
+"""From episodes and their rewards to per-token advantages, for every estimator in ``ADVANTAGES``.
 
-Each estimator is registered in ``CREDIT`` under its ``algo.advantage`` name and takes one
-``CreditInputs`` record. Outcome estimators (``grpo``, ``dr_grpo``) give one value per episode,
-spread over its policy tokens. ``rs_grpo`` (EVisRAG Eq. 7-10) group-normalises each reward
-channel and applies it only to the tokens of its scopes (``Trajectory.scopes``, channels from
-``RewardResult.scopes``). ``turn_credit`` (CAVE) spreads per-turn credits (``RewardResult.turns``)
-over each turn's tokens.
+``advantage_inputs`` turns a batch of episodes into the one record every estimator takes
+(``estimators.AdvantageInputs``): scalar rewards, the reward channels on their token scopes
+(``Trajectory.scopes``, channels from ``RewardResult.scopes``) when the task names scopes, and the
+per-turn credits (``RewardResult.turns``) on each turn's tokens. ``token_advantages`` looks the
+configured estimator up by name and spreads its result over the tokens: no estimator is named
+here, so a new one is a new registered function in ``estimators``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from evidra.errors import ConfigError
-from evidra.registry import Registry
 from evidra.rewards.base import RewardResult
-from evidra.rl.advantages import (
-    ADVANTAGES,
-    rs_grpo_advantages,
-    scope_masks_from_spans,
-    turn_credit_advantages,
-)
+from evidra.rl.advantages import ScopedAdvantages, scope_masks_from_spans
 from evidra.rl.config import AlgoConfig
+from evidra.rl.estimators import ADVANTAGES, AdvantageInputs
 from evidra.rollout import Episode
 
-
-@dataclass(frozen=True, eq=False)
-class CreditInputs:
-    algo: AlgoConfig
-    episodes: Sequence[Episode]
-    results: Sequence[RewardResult]
-    rewards: Any  # (N,) scalar rewards (KL-shaped when the KL goes into the reward)
-    valid: Any  # (N,) bool: scored episodes
-    group_size: int
-    scope_names: Sequence[str] = ()
-
-    @property
-    def length(self) -> int:
-        return max(1, max(len(ep.trajectory.token_ids) for ep in self.episodes))
-
-    def policy_mask(self) -> Any:
-        import torch
-
-        policy = torch.zeros(len(self.episodes), self.length)  # (N, L)
-        for i, ep in enumerate(self.episodes):
-            mask = ep.trajectory.policy_mask
-            policy[i, : len(mask)] = torch.tensor(mask, dtype=torch.float32)
-        return policy
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
-class CreditFn(Protocol):
-    def __call__(self, inputs: CreditInputs) -> Any: ...  # (N, L)
-
-
-CREDIT: Registry[CreditFn] = Registry("advantage estimator")
-
-
-def _outcome(inputs: CreditInputs, **kwargs: Any) -> Any:
-    seq = ADVANTAGES.get(inputs.algo.advantage)(
-        inputs.rewards, inputs.group_size, valid=inputs.valid, singleton="zero", **kwargs
-    )  # (N,)
-    return seq[:, None].expand(len(inputs.episodes), inputs.length).clone()  # (N, L)
-
-
-@CREDIT.register("grpo")
-def grpo_credit(inputs: CreditInputs) -> Any:
-    return _outcome(inputs, scale_by_std=inputs.algo.scale_by_std, eps=inputs.algo.eps)
-
-
-@CREDIT.register("dr_grpo")
-def dr_grpo_credit(inputs: CreditInputs) -> Any:
-    return _outcome(inputs)
-
-
-@CREDIT.register("rs_grpo")
-def rs_grpo_credit(inputs: CreditInputs) -> Any:
+def _policy_mask(episodes: Sequence[Episode], length: int) -> Any:
     import torch
 
-    names = inputs.scope_names
-    if not names:
-        raise ConfigError("advantage rs_grpo needs a task with scope names (its reward channels)")
-    channel = torch.tensor([[r.scopes.get(n, 0.0) for n in names] for r in inputs.results])  # (N, K)
-    masks = scope_masks_from_spans(
-        [ep.trajectory.scopes for ep in inputs.episodes],
-        names,
-        inputs.length,
-        policy_mask=inputs.policy_mask(),
-    )  # (N, K, L)
-    return rs_grpo_advantages(channel, masks, inputs.group_size, valid=inputs.valid,
-                              scale_by_std=inputs.algo.scale_by_std, eps=inputs.algo.eps,
-                              singleton="zero")  # fmt: skip
+    policy = torch.zeros(len(episodes), length)  # (N, L)
+    for i, ep in enumerate(episodes):
+        mask = ep.trajectory.policy_mask
+        policy[i, : len(mask)] = torch.tensor(mask, dtype=torch.float32)
+    return policy
 
 
-@CREDIT.register("turn_credit")
-def turn_credit(inputs: CreditInputs) -> Any:
+def _turn_credits(episodes: Sequence[Episode], results: Sequence[RewardResult]) -> tuple[Any, Any]:
+    """Per-turn credits ``(N, T)`` (``RewardResult.turns``, 0 where a reward gives none) and a mask
+    ``(N, T)`` of the turns each episode has."""
     import torch
 
-    episodes, n = inputs.episodes, len(inputs.episodes)
+    n = len(episodes)
     t_max = max(1, max(ep.trajectory.num_turns for ep in episodes))
     values = torch.zeros(n, t_max)  # (N, T)
     present = torch.zeros(n, t_max)  # (N, T)
-    for i, (ep, res) in enumerate(zip(episodes, inputs.results, strict=True)):
+    for i, (ep, res) in enumerate(zip(episodes, results, strict=True)):
         turns = list(res.turns)[: ep.trajectory.num_turns]
         values[i, : len(turns)] = torch.tensor(turns, dtype=torch.float32)
         present[i, : ep.trajectory.num_turns] = 1.0
-    spans = [ep.trajectory.turns for ep in episodes]
-    a = inputs.algo
-    return turn_credit_advantages(values, present, spans, inputs.length, inputs.group_size,
-                                  valid=inputs.valid, scale_by_std=a.scale_by_std, eps=a.eps)  # fmt: skip
+    return values, present
+
+
+def advantage_inputs(
+    algo: AlgoConfig,
+    episodes: Sequence[Episode],
+    results: Sequence[RewardResult],
+    rewards: Any,
+    valid: Any,
+    group_size: int,
+    scope_names: Sequence[str] = (),
+) -> AdvantageInputs:
+    """The estimators' input record for a batch; a group with one valid episode gets advantage 0."""
+    import torch
+
+    length = max(1, max(len(ep.trajectory.token_ids) for ep in episodes))
+    channels = masks = None
+    if scope_names:
+        channels = torch.tensor([[r.scopes.get(n, 0.0) for n in scope_names] for r in results])  # (N, K)
+        masks = scope_masks_from_spans(
+            [ep.trajectory.scopes for ep in episodes],
+            scope_names,
+            length,
+            policy_mask=_policy_mask(episodes, length),
+        )  # (N, K, L)  fmt: skip
+    credits, present = _turn_credits(episodes, results)  # (N, T), (N, T)
+    return AdvantageInputs(
+        rewards,
+        group_size,
+        valid=valid,
+        scale_by_std=algo.scale_by_std,
+        eps=algo.eps,
+        singleton="zero",
+        length=length,
+        scope_rewards=channels,
+        scope_masks=masks,
+        turn_credits=credits,
+        turn_mask=present,
+        turn_spans=[ep.trajectory.turns for ep in episodes],
+    )
 
 
 def token_advantages(
@@ -120,7 +96,8 @@ def token_advantages(
     valid: Any,
     group_size: int,
     scope_names: Sequence[str] = (),
-) -> Any:
-    """Advantages ``(N, L)``: row i covers episode i's tokens (0 past its end)."""
-    inputs = CreditInputs(algo, episodes, results, rewards, valid, group_size, scope_names)
-    return CREDIT.get(algo.advantage)(inputs)
+) -> Tensor | ScopedAdvantages:
+    """Advantages ``(N, L)``: row i covers episode i's tokens (0 past its end); ``ScopedAdvantages``
+    ``(N, K, L)`` for an estimator whose loss is taken per scope (``router``)."""
+    inputs = advantage_inputs(algo, episodes, results, rewards, valid, group_size, scope_names)
+    return ADVANTAGES.get(algo.advantage).fn(inputs).to_tokens(inputs.length)

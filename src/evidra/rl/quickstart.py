@@ -18,6 +18,7 @@ from evidra.config import load_config
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM, load_vlm
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
+from evidra.rl.scoring import score_episodes
 from evidra.rl.tasks import TASKS, Task
 from evidra.rollout import HFBackend, RolloutLimits, rollout
 from evidra.types import Sample
@@ -50,7 +51,7 @@ def evaluate_task(vlm: VLM, task: Task, samples: Sequence[Sample], max_new_token
     limits = RolloutLimits(max_turns=1, max_new_tokens=max_new_tokens, max_response_tokens=max_new_tokens)
     vlm.model.eval()
     episodes = rollout(HFBackend(vlm), task.make_env, samples, 1, params, limits)
-    results = [task.score(ep.sample, ep.trajectory) for ep in episodes]
+    results, _ = score_episodes(task, vlm, episodes)
     scored = [r for r in results if r.scored] or results
     keys = sorted({k for r in scored for k in r.components})
     components = {k: sum(r.components.get(k, 0.0) for r in scored) / len(scored) for k in keys}

@@ -31,7 +31,7 @@ from evidra.rl.config import SFTConfig
 from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
 from evidra.rl.precision import training_precision
-from evidra.rl.sft_data import read_trajectories
+from evidra.rl.sft_data import SFTData, read_sft_data
 from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
 from evidra.sink import MetricsSink
@@ -116,8 +116,15 @@ class SFTTrainer:
         self.local_batch = local_batch_size(cfg, self.engine.num_processes)
         self.out = Path(cfg.run.output_dir)
         set_seed(cfg.run.seed)
+        self.data: SFTData | None = None  # the data file read, with its counts (data.trajectories)
         with self.engine.acc.main_process_first():
-            conversations = examples if examples is not None else _task_conversations(cfg)
+            if examples is not None:
+                conversations: Sequence[Sequence[Message]] = examples
+            elif cfg.data.trajectories:  # a data file instead of the task's oracle
+                self.data = read_sft_data(cfg.data.trajectories, cfg.data.trajectories_format)
+                conversations = self.data.conversations
+            else:
+                conversations = _task_conversations(cfg)
             self.vlm = load_policy(
                 cfg.model,
                 self.out / "models",
@@ -201,9 +208,7 @@ class SFTTrainer:
 
 
 def _task_conversations(cfg: SFTConfig) -> list[list[Message]]:
-    if cfg.data.trajectories:  # distilled trajectories (evidra data distill) instead of the oracle
-        return read_trajectories(cfg.data.trajectories)
-    task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+    task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
     if task.oracle is None:
         raise ConfigError(f"task {cfg.data.task!r} has no oracle trajectories; pass SFT conversations")
     samples = task_samples(task, cfg.data)

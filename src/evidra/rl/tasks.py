@@ -53,16 +53,25 @@ class Task:
     # the same task prompting and scoring with another toolbox (``data.toolbox``, Lang2Act stage 2);
     # takes ``evidra.paradigms.toolchain.Tool`` records; None: the task has no toolbox
     with_toolbox: Callable[[tuple[Any, ...]], Task] | None = None
+    # the same task scored with its reward's other variant (``reward.mode``: "paper" or "upstream",
+    # the method's released code); None: the task has the paper's reward only
+    with_reward_mode: Callable[[str], Task] | None = None
+    # shows each question a budget of its top pages (``data.pages_per_question``); tasks that search
+    # or label sufficiency from the pages they show leave it False
+    ranks_pages: bool = False
 
-    def score(self, sample: Sample, trajectory: Trajectory) -> RewardResult:
+    def score(self, sample: Sample, trajectory: Trajectory, parsed: Parsed | None = None) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
         text = trajectory.texts[-1] if trajectory.texts else ""
-        return self.reward(self.parse(text), sample, trajectory)
+        return self.reward(self.parse(text) if parsed is None else parsed, sample, trajectory)
 
 
-def resolve_task(name: str, judge: JudgeConfig, data: DataConfig | None = None) -> Task:
-    """The registered task ``name``, with ``data.toolbox``'s tools when one is given, scored with
-    the configured judge when one is configured."""
+def resolve_task(
+    name: str, judge: JudgeConfig, data: DataConfig | None = None, reward_mode: str = "paper"
+) -> Task:
+    """The registered task ``name``, with ``data.toolbox``'s tools when one is given, its reward's
+    ``reward_mode`` variant (``reward.mode``), scored with the configured judge when one is
+    configured."""
     task = TASKS.get(name)
     if data is not None and data.toolbox:
         from evidra.paradigms.toolchain import load_toolbox
@@ -70,6 +79,13 @@ def resolve_task(name: str, judge: JudgeConfig, data: DataConfig | None = None) 
         if task.with_toolbox is None:
             raise ConfigError(f"task {name!r} takes no toolbox; data.toolbox is for lang2act.stage2")
         task = task.with_toolbox(load_toolbox(data.toolbox))
+    if reward_mode != "paper":
+        if task.with_reward_mode is None:
+            raise ConfigError(
+                f"task {name!r} has only the paper's reward; remove reward.mode={reward_mode} "
+                "(tasks with a released-code variant: evisrag, vragrl)"
+            )
+        task = task.with_reward_mode(reward_mode)
     if judge.is_default:
         return task
     if task.with_judge is None:
@@ -82,10 +98,18 @@ def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
 
     Benchmark samples go through ``task.from_benchmark``; more than ``data.size`` of them (when
     it is not 0) are subsampled with ``data.seed``, keeping their order. ``data.subset`` then
-    keeps the samples its file keeps.
+    keeps the samples its file keeps, and ``data.pages_per_question`` cuts each sample's pages to
+    its top ones (``evidra.data.pages.top_pages``, ranked by ``data.index`` when given).
     """
     samples = _own_or_benchmark(task, cfg)
-    return _subset(samples, cfg.subset) if cfg.subset else samples
+    samples = _subset(samples, cfg.subset) if cfg.subset else samples
+    if cfg.pages_per_question:
+        from evidra.data.pages import top_pages
+        from evidra.retrieval.engine import open_searcher
+
+        searcher = open_searcher(cfg.index) if cfg.index else None
+        samples = top_pages(samples, cfg.pages_per_question, searcher)
+    return samples
 
 
 def _own_or_benchmark(task: Task, cfg: DataConfig) -> list[Sample]:

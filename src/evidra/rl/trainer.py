@@ -27,6 +27,7 @@ from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.base import RewardResult
 from evidra.rewards.guards import guard, tripped
+from evidra.rl.advantages import ScopedAdvantages
 from evidra.rl.backends import make_backend
 from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
@@ -37,6 +38,7 @@ from evidra.rl.filtering import DAPO_FILTER, DynamicSampler, Round, mean_within
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
+from evidra.rl.scoring import score_episodes
 from evidra.rl.tasks import resolve_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
@@ -71,7 +73,7 @@ class RLTrainer:
         self.local_batch = local_batch_size(cfg, self.acc.num_processes)
         self.out = Path(cfg.run.output_dir)
         set_seed(cfg.run.seed)  # same on every rank: identical LoRA initialisation
-        self.task = resolve_task(cfg.data.task, cfg.judge, cfg.data)
+        self.task = resolve_task(cfg.data.task, cfg.judge, cfg.data, cfg.reward.mode)
         with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
             self.samples = task_samples(self.task, cfg.data)
             self.vlm = load_policy(
@@ -129,13 +131,9 @@ class RLTrainer:
             annotate, tok = self.task.scopes, self.vlm.tokenizer
             episodes = [replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
                         for ep in episodes]  # fmt: skip
-        if self.task.score_episodes is not None:
-            results = self.task.score_episodes(self.vlm, episodes)
-        else:
-            results = [self.task.score(ep.sample, ep.trajectory) for ep in episodes]
+        results, final = score_episodes(self.task, self.vlm, episodes, guards=self.cfg.reward.guards)
         if self.cfg.reward.guards:  # beyond the papers: a gamed reward is capped at 0
-            parse, cfg = self.task.parse, self.cfg.reward
-            final = [parse(ep.trajectory.texts[-1] if ep.trajectory.texts else "") for ep in episodes]
+            cfg = self.cfg.reward
             pairs = zip(results, final, episodes, strict=True)
             results = [guard(res, tripped(p, ep.sample, cfg)) for res, p, ep in pairs]
         g = r.group_size
@@ -196,7 +194,8 @@ class RLTrainer:
         valid = torch.tensor([r.scored and math.isfinite(r.total) for r in results])  # (B*G,)
         shaped = self._kl_in_reward(rewards, flat, ref)
         g, scopes = self.cfg.rollout.group_size, self.task.scope_names
-        advantages = token_advantages(self.cfg.algo, episodes, results, shaped, valid, g, scopes)  # (B*G, L)
+        # (B*G, L), or ScopedAdvantages (B*G, K, L) for a loss taken per scope (algo.advantage=router)
+        advantages = token_advantages(self.cfg.algo, episodes, results, shaped, valid, g, scopes)
         for mb in flat:
             mb.set_advantages(advantages)
         settings = self._settings()
@@ -341,6 +340,8 @@ def _split(items: list[Group], n: int) -> list[list[Group]]:
 
 def _reward_metrics(results: list[RewardResult], rewards: Any, advantages: Any) -> dict[str, float]:
     """Reward statistics over the scored episodes only (unscored ones are counted apart)."""
+    if isinstance(advantages, ScopedAdvantages):  # per scope: the advantages on the scopes' tokens
+        advantages = advantages.values[advantages.masks > 0]
     nonzero = advantages[advantages != 0]
     scored = rewards[[r.scored and math.isfinite(r.total) for r in results]]
     out = {

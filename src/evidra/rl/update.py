@@ -3,6 +3,10 @@
 Each micro-batch is collated on its own (its own padding), but the loss uses the token and
 sequence counts of the *whole* batch (summed over processes), so the accumulated gradient is
 the full-batch gradient whatever the micro-batch size (``rl.losses.aggregate``).
+
+With ``ScopedAdvantages`` (EVisRAG's released router) the loss is taken per scope instead: each
+scope's clipped loss is a token mean over that scope's tokens of the whole batch, and the scopes
+are averaged over those with a non-zero advantage (``rl.losses.aggregate_scoped``).
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from evidra.models.context import Context, collate_split
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
 from evidra.models.prefix import PREFIX_ARCHS, PrefixBatch, build_prefix_batch, prefix_logprobs
+from evidra.rl.advantages import ScopedAdvantages
 from evidra.rl.engine import Engine
 from evidra.rl.kl import kl_penalty
-from evidra.rl.losses import POLICY_LOSSES, aggregate
+from evidra.rl.losses import POLICY_LOSSES, aggregate, aggregate_scoped
 from evidra.rl.mismatch import combined, logprob_mismatch
 from evidra.rl.policy import Reference
 from evidra.rollout import Episode
@@ -52,8 +57,9 @@ class MicroBatch:
     loss_mask: Any  # (b, R): 1 on policy tokens, 0 on padding and observations
     old_logprobs: Any  # (b, R): the clipped ratio's "old" log-probs, 0 off the mask
     sampler_logprobs: Any  # (b, R): the sampling engine's log-probs of the same tokens
-    advantages: Any = None  # (b, R), set from the step's (N, L) token advantages
+    advantages: Any = None  # (b, R), set from the step's (N, L) token advantages; (b, K, R) per scope
     padding: bool = False  # an empty copy that only keeps sharded processes in step
+    scope_masks: Any = None  # (b, K, R) with per-scope advantages: the loss is taken per scope
 
     def logprobs(self, model: Any, temperature: float, *, with_entropy: bool = False) -> Any:
         """Log-probs (b, R) of the responses under ``model`` (and entropies if asked)."""
@@ -63,12 +69,21 @@ class MicroBatch:
         return forward_logprobs(model, self.inputs, self.response_ids, temperature, with_entropy=with_entropy)
 
     def set_advantages(self, all_rows: Any) -> None:
-        """Take this micro-batch's rows of the step's ``(N, L)`` advantages, cut to its width."""
-        width = self.loss_mask.shape[1]
-        block = all_rows[self.rows, :width]  # (b, <=R)
-        if block.shape[1] < width:
-            block = torch_pad(block, width)
-        self.advantages = block.to(self.loss_mask.device)
+        """Take this micro-batch's rows of the step's ``(N, L)`` advantages (or of its
+        ``ScopedAdvantages``, with their scope masks), cut or padded to its width."""
+        width, device = self.loss_mask.shape[1], self.loss_mask.device
+        if isinstance(all_rows, ScopedAdvantages):
+            self.advantages = _width(all_rows.values[self.rows], width).to(device)  # (b, K, R)
+            self.scope_masks = _width(all_rows.masks[self.rows], width).to(device)  # (b, K, R)
+            return
+        self.advantages = _width(all_rows[self.rows], width).to(device)  # (b, R)
+
+
+def _width(x: Any, width: int) -> Any:
+    """``x`` cut or zero-padded to ``width`` along its last dimension."""
+    import torch.nn.functional as F
+
+    return x[..., :width] if x.shape[-1] >= width else F.pad(x, (0, width - x.shape[-1]))
 
 
 def _checkpointing(model: Any) -> bool:
@@ -144,12 +159,6 @@ def episode_tensors(
     return out
 
 
-def torch_pad(x: Any, width: int) -> Any:
-    import torch
-
-    return torch.cat([x, x.new_zeros(x.shape[0], width - x.shape[1])], dim=1)
-
-
 def reference_logprobs(
     reference: Reference, batches: Sequence[MicroBatch], temperature: float, engine: Engine | None = None
 ) -> list[Any]:
@@ -164,16 +173,41 @@ def reference_logprobs(
     return out
 
 
-def _global_counts(batches: Sequence[MicroBatch], valid: Any, engine: Engine) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class _Counts:
+    """A mini-batch's normalisers, summed over its micro-batches and processes."""
+
+    tokens: Any  # () masked tokens
+    seqs: Any  # () sequences with at least one masked token
+    scope_tokens: Any = None  # (K,) masked tokens of each scope (per-scope loss only)
+    active_scopes: int = 0  # scopes with a non-zero advantage on one of their tokens
+
+
+def _row_mask(mb: MicroBatch, valid: Any) -> Any:
+    """(b, R): policy tokens of the scored episodes."""
+    return mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]
+
+
+def _global_counts(batches: Sequence[MicroBatch], valid: Any, engine: Engine) -> _Counts:
     import torch
 
     tokens = torch.zeros((), device=batches[0].loss_mask.device)
     seqs = torch.zeros((), device=tokens.device)
     for mb in batches:
-        lengths = (mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]).sum(-1)  # (b,)
+        lengths = _row_mask(mb, valid).sum(-1)  # (b,)
         tokens += lengths.sum()
         seqs += (lengths > 0).sum()
-    return engine.sum(tokens), engine.sum(seqs)
+    if batches[0].scope_masks is None:
+        return _Counts(engine.sum(tokens), engine.sum(seqs))
+    k = batches[0].scope_masks.shape[1]
+    scope_tokens = torch.zeros(k, device=tokens.device)  # (K,)
+    hit = torch.zeros(k, device=tokens.device)  # (K,)
+    for mb in batches:
+        m = mb.scope_masks * _row_mask(mb, valid)[:, None]  # (b, K, R)
+        scope_tokens += m.sum(dim=(0, 2))
+        hit += ((mb.advantages != 0) & (m > 0)).any(dim=2).any(dim=0).float()
+    active = int((engine.sum(hit) > 0).sum())  # losses.active_scope_count over the whole mini-batch
+    return _Counts(engine.sum(tokens), engine.sum(seqs), engine.sum(scope_tokens), active)
 
 
 def recompute_old_logprobs(
@@ -204,10 +238,16 @@ def mismatch_stats(batches: Sequence[Sequence[MicroBatch]]) -> dict[str, float]:
     return combined(parts).metrics()
 
 
+def _lift(x: Any, mb: MicroBatch) -> Any:
+    """``x`` (b, R) as (b, 1, R) when ``mb`` takes its loss per scope, to broadcast over scopes."""
+    return x if mb.scope_masks is None else x.unsqueeze(1)
+
+
 def _micro_loss(
     model: Any, mb: MicroBatch, mask: Any, ref: Any, s: UpdateSettings, stats: _Stats, on_policy: bool
 ) -> Any:
-    """Per-token loss (b, R) of one micro-batch: clipped surrogate (+ TIS weight) (+ KL)."""
+    """Per-token loss (b, R) of one micro-batch: clipped surrogate (+ TIS weight) (+ KL); (b, K, R),
+    one row per scope, with per-scope advantages."""
     import torch
 
     loss_fn = POLICY_LOSSES.get(s.policy_loss)
@@ -218,16 +258,18 @@ def _micro_loss(
         if gap.tokens:  # how far the sampler's log-probs were from the trainer's (bf16, kernels)
             stats.mean("mismatch/logp_abs_mean", gap.mean_abs)
             stats.peak("mismatch/logp_abs_max", gap.max_abs)
-    out = loss_fn(logp, mb.old_logprobs, mb.advantages, mask, clip_low=s.clip_low, clip_high=s.clip_high,
-                  dual_clip=s.dual_clip)  # fmt: skip
-    per_token = out.loss  # (b, R)
+    # per scope: (b, 1, R) log-probs against (b, K, R) advantages and masks give (b, K, R) losses
+    loss_mask = mask if mb.scope_masks is None else mb.scope_masks * mask.unsqueeze(1)
+    out = loss_fn(_lift(logp, mb), _lift(mb.old_logprobs, mb), mb.advantages, loss_mask, clip_low=s.clip_low,
+                  clip_high=s.clip_high, dual_clip=s.dual_clip)  # fmt: skip
+    per_token = out.loss  # (b, R) or (b, K, R)
     if s.tis_cap > 0:  # verl's truncated IS: weight by min(pi_old / pi_sampler, cap), no gradient
         weight = torch.exp(mb.old_logprobs - mb.sampler_logprobs).clamp(max=s.tis_cap).detach()  # (b, R)
-        per_token = per_token * weight
+        per_token = per_token * _lift(weight, mb)
         stats.mean("tis/weight_mean", float((weight * mask).sum() / mask.sum().clamp(min=1)))
-    if ref is not None and s.kl_coef:
+    if ref is not None and s.kl_coef:  # per scope: averaged over each scope's tokens
         kld = kl_penalty(logp, ref, s.kl_estimator) * mask  # (b, R)
-        per_token = per_token + s.kl_coef * kld
+        per_token = per_token + s.kl_coef * _lift(kld, mb)
         stats.mean("kl", float((kld.sum() / mask.sum().clamp(min=1)).detach()))
     stats.mean("clip/low", float(out.clip_frac_low))
     stats.mean("clip/high", float(out.clip_frac_high))
@@ -266,20 +308,19 @@ def policy_update(
     stats = _Stats()
     for _epoch in range(s.ppo_epochs):
         for group in minibatches:
-            tokens, seqs = _global_counts(group, valid, engine)
-            if float(tokens) == 0:  # every episode unscored (e.g. the judge was down): nothing to learn
+            counts = _global_counts(group, valid, engine)
+            if (
+                float(counts.tokens) == 0
+            ):  # every episode unscored (e.g. the judge was down): nothing to learn
                 stats.total("update/empty_minibatches", 1.0)
                 continue
             optimizer.zero_grad(set_to_none=True)
             for i, mb in enumerate(group):
                 with nullcontext() if i == len(group) - 1 else engine.no_sync(model):
-                    mask = mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]  # (b, R)
+                    mask = _row_mask(mb, valid)  # (b, R)
                     with engine.autocast():
                         per_token = _micro_loss(model, mb, mask, ref_of.get(id(mb)), s, stats, on_policy)
-                    loss = aggregate(
-                        per_token, mask, s.loss_agg, global_tokens=tokens, global_seqs=seqs,
-                        max_len=s.max_len, world_size=engine.num_processes,
-                    )  # fmt: skip
+                    loss = _aggregate(per_token, mask, mb, counts, s, engine.num_processes)
                     engine.backward(loss, model)
                 stats.total("loss", float(loss.detach()) / steps)  # micro losses sum to the batch loss
             norm = engine.optimizer_step(model, optimizer, s.max_grad_norm)
@@ -291,6 +332,19 @@ def policy_update(
     skipped = done.get("update/empty_minibatches", 0.0) + done.get("update/nonfinite_skips", 0.0)
     stats.total("optimizer_steps", float(steps) - skipped)
     return stats.result()
+
+
+def _aggregate(
+    per_token: Any, mask: Any, mb: MicroBatch, counts: _Counts, s: UpdateSettings, world: int
+) -> Any:
+    """The micro-batch's share of the mini-batch loss: ``s.loss_agg`` over its tokens, or with
+    per-scope advantages EVisRAG's released per-scope combination (``aggregate_scoped``)."""
+    if mb.scope_masks is None:
+        return aggregate(per_token, mask, s.loss_agg, global_tokens=counts.tokens, global_seqs=counts.seqs,
+                         max_len=s.max_len, world_size=world)  # fmt: skip
+    scopes = mb.scope_masks * mask.unsqueeze(1)  # (b, K, R)
+    return aggregate_scoped(per_token, scopes, global_scope_tokens=counts.scope_tokens,
+                            active_scopes=counts.active_scopes, world_size=world)  # fmt: skip
 
 
 def _as_minibatches(batches: Sequence[Any]) -> list[list[MicroBatch]]:

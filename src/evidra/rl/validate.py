@@ -87,11 +87,11 @@ def _check_rollout(r: RolloutConfig) -> None:
 
 
 def _check_algo(a: AlgoConfig, batch_size: int) -> None:
-    from evidra.rl.credit import CREDIT
+    from evidra.rl.estimators import ADVANTAGES
     from evidra.rl.kl import KL_ESTIMATORS
     from evidra.rl.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 
-    _known(CREDIT, a.advantage, "algo.advantage")
+    _known(ADVANTAGES, a.advantage, "algo.advantage")
     _known(POLICY_LOSSES, a.policy_loss, "algo.policy_loss")
     _known(LOSS_AGGREGATIONS, a.loss_agg, "algo.loss_agg")
     _known(KL_ESTIMATORS, a.kl_estimator, "algo.kl_estimator")
@@ -122,6 +122,10 @@ def _check_data(data: DataConfig, task: Any, stage: str) -> None:
     _check(data.size >= 0, f"data.size must be >= 0, got {data.size}")
     if data.synthetic:
         _check_synthetic(data, task)
+    k = data.pages_per_question
+    _check(k >= 0, f"data.pages_per_question must be >= 0 (0: every page), got {k}")
+    _check(k == 0 or task.ranks_pages, f"task {task.name!r} takes no page budget; remove "
+           "data.pages_per_question (it is for lang2act.stage1/2)")  # fmt: skip
     if data.toolbox:
         from evidra.paradigms.toolchain import load_toolbox
 
@@ -138,7 +142,12 @@ def _check_data(data: DataConfig, task: Any, stage: str) -> None:
     if data.trajectories:
         _check(stage == "sft", "data.trajectories is SFT data; pass it to `evidra train sft --data FILE`")
         where = f"data.trajectories: no file {data.trajectories!r}"
-        _check(Path(data.trajectories).is_file(), f"{where}; write it with `evidra data distill`")
+        fix = "pass a JSONL of messages or ShareGPT rows, or write one with `evidra data distill`"
+        _check(Path(data.trajectories).is_file(), f"{where}; {fix}")
+    if data.trajectories_format != "auto":
+        from evidra.rl.sft_formats import SFT_FORMATS
+
+        _known(SFT_FORMATS, data.trajectories_format, "data.trajectories_format")
 
 
 def _check_synthetic(data: DataConfig, task: Any) -> None:
@@ -161,6 +170,7 @@ def validate_rl_config(cfg: RLConfig) -> None:
     _known(TASKS, cfg.data.task, "data.task")
     task = TASKS.get(cfg.data.task)
     _check_data(cfg.data, task, "rl")
+    _check_reward_mode(cfg.reward.mode, task)
     _check_run(cfg.run)
     _check_optim(cfg.optim)
     _check_rollout(cfg.rollout)
@@ -176,13 +186,33 @@ def validate_rl_config(cfg: RLConfig) -> None:
         raise ConfigError(
             f"task {task.name!r} judges no answers, so it takes no judge; remove the judge section"
         )
-    if cfg.algo.advantage == "rs_grpo" and not task.scope_names:
-        raise ConfigError(f"algo.advantage=rs_grpo needs a task with scoped rewards; {task.name!r} has none")
+    _check_scoped(cfg.algo, task)
     training_precision(cfg.model)
     try:  # the recipe's sft section must make a valid SFT config too
         validate_sft_config(sft_stage(cfg))
     except ConfigError as exc:
         raise ConfigError(f"the recipe's SFT stage (section sft): {exc}") from None
+
+
+def _check_reward_mode(mode: str, task: Any) -> None:
+    _check(mode == "paper" or task.with_reward_mode is not None,
+           f"task {task.name!r} has only the paper's reward; remove reward.mode={mode} (tasks with a "
+           "released-code variant: evisrag, vragrl)")  # fmt: skip
+
+
+def _check_scoped(a: AlgoConfig, task: Any) -> None:
+    """Estimators that read reward channels need a task with scopes; ``router`` takes its loss per
+    scope, each a token mean over its scope's tokens, so the aggregation must be token-mean."""
+    from evidra.rl.estimators import ADVANTAGES
+
+    est = ADVANTAGES.get(a.advantage)
+    if est.needs_scopes and not task.scope_names:
+        raise ConfigError(
+            f"algo.advantage={a.advantage} needs a task with scoped rewards; {task.name!r} has none"
+        )
+    _check(not est.per_scope_loss or a.loss_agg == "token-mean",
+           f"algo.advantage={a.advantage} takes a token mean per scope (EVisRAG's released loss); set "
+           f"algo.loss_agg=token-mean, not {a.loss_agg}")  # fmt: skip
 
 
 def sft_stage(cfg: RLConfig) -> SFTConfig:
@@ -196,6 +226,7 @@ def validate_sft_config(cfg: SFTConfig) -> None:
 
     _known(TASKS, cfg.data.task, "data.task")
     _check_data(cfg.data, TASKS.get(cfg.data.task), "sft")
+    _check_reward_mode(cfg.reward.mode, TASKS.get(cfg.data.task))
     _check_run(cfg.run)
     _check_optim(cfg.optim)
     _check(cfg.epochs >= 1, f"epochs must be >= 1, got {cfg.epochs}")

@@ -13,6 +13,15 @@ from evidra.rollout.loop import (
     RolloutLimits,
     prefetch_searches,
     rollout,
+    same_parser,
 )
 
-__all__ = ["Episode", "GenerationBackend", "HFBackend", "RolloutLimits", "prefetch_searches", "rollout"]
+__all__ = [
+    "Episode",
+    "GenerationBackend",
+    "HFBackend",
+    "RolloutLimits",
+    "prefetch_searches",
+    "rollout",
+    "same_parser",
+]

@@ -21,7 +21,9 @@ from evidra.errors import InvalidInputError
 from evidra.models.context import Context, encode_messages, encode_turn
 from evidra.models.generation import Generation, SamplingParams, generate_contexts
 from evidra.models.loading import VLM
-from evidra.types import Sample, Span, Trajectory
+from evidra.types import Parsed, Sample, Span, Trajectory
+
+Parser = Callable[[str], Parsed]
 
 
 class GenerationBackend(Protocol):
@@ -93,6 +95,26 @@ class Episode:
     trajectory: Trajectory
     context: Context  # prompt + response, with every image (what the policy loss needs)
     infos: tuple[StepInfo, ...]  # what the environment did at each step
+    parsed: tuple[Parsed | None, ...] = ()  # the environment's parse of each turn (None: none)
+    parser: Parser | None = None  # the parse the environment used (its paradigm's)
+
+    def final_parsed(self, parse: Parser) -> Parsed:
+        """The final policy turn parsed by ``parse``: the environment's own parse of it when the
+        environment parsed with the same parser, so each turn is parsed once; else parsed now."""
+        texts = self.trajectory.texts
+        last = self.parsed[-1] if self.parsed and len(self.parsed) == len(texts) else None
+        if last is not None and self.parser is not None and same_parser(self.parser, parse):
+            return last
+        return parse(texts[-1] if texts else "")
+
+
+def same_parser(a: Parser, b: Parser) -> bool:
+    """Whether ``a`` and ``b`` are one parser: the same function, or the same method of equal
+    paradigms (``SearchAgent().parse`` twice)."""
+    if a is b or a == b:
+        return True
+    fa, fb = getattr(a, "__func__", None), getattr(b, "__func__", None)
+    return fa is not None and fa is fb and getattr(a, "__self__", None) == getattr(b, "__self__", None)
 
 
 @dataclass
@@ -109,6 +131,7 @@ class _Running:
     turns: list[Span] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     infos: list[StepInfo] = field(default_factory=list)
+    parsed: list[Parsed | None] = field(default_factory=list)
     done: bool = False
     truncated: bool = False
 
@@ -153,7 +176,11 @@ class _Running:
             truncated=self.truncated,
             finished=self.done and not self.truncated,
         )
-        return Episode(self.sample, self.group, traj, self.context, tuple(self.infos))
+        paradigm = getattr(self.env, "paradigm", None)  # environments that parse hold their paradigm
+        parser = paradigm.parse if paradigm is not None else None
+        return Episode(
+            self.sample, self.group, traj, self.context, tuple(self.infos), tuple(self.parsed), parser
+        )
 
 
 def _clip(gen: Generation, budget: int, tokenizer: Any) -> Generation:
@@ -189,6 +216,7 @@ def _apply_turn(ep: _Running, gen: Generation, processor: Any) -> None:
     ep.add_policy(gen)
     result = ep.env.step(gen.text)
     ep.infos.append(result.info)
+    ep.parsed.append(result.parsed)
     if result.done:
         ep.done = True
         ep.truncated = gen.finish_reason == "length"  # the last turn was cut by the token limit

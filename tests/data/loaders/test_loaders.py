@@ -17,7 +17,8 @@ FIX = Path(__file__).parents[2] / "fixtures" / "benchmarks"
 
 def test_every_benchmark_is_registered() -> None:
     expected = {"visa_wiki", "visa_paper", "visa_fineweb", "chartqa", "docvqa", "infovqa", "mpdocvqa",
-                "slidevqa", "vidoseek", "mmlongbench", "vidore", "visrag", "beir"}  # fmt: skip
+                "slidevqa", "vidoseek", "mmlongbench", "vidore", "visrag", "beir",
+                "evisrag_top3"}  # fmt: skip
     assert expected <= set(LOADERS.names())
 
 
@@ -190,3 +191,55 @@ def test_visa_official_resize_frame(tmp_path: Path) -> None:
     assert s.extras["stratum"] == "first_page_passage"  # strata still use the original pixels
     with Image.open(s.pages[0].image_path) as im:
         assert im.size == (700, 2800)
+
+
+def _top3_fixture(root: Path) -> Path:
+    """An ``EVisRAG-Test-DocVQA/top3_test.jsonl`` of two questions over four page images."""
+    folder = root / "EVisRAG-Test-DocVQA"
+    (folder / "imgs").mkdir(parents=True)
+    for i, size in enumerate([(40, 50), (60, 30), (20, 20), (30, 30)]):
+        Image.new("RGB", size, "white").save(folder / "imgs" / f"p{i}.png")
+    rows = [
+        {"qid": "q1", "query": "Who signed the letter?",
+         "image": ["imgs/p0.png", "imgs/p1.png", "imgs/p2.png", "imgs/p3.png"],
+         "answer": ["Richard W. Mann", "R. W. Mann"], "is_sufficient": True},
+        {"qid": "q2", "query": "What year?", "image": ["imgs/p2.png", "imgs/p0.png", "imgs/p3.png"],
+         "answer": ["1967"], "is_sufficient": False},
+    ]  # fmt: skip
+    path = folder / "top3_test.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_evisrag_top3_pages_in_rank_order_with_sufficiency(tmp_path: Path) -> None:
+    path = _top3_fixture(tmp_path)
+    q1, q2 = load("evisrag_top3", path)
+    assert [p.id for p in q1.pages] == ["imgs/p0.png", "imgs/p1.png", "imgs/p2.png"]  # the 4th is cut
+    assert (q1.pages[1].width, q1.pages[1].height) == (60, 30)
+    assert q1.answers == ("Richard W. Mann", "R. W. Mann") and q1.sufficient is True
+    assert q2.sufficient is False and q2.answerable and q2.gold_pages == ()
+    assert q2.pages[0].id == q1.pages[2].id  # one page, whoever retrieved it
+    assert q1.extras["benchmark"] == "EVisRAG-Test-DocVQA"
+    (one,) = load("evisrag_top3", path.parent, topk=1, limit=1)  # a folder of benchmarks
+    assert [p.id for p in one.pages] == ["imgs/p0.png"]
+
+
+def test_evisrag_top3_insufficient_context_is_scored_as_a_refusal(tmp_path: Path) -> None:
+    from evidra.eval.scoring import evisrag_scores
+
+    _, q2 = load("evisrag_top3", _top3_fixture(tmp_path))
+    assert evisrag_scores(q2, "insufficient to answer")["evisrag_acc"] == 1.0
+    assert evisrag_scores(q2, "1967")["evisrag_acc"] == 0.0  # the answer is not in the shown pages
+
+
+def test_evisrag_top3_bad_records(tmp_path: Path) -> None:
+    path = _top3_fixture(tmp_path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text(json.dumps({**rows[0], "is_sufficient": "yes"}) + "\n")
+    with pytest.raises(InvalidInputError, match=r"record 0: is_sufficient must be true or false, got 'yes'"):
+        load("evisrag_top3", path)
+    path.write_text(json.dumps({k: v for k, v in rows[0].items() if k != "is_sufficient"}) + "\n")
+    with pytest.raises(InvalidInputError, match="missing field 'is_sufficient'"):
+        load("evisrag_top3", path)
+    with pytest.raises(InvalidInputError, match="topk must be >= 1"):
+        load("evisrag_top3", path, topk=0)

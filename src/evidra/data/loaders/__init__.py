@@ -11,6 +11,7 @@ from evidra.data.loaders import (  # noqa: F401 - importing registers each loade
     beir,
     chartqa,
     docvqa,
+    evisrag_top3,
     infovqa,
     mmlongbench,
     mpdocvqa,

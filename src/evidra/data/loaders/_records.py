@@ -163,7 +163,14 @@ def literal_list(value: Any, record: Record, name: str) -> list[Any]:
     return list(value)
 
 
-def _inside(path: Path, folder: Path) -> bool:
+def inside_folder(path: Path, folder: Path) -> bool:
+    """Whether ``path`` as written (``..`` folded, links not followed) lies under ``folder``.
+
+    >>> inside_folder(Path("/data/set/img/a.png"), Path("/data/set"))
+    True
+    >>> inside_folder(Path("/data/set/../other/a.png"), Path("/data/set"))
+    False
+    """
     return Path(os.path.normpath(path.absolute())).is_relative_to(os.path.normpath(folder.absolute()))
 
 
@@ -180,7 +187,7 @@ def _image_bytes(
         value = value.get("path")
     if isinstance(value, str) and value:
         path = Path(value) if Path(value).is_absolute() else base / value
-        if not any(_inside(path, folder) for folder in allowed):
+        if not any(inside_folder(path, folder) for folder in allowed):
             raise InvalidInputError(
                 f"{record.where()}: image path {value[:120]!r} points outside the dataset folder "
                 f"{str(record.folder)!r}; a record may only name files inside it"

@@ -1,16 +1,23 @@
-"""BM25 over the pages' text layer (the OCR/text baseline of ViDoRe and VisRAG).
+"""BM25 over the pages' text layer (the OCR/text baseline of ViDoRe and VisRAG), scored by bm25s.
 
-Variant: Okapi BM25 with Lucene's non-negative idf (as bm25s ``method="lucene"``)::
+Variant: Okapi BM25 with Lucene's non-negative idf (bm25s ``method="atire"`` with
+``idf_method="lucene"``)::
 
     idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
     score(q, d) = sum over distinct terms t of q:
                   idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
 
 with ``k1 = 1.5`` and ``b = 0.75`` by default. Pages sharing no term with the query score 0
-and are not returned, so a search may give fewer than ``k`` hits. Tokens are lower-cased Unicode word runs
-(``\\w+``) of the NFKC-normalised text; no stemming or stop words, so results do not depend on a
-language pack. Pages without a text layer can be OCR'd first (``evidra.retrieval.ocr``, extra
-``evidra[ocr]``).
+and are not returned, so a search may give fewer than ``k`` hits; equal scores rank the page
+added first first. Tokens are lower-cased Unicode word runs (``\\w+``) of the NFKC-normalised
+text; no stemming or stop words, so results do not depend on a language pack. Pages without a
+text layer can be OCR'd first (``evidra.retrieval.ocr``, extra ``evidra[ocr]``).
+
+The engine is the bm25s library: it precomputes every (page, term)
+score into a sparse matrix, so a query sums a few columns (scores are float32). evidra keeps the
+tokenizer, the per-query exclusions and the tie order, and the pages' term counts, from which
+the engine is rebuilt when pages are added or deleted (idf and the average length change).
+``save``/``load`` use a folder of JSON and ``.npy`` files (``_bm25_files``), never pickle.
 
 >>> bm25 = BM25Retriever.build({"a": "the red fox", "b": "a blue whale"})
 >>> [h.page_id for h in bm25.search(["red fox"], k=1)[0]]
@@ -19,25 +26,26 @@ language pack. Pages without a text layer can be OCR'd first (``evidra.retrieval
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
-import tempfile
 import unicodedata
-from collections import Counter
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.encoders._batching import check_texts
+from evidra.retrieval.encoders._bm25_files import IndexFileError, read_index, write_index
+from evidra.retrieval.encoders._bm25_terms import TermCounts, build_engine, top_rows
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
-FILE_NAME = "bm25.json"
+# what reading a damaged or foreign index folder raises (json, numpy, zipfile, bm25s)
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, ImportError, IndexFileError, zipfile.BadZipFile)
 
 
 def tokenize(text: str) -> list[str]:
@@ -65,66 +73,29 @@ class BM25Params:
 
 
 class BM25Retriever:
-    """An in-memory inverted index; ``save``/``load`` write one JSON file atomically."""
+    """An in-memory BM25 index of pages; ``save``/``load`` write and read one index directory."""
 
     def __init__(
         self,
         ids: Sequence[str],
-        docs: Sequence[Counter[str]],
+        counts: TermCounts,
         params: BM25Params = BM25Params(),
         images: Sequence[str] | None = None,
+        *,
+        engine: Any = None,
     ) -> None:
+        """Pages ``ids`` with their term ``counts``; ``engine`` is a bm25s index already built from them."""
         self.params = params
+        self._set(ids, counts, images, engine)
+
+    def _set(self, ids: Sequence[str], counts: TermCounts, images: Sequence[str] | None, engine: Any) -> None:
+        if len(ids) != len(counts) or (images is not None and len(images) != len(ids)):
+            raise InvalidInputError(f"got {len(ids)} page ids for the term counts of {len(counts)} pages")
         self._ids = list(ids)
-        self._images = list(images) if images is not None else [""] * len(ids)
-        self._docs = list(docs)
-        self._reindex()
-
-    def _reindex(self) -> None:
-        """Recompute lengths, idf and postings (cheap: one pass over the token counts)."""
-        k1, b, n = self.params.k1, self.params.b, len(self._docs)
-        lengths = np.array([sum(d.values()) for d in self._docs], dtype=np.float64)
-        avgdl = float(lengths.mean()) if n and lengths.mean() > 0 else 1.0
-        self._norm = k1 * (1 - b + b * lengths / avgdl)  # (N,)
-        postings: dict[str, tuple[list[int], list[int]]] = {}
-        for row, doc in enumerate(self._docs):
-            for term, tf in doc.items():
-                rows, tfs = postings.setdefault(term, ([], []))
-                rows.append(row)
-                tfs.append(tf)
-        self._postings = {
-            t: (
-                np.array(r, dtype=np.int64),
-                np.array(f, dtype=np.float64),
-                math.log(1 + (n - len(r) + 0.5) / (len(r) + 0.5)),
-            )
-            for t, (r, f) in postings.items()
-        }
-
-    def add(
-        self, texts: Mapping[str, str], images: Mapping[str, str] | None = None, *, replace: bool = False
-    ) -> None:
-        """Add pages ``page_id -> text``; with ``replace`` pages already present are updated."""
-        present = [pid for pid in texts if pid in set(self._ids)]
-        if present and not replace:
-            raise InvalidInputError(f"pages already in the BM25 index: {present[:5]}; pass replace=True")
-        self.delete(present, reindex=False)
-        for pid, text in texts.items():
-            self._ids.append(pid)
-            self._docs.append(Counter(tokenize(text)))
-            self._images.append((images or {}).get(pid, ""))
-        self._reindex()
-
-    def delete(self, page_ids: Sequence[str], *, reindex: bool = True) -> int:
-        drop = set(page_ids)
-        keep = [i for i, pid in enumerate(self._ids) if pid not in drop]
-        removed = len(self._ids) - len(keep)
-        self._ids = [self._ids[i] for i in keep]
-        self._docs = [self._docs[i] for i in keep]
-        self._images = [self._images[i] for i in keep]
-        if reindex:
-            self._reindex()
-        return removed
+        self._images = [os.path.abspath(p) if p else "" for p in images] if images else [""] * len(ids)
+        self._counts = counts
+        self._engine = engine if engine is not None else build_engine(counts, self.params.k1, self.params.b)
+        self._rows = {pid: row for row, pid in enumerate(self._ids)}
 
     @classmethod
     def build(
@@ -135,9 +106,35 @@ class BM25Retriever:
     ) -> BM25Retriever:
         """Index ``page_id -> text``; ``images`` optionally maps page ids to image paths."""
         ids = list(texts)
-        return cls(
-            ids, [Counter(tokenize(texts[i])) for i in ids], params, [(images or {}).get(i, "") for i in ids]
-        )
+        counts = TermCounts.empty().extend([tokenize(texts[i]) for i in ids])
+        return cls(ids, counts, params, [(images or {}).get(i, "") for i in ids])
+
+    def add(
+        self, texts: Mapping[str, str], images: Mapping[str, str] | None = None, *, replace: bool = False
+    ) -> None:
+        """Add pages ``page_id -> text``; with ``replace`` pages already present are updated."""
+        present = [pid for pid in texts if pid in self._rows]
+        if present and not replace:
+            raise InvalidInputError(f"pages already in the BM25 index: {present[:5]}; pass replace=True")
+        keep = self._keep(present)
+        new = list(texts)
+        counts = self._counts.select(keep).extend([tokenize(texts[i]) for i in new])
+        ids = [self._ids[r] for r in keep] + new
+        images_now = [self._images[r] for r in keep] + [(images or {}).get(i, "") for i in new]
+        self._set(ids, counts, images_now, None)
+
+    def delete(self, page_ids: Sequence[str]) -> int:
+        """Remove pages by id; returns how many were present."""
+        keep = self._keep(page_ids)
+        removed = len(self._ids) - len(keep)
+        if removed:
+            ids, images = [self._ids[r] for r in keep], [self._images[r] for r in keep]
+            self._set(ids, self._counts.select(keep), images, None)
+        return removed
+
+    def _keep(self, page_ids: Sequence[str]) -> list[int]:
+        drop = set(page_ids)
+        return [row for row, pid in enumerate(self._ids) if pid not in drop]
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -146,14 +143,12 @@ class BM25Retriever:
         return sorted(self._ids)
 
     def scores(self, query: str) -> np.ndarray:
-        """BM25 score of ``query`` against every page: ``(N,)``."""
-        out = np.zeros(len(self._ids), dtype=np.float64)
-        k1 = self.params.k1
-        for term in set(tokenize(query)):
-            if term in self._postings:
-                rows, tfs, idf = self._postings[term]
-                out[rows] += idf * tfs * (k1 + 1) / (tfs + self._norm[rows])
-        return out
+        """BM25 score of ``query`` against every page: ``(N,)`` float32."""
+        lookup = self._counts.lookup
+        terms = list(dict.fromkeys(lookup[t] for t in tokenize(query) if t in lookup))  # distinct terms
+        if not terms or self._engine is None:
+            return np.zeros(len(self._ids), dtype=np.float32)
+        return np.asarray(self._engine.get_scores_from_ids(terms))
 
     def search(self, queries: Sequence[str], k: int = 10, exclude: Exclude = None) -> list[list[Hit]]:
         check_k(k)
@@ -162,46 +157,31 @@ class BM25Retriever:
         out = []
         for query, skip in zip(queries, excl, strict=True):
             scores = self.scores(query)
-            order = sorted(range(len(scores)), key=lambda r: (-scores[r], r))
-            hits = [
-                Hit(self._ids[r], float(scores[r]), self._images[r])
-                for r in order
-                if scores[r] > 0 and self._ids[r] not in skip
-            ]
-            out.append(hits[:k])
+            scores[[self._rows[pid] for pid in skip if pid in self._rows]] = 0.0  # never returned
+            rows, values = top_rows(scores, k)
+            out.append(
+                [
+                    Hit(self._ids[r], float(v), self._images[r])
+                    for r, v in zip(rows.tolist(), values.tolist(), strict=True)
+                ]
+            )
         return out
 
     def save(self, path: str | Path) -> Path:
-        """Write ``bm25.json`` into directory ``path`` (temp file + fsync + rename)."""
-        root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
-        data = {
-            "k1": self.params.k1,
-            "b": self.params.b,
-            "ids": self._ids,
-            "images": self._images,
-            "docs": [dict(d) for d in self._docs],
-        }
-        fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, root / FILE_NAME)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return root / FILE_NAME
+        """Write the index into directory ``path`` (a new version folder, then the manifest atomically)."""
+        p = self.params
+        return write_index(Path(path), p.k1, p.b, self._ids, self._images, self._counts, self._engine)
 
     @classmethod
     def load(cls, path: str | Path) -> BM25Retriever:
-        file = Path(path) / FILE_NAME
+        root = Path(path)
         try:
-            data = json.loads(file.read_text())
-            params = BM25Params(float(data["k1"]), float(data["b"]))
-            return cls(data["ids"], [Counter(d) for d in data["docs"]], params, data["images"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            stored = read_index(root)
+            params = BM25Params(stored.k1, stored.b)
+        except _UNREADABLE as exc:
             raise CorpusError(
-                f"cannot read BM25 index {file}: {exc}; rebuild it with `evidra index build`"
+                f"cannot read the BM25 index in {str(root)!r} ({exc}); build it again over the same "
+                f"pages, into a new folder or after deleting this one: "
+                f"`evidra index build --out {root} --encoder bm25`"
             ) from exc
+        return cls(stored.ids, stored.counts, params, stored.images, engine=stored.engine)

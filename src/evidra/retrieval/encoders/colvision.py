@@ -1,5 +1,8 @@
 """Late-interaction page encoders through transformers' own classes: ColQwen2 and ColPali.
 
+Checkpoints load in transformers' format (the ``-hf`` releases) or in colpali-engine's own
+(``colvision_native`` renames its weights), either one alone or with a PEFT adapter on top.
+
 Pages go through the processor's image path (its fixed visual prompt), queries through its
 query path (prefix plus query-augmentation tokens). The model returns unit-norm vectors per
 token, zeroed at padding; we keep only the positions the attention mask marks, per item, so a
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +29,13 @@ from evidra.devices import resolve_device
 from evidra.errors import ModelLoadError
 from evidra.retrieval.base import ENCODERS, EncoderOptions
 from evidra.retrieval.encoders._batching import batches, check_texts, torch_dtype, unpad
+from evidra.retrieval.encoders.colvision_native import (
+    Layout,
+    colpali_engine_classes,
+    load_native,
+    native_family,
+    write_renamed_adapter,
+)
 
 if TYPE_CHECKING:
     from evidra.types import Page
@@ -58,11 +69,13 @@ class ColVisionEncoder:
     ) -> ColVisionEncoder:
         """Load a ColQwen2 or ColPali checkpoint (its ``model_type`` decides).
 
-        ``path`` is a directory, a hub id or ``tiny:ARCH`` (``resolve_model_ref``). A PEFT adapter
+        ``path`` is a directory, a hub id or ``tiny:ARCH`` (``resolve_model_ref``), in transformers'
+        format (the ``-hf`` releases) or colpali-engine's own (``colvision_native``). A PEFT adapter
         (``adapter_config.json``, the layout colpali-engine publishes its retrievers in) is applied to
-        the base model its ``base_model_name_or_path`` names, resolved the same way, and merged. With
-        ``expected`` (the encoder name asked for) a checkpoint of the other family is refused, so an
-        index never records one encoder while holding vectors of another.
+        the base model its ``base_model_name_or_path`` names, resolved the same way, and merged; one
+        that names colpali-engine's modules is renamed first. With ``expected`` (the encoder name
+        asked for) a checkpoint of the other family is refused, so an index never records one encoder
+        while holding vectors of another.
         """
         import transformers
 
@@ -74,17 +87,19 @@ class ColVisionEncoder:
         root = resolve_model_ref(path, kind)
         adapter = root / ADAPTER_CONFIG
         base = _adapter_base(adapter, kind) if adapter.is_file() else root
-        arch = _check_model_type(base, kind, expected)
+        arch, native = _check_family(base, kind, expected)
         model_cls, proc_cls = (getattr(transformers, n) for n in _CLASSES[arch])
         # an adapter folder of colpali-engine carries the processor it was trained with
         processor_dir = root if any((root / f).is_file() for f in _PROCESSOR_FILES) else base
         try:
             processor = proc_cls.from_pretrained(str(processor_dir), local_files_only=True)
-            model = model_cls.from_pretrained(str(base), dtype=torch_dtype(opts.dtype), local_files_only=True)
         except Exception as exc:  # transformers raises many kinds here; name the directory
-            raise ModelLoadError(f"could not load {arch} from {str(base)!r}: {exc}") from exc
+            raise ModelLoadError(
+                f"could not load the {arch} processor from {str(processor_dir)!r}: {exc}"
+            ) from exc
+        model, layout = _load_model(model_cls, base, arch, native, torch_dtype(opts.dtype))
         if adapter.is_file():
-            model = _merge_adapter(model, root)
+            model = _apply_adapter(model, root, arch, layout)
         model.to(opts.device).eval()
         return cls(model, processor, name=arch, options=opts)
 
@@ -113,31 +128,42 @@ class ColVisionEncoder:
         return out
 
 
-def _check_model_type(path: Path, kind: str, expected: str | None) -> str:
-    """The checkpoint's ``model_type``, refused in one line unless it is the family asked for."""
+def _load_model(
+    model_cls: Any, base: Path, arch: str, native: bool, dtype: torch.dtype
+) -> tuple[Any, Layout | None]:
+    """The retrieval model in ``base``, and the colpali-engine layout it was read from (None for a
+    checkpoint in transformers' format)."""
+    if native:
+        model, layout = load_native(model_cls, base, arch, dtype)
+        logger.info("read %s (%s) into %s", base, layout.name, model_cls.__name__)
+        return model, layout
+    try:
+        return model_cls.from_pretrained(str(base), dtype=dtype, local_files_only=True), None
+    except Exception as exc:  # transformers raises many kinds here; name the directory
+        raise ModelLoadError(f"could not load {arch} from {str(base)!r}: {exc}") from exc
+
+
+def _check_family(path: Path, kind: str, expected: str | None) -> tuple[str, bool]:
+    """The checkpoint's family and whether colpali-engine saved it in its own format, refused in
+    one line unless it is the family asked for."""
     from evidra.models.loading import read_model_type
 
-    arch = read_model_type(path, kind)
+    native = native_family(path)
+    arch = native or read_model_type(path, kind)
     if arch in _CLASSES and (expected is None or arch == expected):
-        return arch
+        return arch, native is not None
     if arch in _CLASSES:
         fix = f"use encoder {arch!r} for it"
-    elif _native_colpali_engine(path):
-        fix = "it is in colpali-engine's own format; use the transformers release (its -hf repository)"
+    elif names := colpali_engine_classes(path):
+        fix = (
+            f"colpali-engine's own format is read for ColQwen2 (qwen2_vl) and ColPali (paligemma), "
+            f"not {names[0]}; pass a transformers release of it"
+        )
     else:
         fix = "pass a ColQwen2 or ColPali checkpoint"
     raise ModelLoadError(
         f"{str(path)!r} is a {arch!r} checkpoint, not {expected or ' / '.join(_CLASSES)}; {fix}"
     )
-
-
-def _native_colpali_engine(path: Path) -> bool:
-    """A base model saved by colpali-engine itself: a Qwen2-VL / PaliGemma type, a Col* class."""
-    try:
-        names = json.loads((path / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError, AttributeError):
-        return False
-    return any(str(n).startswith("Col") for n in names)
 
 
 def _adapter_base(adapter: Path, kind: str) -> Path:
@@ -159,7 +185,15 @@ def _adapter_base(adapter: Path, kind: str) -> Path:
         raise ModelLoadError(f"adapter {adapter.parent}: {exc}") from None
 
 
-def _merge_adapter(model: Any, folder: Path) -> Any:
+def _apply_adapter(model: Any, folder: Path, family: str, layout: Layout | None) -> Any:
+    """``model`` with the adapter in ``folder`` merged, renamed first if it names colpali-engine's
+    modules (``layout``, the base's own, decides when the adapter's keys fit either layout)."""
+    with tempfile.TemporaryDirectory(prefix="evidra-adapter-") as tmp:
+        renamed = write_renamed_adapter(folder, family, model, Path(tmp), prefer=layout)
+        return _merge_adapter(model, Path(tmp) if renamed else folder, shown=folder)
+
+
+def _merge_adapter(model: Any, folder: Path, *, shown: Path) -> Any:
     """``model`` with the PEFT adapter in ``folder`` applied and merged into its weights."""
     from peft import PeftModel
 
@@ -168,10 +202,10 @@ def _merge_adapter(model: Any, folder: Path) -> Any:
     except Exception as exc:  # peft raises ValueError/KeyError/RuntimeError for a mismatched adapter
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelLoadError(
-            f"the adapter in {str(folder)!r} does not fit its base model ({reason}); pass an adapter "
+            f"the adapter in {str(shown)!r} does not fit its base model ({reason}); pass an adapter "
             "trained on that base"
         ) from None
-    logger.info("merged the adapter of %s into its base model", folder)
+    logger.info("merged the adapter of %s into its base model", shown)
     return merged
 
 

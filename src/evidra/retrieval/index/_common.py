@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,8 @@ from torch import Tensor
 
 from evidra.devices import resolve_device
 from evidra.errors import InvalidInputError
-from evidra.retrieval.base import Hit
+from evidra.retrieval.base import Hit, PageBatch
+from evidra.retrieval.index._shards import PageRecord, ShardStore
 
 
 def pick_device(device: str) -> torch.device:
@@ -58,30 +59,51 @@ def refuse_present(store: Any, page_ids: Sequence[str]) -> None:
 
 
 class ShardWrites(ABC):
-    """``add``/``update`` of the shard-backed indexes; each defines ``store`` and ``_write``."""
+    """``add``/``update``/``add_batches`` of the shard-backed indexes: every batch of one call is
+    written as its own shard and all become visible in one transaction (``_shards.ShardBatch``)."""
 
-    store: Any
+    store: ShardStore
+    kind: str
 
     def add(
         self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
     ) -> None:
-        refuse_present(self.store, page_ids)
-        self._write(page_ids, embeddings, image_paths, replace=())
+        self.add_batches([PageBatch(page_ids, embeddings, image_paths)])
 
     def update(
         self, page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None = None
     ) -> None:
-        self._write(page_ids, embeddings, image_paths, replace=self.store.contains(page_ids))
+        self.add_batches([PageBatch(page_ids, embeddings, image_paths)], replace=True)
+
+    def add_batches(self, batches: Iterable[PageBatch], *, replace: bool = False) -> int:
+        """Store every batch, all or nothing; without ``replace`` a page already present is an error."""
+        change = self.store.begin()
+        superseded: list[str] = []
+        try:
+            for batch in batches:
+                ids = list(batch.page_ids)
+                if replace:
+                    superseded += self.store.contains(ids)
+                else:
+                    refuse_present(self.store, ids)
+                arrays, images = write_inputs(
+                    ids, batch.embeddings, batch.image_paths, self.store.dim, single=self.kind == "single"
+                )
+                change.write(ids, arrays, images)
+            records = change.commit(replace=superseded, meta=self._meta())
+        except BaseException:
+            change.discard()
+            raise
+        self._attach(records, superseded)
+        return len(records)
+
+    def _meta(self) -> dict[str, str]:
+        """Metadata a write records in the same transaction (the scoring dtype, for one)."""
+        return {}
 
     @abstractmethod
-    def _write(
-        self,
-        page_ids: Sequence[str],
-        embeddings: Sequence[Tensor],
-        image_paths: Sequence[str] | None,
-        replace: Sequence[str],
-    ) -> None:
-        """Store ``page_ids`` (after checking them), marking the ids in ``replace`` as superseded."""
+    def _attach(self, records: Sequence[PageRecord], superseded: Sequence[str]) -> None:
+        """Make committed ``records`` searchable in memory, after dropping the ``superseded`` ids."""
 
 
 def write_inputs(

@@ -6,11 +6,13 @@ Layout of an index directory::
                           pages(page_id, shard, offset, length, image_path)
     shards/NNNNNN.npy     float16 arrays of shape (rows, D), immutable once written
 
-A shard is written to a temporary file, fsynced and renamed, and only then referenced by one
-SQLite transaction; deleting pages removes their rows (their vectors become tombstoned space in
-the shard) and compaction rewrites the live vectors into fresh shards before one transaction
-switches over. A crash at any point leaves the previous, fully consistent index: at worst an
-unreferenced shard file, which the next writer removes. ``open`` checks every shard's shape
+A change is a ``ShardBatch``: each group of pages it writes becomes a shard (a temporary file,
+fsynced and renamed), and the batch's ``commit`` references all of them, and removes replaced
+pages, in one SQLite transaction; so an ``index add`` of many groups becomes visible at once or
+not at all. Deleting pages removes their rows (their vectors become tombstoned space in the
+shard) and compaction rewrites the live vectors into fresh shards before one transaction
+switches over. A crash at any point leaves the previous, fully consistent index: at worst
+unreferenced shard files, which the next writer removes. ``open`` checks every shard's shape
 against the metadata and, with ``verify=True``, its sha256.
 """
 
@@ -21,7 +23,7 @@ import logging
 import os
 import sqlite3
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,31 +203,10 @@ class ShardStore:
         last = max((int(n.split(".")[0]) for n in names if n.split(".")[0].isdigit()), default=-1)
         return f"{last + 1:06d}.npy"
 
-    def write_pages(
-        self,
-        page_ids: Sequence[str],
-        vectors: Sequence[np.ndarray],
-        image_paths: Sequence[str],
-        *,
-        replace: Sequence[str] = (),
-    ) -> list[PageRecord]:
-        """Append pages as one new shard, removing ``replace`` ids in the same transaction."""
-        self.collect_garbage()
-        name = self._new_shard_name()
-        array = np.concatenate([np.asarray(v, dtype=np.float16) for v in vectors])  # (sum L, D)
-        digest = write_array_atomic(self.root / SHARDS_DIR / name, array)
-        records, offset = [], 0
-        for pid, vec, img in zip(page_ids, vectors, image_paths, strict=True):
-            records.append(PageRecord(pid, name, offset, int(vec.shape[0]), img))
-            offset += int(vec.shape[0])
-        with self._conn:
-            self._conn.executemany("DELETE FROM pages WHERE page_id = ?", [(p,) for p in replace])
-            self._conn.execute("INSERT INTO shards VALUES (?, ?, ?, ?)", (name, *array.shape, digest))
-            self._conn.executemany(
-                "INSERT INTO pages VALUES (?, ?, ?, ?, ?)",
-                [(r.page_id, r.shard, r.offset, r.length, r.image_path) for r in records],
-            )
-        return records
+    def begin(self) -> ShardBatch:
+        """Start a change: shards written through it stay invisible until its ``commit``."""
+        self.collect_garbage()  # a killed writer's shards (no live writer shares an index)
+        return ShardBatch(self)
 
     def delete_pages(self, page_ids: Sequence[str]) -> int:
         with self._conn:
@@ -268,6 +249,57 @@ class ShardStore:
         for path in (self.root / SHARDS_DIR).iterdir():
             if path.name not in keep:
                 path.unlink(missing_ok=True)
+
+
+class ShardBatch:
+    """Pages written as shards now and made visible together by ``commit`` (see the module docstring)."""
+
+    def __init__(self, store: ShardStore) -> None:
+        self.store = store
+        self._shards: list[tuple[str, int, int, str]] = []  # name, rows, dim, sha256
+        self._records: list[PageRecord] = []
+        self._ids: set[str] = set()
+
+    def write(
+        self, page_ids: Sequence[str], vectors: Sequence[np.ndarray], image_paths: Sequence[str]
+    ) -> None:
+        """Write ``page_ids`` as one new shard, not yet referenced by the index."""
+        twice = sorted(self._ids.intersection(page_ids))
+        if twice:
+            raise InvalidInputError(f"pages given twice in one change: {twice[:5]}")
+        if not page_ids:
+            return
+        name = self.store._new_shard_name()
+        array = np.concatenate([np.asarray(v, dtype=np.float16) for v in vectors])  # (sum L, D)
+        digest = write_array_atomic(self.store.root / SHARDS_DIR / name, array)
+        self._shards.append((name, int(array.shape[0]), int(array.shape[1]), digest))
+        offset = 0
+        for pid, vec, img in zip(page_ids, vectors, image_paths, strict=True):
+            self._records.append(PageRecord(pid, name, offset, int(vec.shape[0]), img))
+            offset += int(vec.shape[0])
+        self._ids.update(page_ids)
+
+    def commit(
+        self, *, replace: Sequence[str] = (), meta: Mapping[str, str] | None = None
+    ) -> list[PageRecord]:
+        """Reference every written shard, drop the ``replace`` pages first, and set ``meta``: one
+        transaction. Returns the records of the written pages."""
+        conn = self.store._conn
+        with conn:
+            conn.executemany("DELETE FROM pages WHERE page_id = ?", [(p,) for p in replace])
+            conn.executemany("INSERT INTO shards VALUES (?, ?, ?, ?)", self._shards)
+            conn.executemany(
+                "INSERT INTO pages VALUES (?, ?, ?, ?, ?)",
+                [(r.page_id, r.shard, r.offset, r.length, r.image_path) for r in self._records],
+            )
+            conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", sorted((meta or {}).items()))
+        return list(self._records)
+
+    def discard(self) -> None:
+        """Remove the shards written so far (after a failure: they were never referenced)."""
+        for name, *_ in self._shards:
+            (self.store.root / SHARDS_DIR / name).unlink(missing_ok=True)
+        self._shards, self._records = [], []
 
 
 def _chunks(records: Sequence[PageRecord], max_rows: int) -> Iterator[list[PageRecord]]:

@@ -18,9 +18,9 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
-from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits, write_inputs
-from evidra.retrieval.index._shards import ShardStore
+from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
+from evidra.retrieval.index._shards import PageRecord, ShardStore
 
 
 class DenseIndex(ShardWrites):
@@ -69,26 +69,21 @@ class DenseIndex(ShardWrites):
     def page_ids(self) -> list[str]:
         return sorted(self._row_of)
 
-    def _write(
-        self,
-        page_ids: Sequence[str],
-        embeddings: Sequence[Tensor],
-        image_paths: Sequence[str] | None,
-        replace: Sequence[str],
-    ) -> None:
-        arrays, images = write_inputs(page_ids, embeddings, image_paths, self.dim, single=True)
-        if not arrays:
-            return
-        self.store.write_pages(list(page_ids), arrays, images, replace=replace)
-        for pid in replace:
+    def _attach(self, records: Sequence[PageRecord], superseded: Sequence[str]) -> None:
+        for pid in superseded:
             self._alive[self._row_of.pop(pid)] = False
+        if not records:
+            return
+        shards = {n: np.load(self.store.root / "shards" / n) for n in dict.fromkeys(r.shard for r in records)}
         first = len(self._ids)
-        self._ids += list(page_ids)
-        self._images += images
-        self._row_of.update({pid: first + i for i, pid in enumerate(page_ids)})
-        new = torch.from_numpy(np.concatenate(arrays)).to(self.device)  # (n, D)
+        self._ids += [r.page_id for r in records]
+        self._images += [r.image_path for r in records]
+        self._row_of.update({r.page_id: first + i for i, r in enumerate(records)})
+        new = torch.from_numpy(np.stack([shards[r.shard][r.offset] for r in records])).to(
+            self.device
+        )  # (n, D)
         self._matrix = torch.cat([self._matrix, new])
-        self._alive = torch.cat([self._alive, torch.ones(len(arrays), dtype=torch.bool)])
+        self._alive = torch.cat([self._alive, torch.ones(len(records), dtype=torch.bool)])
 
     def delete(self, page_ids: Sequence[str]) -> int:
         present = self.store.contains(page_ids)
@@ -122,6 +117,3 @@ class DenseIndex(ShardWrites):
         if mask is not None:
             scores = scores.masked_fill(mask, float("-inf"))
         return top_hits(scores, k, self._ids, self._images)
-
-
-INDEXES.add("dense", DenseIndex)

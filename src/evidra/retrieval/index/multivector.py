@@ -38,9 +38,9 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval import compute, kernels
-from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
-from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits, write_inputs
-from evidra.retrieval.index._shards import ShardStore
+from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
+from evidra.retrieval.index._shards import PageRecord, ShardStore
 from evidra.retrieval.maxsim import Block, build_blocks, cluster_pool, mean_pool, pack_signs
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class MultiVectorIndex(ShardWrites):
         self._dtype = compute.DTYPES[self.compute_dtype]
         self.kernel = kernels.resolve(options.kernel, self.device)
         self._score = kernels.KERNELS.get(self.kernel)
-        logger.info("exact MaxSim on %s: %s kernel, %s", self.device, self.kernel, self.compute_dtype)
+        logger.debug("exact MaxSim on %s: %s kernel, %s", self.device, self.kernel, self.compute_dtype)
         self._load()
 
     @classmethod
@@ -184,25 +184,16 @@ class MultiVectorIndex(ShardWrites):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def _write(
-        self,
-        page_ids: Sequence[str],
-        embeddings: Sequence[Tensor],
-        image_paths: Sequence[str] | None,
-        replace: Sequence[str],
-    ) -> None:
-        arrays, images = write_inputs(page_ids, embeddings, image_paths, self.dim, single=False)
-        if not arrays:
-            return
-        records = self.store.write_pages(list(page_ids), arrays, images, replace=replace)
-        if self.store.meta().get("compute_dtype") != self.compute_dtype:
-            self.store.set_meta("compute_dtype", self.compute_dtype)
-        for pid in replace:
+    def _meta(self) -> dict[str, str]:
+        return {"compute_dtype": self.compute_dtype}
+
+    def _attach(self, records: Sequence[PageRecord], superseded: Sequence[str]) -> None:
+        for pid in superseded:
             self._alive[self._row_of.pop(pid)] = False
-        shard = np.load(self.store.root / "shards" / records[0].shard, mmap_mode="r")
-        self._shards[records[0].shard] = shard
-        views = [shard[r.offset : r.offset + r.length] for r in records]
-        self._append([r.page_id for r in records], views, images)
+        for name in dict.fromkeys(r.shard for r in records):
+            self._shards[name] = np.load(self.store.root / "shards" / name, mmap_mode="r")
+        views = [self._shards[r.shard][r.offset : r.offset + r.length] for r in records]
+        self._append([r.page_id for r in records], views, [r.image_path for r in records])
 
     def delete(self, page_ids: Sequence[str]) -> int:
         present = self.store.contains(page_ids)
@@ -301,6 +292,3 @@ def _tensor(view: np.ndarray) -> Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "non-writable NumPy array": we never write
         return torch.from_numpy(view)
-
-
-INDEXES.add("maxsim", MultiVectorIndex)

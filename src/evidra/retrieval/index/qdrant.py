@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from evidra.errors import CorpusError, InvalidInputError, require
-from evidra.retrieval.base import INDEXES, Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.base import Exclude, Hit, PageBatch, check_exclude, check_k
 from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.maxsim import cluster_pool, mean_pool
 
@@ -136,7 +136,7 @@ class QdrantIndex:
         client = QdrantClient(url=url, location=location, path=path, api_key=api_key, prefer_grpc=prefer_grpc)
         index = cls(client, collection, dim, pool_factor=pool_factor, candidates=candidates, pooling=pooling)
         if _collection_exists(client, collection, where, remote=url is not None):
-            index._check_existing(where)
+            index.check_existing(where)
         elif create:
             index._create(on_disk)
         else:
@@ -147,21 +147,19 @@ class QdrantIndex:
             )
         return index
 
-    def _check_existing(self, where: str) -> None:
+    def check_existing(self, where: str, *, close: bool = True) -> None:
+        """Refuse a collection not made by evidra or of another width (closing the client first)."""
         vectors = self.client.get_collection(self.collection).config.params.vectors
         multi = vectors.get("multi") if isinstance(vectors, dict) else None
+        problem = ""
         if multi is None or "pooled" not in vectors:
-            self.client.close()
-            raise CorpusError(
-                f"Qdrant collection {self.collection!r} at {where} was not made by evidra "
-                "(no 'multi' and 'pooled' vectors); pick another collection name"
-            )
-        if multi.size != self.dim:
-            self.client.close()
-            raise CorpusError(
-                f"Qdrant collection {self.collection!r} at {where} holds {multi.size}-d vectors, "
-                f"not {self.dim}-d; it was built with another encoder"
-            )
+            problem = "was not made by evidra (no 'multi' and 'pooled' vectors); pick another collection name"
+        elif multi.size != self.dim:
+            problem = f"holds {multi.size}-d vectors, not {self.dim}-d; it was built with another encoder"
+        if problem:
+            if close:
+                self.client.close()
+            raise CorpusError(f"Qdrant collection {self.collection!r} at {where} {problem}")
 
     def close(self) -> None:
         """Release the client (local mode holds a lock on its directory until then)."""
@@ -241,6 +239,15 @@ class QdrantIndex:
             )
         if points:
             self.client.upsert(self.collection, points=points, wait=True)
+
+    def add_batches(self, batches: Iterable[PageBatch], *, replace: bool = False) -> int:
+        """Store each batch as it comes: not atomic, unlike the embedded stores. A failed or killed
+        call leaves the batches stored before it; adding the same pages again completes it."""
+        n = 0
+        for batch in batches:
+            (self.update if replace else self.add)(batch.page_ids, batch.embeddings, batch.image_paths)
+            n += len(batch.page_ids)
+        return n
 
     def delete(self, page_ids: Sequence[str]) -> int:
         from qdrant_client import models
@@ -333,6 +340,3 @@ def _filter(skip: Collection[str], where: Mapping[str, Any] | None) -> Any:
     if not must and not must_not:
         return None
     return models.Filter(must=must or None, must_not=must_not or None)
-
-
-INDEXES.add("qdrant", QdrantIndex)

@@ -6,9 +6,11 @@ Rewards (EVisRAG Eqs. 11-13): perception (per-image evidence vs gold evidence), 
 of the observe/evidence/think/answer channels (Eq. 8's mean of the rewards covering it) and
 ``scopes()`` finds their token spans on the sampled ids.
 
-``evisrag.upstream`` reproduces the released RS-GRPO instead: the six ``sum_all`` components
-(accuracy, evidence, format, overlong, isObserve, isThink), each on the token span the released
-router gives it (``UPSTREAM_SCOPE_RULES``).
+``reward.mode=upstream`` scores as the released code does instead: the six ``sum_all``
+components (accuracy, evidence, format, overlong, isObserve, isThink), each a channel on the
+token span the released router gives it (``UPSTREAM_SCOPE_RULES``). The released trainer
+normalises each channel on its own and takes the loss per scope: ``algo.advantage=router``
+(``configs/evisrag_upstream.yaml``).
 
 Synthetic questions without an answer in the document are the insufficient-context items
 (``Sample.sufficient = False``); their gold answer is "insufficient to answer".
@@ -47,6 +49,19 @@ def evisrag_oracle(sample: Sample) -> list[Message]:
     ]
 
 
+def _with_reward_mode(mode: str) -> Task:
+    """The task scored with the paper's rewards (Eqs. 11-13, four scopes) or the released ones."""
+    if mode == "paper":
+        return EVISRAG_TASK
+    return replace(
+        EVISRAG_TASK,
+        reward=EvisragReward(mode="upstream"),
+        scope_names=UPSTREAM_COMPONENTS,
+        scopes=upstream_scopes,
+        with_reward_mode=_with_reward_mode,
+    )
+
+
 EVISRAG_TASK = Task(
     name="evisrag",
     samples=evisrag_samples,
@@ -57,16 +72,6 @@ EVISRAG_TASK = Task(
     scope_names=SCOPE_NAMES,
     scopes=evidence_scopes,
     from_benchmark=adapter(IMAGE_QA, with_sufficiency),
+    with_reward_mode=_with_reward_mode,
 )
 TASKS.add("evisrag", EVISRAG_TASK)
-# the released RS-GRPO: same data, prompt and parser; upstream reward components and their spans
-TASKS.add(
-    "evisrag.upstream",
-    replace(
-        EVISRAG_TASK,
-        name="evisrag.upstream",
-        reward=EvisragReward(mode="upstream"),
-        scope_names=UPSTREAM_COMPONENTS,
-        scopes=upstream_scopes,
-    ),
-)

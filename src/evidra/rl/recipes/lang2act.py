@@ -61,6 +61,7 @@ def make_lang2act_task(
         with_judge=lambda other: make_lang2act_task(name, stage, toolbox, other),
         with_toolbox=(lambda tools: make_lang2act_task(name, stage, tools, judge)) if stage == 2 else None,
         judge_prompt="lang2act",
+        ranks_pages=True,  # §4: the top-3 pages per question (data.pages_per_question)
     )
 
 

@@ -21,8 +21,9 @@ from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import ConfigError
 from evidra.paradigms.coe import ChainOfEvidence, coe_oracle_text, parse_coe
 from evidra.rewards.base import RewardResult
-from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity, score_plans_on_pages
-from evidra.rewards.lat import LatConfig, LatReward, finish_step_reward, plan_steps_paper
+from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity
+from evidra.rewards.lat import LatConfig
+from evidra.rewards.lat_batch import episode_scorer, score_lat_batch, with_step_text
 from evidra.rl.config import DataConfig
 from evidra.rl.recipes._benchmark import IMAGE_QA, adapter
 from evidra.rl.recipes._synth import synth_samples
@@ -56,23 +57,7 @@ class LatTaskReward:
 
     def score_group(self, group: Sequence[Parsed], sample: Sample) -> list[RewardResult]:
         """One similarity call for every step of the group (LAT Eq. 8)."""
-        rest = LatReward(components=("accuracy", "ground", "format"), config=self.config).score_group(
-            group, sample
-        )
-        images = [p.open_image() for p in sample.pages]
-        single = len(images) == 1
-        plans = [plan_steps_paper(p.text, images, single_image=single) for p in group]
-        scores = score_plans_on_pages(plans, sample.pages, self._similarity())
-        gold = sample.answers[0] if sample.answers else ""
-        out = []
-        for parsed, plan, s, other in zip(group, plans, scores, rest, strict=True):
-            step = finish_step_reward(
-                plan, s, parsed.text, gold, answerable=sample.answerable, config=self.config
-            )
-            values = {**other.components, "step": step}
-            total = sum(self.weights.get(k, 0.0) * v for k, v in values.items())
-            out.append(RewardResult(total=total, components=values))
-        return out
+        return score_lat_batch([(p, sample) for p in group], self._similarity(), self.config, self.weights)
 
 
 def _colqwen2_loader() -> StepSimilarity:
@@ -100,6 +85,7 @@ def lat_oracle(sample: Sample) -> list[Message]:
 
 
 def make_lat_task(name: str, reward: LatTaskReward) -> Task:
+    text_only = isinstance(reward.similarity, TextOverlapSimilarity)
     return Task(
         name=name,
         samples=lat_samples,
@@ -107,7 +93,11 @@ def make_lat_task(name: str, reward: LatTaskReward) -> Task:
         parse=parse_coe,
         reward=reward,
         oracle=lat_oracle,
-        from_benchmark=adapter(IMAGE_QA),
+        from_benchmark=with_step_text(adapter(IMAGE_QA)) if text_only else adapter(IMAGE_QA),
+        # the whole batch's steps in one similarity call (a retriever embeds them together)
+        score_episodes=None
+        if text_only
+        else episode_scorer(reward._similarity, parse_coe, reward.config, reward.weights),
     )
 
 

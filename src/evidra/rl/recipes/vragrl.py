@@ -6,8 +6,10 @@ over all pages of that corpus (the paper uses ColQwen2; any ``Searcher`` fits ``
 e.g. ``SearchClient`` to ``evidra serve-index``). The reward is VRAG-RL Eq. 12 with the
 released weights (0.2 NDCG of the retrieved pages, 0.7 judge, 0.1 pattern) and the offline
 ``RuleJudge``; the retrieved page ids come from the environment's infos, which is why this
-task scores whole episodes (``Task.score_episodes``). The oracle conversation (for SFT)
-searches the question, is shown the gold page, crops the evidence region and answers.
+task scores whole episodes (``Task.score_episodes``). ``reward.mode=upstream`` scores as the
+released reward manager: the whole decoded episode is checked, and without both a ``<search>``
+and an ``<answer>`` in it the reward is 0. The oracle conversation (for SFT) searches the
+question, is shown the gold page, crops the evidence region and answers.
 """
 
 from __future__ import annotations
@@ -159,14 +161,23 @@ def make_env(sample: Sample) -> SearchEnv:
     return SearchEnv(searcher, pages, max_turns=MAX_TURNS)
 
 
+def _scored_text(vlm: Any, ep: Any, mode: str) -> str:
+    """What the reward reads: the last policy turn (paper; the reward also reads every policy turn
+    from the trajectory), or the whole decoded response with its observation turns (upstream: the
+    released reward checks that text, so text the environment inserts counts too)."""
+    if mode == "upstream":
+        return str(vlm.tokenizer.decode(list(ep.trajectory.token_ids), skip_special_tokens=False))
+    return ep.trajectory.texts[-1] if ep.trajectory.texts else ""
+
+
 def score_episodes(vlm: Any, episodes: Sequence[Any], reward: VragRLReward) -> list[RewardResult]:
     """VRAG-RL Eq. 12 per episode, the retrieved pages read from the environment's infos."""
     batch = []
     for ep in episodes:
         retrieved = ep.infos[-1].retrieved if ep.infos else ()
-        text = ep.trajectory.texts[-1] if ep.trajectory.texts else ""
+        text = _scored_text(vlm, ep, reward.mode)
         parsed = SearchAgent().parse(text)
-        batch.append((dataclasses.replace(parsed, retrieved=retrieved), ep.sample, ep.trajectory))
+        batch.append((dataclasses.replace(parsed, text=text, retrieved=retrieved), ep.sample, ep.trajectory))
     return reward.score_batch(batch)
 
 
@@ -195,9 +206,10 @@ def oracle(sample: Sample) -> list[Message]:
     return play_script(env, sample, turns)
 
 
-def make_vragrl_task(judge: Judge) -> Task:
-    """The VRAG-RL task whose answer reward asks ``judge`` (offline: a rule judge)."""
-    reward = VragRLReward(judge)
+def make_vragrl_task(judge: Judge, mode: str = "paper") -> Task:
+    """The VRAG-RL task whose answer reward asks ``judge`` (offline: a rule judge); ``mode``
+    "upstream" scores as the released reward manager does (``reward.mode``)."""
+    reward = VragRLReward(judge, mode="upstream" if mode == "upstream" else "paper")
     return Task(
         name="vragrl",
         samples=_samples,
@@ -207,8 +219,9 @@ def make_vragrl_task(judge: Judge) -> Task:
         oracle=oracle,
         score_episodes=partial(score_episodes, reward=reward),
         from_benchmark=_from_benchmark,
-        with_judge=make_vragrl_task,
+        with_judge=partial(make_vragrl_task, mode=mode),
         judge_prompt="vragrl",
+        with_reward_mode=partial(make_vragrl_task, judge),
     )
 
 

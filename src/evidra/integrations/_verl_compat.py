@@ -1,0 +1,99 @@
+"""verl's tool base class, response and schema types when verl is installed, plain stand-ins with
+the same fields and methods when it is not (``evidra.integrations.verl_tools`` builds on these).
+
+verl is imported here, when this module is, never by ``import evidra`` or ``evidra.integrations``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from evidra.integrations.trl_env import ToolSpec
+
+VERL_AVAILABLE = importlib.util.find_spec("verl") is not None
+_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+@dataclass(frozen=True)
+class PlainToolResponse:
+    """verl's ``ToolResponse`` fields, for use without verl."""
+
+    text: str | None = None
+    image: list[Any] | None = None
+    video: list[Any] | None = None
+
+    def is_empty(self) -> bool:
+        return not self.text and not self.image and not self.video
+
+
+class PlainToolSchema:
+    """An OpenAI function tool schema offering what verl's loop reads of its pydantic one."""
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.schema = dict(schema)
+        self.name = str(schema["function"]["name"])
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        return dict(self.schema)
+
+
+class PlainBaseTool:
+    """``BaseTool``'s constructor when verl is absent (verl's also prints the schema)."""
+
+    def __init__(self, config: dict[str, Any], tool_schema: Any) -> None:
+        self.config = config
+        self.tool_schema = tool_schema
+        self.name = tool_schema.name
+
+
+if VERL_AVAILABLE:
+    from verl.tools.base_tool import BaseTool
+    from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+    _Base: Any = BaseTool
+    _Response: Any = ToolResponse
+else:
+    _Base, _Response = PlainBaseTool, PlainToolResponse
+
+
+def param_type(kind: Any) -> str:
+    """The JSON schema type of a ``ToolSpec`` parameter type.
+
+    >>> param_type(str), param_type(list[int])
+    ('string', 'array')
+    """
+    return _TYPES.get(kind, "array")
+
+
+def _param_schema(kind: Any, description: str) -> dict[str, Any]:
+    if kind in _TYPES:
+        return {"type": _TYPES[kind], "description": description}
+    item = getattr(kind, "__args__", (int,))[0]
+    return {"type": "array", "description": description, "items": {"type": _TYPES.get(item, "number")}}
+
+
+def openai_schema(spec: ToolSpec) -> dict[str, Any]:
+    """The OpenAI function tool schema of an evidra tool (what verl renders into the prompt).
+
+    >>> from evidra.integrations.trl_env import SEARCH_TOOL
+    >>> openai_schema(SEARCH_TOOL)["function"]["parameters"]["required"]
+    ['query']
+    """
+    properties = {name: _param_schema(kind, doc) for name, (kind, doc) in spec.params.items()}
+    parameters = {"type": "object", "properties": properties, "required": list(spec.params)}
+    return {"type": "function", "function": {"name": spec.name, "description": spec.description,
+                                             "parameters": parameters}}  # fmt: skip
+
+
+def schema_object(schema: Mapping[str, Any]) -> Any:
+    """verl's ``OpenAIFunctionToolSchema`` of a schema dict (a ``PlainToolSchema`` without verl)."""
+    return (
+        OpenAIFunctionToolSchema.model_validate(dict(schema)) if VERL_AVAILABLE else PlainToolSchema(schema)
+    )
+
+
+def schema_dict(schema: Any) -> dict[str, Any]:
+    return dict(schema.model_dump(exclude_unset=True, exclude_none=True))

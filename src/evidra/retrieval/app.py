@@ -1,0 +1,166 @@
+"""The search service's ASGI app (starlette): routes, refusals, the API key and the access log.
+
+``build_app(service)`` gives the app that ``SearchService`` hands to uvicorn. Every refusal is
+JSON ``{"error": "..."}`` with a one-line message: 404 and 405 name the endpoints; a body over
+``max_body`` (declared, or counted while a chunked body streams in) is 413; more than
+``MAX_HEADERS`` headers 431; a body that takes longer than ``idle_timeout_s`` to arrive 408; a
+missing or wrong key 401; a malformed /search body 400 or 413 (``evidra.retrieval.http``). An
+unexpected failure answers 500 "internal error; ..." and its traceback goes to the log
+(uvicorn's ``uvicorn.error`` logger), never to the client.
+
+The access log is one line per request on the ``evidra.retrieval.access`` logger (INFO): method,
+path, status, queries, milliseconds. A request whose client left before its answer was ready
+is logged with status 499 and answered with nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from http import HTTPStatus
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from evidra.errors import InvalidInputError
+from evidra.retrieval.http import MAX_HEADERS, HttpError, parse_search
+from evidra.retrieval.server import API_KEY_ENV, ClientGone
+
+if TYPE_CHECKING:
+    from evidra.retrieval.server import SearchService
+
+access_logger = logging.getLogger("evidra.retrieval.access")
+
+USAGE = {"/search": "use POST /search with a JSON body", "/health": "use GET /health"}
+CLIENT_GONE = 499  # logged (never sent) for a request whose client hung up first, as nginx does
+
+
+def _error(status: int, message: str, *, close: bool = False) -> JSONResponse:
+    headers = {"Connection": "close"} if close else {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HttpError)
+    return _error(exc.status, str(exc), close=exc.close)
+
+
+async def _starlette_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, a wrong method) as one-line JSON."""
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    if exc.status_code == 404:
+        return _error(404, f"no endpoint {path[:80]!r}; use POST /search or GET /health")
+    if exc.status_code == 405:
+        return _error(405, USAGE.get(path, HTTPStatus(405).phrase))
+    return _error(exc.status_code, HTTPStatus(exc.status_code).phrase)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    # starlette re-raises the exception after this answer, so uvicorn logs its traceback
+    return _error(500, "internal error; the service log has the details")
+
+
+class AccessLog:
+    """Logs one line per request, ends a request whose client left, and caps the header count."""
+
+    def __init__(self, app: ASGIApp, *, enabled: bool) -> None:
+        self.app = app
+        self.enabled = enabled
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if len(scope["headers"]) > MAX_HEADERS:
+                await _error(431, f"more than {MAX_HEADERS} headers", close=True)(scope, receive, send)
+                status = 431
+            else:
+                await self.app(scope, receive, send_noting_status)
+        except (ClientGone, ClientDisconnect):
+            status = CLIENT_GONE  # nothing to answer: uvicorn drops a response to a closed connection
+        finally:
+            if self.enabled:
+                queries = scope.get("state", {}).get("queries", 0)
+                ms = (time.perf_counter() - start) * 1e3
+                path = scope["path"][:200]
+                access_logger.info("%s %s %d queries=%d %.1f ms", scope["method"], path, status, queries, ms)
+
+
+def _check_key(request: Request, key: str | None) -> None:
+    if key is None:
+        return
+    given = request.headers.get("authorization", "").encode("latin-1")
+    if not hmac.compare_digest(given, f"Bearer {key}".encode()):
+        raise HttpError(401, f"missing or wrong API key; send Authorization: Bearer ${API_KEY_ENV}")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) once it is declared or grows over ``limit`` bytes. (starlette's own
+    ``max_body_size`` would answer a declared oversize in plain text, not as a one-line JSON error.)"""
+    declared = request.headers.get("content-length", "")  # h11 has checked it is a plain integer
+    if declared.isdigit() and int(declared) > limit:
+        raise HttpError(413, f"a body of {declared[:20]} bytes exceeds the limit of {limit}", close=True)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HttpError(413, f"the body exceeds the limit of {limit} bytes", close=True)
+    return bytes(body)
+
+
+def build_app(service: SearchService) -> Starlette:
+    """The ASGI app of ``service``: GET /health and POST /search (see the module docstring)."""
+    options = service.options
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "pages": service.n_pages})
+
+    async def search(request: Request) -> Response:
+        _check_key(request, options.api_key)
+        try:
+            body = await asyncio.wait_for(_read_body(request, options.max_body), options.idle_timeout_s)
+        except asyncio.TimeoutError:
+            raise HttpError(
+                408, f"the body did not arrive within {options.idle_timeout_s:g} s", close=True
+            ) from None
+        parsed = parse_search(body, options.limits)
+        request.state.queries = len(parsed.queries)
+        try:
+            hits = await service.search(parsed, request.receive)
+        except InvalidInputError as exc:
+            raise HttpError(400, str(exc)) from None
+        rows = [
+            [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path} for h in r] for r in hits
+        ]
+        return JSONResponse({"results": rows})
+
+    return Starlette(
+        routes=[Route("/health", health, methods=["GET"]), Route("/search", search, methods=["POST"])],
+        middleware=[Middleware(AccessLog, enabled=options.access_log)],
+        exception_handlers={
+            HttpError: _http_error,
+            HTTPException: _starlette_error,
+            Exception: _internal_error,
+        },
+        lifespan=service.lifespan,
+    )

@@ -1,0 +1,77 @@
+"""``retriever.json``: what an index directory holds (encoder, checkpoint, backend), and the BM25
+files it names, replaced all at once (``_staging``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from evidra.errors import CorpusError
+from evidra.retrieval._staging import fsync_path, save_generation
+from evidra.retrieval.encoders.bm25 import BM25Retriever
+from evidra.retrieval.qdrant_build import QdrantSpec
+
+MANIFEST = "retriever.json"
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """What ``retriever.json`` records."""
+
+    encoder: str  # registry name ("colqwen2", "dse", ...) or "bm25"
+    encoder_path: str = ""  # checkpoint: an absolute directory, a hub id or tiny:ARCH; empty for bm25
+    backend: str = "maxsim"  # a name in ``stores.INDEXES``: maxsim | dense | bm25 | qdrant
+    ocr: bool = False  # bm25 only: OCR pages that have no text layer
+    qdrant: QdrantSpec | None = None  # qdrant only
+    dim: int = 0  # embedding width (recorded for qdrant, whose reopening needs it)
+    data_dir: str = ""  # bm25: the folder of the index holding its files (empty: the index itself)
+
+
+def write_manifest(root: Path, spec: IndexSpec) -> None:
+    tmp = root / f".{MANIFEST}.tmp"
+    with tmp.open("w") as f:
+        f.write(json.dumps(asdict(spec), indent=2))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, root / MANIFEST)
+    fsync_path(root)
+
+
+def read_spec(root: str | Path) -> IndexSpec:
+    path = Path(root) / MANIFEST
+    try:
+        raw = json.loads(path.read_text())
+        qdrant = raw.pop("qdrant", None)
+        return IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
+    except FileNotFoundError:
+        raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
+    except (ValueError, TypeError) as exc:
+        raise CorpusError(f"{path} is malformed ({exc}); rebuild the index") from exc
+
+
+def save_bm25(root: Path, retriever: BM25Retriever) -> None:
+    """Replace the BM25 files of index ``root`` by ``retriever``'s, all at once (``_staging``):
+    a new folder, then the manifest naming it, then the old folder removed. An index whose files
+    sit in the index folder itself (``data_dir`` empty) keeps them there, unread, once moved."""
+    spec = read_spec(root)
+    new = save_generation(root, "bm25", retriever.save, keep=spec.data_dir)
+    try:
+        write_manifest(root, replace(spec, data_dir=new))
+    except BaseException:
+        shutil.rmtree(root / new, ignore_errors=True)
+        raise
+    if spec.data_dir:
+        shutil.rmtree(root / spec.data_dir, ignore_errors=True)
+
+
+def load_bm25(root: Path, spec: IndexSpec) -> BM25Retriever:
+    try:
+        return BM25Retriever.load(root / spec.data_dir)
+    except CorpusError:
+        again = read_spec(root)  # a writer may have switched folders between the two reads
+        if again.data_dir == spec.data_dir:
+            raise
+        return BM25Retriever.load(root / again.data_dir)

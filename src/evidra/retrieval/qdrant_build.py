@@ -1,0 +1,169 @@
+"""Where a ``qdrant``-backed index keeps its vectors, and how a build stages its collection.
+
+A build never writes into the collection it is asked for. It fills a new collection
+``{name}-{8 hex digits}`` and, once every page is in, points the alias ``name`` at it in one
+request (Qdrant switches aliases atomically, on a server and in qdrant-client's local mode
+alike). The index manifest records ``name``, so searches, ``index add`` and ``index delete``
+reach the collection through the alias. So a failed or killed build never leaves points under
+``name``: a failed one drops its collection; a killed one leaves a note (``STAGING_NOTE``) in its
+staging folder naming the collection, and the next build at the same path drops it.
+
+``name`` may be missing, an alias of an empty evidra collection (re-pointed), or an empty evidra
+collection (dropped, then made the alias); one that holds pages is refused before any work.
+Two builds into the same ``name`` at once are not supported: the later switch wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from evidra.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from evidra.retrieval.index.qdrant import QdrantIndex
+
+logger = logging.getLogger(__name__)
+
+STAGING_NOTE = "qdrant-staging.json"  # in a build's staging folder: the collection it fills
+
+
+@dataclass(frozen=True)
+class QdrantSpec:
+    """Where a ``qdrant``-backed index keeps its vectors."""
+
+    url: str = ""  # server or cluster, e.g. http://localhost:6333; empty: local mode at ``path``
+    path: str = ""  # embedded local-mode directory (absolute)
+    collection: str = "evidra_pages"  # a build makes it an alias of the collection it filled
+    candidates: int = 200  # pooled prefetch size; 0 scores the full multi-vectors exhaustively
+    pool_factor: int = 4
+    pooling: Literal["mean", "clustered"] = "mean"  # prefetch vectors: consecutive runs | k-means
+    prefer_grpc: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.url) == bool(self.path):
+            raise InvalidInputError("a Qdrant index needs exactly one of url (a server) or path (local mode)")
+        if self.candidates < 0 or self.pool_factor < 1:
+            raise InvalidInputError("Qdrant candidates must be >= 0 and pool_factor >= 1")
+
+    @property
+    def where(self) -> str:
+        return self.url or self.path
+
+    def _api_key(self) -> str | None:
+        return (os.environ.get("QDRANT_API_KEY") or None) if self.url else None
+
+    def check_server(self) -> None:
+        """Fail fast when ``url`` names a server that does not answer (local mode: nothing to do)."""
+        if self.url:
+            from evidra.retrieval.index.qdrant import check_server
+
+            check_server(self.url, api_key=self._api_key(), prefer_grpc=self.prefer_grpc)
+
+    def connect(self, dim: int, *, create: bool) -> QdrantIndex:
+        from evidra.retrieval.index.qdrant import QdrantIndex
+
+        return QdrantIndex.connect(
+            dim,
+            collection=self.collection,
+            url=self.url or None,
+            path=self.path or None,
+            api_key=self._api_key(),
+            prefer_grpc=self.prefer_grpc,
+            pool_factor=self.pool_factor,
+            pooling=self.pooling,
+            candidates=self.candidates,
+            create=create,
+        )
+
+
+def stage_collection(target: QdrantSpec, folder: Path) -> QdrantSpec:
+    """``target`` with a new collection name to build into, recorded in ``folder`` first."""
+    staged = replace(target, collection=f"{target.collection}-{secrets.token_hex(4)}")
+    (folder / STAGING_NOTE).write_text(json.dumps(asdict(staged)))
+    return staged
+
+
+def check_target(index: QdrantIndex, name: str, where: str) -> None:
+    """Refuse ``name`` (on ``index``'s connection) if it holds pages or was not made by evidra."""
+    from evidra.retrieval.index.qdrant import QdrantIndex
+
+    if not index.client.collection_exists(name):
+        return
+    target = QdrantIndex(index.client, name, index.dim)
+    target.check_existing(where, close=False)
+    held = len(target)
+    if held:
+        raise InvalidInputError(
+            f"Qdrant collection {name!r} at {where} already holds {held} pages; pass another "
+            "--collection, or add to it through the index directory that built it"
+        )
+
+
+def publish_alias(index: QdrantIndex, name: str, where: str) -> None:
+    """Point alias ``name`` at ``index``'s (filled) collection, in one request where ``name`` is
+    an alias already; an empty collection called ``name`` is dropped first."""
+    from qdrant_client import models
+
+    check_target(index, name, where)  # it may have been filled since the build began
+    client = index.client
+    ops: list[Any] = []
+    if name in {a.alias_name for a in client.get_aliases().aliases}:
+        ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=name)))
+    elif client.collection_exists(name):
+        client.delete_collection(name)
+    alias = models.CreateAlias(collection_name=index.collection, alias_name=name)
+    ops.append(models.CreateAliasOperation(create_alias=alias))
+    client.update_collection_aliases(change_aliases_operations=ops)
+
+
+def drop_collection(client: Any, name: str) -> None:
+    """Drop collection ``name`` and every alias pointing at it."""
+    from qdrant_client import models
+
+    aliases = client.get_collection_aliases(name).aliases
+    if aliases:
+        ops = [models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=a.alias_name))
+               for a in aliases]  # fmt: skip
+        client.update_collection_aliases(change_aliases_operations=ops)
+    client.delete_collection(name)
+
+
+def drop_noted(folder: Path) -> None:
+    """Drop the collection a build staged in ``folder`` noted, if any (its leftover, once killed).
+
+    A local-mode store inside ``folder`` goes with the folder; a server that does not answer is
+    logged, naming the collection to drop by hand.
+    """
+    note = folder / STAGING_NOTE
+    if not note.is_file():
+        return
+    try:
+        spec = QdrantSpec(**json.loads(note.read_text()))
+    except (ValueError, TypeError) as exc:
+        logger.warning("cannot read %s (%s); its Qdrant collection, if any, is left", note, exc)
+        return
+    if spec.path and Path(spec.path).is_relative_to(folder):
+        return
+    from qdrant_client import QdrantClient
+
+    try:
+        client = QdrantClient(url=spec.url or None, path=spec.path or None, api_key=spec._api_key(),
+                              prefer_grpc=spec.prefer_grpc)  # fmt: skip
+        try:
+            if client.collection_exists(spec.collection):
+                drop_collection(client, spec.collection)
+                logger.info("dropped Qdrant collection %s at %s, left by an interrupted build",
+                            spec.collection, spec.where)  # fmt: skip
+        finally:
+            client.close()
+    except Exception as exc:  # a server that is down or refuses: the build goes on
+        logger.warning(
+            "could not drop Qdrant collection %r at %s, left by an interrupted build (%s); drop it by hand",
+            spec.collection, spec.where, exc,
+        )  # fmt: skip

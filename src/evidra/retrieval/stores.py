@@ -1,0 +1,154 @@
+"""The index backends an index directory can name (``IndexSpec.backend``), one registered entry each.
+
+An ``IndexBackend`` gives the engine the hooks it needs: ``create`` a new store in a (staging)
+folder, ``open`` an existing one, ``add`` pages (embedded by the encoder, or read as text for
+BM25) and ``commit`` after a change (BM25 writes a new file folder and the manifest naming it; the
+vector stores commit their own batches). ``embeds`` says whether the backend needs an encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from evidra.errors import CorpusError
+from evidra.registry import Registry
+from evidra.retrieval.base import Encoder, PageBatch
+from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
+from evidra.retrieval.index.dense import DenseIndex
+from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+from evidra.retrieval.manifest import MANIFEST, IndexSpec, load_bm25, save_bm25
+from evidra.retrieval.ocr import page_text
+from evidra.retrieval.qdrant_build import check_target, stage_collection
+from evidra.types import Page
+
+Progress = Callable[[int], None]  # called with the number of pages just embedded (bm25: read)
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How stores are made and run: MaxSim search settings (device), BM25 parameters."""
+
+    maxsim: MaxSimOptions | None = None
+    bm25: BM25Params | None = None
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    """Pages to put into a store, and how."""
+
+    pages: Sequence[Page]
+    encoder: Encoder | None
+    ocr: bool = False
+    replace: bool = False
+    batch_pages: int = 32
+    progress: Progress | None = None
+
+
+class OpenFn(Protocol):
+    def __call__(self, root: Path, spec: IndexSpec, options: StoreOptions, /) -> Any: ...
+
+
+class AddFn(Protocol):
+    def __call__(self, store: Any, request: AddRequest, /) -> None: ...
+
+
+class CommitFn(Protocol):
+    def __call__(self, root: Path, store: Any, /) -> None: ...
+
+
+@dataclass(frozen=True)
+class IndexBackend:
+    create: OpenFn  # a new, empty store at root
+    open: OpenFn  # the store of an existing index
+    add: AddFn
+    commit: CommitFn  # after add or delete
+    embeds: bool = True  # pages go in as embeddings of the index's encoder
+
+
+INDEXES: Registry[IndexBackend] = Registry("index backend")
+
+
+def embedded(request: AddRequest) -> Iterator[PageBatch]:
+    """The pages embedded ``batch_pages`` at a time."""
+    assert request.encoder is not None
+    pages, step = request.pages, request.batch_pages
+    for start in range(0, len(pages), step):
+        batch = pages[start : start + step]
+        yield PageBatch(
+            [p.id for p in batch], request.encoder.embed_pages(batch), [p.image_path for p in batch]
+        )
+        if request.progress is not None:  # the batch is stored (or staged) once the next one is asked for
+            request.progress(len(batch))
+
+
+def page_texts(pages: Sequence[Page], ocr: bool, progress: Progress | None) -> dict[str, str]:
+    """Each page's text layer, or its OCR (slow) where ``ocr`` asks for it."""
+    texts = {}
+    for p in pages:
+        texts[p.id] = page_text(p, ocr=ocr)
+        if progress is not None:
+            progress(1)
+    return texts
+
+
+def _add_vectors(store: Any, request: AddRequest) -> None:
+    store.add_batches(embedded(request), replace=request.replace)
+
+
+def _add_texts(store: Any, request: AddRequest) -> None:
+    texts = page_texts(request.pages, request.ocr, request.progress)
+    store.add(texts, {p.id: p.image_path for p in request.pages}, replace=request.replace)
+
+
+def _no_commit(root: Path, store: Any) -> None:
+    """Vector stores commit their own batches."""
+
+
+def _device(options: StoreOptions) -> str:
+    return (options.maxsim or MaxSimOptions()).device
+
+
+def _create_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+    """A new collection, noted in the (staging) folder before it exists."""
+    if spec.qdrant is None:
+        raise CorpusError(f"the qdrant backend needs its connection (QdrantSpec) for {root}")
+    index = stage_collection(spec.qdrant, root).connect(spec.dim, create=True)
+    try:
+        check_target(index, spec.qdrant.collection, spec.qdrant.where)
+    except BaseException:
+        index.close()
+        raise
+    return index
+
+
+def _open_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+    if spec.qdrant is None or spec.dim < 1:
+        raise CorpusError(f"{root / MANIFEST} names the qdrant backend without its connection; rebuild it")
+    return spec.qdrant.connect(spec.dim, create=False)
+
+
+def _create_maxsim(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+    return MultiVectorIndex.create(root, spec.dim, options=options.maxsim, encoder=spec.encoder)
+
+
+INDEXES.add("maxsim", IndexBackend(
+    create=_create_maxsim,
+    open=lambda root, spec, o: MultiVectorIndex.open(root, options=o.maxsim),
+    add=_add_vectors, commit=_no_commit,
+))  # fmt: skip
+INDEXES.add("dense", IndexBackend(
+    create=lambda root, spec, o: DenseIndex.create(root, spec.dim, device=_device(o), encoder=spec.encoder),
+    open=lambda root, spec, o: DenseIndex.open(root, device=_device(o)),
+    add=_add_vectors, commit=_no_commit,
+))  # fmt: skip
+INDEXES.add(
+    "qdrant", IndexBackend(create=_create_qdrant, open=_open_qdrant, add=_add_vectors, commit=_no_commit)
+)
+INDEXES.add("bm25", IndexBackend(
+    create=lambda root, spec, o: BM25Retriever.build({}, o.bm25 or BM25Params()),
+    open=lambda root, spec, o: load_bm25(root, spec),
+    add=_add_texts, commit=save_bm25, embeds=False,
+))  # fmt: skip
