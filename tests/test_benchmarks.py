@@ -120,3 +120,16 @@ def test_search_turns_benchmark_batches_with_the_one_by_one_pages(
         line = next(x for x in out.splitlines() if x.startswith(name))
         assert "same=yes" in line and float(line.split("batched")[1].split()[0]) > 0, line
     assert re.search(r"^RESULT batched_vs_one_by_one_maxsim=\S+ bm25=\S+ service=\S+$", out, re.M)
+
+
+@pytest.mark.slow
+def test_cave_credits_benchmark_checks_every_way_against_the_peer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    out = _run("cave_credits", ["--episodes", "2", "--zooms", "1", "--repeats", "1"], monkeypatch, capsys)
+    # each way's numbers equal the peer's (asserted inside); 2 episodes x 2 states x 2 targets
+    assert _cells(out, "per target x16")[1:6] == ["1", "8", "per target x16", "1", "8"]
+    assert _cells(out, "KV cache")[4:6] == ["4", "10"]  # per episode: the context, then 4 rows
+    assert _cells(out, "packed, one episode per forward (evidra)")[4:6] == ["2", "2"]
+    assert _cells(out, "packed, 8 episodes per forward")[4:6] == ["1", "2"]

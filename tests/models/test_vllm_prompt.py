@@ -119,3 +119,17 @@ def test_vision_tokens_are_suppressed_by_logit_bias_only_when_asked() -> None:
     params = SamplingParams(max_new_tokens=4, seed=0)
     assert "logit_bias" not in sampling_kwargs(params, (1,), 0)
     assert sampling_kwargs(params, (1,), 0, (7, 8))["logit_bias"] == {7: -100.0, 8: -100.0}
+
+
+def test_a_row_never_asks_the_engine_for_more_than_its_context_has_left() -> None:
+    from evidra.models.vllm_backend import VLLMBackend, VLLMConfig, VLLMError
+
+    params = SamplingParams(max_new_tokens=64, seed=0)
+    assert sampling_kwargs(params, (1,), 0)["max_tokens"] == 64
+    assert sampling_kwargs(params, (1,), 0, max_tokens=5)["max_tokens"] == 5
+    assert sampling_kwargs(params, (1,), 0, max_tokens=500)["max_tokens"] == 64
+    engine = object.__new__(VLLMBackend)  # no engine needed to size a request
+    engine.cfg = VLLMConfig(max_model_len=100)
+    assert engine._room(Context(tuple(range(90)))) == 10
+    with pytest.raises(VLLMError, match="max_model_len=100"):
+        engine._room(Context(tuple(range(100))))

@@ -145,3 +145,85 @@ def test_teacher_forcing_matches_reference(tiny_vlms: dict[str, Any], arch: str)
     assert len(per) == 1 and len(per[0]) == 2
     assert per[0][1].answer == pytest.approx(expected[1][0], abs=1e-4)
     assert per[0][1].evidence[0] == pytest.approx(expected[2][0], abs=1e-4)
+
+
+def _counting(vlm: Any) -> tuple[list[int], Any]:
+    """Counts the model's forward calls ``[calls, sequences]``; returns the counter and its hook."""
+    seen = [0, 0]
+
+    def count(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        seen[0] += 1
+        seen[1] += int(kwargs["input_ids"].shape[0])
+
+    return seen, vlm.model.register_forward_pre_hook(count, with_kwargs=True)
+
+
+def _two_episodes(vlm: Any) -> list[tuple[Context, int, list[int], str, list[str]]]:
+    ctx, plen, starts = _episode(vlm)
+    longer = ctx.append_ids(tuple(vlm.tokenizer(" and more", add_special_tokens=False)["input_ids"]))
+    units = ["The square is red.", "It sits top left."]
+    return [
+        (ctx, plen, starts, "red square", units),
+        (longer, plen, [*starts, len(ctx) - plen], "red", units[:1]),
+    ]
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_packed_credits_equal_the_per_target_path_in_fewer_forwards(
+    tiny_vlms: dict[str, Any], arch: str
+) -> None:
+    vlm = tiny_vlms[arch]
+    episodes = _two_episodes(vlm)
+    seen, hook = _counting(vlm)
+    try:
+        plain = score_states(vlm, episodes, top_k=5, packed=False, batch_size=4)
+        plain_calls, seen[:] = list(seen), [0, 0]
+        packed = score_states(vlm, episodes, top_k=5, packed=True)
+        packed_calls, seen[:] = list(seen), [0, 0]
+        together = score_states(vlm, episodes, top_k=5, packed=True, episodes_per_forward=2)
+    finally:
+        hook.remove()
+    # plain: one row per state x target, 2 x 3 + 3 x 2 = 12 rows in batches of 4; packed: one row
+    # per episode, one forward each (or both in one forward)
+    assert plain_calls == [3, 12] and packed_calls == [2, 2] and seen == [1, 2]
+    for got in (packed, together):
+        assert [len(p) for p in got] == [2, 3]
+        for p_ep, q_ep in zip(got, plain, strict=True):
+            for p, q in zip(p_ep, q_ep, strict=True):
+                assert p.answer == pytest.approx(q.answer, abs=1e-5)
+                assert p.uncertainty == pytest.approx(q.uncertainty, abs=1e-5)
+                assert p.evidence == pytest.approx(q.evidence, abs=1e-5)
+    # the states differ by far more than the tolerance, so a branch that saw the wrong prefix would show
+    assert abs(plain[0][0].answer - plain[0][1].answer) > 1e-3
+
+
+def test_packed_credits_with_eager_attention(tiny_dirs: dict[str, Any], tiny_vlms: dict[str, Any]) -> None:
+    from evidra.models.branches import packable
+    from evidra.models.loading import load_vlm
+
+    eager = load_vlm(tiny_dirs["qwen2_5_vl"], attn_implementation="eager")
+    assert packable(eager) and packable(tiny_vlms["qwen2_5_vl"])
+    episodes = _two_episodes(eager)
+    packed = score_states(eager, episodes, top_k=5, packed=True)
+    plain = score_states(tiny_vlms["qwen2_5_vl"], episodes, top_k=5, packed=False)  # sdpa, per target
+    for p_ep, q_ep in zip(packed, plain, strict=True):
+        for p, q in zip(p_ep, q_ep, strict=True):
+            assert p.answer == pytest.approx(q.answer, abs=1e-5)
+            assert p.evidence == pytest.approx(q.evidence, abs=1e-5)
+
+
+def test_branches_refuse_what_they_cannot_score(tiny_vlms: dict[str, Any]) -> None:
+    from types import SimpleNamespace
+
+    from evidra.models.branches import Branch, pack, packable
+
+    vlm = tiny_vlms["qwen2_5_vl"]
+    ctx, _, _ = _episode(vlm)
+    with pytest.raises(InvalidInputError, match="prefix length"):
+        pack(vlm, ctx, [Branch(len(ctx) + 1, (5,))])
+    with pytest.raises(InvalidInputError, match="needs tokens"):
+        pack(vlm, ctx, [Branch(3, ())])
+    flash = SimpleNamespace(
+        model=SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"))
+    )
+    assert not packable(flash)  # such a model takes the per-target path

@@ -258,6 +258,21 @@ def test_rule_judge_modes() -> None:
     assert RuleJudge().judge([JudgeItem("q", "1", "10 items")]) == [Verdict(False)]
 
 
+def test_braced_rule_judges_one_letter_labels() -> None:
+    braced = RuleJudge("braced")
+    pairs = [
+        ("E", "{e}"),
+        ("E", " E "),
+        ("E", "node E"),
+        ("red", "I end on {red}, not {blue}."),
+        ("A", "A B C D"),
+    ]
+    got = braced.judge([JudgeItem("q", ref, answer) for ref, answer in pairs])
+    assert [v.value for v in got] == [True, True, False, True, False]  # listing every label never pays
+    # containment cannot judge a one-letter label at all: the article "a" normalises away
+    assert RuleJudge("contains").judge([JudgeItem("q", "A", "A")])[0].value is None
+
+
 def test_config_validation_and_memory_cache() -> None:
     with pytest.raises(InvalidInputError):
         HttpJudgeConfig(base_url="http://127.0.0.1:1", model="m", batch_size=0)

@@ -238,3 +238,84 @@ def test_vragrl_released_reward_keeps_the_judge_and_full_marks(small_vlm: Any, t
     reward = released.reward
     assert isinstance(reward, VragRLReward) and reward.mode == "upstream"  # the judge kept the mode
     assert reward.judge == RuleJudge("exact")  # and the mode kept the judge
+
+
+# --- what CAVE trains on, and VRAG-RL's token budgets ---
+
+SCENARIOS = ("tracer_match", "tracer_subimage", "tracer_trace", "tracer_vjump", "tunnel_chain",
+             "tunnel_circuits", "tunnel_objreid")  # fmt: skip
+
+
+def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
+    from collections import Counter
+
+    from evidra.errors import ConfigError
+    from evidra.methods import check_config
+    from evidra.methods.cave import outcome
+    from evidra.rewards.cave import Outcome
+    from evidra.rl.tasks import task_samples
+
+    task = named_task("cave")
+    samples = task_samples(task, DataConfig(task="cave", size=14, path=str(tmp_path)))
+    assert Counter(s.dataset for s in samples) == dict.fromkeys(SCENARIOS, 2)  # CAVE App. C's seven, even
+    for s in samples:  # one image each (pairs as panels); the perception field is the evidence unit
+        (page,) = s.pages
+        assert s.gold_evidence[page.id] == s.extras["perception"] and s.answers
+    cfg = load_config(RLConfig, ROOT / "configs" / "cave.yaml", [])
+    assert cfg.method.judge is not None
+    assert (cfg.data.synthetic, cfg.data.size, cfg.method.judge.rule) == (
+        ("tracer", "tunnel"),
+        5000,
+        "braced",
+    )
+    vjump = next(s for s in samples if s.dataset == "tracer_vjump")
+    letter, other = vjump.answers[0], "Z"
+    assert outcome([f"<think>t</think><answer>{{{letter}}}</answer>"], vjump) == Outcome(1.0, 1.0)
+    assert outcome([f"<think>t</think><answer>{other} {letter}</answer>"], vjump) == Outcome(0.0, 1.0)
+    # data.synthetic picks other sources through the same path; tasks without generated data refuse it
+    chain = task_samples(
+        task, DataConfig(task="cave", size=2, path=str(tmp_path), synthetic=("tunnel.chain",))
+    )
+    assert [s.dataset for s in chain] == ["tunnel_chain"] * 2
+    with pytest.raises(ConfigError, match=r"remove data\.synthetic"):
+        task_samples(named_task("lat"), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",)))
+    for bad, match in ((["data.synthetic=[tracr]"], r"did you mean 'tracer"),
+                       (["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
+                       (["method.name=lat", "method.judge.rule=", "data.synthetic=[tracer]"],
+                        "remove data.synthetic")):  # fmt: skip
+        with pytest.raises(ConfigError, match=match):
+            check_config(load_config(RLConfig, ROOT / "configs" / "cave.yaml", ["model.path=x", *bad]))
+
+
+def test_tiny_cave_recipe_trains_from_the_cli_on_its_samples(tmp_path: Path) -> None:
+    import json
+
+    from evidra.cli.main import main
+
+    over = [f"run.output_dir={tmp_path / 'run'}", f"data.path={tmp_path / 'data'}", "run.steps=1"]
+    assert main(["-q", "train", "rl", "--config", str(ROOT / "configs" / "tiny" / "cave.yaml"), *over]) == 0
+    (row,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert math.isfinite(row["loss"]) and {"reward/belief", "reward/evidence"} <= set(row)
+    (drawn,) = (tmp_path / "data").glob("tracer+tunnel-train-seed0-n16/samples.json")
+    assert {r["dataset"] for r in json.loads(drawn.read_text())} == set(SCENARIOS)
+
+
+def test_vragrl_budgets_are_the_released_ones_and_the_others_unchanged() -> None:
+    from evidra.errors import ConfigError
+    from evidra.methods import check_config
+
+    cfg = load_config(RLConfig, ROOT / "configs" / "vragrl.yaml", ["model.path=x"])
+    limits = cfg.rollout.limits()
+    assert (limits.max_response_tokens, limits.max_context_tokens) == (2048, 8192 + 2048) and limits.separate
+    for recipe in (
+        "lat",
+        "evisrag",
+        "lang2act_stage1",
+        "lang2act_stage2",
+        "cave",
+    ):  # observations share the budget
+        assert load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", []).rollout.max_context_tokens == 0
+    check_config(cfg)
+    vllm = ["model.path=x", "rollout.backend=vllm", "rollout.vllm.max_model_len=4096"]
+    with pytest.raises(ConfigError, match="max_model_len to at least 10240"):
+        check_config(load_config(RLConfig, ROOT / "configs" / "vragrl.yaml", vllm))

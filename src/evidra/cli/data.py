@@ -185,12 +185,11 @@ def _policy(model: str | None, cfg: Any, out: Path) -> Any:
 
 def _sampling(cfg: Any) -> tuple[Any, Any]:
     from evidra.models.generation import SamplingParams
-    from evidra.rollout import RolloutLimits
 
     r = cfg.rollout
     params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
                             top_k=r.top_k)  # fmt: skip
-    return params, RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
+    return params, r.limits()
 
 
 # --- stages ----------------------------------------------------------------------------------

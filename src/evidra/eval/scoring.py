@@ -15,7 +15,6 @@ box in it is already in page pixels. ``score`` returns a flat ``{metric: value}`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +36,7 @@ from evidra.rewards.lat import Similarity, stepwise_attribution
 from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 from evidra.rewards.text import (
     INSUFFICIENT_ANSWER,
+    braced_answer,
     is_no_answer,
     normalize_lat,
     normalize_squad,
@@ -128,14 +128,6 @@ OFFICIAL.add("mmlongbench", _mmlongbench)
 for _name in ("visrag", "vidore", "beir"):
     OFFICIAL.add(_name, _visrag)
 OFFICIAL.add("exact", _exact)
-
-_BRACES = re.compile(r"\{([^{}]+)\}")
-
-
-def braced_answer(text: str) -> str:
-    """Tunnel Vision's extraction: the first ``{...}`` group, else the stripped text."""
-    m = _BRACES.search(text)
-    return (m.group(1) if m else text).strip()
 
 
 def _synthetic(s: Sample, pred: str, p: Prediction) -> dict[str, float]:

@@ -1,13 +1,17 @@
 """The CAVE task: zoom into one image, answer; rewarded by outcome plus process credits (CAVE §3).
 
-TRACER-Bench has no public generator, so samples are synthetic document
-pages drawn as single images (``generate_image_documents``) at a low resolution, where the
-answer is small text that rewards zooming; the evidence units of the evidence-acquisition
-credit are the generated evidence sentences (``Sample.gold_evidence``), the analogue of
-TRACER's perception field. Scoring needs the policy model (teacher forcing under each state),
-so the task scores whole groups of episodes (``Task.score_episodes``): every state x target of
-the group goes through ``evidra.rewards.cave_scoring`` in shared batches, and each episode's
-per-turn credits land in ``RewardResult.turns`` for ``algo.advantage=turn_credit``.
+Training data is what the paper trains on (§4, App. C): TRACER-style scenarios (rule-switching
+navigation, non-semantic tracing, embedded matching, sub-image matching) plus Tunnel-Vision-style
+auxiliary tasks (scavenger-hunt chains, circuits, object re-identification), drawn from the
+generators of ``evidra.data.synth`` on their train split in equal parts (``data.synthetic``
+picks other sources). A sample with two images (a source and a candidate) is shown as one
+image of two panels, since the zoom tool works on one image. The evidence units of the
+evidence-acquisition credit are the samples' perception fields (``Sample.gold_evidence``),
+and the answer anchor is the Tunnel-Vision / TRACER accuracy (the braced rule judge). Scoring
+needs the policy model (teacher forcing under each state), so the task scores whole groups of
+episodes (``Task.score_episodes``): the states and targets of every episode go through
+``evidra.rewards.cave_scoring``, and each episode's per-turn credits land in
+``RewardResult.turns`` for ``algo.advantage=turn_credit``.
 """
 
 from __future__ import annotations
@@ -18,37 +22,38 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from evidra.data.synth.sources import side_by_side
 from evidra.env.base import play_script
 from evidra.env.zoom import ZoomEnv
 from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
 from evidra.methods.base import METHODS, Resources, check_options, method_judge
-from evidra.methods.vragrl import corpus_dir, synth_once
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
 from evidra.rewards.base import RewardResult
 from evidra.rewards.cave import CaveParams, Outcome, StateScore, cave_reward
 from evidra.rewards.cave_scoring import score_states
 from evidra.rewards.judge import Judge, JudgeItem, RuleJudge
 from evidra.rl.config import DataConfig
-from evidra.rl.tasks import Task
+from evidra.rl.tasks import Task, synthetic_mixture, usable
 from evidra.types import Message, Parsed, Sample, Trajectory
 
-DPI = 60  # low resolution: body text is a few pixels high, so reading it pays a zoom
 MAX_ROUNDS = 4
 PARAMS = CaveParams()
-_JUDGE = RuleJudge("contains")
+TRAINING_MIX = ("tracer", "tunnel")  # CAVE App. C: four TRACER-style families + three Tunnel-style
+_JUDGE = RuleJudge("braced")
+
+
+def _one_image(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
+    """``Task.from_synthetic``: the answerable samples, each as one image."""
+    what = f"task {cfg.task} on {'+'.join(cfg.synthetic)}"
+    kept = usable(samples, (has_pages, images_on_disk, is_answerable), what)
+    return [side_by_side(s) for s in kept]
 
 
 def _samples(cfg: DataConfig) -> list[Sample]:
-    from evidra.data.synth.documents import generate_image_documents
-
-    root = corpus_dir(cfg, "cave")
-    n_docs = max(2, cfg.size)
-    corpus = synth_once(
-        root, lambda r: generate_image_documents(r / "synth", n_docs=n_docs, seed=cfg.seed, dpi=DPI)
-    )
-    samples = [s for s in corpus.samples(dataset="synth.cave") if s.answerable]
-    return [replace(s, pages=s.pages[:1]) for s in samples[: cfg.size]]
+    """The paper's training mixture (``data.synthetic`` names another)."""
+    mix = replace(cfg, synthetic=TRAINING_MIX)
+    return _one_image(synthetic_mixture(mix), mix)
 
 
 def make_env(sample: Sample) -> ZoomEnv:
@@ -97,23 +102,27 @@ def score_episodes(
 
 
 def oracle(sample: Sample) -> list[Message]:
-    """Zoom on the evidence region (with a margin), read it, answer."""
-    page = sample.pages[0]
-    box = sample.extras.get("evidence_box") or sample.gold_boxes[0].box
-    margin = 8
+    """A correct conversation: zoom on the evidence region (with a margin) when the sample has
+    one, read it, answer; otherwise state the perception evidence and answer."""
+    box = sample.extras.get("evidence_box") or (sample.gold_boxes[0].box if sample.gold_boxes else None)
+    evidence = " ".join(t for t in sample.gold_evidence.values() if t) or "The image shows the answer."
+    final = f"<answer>{sample.answers[0]}</answer>"
+    if box is None:
+        return play_script(make_env(sample), sample, [f"<think>{evidence}</think>{final}"])
+    page, margin = sample.pages[0], 8
     coords = [max(0, int(box.x1) - margin), max(0, int(box.y1) - margin),
               min(page.width, int(box.x2) + margin), min(page.height, int(box.y2) + margin)]  # fmt: skip
     call = json.dumps({"name": TOOL_NAME, "arguments": {"bbox_2d": coords}})
     turns = [
         "<think>The text is too small to read; zoom into the relevant region.</think>"
         f"<tool_call>{call}</tool_call>",
-        f"<think>The zoomed region shows the answer.</think><answer>{sample.answers[0]}</answer>",
+        f"<think>The zoomed region shows the answer.</think>{final}",
     ]
     return play_script(make_env(sample), sample, turns)
 
 
 def make_cave_task(judge: Judge) -> Task:
-    """The CAVE task whose answer anchor asks ``judge`` (offline: a containment rule)."""
+    """The CAVE task whose answer anchor asks ``judge`` (offline: the braced rule)."""
 
     def outcome_only(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
         texts = trajectory.texts if trajectory is not None and trajectory.texts else (parsed.text,)
@@ -131,11 +140,12 @@ def make_cave_task(judge: Judge) -> Task:
         oracle=oracle,
         score_episodes=partial(score_episodes, judge=judge),
         from_benchmark=adapter((has_pages, images_on_disk, is_answerable), first_gold_page),
+        from_synthetic=_one_image,
     )
 
 
 @METHODS.register("cave")
 def build_cave(cfg: MethodConfig, resources: Resources) -> Task:
-    """CAVE's task with its answer judge (``method.judge``; offline: a containment rule)."""
+    """CAVE's task with its answer judge (``method.judge``; offline: the braced rule)."""
     check_options(cfg, ("judge",))
     return make_cave_task(method_judge(cfg, resources, "vragrl", _JUDGE))

@@ -108,13 +108,15 @@ def row_seeds(params: SamplingParams, rows: int) -> list[int]:
 
 
 def sampling_kwargs(
-    params: SamplingParams, eos_ids: Sequence[int], seed: int, suppress: Sequence[int] = ()
-) -> dict[str, Any]:
-    """vLLM ``SamplingParams`` (or ``/v1/completions`` fields) for one row; ``suppress``: never sampled."""
+    params: SamplingParams, eos_ids: Sequence[int], seed: int, suppress: Sequence[int] = (),
+    max_tokens: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """vLLM ``SamplingParams`` (or ``/v1/completions`` fields) for one row; ``suppress``: never
+    sampled; ``max_tokens``: this row's own cap, below ``params.max_new_tokens``."""
     extra: dict[str, Any] = {"logit_bias": {int(t): -100.0 for t in suppress}} if suppress else {}
     return {
         "n": 1,
-        "max_tokens": params.max_new_tokens,
+        "max_tokens": params.max_new_tokens if max_tokens is None else min(max_tokens, params.max_new_tokens),
         "temperature": params.temperature,
         "top_p": params.top_p,
         "top_k": params.top_k,  # 0 disables it in vLLM as here
@@ -221,7 +223,9 @@ class VLLMBackend:
         prompts = [self._prompt(c) for c in contexts]
         # a VLM policy never emits vision tokens (as the transformers backend suppresses them)
         suppress = self.vlm.vision_token_ids if spec is not None else ()
-        sps = [VParams(**sampling_kwargs(params, self.vlm.eos_token_ids, s, suppress)) for s in seeds]
+        rooms = [self._room(c) for c in contexts]  # a row never asks for more than the engine holds
+        sps = [VParams(**sampling_kwargs(params, self.vlm.eos_token_ids, s, suppress, room))
+               for s, room in zip(seeds, rooms, strict=True)]  # fmt: skip
         outputs = self.llm.generate(prompts, sps, use_tqdm=False)
         results = []
         for context, out in zip(contexts, outputs, strict=True):
@@ -235,6 +239,15 @@ class VLLMBackend:
             lps = [d[t].logprob for t, d in zip(c.token_ids, c.logprobs or [], strict=True)]
             results.append(to_generation(self.vlm, context, c.token_ids, lps, isinstance(c.stop_reason, str)))
         return results
+
+    def _room(self, context: Context) -> int:
+        room = self.cfg.max_model_len - len(context)
+        if room < 1:
+            raise VLLMError(
+                f"a {len(context)}-token context fills rollout.vllm.max_model_len={self.cfg.max_model_len}; "
+                "raise it, or cap contexts below it with rollout.max_context_tokens"
+            )
+        return room
 
     def _prompt(self, context: Context) -> Any:
         spec = self.vlm.spec

@@ -5,8 +5,13 @@ episode: the gold answer body (belief update) and each textual evidence unit (ev
 acquisition). A state is a prefix of the episode's own token context (ids and the images it
 holds), cut where turn t begins, so nothing is re-tokenised. Targets are wrapped as
 ``<answer> body </answer>`` (an evidence unit as-is) with the body tokenised apart, so its
-token interval is exact and only the body is scored (§3.2.1). All states x targets of a
-group go through the model in batched no-grad forward passes (``collate_split``).
+token interval is exact and only the body is scored (§3.2.1).
+
+Every state and target of an episode goes through the model in one no-grad forward pass: the
+longest state once, each (state, target) packed behind it under a mask that shows it its own
+state only (``evidra.models.branches``), so the context and its images are encoded once per
+episode instead of once per state x target. A model whose attention takes no such mask uses
+the plain path: every state x target its own row, in padded batches (``collate_split``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evidra.models.branches import Branch, branch_logits, pack, packable, prefix_context
 from evidra.models.context import Context, collate_split
 from evidra.models.loading import VLM
 from evidra.rewards.cave import StateScore
@@ -49,23 +55,6 @@ def make_target(tokenizer: Any, body: str, prefix: str = "", suffix: str = "") -
     return Target(tuple(head + core + tail), len(head), len(head) + len(core))
 
 
-def prefix_context(context: Context, length: int, image_token_id: int) -> Context:
-    """The first ``length`` tokens of ``context`` with exactly the images they hold.
-
-    Images are whole inside a state (states end at turn boundaries), so the images are the
-    first ``k`` whose placeholder tokens (grid t*h*w / 4 each) fit in the prefix.
-    """
-    ids = context.token_ids[:length]
-    placeholders = sum(1 for i in ids if i == image_token_id)
-    if context.image_grid_thw is None or placeholders == 0:
-        return Context(ids)
-    sizes = [int(g.prod()) for g in context.image_grid_thw]  # patches per image
-    k, tokens, rows = 0, 0, 0
-    while k < len(sizes) and tokens + sizes[k] // 4 <= placeholders:
-        tokens, rows, k = tokens + sizes[k] // 4, rows + sizes[k], k + 1
-    return Context(ids, context.pixel_values[:rows], context.image_grid_thw[:k], context.images[:k])
-
-
 def _forward(vlm: VLM, states: Sequence[Context], targets: Sequence[Target], top_k: int) -> list[TargetScore]:
     import torch
 
@@ -78,8 +67,7 @@ def _forward(vlm: VLM, states: Sequence[Context], targets: Sequence[Target], top
         logp = (
             torch.log_softmax(logits, dim=-1).gather(-1, ids.to(vlm.device).unsqueeze(-1)).squeeze(-1)
         )  # (B, R)
-        top = torch.log_softmax(logits.topk(top_k, dim=-1).values, dim=-1)  # (B, R, k): renormalised
-        entropy = -(top.exp() * top).sum(-1) / math.log(top_k)  # (B, R) in [0, 1]
+        entropy = _entropy(logits, top_k)  # (B, R) in [0, 1]
     scores = []
     for i, t in enumerate(targets):
         if t.end <= t.start:
@@ -106,34 +94,90 @@ def state_prefixes(
     return [prefix_context(context, prompt_len + start, image_token_id) for start in turn_starts]
 
 
-def score_states(vlm: VLM, episodes: Sequence[tuple[Context, int, Sequence[int], str, Sequence[str]]], *,
-                 top_k: int = 10, batch_size: int = 16) -> list[list[StateScore]]:  # fmt: skip
-    """StateScores of every state of every episode, all in shared batches.
+def _entropy(logits: Any, top_k: int) -> Any:
+    """Top-k entropy / log k of each row of ``logits`` (renormalised over the top k), in [0, 1]."""
+    import torch
 
-    Each episode is ``(context, prompt_len, turn_starts, answer_body, evidence_units)``.
+    top = torch.log_softmax(logits.topk(top_k, dim=-1).values, dim=-1)  # (K, k)
+    return -(top.exp() * top).sum(-1) / math.log(top_k)
+
+
+PackedEpisode = tuple[Context, Sequence[int], Sequence[Target]]  # context, prefix lengths, targets
+
+
+def score_packed(vlm: VLM, episodes: Sequence[PackedEpisode], *, top_k: int = 10,
+                 episodes_per_forward: int = 1) -> list[list[list[TargetScore]]]:  # fmt: skip
+    """``scores[e][t][j]``: episode e's target j teacher-forced after its first ``prefix_lens[t]``
+    tokens; each episode is one packed row (``evidra.models.branches``), ``episodes_per_forward``
+    rows per forward pass. Each episode is ``(context, prefix_lens, targets)``."""
+    import torch
+
+    rows = [pack(vlm, ctx, [Branch(n, t.ids) for n in lens for t in targets if t.ids])
+            if any(t.ids for t in targets) else None for ctx, lens, targets in episodes]  # fmt: skip
+    live = [r for r in rows if r is not None]
+    results = iter([x for lo in range(0, len(live), episodes_per_forward)
+                    for x in branch_logits(vlm, live[lo : lo + episodes_per_forward])])  # fmt: skip
+    out = []
+    for (_, lens, targets), row in zip(episodes, rows, strict=True):
+        if row is None:
+            out.append([[TargetScore(0.0, 0.0) for _ in targets] for _ in lens])
+            continue
+        logits, ids = next(results)  # (K, V), (K,)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)  # (K,)
+        entropy = _entropy(logits, top_k)  # (K,)
+        table, offset = [], 0
+        for _ in lens:
+            cells = []
+            for t in targets:
+                body = slice(offset + t.start, offset + t.end)
+                empty = t.end <= t.start
+                cells.append(TargetScore(0.0, 0.0) if empty else
+                             TargetScore(float(logp[body].mean()), float(entropy[body].mean())))  # fmt: skip
+                offset += len(t.ids)
+            table.append(cells)
+        out.append(table)
+    return out
+
+
+# context, prompt length, turn starts (into the response), answer body, evidence units
+Episode = tuple[Context, int, Sequence[int], str, Sequence[str]]
+
+
+def score_states(
+    vlm: VLM, episodes: Sequence[Episode], *, top_k: int = 10, batch_size: int = 16,
+    packed: bool | None = None, episodes_per_forward: int = 1,
+) -> list[list[StateScore]]:  # fmt: skip
+    """StateScores of every state of every episode.
+
+    Each episode is ``(context, prompt_len, turn_starts, answer_body, evidence_units)``. Packed
+    (the default where the model's attention allows it): each episode is one row holding all of
+    its states and targets, ``episodes_per_forward`` rows per forward pass (one: on a CPU thread,
+    batching rows measured slower, see docs/agents.md). Otherwise every state x target is its own
+    row, ``batch_size`` rows per forward pass.
     """
     tok = vlm.tokenizer
-    rows: list[tuple[int, int, int]] = []  # (episode, state, target index: 0 answer, k+1 evidence k)
-    states: list[Context] = []
-    targets: list[Target] = []
-    for e, (ctx, plen, starts, answer, units) in enumerate(episodes):
-        answer_t = make_target(tok, answer, ANSWER_PREFIX, ANSWER_SUFFIX)
-        unit_ts = [make_target(tok, u) for u in units]
-        for s, prefix in enumerate(state_prefixes(ctx, plen, starts, vlm.image_token_id)):
-            for j, target in enumerate([answer_t, *unit_ts]):
-                rows.append((e, s, j))
-                states.append(prefix)
-                targets.append(target)
-    scores = score_targets(vlm, states, targets, top_k=top_k, batch_size=batch_size)
-    table: dict[tuple[int, int], dict[int, TargetScore]] = {}
-    for (e, s, j), score in zip(rows, scores, strict=True):
-        table.setdefault((e, s), {})[j] = score
-    out: list[list[StateScore]] = []
-    for e, (_, _, starts, _, units) in enumerate(episodes):
-        per = []
-        for s in range(len(starts)):
-            cell = table[(e, s)]
-            per.append(StateScore(cell[0].mean_logprob, cell[0].uncertainty,
-                                  tuple(cell[k + 1].mean_logprob for k in range(len(units)))))  # fmt: skip
-        out.append(per)
-    return out
+    targets = [[make_target(tok, answer, ANSWER_PREFIX, ANSWER_SUFFIX), *(make_target(tok, u) for u in units)]
+               for _, _, _, answer, units in episodes]  # fmt: skip
+    if packable(vlm) if packed is None else packed:
+        work = [
+            (ctx, [plen + s for s in starts], ts)
+            for (ctx, plen, starts, _, _), ts in zip(episodes, targets, strict=True)
+        ]
+        return [
+            _state_scores(t)
+            for t in score_packed(vlm, work, top_k=top_k, episodes_per_forward=episodes_per_forward)
+        ]
+    states, rows = [], []
+    for (ctx, plen, starts, _, _), ts in zip(episodes, targets, strict=True):
+        for prefix in state_prefixes(ctx, plen, starts, vlm.image_token_id):
+            states += [prefix] * len(ts)
+            rows += ts
+    scores = iter(score_targets(vlm, states, rows, top_k=top_k, batch_size=batch_size))
+    return [_state_scores([[next(scores) for _ in ts] for _ in starts])
+            for (_, _, starts, _, _), ts in zip(episodes, targets, strict=True)]  # fmt: skip
+
+
+def _state_scores(table: Sequence[Sequence[TargetScore]]) -> list[StateScore]:
+    """One StateScore per state from its row ``[answer, unit 0, unit 1, ...]``."""
+    return [StateScore(row[0].mean_logprob, row[0].uncertainty, tuple(c.mean_logprob for c in row[1:]))
+            for row in table]  # fmt: skip

@@ -52,6 +52,7 @@ from evidra.rewards.judge_protocol import build_messages as build_messages
 from evidra.rewards.judge_protocol import lang2act_user_message as lang2act_user_message
 from evidra.rewards.judge_protocol import parse_verdicts as parse_verdicts
 from evidra.rewards.judge_protocol import vragrl_judge_prompt as vragrl_judge_prompt
+from evidra.rewards.text import braced_answer
 
 # --- rule-based judge ------------------------------------------------------------------------
 
@@ -68,14 +69,17 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", kept).split())
 
 
-RuleMatch = Literal["exact", "contains", "stripped_lower"]
+RuleMatch = Literal["exact", "contains", "stripped_lower", "braced"]
 
 
 @dataclass(frozen=True)
 class RuleJudge:
     """Offline judge: ``exact`` (normalized equality), ``contains`` (normalized reference
     inside the generated answer, the VRAG-RL prompt's "may contain additional information"),
-    or ``stripped_lower`` (``strip().lower()`` equality: the conformance stub judge).
+    ``stripped_lower`` (``strip().lower()`` equality: the conformance stub judge), or ``braced``
+    (the first ``{...}`` of the answer, else all of it, equal to the reference up to case: the
+    Tunnel-Vision / TRACER-style accuracy, where a one-letter answer must not be found by
+    containment).
     An item without a reference is unscored.
     """
 
@@ -89,6 +93,8 @@ class RuleJudge:
             return Verdict(None, "no reference answer")
         if self.match == "stripped_lower":
             return Verdict(item.generated.strip().lower() == item.reference.strip().lower())
+        if self.match == "braced":
+            return Verdict(braced_answer(item.generated).casefold() == item.reference.strip().casefold())
         gen, ref = normalize_answer(item.generated), normalize_answer(item.reference)
         if not ref:
             return Verdict(None, "reference answer is empty after normalization")

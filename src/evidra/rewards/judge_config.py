@@ -36,7 +36,9 @@ from evidra.rewards.judge_protocol import Judge
 @dataclass(frozen=True)
 class JudgeConfig:
     kind: str = "rule"  # a JUDGES name: rule | openai
-    rule: Literal["", "exact", "contains", "stripped_lower"] = ""  # rule judge's match; "": the task's
+    rule: Literal["", "exact", "contains", "stripped_lower", "braced"] = (
+        ""  # rule judge's match; "": the task's
+    )
     base_url: str = ""  # openai: e.g. http://localhost:8001/v1
     model: str = ""  # openai: the model name the server serves
     # openai: environment variable holding the API key (sent as a Bearer token; none when unset); "": none

@@ -27,6 +27,7 @@ _LAT_ARTICLES = regex.compile(r"\b(a|an|the)\b")
 _LAT_SPACES = regex.compile(r"\s+")
 _LAT_PUNCT = regex.compile(r"[\p{P}\p{S}]")
 _LAT_DIGIT_COMMA = regex.compile(r"(\d),(\d)")
+_BRACES = re.compile(r"\{([^{}]+)\}")
 _DPR_TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", regex.IGNORECASE | regex.MULTILINE)
 
 INSUFFICIENT_ANSWER = "insufficient to answer"  # EVisRAG's gold for unanswerable items (Eq. 12)
@@ -110,6 +111,16 @@ def visa_answer_match(pred: str, gold: str, max_len_diff: int = 20) -> bool:
         return False
     p, g = dpr_tokens(pred), dpr_tokens(gold)
     return _contains_run(p, g) or _contains_run(g, p)
+
+
+def braced_answer(text: str) -> str:
+    """Tunnel Vision's extraction: the first ``{...}`` group, else the stripped text.
+
+    >>> braced_answer("I end on {Red}."), braced_answer(" C3 ")
+    ('Red', 'C3')
+    """
+    m = _BRACES.search(text)
+    return (m.group(1) if m else text).strip()
 
 
 def soft_exact_match(pred_norm: str, gold_norm: str, *, allow_empty: bool = True) -> bool:

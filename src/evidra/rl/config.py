@@ -10,12 +10,15 @@ of it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from evidra.method_config import MethodConfig
 from evidra.models.vllm_backend import VLLMConfig
 from evidra.rewards.guards import GuardConfig
 from evidra.rewards.judge_config import JudgeConfig
+
+if TYPE_CHECKING:
+    from evidra.rollout import RolloutLimits
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,10 @@ class DataConfig:
     size: int = 64  # generated tasks: number of samples; with ``source``: at most this many, 0 = all
     seed: int = 0
     source: str = ""  # a benchmark loader (evidra.data.loaders, e.g. visa_wiki, slidevqa) reading path
+    # generated samples instead: synthetic sources mixed in equal parts (`evidra eval --synthetic`
+    # names: tracer.vjump, tunnel.chain, documents, ...; a family name, tracer or tunnel, takes all
+    # of its scenarios), drawn into path (or the private cache); empty: the task's own data
+    synthetic: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)  # loader options, e.g. {pool: train.jsonl}
     # aliases of method.index, method.pages_per_question and method.toolbox (older configs)
     index: str = ""
@@ -72,9 +79,22 @@ class RolloutConfig:
     top_k: int = 0  # 0: no top-k truncation
     max_turns: int = 1
     max_new_tokens: int = 64  # per turn
-    max_response_tokens: int = 512  # per episode, observations included
+    # per episode: everything after the prompt (observations included), or with max_context_tokens
+    # > 0 the policy's own tokens only
+    max_response_tokens: int = 512
+    # > 0: a cap on the whole context (prompt, policy turns, observations) that observations count
+    # against instead of max_response_tokens; 0: none (observations share max_response_tokens)
+    max_context_tokens: int = 0
     backend: Literal["hf", "vllm"] = "hf"  # who generates: the policy's transformers model, or vLLM
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # backend=vllm: colocated engine or a server
+
+    def limits(self) -> RolloutLimits:
+        """The rollout loop's limits of these settings."""
+        from evidra.rollout import RolloutLimits
+
+        return RolloutLimits(
+            self.max_turns, self.max_new_tokens, self.max_response_tokens, self.max_context_tokens
+        )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evidra.cache import private_cache_dir
 from evidra.env.base import Environment
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.env.toy import KeyValueEnv
@@ -47,6 +48,8 @@ class Task:
     # cuts each sample's pages to the ones the question is shown (a method's page budget, after
     # ``data.subset``); None: every page of the sample
     select_pages: Callable[[list[Sample]], list[Sample]] | None = None
+    # generated samples (``data.synthetic``) -> this task's, as ``from_benchmark``; None: not taken
+    from_synthetic: Callable[[list[Sample], DataConfig], list[Sample]] | None = None
 
     def score(self, sample: Sample, trajectory: Trajectory, parsed: Parsed | None = None) -> RewardResult:
         """Parse the final policy turn and score it (the reward also sees the whole trajectory)."""
@@ -78,6 +81,10 @@ def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
 
 
 def _own_or_benchmark(task: Task, cfg: DataConfig) -> list[Sample]:
+    if cfg.source and cfg.synthetic:
+        raise ConfigError("data.source and data.synthetic both name the training data; keep one")
+    if cfg.synthetic:
+        return _synthetic(task, cfg)
     if not cfg.source:
         return task.samples(cfg)
     if task.from_benchmark is None:
@@ -99,6 +106,26 @@ def _own_or_benchmark(task: Task, cfg: DataConfig) -> list[Sample]:
         keep = sorted(random.Random(cfg.seed).sample(range(len(samples)), cfg.size))
         samples = [samples[i] for i in keep]
     return samples
+
+
+def synthetic_mixture(cfg: DataConfig) -> list[Sample]:
+    """``data.size`` samples of the ``data.synthetic`` mixture (train split, ``data.seed``), drawn
+    under ``data.path`` or the private cache."""
+    from pathlib import Path
+
+    from evidra.data.synth.sources import mixture
+
+    root = Path(cfg.path).expanduser() if cfg.path else private_cache_dir(_CACHE_FIX) / "synthetic"
+    return mixture(cfg.synthetic, root, cfg.size, seed=cfg.seed, split="train")
+
+
+_CACHE_FIX = "or set data.path to a folder of your own"
+
+
+def _synthetic(task: Task, cfg: DataConfig) -> list[Sample]:
+    if task.from_synthetic is None:
+        raise ConfigError(f"task {task.name!r} trains on its own generated data only; remove data.synthetic")
+    return task.from_synthetic(synthetic_mixture(cfg), cfg)
 
 
 def _subset(samples: list[Sample], path: str) -> list[Sample]:

@@ -50,7 +50,7 @@ from evidra.rl.update import (
     reference_logprobs,
 )
 from evidra.rl.validate import local_batch_size, validate_rl_config
-from evidra.rollout import Episode, RolloutLimits, rollout
+from evidra.rollout import Episode, rollout
 from evidra.sink import MetricsSink
 from evidra.types import Sample
 
@@ -125,7 +125,7 @@ class RLTrainer:
         params = SamplingParams(
             max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k
         )
-        limits = RolloutLimits(r.max_turns, r.max_new_tokens, r.max_response_tokens)
+        limits = r.limits()
         self.vlm.model.eval()
         with self.engine.generation(self.model):
             episodes = rollout(self.backend, self.task.make_env, samples, r.group_size, params, limits)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evidra.config import from_dict, merge_sections, to_dict
-from evidra.errors import ConfigError, RegistryError
+from evidra.errors import ConfigError, InvalidInputError, RegistryError
 from evidra.registry import Registry
 from evidra.rewards.guards import GuardConfig
 from evidra.rl.config import (
@@ -79,6 +79,11 @@ def _check_rollout(r: RolloutConfig) -> None:
     _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
     n = r.max_response_tokens
     _check(n >= 1, f"rollout.max_response_tokens must be >= 1, got {n}")
+    c = r.max_context_tokens
+    _check(c >= 0, f"rollout.max_context_tokens must be >= 0 (0: no cap of its own), got {c}")
+    if r.backend == "vllm" and c > 0:  # the engine refuses a context longer than its own limit
+        _check(c <= r.vllm.max_model_len, f"rollout.max_context_tokens={c} exceeds rollout.vllm."
+               f"max_model_len={r.vllm.max_model_len}; raise max_model_len to at least {c}")  # fmt: skip
 
 
 def _check_algo(a: AlgoConfig, batch_size: int) -> None:
@@ -115,6 +120,8 @@ def _check_data(data: DataConfig, stage: str) -> None:
 
         _known(LOADERS, data.source, "data.source")
     _check(data.size >= 0, f"data.size must be >= 0, got {data.size}")
+    if data.synthetic:
+        _check_synthetic(data)
     if data.subset:
         from evidra.rl.subset import read_subset
 
@@ -130,10 +137,23 @@ def _check_data(data: DataConfig, stage: str) -> None:
         _known(SFT_FORMATS, data.trajectories_format, "data.trajectories_format")
 
 
+def _check_synthetic(data: DataConfig) -> None:
+    from evidra.data.synth.sources import expand
+
+    _check(not data.source, "data.source and data.synthetic both name the training data; keep one")
+    _check(data.size >= 1, f"data.synthetic draws data.size samples; set data.size >= 1, got {data.size}")
+    try:
+        expand(data.synthetic)
+    except (RegistryError, InvalidInputError) as exc:
+        raise ConfigError(f"data.synthetic: {exc}") from None
+
+
 def validate_rl_config(cfg: RLConfig, task: Task) -> None:
     """Raise a one-line ``ConfigError`` for the first wrong name or value in ``cfg`` trained on
     ``task`` (the method's own options are checked when its task is built, ``evidra.methods``)."""
     _check_data(cfg.data, "rl")
+    _check(not cfg.data.synthetic or task.from_synthetic is not None,
+           f"task {task.name!r} trains on its own generated data only; remove data.synthetic")  # fmt: skip
     _check_run(cfg.run)
     _check_optim(cfg.optim)
     _check_rollout(cfg.rollout)

@@ -5,7 +5,9 @@ is generated in one batch until end-of-turn or one of its environment's stop str
 environment answers, observations (text and images) are tokenised with the chat template and
 appended, and the episodes that are not done continue. A trajectory keeps the exact sampled
 token ids, a mask that is 1 on policy tokens and 0 on observation tokens, and the span of each
-policy turn. Turn and token limits end an episode as truncated.
+policy turn. Turn and token limits end an episode as truncated: the policy's token budget, and
+either one budget for everything after the prompt or, with ``max_context_tokens``, a cap on the
+whole context that observations count against instead (``RolloutLimits``).
 """
 
 from __future__ import annotations
@@ -55,13 +57,33 @@ class HFBackend:
 
 @dataclass(frozen=True)
 class RolloutLimits:
+    """Turn and token limits of an episode.
+
+    With ``max_context_tokens`` 0 (the default) ``max_response_tokens`` caps everything after the
+    prompt, observations included. With ``max_context_tokens`` > 0 the budgets are separate:
+    ``max_response_tokens`` caps the policy's own tokens only, and ``max_context_tokens`` caps the
+    whole context (prompt, policy turns and observations), so observation images do not eat the
+    policy's budget (VRAG-RL's released rollout: a prompt of 8192 tokens where observations
+    accumulate, plus 2048 response tokens).
+    """
+
     max_turns: int = 1
     max_new_tokens: int = 256  # per policy turn
-    max_response_tokens: int = 1024  # everything after the prompt, observations included
+    max_response_tokens: int = 1024  # see above: after the prompt, or the policy's tokens only
+    max_context_tokens: int = 0  # the whole context; 0: no cap of its own
 
     def __post_init__(self) -> None:
         if self.max_turns < 1 or self.max_new_tokens < 1 or self.max_response_tokens < 1:
             raise InvalidInputError(f"rollout limits must be positive, got {self}")
+        if self.max_context_tokens < 0:
+            raise InvalidInputError(
+                f"max_context_tokens must be >= 0 (0: no cap), got {self.max_context_tokens}"
+            )
+
+    @property
+    def separate(self) -> bool:
+        """Whether observations count against the context cap instead of the response budget."""
+        return self.max_context_tokens > 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +137,18 @@ class _Running:
 
     @property
     def budget(self) -> int:
-        return self.limits.max_response_tokens - len(self.ids)
+        """Policy tokens the episode may still generate."""
+        lim = self.limits
+        if not lim.separate:
+            return lim.max_response_tokens - len(self.ids)
+        policy = lim.max_response_tokens - sum(self.mask)
+        return min(policy, lim.max_context_tokens - len(self.context))
+
+    def fits(self, obs: Context) -> bool:
+        """Whether ``obs`` fits with room for at least one more policy token after it."""
+        if not self.limits.separate:
+            return len(obs) < self.budget
+        return len(self.context) + len(obs) < self.limits.max_context_tokens
 
     def add_policy(self, gen: Generation) -> None:
         start = len(self.ids)
@@ -192,7 +225,7 @@ def _apply_turn(ep: _Running, gen: Generation, processor: Any) -> None:
         ep.done = ep.truncated = True  # out of turns or tokens, or an environment with nothing to say
         return
     obs = encode_turn(processor, result.observation, close_previous=gen.finish_reason != "eos")
-    if len(obs) >= ep.budget:
+    if not ep.fits(obs):
         ep.done = ep.truncated = True
         return
     ep.add_observation(obs)
@@ -217,6 +250,11 @@ def rollout(
             messages = env.reset(sample)
             key = repr(messages)
             prompt = encoded.get(key) or encoded.setdefault(key, encode_messages(backend.processor, messages))
+            if limits.separate and len(prompt) >= limits.max_context_tokens:
+                raise InvalidInputError(
+                    f"sample {sample.id!r}: its {len(prompt)}-token prompt leaves no room under "
+                    f"max_context_tokens={limits.max_context_tokens}; raise it or show smaller images"
+                )
             running.append(_Running(env, sample, g, prompt, prompt, limits))
     while active := [ep for ep in running if not ep.done]:
         by_stop: dict[tuple[str, ...], list[_Running]] = {}

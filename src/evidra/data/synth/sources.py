@@ -1,0 +1,223 @@
+"""Synthetic sample sources by name, and training mixtures of them.
+
+``SYNTHETIC`` names every generator: ``documents`` (rendered one-page documents with gold
+boxes), ``tunnel.<task>`` (Tunnel-Vision-style) and ``tracer.<scenario>`` (TRACER-style). A
+family name (``tunnel``, ``tracer``) stands for all of its members. ``evidra eval --synthetic``
+and the training data option ``data.synthetic`` read the same names.
+
+``mixture(["tracer", "tunnel"], root, n=700, seed=0)`` draws ``n`` training samples in equal
+parts from the seven scenarios (CAVE App. C's corpus: four TRACER-style families plus three
+Tunnel-Vision-style ones), interleaved so that every prefix stays balanced. Images are written
+once per folder (a file lock keeps concurrent processes from racing) and the samples are kept
+as JSON beside them, so later runs and other ranks read instead of redrawing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from evidra.data.synth.tracer import TASKS as TRACER_TASKS
+from evidra.data.synth.tracer import generate_tracer
+from evidra.data.synth.tunnel import TASKS as TUNNEL_TASKS
+from evidra.data.synth.tunnel import generate_tunnel
+from evidra.errors import InvalidInputError, RegistryError
+from evidra.registry import Registry
+from evidra.types import Box, CoordSpace, EvidenceBox, Page, Sample
+
+logger = logging.getLogger(__name__)
+
+SyntheticSource = Callable[[Path, int, int, str], list[Sample]]  # (out_dir, n, seed, split)
+SYNTHETIC: Registry[SyntheticSource] = Registry("synthetic benchmark")
+
+
+def _documents(out: Path, n: int, seed: int, split: str) -> list[Sample]:
+    """Rendered documents with gold boxes; ``n`` questions from enough 1-page documents."""
+    from evidra.data.synth.documents import generate_documents
+
+    n_docs = max(1, (n + 1) // 2)
+    root = out / f"documents_{split}_{seed}"
+    corpus = generate_documents(root, n_docs=n_docs, seed=seed, dpi=72, max_pages=1, unanswerable_per_doc=0)
+    return list(corpus.samples(dataset="synth_documents"))[:n]
+
+
+def _tunnel(task: str, out: Path, n: int, seed: int, split: str) -> list[Sample]:
+    return generate_tunnel(out, task, n, seed=seed, split=split)
+
+
+def _tracer(task: str, out: Path, n: int, seed: int, split: str) -> list[Sample]:
+    return generate_tracer(out, task, n, seed=seed, split=split)
+
+
+SYNTHETIC.add("documents", _documents)
+for _task in TUNNEL_TASKS:
+    SYNTHETIC.add(f"tunnel.{_task}", partial(_tunnel, _task))
+for _task in TRACER_TASKS:
+    SYNTHETIC.add(f"tracer.{_task}", partial(_tracer, _task))
+
+
+def synthetic_samples(
+    name: str, out_dir: str | Path, n: int, seed: int = 0, split: str = "test"
+) -> list[Sample]:
+    """``n`` samples of one source, images under ``out_dir``; the same name, n and seed give the same."""
+    return SYNTHETIC.get(name)(Path(out_dir), n, seed, split)
+
+
+def expand(names: Sequence[str]) -> list[str]:
+    """Source names with each family name replaced by its members, in order, without repeats.
+
+    >>> expand(["tunnel", "documents"])
+    ['tunnel.chain', 'tunnel.circuits', 'tunnel.objreid', 'documents']
+    """
+    out: list[str] = []
+    for name in names:
+        members = [m for m in SYNTHETIC.names() if m.startswith(f"{name}.")]
+        if not members and name not in SYNTHETIC:
+            known = sorted({m.split(".")[0] for m in SYNTHETIC.names()} | set(SYNTHETIC.names()))
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise RegistryError(f"unknown synthetic source {name!r}{hint} Known: {', '.join(known)}")
+        members = members or [name]
+        out += [m for m in members if m not in out]
+    if not out:
+        raise InvalidInputError("no synthetic source named; give at least one, e.g. tracer or tunnel")
+    return out
+
+
+def shares(n: int, parts: int) -> list[int]:
+    """``n`` split into ``parts`` counts that differ by at most one, larger ones first.
+
+    >>> shares(10, 4)
+    [3, 3, 2, 2]
+    """
+    return [n // parts + (1 if k < n % parts else 0) for k in range(parts)]
+
+
+def mixture(
+    names: Sequence[str], root: str | Path, n: int, *, seed: int = 0, split: str = "train"
+) -> list[Sample]:
+    """``n`` samples in equal parts from the named sources, interleaved (source 0's first, source
+    1's first, ...); written under ``root`` once and read back on later calls."""
+    sources = expand(names)
+    folder = Path(root) / f"{'+'.join(names)}-{split}-seed{seed}-n{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    cache = folder / "samples.json"
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.exists():
+            try:
+                return [sample_from_json(row) for row in json.loads(cache.read_text(encoding="utf-8"))]
+            except (InvalidInputError, ValueError, KeyError, TypeError) as exc:
+                logger.warning("redrawing the unreadable sample cache %s (%s)", cache, exc)
+        logger.info("drawing %d synthetic samples from %s into %s", n, ", ".join(sources), folder)
+        drawn = [
+            synthetic_samples(s, folder, k, seed, split)
+            for s, k in zip(sources, shares(n, len(sources)), strict=True)
+        ]
+        samples = [rows[i] for i in range(max(map(len, drawn), default=0)) for rows in drawn if i < len(rows)]
+        tmp = folder / "samples.json.tmp"
+        tmp.write_text(json.dumps([sample_to_json(s) for s in samples]), encoding="utf-8")
+        os.replace(tmp, cache)
+    return samples
+
+
+# ---- a JSON cache of samples (nothing in it can run) -------------------------------------------
+
+
+def _box(b: Box) -> list[Any]:
+    return [b.x1, b.y1, b.x2, b.y2, b.space.value]
+
+
+def _unbox(v: Sequence[Any]) -> Box:
+    return Box(float(v[0]), float(v[1]), float(v[2]), float(v[3]), CoordSpace(v[4]))
+
+
+def _plain(value: Any) -> Any:
+    """JSON-able ``value``: a Box becomes ``{"__box__": [...]}``, tuples become lists."""
+    if isinstance(value, Box):
+        return {"__box__": _box(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return (
+            _unbox(value["__box__"])
+            if set(value) == {"__box__"}
+            else {k: _unplain(v) for k, v in value.items()}
+        )
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    return value
+
+
+def sample_to_json(s: Sample) -> dict[str, Any]:
+    """A generated sample as plain JSON (pages without words: generated pages have none)."""
+    pages = [[p.id, p.image_path, p.width, p.height, p.source, p.page_number, p.dpi] for p in s.pages]
+    return {"id": s.id, "question": s.question, "answers": list(s.answers), "pages": pages,
+            "gold_pages": list(s.gold_pages), "gold_boxes": [[b.page_id, _box(b.box)] for b in s.gold_boxes],
+            "gold_evidence": dict(s.gold_evidence), "answerable": s.answerable, "dataset": s.dataset,
+            "extras": _plain(dict(s.extras))}  # fmt: skip
+
+
+def sample_from_json(row: dict[str, Any]) -> Sample:
+    """Inverse of :func:`sample_to_json`."""
+    pages = tuple(
+        Page(str(i), str(path), int(w), int(h), source=str(src), page_number=int(num), dpi=dpi)
+        for i, path, w, h, src, num, dpi in row["pages"]
+    )
+    boxes = tuple(EvidenceBox(str(pid), _unbox(b)) for pid, b in row["gold_boxes"])
+    return Sample(
+        id=row["id"], question=row["question"], answers=tuple(row["answers"]), pages=pages,
+        gold_pages=tuple(row["gold_pages"]), gold_boxes=boxes, gold_evidence=row["gold_evidence"],
+        answerable=bool(row["answerable"]), dataset=row["dataset"], extras=_unplain(row["extras"]),
+    )  # fmt: skip
+
+
+# ---- one image per sample (CAVE's zoom tool works on one image) ---------------------------------
+
+PANEL_GAP = 24  # px of white between panels
+
+
+def side_by_side(sample: Sample) -> Sample:
+    """A multi-image sample as one image: the images left to right on white, top-aligned, written
+    beside the first (once); the question names the panels. A one-image sample is returned as is."""
+    from PIL import Image
+
+    if len(sample.pages) < 2:
+        return sample
+    first = Path(sample.pages[0].image_path)
+    path = first.with_name(f"{sample.id}-panels.png")
+    width = sum(p.width for p in sample.pages) + PANEL_GAP * (len(sample.pages) - 1)
+    height = max(p.height for p in sample.pages)
+    if not path.is_file():
+        canvas = Image.new("RGB", (width, height), "white")
+        x = 0
+        for page in sample.pages:
+            with Image.open(page.image_path) as image:
+                canvas.paste(image.convert("RGB"), (x, 0))
+            x += page.width + PANEL_GAP
+        tmp = path.with_name(f".{path.name}.tmp")
+        canvas.save(tmp, format="PNG")
+        os.replace(tmp, path)
+    page = Page(f"{sample.id}-panels", str(path), width, height, source=path.name)
+    ordinals = ("first", "second", "third", "fourth")
+    names = ", ".join(f"the {ordinals[k]} image is panel {k + 1}" for k in range(min(len(sample.pages), 4)))
+    question = f"The image shows {len(sample.pages)} panels from left to right: {names}. {sample.question}"
+    evidence = " ".join(t for t in sample.gold_evidence.values() if t)
+    return Sample(
+        id=sample.id, question=question, answers=sample.answers, pages=(page,), gold_pages=(page.id,),
+        gold_evidence={page.id: evidence} if evidence else {}, answerable=sample.answerable,
+        dataset=sample.dataset, extras=sample.extras,
+    )  # fmt: skip

@@ -1,0 +1,68 @@
+"""Synthetic sources by name: family names, balanced interleaved mixtures, the JSON sample cache,
+and multi-image samples drawn as one image of panels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from evidra.data.synth.sources import expand, mixture, sample_from_json, sample_to_json, shares, side_by_side
+from evidra.errors import RegistryError
+
+
+def test_family_names_expand_and_typos_are_named() -> None:
+    assert expand(["tracer"]) == ["tracer.match", "tracer.subimage", "tracer.trace", "tracer.vjump"]
+    assert expand(["tunnel.chain", "tunnel"]) == ["tunnel.chain", "tunnel.circuits", "tunnel.objreid"]
+    with pytest.raises(RegistryError, match=r"did you mean 'tracer\.trace'"):
+        expand(["tracer.trase"])
+    assert shares(7, 7) == [1] * 7 and shares(9, 7) == [2, 2, 1, 1, 1, 1, 1] and shares(2, 3) == [1, 1, 0]
+
+
+def test_a_mixture_is_balanced_interleaved_cached_and_deterministic(tmp_path: Path) -> None:
+    samples = mixture(["tracer", "tunnel"], tmp_path / "a", 9, seed=3)
+    datasets = [s.dataset for s in samples]
+    # 9 over 7 sources: the first two sources give two each, in turn with the others
+    assert datasets == ["tracer_match", "tracer_subimage", "tracer_trace", "tracer_vjump", "tunnel_chain",
+                        "tunnel_circuits", "tunnel_objreid", "tracer_match", "tracer_subimage"]  # fmt: skip
+    assert all(s.id.split("-")[2] == "train" for s in samples)  # the train split, never the test one
+    cache = tmp_path / "a" / "tracer+tunnel-train-seed3-n9" / "samples.json"
+    rows = json.loads(cache.read_text())
+    rows[0]["question"] = "read back from the cache"
+    cache.write_text(json.dumps(rows))
+    again = mixture(["tracer", "tunnel"], tmp_path / "a", 9, seed=3)
+    assert again[0].question == "read back from the cache"
+    assert [sample_to_json(s) for s in again[1:]] == [sample_to_json(s) for s in samples[1:]]
+    fresh = mixture(["tracer", "tunnel"], tmp_path / "b", 9, seed=3)
+    assert [s.answers for s in fresh] == [s.answers for s in samples]  # same seed, same samples
+    assert (
+        Path(fresh[0].pages[0].image_path).read_bytes() == Path(samples[0].pages[0].image_path).read_bytes()
+    )
+
+
+def test_the_sample_cache_keeps_boxes_and_extras(tmp_path: Path) -> None:
+    (doc,) = mixture(["documents"], tmp_path, 1)
+    assert doc.gold_boxes and "evidence_box" in doc.extras
+    back = sample_from_json(json.loads(json.dumps(sample_to_json(doc))))
+    assert back.gold_boxes == doc.gold_boxes and back.extras["evidence_box"] == doc.extras["evidence_box"]
+    assert back.pages == doc.pages and back.gold_evidence == doc.gold_evidence
+
+
+def test_two_images_become_one_image_of_panels(tmp_path: Path) -> None:
+    (pair,) = [s for s in mixture(["tracer.subimage"], tmp_path, 1)]
+    source, candidate = pair.pages
+    one = side_by_side(pair)
+    (page,) = one.pages
+    assert (page.width, page.height) == (
+        source.width + 24 + candidate.width,
+        max(source.height, candidate.height),
+    )
+    with Image.open(page.image_path) as image, Image.open(candidate.image_path) as cand:
+        assert image.size == (page.width, page.height)
+        x = source.width + 24  # the candidate sits right of the gap, pixel for pixel
+        assert image.crop((x, 0, x + cand.width, cand.height)).tobytes() == cand.convert("RGB").tobytes()
+    assert one.gold_pages == (page.id,) and one.gold_evidence[page.id] == pair.extras["perception"]
+    assert one.question.endswith(pair.question) and "the second image is panel 2" in one.question
+    assert one.answers == pair.answers and side_by_side(one) is one  # one image: as it is
