@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from evidra.methods import named_task
 from evidra.models.branches import _positions, prefix_context
 from evidra.models.generation import Generation, SamplingParams
 from evidra.models.loading import VLM, load_vlm
@@ -38,7 +39,7 @@ from evidra.models.tiny import build_tiny
 from evidra.rewards.cave import StateScore
 from evidra.rewards.cave_scoring import ANSWER_PREFIX, ANSWER_SUFFIX, make_target, score_states
 from evidra.rl.config import DataConfig
-from evidra.rl.tasks import TASKS, task_samples
+from evidra.rl.tasks import task_samples
 from evidra.rollout import RolloutLimits, rollout
 
 Row = tuple[Any, int, Sequence[int], str, Sequence[str]]
@@ -70,7 +71,7 @@ class _Script:
 
 
 def _group(vlm: VLM, root: Path, n: int, zooms: int) -> list[Row]:
-    task = TASKS.get("cave")
+    task = named_task("cave")
     samples = task_samples(task, DataConfig(task="cave", size=n, path=str(root)))
     script = _Script(vlm, zooms, [s.answers[0] for s in samples])
     limits = RolloutLimits(zooms + 1, 64, 100_000)

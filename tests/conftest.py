@@ -141,6 +141,8 @@ class FakeJudge:
         self.script: list[Scripted] = []
         self.requests: list[dict[str, Any]] = []  # {"path", "authorization", "body", "t"}
         self.in_flight = self.max_in_flight = 0
+        self.in_flight_by_model: dict[str, int] = {}  # the same, per requested model name
+        self.max_in_flight_by_model: dict[str, int] = {}
         self.lock = threading.Lock()
 
     def reply(self, body: dict[str, Any]) -> str:
@@ -228,6 +230,9 @@ def fake_judge() -> Iterator[FakeJudge]:
                                        "body": body, "t": time.monotonic()})  # fmt: skip
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
+                model = str(body.get("model", ""))
+                now = state.in_flight_by_model[model] = state.in_flight_by_model.get(model, 0) + 1
+                state.max_in_flight_by_model[model] = max(state.max_in_flight_by_model.get(model, 0), now)
             released = []
 
             def answering() -> None:
@@ -235,6 +240,7 @@ def fake_judge() -> Iterator[FakeJudge]:
                     if not released:
                         released.append(True)
                         state.in_flight -= 1
+                        state.in_flight_by_model[model] -= 1
 
             try:
                 _serve(self, state, state.take("## Reference Answer" in json.dumps(body)), body, answering)

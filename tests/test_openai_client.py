@@ -277,9 +277,8 @@ def test_async_client_shares_one_pool_among_concurrent_calls(fake_judge: Any) ->
             )
         return [r.text for r in results]
 
-    start = time.monotonic()
     assert asyncio.run(run()) == [fake_judge.policy_reply] * 3
-    assert time.monotonic() - start < 0.55 and fake_judge.max_in_flight == 3  # concurrent, not 3 x 0.2 s
+    assert fake_judge.max_in_flight == 3  # all three were on the server at once: concurrent calls
 
 
 def test_config_errors_name_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
