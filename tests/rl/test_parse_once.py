@@ -91,3 +91,23 @@ def test_same_parser() -> None:
     assert same_parser(SearchAgent().parse, SearchAgent().parse)  # equal paradigms
     assert not same_parser(SearchAgent().parse, Direct().parse)
     assert same_parser(len, len) and not same_parser(str, len)  # type: ignore[arg-type]
+
+
+def test_evaluation_reuses_the_environments_parse_of_each_turn() -> None:
+    """An evaluated episode through a parsing environment is parsed once per turn (by the
+    environment), not again by ``to_prediction``; with another paradigm it is parsed anew."""
+    from evidra.eval.runner import RawEpisode, to_prediction
+    from evidra.geometry import vision_spec
+
+    paradigm = _Counting(Direct())
+    env = SingleTurnEnv(paradigm)
+    env.reset(SAMPLES[0])
+    text = "<answer>4</answer>"
+    result = env.step(text)
+    raw = RawEpisode((text,), (result.info,), 3, True, 0.0, (result.parsed,), paradigm.parse)
+    assert paradigm.calls == [text]  # the environment's parse
+    pred = to_prediction(SAMPLES[0], raw, paradigm, vision_spec("qwen2_5_vl"))  # type: ignore[arg-type]
+    assert pred.answer == "4" and paradigm.calls == [text]
+    other = _Counting(SearchAgent())
+    to_prediction(SAMPLES[0], raw, other, vision_spec("qwen2_5_vl"))  # type: ignore[arg-type]
+    assert other.calls == [text]

@@ -73,6 +73,10 @@ class RawEpisode:
     n_tokens: int
     finished: bool
     latency_s: float
+    # the environment's parse of each turn (None: it parsed none) and its parser, reused by
+    # ``to_prediction`` when it is the evaluation's own, so each turn is parsed once
+    parsed: tuple[Parsed | None, ...] = ()
+    parser: Callable[[str], Parsed] | None = None
 
 
 class ModelBackend(Protocol):
@@ -111,6 +115,8 @@ class LocalModel:
                 sum(ep.trajectory.policy_mask),
                 ep.trajectory.finished and not _hit_cap(ep.trajectory.turns, cfg.max_new_tokens),
                 per_sample,
+                ep.parsed,
+                ep.parser,
             )
             for ep in episodes
         ]
@@ -134,6 +140,7 @@ class EndpointModel:
         messages = list(env.reset(sample))
         texts: list[str] = []
         infos: list[StepInfo] = []
+        parsed: list[Parsed | None] = []
         tokens, latency, done = 0, 0.0, False
         for _ in range(cfg.max_turns):
             c = self.endpoint.complete(
@@ -143,11 +150,14 @@ class EndpointModel:
             tokens, latency = tokens + c.completion_tokens, latency + c.latency_s
             result = env.step(c.text)
             infos.append(result.info)
+            parsed.append(result.parsed)
             if result.done:
                 done = c.finish_reason != "length"
                 break
             messages += [Message.text("assistant", c.text), *result.observation]
-        return RawEpisode(tuple(texts), tuple(infos), tokens, done, latency)
+        paradigm = getattr(env, "paradigm", None)  # environments that parse hold their paradigm
+        parser = paradigm.parse if paradigm is not None else None
+        return RawEpisode(tuple(texts), tuple(infos), tokens, done, latency, tuple(parsed), parser)
 
     def run(self, samples: Sequence[Sample], make_env: EnvFactory, cfg: RunConfig) -> list[RawEpisode]:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
@@ -169,11 +179,24 @@ def _page_at(sample: Sample, index: int | None) -> Page | None:
     return sample.pages[index] if index is not None and 0 <= index < len(sample.pages) else None
 
 
+def _turns_parsed(raw: RawEpisode, paradigm: Paradigm) -> list[Parsed]:
+    from evidra.rollout.loop import same_parser
+
+    reuse = (
+        raw.parser is not None
+        and len(raw.parsed) == len(raw.texts)
+        and same_parser(raw.parser, paradigm.parse)
+    )
+    known = raw.parsed if reuse else (None,) * len(raw.texts)
+    return [p if p is not None else paradigm.parse(t) for t, p in zip(raw.texts, known, strict=True)]
+
+
 def to_prediction(
     sample: Sample, raw: RawEpisode, paradigm: Paradigm, spec: VisionSpec, extra: Sequence[ExtraScorer] = ()
 ) -> Prediction:
-    """Parse every turn; the answer (and its box) comes from the last turn that gave one."""
-    parsed: list[Parsed] = [paradigm.parse(t) for t in raw.texts]
+    """Parse every turn (reusing the environment's parse when it used this paradigm's parser);
+    the answer (and its box) comes from the last turn that gave one."""
+    parsed = _turns_parsed(raw, paradigm)
     final = next((p for p in reversed(parsed) if p.answer is not None), parsed[-1] if parsed else None)
     steps = tuple(
         StepBox(s.text, s.page_index, _page_box(s.box, _page_at(sample, s.page_index), spec))
