@@ -3,6 +3,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
+
 from evidra.integrations import as_trl_reward, as_verl_compute_score
 from evidra.rewards.base import RewardResult
 from evidra.rewards.toy import parse_answer
@@ -94,3 +96,17 @@ def test_verl_compute_score_reads_the_pages_the_tools_retrieved() -> None:
     expected = (1 / math.log2(3)) / (1 + 1 / math.log2(3))
     assert math.isclose(score("vragrl", "<answer>x</answer>", "x", info)["score"], expected)
     assert score("vragrl", "<answer>x</answer>", "x", {**info, "retrieved_pages": []})["score"] == 0.0
+
+
+def test_rewards_are_named_by_their_registry_names() -> None:
+    from evidra.errors import ConfigError
+    from evidra.integrations import as_trl_reward, as_verl_compute_score
+
+    fmt = as_trl_reward("lat.format")  # LAT's R_format: 1 for a well-formed chain, -1 otherwise
+    assert fmt.__name__ == "lat.format"
+    assert fmt(prompts=["q"], completions=["junk"], answers=[["x"]]) == [-1.0]
+    assert as_verl_compute_score("lat.format")("visa", "junk", ["x"])["score"] == -1.0
+    with pytest.raises(ConfigError, match=r"did you mean 'lat\.format'"):
+        as_trl_reward("lat.formt")
+    with pytest.raises(ConfigError, match="needs a Similarity service"):  # lat's R_step has no service here
+        as_trl_reward("lat")

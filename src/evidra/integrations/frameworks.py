@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from evidra.errors import ConfigError
-from evidra.rewards.base import RewardFn, RewardResult
+from evidra.errors import ConfigError, RegistryError
+from evidra.rewards.base import REWARDS, RewardFn, RewardResult
 from evidra.types import Parsed, Sample
 
 Parser = Callable[[str], Parsed]
@@ -89,8 +89,25 @@ def _usable(reward: RewardFn) -> None:
         raise ConfigError(f"this reward cannot score as configured: {reason}")
 
 
+def registered_reward(reward: RewardFn | str) -> RewardFn:
+    """``reward`` itself, or the reward registered under that name in ``evidra.rewards.REWARDS``
+    (``"lat"``, ``"vragrl.total"``, ``"lang2act.toolrl"``...); an unknown name is a one-line error.
+
+    >>> registered_reward("lat.format").component_names
+    ('format',)
+    """
+    if not isinstance(reward, str):
+        return reward
+    import evidra.rewards  # noqa: F401  (registers every paper's rewards)
+
+    try:
+        return REWARDS.get(reward)
+    except RegistryError as exc:
+        raise ConfigError(f"reward: {exc.args[0]}") from None
+
+
 def as_trl_reward(
-    reward: RewardFn, parse: Parser = _plain_parse, name: str | None = None
+    reward: RewardFn | str, parse: Parser = _plain_parse, name: str | None = None
 ) -> Callable[..., list]:
     """A TRL ``GRPOTrainer`` reward function: ``f(prompts, completions, completion_ids, **columns)``.
 
@@ -102,10 +119,13 @@ def as_trl_reward(
     retrieved (``parsed.retrieved``, VRAG-RL's reward). Other environments are
     ignored. An unscored sample (judge down) is ``None``, which TRL records as NaN; a reward
     that cannot score at all (a missing service) is refused here, not discovered as all-None
-    rewards.
+    rewards. ``reward`` may be a registered reward's name (``registered_reward``).
     """
     from evidra.integrations.trl_env import Episode, episode_parsed
 
+    if isinstance(reward, str):
+        name = name or reward
+    reward = registered_reward(reward)
     _usable(reward)
     framework_keys = {"trainer_state", "log_extra", "log_metric", "environments"}
 
@@ -143,7 +163,7 @@ RETRIEVED_FIELD = "retrieved_pages"  # the key evidra's verl tools write into ex
 
 
 def as_verl_compute_score(
-    reward: RewardFn, parse: Parser = _plain_parse, keys: Sequence[str] | None = None
+    reward: RewardFn | str, parse: Parser = _plain_parse, keys: Sequence[str] | None = None
 ) -> Callable[..., dict[str, Any]]:
     """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None)``.
 
@@ -155,6 +175,7 @@ def as_verl_compute_score(
     ``extra_info["retrieved_pages"]`` and are read as VRAG-RL's reward reads them; gold pages
     come from ``extra_info["gold_pages"]``.
     """
+    reward = registered_reward(reward)
     _usable(reward)
     names = tuple(keys) if keys is not None else tuple(getattr(reward, "component_names", ()))
 
