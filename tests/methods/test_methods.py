@@ -14,6 +14,7 @@ from evidra.retrieval.base import Hit
 from evidra.rewards.judge import RuleJudge
 from evidra.rl.config import DataConfig, RLConfig
 from evidra.rl.tasks import task_samples
+from evidra.types import Parsed, Sample
 
 
 def _cfg(*over: str) -> RLConfig:
@@ -148,3 +149,17 @@ def test_lat_trains_on_the_released_reward_in_upstream_mode(tmp_path: Path) -> N
         assert {k: got[k] for k in rules} == pytest.approx(released)
     got = [t.reward(paper.parse(empty), sample, None).components["accuracy"] for t in (paper, upstream)]
     assert got == [0.0, 0.5]
+
+
+def test_cave_weights_reweight_its_anchors_and_credits() -> None:
+    """With a correct, well-formed answer and no zoom, CAVE's reward is the anchors alone:
+    accuracy 1.0 x 1 + format 0.1 x 1 by default; accuracy weighted 2 adds 1.0."""
+    sample = Sample("s", "Which panel?", ("A",))
+    parsed = Parsed(text="<think>t</think><answer>{A}</answer>")
+    plain = build_task(MethodConfig(name="cave")).reward(parsed, sample, None).total
+    heavy = (
+        build_task(MethodConfig(name="cave", weights={"accuracy": 2.0})).reward(parsed, sample, None).total
+    )
+    assert heavy - plain == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="no reward component 'beleif'; use belief"):
+        build_task(MethodConfig(name="cave", weights={"beleif": 1.0}))

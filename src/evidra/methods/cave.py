@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
@@ -27,10 +27,10 @@ from evidra.env.base import play_script
 from evidra.env.zoom import ZoomEnv
 from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
-from evidra.methods.base import METHODS, Resources, check_options, method_judge
+from evidra.methods.base import METHODS, Resources, check_options, merged_weights, method_judge
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
 from evidra.rewards.base import RewardResult
-from evidra.rewards.cave import CaveParams, Outcome, StateScore, cave_reward
+from evidra.rewards.cave import CaveParams, CaveWeights, Outcome, StateScore, cave_reward
 from evidra.rewards.cave_scoring import score_states
 from evidra.rewards.judge import Judge, JudgeItem, RuleJudge
 from evidra.rl.config import DataConfig
@@ -121,15 +121,16 @@ def oracle(sample: Sample) -> list[Message]:
     return play_script(make_env(sample), sample, turns)
 
 
-def make_cave_task(judge: Judge) -> Task:
-    """The CAVE task whose answer anchor asks ``judge`` (offline: the braced rule)."""
+def make_cave_task(judge: Judge, params: CaveParams = PARAMS) -> Task:
+    """The CAVE task whose answer anchor asks ``judge`` (offline: the braced rule), its credits
+    weighted by ``params``."""
 
     def outcome_only(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
         texts = trajectory.texts if trajectory is not None and trajectory.texts else (parsed.text,)
         anchors = outcome(texts, sample, judge)
         if anchors is None:
             return RewardResult.unscored("judge")
-        return cave_reward([StateScore(0.0, 0.0)], [None], anchors, PARAMS)
+        return cave_reward([StateScore(0.0, 0.0)], [None], anchors, params)
 
     return Task(
         name="cave",
@@ -138,7 +139,7 @@ def make_cave_task(judge: Judge) -> Task:
         parse=ZoomAgent().parse,
         reward=outcome_only,
         oracle=oracle,
-        score_episodes=partial(score_episodes, judge=judge),
+        score_episodes=partial(score_episodes, params=params, judge=judge),
         from_benchmark=adapter((has_pages, images_on_disk, is_answerable), first_gold_page),
         from_synthetic=_one_image,
     )
@@ -146,6 +147,9 @@ def make_cave_task(judge: Judge) -> Task:
 
 @METHODS.register("cave")
 def build_cave(cfg: MethodConfig, resources: Resources) -> Task:
-    """CAVE's task with its answer judge (``method.judge``; offline: the braced rule)."""
-    check_options(cfg, ("judge",))
-    return make_cave_task(method_judge(cfg, resources, "vragrl", _JUDGE))
+    """CAVE's task with its answer judge (``method.judge``; offline: the braced rule) and its
+    credit and anchor weights (``method.weights``: belief, evidence, focus, accuracy, format)."""
+    check_options(cfg, ("judge", "weights"))
+    weights = merged_weights(asdict(PARAMS.weights), cfg)
+    params = replace(PARAMS, weights=CaveWeights(**weights))
+    return make_cave_task(method_judge(cfg, resources, "vragrl", _JUDGE), params)
