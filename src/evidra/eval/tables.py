@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from evidra.eval.metrics import NOT_ANSWERABLE, ScoredAnswer, mmlongbench_acc_f1
+from evidra.eval.metrics import METRICS, NOT_ANSWERABLE, ScoredAnswer, mmlongbench_acc_f1
 from evidra.eval.scoring import Prediction
 from evidra.eval.significance import wilson_interval
 from evidra.registry import Registry
@@ -61,14 +61,14 @@ def summarize(
         if _is_binary(values) and name not in COUNTS:
             ci = wilson_interval(sum(values), len(values))
             intervals[name] = (ci.low, ci.high)
-    if "mmlongbench_score" in metrics:  # MMLongBench-Doc reports Acc and answerability F1
+    for name in [n for n in metrics if n in METRICS and METRICS.get(n).aggregation == "f1"]:
+        # reported as Acc and answerability F1 (MMLongBench-Doc): the metric's registered aggregation
         items = [
-            ScoredAnswer(
-                s.answers[0] if s.answers else "", p.answer or NOT_ANSWERABLE, p.scores["mmlongbench_score"]
-            )
+            ScoredAnswer(s.answers[0] if s.answers else "", p.answer or NOT_ANSWERABLE, p.scores[name])
             for s, p in zip(samples, predictions, strict=True)
+            if name in p.scores
         ]
-        metrics["mmlongbench_f1"] = mmlongbench_acc_f1(items)[1]
+        metrics[f"{name.removesuffix('_score')}_f1"] = mmlongbench_acc_f1(items)[1]
     return ResultRow(key["benchmark"], key["paradigm"], key["model"], len(predictions), metrics, intervals)
 
 
