@@ -8,6 +8,7 @@ those of a writer that still does (another ingest or build working beside it).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def process_alive(pid: int) -> bool:
@@ -37,3 +38,15 @@ def pid_in_name(name: str, position: int) -> int | None:
     if len(parts) <= position + 1 or not parts[position].isdigit():
         return None
     return int(parts[position])
+
+
+def fsync_path(path: Path) -> None:
+    """Flush ``path`` (a file, or a folder after a rename into it) to disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories; rename is still atomic there
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -60,30 +60,13 @@ def corpus_dir(cfg: DataConfig, name: str) -> Path:
 
 
 def synth_once(root: Path, build: Callable[[Path], SynthCorpus]) -> SynthCorpus:
-    """``build(root)`` once per folder, across processes (file lock); later calls read its JSON.
+    """``build(root)`` once per folder, across processes; later calls read its JSON (nothing in it
+    can run; one that does not parse is rebuilt with a warning)."""
+    from evidra.data.synth.cache import build_once, corpus_from_json, corpus_to_json
 
-    Ranks of a distributed run (and repeated runs) share one corpus instead of racing to write it.
-    The cache is JSON (nothing in it can run); one that does not parse is rebuilt with a warning.
-    """
-    import fcntl
-    import os
-
-    from evidra.data.synth.cache import corpus_from_json, corpus_to_json
-
-    root.mkdir(parents=True, exist_ok=True)
-    cache = root / "corpus.json"
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if cache.exists():
-            try:
-                return corpus_from_json(cache.read_text(encoding="utf-8"))
-            except (InvalidInputError, OSError, UnicodeDecodeError) as exc:
-                logger.warning("rebuilding the unreadable corpus cache %s (%s)", cache, exc)
-        result = build(root)
-        tmp = root / "corpus.json.tmp"
-        tmp.write_text(corpus_to_json(result), encoding="utf-8")
-        os.replace(tmp, cache)
-        return result
+    return build_once(
+        root / "corpus.json", lambda: build(root), corpus_to_json, corpus_from_json, "corpus cache"
+    )
 
 
 def _build(root: Path, n_docs: int, seed: int) -> SynthCorpus:

@@ -8,12 +8,20 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
-from typing import Any
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 from evidra.data.synth.documents import SynthCorpus, SynthDocument, SynthQuestion
 from evidra.errors import InvalidInputError
 from evidra.types import Box, CoordSpace
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def corpus_to_json(corpus: SynthCorpus) -> str:
@@ -63,3 +71,28 @@ def _question(q: dict[str, Any]) -> SynthQuestion:
     fields = {f: q[f] for f in _QUESTION_FIELDS}
     fields["answers"] = tuple(fields["answers"])
     return SynthQuestion(**fields, gold_box=box(q["gold_box"]), evidence_box=box(q["evidence_box"]))
+
+
+def build_once(
+    cache: Path,
+    build: Callable[[], T],
+    dump: Callable[[T], str],
+    load: Callable[[str], T],
+    what: str = "cache",
+) -> T:
+    """``load`` of the JSON file ``cache``, or ``build()`` written there (atomically) when it is
+    missing or does not parse; one process at a time per folder (a file lock), so the ranks of a
+    distributed run and repeated runs share one draw instead of racing to write it."""
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if cache.exists():
+            try:
+                return load(cache.read_text(encoding="utf-8"))
+            except (InvalidInputError, OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+                logger.warning("rebuilding the unreadable %s %s (%s)", what, cache, exc)
+        result = build()
+        tmp = cache.with_name(cache.name + ".tmp")
+        tmp.write_text(dump(result), encoding="utf-8")
+        os.replace(tmp, cache)
+        return result

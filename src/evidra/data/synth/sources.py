@@ -15,7 +15,6 @@ as JSON beside them, so later runs and other ranks read instead of redrawing.
 from __future__ import annotations
 
 import difflib
-import fcntl
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from evidra.data.synth.cache import build_once
 from evidra.data.synth.tracer import TASKS as TRACER_TASKS
 from evidra.data.synth.tracer import generate_tracer
 from evidra.data.synth.tunnel import TASKS as TUNNEL_TASKS
@@ -107,25 +107,22 @@ def mixture(
     1's first, ...); written under ``root`` once and read back on later calls."""
     sources = expand(names)
     folder = Path(root) / f"{'+'.join(names)}-{split}-seed{seed}-n{n}"
-    folder.mkdir(parents=True, exist_ok=True)
-    cache = folder / "samples.json"
-    with open(folder / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if cache.exists():
-            try:
-                return [sample_from_json(row) for row in json.loads(cache.read_text(encoding="utf-8"))]
-            except (InvalidInputError, ValueError, KeyError, TypeError) as exc:
-                logger.warning("redrawing the unreadable sample cache %s (%s)", cache, exc)
+
+    def draw() -> list[Sample]:
         logger.info("drawing %d synthetic samples from %s into %s", n, ", ".join(sources), folder)
         drawn = [
             synthetic_samples(s, folder, k, seed, split)
             for s, k in zip(sources, shares(n, len(sources)), strict=True)
         ]
-        samples = [rows[i] for i in range(max(map(len, drawn), default=0)) for rows in drawn if i < len(rows)]
-        tmp = folder / "samples.json.tmp"
-        tmp.write_text(json.dumps([sample_to_json(s) for s in samples]), encoding="utf-8")
-        os.replace(tmp, cache)
-    return samples
+        return [rows[i] for i in range(max(map(len, drawn), default=0)) for rows in drawn if i < len(rows)]
+
+    def dump(samples: list[Sample]) -> str:
+        return json.dumps([sample_to_json(s) for s in samples])
+
+    def load(text: str) -> list[Sample]:
+        return [sample_from_json(row) for row in json.loads(text)]
+
+    return build_once(folder / "samples.json", draw, dump, load, "sample cache")
 
 
 # ---- a JSON cache of samples (nothing in it can run) -------------------------------------------

@@ -30,6 +30,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from evidra.retrieval.encoders._bm25_terms import IDF_METHOD, METHOD, TermCounts, bm25s_module
+from evidra.staging import fsync_path
 
 MANIFEST = "bm25.index.json"
 LEGACY_FILE = "bm25.json"  # the single JSON file of evidra before the bm25s engine
@@ -77,8 +78,8 @@ def write_index(
         if engine is not None:
             engine.save(folder, allow_pickle=False, show_progress=False)
         for file in folder.iterdir():
-            _fsync(file)
-        _fsync(folder)
+            fsync_path(file)
+        fsync_path(folder)
         manifest = {"format": FORMAT, "engine": "bm25s", "folder": folder.name}
         _write_atomic(root / MANIFEST, json.dumps(manifest))
     except BaseException:
@@ -204,17 +205,6 @@ def _strings(value: Any) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def _fsync(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories; rename is still atomic there
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
@@ -226,4 +216,4 @@ def _write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync(path.parent)
+    fsync_path(path.parent)

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from evidra.errors import CorpusError, InvalidInputError
+from evidra.staging import fsync_path
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +58,6 @@ class PageRecord:
     image_path: str
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories; rename is still atomic there
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_array_atomic(path: Path, array: np.ndarray) -> str:
     """Write ``array`` as ``.npy`` via temp file + fsync + rename; returns its sha256."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npy")
@@ -81,7 +71,7 @@ def write_array_atomic(path: Path, array: np.ndarray) -> str:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
     return digest
 
 
