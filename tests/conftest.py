@@ -255,3 +255,18 @@ def fake_judge() -> Iterator[FakeJudge]:
     yield state
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture
+def cpu_profile(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Call with a name from ``evidra.retrieval.compute.PROFILES``: from then on, this test sees that
+    CPU's flags and GEMM rates wherever ``auto`` picks a dtype, whatever machine runs it."""
+    from evidra.retrieval import compute
+
+    def use(name: str) -> compute.CpuProfile:
+        profile = compute.PROFILES[name]
+        monkeypatch.setattr(compute, "cpu_features", lambda *a, **k: profile.features)
+        monkeypatch.setattr(compute, "probe_rates", lambda device: dict(profile.rates))
+        return profile
+
+    return use

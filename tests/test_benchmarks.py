@@ -133,3 +133,11 @@ def test_cave_credits_benchmark_checks_every_way_against_the_peer(
     assert _cells(out, "KV cache")[4:6] == ["4", "10"]  # per episode: the context, then 4 rows
     assert _cells(out, "packed, one episode per forward (evidra)")[4:6] == ["2", "2"]
     assert _cells(out, "packed, 8 episodes per forward")[4:6] == ["1", "2"]
+
+
+def test_storage_dtype_benchmark_holds_half_and_ranks_alike(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run("storage_dtype", ["--pages", "60", "--length", "16", "--repeats", "1"], monkeypatch, capsys)
+    assert "top-10 identical for 32/32 queries" in out  # fp16 widened exactly to fp32
+    assert re.search(r"^RESULT memory_ratio=0\.50 single_ratio=\S+ batched_ratio=\S+$", out, re.M)

@@ -140,6 +140,13 @@ def scoring_options(p: argparse.ArgumentParser) -> None:
         help="exact store: the dtype MaxSim scores in (auto: the fastest exact one on this machine)",
     )
     p.add_argument(
+        "--storage-dtype",
+        choices=("auto", "float16", "bfloat16", "float32"),
+        default="auto",
+        help="exact store: the dtype pages are held in memory in (auto: 16-bit, half of float32's "
+        "memory; where MaxSim scores in float32 the pages are widened block by block)",
+    )
+    p.add_argument(
         "--maxsim-kernel",
         choices=("auto", "torch", "triton"),
         default="auto",
@@ -153,7 +160,12 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
     from evidra.retrieval.index import MaxSimOptions
 
     device = resolve_device(args.device)
-    maxsim = MaxSimOptions(device=device, compute_dtype=args.compute_dtype, kernel=args.maxsim_kernel)
+    maxsim = MaxSimOptions(
+        device=device,
+        compute_dtype=args.compute_dtype,
+        storage_dtype=args.storage_dtype,
+        kernel=args.maxsim_kernel,
+    )
     return EncoderOptions(args.batch_size, device, args.dtype), maxsim
 
 
@@ -238,9 +250,10 @@ def run_build(args: argparse.Namespace) -> int:
         )
     with engine:
         scoring = getattr(engine.index, "compute_dtype", "")  # the exact store's; others have none
+        held = getattr(engine.index, "storage_dtype", "")
         print(
             f"indexed {len(engine.index)} pages with {args.encoder} ({engine.spec.backend}"
-            f"{f', scoring in {scoring}' if scoring else ''}) into {args.out}"
+            f"{f', scoring in {scoring}, held in {held}' if scoring else ''}) into {args.out}"
         )
     if args.store is not None:  # `evidra ask --store S` then finds this index without --index
         from evidra.corpus import PageStore
