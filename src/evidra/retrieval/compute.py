@@ -258,6 +258,16 @@ class CpuProfile:
     features: CpuFeatures
     rates: Mapping[str, float]
 
+    def probe(self, device: torch.device) -> Mapping[str, float]:
+        """What ``probe_rates`` would measure on this CPU: the rates of its candidates, one mapping."""
+        return self._probed.setdefault(
+            device.type, {n: self.rates[n] for n in candidates(device, self.features) if n in self.rates}
+        )
+
+    @functools.cached_property
+    def _probed(self) -> dict[str, dict[str, float]]:
+        return {}
+
 
 _X86 = frozenset({"sse2", "avx2"})
 PROFILES: dict[str, CpuProfile] = {
