@@ -121,7 +121,7 @@ def _targets() -> dict[str, Callable[[str], object]]:
         "evisrag.derivation": lambda s: evisrag.derivation_reward(s, GOLD),
         "evisrag.sum_all": lambda s: evisrag.sum_all(s, 500, GOLD),
         "evisrag.paper": lambda s: evisrag.paper_rewards(s, GOLD),
-        "evisrag.evaluate": lambda s: evisrag.evaluate_predictions(s, ["5"]),
+        "evisrag.evaluate": lambda s: qa.evaluate_predictions(s, ["5"]),
         "lat.format": lat.format_reward,
         "lat.eval_accuracy": lambda s: lat.eval_accuracy(s, "John"),
         "lang2act.validate_tools": lambda s: l2a.validate_tool_content(s, s, 3),

@@ -14,7 +14,7 @@ from evidra.methods.lat import WEIGHTS, LatTaskReward
 from evidra.paradigms.coe import parse_coe
 from evidra.rewards import embedding
 from evidra.rewards.embedding import StepQuery, TextOverlapSimilarity
-from evidra.rewards.lat import LatConfig
+from evidra.rewards.lat_scoring import LatConfig
 from evidra.rewards.lat_batch import episode_scorer, with_step_text
 from evidra.types import Page, Sample
 

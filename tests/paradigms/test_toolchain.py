@@ -20,7 +20,8 @@ from evidra.paradigms.toolchain import (
     tool_listing,
 )
 from evidra.rewards.judge import RuleJudge
-from evidra.rewards.lang2act import TOOLBOX, Lang2ActReward
+from evidra.rewards.lang2act_format import TOOLBOX
+from evidra.rewards.lang2act import Lang2ActReward
 from evidra.types import ImagePart, Page, Sample, TextPart
 
 GOOD = (

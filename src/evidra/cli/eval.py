@@ -119,7 +119,7 @@ def _judge(args: argparse.Namespace, out: Path) -> Any:
     """The judge of ``--judge`` (None without it); bad options fail here, before any model loads."""
     if args.judge is None:
         return None
-    from evidra.rewards.judge import DiskCache
+    from evidra.rewards.judge_http import DiskCache
     from evidra.rewards.judge_config import JudgeConfig, build_judge
 
     cfg = JudgeConfig(kind=args.judge, base_url=args.judge_url, model=args.judge_model,
@@ -183,7 +183,7 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
         vlm = load_vlm(resolve_trained_model(args.model), dtype=dtype, device=device)
         return LocalModel(vlm), Path(args.model).name
     if args.endpoint and args.model_name:
-        from evidra.eval.endpoint import ChatEndpoint
+        from evidra.models.endpoint import ChatEndpoint
         from evidra.geometry import vision_spec
 
         check_api_key_env(args.api_key_env, "--api-key-env")
