@@ -9,8 +9,8 @@ import pytest
 from evidra.cli.main import main
 from evidra.corpus import PageStore
 from evidra.errors import InvalidInputError
-from evidra.retrieval.engine import build_index, open_index
 from evidra.eval.retrieval import evaluate
+from evidra.retrieval.engine import build_index, open_index
 from evidra.retrieval.hybrid import RRFRetriever
 
 

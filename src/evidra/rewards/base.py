@@ -88,6 +88,7 @@ def check_weights(weights: Mapping[str, float], components: Collection[str], own
     for name, value in weights.items():
         if name not in components:
             close = difflib.get_close_matches(str(name), list(components), n=1)
+            close = close or [c for c in components if c.startswith(str(name))][:1]
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise InvalidInputError(
                 f"{owner} has no reward component {name!r}; {hint}its components: {', '.join(components)}"

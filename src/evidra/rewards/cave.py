@@ -239,9 +239,10 @@ class CaveReward:
         for ep, per in zip(episodes, states, strict=True):
             ratios = [ep.infos[t].area_ratio if t < len(ep.infos) else None for t in range(len(per))]
             anchors = self.outcome(ep.trajectory.texts, ep.sample)
-            scored = anchors is not None
-            out.append(cave_reward(per, ratios, anchors, self.params, self.weights) if scored else
-                       RewardResult.unscored("judge"))  # fmt: skip
+            if anchors is None:
+                out.append(RewardResult.unscored("judge"))
+            else:
+                out.append(cave_reward(per, ratios, anchors, self.params, self.weights))
         return out
 
 

@@ -46,14 +46,16 @@ class LazySimilarity:
     building a reward (and checking a config) never loads a retriever."""
 
     def __init__(self, load: Callable[[], StepSimilarity]) -> None:
-        self._load, self._loaded = load, None
+        self._load = load
+        self._loaded: StepSimilarity | None = None
         self._lock = threading.Lock()
 
     def score_steps(self, queries: Sequence[StepQuery]) -> list[float]:
         with self._lock:
             if self._loaded is None:
                 self._loaded = self._load()
-        return self._loaded.score_steps(queries)
+            loaded = self._loaded
+        return loaded.score_steps(queries)
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,7 @@ def _max_same_page_iou(plan: StepPlan, overlap: Callable[[Sequence[float], Seque
 
 
 def _iou_paper(a: Sequence[float], b: Sequence[float]) -> float:
-    return iou(Box(*a), Box(*b))
+    return iou(Box(a[0], a[1], a[2], a[3]), Box(b[0], b[1], b[2], b[3]))
 
 
 def step_paper(
