@@ -365,8 +365,8 @@ def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, 
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from evidra.retrieval.engine import open_index
     from evidra.eval.retrieval import evaluate, judged, missing_relevant
+    from evidra.retrieval.engine import open_index
 
     queries, qrels = _eval_inputs(args)
     enc_opts, maxsim = _options(args)

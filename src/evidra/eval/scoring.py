@@ -22,6 +22,7 @@ from evidra.env.base import StepInfo
 from evidra.errors import InvalidInputError
 from evidra.geometry import iou
 from evidra.metrics.official import official
+from evidra.metrics.qa import evaluate_predictions
 from evidra.metrics.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 from evidra.metrics.text import (
     INSUFFICIENT_ANSWER,
@@ -29,7 +30,6 @@ from evidra.metrics.text import (
     normalize_lat,
     soft_exact_match,
 )
-from evidra.metrics.qa import evaluate_predictions
 from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
 from evidra.rewards.lat_scoring import Similarity, stepwise_attribution
 from evidra.types import Box, Sample

@@ -32,11 +32,11 @@ from typing import Any
 
 from evidra.errors import InvalidInputError
 from evidra.metrics.anls import anls
+from evidra.metrics.qa import evaluate_predictions
 from evidra.metrics.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
 from evidra.models.endpoint import ChatEndpoint, EndpointError
 from evidra.paradigms.base import PARADIGMS, Paradigm
 from evidra.registry import Registry
-from evidra.metrics.qa import evaluate_predictions
 from evidra.rewards.evisrag import split_block
 from evidra.types import ImagePart, Message, Sample, TextPart, messages_to_json
 
