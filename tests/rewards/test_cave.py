@@ -14,7 +14,6 @@ from evidra.errors import InvalidInputError
 from evidra.models.context import Context, encode_messages, encode_turn
 from evidra.rewards.cave import (
     CaveParams,
-    CaveReward,
     Outcome,
     StateScore,
     belief_gains,
@@ -24,6 +23,7 @@ from evidra.rewards.cave import (
     focus_credit,
     target_scale,
 )
+from evidra.rewards.cave_reward import CaveReward
 from evidra.rewards.cave_scoring import make_target, prefix_context, score_states, score_targets
 from evidra.types import ImagePart, Message, TextPart
 

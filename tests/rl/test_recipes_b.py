@@ -252,7 +252,7 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     from evidra.errors import ConfigError
     from evidra.methods import check_config
     from evidra.paradigms.zoom_agent import ZoomAgent
-    from evidra.rewards.cave import CaveReward
+    from evidra.rewards.cave_reward import CaveReward
 
     outcome = CaveReward(parse=ZoomAgent().parse).outcome
     from evidra.rewards.cave import Outcome

@@ -27,7 +27,8 @@ from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
 from evidra.methods.base import METHODS, Resources, check_options, merged_weights, method_judge
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
-from evidra.rewards.cave import WEIGHTS, CaveParams, CaveReward
+from evidra.rewards.cave import WEIGHTS, CaveParams
+from evidra.rewards.cave_reward import CaveReward
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_protocol import Judge
 from evidra.rl.config import DataConfig

@@ -7,9 +7,9 @@ code's rules are registered variants of their own (``*.upstream``; see docs/rewa
 docs/rewards_vragrl_lang2act.md).
 """
 
-from evidra.rewards import cave, evisrag, lang2act, lat, vragrl
+from evidra.rewards import cave, cave_reward, evisrag, lang2act, lat, vragrl
 from evidra.rewards.base import REWARDS, Reward, RewardFn, RewardResult, check_weights, weighted_sum
-from evidra.rewards.cave import CaveReward
+from evidra.rewards.cave_reward import CaveReward
 from evidra.rewards.evisrag import EvisragReward
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_http import OpenAIJudge
@@ -40,6 +40,7 @@ __all__ = [
     "Verdict",
     "VragRLReward",
     "cave",
+    "cave_reward",
     "check_weights",
     "evisrag",
     "lang2act",
