@@ -77,7 +77,7 @@ def prepare_out_dir(out_dir: str | Path, *, overwrite: bool) -> Path:
 
 
 def _score(prediction: str | None, sample: Sample) -> bool:
-    from evidra.rewards.text import exact_match, is_no_answer
+    from evidra.metrics.text import exact_match, is_no_answer
 
     if prediction is None:
         return False

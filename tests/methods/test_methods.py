@@ -63,7 +63,7 @@ def test_conflicting_spellings_are_errors_not_guesses(tmp_path: Path) -> None:
         (MethodConfig(name="lang2act"), r"method\.stage must be 1 or 2"),
         (MethodConfig(name="lang2act", stage=1, toolbox="t.json"), r"toolbox is for lang2act stage 2"),
         (MethodConfig(name="lat", similarity="colqwen2"), r"needs method\.similarity_checkpoint"),
-        (MethodConfig(name="lat", weights={"acc": 1.0}), r"no reward component 'acc'; use accuracy"),
+        (MethodConfig(name="lat", weights={"acc": 1.0}), r"component 'acc'; did you mean 'accuracy'\?"),
         (MethodConfig(name="vragrl", weights={"answer": 0.8}), r"method\.weights: .*sum to 1"),
         (MethodConfig(name="latt"), r"method\.name: unknown method 'latt'; did you mean 'lat'"),
     ],
@@ -133,6 +133,7 @@ def test_lat_trains_on_the_released_reward_in_upstream_mode(tmp_path: Path) -> N
     """An empty <answer> earns accuracy 0 in the paper and 0.5 in the released reward; the task
     built with reward_mode=upstream scores accuracy, grounding and format as the released reward."""
     from evidra.rewards.lat import LatReward
+    from evidra.rewards.lat_scoring import UPSTREAM
 
     rules = ("accuracy", "ground", "format")
 
@@ -144,7 +145,7 @@ def test_lat_trains_on_the_released_reward_in_upstream_mode(tmp_path: Path) -> N
     empty = oracle[: oracle.index("<answer>")] + "<answer> </answer>"
     for text in (oracle, empty):
         parsed = paper.parse(text)
-        released = LatReward(components=rules, mode="upstream")(parsed, sample).components
+        released = LatReward(rules=UPSTREAM, weights=dict.fromkeys(rules, 1.0))(parsed, sample).components
         got = upstream.reward(parsed, sample, None).components
         assert {k: got[k] for k in rules} == pytest.approx(released)
     got = [t.reward(paper.parse(empty), sample, None).components["accuracy"] for t in (paper, upstream)]
@@ -161,5 +162,5 @@ def test_cave_weights_reweight_its_anchors_and_credits() -> None:
         build_task(MethodConfig(name="cave", weights={"accuracy": 2.0})).reward(parsed, sample, None).total
     )
     assert heavy - plain == pytest.approx(1.0)
-    with pytest.raises(ConfigError, match="no reward component 'beleif'; use belief"):
+    with pytest.raises(ConfigError, match="no reward component 'beleif'; did you mean 'belief'"):
         build_task(MethodConfig(name="cave", weights={"beleif": 1.0}))

@@ -9,8 +9,8 @@ import pytest
 from evidra.cli.main import main
 from evidra.corpus import PageStore
 from evidra.errors import InvalidInputError
+from evidra.eval.retrieval import evaluate
 from evidra.retrieval.engine import build_index, open_index
-from evidra.retrieval.evaluation import evaluate
 from evidra.retrieval.hybrid import RRFRetriever
 
 
@@ -90,7 +90,7 @@ def test_colqwen2_engine_roundtrip_and_hybrid(
     bm25 = build_index(pages, tmp_path / "bm25", "bm25").retriever
     hybrid = RRFRetriever((again.retriever, bm25))
     queries, qrels = _qrels(corpus, tmp_path)
-    from evidra.retrieval.evaluation import load_qrels, load_queries
+    from evidra.eval.retrieval import load_qrels, load_queries
 
     report = evaluate(hybrid, load_queries(queries), load_qrels(qrels), ks=(5,))
     assert report.n_queries > 0 and 0.0 <= report.metrics["ndcg@5"] <= 1.0

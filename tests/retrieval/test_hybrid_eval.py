@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from evidra.errors import InvalidInputError
+from evidra.eval.retrieval import evaluate, judged, load_qrels, load_queries, score_rankings
 from evidra.retrieval.base import Exclude, Hit
-from evidra.retrieval.evaluation import evaluate, judged, load_qrels, load_queries, score_rankings
 from evidra.retrieval.hybrid import RRFRetriever, rrf_fuse
 
 

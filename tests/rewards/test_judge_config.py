@@ -16,8 +16,10 @@ import pytest
 from evidra.config import load_config
 from evidra.errors import ConfigError
 from evidra.methods import MethodConfig, build_task, rl_trainer
-from evidra.rewards.judge import JudgeItem, OpenAIJudge, RuleJudge
+from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig, build_judge
+from evidra.rewards.judge_http import OpenAIJudge
+from evidra.rewards.judge_protocol import JudgeItem
 from evidra.rl.config import RLConfig
 from evidra.types import Sample, Span, Trajectory
 

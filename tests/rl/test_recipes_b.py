@@ -236,7 +236,7 @@ def test_vragrl_released_reward_keeps_the_judge_and_full_marks(small_vlm: Any, t
     (result,) = released.score_episodes(small_vlm, episodes)
     assert result.total == pytest.approx(0.7 * 1 + 0.1 * 1 + 0.2 * 1.0)  # rm.py's order of terms
     reward = released.reward
-    assert isinstance(reward, VragRLReward) and reward.mode == "upstream"  # the judge kept the mode
+    assert isinstance(reward, VragRLReward) and reward.rules.name == "upstream"  # the judge kept the rules
     assert reward.judge == RuleJudge("exact")  # and the mode kept the judge
 
 
@@ -251,7 +251,10 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
 
     from evidra.errors import ConfigError
     from evidra.methods import check_config
-    from evidra.methods.cave import outcome
+    from evidra.paradigms.zoom_agent import ZoomAgent
+    from evidra.rewards.cave_reward import CaveReward
+
+    outcome = CaveReward(parse=ZoomAgent().parse).outcome
     from evidra.rewards.cave import Outcome
     from evidra.rl.tasks import task_samples
 

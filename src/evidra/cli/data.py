@@ -197,7 +197,7 @@ def _sampling(cfg: Any) -> tuple[Any, Any]:
 
 def run_distill(args: argparse.Namespace) -> int:
     from evidra.data.construction.distill import distill
-    from evidra.eval.endpoint import ChatEndpoint
+    from evidra.models.endpoint import ChatEndpoint
 
     if args.method == "vragrl" and not (args.annotator and args.annotator_model):
         logger.warning("vragrl without --annotator: the teacher's boxes are kept as written")
@@ -222,7 +222,7 @@ def run_distill(args: argparse.Namespace) -> int:
 def run_multiexpert(args: argparse.Namespace) -> int:
     from evidra.data.construction.multiexpert import MultiExpertConfig, multiexpert
     from evidra.errors import InvalidInputError
-    from evidra.eval.endpoint import ChatEndpoint
+    from evidra.models.endpoint import ChatEndpoint
 
     if bool(args.expert) != bool(args.expert_model):
         raise ConfigError("give the grounding expert as --expert URL --expert-model NAME (both or neither)")

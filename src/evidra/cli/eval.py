@@ -119,8 +119,8 @@ def _judge(args: argparse.Namespace, out: Path) -> Any:
     """The judge of ``--judge`` (None without it); bad options fail here, before any model loads."""
     if args.judge is None:
         return None
-    from evidra.rewards.judge import DiskCache
     from evidra.rewards.judge_config import JudgeConfig, build_judge
+    from evidra.rewards.judge_http import DiskCache
 
     cfg = JudgeConfig(kind=args.judge, base_url=args.judge_url, model=args.judge_model,
                       api_key_env=args.judge_api_key_env, prompt=args.judge_prompt,
@@ -183,8 +183,8 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
         vlm = load_vlm(resolve_trained_model(args.model), dtype=dtype, device=device)
         return LocalModel(vlm), Path(args.model).name
     if args.endpoint and args.model_name:
-        from evidra.eval.endpoint import ChatEndpoint
         from evidra.geometry import vision_spec
+        from evidra.models.endpoint import ChatEndpoint
 
         check_api_key_env(args.api_key_env, "--api-key-env")
         endpoint = ChatEndpoint(args.endpoint, args.model_name, api_key_env=args.api_key_env)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 from evidra.cli._progress import LazyBar
 
 if TYPE_CHECKING:
-    from evidra.retrieval.evaluation import Layout, Qrels
+    from evidra.eval.retrieval import Layout, Qrels
     from evidra.types import Page, Sample
 
 _FORMATS = ("auto", "beir", "vidore_v1")
@@ -170,7 +170,7 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _layout(path: str, fmt: str) -> Layout:
-    from evidra.retrieval.evaluation import detect_layout
+    from evidra.eval.retrieval import detect_layout
 
     return detect_layout(path) if fmt == "auto" else cast("Layout", fmt)  # argparse checked the choice
 
@@ -178,7 +178,7 @@ def _layout(path: str, fmt: str) -> Layout:
 def _build_pages(args: argparse.Namespace) -> list[Page]:
     from evidra.corpus import PageStore
     from evidra.errors import InvalidInputError
-    from evidra.retrieval.evaluation import benchmark_pages
+    from evidra.eval.retrieval import benchmark_pages
 
     if sum(x is not None for x in (args.store, args.corpus, args.dataset)) != 1:
         raise InvalidInputError(
@@ -342,7 +342,7 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
-    from evidra.retrieval.evaluation import check_judged
+    from evidra.eval.retrieval import check_judged
 
     queries, qrels, source = _read_eval_inputs(args)
     check_judged(queries, qrels, source)
@@ -351,7 +351,7 @@ def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
 
 def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, str]:
     from evidra.errors import InvalidInputError
-    from evidra.retrieval.evaluation import benchmark_queries, load_qrels, load_queries
+    from evidra.eval.retrieval import benchmark_queries, load_qrels, load_queries
 
     given = [
         args.benchmark is not None,
@@ -378,8 +378,8 @@ def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, 
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from evidra.eval.retrieval import evaluate, judged, missing_relevant
     from evidra.retrieval.engine import open_index
-    from evidra.retrieval.evaluation import evaluate, judged, missing_relevant
 
     queries, qrels = _eval_inputs(args)
     enc_opts, maxsim = _options(args)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.method_config import MethodConfig
 from evidra.registry import Registry
+from evidra.rewards.base import check_weights as check_reward_weights
 from evidra.rewards.judge_config import build_judge, validate_judge
 from evidra.rewards.judge_protocol import Judge
 from evidra.rl.tasks import Task
@@ -104,14 +105,10 @@ def check_options(cfg: MethodConfig, takes: Collection[str]) -> None:
 
 def check_weights(cfg: MethodConfig, known: Sequence[str]) -> dict[str, float]:
     """``method.weights`` checked against the method's reward components (``known``)."""
-    for key, value in cfg.weights.items():
-        if key not in known:
-            raise ConfigError(
-                f"method.weights: {cfg.name} has no reward component {key!r}; use {', '.join(known)}"
-            )
-        if value < 0:
-            raise ConfigError(f"method.weights.{key} must be >= 0, got {value}")
-    return dict(cfg.weights)
+    try:
+        return check_reward_weights(cfg.weights, known, cfg.name)
+    except InvalidInputError as exc:
+        raise ConfigError(f"method.weights: {exc}") from None
 
 
 def method_judge(cfg: MethodConfig, resources: Resources, prompt: str, default: Judge) -> Judge:

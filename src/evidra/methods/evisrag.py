@@ -31,7 +31,7 @@ from evidra.paradigms.evidence import (
     parse_evidence,
     upstream_scopes,
 )
-from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, EvisragReward
+from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, evisrag_reward
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task
 from evidra.types import Message, Sample
@@ -49,24 +49,20 @@ def evisrag_oracle(sample: Sample) -> list[Message]:
     ]
 
 
-PAPER_COMPONENTS = ("perception", "derivation", "format")  # Eqs. 11-13
-
-
 @METHODS.register("evisrag")
 def build_evisrag(cfg: MethodConfig, resources: Resources) -> Task:
     """EVisRAG's task: the paper's rewards on four scopes, or (``reward_mode=upstream``) the
     released code's six components, each on the token span the released router gives it."""
     check_options(cfg, ("reward_mode", "weights"))
     upstream = cfg.reward_mode == "upstream"
-    components = UPSTREAM_COMPONENTS if upstream else PAPER_COMPONENTS
-    # both totals are the plain sum of the components; without method.weights it is kept as is
-    weights = merged_weights(dict.fromkeys(components, 1.0), cfg) if cfg.weights else None
+    reward = evisrag_reward("upstream" if upstream else "paper")
+    reward = reward.reweighted(merged_weights(reward.weights, cfg))  # default: the plain sum
     return Task(
         name="evisrag",
         samples=evisrag_samples,
         make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
         parse=parse_evidence,
-        reward=EvisragReward(mode=cfg.reward_mode, weights=weights),
+        reward=reward,
         oracle=evisrag_oracle,
         scope_names=UPSTREAM_COMPONENTS if upstream else SCOPE_NAMES,
         scopes=upstream_scopes if upstream else evidence_scopes,

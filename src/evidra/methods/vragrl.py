@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -36,8 +36,9 @@ from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
 from evidra.retrieval.engine import open_searcher
 from evidra.rewards.base import RewardResult
-from evidra.rewards.judge import Judge, RuleJudge
-from evidra.rewards.vragrl import VragRLReward, VragRLWeights
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_protocol import Judge
+from evidra.rewards.vragrl import WEIGHTS, VragRLReward, check_eq12, vragrl_reward
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task, usable
 from evidra.types import Message, Page, Sample
@@ -166,7 +167,7 @@ def score_episodes(vlm: Any, episodes: Sequence[Any], reward: VragRLReward) -> l
     batch = []
     for ep in episodes:
         retrieved = ep.infos[-1].retrieved if ep.infos else ()
-        text = _scored_text(vlm, ep, reward.mode)
+        text = _scored_text(vlm, ep, reward.rules.name)
         parsed = SearchAgent().parse(text)
         batch.append((dataclasses.replace(parsed, text=text, retrieved=retrieved), ep.sample, ep.trajectory))
     return reward.score_batch(batch)
@@ -200,12 +201,14 @@ def oracle(sample: Sample) -> list[Message]:
 def make_vragrl_task(
     judge: Judge,
     mode: str = "paper",
-    weights: VragRLWeights | None = None,
+    weights: Mapping[str, float] | None = None,
     corpora: Corpora | None = None,
 ) -> Task:
     """The VRAG-RL task whose answer reward asks ``judge`` (offline: a rule judge); ``mode``
-    "upstream" scores as the released reward manager does; ``corpora`` holds its search engines."""
-    reward = VragRLReward(judge, weights=weights, mode="upstream" if mode == "upstream" else "paper")
+    "upstream" scores as the released reward manager does; ``weights`` (retrieval, answer,
+    pattern) replace the paper's; ``corpora`` holds its search engines."""
+    reward = vragrl_reward("upstream" if mode == "upstream" else "paper", judge=judge)
+    reward = reward.reweighted(weights or {})
     corpora = corpora if corpora is not None else Corpora()
     return Task(
         name="vragrl",
@@ -223,9 +226,8 @@ def make_vragrl_task(
 def build_vragrl(cfg: MethodConfig, resources: Resources) -> Task:
     """VRAG-RL's task with its judge, weights, reward variant and search engine."""
     check_options(cfg, ("reward_mode", "weights", "judge", "index"))
-    w = merged_weights({"retrieval": 0.2, "answer": 0.7, "pattern": 0.1}, cfg)
     try:
-        weights = VragRLWeights(**w)
+        weights = check_eq12(merged_weights(WEIGHTS, cfg))
     except InvalidInputError as exc:
         raise ConfigError(f"method.weights: {exc}") from None
     judge = method_judge(cfg, resources, "vragrl", RuleJudge())

@@ -25,8 +25,7 @@ from pathlib import Path
 from evidra.errors import InvalidInputError
 from evidra.paradigms.base import PARADIGMS
 from evidra.rewards.boxes import extract_tag
-from evidra.rewards.lang2act import check_strict_format
-from evidra.rewards.lang2act_format import quoted_tool_calls
+from evidra.rewards.lang2act_format import check_strict_format, quoted_tool_calls
 from evidra.tagscan import parse_digits
 from evidra.types import Action, ImagePart, Message, Page, Parsed, Sample, Step, TextPart
 

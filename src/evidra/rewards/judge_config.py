@@ -15,8 +15,9 @@ judge:
   max_wait_s: 120                    # total backoff of one request's retries
 ```
 
-``prompt`` picks the paper's judge prompt: ``vragrl`` (one item per request, VRAG-RL's template)
-or ``lang2act`` (Lang2Act's batched system prompt); empty uses the task's own.
+``prompt`` picks a registered judge prompt (``evidra.rewards.judge_prompts``): ``vragrl`` (one
+item per request, VRAG-RL's template), ``lang2act`` (Lang2Act's batched system prompt) or
+``cave`` (one short answer, exact match); empty uses the task's own.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from typing import Literal
 from evidra.errors import ConfigError, RegistryError
 from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
 from evidra.registry import Registry
-from evidra.rewards.judge import HttpJudgeConfig, JudgeCache, OpenAIJudge, RuleJudge
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_http import HttpJudgeConfig, JudgeCache, OpenAIJudge
+from evidra.rewards.judge_prompts import JUDGE_PROMPTS
 from evidra.rewards.judge_protocol import Judge
 
 
@@ -43,7 +46,7 @@ class JudgeConfig:
     model: str = ""  # openai: the model name the server serves
     # openai: environment variable holding the API key (sent as a Bearer token; none when unset); "": none
     api_key_env: str = DEFAULT_API_KEY_ENV
-    prompt: Literal["", "vragrl", "lang2act"] = ""  # the paper's judge prompt; "": the task's
+    prompt: str = ""  # a JUDGE_PROMPTS name (vragrl | lang2act | cave); "": the task's own
     batch_size: int = 10  # items per request with the lang2act prompt (toolrl 10, actionrl 5)
     concurrency: int = 8
     timeout_s: float = 60.0
@@ -72,7 +75,7 @@ def _openai(cfg: JudgeConfig, default_prompt: str) -> Judge:
     key = (os.environ.get(cfg.api_key_env) or None) if cfg.api_key_env else None
     style = cfg.prompt or default_prompt
     http = HttpJudgeConfig(
-        base_url=cfg.base_url, model=cfg.model, style="vragrl" if style == "vragrl" else "lang2act",
+        base_url=cfg.base_url, model=cfg.model, style=style,
         api_key=key, api_key_env=cfg.api_key_env, batch_size=cfg.batch_size, concurrency=cfg.concurrency,
         timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, max_wait_s=cfg.max_wait_s,
         temperature=cfg.temperature, max_tokens=cfg.max_tokens or None,
@@ -87,6 +90,11 @@ def validate_judge(cfg: JudgeConfig) -> None:
             JUDGES.get(cfg.kind)
         except RegistryError as exc:
             raise ConfigError(f"judge.kind: {exc}") from None
+    if cfg.prompt and cfg.prompt not in JUDGE_PROMPTS:
+        try:
+            JUDGE_PROMPTS.get(cfg.prompt)
+        except RegistryError as exc:
+            raise ConfigError(f"judge.prompt: {exc}") from None
     if cfg.kind == "openai":
         if not cfg.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"judge.base_url must be an http(s) URL of an OpenAI-compatible server, "

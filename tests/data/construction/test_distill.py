@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 
 from evidra.data.construction.distill import accepted_records, distill
-from evidra.eval.endpoint import ChatEndpoint, to_openai
+from evidra.models.endpoint import ChatEndpoint
+from evidra.openai_client import to_openai
 from evidra.types import Message, Page, Sample, TextPart
 
 pytest.importorskip("httpx")

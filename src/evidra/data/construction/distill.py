@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from evidra.errors import InvalidInputError
-from evidra.eval.endpoint import ChatEndpoint, EndpointError
-from evidra.eval.metrics import anls
+from evidra.metrics.anls import anls
+from evidra.metrics.qa import evaluate_predictions
+from evidra.metrics.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
+from evidra.models.endpoint import ChatEndpoint, EndpointError
 from evidra.paradigms.base import PARADIGMS, Paradigm
 from evidra.registry import Registry
-from evidra.rewards.evisrag import evaluate_predictions, split_block
-from evidra.rewards.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
+from evidra.rewards.evisrag import split_block
 from evidra.types import ImagePart, Message, Sample, TextPart, messages_to_json
 
 logger = logging.getLogger(__name__)

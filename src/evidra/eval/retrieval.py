@@ -6,7 +6,7 @@ Files (JSONL, or TSV with a header row):
 * qrels:   ``{"query-id": "q1", "corpus-id": "<page id>", "score": 1}`` or TSV
   ``query-id<TAB>corpus-id<TAB>score``. Scores are graded relevance; 0 means judged irrelevant.
 
-Metrics are ``evidra.rewards.ranking``'s (trec_eval definitions): Recall@k, MRR@k, nDCG@k
+Metrics are ``evidra.metrics.ranking``'s (trec_eval definitions): Recall@k, MRR@k, nDCG@k
 (gain = relevance, log2 discount), averaged over the queries that have at least one relevant
 page. Unlike ViDoRe's MTEB evaluator we do not drop hits whose id equals the query id
 (its ``ignore_identical_ids`` default), since page ids never collide with query ids.
@@ -29,8 +29,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from evidra.errors import InvalidInputError
+from evidra.metrics.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 from evidra.retrieval.base import Retriever, check_k
-from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 
 if TYPE_CHECKING:
     from evidra.types import Page
