@@ -30,7 +30,6 @@ def test_no_tracked_file_refers_to_outside_documents() -> None:
 
 def test_license_and_citation_match_the_package() -> None:
     import tomllib
-
     import yaml
 
     license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
