@@ -115,8 +115,16 @@ def device_row(ctx: Ctx) -> RowOutput:
     return RowOutput([Entry("device", device_name(ctx.device), check="found", note=note)])
 
 
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (without importing it)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a broken install, or one blocked in sys.modules
+        return False
+
+
 def _version(package: str) -> str:
-    if importlib.util.find_spec(package) is None:
+    if not installed(package):
         return "absent"
     from importlib.metadata import PackageNotFoundError, version
 
@@ -174,7 +182,7 @@ class Suite:
 
     def run_row(self, name: str) -> Outcome:
         row = ROWS[name]
-        missing = [p for p in row.needs if importlib.util.find_spec(p) is None]
+        missing = [p for p in row.needs if not installed(p)]
         if missing:
             return Outcome(name, "skipped", f"{', '.join(missing)} not installed")
         if row.after and not any(o.row == row.after and o.status == "ok" for o in self.outcomes):
