@@ -159,6 +159,7 @@ class Suite:
         self.start = time.monotonic()
         self.outcomes: list[Outcome] = []
         self.names: list[str] = list(args.rows)
+        self.current = ""  # the row running now
         self.out = Path(args.out) if args.out else None
         self.child: subprocess.Popen[bytes] | None = None
         self.workdir = Path(args.workdir or tempfile.mkdtemp(prefix="evidra-gpu-suite-"))
@@ -171,13 +172,14 @@ class Suite:
 
     def run(self, names: list[str]) -> None:
         for name in names:
+            self.current = name
             outcome = self.run_row(name)
             self.outcomes.append(outcome)
-            print(
-                f"[{time.monotonic() - self.start:5.0f} s] {name}: {outcome.status}"
-                f"{': ' + outcome.reason if outcome.reason else ''}",
-                flush=True,
-            )
+            self.current = ""
+            reason = f": {outcome.reason}" if outcome.reason else ""
+            print(f"[{time.monotonic() - self.start:5.0f} s] {name}: {outcome.status}{reason}", flush=True)
+            for line in table([outcome], self.args.dry_run, 0.0)[4:]:  # its lines, in case of a kill
+                print("  " + line, flush=True)
             self.save()
 
     def run_row(self, name: str) -> Outcome:
@@ -185,12 +187,18 @@ class Suite:
         missing = [p for p in row.needs if not installed(p)]
         if missing:
             return Outcome(name, "skipped", f"{', '.join(missing)} not installed")
-        if row.after and not any(o.row == row.after and o.status == "ok" for o in self.outcomes):
+        if not self.args.dry_run and name != "device" and self.status("device") not in ("ok", None):
+            return Outcome(name, "skipped", "no usable GPU (see the device row)")
+        if row.after and self.status(row.after) != "ok":
             return Outcome(name, "skipped", f"needs the {row.after} row, which did not succeed")
         if self.left() < MIN_START_S:
             return Outcome(name, "skipped", "time budget")
         limit = min(row.dry_s if self.args.dry_run else row.gpu_s, self.left())
         return self.spawn(name, row, limit)
+
+    def status(self, row: str) -> str | None:
+        """The status of ``row`` if it has run, else None."""
+        return next((o.status for o in self.outcomes if o.row == row), None)
 
     def spawn(self, name: str, row: Row, limit: float) -> Outcome:
         result_file = self.workdir / f"{name}.result.json"
@@ -218,6 +226,9 @@ class Suite:
             except subprocess.TimeoutExpired:
                 stop(self.child)
                 return Outcome(name, "failed", f"timed out after {limit:.0f} s", time.monotonic() - start)
+            except BaseException:  # the suite itself is being stopped: take the row's processes along
+                stop(self.child)
+                raise
             finally:
                 self.child = None
         seconds = time.monotonic() - start
@@ -233,7 +244,8 @@ class Suite:
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
-        paths = [str(HERE), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        given = filter(None, env.get("PYTHONPATH", "").split(os.pathsep))
+        paths = [str(HERE), *(os.path.abspath(p) for p in given)]
         env["PYTHONPATH"] = os.pathsep.join(paths)
         env.update(row.env)
         if dict(row.env).get("MASTER_ADDR"):  # a world of one process needs a free port
@@ -255,12 +267,15 @@ class Suite:
         }
         (self.out / "gpu_suite.json").write_text(json.dumps(data, indent=2))
 
-    def finish(self) -> None:
+    def finish(self, unreached: str = "time budget") -> None:
         """Print the table and the RESULT line (and write them under ``--out``)."""
         if self.child is not None:
             stop(self.child)
+        if self.current:
+            self.outcomes.append(Outcome(self.current, "failed", "the suite was stopped while it ran"))
+            self.current = ""
         done = {o.row for o in self.outcomes}
-        self.outcomes += [Outcome(n, "skipped", "time budget") for n in self.names if n not in done]
+        self.outcomes += [Outcome(n, "skipped", unreached) for n in self.names if n not in done]
         lines = table(self.outcomes, self.args.dry_run, time.monotonic() - self.start)
         lines.append("RESULT " + " ".join(f"{k}={v}" for k, v in results(self.outcomes).items()))
         print("\n".join(lines), flush=True)
@@ -386,12 +401,14 @@ def main(argv: list[str] | None = None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+    unreached = "time budget"
     try:
         suite.run(suite.names)
     except KeyboardInterrupt:
         print("interrupted: printing what finished", flush=True)
+        unreached = "the suite was stopped first"
     finally:
-        suite.finish()
+        suite.finish(unreached)
         if not args.keep and not args.workdir:
             import shutil
 
