@@ -152,7 +152,10 @@ def run_evidra(model: Path, images: list[Path], workdir: Path, steps: int, s: Se
         gen.append(metrics.get("time/rollout_s", 0.0))
         last = now
 
-    RLTrainer(cfg).train(on_step)
+    trainer = RLTrainer(cfg)
+    for _ in range(steps + 1):  # step() alone: the step is timed, not the checkpoint that train() ends with
+        metrics = trainer.step()
+        on_step(trainer.state.step, metrics)
     return EngineResult("evidra", times[1:], tokens[1:], gen[1:], peak_mb(s.device))
 
 
