@@ -117,7 +117,8 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is not a section")
         fix = "; the value is read as YAML: a number, true/false, text, or a list such as [1, 2]"
-        node[parts[-1]] = parse_yaml(raw, f"override {item!r}", fix) if raw.strip() else ""
+        shown = item if len(item) <= 80 else f"{item[:77]}..."
+        node[parts[-1]] = parse_yaml(raw, f"override {shown!r}", fix) if raw.strip() else ""
     return out
 
 

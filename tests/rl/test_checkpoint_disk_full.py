@@ -63,7 +63,9 @@ def test_a_full_disk_mid_checkpoint_is_one_line_and_keeps_the_previous_checkpoin
     assert resumed.state.step == 1
 
 
-def test_a_failure_that_is_no_write_error_is_not_renamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_that_is_no_write_error_is_not_renamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(*args: Any, **kwargs: Any) -> None:
         raise KeyError("a bug, not a disk")
 
