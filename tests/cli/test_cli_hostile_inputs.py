@@ -54,8 +54,11 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return made
 
 
-@pytest.mark.parametrize("command", [["index", "search", "--index", "{file}", "budget"],
-                                     ["serve-index", "--index", "{file}"]], ids=["search", "serve"])  # fmt: skip
+@pytest.mark.parametrize(
+    "command",
+    [["index", "search", "--index", "{file}", "budget"], ["serve-index", "--index", "{file}"]],
+    ids=["search", "serve"],
+)
 def test_an_index_option_naming_a_file(
     command: list[str], files: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,8 +116,19 @@ def test_eval_data_that_is_no_benchmark_file(
 ) -> None:
     if data == "binary_parquet":
         pytest.importorskip("pyarrow")
-    argv = ["eval", "--benchmark", "docvqa", "--data", str(files[data]), "--paradigm", "direct",
-            "--model", "tiny:qwen2_5_vl", "--out", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "eval",
+        "--benchmark",
+        "docvqa",
+        "--data",
+        str(files[data]),
+        "--paradigm",
+        "direct",
+        "--model",
+        "tiny:qwen2_5_vl",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(argv) == 2
     _one_line(capsys, "eval", expected)
 
@@ -152,26 +166,54 @@ def _no_model(*args: Any, **kwargs: Any) -> Any:
     [
         ("folder", "is a folder; name a file, e.g. --html {folder}/answer.html"),
         ("file/answer.html", "is a file, not a folder"),
-    ],  # fmt: skip
+    ],
 )
 def test_ask_html_that_cannot_be_written_is_refused_before_generation(
-    html: str, expected: str, files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    html: str,
+    expected: str,
+    files: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     import evidra.rag
 
     monkeypatch.setattr(evidra.rag.RAG, "load", _no_model)
     target = str(files[html]) if html in files else str(files["file"] / "answer.html")
-    assert main(["ask", "--store", str(tmp_path / "store"), "--model", "tiny:qwen2_5_vl", "--html", target,
-                 "what is the budget?"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "ask",
+                "--store",
+                str(tmp_path / "store"),
+                "--model",
+                "tiny:qwen2_5_vl",
+                "--html",
+                target,
+                "what is the budget?",
+            ]
+        )
+        == 2
+    )
     _one_line(capsys, "ask", expected.format(folder=files["folder"]))
 
 
 def test_eval_out_and_train_export_naming_a_file_are_refused_first(
     files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "direct",
-            "--model", "tiny:qwen2_5_vl", "--out", str(files["file"])]  # fmt: skip
+    argv = [
+        "eval",
+        "--synthetic",
+        "tunnel.chain",
+        "--n",
+        "1",
+        "--paradigm",
+        "direct",
+        "--model",
+        "tiny:qwen2_5_vl",
+        "--out",
+        str(files["file"]),
+    ]
     assert main(argv) == 2
     _one_line(capsys, "eval", "--out", "is a file; name a folder")
     assert not (tmp_path / "a-file").is_dir()

@@ -17,13 +17,21 @@ import torch
 
 from evidra.cli.main import main
 from evidra.config import load_config
-from evidra.errors import CheckpointError
 from evidra.rl.checkpoint import list_checkpoints, verify_checkpoint
 from evidra.rl.config import RLConfig
 from evidra.rl.trainer import RLTrainer
 
-ARGS = ["model.path=tiny:qwen2_5_vl", "run.batch_size=2", "rollout.group_size=2", "rollout.max_new_tokens=4",
-        "data.size=4", "data.task=toy.length", "algo.kl=none", "run.save_every=1", "run.keep_checkpoints=3"]  # fmt: skip
+ARGS = [
+    "model.path=tiny:qwen2_5_vl",
+    "run.batch_size=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=4",
+    "data.size=4",
+    "data.task=toy.length",
+    "algo.kl=none",
+    "run.save_every=1",
+    "run.keep_checkpoints=3",
+]
 
 
 def _full_disk_on_call(monkeypatch: pytest.MonkeyPatch, failing_call: int) -> None:
@@ -82,8 +90,22 @@ def test_the_real_writers_failing_on_a_size_limit_end_in_one_line(tmp_path: Path
     """No patching: the process may not write files beyond a size (as a full disk refuses bytes),
     so torch's and safetensors' own writers fail, with their own exception types."""
     out = tmp_path / "run"
-    first = subprocess.run([sys.executable, "-m", "evidra.cli.main", "-q", "train", "rl", *ARGS, "run.steps=1",
-                            f"run.output_dir={out}"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    first = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evidra.cli.main",
+            "-q",
+            "train",
+            "rl",
+            *ARGS,
+            "run.steps=1",
+            f"run.output_dir={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     size = max(f.stat().st_size for f in (out / "checkpoints" / "step-000001").iterdir())
     script = textwrap.dedent(f"""
@@ -93,8 +115,12 @@ def test_the_real_writers_failing_on_a_size_limit_end_in_one_line(tmp_path: Path
         from evidra.cli.main import main
         sys.exit(main(sys.argv[1:]))
     """)
-    second = subprocess.run([sys.executable, "-c", script, "-q", "train", "rl", *ARGS, "run.steps=2",
-                             f"run.output_dir={out}"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    second = subprocess.run(
+        [sys.executable, "-c", script, "-q", "train", "rl", *ARGS, "run.steps=2", f"run.output_dir={out}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     err = second.stderr.strip().splitlines()
     assert second.returncode == 2 and len(err) == 1, second.stderr[-2000:]
     assert err[0].startswith("evidra train: error: checkpoint step-000002 could not be written"), err[0]
