@@ -254,3 +254,47 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(
     proc.stdout.close()  # the reader is gone before the command writes a byte
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == "", err  # as a command ended by SIGPIPE
+
+
+@pytest.mark.parametrize(
+    ("queries", "expected"),
+    [
+        ("binary", "line 1 is not UTF-8 text"),
+        ("deep_jsonl", "line 1 nests JSON too deeply to read"),
+        ("binary_tsv", "is not a UTF-8 table"),
+    ],
+)
+def test_index_eval_queries_that_are_no_queries(
+    queries: str, expected: str, files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "binary.tsv").write_bytes(files["binary"].read_bytes())
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp1\t1\n")
+    path = tmp_path / "binary.tsv" if queries == "binary_tsv" else files[queries]
+    index = _store(tmp_path, 1).parent / "bm25"
+    assert main(["-q", "index", "build", "--store", str(tmp_path / "store"), "--encoder", "bm25",
+                 "--out", str(index)]) == 0  # fmt: skip
+    capsys.readouterr()
+    argv = [
+        "index",
+        "eval",
+        "--index",
+        str(index),
+        "--queries",
+        str(path),
+        "--qrels",
+        str(tmp_path / "qrels.tsv"),
+    ]
+    assert main(argv) == 2
+    _one_line(capsys, "index", expected)
+
+
+@pytest.mark.parametrize(
+    ("toolbox", "expected"), [("binary", "is not UTF-8 text"), ("deep_json", "too deeply")]
+)
+def test_a_toolbox_that_is_no_toolbox(
+    toolbox: str, expected: str, files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "toolchain", "--toolbox",
+            str(files[toolbox]), "--model", "tiny:qwen2_5_vl", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 2
+    _one_line(capsys, "eval", f"toolbox {str(files[toolbox])!r}", expected)
