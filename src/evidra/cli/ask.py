@@ -142,6 +142,7 @@ def format_verdict(record: dict[str, Any]) -> str:
 
 def _open(args: argparse.Namespace) -> RAG:
     """Check the options, open store and index, then load the model (the heavy part, last)."""
+    from evidra.cli._outputs import check_output_file
     from evidra.devices import resolve_device, resolve_dtype
     from evidra.models.generation import SamplingParams
     from evidra.rag import RAG
@@ -152,6 +153,8 @@ def _open(args: argparse.Namespace) -> RAG:
         )
     if args.page and args.index:
         raise InvalidInputError("pass --page (pages chosen by hand) or --index (retrieved pages), not both")
+    if args.html:
+        check_output_file(args.html, "--html", "answer.html")  # before minutes of generation
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     return RAG.load(

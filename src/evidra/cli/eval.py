@@ -22,6 +22,7 @@ from typing import Any
 
 from evidra.cli._eval_options import EvalOptions, load_sa, parse_options, with_pages
 from evidra.cli._eval_options import add_arguments as add_eval_options
+from evidra.cli._outputs import check_output_dir
 from evidra.cli._progress import advance, open_bar
 from evidra.errors import InvalidInputError
 from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
@@ -262,6 +263,11 @@ def run(args: argparse.Namespace) -> int:
     from evidra.paradigms import PARADIGMS
 
     out = Path(args.out)
+    check_output_dir(out, "--out")
+    if args.training_metrics and not Path(args.training_metrics).is_file():
+        raise InvalidInputError(
+            f"--training-metrics {args.training_metrics!r} is not a file; pass a run's metrics.jsonl"
+        )
     judge = _judge(args, out)  # a bad judge option fails before any model loads
     options = parse_options(args)
     benches = _samples(args, out)

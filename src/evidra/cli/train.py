@@ -8,6 +8,7 @@ Runs on one process as is, or on several under ``accelerate launch``:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -44,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
         if not args.data:
             raise ConfigError("--data-format names the format of --data FILE; pass --data too")
         args.overrides = [*args.overrides, f"data.trajectories_format={args.data_format}"]
+    if args.export:  # checked before training, not after
+        from evidra.cli._outputs import check_output_dir
+        from evidra.rl.export import check_export_target
+
+        check_output_dir(args.export, "--export")
+        check_export_target(Path(args.export))
     if args.mode == "sft":
         from evidra.methods import sft_trainer
         from evidra.rl.config import SFTConfig

@@ -147,9 +147,8 @@ def _open_dir(path: str, store: PageStore) -> tuple[Retriever, Callable[[], None
     from evidra.retrieval.engine import MANIFEST, open_index
 
     if not Path(path).is_dir():
-        raise InvalidInputError(
-            f"index directory {path!r} does not exist; build it with {_build_hint(store, path)}"
-        )
+        state = "is a file, not an index folder" if Path(path).exists() else "does not exist"
+        raise InvalidInputError(f"index directory {path!r} {state}; build it with {_build_hint(store, path)}")
     if not (Path(path) / MANIFEST).is_file():
         raise InvalidInputError(
             f"{path!r} holds no index (no {MANIFEST}); pass the --out folder of `evidra index build`, "

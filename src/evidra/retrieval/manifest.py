@@ -42,14 +42,21 @@ def write_manifest(root: Path, spec: IndexSpec) -> None:
 
 def read_spec(root: str | Path) -> IndexSpec:
     path = Path(root) / MANIFEST
+    if Path(root).exists() and not Path(root).is_dir():
+        raise CorpusError(
+            f"{str(root)!r} is a file, not an index folder; pass the folder `evidra index build --out` wrote"
+        )
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(path.read_text(encoding="utf-8"))
         qdrant = raw.pop("qdrant", None)
         return IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
     except FileNotFoundError:
         raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
-    except (ValueError, TypeError) as exc:
-        raise CorpusError(f"{path} is malformed ({exc}); rebuild the index") from exc
+    except OSError as exc:
+        raise CorpusError(f"{path} cannot be read ({exc.strerror or exc}); check the index folder") from None
+    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise CorpusError(f"{path} is malformed ({reason}); rebuild the index") from None
 
 
 def save_bm25(root: Path, retriever: BM25Retriever) -> None:

@@ -22,7 +22,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from evidra.config import dump_config
 from evidra.errors import CheckpointError
@@ -105,7 +105,10 @@ def save_checkpoint(
     main = engine is None or engine.is_main_process
     if main:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        try:
+            tmp.mkdir(parents=True)
+        except OSError as exc:
+            _raise_unwritten(exc, root, final.name)
     if engine is not None:
         engine.wait()
     weights = _gather_trainable(model, engine)
@@ -118,12 +121,36 @@ def save_checkpoint(
     elif engine is not None and engine.sharded:
         _save_sharded_optimizer(model, optimizer, tmp / "optimizer")
     if main:
-        _write_main(tmp, weights, state, optimizer, scheduler, config, sharded=sharded)
+        try:
+            _write_main(tmp, weights, state, optimizer, scheduler, config, sharded=sharded)
+        except Exception as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _raise_unwritten(exc, root, final.name)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
     if engine is not None:
         engine.wait()
     return final
+
+
+def _raise_unwritten(exc: Exception, root: Path, name: str) -> NoReturn:
+    """A checkpoint that could not be written (a full disk: ``OSError`` from Python, ``RuntimeError``
+    from torch's writer, ``SafetensorError``) as one ``CheckpointError``; anything else re-raised."""
+    from safetensors import SafetensorError
+
+    if not isinstance(exc, (OSError, RuntimeError, SafetensorError)):
+        raise exc
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    try:
+        free = f"; {shutil.disk_usage(root).free >> 20} MiB free there"
+    except OSError:
+        free = ""
+    done = list_checkpoints(root.parent)
+    kept = f"the run resumes from {done[-1].name}, kept intact" if done else "no earlier checkpoint was saved"
+    raise CheckpointError(
+        f"checkpoint {name} could not be written in {root} ({reason}{free}); {kept}; "
+        "free disk space or set run.output_dir elsewhere, then run again"
+    ) from exc
 
 
 def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:

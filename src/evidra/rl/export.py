@@ -207,7 +207,7 @@ def _write_adapter(vlm: Any, ckpt: TrainedCheckpoint, base: Path, out: Path) -> 
     vlm.model.save_pretrained(out)
 
 
-def _check_target(out: Path) -> None:
+def check_export_target(out: Path) -> None:
     """Only an earlier evidra export may be replaced, never a folder of something else."""
     if out.exists() and not (out / PROVENANCE).is_file():
         raise InvalidInputError(
@@ -217,7 +217,7 @@ def _check_target(out: Path) -> None:
 
 def _publish(tmp: Path, out: Path) -> None:
     """Move a finished export into place, replacing an earlier export."""
-    _check_target(out)
+    check_export_target(out)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
 
@@ -229,7 +229,7 @@ def export_model(source: str | Path, out_dir: str | Path, *, adapter_only: bool 
     The directory is written under a temporary name and renamed when complete.
     """
     out = Path(out_dir)
-    _check_target(out)
+    check_export_target(out)
     ckpt = read_checkpoint(source)
     base = base_model_dir(ckpt)
     vlm = rebuild_policy(ckpt)
