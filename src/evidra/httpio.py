@@ -96,7 +96,10 @@ class CappedBody:
             data, self.full = data[:room], True
         self._buf += data
 
-    def bytes(self) -> bytes:
+    def finish(self) -> bytes:
+        """The body; ``ReplyError`` when a compressed one stopped before its end (a whole reply only)."""
+        if self._inflate is not None and not self._inflate.eof and not self.truncate:
+            raise ReplyError("a compressed body that does not decompress (it ends before its end)")
         return bytes(self._buf)
 
 
@@ -107,7 +110,7 @@ def read_capped(response: httpx.Response, cap: int = MAX_REPLY_BYTES, *, truncat
         body.feed(chunk)
         if body.full:
             break
-    return body.bytes()
+    return body.finish()
 
 
 async def aread_capped(response: httpx.Response, cap: int = MAX_REPLY_BYTES, *, truncate: bool = False) -> bytes:
@@ -117,7 +120,7 @@ async def aread_capped(response: httpx.Response, cap: int = MAX_REPLY_BYTES, *, 
         body.feed(chunk)
         if body.full:
             break
-    return body.bytes()
+    return body.finish()
 
 
 def _no_constant(name: str) -> NoReturn:
