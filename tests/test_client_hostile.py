@@ -22,10 +22,17 @@ from evidra.eval.endpoint import ChatEndpoint
 from evidra.httpio import MAX_REPLY_BYTES
 from evidra.keys import KeyPolicy
 from evidra.methods import MethodConfig, build_task
-from evidra.openai_client import ChatClient, ChatClientError, ClientConfig, MalformedResponseError, endpoint_config
+from evidra.openai_client import (
+    ChatClient,
+    ChatClientError,
+    ClientConfig,
+    MalformedResponseError,
+    endpoint_config,
+)
 from evidra.rewards.judge import HttpJudgeConfig, JudgeItem, OpenAIJudge
 from evidra.rewards.judge_config import JudgeConfig, build_judge
 from evidra.types import Message, Sample, Span, Trajectory
+from hostile_http import gzip_bomb
 
 CALLERS = ("client", "endpoint", "judge", "teacher")
 SECRET = "hf_0123456789abcdefSECRET"
@@ -40,7 +47,13 @@ def _call(kind: str, url: str) -> tuple[bool, str, type[Exception] | None]:
         return verdict.value is not None, verdict.error or "", None
     try:
         if kind == "client":
-            return True, ChatClient(endpoint_config(url, "m", retries=0)).chat([{"role": "user", "content": "hi"}]).text, None
+            return (
+                True,
+                ChatClient(endpoint_config(url, "m", retries=0))
+                .chat([{"role": "user", "content": "hi"}])
+                .text,
+                None,
+            )
         if kind == "endpoint":
             return True, ChatEndpoint(url, "m", retries=0).complete([Message.text("user", "hi")]).text, None
         return True, OpenAIChatModel(url, "m", retries=0).complete("system", "hi"), None
@@ -48,19 +61,10 @@ def _call(kind: str, url: str) -> tuple[bool, str, type[Exception] | None]:
         return False, str(exc), type(exc)
 
 
-def gzip_bomb(expanded: int, head: bytes = b'{"choices": [{"message": {"content": "') -> bytes:
-    """A gzip body of ``expanded`` decoded bytes (about 1/1000 of it on the wire)."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
-    block = b"A" * 2**20
-    parts = [packer.compress(head), *(packer.compress(block) for _ in range(expanded // 2**20))]
-    return b"".join([*parts, packer.compress(b'"}}]}'), packer.flush()])
-
-
 HOSTILE = {  # name: (body, headers, words of the one-line error)
     "nested 200k deep": (b"[" * 200_000 + b"]" * 200_000, {}, "nested too deeply"),
     "index Infinity": (b'{"choices": [{"index": Infinity, "message": {"content": "x"}}]}', {}, "Infinity"),
-    "usage 1e999": (b'{"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": 1e999}}',
-                    {}, "1e999 overflows"),  # fmt: skip
+    "usage 1e999": (b'{"choices": [], "usage": {"completion_tokens": 1e999}}', {}, "1e999 overflows"),
     "NaN": (b'{"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": NaN}}', {}, "NaN"),
     "brotli": (b"\x0b\x02\x80{}\x03", {"Content-Encoding": "br"}, "Content-Encoding 'br'"),
     "bad gzip": (b"\x1f\x8b\x08\x00garbage", {"Content-Encoding": "gzip"}, "does not decompress"),
@@ -96,7 +100,9 @@ def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_it(kind: str, fake_
 
 def test_a_gzip_reply_under_the_cap_is_decoded(fake_judge: Any) -> None:
     payload = json.dumps({"choices": [{"message": {"content": "B" * 100_000}}]}).encode()
-    fake_judge.script = [fake_judge.Scripted(200, zlib.compress(payload), headers={"Content-Encoding": "deflate"})]
+    fake_judge.script = [
+        fake_judge.Scripted(200, zlib.compress(payload), headers={"Content-Encoding": "deflate"})
+    ]
     assert _call("client", fake_judge.url) == (True, "B" * 100_000, None)
 
 
@@ -104,7 +110,9 @@ def test_a_declared_oversized_body_is_refused_before_it_is_read(fake_judge: Any)
     body = json.dumps({"choices": [{"message": {"content": "C" * 2000}}]}).encode()
     fake_judge.script = [fake_judge.Scripted(200, body)]
     config = ClientConfig(fake_judge.url, "m", max_reply_bytes=1000)
-    with pytest.raises(MalformedResponseError, match=r"of \d+ bytes \(its Content-Length\), over the 1000-byte cap"):
+    with pytest.raises(
+        MalformedResponseError, match=r"of \d+ bytes \(its Content-Length\), over the 1000-byte cap"
+    ):
         ChatClient(config).chat([{"role": "user", "content": "hi"}])
 
 
@@ -119,7 +127,9 @@ def test_an_error_body_is_read_only_as_far_as_it_is_shown(fake_judge: Any) -> No
 
 
 @pytest.mark.parametrize("kind", CALLERS)
-def test_a_key_the_server_echoes_is_redacted(kind: str, fake_judge: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_key_the_server_echoes_is_redacted(
+    kind: str, fake_judge: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     echo = {"error": {"message": f"invalid key Bearer {SECRET}{'.' * 300}"}}  # past the cut, too
     fake_judge.script = [fake_judge.Scripted(401, echo), fake_judge.Scripted(500, echo)]
@@ -165,14 +175,21 @@ def test_a_withheld_key_names_variable_host_and_entry_on_401(
     (verdict,) = _recipe_judge(fake_judge.url).judge([JudgeItem("Q?", "Paris", "Paris")])
     host = fake_judge.url.split("//")[1].split("/")[0]
     assert verdict.value is None and verdict.error is not None
-    assert verdict.error.endswith(f"missing key; the key in $HF_TOKEN was not sent to {host}, which "
-                                  f"judge.base_url names; to send it, set EVIDRA_KEY_HOSTS=HF_TOKEN@{host}")  # fmt: skip
+    hint = f"the key in $HF_TOKEN was not sent to {host}, which judge.base_url names"
+    assert verdict.error.endswith(f"missing key; {hint}; to send it, set EVIDRA_KEY_HOSTS=HF_TOKEN@{host}")
+
+
+def _eval_argv(url: str, out: Path, *extra: str) -> list[str]:
+    return ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "direct", "--endpoint", url,
+            "--model-name", "policy", "--out", str(out), *extra]  # fmt: skip
 
 
 def test_a_malformed_allow_list_is_refused_before_any_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", SECRET)
     monkeypatch.setenv("EVIDRA_KEY_HOSTS", "HF_TOKEN=evil.example")
-    with pytest.raises(ConfigError, match="EVIDRA_KEY_HOSTS entry 'HF_TOKEN=evil.example' is not VARIABLE@host"):
+    with pytest.raises(
+        ConfigError, match=r"EVIDRA_KEY_HOSTS entry 'HF_TOKEN=evil\.example' is not VARIABLE@host"
+    ):
         _recipe_judge("http://127.0.0.1:9/v1")
 
 
@@ -182,10 +199,9 @@ def test_the_eval_flags_are_the_users_and_carry_the_key(
     monkeypatch.setenv("MY_JUDGE_KEY", SECRET)
     monkeypatch.delenv("EVIDRA_KEY_HOSTS", raising=False)
     fake_judge.policy_reply = "<think>t</think><answer>{1}</answer>"  # an answer the judge is asked about
-    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "direct", "--endpoint", fake_judge.url,
-            "--model-name", "policy", "--out", str(tmp_path), "--judge", "openai", "--judge-url", fake_judge.url,
-            "--judge-model", "judge", "--judge-api-key-env", "MY_JUDGE_KEY"]  # fmt: skip
-    assert main(argv) == 0
+    judge = ["--judge", "openai", "--judge-url", fake_judge.url, "--judge-model", "judge",
+             "--judge-api-key-env", "MY_JUDGE_KEY"]  # fmt: skip
+    assert main(_eval_argv(fake_judge.url, tmp_path, *judge)) == 0
     sent = {r["body"]["model"]: r["authorization"] for r in fake_judge.requests}
     assert sent["judge"] == f"Bearer {SECRET}"
 
@@ -198,9 +214,7 @@ def test_eval_endpoint_turns_a_hostile_reply_into_one_line(
     name: str, fake_judge: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_judge.script = [fake_judge.Scripted(200, HOSTILE[name][0])] * 3
-    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "direct", "--endpoint", fake_judge.url,
-            "--model-name", "m", "--out", str(tmp_path)]  # fmt: skip
-    assert main(argv) == 2
+    assert main(_eval_argv(fake_judge.url, tmp_path)) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("evidra eval: error:")]
     assert len(err) == 1 and HOSTILE[name][2] in err[0] and "Traceback" not in err[0]
 

@@ -113,7 +113,9 @@ def read_capped(response: httpx.Response, cap: int = MAX_REPLY_BYTES, *, truncat
     return body.finish()
 
 
-async def aread_capped(response: httpx.Response, cap: int = MAX_REPLY_BYTES, *, truncate: bool = False) -> bytes:
+async def aread_capped(
+    response: httpx.Response, cap: int = MAX_REPLY_BYTES, *, truncate: bool = False
+) -> bytes:
     """``read_capped`` for an async streamed ``response``."""
     body = CappedBody(response, cap, truncate=truncate)
     async for chunk in response.aiter_raw():

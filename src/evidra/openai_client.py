@@ -48,7 +48,14 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from evidra.errors import ConfigError, InvalidInputError
-from evidra.httpio import ERROR_BODY_BYTES, MAX_REPLY_BYTES, REQUEST_HEADERS, LoopThread, ReplyError, aread_capped
+from evidra.httpio import (
+    ERROR_BODY_BYTES,
+    MAX_REPLY_BYTES,
+    REQUEST_HEADERS,
+    LoopThread,
+    ReplyError,
+    aread_capped,
+)
 from evidra.httpio import loads as loads_reply
 from evidra.keys import KeyPolicy, redact
 from evidra.openai_wire import ChatClientError as ChatClientError
@@ -290,7 +297,9 @@ class AsyncChatClient:
         url, key = self.config.url, self.config.key()
         headers = {**REQUEST_HEADERS, **({"Authorization": f"Bearer {key}"} if key else {})}
         try:  # wait_for bounds the whole attempt; httpx's own timeouts bound each phase only
-            status, retry_after, raw = await asyncio.wait_for(self._post(body, headers), self.config.timeout_s)
+            status, retry_after, raw = await asyncio.wait_for(
+                self._post(body, headers), self.config.timeout_s
+            )
         except asyncio.TimeoutError:
             raise _Transient(f"no complete reply within timeout_s={self.config.timeout_s:g}") from None
         except httpx.TransportError as exc:  # refused, reset, protocol errors, httpx's phase timeouts
@@ -308,7 +317,9 @@ class AsyncChatClient:
             if status in (401, 403):
                 source = "api_key" if self.config.api_key is not None else f"${self.config.api_key_env}"
                 hint = f"; check the API key (from {source})" if key else f"; {self.config.no_key_hint()}"
-            raise ChatHTTPError(f"HTTP {status} from {url}: {server_message(text, secrets=(key,))}{hint}", status)
+            raise ChatHTTPError(
+                f"HTTP {status} from {url}: {server_message(text, secrets=(key,))}{hint}", status
+            )
         try:
             return loads_reply(raw)
         except ReplyError as exc:

@@ -120,7 +120,12 @@ def _open_url(url: str) -> tuple[Retriever, Callable[[], None]]:
             status = response.status_code
             health = loads(read_capped(response, ERROR_BODY_BYTES)) if status == 200 else None
         healthy = isinstance(health, dict) and health.get("status") == "ok"
-    except (httpx.HTTPError, ReplyError) as exc:
+    except ReplyError as exc:
+        raise InvalidInputError(
+            f"index URL {url} answered /health with {exc}, not an `evidra serve-index` service; pass the URL "
+            "that `evidra serve-index` prints"
+        ) from None
+    except httpx.HTTPError as exc:
         raise InvalidInputError(
             f"index URL {url} is unreachable ({type(exc).__name__}); start the service with "
             "`evidra serve-index --index DIR --port PORT`, or pass the index directory instead"

@@ -31,8 +31,16 @@ from typing import Any
 import httpx
 
 from evidra.errors import EvidraError
-from evidra.httpio import ERROR_BODY_BYTES, MAX_REPLY_BYTES, REQUEST_HEADERS, LoopThread, ReplyError
-from evidra.httpio import aread_capped, loads, shown
+from evidra.httpio import (
+    ERROR_BODY_BYTES,
+    MAX_REPLY_BYTES,
+    REQUEST_HEADERS,
+    LoopThread,
+    ReplyError,
+    aread_capped,
+    loads,
+    shown,
+)
 from evidra.keys import KeyPolicy, redact
 from evidra.retrieval.base import Exclude, Hit
 from evidra.retrieval.server import API_KEY_ENV, hits_from_json
@@ -65,13 +73,16 @@ def _parse(url: str, status: int, raw: bytes, key: str | None, n_queries: int) -
         raise SearchServiceError(f"{url} answered 200 with {exc}") from None
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list) or len(results) != n_queries:
-        raise SearchServiceError(f"{url} answered 200 without a 'results' list of {n_queries} hit lists: "
-                                 f"{shown(redact(raw[:400].decode('utf-8', 'replace'), (key,)).encode(), 120)}")  # fmt: skip
+        start = shown(redact(raw[:400].decode("utf-8", "replace"), (key,)).encode(), 120)
+        raise SearchServiceError(
+            f"{url} answered 200 without a 'results' list of {n_queries} hit lists: {start}"
+        )
     try:
         return hits_from_json(results)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        reason = shown(str(exc).encode(), 80)
         raise SearchServiceError(
-            f"{url} answered 200 with a malformed hit ({type(exc).__name__}: {shown(str(exc).encode(), 80)}); "
+            f"{url} answered 200 with a malformed hit ({type(exc).__name__}: {reason}); "
             "each hit needs a page_id and a numeric score"
         ) from None
 

@@ -237,7 +237,9 @@ def open_index(
     return _engine(path, spec, enc, index)
 
 
-def open_searcher(where: str, required: Collection[str] = (), key_policy: KeyPolicy | None = None) -> Retriever:
+def open_searcher(
+    where: str, required: Collection[str] = (), key_policy: KeyPolicy | None = None
+) -> Retriever:
     """Text-to-pages search at ``where``: a ``serve-index`` URL or an index directory.
 
     ``key_policy`` says who named a URL: by default a file (a recipe's ``method.index``), so the
