@@ -146,6 +146,8 @@ def test_storage_dtype_benchmark_holds_half_and_ranks_alike(
     out = _run("storage_dtype", ["--pages", "60", "--length", "16", "--repeats", "1"], monkeypatch, capsys)
     assert "top-10 identical for 32/32 queries" in out  # fp16 widened exactly to fp32
     assert re.search(r"^RESULT memory_ratio=0\.50 single_ratio=\S+ batched_ratio=\S+$", out, re.M)
+
+
 def _suite(monkeypatch: pytest.MonkeyPatch) -> Any:
     spec = importlib.util.spec_from_file_location("gpu_suite", BENCH / "gpu_suite.py")
     assert spec is not None and spec.loader is not None

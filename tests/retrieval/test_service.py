@@ -5,6 +5,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from http_raw import raw_request as _raw
 
@@ -27,18 +28,19 @@ def test_malformed_requests_get_4xx(bm25_engine: Any) -> None:
     engine, _ = bm25_engine
     with SearchService(engine.retriever, n_pages=len(engine.index)).running() as url:
         client = SearchClient(url, timeout=10)
+        http = httpx.Client(timeout=10, trust_env=False)  # requests the client would never send
         for body, status, fragment in [
             ({"queries": []}, 400, "non-empty list"),
             ({"queries": ["a"], "k": 0}, 400, '"k" must be'),
             ({"queries": ["a"], "k": "5"}, 400, '"k" must be'),
             ({"queries": ["a", "b"], "exclude": [[]]}, 400, '"exclude"'),
         ]:
-            response = client._client.post(client.url, json=body)
+            response = http.post(client.url, json=body)
             assert response.status_code == status and fragment in response.json()["error"]
-        assert client._client.post(client.url, content=b"{oops").status_code == 400
-        assert client._client.get(client.url).status_code == 405
-        assert client._client.get(url + "/nope").status_code == 404
-        assert client._client.get(url + "/health").json() == {"status": "ok", "pages": len(engine.index)}
+        assert http.post(client.url, content=b"{oops").status_code == 400
+        assert http.get(client.url).status_code == 405
+        assert http.get(url + "/nope").status_code == 404
+        assert http.get(url + "/health").json() == {"status": "ok", "pages": len(engine.index)}
         status, body = _raw(
             url, b"POST /search HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999\r\nConnection: close\r\n\r\n"
         )
@@ -46,6 +48,7 @@ def test_malformed_requests_get_4xx(bm25_engine: Any) -> None:
         with pytest.raises(SearchServiceError, match="400"):
             client.search(["a"], k=1000)
         client.close()
+        http.close()
     with pytest.raises(SearchServiceError, match="failed"):
         SearchClient(url, timeout=2).search(["a"])  # the service is gone
 

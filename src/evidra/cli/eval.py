@@ -131,7 +131,9 @@ def _judge(args: argparse.Namespace, out: Path) -> Any:
     if cfg.kind != "rule":
         out.mkdir(parents=True, exist_ok=True)
         cache = DiskCache(out / "judge_cache.sqlite")
-    return build_judge(cfg, cfg.prompt or "vragrl", cache)
+    from evidra.keys import KeyPolicy
+
+    return build_judge(cfg, cfg.prompt or "vragrl", cache, KeyPolicy())  # --judge-url is the user's flag
 
 
 def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
@@ -248,11 +250,12 @@ def _search_corpus(args: argparse.Namespace, samples: list[Any]) -> Any:
     """``(searcher, pages)`` over every page of a benchmark (VRAG-RL's corpus), built once per
     benchmark: ``--index`` (directory or URL), else BM25 over the pages' text layer."""
     from evidra.env.search import bm25_searcher
+    from evidra.keys import KeyPolicy
     from evidra.retrieval.engine import open_searcher
 
     pages = {p.id: p for s in samples for p in s.pages}
     gold = {g for s in samples for g in s.gold_pages}
-    searcher = open_searcher(args.index, gold) if args.index else bm25_searcher(pages.values())
+    searcher = open_searcher(args.index, gold, KeyPolicy()) if args.index else bm25_searcher(pages.values())
     return searcher, pages
 
 

@@ -107,22 +107,32 @@ def attach(where: Sequence[str], store: PageStore) -> StoreRetriever:
 
 
 def _open_url(url: str) -> tuple[Retriever, Callable[[], None]]:
-    """A ``serve-index`` client, after its ``/health`` answered (so a wrong URL fails here)."""
+    """A ``serve-index`` client, after its ``/health`` answered (so a wrong URL fails here). The
+    URL is the user's (``--index``, ``attach``'s argument): the service's key may go there."""
     import httpx
 
+    from evidra.httpio import ERROR_BODY_BYTES, REQUEST_HEADERS, ReplyError, loads, read_capped
     from evidra.retrieval.client import SearchClient
 
     try:
-        response = httpx.get(url.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S, trust_env=False)
-        healthy = response.status_code == 200 and response.json().get("status") == "ok"
-    except (httpx.HTTPError, ValueError) as exc:
+        with httpx.stream("GET", url.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S, trust_env=False,
+                          headers=REQUEST_HEADERS) as response:  # fmt: skip
+            status = response.status_code
+            health = loads(read_capped(response, ERROR_BODY_BYTES)) if status == 200 else None
+        healthy = isinstance(health, dict) and health.get("status") == "ok"
+    except ReplyError as exc:
+        raise InvalidInputError(
+            f"index URL {url} answered /health with {exc}, not an `evidra serve-index` service; pass the URL "
+            "that `evidra serve-index` prints"
+        ) from None
+    except httpx.HTTPError as exc:
         raise InvalidInputError(
             f"index URL {url} is unreachable ({type(exc).__name__}); start the service with "
             "`evidra serve-index --index DIR --port PORT`, or pass the index directory instead"
         ) from None
     if not healthy:
         raise InvalidInputError(
-            f"index URL {url} answered /health with {response.status_code}, not an `evidra serve-index` "
+            f"index URL {url} answered /health with {status}, not an `evidra serve-index` "
             "service; pass the URL that `evidra serve-index` prints"
         )
     client = SearchClient(url)

@@ -29,6 +29,7 @@ from typing import Any
 
 from evidra.devices import resolve_device, resolve_dtype
 from evidra.errors import InvalidInputError
+from evidra.keys import KeyPolicy
 from evidra.models.references import recorded_ref
 from evidra.retrieval._staging import publish, remove_stale_builds
 from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, Retriever, VectorIndex
@@ -236,8 +237,14 @@ def open_index(
     return _engine(path, spec, enc, index)
 
 
-def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
+def open_searcher(
+    where: str, required: Collection[str] = (), key_policy: KeyPolicy | None = None
+) -> Retriever:
     """Text-to-pages search at ``where``: a ``serve-index`` URL or an index directory.
+
+    ``key_policy`` says who named a URL: by default a file (a recipe's ``method.index``), so the
+    key in ``$EVIDRA_INDEX_API_KEY`` goes there only where ``EVIDRA_KEY_HOSTS`` allows
+    (``evidra.keys``); a command-line ``--index`` passes ``KeyPolicy()``.
 
     An index directory must hold every page id in ``required`` (e.g. the gold pages a reward
     checks retrieval against); a URL is trusted, since a service cannot list its pages cheaply.
@@ -247,7 +254,7 @@ def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
     if where.startswith(("http://", "https://")):
         from evidra.retrieval.client import SearchClient
 
-        return SearchClient(where)
+        return SearchClient(where, key_policy=key_policy or KeyPolicy.file("method.index"))
     options = EncoderOptions(device=resolve_device("auto"), dtype=resolve_dtype("auto", "auto"))
     engine = open_index(where, options=options)
     missing = sorted(set(required) - set(engine.index.page_ids()))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from evidra.errors import InvalidInputError, RegistryError
+from evidra.keys import KeyPolicy
 from evidra.openai_client import (
     DEFAULT_API_KEY_ENV,
     AsyncChatClient,
@@ -102,7 +103,8 @@ class HttpJudgeConfig:
     unparseable reply); retry ``r`` (1-based) waits up to ``min(max_backoff_s, backoff_s *
     2**(r - 1))`` seconds (or the server's ``Retry-After``, up to ``max_backoff_s``), and the
     retries of one request wait at most ``max_wait_s`` in all. ``timeout_s`` bounds each
-    attempt as a whole. The key is ``api_key`` when given, else ``$api_key_env``.
+    attempt as a whole. The key is ``api_key`` when given, else ``$api_key_env`` where
+    ``key_policy`` lets it go to ``base_url`` (``evidra.keys``).
     """
 
     base_url: str
@@ -119,6 +121,7 @@ class HttpJudgeConfig:
     max_tokens: int | None = None
     api_key_env: str = DEFAULT_API_KEY_ENV
     max_wait_s: float = 120.0
+    key_policy: KeyPolicy = field(default_factory=KeyPolicy)  # who named base_url
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.concurrency < 1 or self.max_retries < 0:
@@ -135,7 +138,7 @@ class HttpJudgeConfig:
         retry = RetryPolicy(max_attempts=self.max_retries + 1, backoff_s=self.backoff_s,
                             max_backoff_s=self.max_backoff_s, max_wait_s=self.max_wait_s)  # fmt: skip
         return ClientConfig(self.base_url, self.model, api_key_env=self.api_key_env, api_key=self.api_key,
-                            timeout_s=self.timeout_s, retry=retry)  # fmt: skip
+                            timeout_s=self.timeout_s, retry=retry, key_policy=self.key_policy)  # fmt: skip
 
 
 @dataclass
@@ -212,6 +215,11 @@ class OpenAIJudge:
             except ChatClientError as exc:  # refused (4xx), or unavailable through every retry
                 used += exc.attempts
                 verdicts = [Verdict(None, str(exc))] * len(chunk)
+                break
+            except Exception as exc:  # a judge failure leaves items unscored; it never ends a run
+                logger.warning("judge request failed unexpectedly", exc_info=True)
+                used += 1
+                verdicts = [Verdict(None, f"judge failed: {type(exc).__name__}")] * len(chunk)
                 break
             used += result.attempts
             verdicts = parse_verdicts(result.text, len(chunk))
