@@ -17,22 +17,22 @@ episodes (``Task.score_episodes``): the states and targets of every episode go t
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from evidra.data.synth.sources import side_by_side
 from evidra.env.base import play_script
 from evidra.env.zoom import ZoomEnv
-from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights, method_judge
+from evidra.methods.base import METHODS, Method, Resources, merged_weights, method_judge
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
 from evidra.rewards.base import RewardResult
 from evidra.rewards.cave import CaveParams, CaveWeights, Outcome, StateScore, cave_reward
 from evidra.rewards.cave_scoring import score_states
 from evidra.rewards.judge import Judge, JudgeItem, RuleJudge
+from evidra.rewards.judge_config import JudgeConfig
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task, synthetic_mixture, usable
 from evidra.types import Message, Parsed, Sample, Trajectory
@@ -145,11 +145,29 @@ def make_cave_task(judge: Judge, params: CaveParams = PARAMS) -> Task:
     )
 
 
-@METHODS.register("cave")
-def build_cave(cfg: MethodConfig, resources: Resources) -> Task:
-    """CAVE's task with its answer judge (``method.judge``; offline: the braced rule) and its
-    credit and anchor weights (``method.weights``: belief, evidence, focus, accuracy, format)."""
-    check_options(cfg, ("judge", "weights"))
-    weights = merged_weights(asdict(PARAMS.weights), cfg)
+@dataclass(frozen=True)
+class CaveOptions:
+    """The ``method:`` section of a CAVE recipe."""
+
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # the answer anchor; default: the braced rule
+    # credit and anchor (belief, evidence, focus, accuracy, format) -> weight over CaveWeights'
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+
+def build_cave(cfg: CaveOptions, resources: Resources) -> Task:
+    """CAVE's task with its answer judge and its credit and anchor weights."""
+    weights = merged_weights("cave", asdict(PARAMS.weights), cfg.weights)
     params = replace(PARAMS, weights=CaveWeights(**weights))
-    return make_cave_task(method_judge(cfg, resources, "vragrl", _JUDGE), params)
+    return make_cave_task(method_judge(cfg.judge, resources, "vragrl", _JUDGE), params)
+
+
+METHODS.add(
+    "cave",
+    Method(
+        name="cave",
+        options=CaveOptions,
+        build=build_cave,
+        paradigm="zoom_agent",
+        summary="CAVE: zoom into one image; outcome plus per-turn process credits",
+    ),
+)

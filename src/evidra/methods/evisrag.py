@@ -18,11 +18,15 @@ Synthetic questions without an answer in the document are the insufficient-conte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from evidra.data.construction.distill import evisrag_filter
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import IMAGE_QA, adapter, with_sufficiency
 from evidra.methods._synth import synth_samples
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights
+from evidra.methods.base import METHODS, Method, Resources, merged_weights
 from evidra.paradigms.evidence import (
     SCOPE_NAMES,
     EvidenceGuided,
@@ -52,15 +56,24 @@ def evisrag_oracle(sample: Sample) -> list[Message]:
 PAPER_COMPONENTS = ("perception", "derivation", "format")  # Eqs. 11-13
 
 
-@METHODS.register("evisrag")
-def build_evisrag(cfg: MethodConfig, resources: Resources) -> Task:
+@dataclass(frozen=True)
+class EvisragOptions:
+    """The ``method:`` section of an EVisRAG recipe."""
+
+    # paper: Eqs. 11-13 on four scopes; upstream: the released code's six components and scopes
+    reward_mode: Literal["paper", "upstream"] = "paper"
+    # reward component -> weight over its default of 1 (paper: perception derivation format;
+    # upstream: the six released components)
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+
+def build_evisrag(cfg: EvisragOptions, resources: Resources) -> Task:
     """EVisRAG's task: the paper's rewards on four scopes, or (``reward_mode=upstream``) the
     released code's six components, each on the token span the released router gives it."""
-    check_options(cfg, ("reward_mode", "weights"))
     upstream = cfg.reward_mode == "upstream"
     components = UPSTREAM_COMPONENTS if upstream else PAPER_COMPONENTS
-    # both totals are the plain sum of the components; without method.weights it is kept as is
-    weights = merged_weights(dict.fromkeys(components, 1.0), cfg) if cfg.weights else None
+    # both totals are the plain sum of the components; without weights it is kept as is
+    weights = merged_weights("evisrag", dict.fromkeys(components, 1.0), cfg.weights) if cfg.weights else None
     return Task(
         name="evisrag",
         samples=evisrag_samples,
@@ -72,3 +85,18 @@ def build_evisrag(cfg: MethodConfig, resources: Resources) -> Task:
         scopes=upstream_scopes if upstream else evidence_scopes,
         from_benchmark=adapter(IMAGE_QA, with_sufficiency, name="evisrag"),
     )
+
+
+METHODS.add(
+    "evisrag",
+    Method(
+        name="evisrag",
+        options=EvisragOptions,
+        build=build_evisrag,
+        paradigm="evidence",
+        summary="EVisRAG: observe, per-image evidence, think, answer; RS-GRPO on scoped rewards",
+        layout="evisrag",
+        distill=evisrag_filter,
+        stages=("distill", "filter"),
+    ),
+)

@@ -1,7 +1,7 @@
 """Tasks: what to train on. A task bundles a dataset, an environment, a parser and a reward.
 
-The trainer knows only this ``Task`` record. The paper methods build theirs from a
-``MethodConfig`` (``evidra.methods``) and hand it to the trainer; ``TASKS`` holds plain tasks
+The trainer knows only this ``Task`` record. The paper methods build theirs from their own
+options (``evidra.methods``) and hand it to the trainer; ``TASKS`` holds plain tasks
 chosen by ``data.task``: the toy tasks here, small and verifiable, for the trainer's learning
 checks and for smoke runs on a CPU.
 """
