@@ -67,6 +67,20 @@ def plain_task(name: str) -> Task:
     return TASKS.get(name)
 
 
+def config_task(method: Mapping[str, Any], data: DataConfig, entry: str) -> Task:
+    """The task of a config handed to a trainer without one: the plain task ``data.task`` names.
+
+    A config that names a paper method (``method.name``) is an error naming ``entry``, the
+    function of ``evidra.methods`` that builds the method's task: never a silent toy task.
+    """
+    if method.get("name"):
+        raise ConfigError(
+            f"this config trains method {method['name']!r}, whose task the trainer cannot build: use "
+            f"evidra.methods.{entry}(cfg) (or pass task=evidra.methods.task_for(cfg))"
+        )
+    return plain_task(data.task)
+
+
 def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:
     """The samples a run trains on: the task's own, or with ``data.source`` a benchmark's.
 
