@@ -15,7 +15,9 @@ A method outside this package registers with ``METHODS.add(name, Method(...))`` 
 
 from __future__ import annotations
 
-from evidra.methods.base import ENTRY_POINT_GROUP, METHODS, Method, Resources
+from evidra.methods._benchmark import IMAGE_QA, adapter
+from evidra.methods._synth import synth_samples
+from evidra.methods.base import ENTRY_POINT_GROUP, METHODS, Method, Resources, merged_weights
 from evidra.methods.resolve import (
     TASK_ALIASES,
     Resolved,
@@ -33,19 +35,23 @@ from evidra.methods.resolve import (
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "IMAGE_QA",
     "METHODS",
     "TASK_ALIASES",
     "Method",
     "Resolved",
     "Resources",
+    "adapter",
     "build_task",
     "check_config",
     "get_method",
+    "merged_weights",
     "method_section",
     "named_task",
     "resolve",
     "resolve_section",
     "rl_trainer",
     "sft_trainer",
+    "synth_samples",
     "task_for",
 ]
