@@ -7,11 +7,13 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "evidra"
-# what may import the trainer: the CLI, the top-level conveniences (demo, RAG) and rl itself
-ABOVE_RL = {"cli", "rl", "methods", "demo", "rag", "__init__"}
-# what may import the paper methods: the CLI, the top-level conveniences and the methods themselves;
-# the trainer is handed a Task and never asks for a method
-ABOVE_METHODS = {"cli", "methods", "demo", "rag", "__init__"}
+# what may import the trainer: the CLI, the framework adapters, the top-level conveniences (demo,
+# RAG) and rl itself
+ABOVE_RL = {"cli", "rl", "methods", "integrations", "demo", "rag", "__init__"}
+# what may import the paper methods: the CLI, the framework adapters (a method's reward for another
+# trainer), the top-level conveniences and the methods themselves; the trainer is handed a Task and
+# never asks for a method
+ABOVE_METHODS = {"cli", "methods", "integrations", "demo", "rag", "__init__"}
 # the rollout loop uses models, environments and types only
 BELOW_EVAL = {"rollout": {"eval", "data", "rl", "cli", "methods"}}
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from evidra.config import load_config
 from evidra.errors import ConfigError
 from evidra.eval.tables import LAYOUTS
-from evidra.paradigms import PARADIGMS
 from evidra.methods import METHODS, TASK_ALIASES, Resources, build_task, method_section
+from evidra.paradigms import PARADIGMS
 from evidra.retrieval.base import Hit
 from evidra.rewards.judge import RuleJudge
 from evidra.rl.config import DataConfig, RLConfig
@@ -70,14 +70,20 @@ def test_conflicting_spellings_are_errors_not_guesses(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("method", "message"),
     [
-        (dict(name="lat", stage=2), r"method\.stage is no option of method 'lat'; remove it \(options of lat: reward_mode, "),
+        (
+            dict(name="lat", stage=2),
+            r"method\.stage is no option of method 'lat'; remove it \(options of lat: reward_mode, ",
+        ),
         (dict(name="cave", reward_mode="upstream"), r"method\.reward_mode is no option of method 'cave'"),
         (dict(name="lang2act"), r"method\.stage must be 1 or 2"),
         (dict(name="lang2act", stage=1, toolbox="t.json"), r"toolbox is for lang2act stage 2"),
         (dict(name="lat", similarity="colqwen2"), r"needs method\.similarity_checkpoint"),
         (dict(name="lat", weights={"acc": 1.0}), r"no reward component 'acc'; use accuracy"),
         (dict(name="vragrl", weights={"answer": 0.8}), r"method\.weights: .*sum to 1"),
-        (dict(name="lat", simlarity="colqwen2"), r"method\.simlarity is no option .* did you mean 'similarity'"),
+        (
+            dict(name="lat", simlarity="colqwen2"),
+            r"method\.simlarity is no option .* did you mean 'similarity'",
+        ),
         (dict(name="lat", scoped="yes"), r"method\.scoped must be true or false"),
         (dict(name="latt"), r"method\.name: unknown method 'latt'; did you mean 'lat'"),
     ],
@@ -171,9 +177,7 @@ def test_cave_weights_reweight_its_anchors_and_credits() -> None:
     sample = Sample("s", "Which panel?", ("A",))
     parsed = Parsed(text="<think>t</think><answer>{A}</answer>")
     plain = build_task(dict(name="cave")).reward(parsed, sample, None).total
-    heavy = (
-        build_task(dict(name="cave", weights={"accuracy": 2.0})).reward(parsed, sample, None).total
-    )
+    heavy = build_task(dict(name="cave", weights={"accuracy": 2.0})).reward(parsed, sample, None).total
     assert heavy - plain == pytest.approx(1.0)
     with pytest.raises(ConfigError, match="no reward component 'beleif'; use belief"):
         build_task(dict(name="cave", weights={"beleif": 1.0}))

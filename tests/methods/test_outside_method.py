@@ -80,7 +80,8 @@ def test_a_method_from_outside_src_trains_and_evaluates(
     phase = "eval"
     out = tmp_path / "eval"
     argv = ["-q", "eval", "--synthetic", "documents", "--n", "2", "--method", NAME, "--method-option",
-            "max_words=6", "--model", str(tmp_path / "sft-model"), "--max-new-tokens", "8", "--out", str(out)]  # fmt: skip
+            "max_words=6", "--model", str(tmp_path / "sft-model"), "--max-new-tokens", "8",
+            "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     (row,) = _rows(out / "results.jsonl")
     assert row["paradigm"] == "direct[method=short_answer]"

@@ -40,7 +40,6 @@ def test_every_recipe_is_listed() -> None:
     assert set(RECIPES) == set(COMPONENTS)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_the_readme_snippet_trains_the_recipes_method(
     recipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -53,7 +52,9 @@ def test_the_readme_snippet_trains_the_recipes_method(
         "data.size=2", f"data.path={tmp_path / 'data'}", "run.output_dir=run",
         "algo.dynamic_sampling=false",  # else a group of two equal rewards logs no reward at all
     ]  # fmt: skip
-    snippet, n = re.subn(r'"configs/\w+\.yaml"', repr(str(ROOT / "configs" / "tiny" / f"{recipe}.yaml")), snippet)
+    snippet, n = re.subn(
+        r'"configs/\w+\.yaml"', repr(str(ROOT / "configs" / "tiny" / f"{recipe}.yaml")), snippet
+    )
     snippet, m = re.subn(r"\[\"model\.path=[^\]]*\]", repr(tiny), snippet)
     assert (n, m) == (1, 1), snippet
     monkeypatch.chdir(tmp_path)

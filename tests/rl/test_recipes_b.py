@@ -278,12 +278,12 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     assert [s.dataset for s in chain] == ["tunnel_chain"] * 2
     with pytest.raises(ConfigError, match=r"remove data\.synthetic"):
         task_samples(named_task("lat"), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",)))
-    for bad, match in ((["data.synthetic=[tracr]"], r"did you mean 'tracer"),
-                       (["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
-                       (["method.name=lat", "method.judge.rule=", "data.synthetic=[tracer]"],
-                        "remove data.synthetic")):  # fmt: skip
+    for recipe, bad, match in (("cave", ["data.synthetic=[tracr]"], r"did you mean 'tracer"),
+                               ("cave", ["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
+                               ("lat", ["data.synthetic=[tracer]"], "remove data.synthetic"),
+                               ("cave", ["method.name=lat"], r"method\.judge is no option of method 'lat'")):  # fmt: skip
         with pytest.raises(ConfigError, match=match):
-            check_config(load_config(RLConfig, ROOT / "configs" / "cave.yaml", ["model.path=x", *bad]))
+            check_config(load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", ["model.path=x", *bad]))
 
 
 def test_tiny_cave_recipe_trains_from_the_cli_on_its_samples(tmp_path: Path) -> None:

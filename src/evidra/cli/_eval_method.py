@@ -44,7 +44,8 @@ class MethodEval:
         from evidra.rl.config import DataConfig
 
         if self.task.from_benchmark is not None:
-            samples = self.task.from_benchmark(samples, DataConfig(source=bench, path=data_path or ".", size=0))
+            data = DataConfig(source=bench, path=data_path or ".", size=0)
+            samples = self.task.from_benchmark(samples, data)
         return self.task.select_pages(samples) if self.task.select_pages is not None else samples
 
     def score(self, samples: list[Any], preds: list[Any]) -> list[Any]:

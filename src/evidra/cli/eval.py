@@ -125,7 +125,7 @@ def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> An
     """The judge of ``--judge`` (None without it); bad options fail here, before any model loads."""
     if args.judge is None:
         return None
-    prompt = args.judge_prompt or (method.method.judge_prompt if method is not None else "vragrl")
+    prompt: Any = args.judge_prompt or (method.method.judge_prompt if method is not None else "vragrl")
     from evidra.rewards.judge import DiskCache
     from evidra.rewards.judge_config import JudgeConfig, build_judge
 

@@ -138,7 +138,8 @@ def check_weights(name: str, weights: Mapping[str, float], known: Sequence[str])
     """A method's ``weights`` option checked against its reward components (``known``)."""
     for key, value in weights.items():
         if key not in known:
-            raise ConfigError(f"method.weights: {name} has no reward component {key!r}; use {', '.join(known)}")
+            use = ", ".join(known)
+            raise ConfigError(f"method.weights: {name} has no reward component {key!r}; use {use}")
         if value < 0:
             raise ConfigError(f"method.weights.{key} must be >= 0, got {value}")
     return dict(weights)

@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from evidra.data.construction.distill import lat_filter
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import ConfigError
 from evidra.methods._benchmark import IMAGE_QA, adapter
 from evidra.methods._synth import synth_samples
-from evidra.data.construction.distill import lat_filter
 from evidra.methods.base import METHODS, Method, Resources, merged_weights
 from evidra.methods.combined import LAT_ROUTES, LAT_RULES, with_scopes
 from evidra.paradigms.coe import ChainOfEvidence, coe_oracle_text, parse_coe

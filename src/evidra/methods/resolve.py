@@ -108,9 +108,10 @@ def method_section(cfg: RLConfig | SFTConfig) -> dict[str, Any] | None:
             key = next(iter(legacy.values()))[0]
             raise ConfigError(f"{key} is an option of a paper method; set method.name or remove {key}")
         return None
+    defaults = get_method(section["name"]).options() if legacy else None
     for option, (key, value) in legacy.items():
-        current = section.get(option)
-        if current is not None and to_dict(current) != to_dict(value):
+        current = to_dict(section.get(option, getattr(defaults, option, None)))
+        if current != to_dict(getattr(defaults, option, None)) and current != to_dict(value):
             raise ConfigError(
                 f"{key} and method.{option} disagree ({value!r} vs {current!r}); keep method.{option} only"
             )

@@ -24,11 +24,11 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from evidra.data.construction.distill import vragrl_filter
 from evidra.env.base import play_script
 from evidra.env.search import SearchEnv, Searcher, bm25_searcher
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.geometry import Displayed, page_box_to_displayed
-from evidra.data.construction.distill import vragrl_filter
 from evidra.methods._benchmark import has_gold_pages, images_on_disk, is_answerable
 from evidra.methods._synth import private_cache_dir
 from evidra.methods.base import METHODS, Method, Resources, merged_weights, method_judge
