@@ -6,7 +6,6 @@ calls."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ NAME = "short_answer"
 
 
 @pytest.fixture
-def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """``examples/short_answer.py`` importable and announced by a distribution's entry point."""
     site = tmp_path / "site"
     dist = site / "short_answer-0.1.dist-info"
@@ -32,12 +31,9 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     monkeypatch.setattr(_MethodRegistry, "_loaded", False)  # look the entry points up again
-    METHODS._items.pop(NAME, None)
-    try:
-        assert NAME in METHODS  # registered by the entry point, nothing imported by hand
-        yield __import__("short_answer")
-    finally:
-        METHODS._items.pop(NAME, None)
+    monkeypatch.setattr(METHODS, "_items", {})  # this test's registry; the process's is kept
+    assert NAME in METHODS  # registered by the entry point, nothing imported by hand
+    return __import__("short_answer")
 
 
 def _recipe(tmp_path: Path) -> Path:

@@ -278,10 +278,13 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     assert [s.dataset for s in chain] == ["tunnel_chain"] * 2
     with pytest.raises(ConfigError, match=r"remove data\.synthetic"):
         task_samples(named_task("lat"), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",)))
-    for recipe, bad, match in (("cave", ["data.synthetic=[tracr]"], r"did you mean 'tracer"),
-                               ("cave", ["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
-                               ("lat", ["data.synthetic=[tracer]"], "remove data.synthetic"),
-                               ("cave", ["method.name=lat"], r"method\.judge is no option of method 'lat'")):  # fmt: skip
+    cases = [
+        ("cave", ["data.synthetic=[tracr]"], r"did you mean 'tracer"),
+        ("cave", ["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
+        ("lat", ["data.synthetic=[tracer]"], "remove data.synthetic"),
+        ("cave", ["method.name=lat"], r"method\.judge is no option of method 'lat'"),
+    ]
+    for recipe, bad, match in cases:
         with pytest.raises(ConfigError, match=match):
             check_config(load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", ["model.path=x", *bad]))
 
