@@ -20,7 +20,7 @@ from evidra.data.construction.toolbox import OpenAIChatModel
 from evidra.errors import ConfigError
 from evidra.httpio import MAX_REPLY_BYTES
 from evidra.keys import KeyPolicy
-from evidra.methods import MethodConfig, build_task
+from evidra.methods import build_task
 from evidra.models.endpoint import ChatEndpoint
 from evidra.openai_client import (
     ChatClient,
@@ -234,7 +234,7 @@ def test_in_training_a_hostile_judge_leaves_the_sample_unscored(
     body, headers, _ = HOSTILE[name]
     fake_judge.script = [fake_judge.Scripted(200, body, headers=headers)] * 3
     judge = JudgeConfig(kind="openai", base_url=fake_judge.url, model="m", max_retries=1, timeout_s=5.0)
-    task = build_task(MethodConfig(name="lang2act", stage=1, judge=judge))
+    task = build_task(dict(name="lang2act", stage=1, judge=judge))
     result = task.score(Sample(id="q", question="Capital?", answers=("Paris",)), _trajectory("Paris"))
     assert not result.scored and "unscored:judge" in result.components
     assert {r["authorization"] for r in fake_judge.requests} == {None}  # the recipe's URL: no key

@@ -82,5 +82,7 @@ def test_the_order_keeps_the_trainer_and_the_methods_above_what_they_use() -> No
     rank = layers()
     below = [("metrics", "rewards"), ("metrics", "eval"), ("rollout", "eval"), ("rollout", "data"),
              ("data", "eval"), ("eval", "rl"), ("rl", "methods"), ("methods", "cli"), ("models", "retrieval"),
-             ("openai_client", "models"), ("retrieval", "rewards"), ("rewards", "paradigms")]  # fmt: skip
+             ("openai_client", "models"), ("retrieval", "rewards"), ("rewards", "paradigms"),
+             ("data", "methods"), ("eval", "methods"), ("rl", "integrations"),
+             ("methods", "integrations")]  # fmt: skip
     assert [(a, b) for a, b in below if not rank[a] < rank[b]] == []

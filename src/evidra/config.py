@@ -46,6 +46,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
         return value
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, tp):  # already built (a config made in Python)
+            return value
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where} must be a mapping of {tp.__name__} fields, got {value!r}")
         return from_dict(tp, value, where)

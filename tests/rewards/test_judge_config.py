@@ -16,7 +16,7 @@ import pytest
 from evidra.config import load_config
 from evidra.errors import ConfigError
 from evidra.keys import KeyPolicy
-from evidra.methods import MethodConfig, build_task, rl_trainer
+from evidra.methods import build_task, rl_trainer
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig, build_judge
 from evidra.rewards.judge_http import OpenAIJudge
@@ -111,7 +111,7 @@ def test_training_task_asks_the_configured_judge(
     monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test")
     monkeypatch.setenv("EVIDRA_KEY_HOSTS", f"TEST_JUDGE_KEY@{url.split('//')[1]}")  # the user allows it
     task = build_task(
-        MethodConfig(name="lang2act", stage=1, judge=_openai(f"{url}/ok/v1", api_key_env="TEST_JUDGE_KEY"))
+        dict(name="lang2act", stage=1, judge=_openai(f"{url}/ok/v1", api_key_env="TEST_JUDGE_KEY"))
     )
     sample = Sample(id="q", question="Capital of France?", answers=("Paris",))
     right = task.score(sample, _lang2act_trajectory("Paris"))
@@ -125,7 +125,7 @@ def test_training_task_asks_the_configured_judge(
 
 def test_a_failed_judgement_is_unscored_not_zero(fake: tuple[str, list[dict[str, Any]]]) -> None:
     url, seen = fake
-    task = build_task(MethodConfig(name="lang2act", stage=1, judge=_openai(f"{url}/fail/v1", max_retries=2)))
+    task = build_task(dict(name="lang2act", stage=1, judge=_openai(f"{url}/fail/v1", max_retries=2)))
     result = task.score(Sample(id="q", question="Q?", answers=("Paris",)), _lang2act_trajectory("Paris"))
     assert not result.scored and "unscored:judge" in result.components
     assert len(seen) == 3  # one attempt and two bounded retries

@@ -63,8 +63,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-pixels", type=int, default=None, help="image pixel limit per page")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
-        "--paradigm", default="coe", help="output format: coe (cited steps), direct, evidence, toolchain..."
+        "--paradigm",
+        default=None,
+        help="output format: coe (cited steps, the default), direct, evidence, toolchain...",
     )
+    p.add_argument("--method", default=None, metavar="NAME",
+                   help="answer in the format a method's model was trained to write (lat: coe, evisrag: "
+                   "evidence, ...; evidra.methods.METHODS)")  # fmt: skip
     p.add_argument("--verify", action="store_true", help="check each evidence step (needs --paradigm coe)")
     p.add_argument(
         "--retriever", default=None, metavar="PATH", help="ColQwen2 checkpoint or hub id for --verify"
@@ -140,6 +145,18 @@ def format_verdict(record: dict[str, Any]) -> str:
     return f"step {record['step']}: {verdict} [{record['reason']}] {_where(record)}: {record['text']}"
 
 
+def _paradigm(args: argparse.Namespace) -> str:
+    """``--paradigm``, or the paradigm of ``--method``'s policy, or LAT's chain of evidence."""
+    if args.method is None:
+        return str(args.paradigm or "coe")
+    from evidra.methods import get_method
+
+    paradigm = get_method(args.method).paradigm
+    if args.paradigm is not None and args.paradigm != paradigm:
+        raise InvalidInputError(f"--method {args.method} answers in paradigm {paradigm!r}; remove --paradigm")
+    return paradigm
+
+
 def _open(args: argparse.Namespace) -> RAG:
     """Check the options, open store and index, then load the model (the heavy part, last)."""
     from evidra.cli._outputs import check_output_file
@@ -147,6 +164,7 @@ def _open(args: argparse.Namespace) -> RAG:
     from evidra.models.generation import SamplingParams
     from evidra.rag import RAG
 
+    args.paradigm = _paradigm(args)
     if args.verify and not args.paradigm.startswith("coe"):
         raise InvalidInputError(
             f"--verify checks Chain-of-Evidence steps; use --paradigm coe, not {args.paradigm!r}"

@@ -8,6 +8,8 @@
         --pages-per-question 3 --index idx/ --model ckpt/l2a --out runs/l2a   # Lang2Act as evaluated
     evidra eval --benchmark visa_wiki --data data/visa --paradigm coe --sa-retriever ckpt/colqwen2 \\
         --model ckpt/lat --out runs/lat   # LAT's Step Accuracy column
+    evidra eval --synthetic documents --method vragrl --model runs/vragrl --out runs/eval-vragrl
+        # as the method trains: its paradigm, environment and reward (reward/* columns)
 
 Predictions are cached in ``OUT/predictions.jsonl``: rerunning resumes. ``--paradigm all`` runs
 every registered paradigm and skips (with a warning) those that cannot prompt these samples.
@@ -20,6 +22,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from evidra.cli._eval_method import DEFAULT_MAX_TURNS, MethodEval, parse_method
+from evidra.cli._eval_method import add_arguments as add_method_options
 from evidra.cli._eval_options import EvalOptions, load_sa, parse_options, with_pages
 from evidra.cli._eval_options import add_arguments as add_eval_options
 from evidra.cli._outputs import check_output_dir
@@ -97,6 +101,7 @@ def register(subparsers: Any) -> None:
                    help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR")
     add_eval_options(p)
+    add_method_options(p)
     _judge_arguments(p)
     p.set_defaults(func=run)
 
@@ -109,22 +114,24 @@ def _judge_arguments(p: Any) -> None:
     j.add_argument("--judge-model", default="", metavar="NAME", help="model name the judge server serves")
     j.add_argument("--judge-api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
                    help=f"environment variable with the key (default {DEFAULT_API_KEY_ENV})")  # fmt: skip
-    j.add_argument("--judge-prompt", default="vragrl", choices=["vragrl", "lang2act"],
-                   help="the paper's judge prompt: vragrl (one answer a request) or lang2act")  # fmt: skip
+    j.add_argument("--judge-prompt", default=None, metavar="NAME",
+                   help="a registered judge prompt (evidra.rewards.judge_prompts): vragrl (one answer "
+                   "a request), lang2act (batched) or cave (default: --method's, else vragrl)")  # fmt: skip
     j.add_argument("--judge-concurrency", type=int, default=8)
     j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
     j.add_argument("--judge-retries", type=int, default=3)
 
 
-def _judge(args: argparse.Namespace, out: Path) -> Any:
+def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> Any:
     """The judge of ``--judge`` (None without it); bad options fail here, before any model loads."""
     if args.judge is None:
         return None
+    prompt = args.judge_prompt or (method.method.judge_prompt if method is not None else "vragrl")
     from evidra.rewards.judge_config import JudgeConfig, build_judge
     from evidra.rewards.judge_http import DiskCache
 
     cfg = JudgeConfig(kind=args.judge, base_url=args.judge_url, model=args.judge_model,
-                      api_key_env=args.judge_api_key_env, prompt=args.judge_prompt,
+                      api_key_env=args.judge_api_key_env, prompt=prompt,
                       concurrency=args.judge_concurrency, timeout_s=args.judge_timeout,
                       max_retries=args.judge_retries)  # fmt: skip
     cache = None
@@ -154,8 +161,9 @@ def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
     return [replace(p, scores={**p.scores, **extra}) for p, extra in zip(preds, scores, strict=True)]
 
 
-def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
-    """Each benchmark's samples, with their top ``--pages-per-question`` pages when given."""
+def _samples(args: argparse.Namespace, out: Path, method: MethodEval | None) -> dict[str, list[Any]]:
+    """Each benchmark's samples, with their top ``--pages-per-question`` pages when given, as
+    ``--method``'s task takes them."""
     from evidra.eval.benchmarks import synthetic_samples
 
     benches: dict[str, list[Any]] = {}
@@ -170,7 +178,10 @@ def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
         benches[args.benchmark] = load(args.benchmark, args.data, limit=args.limit, **options)
     if not benches:
         raise InvalidInputError("nothing to evaluate: pass --synthetic NAME or --benchmark NAME --data PATH")
-    return {name: with_pages(samples, args) for name, samples in benches.items()}
+    benches = {name: with_pages(samples, args) for name, samples in benches.items()}
+    if method is not None:
+        benches = {name: method.samples(name, samples, args.data) for name, samples in benches.items()}
+    return benches
 
 
 def _backend(args: argparse.Namespace) -> tuple[Any, str]:
@@ -271,21 +282,24 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             f"--training-metrics {args.training_metrics!r} is not a file; pass a run's metrics.jsonl"
         )
-    judge = _judge(args, out)  # a bad judge option fails before any model loads
+    method = parse_method(args)  # the method and its options are checked before anything loads
+    judge = _judge(args, out, method)  # a bad judge option fails before any model loads
     options = parse_options(args)
-    benches = _samples(args, out)
+    benches = _samples(args, out, method)
     options = load_sa(args, options)
     backend, model_name = _backend(args)
-    every = args.paradigm in ([], ["all"])
+    every = args.paradigm in ([], ["all"]) and method is None
     paradigms = PARADIGMS.names() if every else args.paradigm
+    if method is not None and not args.paradigm:
+        paradigms = [method.method.paradigm]  # the paradigm the method's policy writes
     runs: list[Any] = []
     for bench, samples in benches.items():
         corpus = _search_corpus(args, samples) if args.env == "search" else None
         for paradigm in paradigms:
             with open_bar(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
-                    preds, cfg = _run_one(args, options, backend, (bench, paradigm, model_name), samples,
-                                          corpus, advance(bar))  # fmt: skip
+                    preds, cfg = _run_one(args, (options, method), backend, (bench, paradigm, model_name),
+                                          samples, corpus, advance(bar))  # fmt: skip
                 except EvidraError as exc:
                     if not every:
                         raise
@@ -305,17 +319,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(args: argparse.Namespace, options: EvalOptions, backend: Any, key: tuple[str, str, str],
-             samples: list[Any], corpus: Any, progress: Any) -> tuple[list[Any], Any]:  # fmt: skip
+def _run_one(args: argparse.Namespace, how: tuple[EvalOptions, MethodEval | None], backend: Any,
+             key: tuple[str, str, str], samples: list[Any], corpus: Any,
+             progress: Any) -> tuple[list[Any], Any]:  # fmt: skip
     """One benchmark x paradigm: its predictions (cached in ``OUT/predictions.jsonl``) and config."""
     from evidra.eval.runner import RunConfig, run_eval
 
-    bench, name, model_name = key
+    (options, method), (bench, name, model_name) = how, key
     paradigm = options.paradigm(name, explicit=args.paradigm not in ([], ["all"]))
-    cfg = RunConfig(bench, name, model_name, batch_size=args.batch_size, max_turns=_max_turns(args),
-                    max_new_tokens=args.max_new_tokens, seed=args.seed,
-                    variant=options.variant(paradigm))  # fmt: skip
-    make_env = _env_factory(args.env, paradigm, corpus, args)
+    variant = ",".join(v for v in (options.variant(paradigm), method and method.variant) if v)
+    turns = _max_turns(args) if method is None else (args.max_turns or DEFAULT_MAX_TURNS)
+    cfg = RunConfig(bench, name, model_name, batch_size=args.batch_size, max_turns=turns,
+                    max_new_tokens=args.max_new_tokens, seed=args.seed, variant=variant)  # fmt: skip
+    make_env = method.task.make_env if method is not None else _env_factory(args.env, paradigm, corpus, args)
     preds = run_eval(samples, backend, cfg, Path(args.out) / "predictions.jsonl", make_env=make_env,
                      progress=progress, paradigm=paradigm)  # fmt: skip
     if options.sa is not None:  # scored after the cache, so cached predictions get SA too
@@ -324,7 +340,7 @@ def _run_one(args: argparse.Namespace, options: EvalOptions, backend: Any, key: 
         preds = [
             replace(p, scores={**p.scores, **options.sa(s, p)}) for s, p in zip(samples, preds, strict=True)
         ]
-    return preds, cfg
+    return (method.score(samples, preds) if method is not None else preds), cfg
 
 
 def _plots(runs: list[Any], out: Path) -> list[Path]:

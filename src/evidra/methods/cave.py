@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from evidra.data.synth.sources import side_by_side
 from evidra.env.base import play_script
 from evidra.env.zoom import ZoomEnv
-from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights, method_judge
+from evidra.methods.base import METHODS, Method, Resources, merged_weights, method_judge
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
 from evidra.rewards.cave import WEIGHTS, CaveParams
 from evidra.rewards.cave_reward import CaveReward
 from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_protocol import Judge
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task, synthetic_mixture, usable
@@ -97,10 +97,27 @@ def make_cave_task(
     )
 
 
-@METHODS.register("cave")
-def build_cave(cfg: MethodConfig, resources: Resources) -> Task:
-    """CAVE's task with its answer judge (``method.judge``; offline: the braced rule) and its
-    credit and anchor weights (``method.weights``: belief, evidence, focus, accuracy, format)."""
-    check_options(cfg, ("judge", "weights"))
-    weights = merged_weights(WEIGHTS, cfg)
-    return make_cave_task(method_judge(cfg, resources, "cave", _JUDGE), weights)
+@dataclass(frozen=True)
+class CaveOptions:
+    """The ``method:`` section of a CAVE recipe."""
+
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # the answer anchor; default: the braced rule
+    # credit and anchor (belief, evidence, focus, accuracy, format) -> weight over the defaults
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+
+def build_cave(cfg: CaveOptions, resources: Resources) -> Task:
+    """CAVE's task with its answer judge and its credit and anchor weights."""
+    weights = merged_weights("cave", WEIGHTS, cfg.weights)
+    return make_cave_task(method_judge(cfg.judge, resources, CAVE.judge_prompt, _JUDGE), weights)
+
+
+CAVE = Method(
+    name="cave",
+    options=CaveOptions,
+    build=build_cave,
+    paradigm="zoom_agent",
+    summary="CAVE: zoom into one image; outcome plus per-turn process credits",
+    judge_prompt="cave",
+)
+METHODS.add("cave", CAVE)

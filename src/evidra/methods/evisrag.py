@@ -18,11 +18,15 @@ Synthetic questions without an answer in the document are the insufficient-conte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from evidra.data.construction.distill import evisrag_filter
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import IMAGE_QA, adapter, with_sufficiency
 from evidra.methods._synth import synth_samples
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights
+from evidra.methods.base import METHODS, Method, Resources, merged_weights
 from evidra.paradigms.evidence import (
     SCOPE_NAMES,
     EvidenceGuided,
@@ -49,14 +53,23 @@ def evisrag_oracle(sample: Sample) -> list[Message]:
     ]
 
 
-@METHODS.register("evisrag")
-def build_evisrag(cfg: MethodConfig, resources: Resources) -> Task:
+@dataclass(frozen=True)
+class EvisragOptions:
+    """The ``method:`` section of an EVisRAG recipe."""
+
+    # paper: Eqs. 11-13 on four scopes; upstream: the released code's six components and scopes
+    reward_mode: Literal["paper", "upstream"] = "paper"
+    # reward component -> weight over its default of 1 (paper: perception, derivation, format;
+    # upstream: the six released components); default: the plain sum
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+
+def build_evisrag(cfg: EvisragOptions, resources: Resources) -> Task:
     """EVisRAG's task: the paper's rewards on four scopes, or (``reward_mode=upstream``) the
     released code's six components, each on the token span the released router gives it."""
-    check_options(cfg, ("reward_mode", "weights"))
     upstream = cfg.reward_mode == "upstream"
-    reward = evisrag_reward("upstream" if upstream else "paper")
-    reward = reward.reweighted(merged_weights(reward.weights, cfg))  # default: the plain sum
+    reward = evisrag_reward(cfg.reward_mode)
+    reward = reward.reweighted(merged_weights("evisrag", reward.weights, cfg.weights))
     return Task(
         name="evisrag",
         samples=evisrag_samples,
@@ -68,3 +81,18 @@ def build_evisrag(cfg: MethodConfig, resources: Resources) -> Task:
         scopes=upstream_scopes if upstream else evidence_scopes,
         from_benchmark=adapter(IMAGE_QA, with_sufficiency, name="evisrag"),
     )
+
+
+METHODS.add(
+    "evisrag",
+    Method(
+        name="evisrag",
+        options=EvisragOptions,
+        build=build_evisrag,
+        paradigm="evidence",
+        summary="EVisRAG: observe, per-image evidence, think, answer; RS-GRPO on scoped rewards",
+        layout="evisrag",
+        distill=evisrag_filter,
+        stages=("distill", "filter"),
+    ),
+)

@@ -2,7 +2,7 @@
 
 R = R_acc + R_step + R_ground + R_format. The paper gives no weights and the released code sums
 the four unweighted (range -1..4), so every weight is 1 (``method.weights`` changes them).
-R_step's similarity is injected (``method.similarity``, or ``Resources.similarity``):
+R_step's similarity is injected (``LatOptions.similarity``, or ``Resources.similarity``):
 
 * ``text_overlap``: :class:`~evidra.rewards.embedding.TextOverlapSimilarity` (offline, page text
   layer inside the box vs the step text), so the recipe runs without a retriever;
@@ -14,14 +14,16 @@ R_step's similarity is injected (``method.similarity``, or ``Resources.similarit
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
+from evidra.data.construction.distill import lat_filter
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import ConfigError
-from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import IMAGE_QA, adapter
 from evidra.methods._synth import synth_samples
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights
+from evidra.methods.base import METHODS, Method, Resources, merged_weights
 from evidra.methods.combined import LAT_ROUTES, LAT_RULES, with_scopes
 from evidra.paradigms.coe import ChainOfEvidence, coe_oracle_text, parse_coe
 from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity
@@ -30,6 +32,23 @@ from evidra.rewards.lat_batch import episode_scorer, with_step_text
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task
 from evidra.types import Message, Sample
+
+
+@dataclass(frozen=True)
+class LatOptions:
+    """The ``method:`` section of a LAT recipe."""
+
+    # the reward rules (rewards.lat_scoring.LAT_RULES): paper, the equations; upstream, the released code
+    reward_mode: Literal["paper", "upstream"] = "paper"
+    # reward component (accuracy, step, ground, format) -> weight over its default of 1
+    weights: Mapping[str, float] = field(default_factory=dict)
+    # R_step's similarity of a cropped box and a reasoning step: text_overlap (offline, the page's
+    # text layer inside the box) or colqwen2 (late interaction, as the paper)
+    similarity: Literal["text_overlap", "colqwen2"] = "text_overlap"
+    similarity_checkpoint: str = ""  # with similarity=colqwen2: the ColQwen2 checkpoint directory
+    # route the rewards to token scopes (evidence rewards on the reasoning, accuracy on the answer)
+    # for algo.advantage=rs_grpo
+    scoped: bool = False
 
 
 def colqwen2_loader(checkpoint: str) -> StepSimilarity:
@@ -71,9 +90,9 @@ def make_lat_task(name: str, reward: LatReward) -> Task:
     )
 
 
-def _reward(cfg: MethodConfig, resources: Resources) -> LatReward:
-    reward = lat_reward("upstream" if cfg.reward_mode == "upstream" else "paper")
-    reward = replace(reward, weights=merged_weights(reward.weights, cfg))
+def _reward(cfg: LatOptions, resources: Resources) -> LatReward:
+    reward = lat_reward(cfg.reward_mode)
+    reward = replace(reward, weights=merged_weights("lat", reward.weights, cfg.weights))
     if resources.similarity is not None:
         return replace(reward, similarity=resources.similarity)
     if cfg.similarity == "text_overlap":
@@ -91,9 +110,20 @@ def _reward(cfg: MethodConfig, resources: Resources) -> LatReward:
     return replace(reward, similarity=colqwen2_loader(cfg.similarity_checkpoint))
 
 
-@METHODS.register("lat")
-def build_lat(cfg: MethodConfig, resources: Resources) -> Task:
+def build_lat(cfg: LatOptions, resources: Resources) -> Task:
     """LAT's task: the chain-of-evidence paradigm and its four rewards (optionally scoped)."""
-    check_options(cfg, ("reward_mode", "weights", "similarity", "similarity_checkpoint", "scoped"))
     task = make_lat_task("lat", _reward(cfg, resources))
     return with_scopes(task, "lat.rs_grpo", LAT_RULES, LAT_ROUTES) if cfg.scoped else task
+
+
+LAT = Method(
+    name="lat",
+    options=LatOptions,
+    build=build_lat,
+    paradigm="coe",
+    summary="LAT: chain of evidence, every step cites a page and a box",
+    layout="lat",
+    distill=lat_filter,
+    stages=("distill", "filter"),
+)
+METHODS.add("lat", LAT)

@@ -32,7 +32,7 @@ from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.sft_data import SFTData, read_sft_data
-from evidra.rl.tasks import Task, plain_task, task_samples
+from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
 from evidra.sink import MetricsSink
 from evidra.types import Message
@@ -116,7 +116,7 @@ class SFTTrainer:
 
         validate_sft_config(cfg)
         if task is None and examples is None and not cfg.data.trajectories:
-            task = plain_task(cfg.data.task)  # a paper method's task is passed in (evidra.methods)
+            task = config_task(cfg.method, cfg.data, "sft_trainer")  # a method's is passed in
         self.cfg = cfg
         self.engine = Engine(cfg.run, training_precision(cfg.model), accelerator)
         self.local_batch = local_batch_size(cfg, self.engine.num_processes)

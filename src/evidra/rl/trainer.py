@@ -39,7 +39,7 @@ from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.scoring import score_episodes
-from evidra.rl.tasks import Task, plain_task, task_samples
+from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
     UpdateSettings,
@@ -61,12 +61,13 @@ Group = tuple[list[Episode], list[RewardResult]]
 
 class RLTrainer:
     """GRPO-family training of a Qwen-VL policy on one task: ``task`` (a paper method's, built by
-    ``evidra.methods.build_task``) or the plain task ``data.task`` names."""
+    ``evidra.methods``: ``evidra.methods.rl_trainer(cfg)``) or the plain task ``data.task`` names;
+    a config naming a method without its task is an error."""
 
     def __init__(self, cfg: RLConfig, accelerator: Any = None, task: Task | None = None) -> None:
         from accelerate.utils import set_seed
 
-        task = task if task is not None else plain_task(cfg.data.task)
+        task = task if task is not None else config_task(cfg.method, cfg.data, "rl_trainer")
         validate_rl_config(cfg, task)  # every name and option, before anything heavy loads
         self.cfg = cfg
         self.precision = training_precision(cfg.model)
