@@ -13,7 +13,8 @@ from evidra.corpus import PageStore
 from evidra.data.synth.documents import generate_documents
 from evidra.errors import InvalidInputError
 from evidra.models.generation import SamplingParams
-from evidra.rag import RAG, Answer, viewer_record
+from evidra.rag import RAG, Answer
+from evidra.rag_view import viewer_record
 from evidra.retrieval.engine import open_index
 from evidra.types import Box, CoordSpace
 

@@ -53,6 +53,15 @@ class Citation:
     score: float | None = None  # with verify: similarity of the box's crop to the text
     supported: bool | None = None  # with verify: score >= tau; None when not verified
     reason: str = ""  # with verify: why the step is (un)supported
+    file: str = ""  # the cited page's source file name ("" when no page is cited)
+    page_number: int | None = None  # the cited page's 1-based number in that file
+
+    @property
+    def cite(self) -> str:
+        """``"report.pdf p. 3"``; the page id for a page without a source, "no page" for none."""
+        if self.file and self.page_number is not None:
+            return f"{self.file} p. {self.page_number}"
+        return self.page_id or "no page"
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,7 @@ class Answer:
     errors: tuple[str, ...]  # format problems of the output (data, never raised)
     finish_reason: str
     verified: bool = False
+    no_hits: bool = False  # the index found no page for the question: the model was not asked
 
 
 class RAG:
@@ -229,6 +239,8 @@ class RAG:
                 f"verify checks chain-of-evidence steps; use paradigm 'coe', not {self.paradigm_name!r}"
             )
         hits, shown = self._pages(question, k, pages)
+        if not shown:  # nothing in the index scores for the question: say so, ask no model
+            return self._no_hits(question)
         sample = Sample(id="ask", question=question, pages=tuple(shown))
         (gen,) = generate(self.vlm, [self.paradigm.build_messages(sample, shown)], self.params)
         parsed = self.paradigm.parse(gen.text)
@@ -255,12 +267,7 @@ class RAG:
         if chosen:
             return [], [self.store.get(pid) for pid in chosen]
         if self.retriever is not None:
-            hits = self.retrieve(question, k)
-            if not hits:  # BM25 finds nothing when no word of the question is in the documents
-                raise InvalidInputError(
-                    f"index {', '.join(self.retriever.where)} found no page for {question!r}; ask with "
-                    "words the documents use, or use a visual index (`evidra index build --encoder colqwen2`)"
-                )
+            hits = self.retrieve(question, k)  # BM25 finds nothing when no query term is in the documents
             return hits, [self.store.get(h.page_id) for h in hits]
         n = len(self.store)
         if n == 0:
@@ -272,6 +279,10 @@ class RAG:
                 "bm25` and pass it (--index DIR), or choose pages with --page ID (see `evidra pages`)"
             )
         return [], self.store.pages()
+
+    def _no_hits(self, question: str) -> Answer:
+        where = self.retriever.where if self.retriever is not None else ()
+        return Answer(question, None, (), None, (), (), where, "", (), "no_hits", no_hits=True)
 
     def _page_box(self, box: Box | None, page: Page | None) -> Box | None:
         """``box`` in page pixels (chain-of-evidence boxes already are; others are converted)."""
@@ -288,9 +299,8 @@ class RAG:
         for i, step in enumerate(parsed.steps, 1):
             index = _page_index(step.page_index, pages)
             page = pages[index] if index is not None else None
-            out.append(
-                Citation(i, step.text, page.id if page else None, index, self._page_box(step.box, page))
-            )
+            box = self._page_box(step.box, page)
+            out.append(Citation(i, step.text, page.id if page else None, index, box, **_source(page)))
         return out
 
     def _answer_citation(self, parsed: Parsed, pages: Sequence[Page]) -> Citation | None:
@@ -299,7 +309,7 @@ class RAG:
         index = _page_index(parsed.answer_page, pages)
         page = pages[index] if index is not None else None
         box = self._page_box(parsed.answer_box, page)
-        return Citation(0, parsed.answer or "", page.id if page else None, index, box)
+        return Citation(0, parsed.answer or "", page.id if page else None, index, box, **_source(page))
 
     def close(self) -> None:
         if self.retriever is not None:
@@ -334,10 +344,22 @@ def _verified(
     verdicts: list[StepVerdict] = verify_steps(
         parsed, pages, similarity or TextOverlapSimilarity(), tau=LAT_TAU if tau is None else tau
     )
-    return [
-        Citation(v.index, v.text, v.page_id, v.page_index, v.box, v.score, v.supported, v.reason)
-        for v in verdicts
-    ]
+    return [verdict_citation(v, pages) for v in verdicts]
+
+
+def verdict_citation(v: StepVerdict, pages: Sequence[Page]) -> Citation:
+    """A verified step (``verify_steps``) as a ``Citation`` of one of the ``pages`` shown."""
+    page = pages[v.page_index] if v.page_index is not None and 0 <= v.page_index < len(pages) else None
+    return Citation(
+        v.index, v.text, v.page_id, v.page_index, v.box, v.score, v.supported, v.reason, **_source(page)
+    )
+
+
+def _source(page: Page | None) -> dict[str, Any]:
+    """The ``file`` and ``page_number`` fields of a citation of ``page``."""
+    if page is None:
+        return {}
+    return {"file": page.file_name, "page_number": page.page_number}
 
 
 def _build_or_update(store: PageStore, out: Path, encoder: str, encoder_model: str | Path) -> None:
@@ -351,47 +373,3 @@ def _build_or_update(store: PageStore, out: Path, encoder: str, encoder_model: s
                 engine.add(new)
         return
     build_index(store.pages(), out, encoder, encoder_model).close()
-
-
-def viewer_record(answer: Answer) -> ViewerRecord:
-    """The evidence view of an answer: each shown page with the boxes its steps cite."""
-    from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, ViewerStep
-
-    cited = [*answer.steps, *([answer.answer_box] if answer.answer_box else [])]
-    scores = {h.page_id: h.score for h in answer.retrieved}
-    pages = []
-    for i, page in enumerate(answer.pages):
-        boxes = tuple(
-            ViewerBox(c.box, _label(c), _color(c)) for c in cited if c.page_index == i and c.box is not None
-        )
-        score = f", score {scores[page.id]:.4g}" if page.id in scores else ""
-        title = f"image {i + 1}: {page.source} p.{page.page_number} ({page.id}{score})"
-        pages.append(ViewerPage(page.image_path, page.width, page.height, title, boxes))
-    steps = tuple(ViewerStep(_label(c), _step_text(c), _color(c)) for c in cited)
-    details = {"retrieved from": ", ".join(answer.index)} if answer.index else {}
-    return ViewerRecord(
-        answer.question, answer.text, (), None, tuple(pages), answer.output, details=details, steps=steps
-    )
-
-
-def write_html(answer: Answer, path: str | Path) -> Path:
-    """A self-contained evidence view of ``answer`` (page images inside the file)."""
-    from evidra.eval.viewer import write_viewer
-
-    return write_viewer([viewer_record(answer)], path, title="evidra answer", embed_images=True)
-
-
-def _label(c: Citation) -> str:
-    return "answer" if c.step == 0 else str(c.step)
-
-
-def _color(c: Citation) -> str:
-    if c.step == 0:
-        return "#16a34a"
-    return "#dc2626" if c.supported is False else "#2563eb"
-
-
-def _step_text(c: Citation) -> str:
-    where = f" [page {c.page_id}]" if c.page_id else " [no page]"
-    verdict = "" if c.supported is None else f" ({'supported' if c.supported else 'unsupported'}: {c.reason})"
-    return f"{c.text}{where}{verdict}"
