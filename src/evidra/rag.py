@@ -27,6 +27,7 @@ from evidra.retrieval.base import check_k
 from evidra.types import Box, CoordSpace, Page, Parsed, Sample
 
 if TYPE_CHECKING:
+    from evidra.corpus.metadata import PageMeta, Where
     from evidra.corpus.store import PageStore
     from evidra.eval.viewer import ViewerRecord
     from evidra.models.generation import SamplingParams
@@ -80,6 +81,7 @@ class Answer:
     finish_reason: str
     verified: bool = False
     no_hits: bool = False  # the index found no page for the question: the model was not asked
+    sources: tuple[PageMeta, ...] = ()  # document, file, title and user metadata of each page shown
 
 
 class RAG:
@@ -123,8 +125,10 @@ class RAG:
         device: str = "auto",
         max_pixels: int | None = None,
         keep: tempfile.TemporaryDirectory[str] | None = None,
+        encoder: str | Path = "",
     ) -> RAG:
         """Open ``store`` and ``index`` (None: the store's registered index, if any), load ``model``.
+        ``encoder`` replaces the checkpoint a visual index recorded (the same weights, moved).
 
         The paradigm and index are checked before the model loads; ``model`` is a directory, a hub
         id, ``tiny:ARCH``, or a training run or checkpoint folder (exported once, as ``evidra ask``
@@ -143,7 +147,7 @@ class RAG:
         retriever = None
         try:
             where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
-            retriever = attach(where, opened) if where else None
+            retriever = attach(where, opened, str(encoder)) if where else None
             device = resolve_device(device)
             vlm = load_vlm(
                 resolve_trained_model(model),
@@ -205,8 +209,11 @@ class RAG:
                 keep.cleanup()
             raise
 
-    def retrieve(self, question: str, k: int | None = None) -> list[Hit]:
-        """The index's top ``k`` pages for ``question`` (all of them pages of the store)."""
+    def retrieve(
+        self, question: str, k: int | None = None, where: Where | Sequence[str] | None = None
+    ) -> list[Hit]:
+        """The index's top ``k`` pages for ``question`` (all of them pages of the store), among the
+        pages ``where`` accepts (``["file=report.pdf", "year=2024"]``; ``evidra.corpus.metadata``)."""
         if self.retriever is None:
             raise InvalidInputError(
                 f"store {self.store.root} has no index; build one with `evidra index build --store "
@@ -214,7 +221,24 @@ class RAG:
             )
         k = self.k if k is None else k
         check_k(k)
-        return self.retriever.search(question, k)
+        allowed = self._allowed(where)
+        exclude = () if allowed is None else set(self.store.page_ids()) - allowed
+        return self.retriever.search(question, k, exclude=exclude)
+
+    def _allowed(self, where: Where | Sequence[str] | None) -> set[str] | None:
+        """The page ids ``where`` accepts (None: no filter); none at all is an error naming it."""
+        from evidra.corpus.metadata import Where, parse_where
+
+        chosen = where if isinstance(where, Where) else parse_where(where)
+        if not chosen:
+            return None
+        allowed = set(self.store.page_ids_where(chosen))
+        if not allowed:
+            raise InvalidInputError(
+                f"no page of store {self.store.root} matches {chosen}; filter on file=NAME, doc=ID, "
+                "page=N, title=TEXT or a --meta key given at ingest (see `evidra pages`)"
+            )
+        return allowed
 
     def ask(
         self,
@@ -225,12 +249,14 @@ class RAG:
         verify: bool = False,
         similarity: StepSimilarity | None = None,
         tau: float | None = None,
+        where: Where | Sequence[str] | None = None,
     ) -> Answer:
         """Answer ``question`` over the top ``k`` retrieved pages (or the page ids in ``pages``).
 
         A store without an index answers over all its pages while it has at most ``max_pages``.
         ``verify`` checks each chain-of-evidence step as LAT's attribution reward does (the
         box's crop against the step text, ``similarity`` defaulting to the text layer's overlap).
+        ``where`` keeps to the pages whose document metadata it accepts (``retrieve``).
         """
         from evidra.models.generation import generate
 
@@ -238,7 +264,7 @@ class RAG:
             raise InvalidInputError(
                 f"verify checks chain-of-evidence steps; use paradigm 'coe', not {self.paradigm_name!r}"
             )
-        hits, shown = self._pages(question, k, pages)
+        hits, shown = self._pages(question, k, pages, where)
         if not shown:  # nothing in the index scores for the question: say so, ask no model
             return self._no_hits(question)
         sample = Sample(id="ask", question=question, pages=tuple(shown))
@@ -259,17 +285,25 @@ class RAG:
             errors=parsed.errors,
             finish_reason=gen.finish_reason,
             verified=verify,
+            sources=self._sources(shown),
         )
 
+    def _sources(self, pages: Sequence[Page]) -> tuple[PageMeta, ...]:
+        known = self.store.page_meta()
+        return tuple(known[p.id] for p in pages if p.id in known)
+
     def _pages(
-        self, question: str, k: int | None, chosen: Sequence[str] | None
+        self, question: str, k: int | None, chosen: Sequence[str] | None, where: Where | Sequence[str] | None
     ) -> tuple[list[Hit], list[Page]]:
         if chosen:
             return [], [self.store.get(pid) for pid in chosen]
         if self.retriever is not None:
-            hits = self.retrieve(question, k)  # BM25 finds nothing when no query term is in the documents
+            hits = self.retrieve(question, k, where)  # BM25 finds nothing when no query term is in the pages
             return hits, [self.store.get(h.page_id) for h in hits]
-        n = len(self.store)
+        allowed = self._allowed(where)
+        if allowed is not None and len(allowed) <= self.max_pages:
+            return [], [p for p in self.store.pages() if p.id in allowed]
+        n = len(self.store) if allowed is None else len(allowed)
         if n == 0:
             raise InvalidInputError(f"store {str(self.store.root)!r} has no pages; run `evidra ingest` first")
         if n > self.max_pages:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from evidra.corpus.metadata import PageMeta
     from evidra.eval.viewer import ViewerRecord
     from evidra.rag import Answer, Citation
     from evidra.retrieval.base import Hit
@@ -43,8 +44,9 @@ def citation_record(c: Citation) -> dict[str, Any]:
     }
 
 
-def page_record(page: Page, rank: int, hit: Hit | None = None) -> dict[str, Any]:
-    """A page shown to the model (with its retrieval score, when retrieved) as JSON."""
+def page_record(page: Page, rank: int, hit: Hit | None = None, meta: PageMeta | None = None) -> dict[str, Any]:
+    """A page shown to the model (with its retrieval score, when retrieved, and its document's
+    id, title and user metadata, when known) as JSON."""
     return {
         "rank": rank,
         "cite": page.citation,
@@ -53,17 +55,23 @@ def page_record(page: Page, rank: int, hit: Hit | None = None) -> dict[str, Any]
         "source": page.source or None,
         "page_number": page.page_number,
         "score": hit.score if hit is not None else None,
+        "doc_id": meta.doc_id if meta else None,
+        "title": meta.title if meta else None,
+        "meta": dict(meta.meta) if meta else {},
     }
 
 
 def answer_record(answer: Answer) -> dict[str, Any]:
     scored = {h.page_id: h for h in answer.retrieved}
+    metas = {m.page_id: m for m in answer.sources}
     return {
         "question": answer.question,
         "answer": answer.text,
         "no_hits": answer.no_hits,
         "pages": [p.id for p in answer.pages],
-        "cited_pages": [page_record(p, i, scored.get(p.id)) for i, p in enumerate(answer.pages, 1)],
+        "cited_pages": [
+            page_record(p, i, scored.get(p.id), metas.get(p.id)) for i, p in enumerate(answer.pages, 1)
+        ],
         "steps": [citation_record(c) for c in answer.steps],
         "answer_box": citation_record(answer.answer_box) if answer.answer_box else None,
         "retrieved": [

@@ -45,7 +45,21 @@ def register(subparsers: Any) -> None:
         help="index directory or `evidra serve-index` URL to retrieve pages from (repeat: hybrid RRF); "
         "default: the index registered in the store by `evidra index build --store`",
     )
+    p.add_argument(
+        "--encoder",
+        default="",
+        metavar="DIR",
+        help="encoder checkpoint of a visual --index, if moved since `index build` (default: the one it recorded)",
+    )
     p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages to retrieve (default: 3)")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only pages whose document matches: file=NAME, doc=ID, page=N, title=TEXT or a --meta key "
+        "of ingest (repeatable: one key's values are alternatives, different keys must all match)",
+    )
     p.add_argument("--page", action="append", default=[], metavar="ID", help="page id to show (repeatable)")
     p.add_argument(
         "--max-pages",
@@ -85,6 +99,9 @@ def _open(args: argparse.Namespace) -> RAG:
     from evidra.models.generation import SamplingParams
     from evidra.rag import RAG
 
+    from evidra.corpus.metadata import parse_where
+
+    parse_where(args.where)  # a malformed filter fails before anything loads
     if args.verify and not args.paradigm.startswith("coe"):
         raise InvalidInputError(
             f"--verify checks Chain-of-Evidence steps; use --paradigm coe, not {args.paradigm!r}"
@@ -104,6 +121,7 @@ def _open(args: argparse.Namespace) -> RAG:
         dtype=dtype,
         device=device,
         max_pixels=args.max_pixels,
+        encoder=args.encoder,
     )
 
 
@@ -113,7 +131,12 @@ def run(args: argparse.Namespace) -> int:
     with _open(args) as rag:
         similarity = _similarity(args.retriever, args.device) if args.verify else None
         answer = rag.ask(
-            args.question, pages=args.page or None, verify=args.verify, similarity=similarity, tau=args.tau
+            args.question,
+            pages=args.page or None,
+            verify=args.verify,
+            similarity=similarity,
+            tau=args.tau,
+            where=args.where,
         )
     if args.html:
         write_html(answer, args.html)

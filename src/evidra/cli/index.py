@@ -63,6 +63,13 @@ def register(subparsers: Any) -> None:
     b.add_argument("--model", default="", help="encoder checkpoint, hub id or tiny:ARCH (not bm25)")
     b.add_argument("--ocr", action="store_true", help="bm25: OCR pages without a text layer (evidra[ocr])")
     b.add_argument(
+        "--language",
+        default="en",
+        help="bm25: the language whose stop words are dropped (and stemmer used with --stem): "
+        "en, de, fr, es, it, pt, nl, da, sv, no, ru, tr, or none for plain word tokens (default: en)",
+    )
+    b.add_argument("--stem", action="store_true", help="bm25: stem words too (Snowball, PyStemmer)")
+    b.add_argument(
         "--backend", choices=("auto", "qdrant"), default="auto", help="auto: the exact store for the encoder"
     )
     b.add_argument("--qdrant-url", help="qdrant: server or cluster URL (API key from $QDRANT_API_KEY)")
@@ -102,6 +109,25 @@ def register(subparsers: Any) -> None:
     s.add_argument("queries", nargs="+")
     s.add_argument("-k", type=int, default=5)
     s.add_argument("--exclude", nargs="*", default=(), help="page ids to skip")
+    s.add_argument(
+        "--encoder",
+        default=None,
+        metavar="DIR",
+        help="encoder checkpoint, if moved since `index build` (default: the one the index recorded)",
+    )
+    s.add_argument(
+        "--store",
+        help="the page store the index covers, for file names, titles and --where (default: the one "
+        "`index build --store` recorded)",
+    )
+    s.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only pages whose document matches: file=NAME, doc=ID, page=N, title=TEXT or a --meta key "
+        "(repeatable)",
+    )
     s.add_argument("--json", action="store_true", help="one JSON object per query")
     _model_options(s)
     s.set_defaults(func=run_search)
@@ -217,8 +243,10 @@ def _dataset_pages(args: argparse.Namespace) -> list[Page]:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from evidra.retrieval.encoders.bm25 import BM25Params
     from evidra.retrieval.engine import build_index, check_encoder_args
 
+    BM25Params(language=args.language)  # an unknown language fails before any page is read
     qdrant = _qdrant_spec(args)  # option errors first, before any page is read
     check_encoder_args(args.encoder, args.model)
     pages = _build_pages(args)
@@ -233,6 +261,7 @@ def run_build(args: argparse.Namespace) -> int:
             options=enc_opts,
             maxsim=maxsim,
             ocr=args.ocr,
+            bm25=BM25Params(language=args.language, stem=args.stem),
             qdrant=qdrant,
             progress=progress,
         )
@@ -244,7 +273,9 @@ def run_build(args: argparse.Namespace) -> int:
         )
     if args.store is not None:  # `evidra ask --store S` then finds this index without --index
         from evidra.corpus import PageStore
+        from evidra.retrieval.manifest import note_store
 
+        note_store(args.out, args.store)  # `index search` then names files and pages, and filters
         with PageStore.open(args.store) as store:
             store.register_index(args.out)
     return 0
@@ -310,21 +341,51 @@ def run_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:
+    """Each page's ``PageMeta`` from the index's store (``{}`` without one), and the page ids that
+    ``--where`` rules out."""
+    from evidra.corpus import PageStore
+    from evidra.corpus.metadata import parse_where
+    from evidra.errors import InvalidInputError
+    from evidra.retrieval.manifest import read_spec
+
+    where = parse_where(args.where)
+    store = args.store or read_spec(args.index).store
+    if not store or not (args.store or Path(store).is_dir()):
+        if where:
+            raise InvalidInputError(
+                f"--where needs the page store of index {args.index}; pass --store S (the store it was built over)"
+            )
+        return {}, set()
+    with PageStore.open(store) as opened:
+        metas = opened.page_meta()
+    excluded = {pid for pid, m in metas.items() if not where.matches(m)} if where else set()
+    if where and len(excluded) == len(metas):
+        raise InvalidInputError(f"no page of store {store} matches {where}; see `evidra pages {store}`")
+    return metas, excluded
+
+
 def run_search(args: argparse.Namespace) -> int:
     from evidra.retrieval.engine import open_index
 
+    metas, ruled_out = _search_metadata(args)
     enc_opts, maxsim = _options(args)
-    exclude = [set(args.exclude)] * len(args.queries)
-    with open_index(args.index, options=enc_opts, maxsim=maxsim) as engine:
+    exclude = [set(args.exclude) | ruled_out] * len(args.queries)
+    with open_index(args.index, options=enc_opts, maxsim=maxsim, encoder_path=args.encoder) as engine:
         results = engine.retriever.search(args.queries, k=args.k, exclude=exclude)
     for query, hits in zip(args.queries, results, strict=True):
         if args.json:
-            rows = [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path} for h in hits]
-            print(json.dumps({"query": query, "hits": rows}))
+            rows = [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path,
+                     **(metas[h.page_id].record() if h.page_id in metas else {})} for h in hits]  # fmt: skip
+            print(json.dumps({"query": query, "hits": rows}, ensure_ascii=False))
             continue
         print(f"query: {query}")
+        if not hits:
+            print("  no relevant page: no page of the index matches the query")
         for rank, h in enumerate(hits, start=1):
-            print(f"  {rank:>3}. {h.page_id:<24} {h.score:10.4f}  {h.image_path}")
+            meta = metas.get(h.page_id)
+            where = f"{meta.citation:<28} {meta.title[:40]:<40}  {h.page_id}" if meta else f"{h.page_id:<24}"
+            print(f"  {rank:>3}. {h.score:10.4f}  {where}{'' if meta else '  ' + h.image_path}")
     return 0
 
 

@@ -29,11 +29,12 @@ from typing import Any
 
 from evidra.devices import resolve_device, resolve_dtype
 from evidra.errors import InvalidInputError
-from evidra.models.references import recorded_ref
+from evidra.models.references import recorded_ref, resolve_model_ref
 from evidra.retrieval._staging import publish, remove_stale_builds
 from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, Retriever, VectorIndex
 from evidra.retrieval.encoders import load_encoder
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
+from evidra.retrieval.fingerprint import check_encoder, fingerprint
 from evidra.retrieval.index.multivector import MaxSimOptions
 from evidra.retrieval.manifest import MANIFEST as MANIFEST
 from evidra.retrieval.manifest import IndexSpec as IndexSpec
@@ -179,7 +180,8 @@ def _build_into(
     if encoder == "bm25":
         enc, spec = None, IndexSpec("bm25", "", "bm25", ocr)
     else:
-        enc = load_encoder(encoder, encoder_path, options)
+        folder = resolve_model_ref(encoder_path, f"{encoder} encoder")
+        enc = load_encoder(encoder, folder, options)
         if qdrant is not None and enc.kind != "multi":
             raise InvalidInputError(
                 f"the qdrant backend needs a multi-vector encoder (colqwen2, colpali); {encoder} is "
@@ -187,7 +189,8 @@ def _build_into(
             )
         backend = "qdrant" if qdrant is not None else "maxsim" if enc.kind == "multi" else "dense"
         dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
-        spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim)
+        spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim,
+                         encoder_fingerprint=fingerprint(folder))  # fmt: skip
     backend_hooks = INDEXES.get(spec.backend)
     index = backend_hooks.create(staging, _staged(spec, out, staging), stores)
     try:
@@ -219,7 +222,8 @@ def open_index(
     options: EncoderOptions | None = None,
     maxsim: MaxSimOptions | None = None,
 ) -> Engine:
-    """Open an index directory; ``encoder_path`` overrides the checkpoint recorded at build time."""
+    """Open an index directory; ``encoder_path`` overrides the checkpoint recorded at build time
+    (the same weights, moved: its fingerprint must match the one recorded, ``fingerprint``)."""
     path = Path(root)
     spec = read_spec(path)
     backend = INDEXES.get(spec.backend)
@@ -229,11 +233,26 @@ def open_index(
     if not backend.embeds:
         return _engine(path, spec, None, index)
     try:
-        enc = load_encoder(spec.encoder, encoder_path or spec.encoder_path, options)
+        enc = load_encoder(spec.encoder, _checked_encoder(path, spec, str(encoder_path or "")), options)
     except BaseException:
         index.close()
         raise
     return _engine(path, spec, enc, index)
+
+
+def _checked_encoder(root: Path, spec: IndexSpec, given: str) -> Path:
+    """The checkpoint folder to embed queries with: ``given`` or the recorded one, whose weights
+    are those that built the index."""
+    ref = given or spec.encoder_path
+    recorded = Path(spec.encoder_path)
+    if not given and recorded.is_absolute() and not recorded.exists():
+        raise InvalidInputError(
+            f"index {root} was built with encoder checkpoint {spec.encoder_path}, which no longer exists; "
+            f"pass --encoder DIR (that checkpoint, moved), or rebuild the index"
+        )
+    folder = resolve_model_ref(ref, f"{spec.encoder} encoder")
+    check_encoder(root, spec.encoder_path, spec.encoder_fingerprint, ref, folder)
+    return folder
 
 
 def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:

@@ -28,6 +28,8 @@ class IndexSpec:
     qdrant: QdrantSpec | None = None  # qdrant only
     dim: int = 0  # embedding width (recorded for qdrant, whose reopening needs it)
     data_dir: str = ""  # bm25: the folder of the index holding its files (empty: the index itself)
+    store: str = ""  # the page store it was built over (absolute), for file names, titles and filters
+    encoder_fingerprint: str = ""  # of the checkpoint that embedded the pages (``fingerprint``); "" for bm25
 
 
 def write_manifest(root: Path, spec: IndexSpec) -> None:
@@ -50,6 +52,12 @@ def read_spec(root: str | Path) -> IndexSpec:
         raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
     except (ValueError, TypeError) as exc:
         raise CorpusError(f"{path} is malformed ({exc}); rebuild the index") from exc
+
+
+def note_store(root: str | Path, store: str | Path) -> None:
+    """Record in the manifest of index ``root`` the page store its pages come from."""
+    spec = read_spec(root)
+    write_manifest(Path(root), replace(spec, store=str(Path(store).expanduser().resolve())))
 
 
 def save_bm25(root: Path, retriever: BM25Retriever) -> None:
