@@ -72,7 +72,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dtype", default="auto", help="model weights: auto (bfloat16 on a GPU) | float32 | bfloat16"
     )
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens the model may write")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--max-pixels", type=int, default=None, help="image pixel limit per page")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

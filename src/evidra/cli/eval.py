@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
     )
     src.add_argument("--n", type=int, default=8, help="samples per synthetic benchmark (default 8)")
     src.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
-    src.add_argument("--seed", type=int, default=0)
+    src.add_argument("--seed", type=int, default=0, help="seed of the synthetic samples and sampling")
     p.add_argument(
         "--paradigm", action="append", default=[], metavar="NAME", help="paradigm name, repeatable, or 'all'"
     )
@@ -88,13 +88,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--index", default=None, metavar="DIR|URL", help=index_help)
     by_help = "extra rows per value of a sample field: subset (ChartQA), stratum (VISA), page_kind"
     p.add_argument("--breakdown", action="append", default=[], metavar="FIELD", help=by_help)
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=4, help="episodes generated together")
     turns_help = "policy turns per episode (default: the environment's own limit, 1 without --env)"
     p.add_argument("--max-turns", type=int, default=None, help=turns_help)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens the policy may write per turn")
     p.add_argument("--training-metrics", default=None, metavar="FILE",
                    help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
-    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for results.jsonl, tables and viewer.html")
     add_eval_options(p)
     _judge_arguments(p)
     p.set_defaults(func=run)
@@ -110,9 +110,9 @@ def _judge_arguments(p: Any) -> None:
                    help=f"environment variable with the key (default {DEFAULT_API_KEY_ENV})")  # fmt: skip
     j.add_argument("--judge-prompt", default="vragrl", choices=["vragrl", "lang2act"],
                    help="the paper's judge prompt: vragrl (one answer a request) or lang2act")  # fmt: skip
-    j.add_argument("--judge-concurrency", type=int, default=8)
-    j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
-    j.add_argument("--judge-retries", type=int, default=3)
+    j.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at once")
+    j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS", help="per judge request")
+    j.add_argument("--judge-retries", type=int, default=3, help="retries of a failed judge request")
 
 
 def _judge(args: argparse.Namespace, out: Path) -> Any:

@@ -59,6 +59,9 @@ def register(subparsers: Any) -> None:
         "--option", action="append", default=[], metavar="KEY=VALUE", help="--dataset: loader option"
     )
     b.add_argument("--out", required=True, help="new index directory")
+    b.add_argument(
+        "--overwrite", action="store_true", help="replace an index already at --out, once the new one is built"
+    )
     b.add_argument("--encoder", required=True, help="colqwen2 | colpali | dse | visrag | minilm | bm25")
     b.add_argument("--model", default="", help="encoder checkpoint, hub id or tiny:ARCH (not bm25)")
     b.add_argument("--ocr", action="store_true", help="bm25: OCR pages without a text layer (evidra[ocr])")
@@ -92,22 +95,22 @@ def register(subparsers: Any) -> None:
     b.set_defaults(func=run_build)
 
     a = sub.add_parser("add", help="add (or with --replace, re-embed) pages of a store")
-    a.add_argument("--index", required=True)
-    a.add_argument("--store", required=True)
+    a.add_argument("--index", required=True, help="index directory (from `evidra index build`)")
+    a.add_argument("--store", required=True, help="page store holding the pages to add")
     a.add_argument("--pages", nargs="*", default=None, help="page ids (default: all not yet indexed)")
     a.add_argument("--replace", action="store_true", help="re-embed pages already in the index")
     _model_options(a)
     a.set_defaults(func=run_add)
 
     d = sub.add_parser("delete", help="remove pages by id")
-    d.add_argument("--index", required=True)
-    d.add_argument("page_ids", nargs="+")
+    d.add_argument("--index", required=True, help="index directory")
+    d.add_argument("page_ids", nargs="+", metavar="PAGE_ID", help="ids of the pages to remove (see `evidra pages`)")
     d.set_defaults(func=run_delete)
 
     s = sub.add_parser("search", help="top-k pages for one or more queries")
-    s.add_argument("--index", required=True)
-    s.add_argument("queries", nargs="+")
-    s.add_argument("-k", type=int, default=5)
+    s.add_argument("--index", required=True, help="index directory")
+    s.add_argument("queries", nargs="+", metavar="QUERY", help="one or more queries")
+    s.add_argument("-k", type=int, default=5, help="pages per query")
     s.add_argument("--exclude", nargs="*", default=(), help="page ids to skip")
     s.add_argument(
         "--encoder",
@@ -133,7 +136,7 @@ def register(subparsers: Any) -> None:
     s.set_defaults(func=run_search)
 
     e = sub.add_parser("eval", help="Recall@k, MRR@k, nDCG@k from queries + qrels or a benchmark")
-    e.add_argument("--index", required=True)
+    e.add_argument("--index", required=True, help="index directory")
     e.add_argument("--queries", help="JSONL/TSV of (query id, text)")
     e.add_argument("--qrels", help="JSONL/TSV of (query-id, corpus-id, score)")
     e.add_argument("--benchmark", help="benchmark folder instead of --queries/--qrels")
@@ -143,8 +146,8 @@ def register(subparsers: Any) -> None:
     e.add_argument(
         "--option", action="append", default=[], metavar="KEY=VALUE", help="--dataset: loader option"
     )
-    e.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
-    e.add_argument("--json", action="store_true")
+    e.add_argument("-k", type=int, nargs="+", default=[1, 5, 10], help="cut-offs of the metrics")
+    e.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     _model_options(e)
     e.set_defaults(func=run_eval)
 
@@ -264,6 +267,7 @@ def run_build(args: argparse.Namespace) -> int:
             bm25=BM25Params(language=args.language, stem=args.stem),
             qdrant=qdrant,
             progress=progress,
+            overwrite=args.overwrite,
         )
     with engine:
         scoring = getattr(engine.index, "compute_dtype", "")  # the exact store's; others have none

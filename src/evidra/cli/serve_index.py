@@ -24,8 +24,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--encoder", default=None, help="encoder checkpoint or hub id (default: the one it was built with)"
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8765, help="TCP port to listen on")
     p.add_argument("--max-batch", type=int, default=32, help="queries per batched search")
     p.add_argument(
         "--max-wait-ms", type=float, default=5.0, help="how long a request waits for others to batch with"

@@ -125,22 +125,27 @@ def build_index(
     bm25: BM25Params | None = None,
     qdrant: QdrantSpec | None = None,
     progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> Engine:
     """Create an index directory at ``root`` holding ``pages`` embedded by ``encoder``.
 
     The index is built in a staging folder beside ``root`` (``.{name}.building.{pid}.*``) and
     moved to ``root`` once complete, its manifest last, so a failed or killed build leaves no
     index-looking ``root`` to block the next one; the next build removes staging folders of
-    builds that no longer run. ``root`` may be missing or a folder that holds no index.
+    builds that no longer run. ``root`` may be missing or a folder that holds no index; with
+    ``overwrite`` it may hold one, which the new index replaces once complete (its ``images``
+    folder of inline benchmark images stays).
 
     With ``qdrant`` the vectors go to a new Qdrant collection instead of the directory's own exact
     store, and ``qdrant.collection`` (new, or empty) becomes its alias once every page is in
     (``qdrant_build``); the encoder must be multi-vector.
     """
     out = Path(root).expanduser().absolute()
-    if (out / MANIFEST).exists():
+    replacing = (out / MANIFEST).exists()
+    if replacing and not overwrite:
         raise InvalidInputError(
-            f"an index already exists at {str(root)!r}; use `evidra index add` or another path"
+            f"an index already exists at {str(root)!r}; use `evidra index add`, another path, or "
+            "--overwrite to replace it"
         )
     if out.exists() and not out.is_dir():
         raise InvalidInputError(f"{str(root)!r} exists and is not a folder; pick another path for the index")
@@ -155,13 +160,28 @@ def build_index(
     try:
         spec, enc = _build_into(staging, out, pages, encoder, encoder_path, options,
                                 StoreOptions(maxsim, bm25), ocr, qdrant, progress)  # fmt: skip
-        publish(staging, out, MANIFEST)
+        if replacing:
+            _replace(staging, out)
+        else:
+            publish(staging, out, MANIFEST)
     except BaseException:
         drop_noted(staging)  # the Qdrant collection it was filling, if any
         shutil.rmtree(staging, ignore_errors=True)
         raise
     logger.debug("built %s index of %d pages at %s", spec.backend, len(pages), out)
     return _engine(out, spec, enc, INDEXES.get(spec.backend).open(out, spec, StoreOptions(maxsim, bm25)))
+
+
+def _replace(staging: Path, out: Path) -> None:
+    """Swap the finished index in ``staging`` for the one at ``out`` (two renames), keep the old
+    folder's ``images`` (inline benchmark images the new index refers to), drop the rest."""
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced.{os.getpid()}.", dir=out.parent))
+    os.rename(out, old / "index")
+    os.rename(staging, out)
+    images = old / "index" / "images"
+    if images.is_dir() and not (out / "images").exists():
+        os.rename(images, out / "images")
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _build_into(
