@@ -372,8 +372,8 @@ def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]
 def run_search(args: argparse.Namespace) -> int:
     from evidra.retrieval.engine import open_index
 
+    enc_opts, maxsim = _options(args)  # option errors (--device cuda without CUDA) first
     metas, ruled_out = _search_metadata(args)
-    enc_opts, maxsim = _options(args)
     exclude = [set(args.exclude) | ruled_out] * len(args.queries)
     with open_index(args.index, options=enc_opts, maxsim=maxsim, encoder_path=args.encoder) as engine:
         results = engine.retriever.search(args.queries, k=args.k, exclude=exclude)

@@ -140,6 +140,19 @@ def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
     return {k: v.contiguous() for k, v in full.items()}
 
 
+def dump_run_config(cfg: Any, path: str | Path) -> Path:
+    """Write a run's resolved config, its ``model.path`` made absolute when it is a local folder,
+    so the run's checkpoints and exports still find their base model from any directory."""
+    from dataclasses import is_dataclass, replace
+
+    from evidra.models.references import recorded_ref
+
+    model = getattr(cfg, "model", None)
+    if is_dataclass(cfg) and is_dataclass(model) and isinstance(getattr(model, "path", None), str) and model.path:
+        cfg = replace(cfg, model=replace(model, path=recorded_ref(model.path)))  # type: ignore[type-var]
+    return dump_config(cfg, path)
+
+
 def _write_main(
     tmp: Path, weights: dict[str, Any], state: TrainState, optimizer: Any, scheduler: Any, config: Any,
     *, sharded: bool,
@@ -153,7 +166,7 @@ def _write_main(
         trainer["optimizer"] = optimizer.state_dict()
     torch.save(trainer, tmp / "trainer.pt")
     (tmp / "state.json").write_text(json.dumps(state.__dict__))
-    dump_config(config, tmp / "config.yaml")
+    dump_run_config(config, tmp / "config.yaml")
     sums = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
     for file in (f for f in tmp.rglob("*") if f.is_file()):  # durable bytes before the rename publishes them
