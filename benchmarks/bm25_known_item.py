@@ -4,7 +4,8 @@ Questions are written from the pages themselves, as a reader who remembers a pas
 for it: a section heading becomes "Where does the manual explain <heading>?", a stretch of six
 words of a sentence becomes "What does the documentation say about <words>?" (one of a few such
 phrasings, seeded), and the function a reference entry defines (a line ending in
-"[Function]", as Texinfo manuals print them) becomes "What does <function> do?". The gold page is the page the words were taken from; a heading or stretch
+"[Function]", as Texinfo manuals print them) becomes "What does <function> do?". The gold page
+is the page the words were taken from; a heading or stretch
 that occurs on another page too (running heads, repeated prototypes) is never asked. Every
 variant of the analyzer indexes the same pages and answers the same questions:
 
@@ -109,7 +110,9 @@ def _candidates(page: Page) -> list[tuple[str, str]]:
     return out
 
 
-def known_items(pages: Sequence[Page], *, per_page: int = 2, max_items: int = 600, seed: int = 0) -> list[KnownItem]:
+def known_items(
+    pages: Sequence[Page], *, per_page: int = 2, max_items: int = 600, seed: int = 0
+) -> list[KnownItem]:
     """Up to ``per_page`` questions per page, about text no other page holds; ``max_items`` in all."""
     rng = random.Random(seed)
     per = {p.id: _candidates(p) for p in pages}
@@ -146,8 +149,8 @@ def fixture_pdf(path: Path, *, pages: int = 6, seed: int = 0) -> Path:
 
     rng = random.Random(seed)
     verbs = ("decodes", "encodes", "validates", "allocates", "releases", "parses", "copies", "hashes")
-    nouns = ("certificate", "structure", "buffer", "element", "signature", "context", "string", "key",
-             "tag", "length", "value", "node", "handle", "digest", "cipher", "stream", "octet", "field")  # fmt: skip
+    nouns = ("certificate", "structure", "buffer", "element", "signature", "context", "string", "key", "tag",
+             "length", "value", "node", "handle", "digest", "cipher", "stream", "octet", "field")  # fmt: skip
     canvases = []
     for i in range(pages):
         c = PdfCanvas(612, 792)
@@ -155,7 +158,8 @@ def fixture_pdf(path: Path, *, pages: int = 6, seed: int = 0) -> Path:
         c.text(72, 80, f"{i + 1}.{rng.randint(1, 9)} {topic} functions", 16)
         for line in range(12):
             words = ["The", "function", f"fn_{i}_{line}", rng.choice(verbs), "the", rng.choice(nouns), "and",
-                     "then", rng.choice(verbs), "every", rng.choice(nouns), "of", "the", rng.choice(nouns)]  # fmt: skip
+                     "then", rng.choice(verbs), "every", rng.choice(nouns), "of", "the",
+                     rng.choice(nouns)]  # fmt: skip
             c.text(72, 120 + 22 * line, " ".join(words) + ".", 10)
         canvases.append(c)
     path.write_bytes(write_pdf(canvases))
@@ -176,7 +180,9 @@ def _pages(args: argparse.Namespace, tmp: Path) -> list[Page]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--store", help="a page store from `evidra ingest`")
     where.add_argument("--pdfs", help="a folder of PDFs, ingested into a temporary store")
@@ -190,7 +196,10 @@ def main() -> None:
         pages = _pages(args, Path(tmp))
     items = known_items(pages, per_page=args.per_page, max_items=args.max_items, seed=args.seed)
     kinds = Counter(it.kind for it in items)
-    print(f"{len(pages)} pages, {len(items)} known items: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    print(
+        f"{len(pages)} pages, {len(items)} known items: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    )
     results = measure(pages, items)
     print("| tokens | questions | recall@1 | recall@5 | MRR@10 |\n|---|---|---|---|---|")
     for (name, kind), m in sorted(results.items(), key=lambda kv: (kv[0][1] != "all", kv[0][1])):

@@ -164,13 +164,19 @@ def test_known_items_ask_for_text_of_one_page_only() -> None:
         return Page(pid, "x.png", 800, 800, source="m.pdf", words=tuple(words))
 
     shared = "Chapter 4 Function reference"  # a running head: on both pages, never asked
-    a = page("a-p0001", [shared, "int asn1_der_decoding (asn1_node element, [Function]",
-                         "The decoder fills the structure from the DER bytes given to it here today."])  # fmt: skip
-    b = page("b-p0001", [shared, "2.1 Parsing certificates", "One line of text that is long enough to ask about now."])
+    definition = "int asn1_der_decoding (asn1_node element, [Function]"
+    a = page(
+        "a-p0001",
+        [shared, definition, "The decoder fills the structure from the DER bytes given to it today."],
+    )
+    b = page(
+        "b-p0001",
+        [shared, "2.1 Parsing certificates", "One line of text that is long enough to ask about now."],
+    )
     items = module.known_items([a, b], per_page=5)
     kinds = {(it.kind, it.page_id) for it in items}
     assert ("function", "a-p0001") in kinds and ("heading", "b-p0001") in kinds
     assert ("sentence", "a-p0001") in kinds
     assert not any("Chapter 4" in it.question for it in items)
-    assert any(it.question.endswith(("asn1_der_decoding do?", "asn1_der_decoding?", "asn1_der_decoding return?"))
-               for it in items)  # fmt: skip
+    endings = ("asn1_der_decoding do?", "asn1_der_decoding?", "asn1_der_decoding return?")
+    assert any(it.question.endswith(endings) for it in items)

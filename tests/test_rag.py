@@ -120,7 +120,9 @@ def test_where_filters_pages_and_nothing_found_is_an_answer(
 ) -> None:
     from evidra.rag_view import NO_HITS, answer_record, write_html
 
-    rag = RAG.from_documents(docs, model=tiny_dirs["qwen2_5_vl"], store=tmp_path / "store", params=SHORT, dpi=50)
+    rag = RAG.from_documents(
+        docs, model=tiny_dirs["qwen2_5_vl"], store=tmp_path / "store", params=SHORT, dpi=50
+    )
     with rag:
         everywhere = {rag.store.get(h.page_id).file_name for h in rag.retrieve(QUESTION, k=20)}
         chosen = sorted(everywhere)[-1]
@@ -130,7 +132,7 @@ def test_where_filters_pages_and_nothing_found_is_an_answer(
         assert [s.file for s in answer.sources] == [chosen] and answer.sources[0].title
         record = answer_record(answer)["cited_pages"][0]
         assert record["file"] == chosen and record["cite"] == f"{chosen} p. {record['page_number']}"
-        with pytest.raises(InvalidInputError, match="no page of store .* matches file=none.pdf"):
+        with pytest.raises(InvalidInputError, match=r"no page of store .* matches file=none\.pdf"):
             rag.retrieve(QUESTION, where=["file=none.pdf"])
         nothing = rag.ask("What is the capital of Mongolia?")
     assert nothing.no_hits and nothing.text is None and nothing.pages == () and nothing.output == ""

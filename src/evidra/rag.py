@@ -29,7 +29,6 @@ from evidra.types import Box, CoordSpace, Page, Parsed, Sample
 if TYPE_CHECKING:
     from evidra.corpus.metadata import PageMeta, Where
     from evidra.corpus.store import PageStore
-    from evidra.eval.viewer import ViewerRecord
     from evidra.models.generation import SamplingParams
     from evidra.models.loading import VLM
     from evidra.retrieval.attach import StoreRetriever

@@ -44,7 +44,9 @@ def citation_record(c: Citation) -> dict[str, Any]:
     }
 
 
-def page_record(page: Page, rank: int, hit: Hit | None = None, meta: PageMeta | None = None) -> dict[str, Any]:
+def page_record(
+    page: Page, rank: int, hit: Hit | None = None, meta: PageMeta | None = None
+) -> dict[str, Any]:
     """A page shown to the model (with its retrieval score, when retrieved, and its document's
     id, title and user metadata, when known) as JSON."""
     return {
@@ -124,6 +126,8 @@ def viewer_record(answer: Answer) -> ViewerRecord:
         pages.append(ViewerPage(page.image_path, page.width, page.height, title, boxes))
     steps = tuple(ViewerStep(_label(c), _step_text(c), _color(c)) for c in cited)
     details = {"retrieved from": ", ".join(answer.index)} if answer.index else {}
+    if answer.errors:
+        details["format problems"] = "; ".join(answer.errors)
     prediction = NO_HITS if answer.no_hits else answer.text
     return ViewerRecord(
         answer.question, prediction, (), None, tuple(pages), answer.output, details=details, steps=steps

@@ -34,7 +34,10 @@ def test_pages_have_captions_enlarge_and_numbered_tags(tmp_path: Path) -> None:
     html = write_viewer([record], tmp_path / "v.html", embed_images=True).read_text()
     assert "<figcaption>1. report.pdf p. 3 · score 12.5 · ab12-p0003" in html
     assert re.search(r'<figure class="page" id="(rec-0-p0)">.*href="#\1">enlarge</a>', html, flags=re.S)
-    assert html.count('class="box"') == 1 and '<span class="num" style="background:#16a34a">1 · answer</span>' in html
+    assert (
+        html.count('class="box"') == 1
+        and '<span class="num" style="background:#16a34a">1 · answer</span>' in html
+    )
     assert "gold:" not in html  # no gold answers, no gold line
     with_gold = ViewerRecord("Q?", "42", ("42",), True, (page,))
     assert "gold: 42" in write_viewer([with_gold], tmp_path / "g.html").read_text()

@@ -21,7 +21,9 @@ def test_a_mistyped_local_path_is_no_such_directory(tmp_path: Path, monkeypatch:
     (tmp_path / "ckpt" / "tiny-vl").mkdir(parents=True)
     assert looks_like_path("ckpt/tiny-vll") and not looks_like_hub_id("ckpt/tiny-vll")
     assert looks_like_hub_id("Qwen/Qwen2.5-VL-3B-Instruct")  # no Qwen/ folder here: a hub id
-    with pytest.raises(ModelLoadError, match=r"no such directory: 'ckpt/tiny-vll' \(did you mean 'ckpt/tiny-vl'\?\)"):
+    with pytest.raises(
+        ModelLoadError, match=r"no such directory: 'ckpt/tiny-vll' \(did you mean 'ckpt/tiny-vl'\?\)"
+    ):
         resolve_model_ref("ckpt/tiny-vll")
     for path in ("./model", "../up/model", "/abs/model", "~/model"):
         with pytest.raises(ModelLoadError, match="no such directory"):
@@ -39,13 +41,18 @@ def test_cli_names_the_missing_model_directory(
     PageStore.create(tmp_path / "store").close()
     assert main(["ask", "--store", "store", "--model", "ckpt/tiny-vll", "-q", "Q?"]) == 2
     err = capsys.readouterr().err
-    assert err == "evidra ask: error: no such directory: 'ckpt/tiny-vll'; pass an existing Qwen-VL model checkpoint directory\n"
+    assert (
+        err == "evidra ask: error: no such directory: 'ckpt/tiny-vll'; pass an existing Qwen-VL model "
+        "checkpoint directory\n"
+    )
 
 
-def test_cuda_without_cuda_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cuda_without_cuda_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
-    with pytest.raises(InvalidInputError, match="device 'cuda:1' asked for, but .*; use --device cpu"):
+    with pytest.raises(InvalidInputError, match=r"device 'cuda:1' asked for, but .*; use --device cpu"):
         resolve_device("cuda:1")
     assert main(["index", "search", "--index", "idx", "--device", "cuda", "q"]) == 2
     err = capsys.readouterr().err

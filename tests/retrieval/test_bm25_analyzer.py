@@ -27,7 +27,7 @@ def test_english_drops_question_words_and_stems() -> None:
     assert Analyzer("en").terms("What does it decode?") == ["decode"]  # stemming is off by default
     assert Analyzer("en", stopwords=False, stem=True).terms("does decoding") == ["doe", "decod"]
     assert Analyzer("fr", stem=True).terms("Les décodages du fichier") == ["décodag", "fichi"]
-    with pytest.raises(EvidraError, match="Known: .*en"):
+    with pytest.raises(EvidraError, match=r"Known: .*en"):
         Analyzer("english")
 
 

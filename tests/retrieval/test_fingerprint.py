@@ -54,7 +54,9 @@ def test_a_moved_encoder_is_named_and_found_with_encoder(
         assert len(engine.retriever.search(["a chart"], k=1)[0]) == 1
     assert main(["index", "search", "--index", str(idx), "-q", "chart"]) == 2
     assert "was built with encoder checkpoint" in capsys.readouterr().err
-    assert main(["-q", "index", "search", "--index", str(idx), "--encoder", str(moved), "--json", "chart"]) == 0
+    assert (
+        main(["-q", "index", "search", "--index", str(idx), "--encoder", str(moved), "--json", "chart"]) == 0
+    )
     assert len(json.loads(capsys.readouterr().out)["hits"]) == 2
 
 

@@ -22,8 +22,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "pages": ("evidra pages store/", "evidra pages store/ --json"),
     "ask": (
         'evidra ask --store store/ --index idx/ --model ckpt/Qwen2.5-VL-7B "When was Orion founded?"',
-        'evidra ask --store store/ --model ckpt/lat-7b --where file=report.pdf --html answer.html "Who leads Orion?"',
-        'evidra ask --store store/ --index idx-vis/ --encoder ckpt/colqwen2 --model ckpt/lat-7b --json "Revenue 2024?"',
+        "evidra ask --store store/ --model ckpt/lat-7b --where file=report.pdf --html answer.html "
+        '"Who leads Orion?"',
+        "evidra ask --store store/ --index idx-vis/ --encoder ckpt/colqwen2 --model ckpt/lat-7b --json "
+        '"Revenue in 2024?"',
     ),
     "train sft": (
         "evidra train sft --config configs/tiny/lat.yaml",
@@ -45,7 +47,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "evidra index add --index idx/ --store store/",
         "evidra index add --index idx/ --store store/ --replace --pages 3f2a-p0001",
     ),
-    "index delete": ("evidra index delete --index idx/ 3f2a-p0001", "evidra index delete --index idx/ 3f2a-p0001 3f2a-p0002"),
+    "index delete": (
+        "evidra index delete --index idx/ 3f2a-p0001",
+        "evidra index delete --index idx/ 3f2a-p0001 3f2a-p0002",
+    ),
     "index search": (
         'evidra index search --index idx/ "total revenue 2019"',
         'evidra index search --index idx/ -k 10 --where file=report.pdf --json "revenue"',
@@ -62,9 +67,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "eval": (
         "evidra eval --synthetic documents --paradigm coe --model ckpt/lat-7b --out results/",
         "evidra eval --synthetic documents --paradigm coe --model runs/lat --out results/lat --limit 50",
-        "evidra eval --synthetic documents --paradigm direct --endpoint http://localhost:8000/v1 --out results/api",
+        "evidra eval --synthetic documents --paradigm direct --endpoint http://localhost:8000/v1 --out api/",
     ),
-    "export": ("evidra export runs/lat ckpt/lat-7b", "evidra export runs/lat/checkpoint-200 ckpt/lat-adapter --adapter"),
+    "export": (
+        "evidra export runs/lat ckpt/lat-7b",
+        "evidra export runs/lat/checkpoint-200 ckpt/lat-adapter --adapter",
+    ),
     "data distill": (
         "evidra data distill --config configs/lat.yaml --method lat --teacher http://localhost:8000/v1 "
         "--teacher-model qwen-72b --out distilled.jsonl",
@@ -79,15 +87,22 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "data filter": (
         "evidra data filter --config configs/lat.yaml --model ckpt/lat-cold --out subset.jsonl",
-        "evidra data filter --config configs/lat.yaml --model ckpt/lat-cold --k 8 --max-success 6 --out subset.jsonl",
+        "evidra data filter --config configs/lat.yaml --model ckpt/lat-cold --k 8 --max-success 6 "
+        "--out subset.jsonl",
     ),
     "data toolbox": (
         "evidra data toolbox --config configs/lang2act.yaml --trajectories traj.jsonl --out toolbox.json",
-        "evidra data toolbox --trajectories traj.jsonl --curator http://localhost:8000/v1 --curator-model qwen-72b "
-        "--out toolbox.json",
+        "evidra data toolbox --trajectories traj.jsonl --curator http://localhost:8000/v1 "
+        "--curator-model qwen-72b --out toolbox.json",
     ),
-    "models tiny": ("evidra models tiny qwen2_5_vl ckpt/tiny-vl", "evidra models tiny colqwen2 ckpt/tiny-colqwen2"),
-    "models resolve": ("evidra models resolve Qwen/Qwen2.5-VL-3B-Instruct", "evidra models resolve tiny:qwen2_5_vl"),
+    "models tiny": (
+        "evidra models tiny qwen2_5_vl ckpt/tiny-vl",
+        "evidra models tiny colqwen2 ckpt/tiny-colqwen2",
+    ),
+    "models resolve": (
+        "evidra models resolve Qwen/Qwen2.5-VL-3B-Instruct",
+        "evidra models resolve tiny:qwen2_5_vl",
+    ),
 }
 
 

@@ -49,7 +49,8 @@ def register(subparsers: Any) -> None:
         "--encoder",
         default="",
         metavar="DIR",
-        help="encoder checkpoint of a visual --index, if moved since `index build` (default: the one it recorded)",
+        help="encoder checkpoint of a visual --index, if moved since `index build` "
+        "(default: the one it recorded)",
     )
     p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages to retrieve (default: 3)")
     p.add_argument(
@@ -95,11 +96,10 @@ def _similarity(retriever: str | None, device: str) -> Any:
 
 def _open(args: argparse.Namespace) -> RAG:
     """Check the options, open store and index, then load the model (the heavy part, last)."""
+    from evidra.corpus.metadata import parse_where
     from evidra.devices import resolve_device, resolve_dtype
     from evidra.models.generation import SamplingParams
     from evidra.rag import RAG
-
-    from evidra.corpus.metadata import parse_where
 
     parse_where(args.where)  # a malformed filter fails before anything loads
     if args.verify and not args.paradigm.startswith("coe"):

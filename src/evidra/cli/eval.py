@@ -94,7 +94,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens the policy may write per turn")
     p.add_argument("--training-metrics", default=None, metavar="FILE",
                    help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for results.jsonl, tables and viewer.html")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="folder for results.jsonl, tables and viewer.html"
+    )
     add_eval_options(p)
     _judge_arguments(p)
     p.set_defaults(func=run)

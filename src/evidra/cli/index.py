@@ -60,7 +60,9 @@ def register(subparsers: Any) -> None:
     )
     b.add_argument("--out", required=True, help="new index directory")
     b.add_argument(
-        "--overwrite", action="store_true", help="replace an index already at --out, once the new one is built"
+        "--overwrite",
+        action="store_true",
+        help="replace an index already at --out, once the new one is built",
     )
     b.add_argument("--encoder", required=True, help="colqwen2 | colpali | dse | visrag | minilm | bm25")
     b.add_argument("--model", default="", help="encoder checkpoint, hub id or tiny:ARCH (not bm25)")
@@ -104,7 +106,9 @@ def register(subparsers: Any) -> None:
 
     d = sub.add_parser("delete", help="remove pages by id")
     d.add_argument("--index", required=True, help="index directory")
-    d.add_argument("page_ids", nargs="+", metavar="PAGE_ID", help="ids of the pages to remove (see `evidra pages`)")
+    d.add_argument(
+        "page_ids", nargs="+", metavar="PAGE_ID", help="ids of the pages to remove (see `evidra pages`)"
+    )
     d.set_defaults(func=run_delete)
 
     s = sub.add_parser("search", help="top-k pages for one or more queries")
@@ -358,7 +362,8 @@ def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]
     if not store or not (args.store or Path(store).is_dir()):
         if where:
             raise InvalidInputError(
-                f"--where needs the page store of index {args.index}; pass --store S (the store it was built over)"
+                f"--where needs the page store of index {args.index}; pass --store S (the store it "
+                "was built over)"
             )
         return {}, set()
     with PageStore.open(store) as opened:

@@ -68,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
             bar.move_to(p.files_done, p.files_total, pages=p.pages)
 
         report = ingest(
-            args.root, args.store, dpi=args.dpi, recursive=not args.no_recursive, limits=limits, progress=show,
+            args.root,
+            args.store,
+            dpi=args.dpi,
+            recursive=not args.no_recursive,
+            limits=limits,
+            progress=show,
             meta=meta,
         )
     print(report.summary())  # each failed file was named by a warning as it was skipped

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-
 _MODES = {
     "sft": (
         "supervised cold start on trajectories",

@@ -135,7 +135,8 @@ def check_meta(meta: Mapping[str, object], where: str) -> dict[str, str]:
             )
         if isinstance(value, dict | list) or value is None or len(str(value)) > MAX_VALUE:
             raise InvalidInputError(
-                f"{where}: metadata {key!r} must be a text, number or boolean of at most {MAX_VALUE} characters"
+                f"{where}: metadata {key!r} must be a text, number or boolean of at most {MAX_VALUE} "
+                "characters"
             )
         out[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return out

@@ -212,7 +212,9 @@ class PageStore:
     # -- documents: titles, user metadata, filters ---------------------------------------------
     def page_meta(self) -> dict[str, PageMeta]:
         """Every page's document, file, number, title and user metadata, by page id."""
-        docs = {h: (t, _meta(m)) for h, t, m in self._conn.execute("SELECT file_hash, title, meta FROM documents")}
+        docs = {
+            h: (t, _meta(m)) for h, t, m in self._conn.execute("SELECT file_hash, title, meta FROM documents")
+        }
         out = {}
         for pid, source, number, file_hash in self._conn.execute(
             "SELECT id, source, page_number, file_hash FROM pages ORDER BY source, page_number, id"
@@ -226,9 +228,13 @@ class PageStore:
         """The ids of the pages ``where`` accepts, in page order."""
         return [pid for pid, meta in self.page_meta().items() if where.matches(meta)]
 
-    def set_document(self, file_hash: str, *, title: str | None = None, meta: dict[str, str] | None = None) -> None:
+    def set_document(
+        self, file_hash: str, *, title: str | None = None, meta: dict[str, str] | None = None
+    ) -> None:
         """Record a document's title (None: keep it) and add ``meta`` to its user metadata."""
-        row = self._conn.execute("SELECT title, meta FROM documents WHERE file_hash = ?", (file_hash,)).fetchone()
+        row = self._conn.execute(
+            "SELECT title, meta FROM documents WHERE file_hash = ?", (file_hash,)
+        ).fetchone()
         old_title, old_meta = (row[0], _meta(row[1])) if row else ("", {})
         merged = {**old_meta, **(meta or {})}
         with self._conn:

@@ -75,7 +75,9 @@ def looks_like_path(text: str) -> bool:
 
 def looks_like_hub_id(text: str) -> bool:
     """``org/name[@revision]`` that is no path here: meant as a hub repository id."""
-    return parse_hub_id(text) is not None and not Path(text).expanduser().exists() and not looks_like_path(text)
+    return (
+        parse_hub_id(text) is not None and not Path(text).expanduser().exists() and not looks_like_path(text)
+    )
 
 
 def hub_cache_dir() -> Path:
@@ -215,7 +217,9 @@ def resolve_model_ref(ref: str | Path, kind: str = "model", *, tiny_cache: str |
     if path.exists():
         return path
     if looks_like_path(text):
-        raise ModelLoadError(f"no such directory: {text!r}{_nearby(path)}; pass an existing {kind} checkpoint directory")
+        raise ModelLoadError(
+            f"no such directory: {text!r}{_nearby(path)}; pass an existing {kind} checkpoint directory"
+        )
     hub = parse_hub_id(text)
     if hub is not None:
         return download(hub, kind)

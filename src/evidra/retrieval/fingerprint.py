@@ -62,7 +62,9 @@ def short(fp: str) -> str:
     return fp.removeprefix("sha256:")[:SHOWN]
 
 
-def check_encoder(index: str | Path, recorded_path: str, recorded: str, given_path: str, given_folder: Path) -> None:
+def check_encoder(
+    index: str | Path, recorded_path: str, recorded: str, given_path: str, given_folder: Path
+) -> None:
     """Refuse to search index ``index`` (built by ``recorded_path``, fingerprint ``recorded``) with
     the checkpoint ``given_path`` at ``given_folder`` unless their fingerprints agree."""
     if not recorded:
@@ -70,7 +72,8 @@ def check_encoder(index: str | Path, recorded_path: str, recorded: str, given_pa
     found = fingerprint(given_folder)
     if found != recorded:
         raise InvalidInputError(
-            f"index {os.fspath(index)} was built with encoder {recorded_path} (fingerprint {short(recorded)}), "
+            f"index {os.fspath(index)} was built with encoder {recorded_path} "
+            f"(fingerprint {short(recorded)}), "
             f"but {given_path} has fingerprint {short(found)}: other weights give other embeddings; pass "
             f"--encoder with the checkpoint that built it, or rebuild the index with this one"
         )

@@ -80,7 +80,9 @@ def filtered(request: SearchRequest, pages: Mapping[str, PageMeta] | None) -> Se
         return request
     if pages is None:
         raise HttpError(
-            400, '"where" needs page metadata: start the service over an index built with --store, or pass --store'
+            400,
+            '"where" needs page metadata: start the service over an index built with --store, '
+            "or pass --store",
         )
     where = parse_where(request.where)
     out = [pid for pid, meta in pages.items() if not where.matches(meta)]

@@ -143,13 +143,15 @@ def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
 def dump_run_config(cfg: Any, path: str | Path) -> Path:
     """Write a run's resolved config, its ``model.path`` made absolute when it is a local folder,
     so the run's checkpoints and exports still find their base model from any directory."""
-    from dataclasses import is_dataclass, replace
+    from dataclasses import replace
 
     from evidra.models.references import recorded_ref
 
-    model = getattr(cfg, "model", None)
-    if is_dataclass(cfg) and is_dataclass(model) and isinstance(getattr(model, "path", None), str) and model.path:
-        cfg = replace(cfg, model=replace(model, path=recorded_ref(model.path)))  # type: ignore[type-var]
+    model: Any = getattr(cfg, "model", None)
+    base = getattr(model, "path", None)
+    frozen_records = hasattr(cfg, "__dataclass_fields__") and hasattr(model, "__dataclass_fields__")
+    if frozen_records and isinstance(base, str) and base:
+        cfg = replace(cfg, model=replace(model, path=recorded_ref(base)))
     return dump_config(cfg, path)
 
 

@@ -126,7 +126,9 @@ def relocated(recorded: str, checkpoint: Path) -> Path | None:
         for tail in tails:
             candidate = folder / tail
             if (candidate / "config.json").is_file():
-                logger.warning("base model %s is not there; using %s, found beside the moved run", recorded, candidate)
+                logger.warning(
+                    "base model %s is not there; using %s, found beside the moved run", recorded, candidate
+                )
                 return candidate
     return None
 

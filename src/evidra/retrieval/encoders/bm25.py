@@ -12,8 +12,8 @@ and are not returned, so a search may give fewer than ``k`` hits (none at all fo
 about something no page mentions); equal scores rank the page added first first. Terms are
 lower-cased Unicode word runs (``\\w+``) of the NFKC-normalised text, without the language's
 stop words and, with ``stem=True``, stemmed (``_bm25_text.Analyzer``; English by default,
-``language="none"`` for plain tokens). Pages without a text layer can be OCR'd first (``evidra.retrieval.ocr``, extra
-``evidra[ocr]``).
+``language="none"`` for plain tokens). Pages without a text layer can be OCR'd first
+(``evidra.retrieval.ocr``, extra ``evidra[ocr]``).
 
 The engine is the bm25s library: it precomputes every (page, term)
 score into a sparse matrix, so a query sums a few columns (scores are float32). evidra keeps the
@@ -42,7 +42,7 @@ from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.encoders._batching import check_texts
 from evidra.retrieval.encoders._bm25_files import IndexFileError, read_index, write_index
 from evidra.retrieval.encoders._bm25_terms import TermCounts, build_engine, top_rows
-from evidra.retrieval.encoders._bm25_text import LANGUAGES, Analyzer, tokenize
+from evidra.retrieval.encoders._bm25_text import LANGUAGES, Analyzer
 
 # what reading a damaged or foreign index folder raises (json, numpy, zipfile, bm25s)
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, ImportError, IndexFileError, zipfile.BadZipFile)
