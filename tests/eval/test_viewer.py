@@ -58,6 +58,10 @@ def test_eval_viewer_opens_with_a_summary_and_filters(tmp_path: Path) -> None:
     assert "<th>anls</th>" in summary and "<td>0.333</td><td>1</td><td>1</td><td>1</td>" in summary
     for name, n in (("all", 3), ("correct", 1), ("wrong", 1), ("unparsed", 1)):
         assert f'<label for="show-{name}">{name} ({n})</label>' in html
-    assert re.findall(r'<div class="rec (\w+)" id="rec-\d">', html) == ["correct", "wrong", "unparsed"]
+    assert re.findall(r'<div class="rec" data-outcome="(\w+)" id="rec-\d">', html) == [
+        "correct",
+        "wrong",
+        "unparsed",
+    ]
     assert "image 1: report.pdf p. 2 · p1" in html
     assert outcome(ViewerRecord("q", None, (), True, ())) == "unparsed"

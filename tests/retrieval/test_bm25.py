@@ -17,7 +17,8 @@ import pytest
 
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.retrieval.encoders._bm25_files import MANIFEST
-from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever, tokenize
+from evidra.retrieval.encoders._bm25_text import tokenize
+from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
 
 
 def test_bm25_hand_computed() -> None:

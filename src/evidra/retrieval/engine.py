@@ -29,7 +29,13 @@ from typing import Any
 
 from evidra.devices import resolve_device, resolve_dtype
 from evidra.errors import InvalidInputError
-from evidra.models.references import recorded_ref, resolve_model_ref
+from evidra.models.references import (
+    TINY_PREFIX,
+    looks_like_path,
+    parse_hub_id,
+    recorded_ref,
+    resolve_model_ref,
+)
 from evidra.retrieval._staging import publish, remove_stale_builds
 from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, Retriever, VectorIndex
 from evidra.retrieval.encoders import load_encoder
@@ -200,8 +206,8 @@ def _build_into(
     if encoder == "bm25":
         enc, spec = None, IndexSpec("bm25", "", "bm25", ocr)
     else:
-        folder = resolve_model_ref(encoder_path, f"{encoder} encoder")
-        enc = load_encoder(encoder, folder, options)
+        enc = load_encoder(encoder, encoder_path, options)  # resolves the reference, with its own errors
+        folder = _local_checkpoint(encoder_path, encoder)  # now local (a hub download is cached)
         if qdrant is not None and enc.kind != "multi":
             raise InvalidInputError(
                 f"the qdrant backend needs a multi-vector encoder (colqwen2, colpali); {encoder} is "
@@ -210,7 +216,7 @@ def _build_into(
         backend = "qdrant" if qdrant is not None else "maxsim" if enc.kind == "multi" else "dense"
         dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
         spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim,
-                         encoder_fingerprint=fingerprint(folder))  # fmt: skip
+                         encoder_fingerprint=fingerprint(folder) if folder else "")  # fmt: skip
     backend_hooks = INDEXES.get(spec.backend)
     index = backend_hooks.create(staging, _staged(spec, out, staging), stores)
     try:
@@ -253,26 +259,36 @@ def open_index(
     if not backend.embeds:
         return _engine(path, spec, None, index)
     try:
-        enc = load_encoder(spec.encoder, _checked_encoder(path, spec, str(encoder_path or "")), options)
+        ref = _encoder_ref(path, spec, str(encoder_path or ""))
+        enc = load_encoder(spec.encoder, ref, options)
+        folder = _local_checkpoint(ref, spec.encoder) if spec.encoder_fingerprint else None
+        if folder is not None:  # an index built before fingerprints has nothing to compare
+            check_encoder(path, spec.encoder_path, spec.encoder_fingerprint, ref, folder)
     except BaseException:
         index.close()
         raise
     return _engine(path, spec, enc, index)
 
 
-def _checked_encoder(root: Path, spec: IndexSpec, given: str) -> Path:
-    """The checkpoint folder to embed queries with: ``given`` or the recorded one, whose weights
-    are those that built the index."""
-    ref = given or spec.encoder_path
-    recorded = Path(spec.encoder_path)
-    if not given and recorded.is_absolute() and not recorded.exists():
+def _encoder_ref(root: Path, spec: IndexSpec, given: str) -> str:
+    """The checkpoint to embed queries with: ``given``, or the recorded one while it exists."""
+    recorded = Path(spec.encoder_path)  # a fingerprint says it was a folder when the index was built
+    if not given and spec.encoder_fingerprint and recorded.is_absolute() and not recorded.exists():
         raise InvalidInputError(
             f"index {root} was built with encoder checkpoint {spec.encoder_path}, which no longer exists; "
             f"pass --encoder DIR (that checkpoint, moved), or rebuild the index"
         )
-    folder = resolve_model_ref(ref, f"{spec.encoder} encoder")
-    check_encoder(root, spec.encoder_path, spec.encoder_fingerprint, ref, folder)
-    return folder
+    return given or spec.encoder_path
+
+
+def _local_checkpoint(ref: str | Path, encoder: str) -> Path | None:
+    """The checkpoint folder ``ref`` names (a path, a hub id, ``tiny:ARCH``); None for a reference
+    that is none of them, which an encoder registered by a user may read its own way."""
+    text = str(ref).strip()
+    is_ref = text.startswith(TINY_PREFIX) or parse_hub_id(text) is not None or looks_like_path(text)
+    if not is_ref and not Path(text).expanduser().exists():
+        return None
+    return resolve_model_ref(text, f"{encoder} encoder")
 
 
 def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
