@@ -18,7 +18,7 @@ variant of the analyzer indexes the same pages and answers the same questions:
 Columns: recall@1, recall@5 and MRR@10 over the known items. Documents: a page store from
 ``evidra ingest`` (``--store``), a folder of PDFs (``--pdfs``, ingested into a temporary store at
 ``--dpi``), or ``--fixture``, a small document written by evidra's own PDF writer (what the tests
-run). Real documents used for the figures in the README: the PDF manuals that Debian's
+run). Real documents used for the figures in docs/retrieval.md: the PDF manuals that Debian's
 ``libtasn1-doc``, ``libidn2-doc`` and ``libgcrypt20-doc`` packages ship::
 
     apt-get download libtasn1-doc libidn2-doc libgcrypt20-doc
