@@ -241,3 +241,50 @@ def test_real_size_qwen2_5_vl_3b_config_is_the_published_one(monkeypatch: pytest
     arch = {k: v for k, v in g.ARCHS["qwen2.5-vl-3b"].items() if k != "tie_word_embeddings"}
     assert set(arch) | set(g._TEXT_COMMON) <= text and set(g._VISION) <= vision
     assert g.count_parameters("qwen2.5-vl-3b") == 3_754_622_976
+
+
+def test_bm25_known_item_runs_on_the_generated_manual(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run("bm25_known_item", ["--fixture"], monkeypatch, capsys)
+    assert re.search(r"6 pages, \d+ known items", out)
+    for variant in ("plain", "stop words", "stemming", "stop + stem"):
+        recall1, recall5, mrr = (float(c) for c in _cells(out, f"{variant} | all")[3:6])
+        assert 0.0 <= recall1 <= recall5 <= 1.0 and recall1 <= mrr <= 1.0
+    assert re.search(r"RESULT plain_mrr=[\d.]+ default_mrr=[\d.]+ plain_r1=[\d.]+ default_r1=[\d.]+", out)
+
+
+def test_known_items_ask_for_text_of_one_page_only() -> None:
+    """The question generator of the benchmark: every question's words are on its gold page and
+    the heading or stretch it quotes is on no other page."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_known", BENCH / "bm25_known_item.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    from evidra.types import Box, Page, Word
+
+    def page(pid: str, lines: list[str]) -> Page:
+        words = [Word(w, Box(10 + 30 * i, 20 * n, 38 + 30 * i, 20 * n + 12))
+                 for n, line in enumerate(lines) for i, w in enumerate(line.split())]  # fmt: skip
+        return Page(pid, "x.png", 800, 800, source="m.pdf", words=tuple(words))
+
+    shared = "Chapter 4 Function reference"  # a running head: on both pages, never asked
+    definition = "int asn1_der_decoding (asn1_node element, [Function]"
+    a = page(
+        "a-p0001",
+        [shared, definition, "The decoder fills the structure from the DER bytes given to it today."],
+    )
+    b = page(
+        "b-p0001",
+        [shared, "2.1 Parsing certificates", "One line of text that is long enough to ask about now."],
+    )
+    items = module.known_items([a, b], per_page=5)
+    kinds = {(it.kind, it.page_id) for it in items}
+    assert ("function", "a-p0001") in kinds and ("heading", "b-p0001") in kinds
+    assert ("sentence", "a-p0001") in kinds
+    assert not any("Chapter 4" in it.question for it in items)
+    endings = ("asn1_der_decoding do?", "asn1_der_decoding?", "asn1_der_decoding return?")
+    assert any(it.question.endswith(endings) for it in items)

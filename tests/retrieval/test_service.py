@@ -92,3 +92,28 @@ def test_async_client_against_colqwen2(
         got = asyncio.run(go(url))
     assert [h.page_id for h in got[0]] == [h.page_id for h in direct[0]]
     assert [h.score for h in got[0]] == pytest.approx([h.score for h in direct[0]], abs=1e-4)
+
+
+def test_hits_carry_page_metadata_and_where_filters(bm25_engine: Any, synth_store: tuple[Path, Any]) -> None:
+    engine, corpus = bm25_engine
+    store, _ = synth_store
+    with PageStore.open(store) as opened:
+        pages = opened.page_meta()
+    files = sorted({m.file for m in pages.values()})
+    question = corpus.questions[0].question
+    with SearchService(engine.retriever, n_pages=len(engine.index), pages=pages).running() as url:
+        client = SearchClient(url, timeout=10)
+        rows = client._client.post(client.url, json={"queries": [question], "k": 20}).json()["results"][0]
+        found = sorted({r["file"] for r in rows})
+        assert len(found) >= 2 and set(found) <= set(files) and all(r["cite"] and r["doc_id"] for r in rows)
+        body = {"queries": [question], "k": 20, "where": {"file": found[-1]}}
+        rows = client._client.post(client.url, json=body).json()["results"][0]
+        assert rows and {r["file"] for r in rows} == {found[-1]}
+        bad = client._client.post(client.url, json={"queries": ["a"], "where": {"file": [1]}})
+        assert bad.status_code == 400 and '"where" must be' in bad.json()["error"]
+        client.close()
+    with SearchService(engine.retriever).running() as url:  # no store: no metadata, no filter
+        client = SearchClient(url, timeout=10)
+        response = client._client.post(client.url, json={"queries": ["a"], "where": {"file": "x.pdf"}})
+        assert response.status_code == 400 and "needs page metadata" in response.json()["error"]
+        client.close()

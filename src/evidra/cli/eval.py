@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
     )
     src.add_argument("--n", type=int, default=8, help="samples per synthetic benchmark (default 8)")
     src.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
-    src.add_argument("--seed", type=int, default=0)
+    src.add_argument("--seed", type=int, default=0, help="seed of the synthetic samples and sampling")
     p.add_argument(
         "--paradigm", action="append", default=[], metavar="NAME", help="paradigm name, repeatable, or 'all'"
     )
@@ -93,13 +93,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--index", default=None, metavar="DIR|URL", help=index_help)
     by_help = "extra rows per value of a sample field: subset (ChartQA), stratum (VISA), page_kind"
     p.add_argument("--breakdown", action="append", default=[], metavar="FIELD", help=by_help)
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=4, help="episodes generated together")
     turns_help = "policy turns per episode (default: the environment's own limit, 1 without --env)"
     p.add_argument("--max-turns", type=int, default=None, help=turns_help)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens the policy may write per turn")
     p.add_argument("--training-metrics", default=None, metavar="FILE",
                    help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
-    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="folder for results.jsonl, tables and viewer.html"
+    )
     add_eval_options(p)
     add_method_options(p)
     _judge_arguments(p)
@@ -117,9 +119,9 @@ def _judge_arguments(p: Any) -> None:
     j.add_argument("--judge-prompt", default=None, metavar="NAME",
                    help="a registered judge prompt (evidra.rewards.judge_prompts): vragrl (one answer "
                    "a request), lang2act (batched) or cave (default: --method's, else vragrl)")  # fmt: skip
-    j.add_argument("--judge-concurrency", type=int, default=8)
-    j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
-    j.add_argument("--judge-retries", type=int, default=3)
+    j.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at once")
+    j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS", help="per judge request")
+    j.add_argument("--judge-retries", type=int, default=3, help="retries of a failed judge request")
 
 
 def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> Any:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from evidra import __version__
+from evidra.cli._help import polish
 from evidra.cli._logging import setup as setup_logging
 from evidra.cli._progress import show_bars
 from evidra.errors import EvidraError
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"evidra.cli.{name.replace('-', '_')}").register(subparsers)
+    polish(parser)  # -q/-v after the subcommand too, full names in errors, defaults and examples in help
     return parser
 
 
@@ -71,15 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     setup_logging(args.verbose, args.quiet)
     show_bars(not args.quiet)
+    name = getattr(args, "command_path", f"evidra {args.command}")  # "evidra index search"
     try:
         status = int(args.func(args))
         sys.stdout.flush()  # a reader that left shows here, not at interpreter exit
         return status
     except EvidraError as exc:
-        print(f"evidra {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"evidra {args.command}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return _reader_left()

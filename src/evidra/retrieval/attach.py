@@ -13,7 +13,7 @@ a URL with no service behind it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,11 +56,12 @@ class StoreRetriever:
     retriever: Retriever
     closers: tuple[Callable[[], None], ...] = ()
 
-    def search(self, question: str, k: int) -> list[Hit]:
+    def search(self, question: str, k: int, exclude: Collection[str] = ()) -> list[Hit]:
+        """The top ``k`` pages for ``question``, none of them in ``exclude``."""
         from evidra.retrieval.client import SearchServiceError
 
         try:
-            (hits,) = self.retriever.search([question], k=k)
+            (hits,) = self.retriever.search([question], k=k, exclude=[exclude])
         except SearchServiceError as exc:
             raise InvalidInputError(
                 f"index {', '.join(self.where)} failed to answer ({exc}); check that `evidra serve-index` "
@@ -80,8 +81,9 @@ class StoreRetriever:
             close()
 
 
-def attach(where: Sequence[str], store: PageStore) -> StoreRetriever:
-    """Open every location in ``where`` for ``store``; two or more are fused by RRF."""
+def attach(where: Sequence[str], store: PageStore, encoder: str = "") -> StoreRetriever:
+    """Open every location in ``where`` for ``store``; two or more are fused by RRF. ``encoder``
+    replaces the checkpoint recorded by a visual index directory (the same weights, moved)."""
     from evidra.retrieval.hybrid import RRFRetriever
 
     if not where:
@@ -95,7 +97,7 @@ def attach(where: Sequence[str], store: PageStore) -> StoreRetriever:
                 closers.append(close)
                 _probe(retriever, location, store)
             else:
-                retriever, close = _open_dir(location, store)
+                retriever, close = _open_dir(location, store, encoder)
                 closers.append(close)
             retrievers.append(retriever)
     except BaseException:
@@ -149,7 +151,7 @@ def _probe(retriever: Retriever, where: str, store: PageStore) -> None:
         )
 
 
-def _open_dir(path: str, store: PageStore) -> tuple[Retriever, Callable[[], None]]:
+def _open_dir(path: str, store: PageStore, encoder: str = "") -> tuple[Retriever, Callable[[], None]]:
     """An index directory whose pages are all in ``store`` (a store page it lacks is only a warning)."""
     import torch
 
@@ -166,7 +168,7 @@ def _open_dir(path: str, store: PageStore) -> tuple[Retriever, Callable[[], None
         )
     gpu = torch.cuda.is_available()  # as serve-index does: bfloat16 on a GPU, float32 on a CPU
     options = EncoderOptions(device="cuda" if gpu else "cpu", dtype="bfloat16" if gpu else "float32")
-    engine = open_index(path, options=options)
+    engine = open_index(path, options=options, encoder_path=encoder or None)
     indexed = set(engine.index.page_ids())
     foreign = sorted(pid for pid in indexed if pid not in store)
     if foreign:

@@ -28,6 +28,8 @@ class IndexSpec:
     qdrant: QdrantSpec | None = None  # qdrant only
     dim: int = 0  # embedding width (recorded for qdrant, whose reopening needs it)
     data_dir: str = ""  # bm25: the folder of the index holding its files (empty: the index itself)
+    store: str = ""  # the page store it was built over (absolute), for file names, titles and filters
+    encoder_fingerprint: str = ""  # of the checkpoint that embedded the pages (``fingerprint``); "" for bm25
 
 
 def write_manifest(root: Path, spec: IndexSpec) -> None:
@@ -57,6 +59,12 @@ def read_spec(root: str | Path) -> IndexSpec:
     except (ValueError, TypeError, AttributeError, RecursionError) as exc:
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise CorpusError(f"{path} is malformed ({reason}); rebuild the index") from None
+
+
+def note_store(root: str | Path, store: str | Path) -> None:
+    """Record in the manifest of index ``root`` the page store its pages come from."""
+    spec = read_spec(root)
+    write_manifest(Path(root), replace(spec, store=str(Path(store).expanduser().resolve())))
 
 
 def save_bm25(root: Path, retriever: BM25Retriever) -> None:

@@ -167,6 +167,21 @@ def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
     return {k: v.contiguous() for k, v in full.items()}
 
 
+def dump_run_config(cfg: Any, path: str | Path) -> Path:
+    """Write a run's resolved config, its ``model.path`` made absolute when it is a local folder,
+    so the run's checkpoints and exports still find their base model from any directory."""
+    from dataclasses import replace
+
+    from evidra.models.references import recorded_ref
+
+    model: Any = getattr(cfg, "model", None)
+    base = getattr(model, "path", None)
+    frozen_records = hasattr(cfg, "__dataclass_fields__") and hasattr(model, "__dataclass_fields__")
+    if frozen_records and isinstance(base, str) and base:
+        cfg = replace(cfg, model=replace(model, path=recorded_ref(base)))
+    return dump_config(cfg, path)
+
+
 def _write_main(
     tmp: Path, weights: dict[str, Any], state: TrainState, optimizer: Any, scheduler: Any, config: Any,
     *, sharded: bool,
@@ -180,7 +195,7 @@ def _write_main(
         trainer["optimizer"] = optimizer.state_dict()
     torch.save(trainer, tmp / "trainer.pt")
     (tmp / "state.json").write_text(json.dumps(state.__dict__))
-    dump_config(config, tmp / "config.yaml")
+    dump_run_config(config, tmp / "config.yaml")
     sums = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
     for file in (f for f in tmp.rglob("*") if f.is_file()):  # durable bytes before the rename publishes them

@@ -110,10 +110,27 @@ def base_model_dir(ckpt: TrainedCheckpoint) -> Path:
     except ModelLoadError as exc:
         if looks_like_hub_id(ckpt.model.path):  # the hub's own reason (not cached offline, say)
             raise ModelLoadError(f"checkpoint {ckpt.folder}: {exc}") from None
-        raise ModelLoadError(problem) from None
+        base = relocated(ckpt.model.path, ckpt.folder) or Path(ckpt.model.path)
     if not (base / "config.json").is_file():
         raise ModelLoadError(problem)
     return base
+
+
+def relocated(recorded: str, checkpoint: Path) -> Path | None:
+    """Where a base model recorded at ``recorded`` lies now that the run moved with it: the
+    shortest tail of ``recorded`` found under a folder holding the checkpoint (nearest first),
+    e.g. ``/old/proj/ckpt/base`` as ``/new/proj/ckpt/base`` for ``/new/proj/runs/lat/...``."""
+    parts = Path(recorded).parts
+    tails = [Path(*parts[-n:]) for n in range(1, len(parts) + 1) if parts[-n] not in ("/", "..", ".")]
+    for folder in checkpoint.resolve().parents:
+        for tail in tails:
+            candidate = folder / tail
+            if (candidate / "config.json").is_file():
+                logger.warning(
+                    "base model %s is not there; using %s, found beside the moved run", recorded, candidate
+                )
+                return candidate
+    return None
 
 
 def _load_weights_into(model: Any, ckpt: TrainedCheckpoint) -> None:

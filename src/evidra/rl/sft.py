@@ -20,12 +20,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from evidra.config import dump_config
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
-from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
+from evidra.rl.checkpoint import TrainState, dump_run_config, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import SFTConfig
 from evidra.rl.engine import Engine
@@ -158,7 +157,7 @@ class SFTTrainer:
         self.state = state or TrainState(0, 0, 0)
         self.sink.truncate_after(self.state.step)  # a killed attempt's lines past the checkpoint go
         if main:
-            dump_config(cfg, self.out / "config.yaml")
+            dump_run_config(cfg, self.out / "config.yaml")
 
     def step(self) -> dict[str, float]:
         import torch

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from evidra.config import dump_config, to_dict
+from evidra.config import to_dict
 from evidra.errors import TrainingError
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
@@ -29,7 +29,7 @@ from evidra.rewards.base import RewardResult
 from evidra.rewards.guards import guard, tripped
 from evidra.rl.advantages import ScopedAdvantages
 from evidra.rl.backends import make_backend
-from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
+from evidra.rl.checkpoint import TrainState, dump_run_config, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
@@ -111,7 +111,7 @@ class RLTrainer:
         if self.state.step:
             self.backend.sync(self.vlm.model)
         if self.acc.is_main_process:
-            dump_config(cfg, self.out / "config.yaml")
+            dump_run_config(cfg, self.out / "config.yaml")
 
     def next_samples(self) -> list[Sample]:
         """This rank's prompts for the next step; the position is saved in checkpoints."""
