@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from evidra.eval.viewer import ViewerRecord
     from evidra.models.generation import SamplingParams
     from evidra.models.loading import VLM
+    from evidra.models.streaming import OnText
     from evidra.retrieval.attach import StoreRetriever
     from evidra.retrieval.base import Hit
     from evidra.rewards.embedding import StepSimilarity, StepVerdict
@@ -215,12 +216,14 @@ class RAG:
         verify: bool = False,
         similarity: StepSimilarity | None = None,
         tau: float | None = None,
+        on_text: OnText | None = None,
     ) -> Answer:
         """Answer ``question`` over the top ``k`` retrieved pages (or the page ids in ``pages``).
 
         A store without an index answers over all its pages while it has at most ``max_pages``.
         ``verify`` checks each chain-of-evidence step as LAT's attribution reward does (the
         box's crop against the step text, ``similarity`` defaulting to the text layer's overlap).
+        ``on_text`` is handed each piece of the model's text as it is generated (streaming).
         """
         from evidra.models.generation import generate
 
@@ -230,7 +233,9 @@ class RAG:
             )
         hits, shown = self._pages(question, k, pages)
         sample = Sample(id="ask", question=question, pages=tuple(shown))
-        (gen,) = generate(self.vlm, [self.paradigm.build_messages(sample, shown)], self.params)
+        chat = self.paradigm.build_messages(sample, shown)
+        streaming = {"on_text": on_text} if on_text is not None else {}
+        (gen,) = generate(self.vlm, [chat], self.params, **streaming)
         parsed = self.paradigm.parse(gen.text)
         steps = self._citations(parsed, shown)
         if verify:

@@ -24,6 +24,8 @@ SUBCOMMANDS = (
     "demo",
     "index",
     "serve-index",
+    "serve",
+    "mcp",
     "eval",
     "export",
     "data",

@@ -276,7 +276,7 @@ class SearchService:
     def _listen(self, host: str, port: int) -> tuple[socket.socket, str]:
         """A socket bound to ``host:port`` (``port=0`` picks a free one) and its base URL."""
         try:
-            sock = _bind(host, port)
+            sock = bind_tcp(host, port)
         except OSError as exc:
             raise ServiceError(
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port"
@@ -326,7 +326,7 @@ class SearchService:
             sock.close()
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_tcp(host: str, port: int) -> socket.socket:
     """A listening TCP socket, made as asyncio makes its own: with ``IPPROTO_TCP`` as its protocol,
     which asyncio checks before it turns Nagle's algorithm off on accepted connections (a socket
     made with protocol 0 keeps it on, and uvicorn's two writes per response then wait ~40 ms for
