@@ -18,6 +18,7 @@ function el(tag, attrs = {}, ...children) {
 
 const colorOf = (step) => (step === 0 ? ANSWER_COLOR : COLORS[(step - 1) % COLORS.length]);
 const tagOf = (step) => (step === 0 ? "A" : String(step));
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 const pct = (v) => `${(100 * v).toFixed(3)}%`;
 
 function drawBox(parent, box, step, frame) {
@@ -25,9 +26,10 @@ function drawBox(parent, box, step, frame) {
   const [fx, fy, fw, fh] = frame;
   const b = el("div", {class: "box", style: {
     left: pct((box[0] - fx) / fw), top: pct((box[1] - fy) / fh),
-    width: pct((box[2] - box[0]) / fw), height: pct((box[3] - box[1]) / fh), borderColor: colorOf(step),
+    width: pct((box[2] - box[0]) / fw), height: pct((box[3] - box[1]) / fh),
   }});
-  b.append(el("b", {text: tagOf(step), style: {background: colorOf(step)}}));
+  b.style.setProperty("--c", colorOf(step));
+  b.append(el("b", {text: tagOf(step)}));
   parent.append(b);
 }
 
@@ -61,9 +63,14 @@ function openLightbox(page, marks) {
   const holder = $("lb-page");
   holder.replaceChildren();
   const view = pageView(page, marks);
-  view.style.width = `min(100%, ${Math.max(page.width, 900)}px, calc((100vh - 90px) * ${page.width / page.height}))`;
+  view.style.width = `min(100%, ${Math.max(page.width, 900)}px)`;  // the page's own size: text reads as printed
   holder.append(view);
   $("lightbox").hidden = false;
+  holder.scrollTop = 0;
+  if (marks.length) {  // bring the first cited box to the upper third of the window
+    const top = Math.min(...marks.map((m) => m.box[1])) / page.height;
+    requestAnimationFrame(() => { holder.scrollTop = top * view.offsetHeight - holder.clientHeight / 3; });
+  }
 }
 function closeLightbox() { $("lightbox").hidden = true; }
 
@@ -137,6 +144,7 @@ async function ask(event) {
   const question = $("question").value.trim();
   if (!question) return;
   $("results").hidden = true;
+  $("hint").hidden = true;
   $("answer").hidden = false;
   $("final").hidden = true;
   $("raw").textContent = "";
@@ -182,12 +190,13 @@ async function search() {
   const q = $("question").value.trim();
   if (!q) return;
   $("answer").hidden = true;
+  $("hint").hidden = true;
   const response = await fetch(`/api/search?q=${encodeURIComponent(q)}&k=12`);
   const body = response.ok ? await response.json() : {error: await failure(response)};
   $("results").hidden = false;
   if (body.error) { $("results-title").textContent = body.error; $("hits").replaceChildren(); return; }
   $("results-title").textContent = body.hits.length
-    ? `${body.hits.length} pages for “${body.query}” (${body.ms} ms)` : `No page matches “${body.query}”`;
+    ? `${plural(body.hits.length, "page")} for “${body.query}” (${body.ms} ms)` : `No page matches “${body.query}”`;
   $("hits").replaceChildren(...body.hits.map((h) => pageCard(h, [], `score ${h.score}`)));
 }
 
@@ -233,9 +242,13 @@ async function addDocuments(files) {
     const result = await uploadOne(file, name, (n) => { $("bar").style.width = pct((sent + n) / total); });
     sent += file.size;
     let line, cls = "ok";
-    if (result.error) { line = `${name}: ${result.error}`; cls = "bad"; bad++; }
-    else if (result.failed.length) { line = `${name}: ${result.failed[0].reason}`; cls = "bad"; bad++; }
-    else { line = `${name}: ${result.added} pages added${result.unchanged ? `, ${result.unchanged} already here` : ""}`; added += result.added; }
+    const why = (reason) => (reason.startsWith(file.name) ? reason : `${name}: ${reason}`);
+    if (result.error) { line = why(result.error); cls = "bad"; bad++; }
+    else if (result.failed.length) { line = why(result.failed[0].reason); cls = "bad"; bad++; }
+    else {
+      line = `${name}: ${plural(result.added, "page")} added${result.unchanged ? `, ${result.unchanged} already here` : ""}`;
+      added += result.added;
+    }
     log.append(el("li", {class: cls, text: line}));
   }
   $("progress-text").textContent = "Indexing the new pages…";
@@ -249,7 +262,8 @@ async function addDocuments(files) {
     }
   }
   $("bar").style.width = "100%";
-  $("progress-text").textContent = `Done: ${added} pages added, ${indexed} indexed${bad ? `, ${bad} files not read (see below)` : ""}.`;
+  const notRead = bad ? `, ${plural(bad, "file")} not read (see below)` : "";
+  $("progress-text").textContent = `Done: ${plural(added, "page")} added, ${indexed} indexed${notRead}.`;
   await refreshDocuments();
 }
 
