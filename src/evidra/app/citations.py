@@ -90,6 +90,7 @@ def answer_json(answer: Answer) -> dict[str, Any]:
         "pages": [page_json(p) for p in answer.pages],
         "errors": list(answer.errors),
         "finish_reason": answer.finish_reason,
+        "output": answer.output,
     }
 
 

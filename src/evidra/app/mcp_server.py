@@ -32,15 +32,18 @@ INSTRUCTIONS = (
 
 
 def _checked(fn: Any) -> Any:
-    """Refusals of the app's limits as one-line tool errors (the SDK reports a raised exception)."""
+    """Refusals of the app's limits as one-line tool errors (``ToolError``: an anticipated failure,
+    which the host's model reads; any other exception is reported as a crash)."""
     import functools
+
+    from mcp.server.mcpserver.exceptions import ToolError
 
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return await fn(*args, **kwargs)
         except (HttpError, EvidraError) as exc:
-            raise ValueError(str(exc).splitlines()[0]) from None
+            raise ToolError(str(exc).splitlines()[0]) from None
 
     return wrapper
 
@@ -61,7 +64,7 @@ def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPS
         found = await workspace.search(question_of(query, options), k_of(k, 5, options))
         return {"query": query, "hits": [page_json(page, hit.score) for hit, page in found]}
 
-    @server.tool()
+    @server.tool(structured_output=False)
     @_checked
     async def page(page_id: str) -> list[Any]:
         """The image of one page (from `search` or `ask`) with its citation label."""
