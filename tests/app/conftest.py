@@ -20,13 +20,17 @@ DPI = 150.0  # the app ingests uploads at 150 dpi, so the questions' boxes are i
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> SynthCorpus:
-    return generate_documents(tmp_path_factory.mktemp("corpus"), n_docs=2, seed=6, dpi=DPI)  # doc_000.pdf: text, table and chart pages
+    return generate_documents(
+        tmp_path_factory.mktemp("corpus"), n_docs=2, seed=6, dpi=DPI
+    )  # doc_000.pdf: text, table and chart pages
 
 
 def answerable(corpus: SynthCorpus) -> SynthQuestion:
     """A text question on a page of a document of two pages or more."""
     pages = {d.source: len(d.page_ids) for d in corpus.documents}
-    return next(q for q in corpus.questions if q.gold_box is not None and q.kind == "text" and pages[q.source] > 1)
+    return next(
+        q for q in corpus.questions if q.gold_box is not None and q.kind == "text" and pages[q.source] > 1
+    )
 
 
 def oracle_text(corpus: SynthCorpus, question: SynthQuestion, shown: list[tuple[str, int] | None]) -> str:
@@ -83,24 +87,12 @@ def oracle(monkeypatch: pytest.MonkeyPatch, corpus: SynthCorpus) -> dict[str, An
 @pytest.fixture
 def serve(tmp_path: Path, tiny_dirs: dict[str, Path]) -> Iterator[tuple[str, Workspace]]:
     """``evidra serve`` over a new store with the tiny model, on a free loopback port."""
-    workspace = Workspace(tmp_path / "store", None, ModelSpec(str(tiny_dirs["qwen2_5_vl"]), max_new_tokens=24))
+    workspace = Workspace(
+        tmp_path / "store", None, ModelSpec(str(tiny_dirs["qwen2_5_vl"]), max_new_tokens=24)
+    )
     workspace.start_sync()
     try:
         with running(workspace, ServeOptions(access_log=False)) as url:
             yield url, workspace
     finally:
         workspace.close()
-
-
-def page_sources(url: str) -> dict[str, tuple[str, int]]:
-    """Page id -> (document, page number) for every page the server holds."""
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(f"{url}/api/documents", timeout=30) as response:
-        documents = json.load(response)["documents"]
-    out = {}
-    for d in documents:
-        prefix = d["first_page"].rsplit("-p", 1)[0]
-        out.update({f"{prefix}-p{n:04d}": (d["source"], n) for n in range(1, d["pages"] + 1)})
-    return out

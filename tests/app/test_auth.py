@@ -21,8 +21,13 @@ def test_a_key_guards_every_route_but_health_and_login(tmp_path: Path) -> None:
             assert httpx.get(f"{url}/health").json()["status"] == "ok"
             refused = httpx.get(f"{url}/api/documents")
             assert refused.status_code == 401 and "EVIDRA_APP_API_KEY" in refused.json()["error"]
-            assert httpx.get(f"{url}/api/documents", headers={"Authorization": "Bearer nope"}).status_code == 401
-            assert httpx.get(f"{url}/api/documents", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+            assert (
+                httpx.get(f"{url}/api/documents", headers={"Authorization": "Bearer nope"}).status_code == 401
+            )
+            assert (
+                httpx.get(f"{url}/api/documents", headers={"Authorization": "Bearer s3cret"}).status_code
+                == 200
+            )
             assert httpx.get(f"{url}/v1/models").status_code == 401
             page = httpx.get(url, headers={"Accept": "text/html"})
             assert page.status_code == 303 and page.headers["location"] == "/login"

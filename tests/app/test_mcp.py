@@ -50,7 +50,11 @@ def test_search_page_and_ask_tools(tmp_path: Path, corpus: SynthCorpus, tiny_dir
     assert got["tools"] == ["ask", "page", "search"]
     assert got["hit"]["label"].endswith(" p. 2") and got["hit"]["document"] == "doc_000.pdf"
     text, image = got["page"].content
-    assert text.text.startswith("doc_000.pdf p. 2 (") and image.type == "image" and image.mime_type == "image/png"
+    assert (
+        text.text.startswith("doc_000.pdf p. 2 (")
+        and image.type == "image"
+        and image.mime_type == "image/png"
+    )
     answer = json.loads(got["answer"].content[0].text)
     assert answer["question"] == "Which city was founded in 1894?" and len(answer["pages"]) == 2
     assert got["refused"].is_error and "k must be in 1..20" in got["refused"].content[0].text

@@ -7,21 +7,23 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
-from conftest import page_sources
-from test_web_api import _fill
+from app_server_helpers import fill as _fill
+from app_server_helpers import page_sources
 
 from evidra.app.workspace import Workspace
 from evidra.data.synth.documents import SynthCorpus
 
 
 def _ask(url: str, question: str, **extra: Any) -> httpx.Response:
-    body = {"model": "evidra", "messages": [{"role": "system", "content": "Be brief."},
-                                            {"role": "user", "content": [{"type": "text", "text": question}]}]}  # fmt: skip
+    user = {"role": "user", "content": [{"type": "text", "text": question}]}
+    body = {"model": "evidra", "messages": [{"role": "system", "content": "Be brief."}, user]}
     return httpx.post(f"{url}/v1/chat/completions", json={**body, **extra}, timeout=120)
 
 
 def _chunks(response: httpx.Response) -> list[Any]:
-    events = [line.removeprefix("data: ") for line in response.text.split("\n\n") if line.startswith("data: ")]
+    events = [
+        line.removeprefix("data: ") for line in response.text.split("\n\n") if line.startswith("data: ")
+    ]
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]
 
@@ -40,7 +42,9 @@ def test_a_reply_carries_the_answer_its_sources_and_the_evidence(
     reply = whole.json()
     assert reply["object"] == "chat.completion" and reply["choices"][0]["finish_reason"] == "stop"
     content = reply["choices"][0]["message"]["content"]
-    assert content.startswith(oracle["texts"][-1]) and f"\n\nAnswer: {question.answers[0]}\nSources: " in content
+    assert (
+        content.startswith(oracle["texts"][-1]) and f"\n\nAnswer: {question.answers[0]}\nSources: " in content
+    )
     label = f"{question.source.rsplit('/', 1)[-1]} p. {question.page_number}"
     assert f"Sources: {label} [" in content
     first = reply["evidence"][0]
@@ -59,7 +63,9 @@ def test_a_reply_carries_the_answer_its_sources_and_the_evidence(
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["evidence"] == reply["evidence"]
 
 
-def test_the_tiny_model_streams_what_it_answers_whole(serve: tuple[str, Workspace], corpus: SynthCorpus) -> None:
+def test_the_tiny_model_streams_what_it_answers_whole(
+    serve: tuple[str, Workspace], corpus: SynthCorpus
+) -> None:
     url, _ = serve
     _fill(url, corpus)
     question = corpus.questions[0].question

@@ -14,9 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
-
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -43,7 +41,10 @@ def _curl_lines(section: str) -> list[str]:
 
 def _env() -> dict[str, str]:
     src = str(ROOT / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     env.pop("EVIDRA_APP_API_KEY", None)
     return env
@@ -73,7 +74,10 @@ def _serve(command: str, cwd: Path) -> subprocess.Popen[str]:
 
 def _fill(docs: Path) -> None:
     for pdf in sorted(docs.glob("*.pdf")):
-        assert httpx.post(f"{URL}/api/upload", params={"name": pdf.name}, content=pdf.read_bytes()).status_code == 200
+        assert (
+            httpx.post(f"{URL}/api/upload", params={"name": pdf.name}, content=pdf.read_bytes()).status_code
+            == 200
+        )
     assert '"done"' in httpx.post(f"{URL}/api/index", timeout=60).text
 
 
@@ -81,14 +85,18 @@ async def _mcp(command: str, cwd: Path) -> list[str]:
     from mcp import Client, StdioServerParameters
 
     argv = shlex.split(command)
-    server = StdioServerParameters(command=sys.executable, args=["-m", "evidra.cli.main", *argv], cwd=str(cwd), env=_env())
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "evidra.cli.main", *argv], cwd=str(cwd), env=_env()
+    )
     async with Client(server) as client:
         found = await client.call_tool("search", {"query": "founded", "k": 2})
         return [h["label"] for h in json.loads(found.content[0].text)["hits"]]
 
 
 @pytest.mark.slow
-def test_the_ask_section_runs_as_written(tmp_path: Path, tiny_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ask_section_runs_as_written(
+    tmp_path: Path, tiny_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("mcp", reason="the MCP SDK is in the app extra")
     if shutil.which("curl") is None or not _port_free(8000):
         pytest.skip("needs curl and a free port 8000 (the README's own address)")
@@ -103,7 +111,11 @@ def test_the_ask_section_runs_as_written(tmp_path: Path, tiny_dirs: dict[str, Pa
     server = _serve(commands[0], tmp_path)
     try:
         _fill(tmp_path / "docs")
-        reply = json.loads(subprocess.run(["bash", "-c", curl], capture_output=True, text=True, check=True, timeout=120).stdout)
+        reply = json.loads(
+            subprocess.run(
+                ["bash", "-c", curl], capture_output=True, text=True, check=True, timeout=120
+            ).stdout
+        )
         assert reply["object"] == "chat.completion" and reply["choices"][0]["message"]["content"]
         assert {p["document"] for p in reply["pages"]} <= {"doc_000.pdf", "doc_001.pdf"} and reply["pages"]
     finally:

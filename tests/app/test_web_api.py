@@ -5,40 +5,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from app_server_helpers import fill as _fill
+from app_server_helpers import lines as _lines
 
 from evidra.app.workspace import Workspace
 from evidra.data.synth.documents import SynthCorpus
 
 
-def _lines(response: httpx.Response) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in response.text.splitlines() if line.strip()]
-
-
-def _fill(url: str, corpus: SynthCorpus) -> None:
-    for pdf in sorted(corpus.docs_dir.glob("*.pdf")):
-        got = httpx.post(f"{url}/api/upload", params={"name": f"reports/{pdf.name}"}, content=pdf.read_bytes())
-        assert got.status_code == 200 and got.json()["added"] >= 1, got.text
-    events = _lines(httpx.post(f"{url}/api/index", timeout=60))
-    assert events[-1]["type"] == "done" and events[-1]["added"] == sum(len(d.page_ids) for d in corpus.documents)
-    assert [e["done"] for e in events if e["type"] == "progress"][-1] == events[-1]["added"]
-
-
 def test_upload_index_search_and_read_pages(serve: tuple[str, Workspace], corpus: SynthCorpus) -> None:
-    url, workspace = serve
+    url, _ = serve
     bad = httpx.post(f"{url}/api/upload", params={"name": "scan.pdf"}, content=b"%PDF-1.4 cut")
     assert bad.status_code == 200 and bad.json()["added"] == 0
-    assert bad.json()["failed"][0]["file"] == "scan.pdf" and "not a readable PDF" in bad.json()["failed"][0]["reason"]
+    assert (
+        bad.json()["failed"][0]["file"] == "scan.pdf"
+        and "not a readable PDF" in bad.json()["failed"][0]["reason"]
+    )
     _fill(url, corpus)
-    again = httpx.post(f"{url}/api/upload", params={"name": "copy.pdf"}, content=(corpus.docs_dir / "doc_000.pdf").read_bytes())
+    again = httpx.post(
+        f"{url}/api/upload",
+        params={"name": "copy.pdf"},
+        content=(corpus.docs_dir / "doc_000.pdf").read_bytes(),
+    )
     assert again.json()["added"] == 0 and again.json()["unchanged"] == len(corpus.documents[0].page_ids)
     assert _lines(httpx.post(f"{url}/api/index"))[-1] == {"type": "done", "added": 0}
 
     docs = httpx.get(f"{url}/api/documents").json()["documents"]
-    assert [d["source"] for d in docs] == ["reports/doc_000.pdf", "reports/doc_001.pdf"]  # copy.pdf: same pages
+    assert [d["source"] for d in docs] == [
+        "reports/doc_000.pdf",
+        "reports/doc_001.pdf",
+    ]  # copy.pdf: same pages
     question = next(q for q in corpus.questions if q.kind == "table" and q.gold_box is not None)
     found = httpx.get(f"{url}/api/search", params={"q": question.answers[0], "k": 3}).json()
     assert found["hits"] and found["hits"][0]["label"].endswith(f"p. {question.page_number}")
@@ -55,11 +53,15 @@ def test_upload_index_search_and_read_pages(serve: tuple[str, Workspace], corpus
     assert httpx.get(f"{url}/pages/abc-p0001/image").json() == {"error": "no page 'abc-p0001' in the store"}
 
 
-def test_an_answer_streams_pages_then_text_then_evidence(serve: tuple[str, Workspace], corpus: SynthCorpus) -> None:
+def test_an_answer_streams_pages_then_text_then_evidence(
+    serve: tuple[str, Workspace], corpus: SynthCorpus
+) -> None:
     url, _ = serve
     _fill(url, corpus)
     question = next(q for q in corpus.questions if q.gold_box is not None)
-    with httpx.stream("POST", f"{url}/api/ask", json={"question": question.question, "k": 2}, timeout=120) as r:
+    with httpx.stream(
+        "POST", f"{url}/api/ask", json={"question": question.question, "k": 2}, timeout=120
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
         events = [json.loads(line) for line in r.iter_lines() if line]
     kinds = [e["type"] for e in events]

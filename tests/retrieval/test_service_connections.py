@@ -53,9 +53,8 @@ def _held_s(s: socket.socket, limit: float) -> float:
 @pytest.mark.parametrize("kind", sorted(UNREAD_BODY))
 def test_a_byte_after_an_answer_does_not_hold_the_connection(kind: str) -> None:
     options = ServiceOptions(api_key="k", idle_timeout_s=1, access_log=False)
-    with SearchService(SlowRetriever(), options).running() as url:
-        with _attack(url, UNREAD_BODY[kind]) as s:
-            assert _held_s(s, 10) < 3  # was: open until the client left
+    with SearchService(SlowRetriever(), options).running() as url, _attack(url, UNREAD_BODY[kind]) as s:
+        assert _held_s(s, 10) < 3  # was: open until the client left
 
 
 def test_health_answers_while_attackers_fill_the_connection_cap() -> None:

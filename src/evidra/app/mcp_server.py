@@ -53,7 +53,9 @@ def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPS
     try:
         from mcp.server.mcpserver import Image, MCPServer
     except ImportError as exc:
-        raise MissingDependencyError("evidra mcp needs the MCP SDK: pip install 'evidra[app]' (or mcp)") from exc
+        raise MissingDependencyError(
+            "evidra mcp needs the MCP SDK: pip install 'evidra[app]' (or mcp)"
+        ) from exc
     options = options or ServeOptions()
     server: MCPServer = MCPServer("evidra", instructions=INSTRUCTIONS)
 

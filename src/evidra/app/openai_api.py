@@ -93,7 +93,11 @@ def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
                 raise HttpError(409, "this server has no model; start it with --model to answer")
         except HttpError as exc:
             return _openai_error(exc.status, str(exc))
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": options.model_name}
+        head = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "created": int(time.time()),
+            "model": options.model_name,
+        }
         if body.get("stream") is True:
             return StreamingResponse(_chunks(workspace, question, k, head), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-store"})  # fmt: skip
@@ -114,7 +118,9 @@ async def _whole(workspace: Workspace, question: str, k: int, head: dict[str, An
         return _openai_error(400, str(exc))
     message = {"role": "assistant", "content": answer.output + tail(answer)}
     choice = {"index": 0, "message": message, "finish_reason": FINISH.get(answer.finish_reason, "stop")}
-    return JSONResponse({**head, "object": "chat.completion", "choices": [choice], **_evidence_fields(answer)})
+    return JSONResponse(
+        {**head, "object": "chat.completion", "choices": [choice], **_evidence_fields(answer)}
+    )
 
 
 def _sse(record: dict[str, Any]) -> bytes:

@@ -28,7 +28,9 @@ def _listen(host: str, port: int, options: ServeOptions) -> tuple[socket.socket,
     try:
         sock = bind_tcp(host, port)
     except OSError as exc:
-        raise ServiceError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port") from None
+        raise ServiceError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port"
+        ) from None
     bound = int(sock.getsockname()[1])
     url = f"http://[{host}]:{bound}" if ":" in host else f"http://{host}:{bound}"
     if not is_loopback(host):
@@ -66,7 +68,9 @@ def serve_forever(
 
 
 @contextlib.contextmanager
-def running(workspace: Workspace, options: ServeOptions, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+def running(
+    workspace: Workspace, options: ServeOptions, host: str = "127.0.0.1", port: int = 0
+) -> Iterator[str]:
     """The app on a background thread; yields its base URL, stops on exit (tests, notebooks)."""
     sock, url = _listen(host, port, options)
     server = _server(workspace, options, host)

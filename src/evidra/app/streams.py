@@ -96,7 +96,9 @@ async def answer_events(workspace: Workspace, question: str, k: int) -> AsyncIte
 Report = Callable[[dict[str, Any]], None]
 
 
-async def progress_events(work: Callable[[Report], Awaitable[dict[str, Any]]]) -> AsyncIterator[dict[str, Any]]:
+async def progress_events(
+    work: Callable[[Report], Awaitable[dict[str, Any]]],
+) -> AsyncIterator[dict[str, Any]]:
     """The progress records ``work`` reports (from any thread) as they come, then its result."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()

@@ -24,7 +24,14 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 
 from evidra.app.auth import COOKIE, Guard, session_token
@@ -89,7 +96,9 @@ def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: boo
 
     async def documents(request: Request) -> Response:
         docs = await workspace.documents()
-        return JSONResponse({"documents": [{"source": d.source, "pages": d.pages, "first_page": d.first_page} for d in docs]})
+        return JSONResponse(
+            {"documents": [{"source": d.source, "pages": d.pages, "first_page": d.first_page} for d in docs]}
+        )
 
     async def search(request: Request) -> Response:
         query = question_of(request.query_params.get("q"), options)
@@ -170,7 +179,11 @@ def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: boo
             Middleware(AccessLog, enabled=options.access_log),
             Middleware(Guard, key=options.api_key, loopback_only=loopback_only),
         ],
-        exception_handlers={HttpError: _http_error, EvidraError: _evidra_error, HTTPException: _starlette_error},
+        exception_handlers={
+            HttpError: _http_error,
+            EvidraError: _evidra_error,
+            HTTPException: _starlette_error,
+        },
     )
 
 

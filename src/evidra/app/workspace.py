@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -84,7 +83,9 @@ def upload_name(name: str) -> str:
 class Workspace:
     """See the module docstring. ``start`` opens everything; ``close`` releases it."""
 
-    def __init__(self, store: str | Path, index: str | Path | None = None, model: ModelSpec | None = None) -> None:
+    def __init__(
+        self, store: str | Path, index: str | Path | None = None, model: ModelSpec | None = None
+    ) -> None:
         self.store_root = Path(store).expanduser().resolve()
         self.index_arg = Path(index).expanduser().resolve() if index is not None else None
         self.model = model
@@ -140,7 +141,9 @@ class Workspace:
     async def search(self, query: str, k: int) -> list[tuple[Hit, Page]]:
         return await self._on_data(self._search, query, k)
 
-    async def add_file(self, name: str, data: bytes, progress: Callable[[IngestProgress], None] | None = None) -> IngestReport:
+    async def add_file(
+        self, name: str, data: bytes, progress: Callable[[IngestProgress], None] | None = None
+    ) -> IngestReport:
         """Ingest one uploaded file (``name`` may hold folders); a bad file is a failed entry."""
         return await self._on_data(self._add_file, upload_name(name), data, progress)
 
@@ -166,7 +169,9 @@ class Workspace:
         try:
             found = await self.search(question, k)
             if not found:
-                raise InvalidInputError(f"no page matches {question[:80]!r}; ask with words the documents use")
+                raise InvalidInputError(
+                    f"no page matches {question[:80]!r}; ask with words the documents use"
+                )
             if on_pages is not None:
                 on_pages(found)
             ids = [page.id for _, page in found]
@@ -196,7 +201,9 @@ class Workspace:
         if (root / MANIFEST).is_file():
             self._engine = open_index(root)
         elif self.index_arg is not None and root.exists() and any(root.iterdir()):
-            raise InvalidInputError(f"{str(root)!r} holds no index; pass an `evidra index build` folder or a new path")
+            raise InvalidInputError(
+                f"{str(root)!r} holds no index; pass an `evidra index build` folder or a new path"
+            )
 
     def _close_data(self) -> None:
         if self._engine is not None:
@@ -294,5 +301,3 @@ class Workspace:
     def _ask(self, question: str, page_ids: Sequence[str], on_text: OnText | None) -> Answer:
         assert self._rag is not None, "the workspace has no model"
         return self._rag.ask(question, pages=list(page_ids), on_text=on_text)
-
-

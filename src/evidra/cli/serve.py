@@ -26,24 +26,30 @@ def add_workspace_options(p: argparse.ArgumentParser) -> None:
         "--index",
         default=None,
         metavar="DIR",
-        help="index directory (default: the store's registered index, else S/index-bm25, built on first upload)",
+        help="index directory (default: the store's registered index, else S/index-bm25, "
+        "built on the first upload)",
     )
     p.add_argument(
         "--model",
         default=None,
         metavar="PATH",
-        help="Qwen-VL model that answers (directory, hub id, tiny:ARCH or training run); without it: search only",
+        help="Qwen-VL model that answers (directory, hub id, tiny:ARCH or training run); "
+        "without it: search only",
     )
     p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages an answer reads (default: 3)")
     p.add_argument("--paradigm", default="coe", help="output format (default: coe, every step cites a box)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--device", default="auto", help="model device: auto | cpu | cuda")
-    p.add_argument("--dtype", default="auto", help="model weights: auto (bfloat16 on a GPU) | float32 | bfloat16")
+    p.add_argument(
+        "--dtype", default="auto", help="model weights: auto (bfloat16 on a GPU) | float32 | bfloat16"
+    )
     p.add_argument("--max-pixels", type=int, default=None, help="image pixel limit per page")
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("serve", help="web app over a page store: add documents, search, ask with evidence")
+    p = subparsers.add_parser(
+        "serve", help="web app over a page store: add documents, search, ask with evidence"
+    )
     add_workspace_options(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=int, default=8000)

@@ -119,7 +119,9 @@ def generate(
         return generate_contexts(vlm, contexts, params)
     if len(contexts) != 1:
         raise InvalidInputError(f"on_text streams one conversation, got {len(contexts)}")
-    return generate_contexts(vlm, contexts, params, engine="hf", streamer=TextCallback(vlm.tokenizer, on_text, vlm.eos_token_ids))
+    return generate_contexts(
+        vlm, contexts, params, engine="hf", streamer=TextCallback(vlm.tokenizer, on_text, vlm.eos_token_ids)
+    )
 
 
 def generate_contexts(
@@ -169,7 +171,10 @@ def _hf_generate(
     inputs = _to(collate_left(contexts, vlm.pad_token_id, vlm.image_token_id), vlm.device)
     prompt_len = inputs["input_ids"].shape[1]
     out = vlm.model.generate(
-        **inputs, generation_config=_generation_config(vlm, params), tokenizer=vlm.tokenizer, streamer=streamer
+        **inputs,
+        generation_config=_generation_config(vlm, params),
+        tokenizer=vlm.tokenizer,
+        streamer=streamer,
     )
     sampled = out.sequences[:, prompt_len:]  # (B, T)
     temperature = params.temperature if not params.greedy else 1.0

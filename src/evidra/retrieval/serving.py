@@ -132,11 +132,11 @@ class GuardedProtocol(H11Protocol):
             self.transport.close()  # a head, or the rest of a body left unread, overstayed the deadline
 
 
-def make_server(
-    app: Any, *, idle_timeout_s: float, max_connections: int = MAX_CONNECTIONS
-) -> uvicorn.Server:
+def make_server(app: Any, *, idle_timeout_s: float, max_connections: int = MAX_CONNECTIONS) -> uvicorn.Server:
     """A uvicorn server for ``app`` that configures no logging (the CLI does that)."""
-    protocol = type("GuardedProtocol", (GuardedProtocol,), {"max_connections": connection_cap(max_connections)})
+    protocol = type(
+        "GuardedProtocol", (GuardedProtocol,), {"max_connections": connection_cap(max_connections)}
+    )
     config = uvicorn.Config(
         app,
         http=protocol,  # h11 caps the head at MAX_HEAD; httptools would not
