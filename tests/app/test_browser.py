@@ -141,6 +141,7 @@ def test_upload_ask_see_the_boxes_enlarge_search_and_page_through(
     cards = driver.find_elements(By.CSS_SELECTOR, "#hits .card")
     title = driver.find_element(By.ID, "results-title").text
     assert title.startswith(f"{len(cards)} page") and "for “project budget”" in title
+    assert all(card.find_elements(By.CSS_SELECTOR, ".crop .box") for card in cards)  # where each matched
     driver.save_screenshot(str(shots / "05-search.png"))
 
     driver.find_element(By.CSS_SELECTOR, "#docs a").click()

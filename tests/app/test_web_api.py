@@ -41,6 +41,7 @@ def test_upload_index_search_and_read_pages(serve: tuple[str, Workspace], corpus
     found = httpx.get(f"{url}/api/search", params={"q": question.answers[0], "k": 3}).json()
     assert found["hits"] and found["hits"][0]["label"].endswith(f"p. {question.page_number}")
     assert found["hits"][0]["document"].endswith(question.source)
+    assert found["hits"][0]["matches"]  # the boxes of the page's words that are words of the query
     image = httpx.get(f"{url}{found['hits'][0]['image']}")
     assert image.status_code == 200 and image.content.startswith(b"\x89PNG")
 

@@ -10,6 +10,8 @@ page number, from the page store's records); everything the app shows goes throu
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -19,6 +21,8 @@ from evidra.types import Box, Page
 
 if TYPE_CHECKING:
     from evidra.rag import Answer, Citation
+
+PUNCTUATION = string.punctuation + "“”‘’«»…"
 
 
 def citation_label(page: Page) -> str:
@@ -65,7 +69,27 @@ def evidence(answer: Answer) -> list[Evidence]:
     return [_evidence(c, pages) for c in cited]
 
 
-def page_json(page: Page, score: float | None = None) -> dict[str, Any]:
+def matched_words(page: Page, query: str, limit: int = 24) -> list[Box]:
+    """Boxes of the page's words that are words of ``query`` (case and punctuation aside; words of
+    one or two letters only when they are numbers), for a search hit to show where it matched.
+
+    >>> from evidra.types import CoordSpace, Word
+    >>> w = lambda t, x: Word(t, Box(x, 0, x + 5, 5, CoordSpace.PAGE))
+    >>> page = Page("p", "x.png", 99, 9, words=(w("Orion,", 0), w("was", 10), w("founded", 20)))
+    >>> [b.x1 for b in matched_words(page, "When was Orion founded?")]
+    [0, 10, 20]
+    """
+    terms = {t for t in re.findall(r"\w+", query.casefold()) if len(t) > 2 or t.isdigit()}
+    out = []
+    for word in page.words:
+        if word.text.strip(PUNCTUATION).casefold() in terms:
+            out.append(word.box)
+            if len(out) == limit:
+                break
+    return out
+
+
+def page_json(page: Page, score: float | None = None, matches: list[Box] | None = None) -> dict[str, Any]:
     """A page as the app's pages and scripts see it (its image at ``/pages/<id>/image``)."""
     out: dict[str, Any] = {
         "page_id": page.id,
@@ -78,6 +102,8 @@ def page_json(page: Page, score: float | None = None) -> dict[str, Any]:
     }
     if score is not None:
         out["score"] = round(score, 4)
+    if matches is not None:
+        out["matches"] = [[round(c, 1) for c in b.as_tuple()] for b in matches]
     return out
 
 

@@ -35,7 +35,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from evidra.app.auth import COOKIE, Guard, session_token
-from evidra.app.citations import answer_json, citation_label, page_json
+from evidra.app.citations import answer_json, citation_label, matched_words, page_json
 from evidra.app.http import HttpError, ServeOptions, error_response, k_of, question_of, read_body, read_json
 from evidra.app.openai_api import chat_routes
 from evidra.app.streams import Done, Failed, Found, Piece, Report, answer_events, progress_events
@@ -106,7 +106,8 @@ def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: boo
         start = time.perf_counter()
         found = await workspace.search(query, k)
         ms = round((time.perf_counter() - start) * 1e3, 1)
-        return JSONResponse({"query": query, "hits": [page_json(p, h.score) for h, p in found], "ms": ms})
+        hits = [page_json(p, h.score, matched_words(p, query)) for h, p in found]
+        return JSONResponse({"query": query, "hits": hits, "ms": ms})
 
     async def upload(request: Request) -> Response:
         name = request.query_params.get("name", "")

@@ -242,7 +242,7 @@ class Workspace:
             return []
         (hits,) = self._engine.retriever.search([query], k=k)
         store = self._opened()
-        return [(h, store.get(h.page_id, with_words=False)) for h in hits if h.page_id in store]
+        return [(h, store.get(h.page_id)) for h in hits if h.page_id in store]  # words: where it matched
 
     def _add_file(
         self, name: str, data: bytes, progress: Callable[[IngestProgress], None] | None

@@ -21,9 +21,14 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import importlib.util
+
     from evidra.app.http import ServeOptions
     from evidra.app.mcp_server import build_mcp
+    from evidra.errors import MissingDependencyError
 
+    if importlib.util.find_spec("mcp") is None:  # checked before the model loads
+        raise MissingDependencyError("evidra mcp needs the MCP SDK: pip install 'evidra[app]' (or mcp)")
     workspace = open_workspace(args)
     try:
         build_mcp(workspace, ServeOptions(k=args.k, max_k=max(20, args.k))).run("stdio")

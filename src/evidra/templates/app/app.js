@@ -16,9 +16,11 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-const colorOf = (step) => (step === 0 ? ANSWER_COLOR : COLORS[(step - 1) % COLORS.length]);
+const MATCH_COLOR = "#f59e0b";  // a searched word (step -1): no tag
+const colorOf = (step) => (step < 0 ? MATCH_COLOR : step === 0 ? ANSWER_COLOR : COLORS[(step - 1) % COLORS.length]);
 const tagOf = (step) => (step === 0 ? "A" : String(step));
-const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+const plural = (n, word, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
+const docLink = (page) => `/documents/${encodeURIComponent(page.document).replaceAll("%2F", "/")}?page=${page.page}`;
 const pct = (v) => `${(100 * v).toFixed(3)}%`;
 
 function drawBox(parent, box, step, frame) {
@@ -29,7 +31,7 @@ function drawBox(parent, box, step, frame) {
     width: pct((box[2] - box[0]) / fw), height: pct((box[3] - box[1]) / fh),
   }});
   b.style.setProperty("--c", colorOf(step));
-  b.append(el("b", {text: tagOf(step)}));
+  if (step >= 0) b.append(el("b", {text: tagOf(step)}));
   parent.append(b);
 }
 
@@ -59,7 +61,7 @@ function cropView(page, mark) {
 
 function openLightbox(page, marks) {
   $("lb-title").textContent = page.label;
-  $("lb-open").href = `/documents/${encodeURIComponent(page.document).replaceAll("%2F", "/")}?page=${page.page}`;
+  $("lb-open").href = docLink(page);
   const holder = $("lb-page");
   holder.replaceChildren();
   const view = pageView(page, marks);
@@ -100,7 +102,7 @@ function pageCard(page, marks, extra) {
   const view = pageView(page, marks);
   view.addEventListener("click", () => openLightbox(page, marks));
   const meta = el("div", {class: "meta"});
-  meta.append(el("a", {href: `/documents/${encodeURIComponent(page.document).replaceAll("%2F", "/")}?page=${page.page}`, text: page.label}));
+  meta.append(el("a", {href: docLink(page), text: page.label}));
   if (extra) meta.append(el("span", {class: "muted", text: extra}));
   card.append(view, meta);
   return card;
@@ -197,7 +199,26 @@ async function search() {
   if (body.error) { $("results-title").textContent = body.error; $("hits").replaceChildren(); return; }
   $("results-title").textContent = body.hits.length
     ? `${plural(body.hits.length, "page")} for “${body.query}” (${body.ms} ms)` : `No page matches “${body.query}”`;
-  $("hits").replaceChildren(...body.hits.map((h) => pageCard(h, [], `score ${h.score}`)));
+  $("hits").replaceChildren(...body.hits.map(searchCard));
+}
+
+function searchCard(hit) {
+  // the line of the first matched word, readable, above the page with every match marked
+  const marks = hit.matches.map((box) => ({box, step: -1}));
+  const card = el("div", {class: "card hit"});
+  const meta = el("div", {class: "meta"});
+  meta.append(el("a", {href: docLink(hit), text: hit.label}), el("span", {class: "muted", text: `score ${hit.score} · ${plural(hit.matches.length, "match", "matches")}`}));
+  card.append(meta);
+  if (marks.length) {
+    const crop = cropView(hit, marks[0]);
+    crop.addEventListener("click", () => openLightbox(hit, marks));
+    card.append(crop);
+  }
+  const view = pageView(hit, marks);
+  view.classList.add("thumb");
+  view.addEventListener("click", () => openLightbox(hit, marks));
+  card.append(view);
+  return card;
 }
 
 async function refreshDocuments() {
