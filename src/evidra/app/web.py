@@ -76,106 +76,113 @@ def event_json(event: Found | Piece | Done | Failed) -> dict[str, Any]:
     return {"type": "error", "error": event.message}
 
 
-def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: bool = True) -> Starlette:
-    """The ASGI app over ``workspace`` (see the module docstring)."""
+class Pages:
+    """The handlers of ``build_app``, one method per route, over one workspace and its options."""
 
-    async def home(request: Request) -> Response:
-        docs = await workspace.documents()
-        return _html("home.html.j2", docs=docs, can_answer=workspace.can_answer, k=options.k)
+    def __init__(self, workspace: Workspace, options: ServeOptions) -> None:
+        self.workspace, self.options = workspace, options
 
-    async def document(request: Request) -> Response:
+    async def home(self, request: Request) -> Response:
+        docs = await self.workspace.documents()
+        return _html("home.html.j2", docs=docs, can_answer=self.workspace.can_answer, k=self.options.k)
+
+    async def document(self, request: Request) -> Response:
         source = request.path_params["source"]
-        pages = await workspace.pages_of(source)
+        pages = await self.workspace.pages_of(source)
         number = k_of(request.query_params.get("page"), 1, ServeOptions(max_k=len(pages), k=1))
         page = pages[number - 1]
         return _html("document.html.j2", source=source, pages=pages, page=page, label=citation_label(page))
 
-    async def image(request: Request) -> Response:
-        path = await workspace.image_file(request.path_params["page_id"])
+    async def image(self, request: Request) -> Response:
+        path = await self.workspace.image_file(request.path_params["page_id"])
         return FileResponse(path, headers={"Cache-Control": "private, max-age=3600"})
 
-    async def documents(request: Request) -> Response:
-        docs = await workspace.documents()
+    async def documents(self, request: Request) -> Response:
+        docs = await self.workspace.documents()
         return JSONResponse(
             {"documents": [{"source": d.source, "pages": d.pages, "first_page": d.first_page} for d in docs]}
         )
 
-    async def search(request: Request) -> Response:
-        query = question_of(request.query_params.get("q"), options)
-        k = k_of(request.query_params.get("k"), 10, options)
+    async def search(self, request: Request) -> Response:
+        query = question_of(request.query_params.get("q"), self.options)
+        k = k_of(request.query_params.get("k"), 10, self.options)
         start = time.perf_counter()
-        found = await workspace.search(query, k)
+        found = await self.workspace.search(query, k)
         ms = round((time.perf_counter() - start) * 1e3, 1)
         hits = [page_json(p, h.score, matched_words(p, query)) for h, p in found]
         return JSONResponse({"query": query, "hits": hits, "ms": ms})
 
-    async def upload(request: Request) -> Response:
+    async def upload(self, request: Request) -> Response:
         name = request.query_params.get("name", "")
-        data = await read_body(request, options.max_upload, options.idle_timeout_s)
-        report = await workspace.add_file(name, data)
+        data = await read_body(request, self.options.max_upload, self.options.idle_timeout_s)
+        report = await self.workspace.add_file(name, data)
         failed = [{"file": f.path, "reason": f.reason} for f in report.failed]
         return JSONResponse({"added": len(report.added), "unchanged": len(report.skipped), "failed": failed})
 
-    async def index(request: Request) -> Response:
+    async def index(self, request: Request) -> Response:
         async def work(report: Report) -> dict[str, Any]:
-            added = await workspace.index_new(lambda done, total: report(_progress(done, total)))
+            added = await self.workspace.index_new(lambda done, total: report(_progress(done, total)))
             return {"type": "done", "added": added}
 
         return _ndjson(progress_events(work))
 
-    async def ask(request: Request) -> Response:
-        body = await read_json(request, options)
-        question = question_of(body.get("question"), options)
-        k = k_of(body.get("k"), options.k, options)
-        if not workspace.can_answer:
+    async def ask(self, request: Request) -> Response:
+        body = await read_json(request, self.options)
+        question = question_of(body.get("question"), self.options)
+        k = k_of(body.get("k"), self.options.k, self.options)
+        if not self.workspace.can_answer:
             raise HttpError(409, "this server has no model; start it with --model to ask questions")
 
         async def events() -> AsyncIterator[dict[str, Any]]:
-            async for event in answer_events(workspace, question, k):
+            async for event in answer_events(self.workspace, question, k):
                 yield event_json(event)
 
         return _ndjson(events())
 
-    async def health(request: Request) -> Response:
-        docs = await workspace.documents()
-        return JSONResponse({"status": "ok", "documents": len(docs), "model": workspace.can_answer})
+    async def health(self, request: Request) -> Response:
+        docs = await self.workspace.documents()
+        return JSONResponse({"status": "ok", "documents": len(docs), "model": self.workspace.can_answer})
 
-    async def static(request: Request) -> Response:
+    async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in STATIC:
             raise HttpError(404, f"no static file {name[:40]!r}")
         text = resources.files("evidra").joinpath("templates", "app", name).read_text(encoding="utf-8")
         return Response(text, media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
 
-    async def login_page(request: Request) -> Response:
+    async def login_page(self, request: Request) -> Response:
         return _html("login.html.j2", failed=False)
 
-    async def login(request: Request) -> Response:
-        body = await read_body(request, 4096, options.idle_timeout_s)
+    async def login(self, request: Request) -> Response:
+        body = await read_body(request, 4096, self.options.idle_timeout_s)
         given = parse_qs(body.decode("utf-8", "replace")).get("key", [""])[0]
-        if options.api_key is None or not _same(given, options.api_key):
+        if self.options.api_key is None or not _same(given, self.options.api_key):
             return _html("login.html.j2", status=401, failed=True)
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, session_token(options.api_key), httponly=True, samesite="strict")
+        response.set_cookie(COOKIE, session_token(self.options.api_key), httponly=True, samesite="strict")
         return response
 
-    routes = [
-        Route("/", home, methods=["GET"]),
-        Route("/documents/{source:path}", document, methods=["GET"]),
-        Route("/pages/{page_id}/image", image, methods=["GET"]),
-        Route("/api/documents", documents, methods=["GET"]),
-        Route("/api/search", search, methods=["GET"]),
-        Route("/api/upload", upload, methods=["POST"]),
-        Route("/api/index", index, methods=["POST"]),
-        Route("/api/ask", ask, methods=["POST"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/static/{name}", static, methods=["GET"]),
-        Route("/login", login_page, methods=["GET"]),
-        Route("/login", login, methods=["POST"]),
-        *chat_routes(workspace, options),
-    ]
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.home, methods=["GET"]),
+            Route("/documents/{source:path}", self.document, methods=["GET"]),
+            Route("/pages/{page_id}/image", self.image, methods=["GET"]),
+            Route("/api/documents", self.documents, methods=["GET"]),
+            Route("/api/search", self.search, methods=["GET"]),
+            Route("/api/upload", self.upload, methods=["POST"]),
+            Route("/api/index", self.index, methods=["POST"]),
+            Route("/api/ask", self.ask, methods=["POST"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/static/{name}", self.static, methods=["GET"]),
+            Route("/login", self.login_page, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+        ]
+
+
+def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: bool = True) -> Starlette:
+    """The ASGI app over ``workspace`` (see the module docstring)."""
     return Starlette(
-        routes=routes,
+        routes=[*Pages(workspace, options).routes(), *chat_routes(workspace, options)],
         middleware=[
             Middleware(AccessLog, enabled=options.access_log),
             Middleware(Guard, key=options.api_key, loopback_only=loopback_only),
