@@ -114,11 +114,11 @@ def generate(
 ) -> list[Generation]:
     """Sample one completion per conversation, all prompts in one left-padded batch; with
     ``on_text`` (one conversation only) each new piece of text is handed to it as it is made."""
+    if on_text is not None and len(chats) != 1:
+        raise InvalidInputError(f"on_text streams one conversation, got {len(chats)}")
     contexts = [encode_messages(vlm.processor, chat) for chat in chats]
     if on_text is None:
         return generate_contexts(vlm, contexts, params)
-    if len(contexts) != 1:
-        raise InvalidInputError(f"on_text streams one conversation, got {len(contexts)}")
     return generate_contexts(
         vlm, contexts, params, engine="hf", streamer=TextCallback(vlm.tokenizer, on_text, vlm.eos_token_ids)
     )
