@@ -27,6 +27,8 @@ SUBCOMMANDS = (
     "demo",
     "index",
     "serve-index",
+    "serve",
+    "mcp",
     "eval",
     "export",
     "data",
