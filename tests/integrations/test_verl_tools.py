@@ -92,7 +92,7 @@ def test_schemas_and_the_tool_config_verl_reads(tmp_path: Path) -> None:
             },
         },
     }
-    path = write_tool_config(tmp_path / "tools.yaml", {"search": {"index": "http://127.0.0.1:1/"}, "crop": {},
+    path = write_tool_config(tmp_path / "tools.yaml", {"search": {"index": "http://127.0.0.1:1/", "store": "s/"}, "crop": {},
                                                        "zoom": {"image_root": str(tmp_path)}})  # fmt: skip
     entries = yaml.safe_load(path.read_text())["tools"]
     assert [e["class_name"] for e in entries] == [

@@ -38,7 +38,7 @@ def add_workspace_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages an answer reads (default: 3)")
     p.add_argument("--paradigm", default="coe", help="output format (default: coe, every step cites a box)")
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens an answer may have")
     p.add_argument("--device", default="auto", help="model device: auto | cpu | cuda")
     p.add_argument(
         "--dtype", default="auto", help="model weights: auto (bfloat16 on a GPU) | float32 | bfloat16"
@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
     )
     add_workspace_options(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--max-upload-mb", type=int, default=256, help="largest document accepted (default: 256)")
     p.add_argument("--max-connections", type=int, default=512, help="open connections (default: 512)")
     p.add_argument(

@@ -46,6 +46,10 @@ INVALID_MESSAGE = (
     "<bbox>[x1, y1, x2, y2]</bbox>, or the final answer inside <answer> and </answer>. Please try again."
 )
 NO_RESULT_MESSAGE = "No new page matches the query <search>{query}</search>; try another query."
+UNKNOWN_PAGE_MESSAGE = (
+    "The search for <search>{query}</search> returned page {page_id}, which is not in this corpus; "
+    "try another query."
+)
 
 
 class Searcher(Protocol):
@@ -154,6 +158,9 @@ class SearchEnv:
             return self._result((reply,), False, action="search", query=query, page_id=None)
         page = self.pages.get(hit.page_id)
         path = page.image_path if page is not None else hit.image_path
+        if not path:  # a search service's hit names no local file: only the episode's pages open
+            reply = Message.text("user", UNKNOWN_PAGE_MESSAGE.format(page_id=hit.page_id, query=query))
+            return self._result((reply,), False, action="search", query=query, page_id=None)
         image = _open(path)
         shown = Displayed.page(hit.page_id, path, image.size, self.max_pixels, self.min_pixels)
         self.retrieved.append(hit.page_id)

@@ -287,6 +287,11 @@ class SearchTool(EvidraTool):
         checked = super().check_config(config)
         if not (checked.get("index") or checked.get("store")):
             raise ConfigError("SearchTool config needs index (a directory or serve-index URL) or store")
+        if str(checked.get("index", "")).startswith(("http://", "https://")) and not checked.get("store"):
+            raise ConfigError(
+                "SearchTool config names a serve-index URL as index; add store (the page store the "
+                "service indexes), whose pages the episodes open"
+            )
         return checked
 
     def make_env(self) -> Environment:

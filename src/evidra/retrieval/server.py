@@ -357,6 +357,7 @@ def bind_tcp(host: str, port: int) -> socket.socket:
 
 
 def hits_from_json(rows: Sequence[Sequence[dict[str, Any]]]) -> list[list[Hit]]:
-    return [
-        [Hit(str(h["page_id"]), float(h["score"]), str(h.get("image_path", ""))) for h in r] for r in rows
-    ]
+    """Hits of a service's reply. Their image paths are dropped: a path the server names is a file
+    of the server's machine, and opening it here would let a hostile server choose which local file
+    an episode shows; the caller opens pages from its own page store by id."""
+    return [[Hit(str(h["page_id"]), float(h["score"]), "") for h in r] for r in rows]
