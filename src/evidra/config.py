@@ -12,6 +12,7 @@ dataclasses). Components are chosen by registry name in a config, never by impor
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import types
@@ -25,6 +26,34 @@ import yaml
 from evidra.errors import ConfigError
 
 T = TypeVar("T")
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``): each alias repeats a whole node, so a
+    few lines of nested aliases expand to billions of values (a "billion laughs" file)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ConfigError(
+                f"YAML alias *{event.anchor} at line {event.start_mark.line + 1}: evidra reads no YAML "
+                "aliases; write the value out"
+            )
+        return super().compose_node(parent, index)
+
+
+def read_yaml(text: str, source: str) -> Any:
+    """Parse YAML ``text`` with the safe loader and no aliases; ``source`` names it in errors.
+
+    >>> read_yaml("optim: {lr: 1.0e-6}", "recipe.yaml")
+    {'optim': {'lr': 1e-06}}
+    """
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from exc
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -105,7 +134,7 @@ def to_dict(obj: Any) -> Any:
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML scalars/lists) to a nested dict."""
-    out = yaml.safe_load(yaml.safe_dump(data)) or {}  # deep copy
+    out = copy.deepcopy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
@@ -116,7 +145,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is not a section")
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        node[parts[-1]] = read_yaml(raw, f"override {item!r}") if raw.strip() else ""
     return out
 
 
@@ -149,10 +178,7 @@ def read_config_file(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str,
         raise ConfigError(
             f"config file {str(file)!r} names itself as a base (through {seen[-1]}); break the cycle"
         )
-    try:
-        data = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(file)!r} is not valid YAML: {exc}") from exc
+    data = read_yaml(file.read_text(), f"config file {str(file)!r}") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
     base = data.pop(BASE_KEY, None)
