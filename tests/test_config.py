@@ -85,7 +85,9 @@ def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path: Path) -> None:
     recipe = tmp_path / "bomb.yaml"
     recipe.write_text(_BOMB)
     start = time.monotonic()
-    with pytest.raises(ConfigError, match=r"bomb\.yaml.*alias \*l0 at line 5: evidra reads no YAML aliases") as err:
+    with pytest.raises(
+        ConfigError, match=r"bomb\.yaml.*alias \*l0 at line 5: evidra reads no YAML aliases"
+    ) as err:
         load_config(RLConfig, recipe)
     assert time.monotonic() - start < 5 and "\n" not in str(err.value)
     with pytest.raises(ConfigError, match=r"override 'data\.options=.*alias \*a"):

@@ -49,7 +49,7 @@ def read_yaml(text: str, source: str) -> Any:
     {'optim': {'lr': 1e-06}}
     """
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:

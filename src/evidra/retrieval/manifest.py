@@ -9,6 +9,7 @@ import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from evidra.confined import inside
 from evidra.errors import CorpusError
 from evidra.retrieval._staging import fsync_path, save_generation
 from evidra.retrieval.encoders.bm25 import BM25Retriever
@@ -45,11 +46,14 @@ def read_spec(root: str | Path) -> IndexSpec:
     try:
         raw = json.loads(path.read_text())
         qdrant = raw.pop("qdrant", None)
-        return IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
+        spec = IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
     except FileNotFoundError:
         raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
     except (ValueError, TypeError) as exc:
         raise CorpusError(f"{path} is malformed ({exc}); rebuild the index") from exc
+    if spec.data_dir != "":  # save_bm25 replaces and removes this folder
+        inside(root, spec.data_dir, f"data_dir in {path}", CorpusError)
+    return spec
 
 
 def save_bm25(root: Path, retriever: BM25Retriever) -> None:

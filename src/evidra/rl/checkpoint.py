@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evidra.config import dump_config
+from evidra.confined import inside
 from evidra.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -180,6 +181,10 @@ def verify_checkpoint(folder: str | Path) -> None:
         sums = json.loads(manifest.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"checkpoint {root}: {CHECKSUMS} is unreadable ({exc})") from exc
+    if not isinstance(sums, dict):
+        raise CheckpointError(f"checkpoint {root}: {CHECKSUMS} is not a JSON object of file names")
+    for name in sums:  # every name checked before any file is read
+        inside(root, name, f"{manifest}", CheckpointError)
     for name, expected in sums.items():
         path = root / name
         if not path.is_file() or _sha256(path) != expected:

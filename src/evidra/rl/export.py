@@ -23,8 +23,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from evidra.config import from_dict, read_yaml
 from evidra.errors import CheckpointError, ConfigError, InvalidInputError, ModelLoadError
 from evidra.rl.checkpoint import list_checkpoints, load_trainable_weights
