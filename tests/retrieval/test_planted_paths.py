@@ -92,3 +92,44 @@ def test_a_weight_index_naming_files_outside_the_checkpoint_is_refused(tmp_path:
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ModelLoadError, match=r"weight_map of .* names '\.\./secret\.safetensors'"):
         read_weights(folder, ("model",))
+
+
+def _npz_bomb(path: Path, indptr: object, length: int) -> None:
+    """``counts.npz`` whose ``terms`` and ``counts`` hold ``length`` zeros each, deflated."""
+    import zipfile
+
+    import numpy as np
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("indptr.npy", "w") as fh:
+            np.lib.format.write_array(fh, np.asarray(indptr))
+        for name in ("terms", "counts"):
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                header = {"descr": "<i4", "fortran_order": False, "shape": (length,)}
+                np.lib.format.write_array_header_1_0(fh, header)
+                block = bytes(1 << 22)
+                for _ in range(length * 4 // len(block)):
+                    fh.write(block)
+
+
+def test_a_bm25_counts_archive_that_expands_to_gigabytes_is_refused_unpacked(tmp_path: Path) -> None:
+    """A 3 MB counts.npz once took 3.4 GB to read; each member's declared shape and size are now
+    checked against the index's own (uncompressed) sizes before anything is decompressed."""
+    import tracemalloc
+
+    import numpy as np
+
+    index = _bm25(tmp_path / "idx")
+    counts = next(index.glob("bm25.*/bm25-*/counts.npz"))
+    with np.load(counts) as npz:
+        indptr = npz["indptr"]
+    _npz_bomb(counts, indptr, 16 << 20)  # 2 x 64 MiB of zeros in about 130 KB
+    assert counts.stat().st_size < 1 << 20
+    from evidra.retrieval.engine import open_index
+
+    tracemalloc.start()
+    with pytest.raises(CorpusError, match=r"counts\.npz declares terms of shape \(16777216,\)") as err:
+        open_index(index)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 16 << 20 and "\n" not in str(err.value)
