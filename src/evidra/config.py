@@ -49,7 +49,11 @@ def read_yaml(text: str, source: str) -> Any:
     {'optim': {'lr': 1e-06}}
     """
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass
+        loader = _NoAliasLoader(text)  # what yaml.load does, with the safe loader that refuses aliases
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
