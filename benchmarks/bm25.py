@@ -44,7 +44,8 @@ import numpy as np
 
 from evidra.retrieval.compute import cpu_features
 from evidra.retrieval.encoders._bm25_terms import IDF_METHOD, METHOD, bm25s_module
-from evidra.retrieval.encoders.bm25 import BM25Retriever, tokenize
+from evidra.retrieval.encoders._bm25_text import tokenize
+from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
 
 K1, B, K = 1.5, 0.75, 10
 SYLLABLES = ("ka", "to", "ri", "men", "sa", "lo", "ven", "dra",
@@ -123,7 +124,7 @@ class Bm25sAlone:
 
 class Evidra:
     def __init__(self, texts: dict[str, str]) -> None:
-        self.index = BM25Retriever.build(texts)
+        self.index = BM25Retriever.build(texts, BM25Params(language="none"))  # the same plain tokens
 
     def search(self, queries: Sequence[str], k: int) -> list[list[str]]:
         return [[h.page_id for h in hits] for hits in self.index.search(queries, k=k)]

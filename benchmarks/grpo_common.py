@@ -39,6 +39,9 @@ class Settings:
     lora: bool = False  # LoRA r=8 alpha=16 on the language model's projections, else full fine-tuning
     train_vision: bool = False  # full fine-tuning only
     device: str = "cpu"  # cpu | cuda
+    vllm: bool = False  # generate with a colocated vLLM engine (both engines), else transformers
+    vllm_memory: float = 0.25  # the share of GPU memory the colocated engine may take
+    vllm_max_len: int = 2048  # its longest sequence (prompt + completion)
 
     @property
     def accumulation(self) -> int:
@@ -104,6 +107,11 @@ def run_evidra(model: Path, images: list[Path], workdir: Path, steps: int, s: Se
         overwrite=True,
     )
     kl = f"algo.kl=loss algo.kl_coef={s.beta}" if s.beta > 0 else "algo.kl=none"
+    vllm = [
+        "rollout.backend=vllm",
+        f"rollout.vllm.gpu_memory_utilization={s.vllm_memory}",
+        f"rollout.vllm.max_model_len={s.vllm_max_len}",
+    ]
     cfg = load_config(
         RLConfig,
         None,
@@ -128,6 +136,7 @@ def run_evidra(model: Path, images: list[Path], workdir: Path, steps: int, s: Se
             f"data.task={TASK}",
             "run.save_every=0",
             "run.resume=false",
+            *(vllm if s.vllm else []),
         ],
     )
     times: list[float] = []
@@ -143,7 +152,10 @@ def run_evidra(model: Path, images: list[Path], workdir: Path, steps: int, s: Se
         gen.append(metrics.get("time/rollout_s", 0.0))
         last = now
 
-    RLTrainer(cfg).train(on_step)
+    trainer = RLTrainer(cfg)
+    for _ in range(steps + 1):  # step() alone: the step is timed, not the checkpoint that train() ends with
+        metrics = trainer.step()
+        on_step(trainer.state.step, metrics)
     return EngineResult("evidra", times[1:], tokens[1:], gen[1:], peak_mb(s.device))
 
 
@@ -192,8 +204,19 @@ def _trl_args(workdir: Path, steps: int, s: Settings) -> Any:
         temperature=s.temperature,
         seed=0,
         dataloader_num_workers=0,
-        use_vllm=False,
+        use_vllm=s.vllm,
+        **(_trl_vllm_args(s) if s.vllm else {}),
     )
+
+
+def _trl_vllm_args(s: Settings) -> dict[str, Any]:
+    """TRL's colocated vLLM at the settings evidra's engine gets (sleeping during the update)."""
+    return {
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": s.vllm_memory,
+        "vllm_max_model_length": s.vllm_max_len,
+        "vllm_enable_sleep_mode": True,
+    }
 
 
 def run_trl(model: Path, images: list[Path], workdir: Path, steps: int, s: Settings) -> EngineResult:

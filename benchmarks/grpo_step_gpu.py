@@ -58,7 +58,7 @@ _VISION = {
     "hidden_size": 1280,
     "intermediate_size": 3420,
     "num_heads": 16,
-    "in_chans": 3,
+    "in_channels": 3,
     "patch_size": 14,
     "spatial_merge_size": 2,
     "temporal_patch_size": 2,
@@ -138,16 +138,21 @@ MAX_PIXELS = {"tiny": 224 * 224}  # else 1024 visual tokens (1024 x 28 x 28), a 
 MIN_PIXELS = 56 * 56
 
 
-def real_config(arch: str, tokenizer: Any) -> Any:
-    """The transformers config of ``arch`` with ``tokenizer``'s special-token ids (real vocab size)."""
+def real_config(
+    arch: str, tokenizer: Any, *, text_over: dict[str, Any] | None = None,
+    vision_over: dict[str, Any] | None = None,
+) -> Any:  # fmt: skip
+    """The transformers config of ``arch`` with ``tokenizer``'s special-token ids (real vocab size);
+    ``text_over`` / ``vision_over`` replace entries (fewer layers, say)."""
     from transformers import Qwen2_5_VLConfig
 
     from evidra.models.tiny import special_token_ids
 
-    text = {**ARCHS[arch], **_TEXT_COMMON, "rope_parameters": dict(_ROPE)}
+    text = {**ARCHS[arch], **_TEXT_COMMON, "rope_parameters": dict(_ROPE), **(text_over or {})}
+    text.pop("tie_word_embeddings")  # a field of the outer config, not of the text config
     pad, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
     text.update(bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
-    vision = {**_VISION, "out_hidden_size": ARCHS[arch]["hidden_size"]}
+    vision = {**_VISION, "out_hidden_size": ARCHS[arch]["hidden_size"], **(vision_over or {})}
     return Qwen2_5_VLConfig(
         text_config=text,
         vision_config=vision,

@@ -275,3 +275,47 @@ def _declared_png(width: int, height: int) -> bytes:
 def declared_png() -> Any:
     """``declared_png(width, height) -> bytes``: see ``_declared_png``."""
     return _declared_png
+
+
+@pytest.fixture
+def cpu_profile(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Call with a name from ``evidra.retrieval.compute.PROFILES``: from then on, this test sees that
+    CPU's flags and GEMM rates wherever ``auto`` picks a dtype, whatever machine runs it."""
+    from evidra.retrieval import compute
+
+    def use(name: str) -> compute.CpuProfile:
+        profile = compute.PROFILES[name]
+        monkeypatch.setattr(compute, "cpu_features", _features_of(profile, compute.cpu_features))
+        monkeypatch.setattr(compute, "probe_rates", profile.probe)
+        return profile
+
+    return use
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-profile",
+        default=None,
+        help="run the whole suite as if on this CPU (a name in evidra.retrieval.compute.PROFILES: "
+        "amx, avx512_bf16, avx512, avx2); default: this machine as it is",
+    )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _whole_suite_cpu_profile(request: pytest.FixtureRequest) -> Iterator[None]:
+    name = request.config.getoption("--cpu-profile")
+    if name is None:
+        yield
+        return
+    from evidra.retrieval import compute
+
+    profile = compute.PROFILES[name]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compute, "cpu_features", _features_of(profile, compute.cpu_features))
+        patch.setattr(compute, "probe_rates", profile.probe)
+        yield
+
+
+def _features_of(profile: Any, real: Any) -> Any:
+    """``cpu_features`` as on ``profile``'s CPU; a file named explicitly is still parsed."""
+    return lambda *a, **k: real(*a, **k) if a or k else profile.features

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
+import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +138,153 @@ def test_cave_credits_benchmark_checks_every_way_against_the_peer(
     assert _cells(out, "KV cache")[4:6] == ["4", "10"]  # per episode: the context, then 4 rows
     assert _cells(out, "packed, one episode per forward (evidra)")[4:6] == ["2", "2"]
     assert _cells(out, "packed, 8 episodes per forward")[4:6] == ["1", "2"]
+
+
+def test_storage_dtype_benchmark_holds_half_and_ranks_alike(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run("storage_dtype", ["--pages", "60", "--length", "16", "--repeats", "1"], monkeypatch, capsys)
+    assert "top-10 identical for 32/32 queries" in out  # fp16 widened exactly to fp32
+    assert re.search(r"^RESULT memory_ratio=0\.50 single_ratio=\S+ batched_ratio=\S+$", out, re.M)
+
+
+def _suite(monkeypatch: pytest.MonkeyPatch) -> Any:
+    spec = importlib.util.spec_from_file_location("gpu_suite", BENCH / "gpu_suite.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    monkeypatch.syspath_prepend(str(BENCH))  # the suite imports its sibling row modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def _table_rows(out: str) -> dict[str, list[str]]:
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in out.splitlines() if ln.startswith("| ")]
+    return {c[0]: c for c in cells[1:]}
+
+
+@pytest.mark.slow
+def test_gpu_suite_dry_run_runs_every_row_on_the_cpu(tmp_path: Path) -> None:
+    """The GPU suite's --dry-run: every row's code path on tiny shapes, one table, RESULT, JSON."""
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent / "src"), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, str(BENCH / "gpu_suite.py"), "--dry-run", "--out", str(tmp_path)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = _table_rows(proc.stdout)
+    for name in ("fsdp2 one bf16 step", "maxsim 96 triton fused", "maxsim 96 torch chunked",
+                 "maxsim 96 score_retrieval", "grpo evidra hf", "vragrl rollout hf"):  # fmt: skip
+        assert rows[name][2] == "ok", rows[name]
+    assert re.fullmatch(r"loss \d+\.\d+ finite=True; moved (\d+)/\1", rows["fsdp2 one bf16 step"][7])
+    assert re.fullmatch(r"prompt ids equal (\d+)/\1; turns kept (\d+)/\2", rows["vragrl rollout hf"][7])
+    assert float(rows["grpo evidra hf"][4]) > 0 and float(rows["maxsim 96 triton fused"][3]) > 0
+    has = {p: importlib.util.find_spec(p) is not None for p in ("trl", "datasets", "vllm")}
+    if has["trl"] and has["datasets"]:
+        assert rows["grpo trl hf"][2] == "ok"
+    if not has["vllm"]:
+        for name in ("rollout_vllm", "grpo_evidra_vllm", "grpo_trl_vllm"):
+            assert rows[name][2].startswith("skipped: ") and "vllm not installed" in rows[name][2]
+    result = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
+    assert result is not None
+    values = dict(kv.split("=") for kv in result.group(1).split())
+    assert values["fsdp2_ok"] == "1" and values["maxsim_agreement"] == "1.000"
+    assert float(values["maxsim_triton_vs_torch"]) > 0  # the interpreter is slow: a ratio, not a speed-up
+    saved = json.loads((tmp_path / "gpu_suite.json").read_text())
+    assert saved["mode"] == "dry-run" and saved["result"] == values
+    assert (tmp_path / "logs" / "fsdp2.log").is_file() and (tmp_path / "gpu_suite.txt").is_file()
+
+
+def test_gpu_suite_reports_rows_past_the_deadline_and_prints_the_result(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # the suite's SIGTERM handler stays out of pytest
+    suite = _suite(monkeypatch)
+    suite.main(["--dry-run", "--deadline", "0", "--rows", "device", "fsdp2", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = _table_rows(out)
+    assert rows["device"][2] == rows["fsdp2"][2] == "skipped: time budget"
+    assert re.search(r"^RESULT .*fsdp2_ok=na rows_ok=0/2$", out, re.M)
+    assert json.loads((tmp_path / "gpu_suite.json").read_text())["rows"][0]["reason"] == "time budget"
+
+
+def test_gpu_suite_result_ratios_and_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Speed-ups are peer time over evidra time; a failed row keeps its reason in the table."""
+    suite = _suite(monkeypatch)
+    grpo = {"entries": [], "result": {"s_step": 2.0}}
+    outcomes = [
+        suite.Outcome("grpo_evidra_hf", "ok", output=grpo),
+        suite.Outcome("grpo_trl_hf", "ok", output={"entries": [], "result": {"s_step": 3.0}}),
+        suite.Outcome("fsdp2", "failed", "exit 1: RuntimeError: NCCL error"),
+        suite.Outcome("rollout_vllm", "skipped", "vllm not installed"),
+    ]
+    result = suite.results(outcomes)
+    assert result["grpo_hf_vs_trl"] == "1.50" and result["grpo_vllm_vs_hf"] == "na"
+    assert result["fsdp2_ok"] == result["vllm_ids_equal"] == "na" and result["rows_ok"] == "2/4"
+    rows = _table_rows("\n".join(suite.table(outcomes, dry=False, elapsed=1.0)))
+    assert rows["fsdp2"][2] == "failed: exit 1: RuntimeError: NCCL error"
+    assert rows["rollout_vllm"][2] == "skipped: vllm not installed"
+
+
+def test_real_size_qwen2_5_vl_3b_config_is_the_published_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded Qwen2.5-VL-3B config: every key a field of transformers' config classes, and
+    the published parameter count (3.75B) when built on the meta device."""
+    import dataclasses
+
+    from transformers.models.qwen2_5_vl import configuration_qwen2_5_vl as c
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    import grpo_step_gpu as g
+
+    if not dataclasses.is_dataclass(c.Qwen2_5_VLTextConfig):
+        pytest.skip("transformers' configs are not dataclasses here: their fields cannot be listed")
+    text = {f.name for f in dataclasses.fields(c.Qwen2_5_VLTextConfig)}
+    vision = {f.name for f in dataclasses.fields(c.Qwen2_5_VLVisionConfig)}
+    arch = {k: v for k, v in g.ARCHS["qwen2.5-vl-3b"].items() if k != "tie_word_embeddings"}
+    assert set(arch) | set(g._TEXT_COMMON) <= text and set(g._VISION) <= vision
+    assert g.count_parameters("qwen2.5-vl-3b") == 3_754_622_976
+
+
+def test_bm25_known_item_runs_on_the_generated_manual(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run("bm25_known_item", ["--fixture"], monkeypatch, capsys)
+    assert re.search(r"6 pages, \d+ known items", out)
+    for variant in ("plain", "stop words", "stemming", "stop + stem"):
+        recall1, recall5, mrr = (float(c) for c in _cells(out, f"{variant} | all")[3:6])
+        assert 0.0 <= recall1 <= recall5 <= 1.0 and recall1 <= mrr <= 1.0
+    assert re.search(r"RESULT plain_mrr=[\d.]+ default_mrr=[\d.]+ plain_r1=[\d.]+ default_r1=[\d.]+", out)
+
+
+def test_known_items_ask_for_text_of_one_page_only() -> None:
+    """The question generator of the benchmark: every question's words are on its gold page and
+    the heading or stretch it quotes is on no other page."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_known", BENCH / "bm25_known_item.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    from evidra.types import Box, Page, Word
+
+    def page(pid: str, lines: list[str]) -> Page:
+        words = [Word(w, Box(10 + 30 * i, 20 * n, 38 + 30 * i, 20 * n + 12))
+                 for n, line in enumerate(lines) for i, w in enumerate(line.split())]  # fmt: skip
+        return Page(pid, "x.png", 800, 800, source="m.pdf", words=tuple(words))
+
+    shared = "Chapter 4 Function reference"  # a running head: on both pages, never asked
+    definition = "int asn1_der_decoding (asn1_node element, [Function]"
+    a = page(
+        "a-p0001",
+        [shared, definition, "The decoder fills the structure from the DER bytes given to it today."],
+    )
+    b = page(
+        "b-p0001",
+        [shared, "2.1 Parsing certificates", "One line of text that is long enough to ask about now."],
+    )
+    items = module.known_items([a, b], per_page=5)
+    kinds = {(it.kind, it.page_id) for it in items}
+    assert ("function", "a-p0001") in kinds and ("heading", "b-p0001") in kinds
+    assert ("sentence", "a-p0001") in kinds
+    assert not any("Chapter 4" in it.question for it in items)
+    endings = ("asn1_der_decoding do?", "asn1_der_decoding?", "asn1_der_decoding return?")
+    assert any(it.question.endswith(endings) for it in items)

@@ -86,7 +86,7 @@ def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path: Path) -> None:
     recipe.write_text(_BOMB)
     start = time.monotonic()
     with pytest.raises(
-        ConfigError, match=r"bomb\.yaml.*alias \*l0 at line 5: evidra reads no YAML aliases"
+        ConfigError, match=r"bomb\.yaml.* uses a YAML alias \*l0 at line 5; evidra reads no YAML aliases"
     ) as err:
         load_config(RLConfig, recipe)
     assert time.monotonic() - start < 5 and "\n" not in str(err.value)

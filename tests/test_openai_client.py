@@ -21,7 +21,7 @@ from PIL import Image
 
 from evidra.data.construction.toolbox import OpenAIChatModel
 from evidra.errors import ConfigError, InvalidInputError
-from evidra.eval.endpoint import ChatEndpoint
+from evidra.models.endpoint import ChatEndpoint
 from evidra.openai_client import (
     AsyncChatClient,
     ChatClient,
@@ -35,7 +35,8 @@ from evidra.openai_client import (
     endpoint_config,
     retry_delay,
 )
-from evidra.rewards.judge import HttpJudgeConfig, JudgeItem, OpenAIJudge
+from evidra.rewards.judge_http import HttpJudgeConfig, OpenAIJudge
+from evidra.rewards.judge_protocol import JudgeItem
 from evidra.types import ImagePart, Message, TextPart
 
 CALLERS = ("client", "endpoint", "judge", "teacher")

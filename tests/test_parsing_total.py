@@ -22,11 +22,12 @@ import pytest
 from PIL import Image
 
 from evidra.env.toy import KeyValueEnv
+from evidra.metrics import qa
 from evidra.paradigms import PARADIGMS
 from evidra.paradigms.base import first_tag
 from evidra.paradigms.evidence import evidence_entries
 from evidra.paradigms.zoom_agent import parse_zoom_call
-from evidra.rewards import boxes, evisrag, judge_protocol, lang2act, lat, lat_parse, toy, vragrl
+from evidra.rewards import boxes, evisrag, judge_protocol, lang2act, lat_parse, lat_scoring, toy, vragrl
 from evidra.rewards import lang2act_format as l2a
 from evidra.rewards.judge import RuleJudge
 from evidra.types import Parsed, Sample
@@ -116,14 +117,14 @@ def _targets() -> dict[str, Callable[[str], object]]:
     }
     t.update({f"helpers/{k}": v for k, v in helpers.items()})
     rewards: dict[str, Callable[[str], object]] = {
-        "evisrag.perception": lambda s: evisrag.perception_reward(s, GOLD),
-        "evisrag.perception.upstream": lambda s: evisrag.perception_reward(s, GOLD, mode="upstream"),
-        "evisrag.derivation": lambda s: evisrag.derivation_reward(s, GOLD),
+        "evisrag.perception": lambda s: evisrag.perception_paper(s, GOLD),
+        "evisrag.perception.upstream": lambda s: evisrag.perception_upstream(s, GOLD),
+        "evisrag.derivation": lambda s: evisrag.derivation_paper(s, GOLD),
         "evisrag.sum_all": lambda s: evisrag.sum_all(s, 500, GOLD),
         "evisrag.paper": lambda s: evisrag.paper_rewards(s, GOLD),
-        "evisrag.evaluate": lambda s: evisrag.evaluate_predictions(s, ["5"]),
-        "lat.format": lat.format_reward,
-        "lat.eval_accuracy": lambda s: lat.eval_accuracy(s, "John"),
+        "evisrag.evaluate": lambda s: qa.evaluate_predictions(s, ["5"]),
+        "lat.format": lat_scoring.format_reward,
+        "lat.eval_accuracy": lambda s: lat_scoring.eval_accuracy(s, "John"),
         "lang2act.validate_tools": lambda s: l2a.validate_tool_content(s, s, 3),
         "lang2act.tool_validity": lambda s: l2a.tool_validity(s, 3),
         "lang2act.actionrl_format": l2a.actionrl_format_score,
@@ -132,16 +133,18 @@ def _targets() -> dict[str, Callable[[str], object]]:
         "vragrl.pattern": lambda s: vragrl.pattern_reward([s, s]),
     }
     for mode in ("paper", "upstream"):
-        rewards[f"lat.accuracy.{mode}"] = lambda s, m=mode: lat.accuracy_reward(s, "John", mode=m)
-        rewards[f"lat.ground.{mode}"] = lambda s, m=mode: lat.ground_reward(s, [10, 10, 200, 60], 0, mode=m)
-        rewards[f"lat.step.{mode}"] = lambda s, m=mode: lat.step_reward(
-            s, "John", PAGES, ConstantSimilarity(), mode=m
+        rules = lat_scoring.LAT_RULES.get(mode)
+        rewards[f"lat.accuracy.{mode}"] = lambda s, r=rules: r.accuracy(s, "John")
+        rewards[f"lat.ground.{mode}"] = lambda s, r=rules: r.ground(s, [10, 10, 200, 60], 0)
+        rewards[f"lat.step.{mode}"] = lambda s, r=rules: lat_scoring.step_reward(
+            s, "John", PAGES, ConstantSimilarity(), rules=r
         )
-        rewards[f"vragrl.{mode}"] = lambda s, m=mode: vragrl.VragRLReward(judge=RuleJudge(), mode=m)(
+        rewards[f"vragrl.{mode}"] = lambda s, m=mode: vragrl.vragrl_reward(m, judge=RuleJudge())(
             Parsed(text=s, retrieved=("p1", "p2")), SAMPLE
         )
         for stage in ("actionrl", "toolrl"):
-            reward = lang2act.Lang2ActReward(stage=stage, judge=RuleJudge(), mode=mode)
+            variant = stage if mode == "paper" else f"{stage}.upstream"
+            reward = lang2act.lang2act_reward(variant, judge=RuleJudge())
             rewards[f"lang2act.{stage}.{mode}"] = lambda s, r=reward: r(Parsed(text=s), SAMPLE)
     t.update({f"rewards/{k}": v for k, v in rewards.items()})
     return t

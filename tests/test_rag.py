@@ -13,7 +13,8 @@ from evidra.corpus import PageStore
 from evidra.data.synth.documents import generate_documents
 from evidra.errors import InvalidInputError
 from evidra.models.generation import SamplingParams
-from evidra.rag import RAG, Answer, viewer_record
+from evidra.rag import RAG, Answer
+from evidra.rag_view import viewer_record
 from evidra.retrieval.engine import open_index
 from evidra.types import Box, CoordSpace
 
@@ -112,3 +113,28 @@ def test_citations_are_pages_and_page_pixel_boxes(
         assert [len(p.boxes) for p in record.pages] == [0, 2]  # step 1 and the answer, on image 2
         assert [s.label for s in record.steps] == ["1", "2", "answer"]
     assert not kept.exists()  # from_documents without a store: a temporary folder, removed on close
+
+
+def test_where_filters_pages_and_nothing_found_is_an_answer(
+    docs: Path, tiny_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    from evidra.rag_view import NO_HITS, answer_record, write_html
+
+    rag = RAG.from_documents(
+        docs, model=tiny_dirs["qwen2_5_vl"], store=tmp_path / "store", params=SHORT, dpi=50
+    )
+    with rag:
+        everywhere = {rag.store.get(h.page_id).file_name for h in rag.retrieve(QUESTION, k=20)}
+        chosen = sorted(everywhere)[-1]
+        hits = rag.retrieve(QUESTION, k=20, where=[f"file={chosen}"])
+        assert hits and {rag.store.get(h.page_id).file_name for h in hits} == {chosen}
+        answer = rag.ask(QUESTION, k=1, where=[f"file={chosen}"])
+        assert [s.file for s in answer.sources] == [chosen] and answer.sources[0].title
+        record = answer_record(answer)["cited_pages"][0]
+        assert record["file"] == chosen and record["cite"] == f"{chosen} p. {record['page_number']}"
+        with pytest.raises(InvalidInputError, match=r"no page of store .* matches file=none\.pdf"):
+            rag.retrieve(QUESTION, where=["file=none.pdf"])
+        nothing = rag.ask("What is the capital of Mongolia?")
+    assert nothing.no_hits and nothing.text is None and nothing.pages == () and nothing.output == ""
+    assert answer_record(nothing)["no_hits"] is True
+    assert NO_HITS in write_html(nothing, tmp_path / "none.html").read_text()

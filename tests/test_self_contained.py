@@ -26,3 +26,20 @@ def test_no_tracked_file_refers_to_outside_documents() -> None:
             if OUTSIDE.search(line):
                 hits.append(f"{name}:{number}: {line.strip()[:80]}")
     assert not hits, "\n".join(hits)
+
+
+def test_license_and_citation_match_the_package() -> None:
+    import tomllib
+    import yaml
+
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in license_text
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert citation["license"] == project["license"] == "Apache-2.0"
+    assert citation["version"] == project["version"]
+    notes = " ".join(ref["notes"] for ref in citation["references"])
+    for method in ("lat", "evisrag", "lang2act", "vragrl", "cave"):  # one paper per method
+        assert f"method: {method}" in notes or f"methods: {method}" in notes, method
+    assert all(ref["title"] and ref["authors"] for ref in citation["references"])

@@ -15,7 +15,7 @@ from PIL import Image
 from evidra.templating import environment, render
 from evidra.types import Box, EvidenceBox, Page, Sample
 
-TEMPLATES = ("viewer.html.j2", "viewer.css", "demo_summary.html.j2")
+TEMPLATES = ("viewer.html.j2", "viewer.css", "demo_summary.html.j2", "eval_summary.html.j2")
 
 
 def _evil(field: str) -> str:
@@ -92,7 +92,8 @@ def test_eval_viewer_escapes_every_field(tmp_path: Path) -> None:
 
 
 def test_ask_html_escapes_every_field(tmp_path: Path) -> None:
-    from evidra.rag import Answer, Citation, write_html
+    from evidra.rag import Answer, Citation
+    from evidra.rag_view import write_html
     from evidra.retrieval.base import Hit
 
     page = Page(_evil("page id"), _image(tmp_path), 200, 100, source=_evil("doc name"))
@@ -103,8 +104,11 @@ def test_ask_html_escapes_every_field(tmp_path: Path) -> None:
     )  # fmt: skip
     html = write_html(answer, tmp_path / "answer.html").read_text()
     assert "data:image/png;base64," in html  # self-contained
-    fields = ["page id", "doc name", "step text", "reason", "question", "answer", "index", "output"]
+    fields = ["page id", "step text", "reason", "question", "answer", "index", "output"]
     _assert_only_escaped(html, fields)
+    # pages are cited by the file name (the source's last path part), escaped like the rest
+    assert page.file_name == "script>\"onerror=alert(1) x='doc name"
+    assert f"{escape(page.file_name)} p. 1" in html and page.file_name not in html
 
 
 def test_demo_report_escapes_every_field(tmp_path: Path) -> None:

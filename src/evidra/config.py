@@ -12,7 +12,6 @@ dataclasses). Components are chosen by registry name in a config, never by impor
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import types
@@ -26,38 +25,6 @@ import yaml
 from evidra.errors import ConfigError
 
 T = TypeVar("T")
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses aliases (``*name``): each alias repeats a whole node, so a
-    few lines of nested aliases expand to billions of values (a "billion laughs" file)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise ConfigError(
-                f"YAML alias *{event.anchor} at line {event.start_mark.line + 1}: evidra reads no YAML "
-                "aliases; write the value out"
-            )
-        return super().compose_node(parent, index)
-
-
-def read_yaml(text: str, source: str) -> Any:
-    """Parse YAML ``text`` with the safe loader and no aliases; ``source`` names it in errors.
-
-    >>> read_yaml("optim: {lr: 1.0e-6}", "recipe.yaml")
-    {'optim': {'lr': 1e-06}}
-    """
-    try:
-        loader = _NoAliasLoader(text)  # what yaml.load does, with the safe loader that refuses aliases
-        try:
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from exc
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -79,6 +46,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
         return value
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, tp):  # already built (a config made in Python)
+            return value
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where} must be a mapping of {tp.__name__} fields, got {value!r}")
         return from_dict(tp, value, where)
@@ -138,7 +107,7 @@ def to_dict(obj: Any) -> Any:
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML scalars/lists) to a nested dict."""
-    out = copy.deepcopy(data)
+    out = yaml.safe_load(yaml.safe_dump(data)) or {}  # deep copy
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
@@ -149,7 +118,9 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is not a section")
-        node[parts[-1]] = read_yaml(raw, f"override {item!r}") if raw.strip() else ""
+        fix = "; the value is read as YAML: a number, true/false, text, or a list such as [1, 2]"
+        shown = item if len(item) <= 80 else f"{item[:77]}..."
+        node[parts[-1]] = parse_yaml(raw, f"override {shown!r}", fix) if raw.strip() else ""
     return out
 
 
@@ -170,6 +141,103 @@ def merge_sections(base: Mapping[str, Any], over: Mapping[str, Any], where: str 
 
 
 BASE_KEY = "base"
+MAX_CONFIG_BYTES = 1 << 20  # a recipe is a few KB
+MAX_NESTING = 32  # levels of mappings and lists; a recipe has four or five
+
+
+def _read_text(file: Path) -> str:
+    """The text of config ``file``, read up to the size cap; unreadable, oversized or binary
+    files are one-line ``ConfigError``s."""
+    try:
+        with file.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"config file {str(file)!r} cannot be read ({exc.strerror or exc})") from exc
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"config file {str(file)!r} is larger than {MAX_CONFIG_BYTES >> 20} MiB; "
+            "a recipe is a YAML file of a few KB: check the path"
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {str(file)!r} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}); "
+            "pass a YAML recipe"
+        ) from exc
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line saying what is wrong and where (PyYAML's own message spans several lines)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        return f"{exc.problem}{where}"
+    return " ".join(str(exc).split())
+
+
+def _nesting_within(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests at most ``limit`` mappings/lists deep (walked without recursion;
+    a node shared through YAML aliases is visited once per depth, a cycle counts as too deep)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (Mapping, list)) or (id(node), depth) in seen:
+            continue
+        if depth >= limit:
+            return False
+        seen.add((id(node), depth))
+        stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, Mapping) else node))
+    return True
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``): each alias repeats a whole node, so a
+    few lines of nested aliases expand to billions of values (a "billion laughs" file) in
+    whatever walks the result."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _AliasFound(f"YAML alias *{event.anchor} at line {event.start_mark.line + 1}")
+        return super().compose_node(parent, index)
+
+
+class _AliasFound(Exception):
+    pass
+
+
+def _safe_load(text: str) -> Any:
+    """``yaml.safe_load`` with ``_NoAliasLoader``."""
+    loader = _NoAliasLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def parse_yaml(text: str, what: str, fix: str = "") -> Any:
+    """``text`` parsed as YAML; malformed or too deeply nested text, or text with an alias, is a
+    one-line ``ConfigError`` naming ``what`` (a config file, an override) and ending with ``fix``.
+
+    >>> parse_yaml("optim: {lr: 1.0e-6}", "recipe.yaml")
+    {'optim': {'lr': 1e-06}}
+    """
+    too_deep = f"{what} nests lists or mappings more than {MAX_NESTING} levels deep; flatten it{fix}"
+    try:
+        value = _safe_load(text)
+    except _AliasFound as exc:
+        raise ConfigError(
+            f"{what} uses a {exc}; evidra reads no YAML aliases: write the value out{fix}"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} is not valid YAML: {_yaml_problem(exc)}{fix}") from exc
+    except RecursionError:
+        raise ConfigError(too_deep) from None
+    if not _nesting_within(value, MAX_NESTING):
+        raise ConfigError(too_deep)
+    return value
 
 
 def read_config_file(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -177,12 +245,13 @@ def read_config_file(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str,
     file = Path(path)
     if not file.is_file():
         where = f" (base of {seen[-1]})" if seen else ""
-        raise ConfigError(f"config file {str(file)!r}{where} does not exist")
+        state = "is a directory, not a YAML file" if file.is_dir() else "does not exist"
+        raise ConfigError(f"config file {str(file)!r}{where} {state}")
     if file.resolve() in seen:
         raise ConfigError(
             f"config file {str(file)!r} names itself as a base (through {seen[-1]}); break the cycle"
         )
-    data = read_yaml(file.read_text(), f"config file {str(file)!r}") or {}
+    data = parse_yaml(_read_text(file), f"config file {str(file)!r}") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
     base = data.pop(BASE_KEY, None)
@@ -197,16 +266,19 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     """Read ``path`` (YAML) if given, apply dotted ``overrides``, and build ``cls``.
 
     A class naming ``__stage_sections__`` (e.g. the SFT stage's ``("sft",)``) has each such
-    section of the file merged over the rest before the overrides: one recipe file serves
-    several stages.
+    section of the file merged over the rest: one recipe file serves several stages. Overrides
+    of a stage section (``sft.run.output_dir=...``) apply to the section before the merge, the
+    others (``run.output_dir=...``) after it, so both reach the stage and the plain ones win.
     """
-    data = read_config_file(path) if path is not None else {}
-    for section in getattr(cls, "__stage_sections__", ()):
+    stages: tuple[str, ...] = getattr(cls, "__stage_sections__", ())
+    staged = [o for o in overrides if o.partition("=")[0].strip().split(".")[0] in stages]
+    data = apply_overrides(read_config_file(path) if path is not None else {}, staged)
+    for section in stages:
         stage = data.get(section) or {}
         if not isinstance(stage, Mapping):
             raise ConfigError(f"config section {section!r} must be a mapping of overrides, got {stage!r}")
         data = merge_sections(data, stage)
-    return from_dict(cls, apply_overrides(data, overrides))
+    return from_dict(cls, apply_overrides(data, [o for o in overrides if o not in staged]))
 
 
 def dump_config(cfg: Any, path: str | Path) -> Path:

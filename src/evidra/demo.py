@@ -77,7 +77,7 @@ def prepare_out_dir(out_dir: str | Path, *, overwrite: bool) -> Path:
 
 
 def _score(prediction: str | None, sample: Sample) -> bool:
-    from evidra.rewards.text import exact_match, is_no_answer
+    from evidra.metrics.text import exact_match, is_no_answer
 
     if prediction is None:
         return False
@@ -112,12 +112,12 @@ def _questions(n_docs: int, seed: int, out: Path) -> tuple[list[Sample], Path]:
     """The LAT task's synthetic questions over ``n_docs`` documents, each once, and the folder
     of their PDFs."""
     from evidra.data.synth.documents import DOCS_DIR
-    from evidra.methods import MethodConfig, build_task
+    from evidra.methods import build_task
     from evidra.methods._synth import QUESTIONS_PER_DOC, cache_dir
     from evidra.rl.config import DataConfig
 
     data = DataConfig(path=str(out / "data"), size=n_docs * QUESTIONS_PER_DOC, seed=seed)
-    unique = {s.id: s for s in build_task(MethodConfig(name=TASK)).samples(data)}
+    unique = {s.id: s for s in build_task({"name": TASK}).samples(data)}
     return list(unique.values()), cache_dir(data) / "corpus" / DOCS_DIR
 
 
@@ -254,13 +254,13 @@ def _learn(
     say: Progress,
 ) -> tuple[dict[str, Any], str]:
     """SFT on the oracle answers to the demo's questions, then GRPO; the trained model's folder."""
-    from evidra.methods import MethodConfig, build_task
+    from evidra.methods import build_task
     from evidra.rl.config import DataConfig
     from evidra.rl.export import resolve_trained_model
     from evidra.rl.quickstart import cold_start_then_grpo
 
     data = DataConfig(path=str(out / "data"), size=size, seed=seed)
-    task = build_task(MethodConfig(name=TASK))
+    task = build_task({"name": TASK})
     result = cold_start_then_grpo(
         task, model_dir, out / "train", data=data, overrides=[f"method.name={TASK}"],
         sft_steps=sft_steps, sft_batch_size=SFT_BATCH,

@@ -12,12 +12,20 @@ AUTO = "auto"
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` becomes ``cuda`` when a GPU is present, else ``cpu``; anything else is kept."""
-    if device != AUTO:
+    """``auto`` becomes ``cuda`` when a GPU is present, else ``cpu``; anything else is kept, but
+    ``cuda`` where torch sees no GPU is an error saying why (not a traceback at the first tensor)."""
+    if device != AUTO and not device.startswith("cuda"):
         return device
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == AUTO:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        from evidra.errors import InvalidInputError
+
+        why = "this torch is a CPU-only build" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise InvalidInputError(f"device {device!r} asked for, but {why}; use --device cpu (or auto)")
+    return device
 
 
 def resolve_dtype(dtype: str, device: str) -> str:

@@ -3,8 +3,10 @@ hosted APIs), used by the evaluation endpoint, the LLM judge and the data-constr
 
 * **Key**: read from the environment variable named by ``api_key_env`` (``OPENAI_API_KEY`` by
   default; ``""`` sends none) unless an explicit ``api_key`` is given, and sent as
-  ``Authorization: Bearer``; no header at all when the variable is unset. The key is never
-  logged, never part of a ``repr`` and never part of an error message.
+  ``Authorization: Bearer``; no header at all when the variable is unset, or when ``key_policy``
+  says a file, not the user, named the URL and ``EVIDRA_KEY_HOSTS`` does not allow the pair
+  (``evidra.keys``). The key is never logged, never part of a ``repr``, and replaced by ``***``
+  wherever the server's text reaches an error message (a server may echo it).
 * **Retries**: 429, 5xx, refused or dropped connections and timeouts are retried, at most
   ``RetryPolicy.max_attempts`` requests in all, after an exponential backoff with jitter
   (``retry_delay``), or after the server's ``Retry-After`` when it sends one, in both cases at
@@ -14,8 +16,10 @@ hosted APIs), used by the evaluation endpoint, the LLM judge and the data-constr
 * **Timeout**: ``timeout_s`` bounds every attempt as a whole, wall clock over connect, send and
   every read, so a server that trickles a byte at a time cannot hold a call; a call lasts at
   most ``max_attempts * timeout_s + max_wait_s``.
-* **Replies**: the text of every choice (``n`` samples); a 2xx body that is not a chat
-  completion raises ``MalformedResponseError`` (not retried: callers such as the judge decide).
+* **Replies**: the text of every choice (``n`` samples), read through ``evidra.httpio``: at most
+  ``max_reply_bytes`` decoded bytes (gzip inflated within the cap), strict JSON. A 2xx body over
+  the cap, not JSON, or not a chat completion raises ``MalformedResponseError`` (not retried:
+  callers such as the judge decide).
 
 ``AsyncChatClient`` is the core (``async with`` it to share one connection pool among
 concurrent calls); ``ChatClient`` is its blocking form, running the calls of every thread on
@@ -29,7 +33,6 @@ one private event loop so that they share one connection pool too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import os
@@ -45,6 +48,16 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from evidra.errors import ConfigError, InvalidInputError
+from evidra.httpio import (
+    ERROR_BODY_BYTES,
+    MAX_REPLY_BYTES,
+    REQUEST_HEADERS,
+    LoopThread,
+    ReplyError,
+    aread_capped,
+)
+from evidra.httpio import loads as loads_reply
+from evidra.keys import KeyPolicy, redact
 from evidra.openai_wire import ChatClientError as ChatClientError
 from evidra.openai_wire import ChatHTTPError as ChatHTTPError
 from evidra.openai_wire import ChatResult as ChatResult
@@ -140,6 +153,8 @@ class ClientConfig:
     api_key: str | None = field(default=None, repr=False)  # an explicit key wins over api_key_env
     timeout_s: float = 120.0  # one attempt, wall clock over connect, send and every read
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    key_policy: KeyPolicy = field(default_factory=KeyPolicy)  # who named base_url (the user by default)
+    max_reply_bytes: int = MAX_REPLY_BYTES  # a longer reply (decoded) is refused
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -151,21 +166,31 @@ class ClientConfig:
             raise InvalidInputError(f"model is empty: name the model that {self.base_url} serves")
         if not self.timeout_s > 0:
             raise InvalidInputError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_reply_bytes < 1:
+            raise InvalidInputError(f"max_reply_bytes must be >= 1, got {self.max_reply_bytes}")
 
     @property
     def url(self) -> str:
         return self.base_url.rstrip("/") + "/chat/completions"
 
     def key(self) -> str | None:
-        """The key to send: ``api_key`` when given (``""``: none), else ``$api_key_env``."""
+        """The key to send: ``api_key`` when given (``""``: none), else ``$api_key_env`` where
+        ``key_policy`` lets it go to ``base_url``."""
         if self.api_key is not None:
             return self.api_key or None
-        return (os.environ.get(self.api_key_env) or None) if self.api_key_env else None
+        return self.key_policy.key(self.api_key_env, self.url)
+
+    def no_key_hint(self) -> str:
+        """Why no key went with a request, for a 401/403 message."""
+        if self.api_key is None and self.key_policy.withheld(self.api_key_env, self.url):
+            return self.key_policy.withheld_hint(self.api_key_env, self.url)
+        return "no API key was sent"
 
 
 def endpoint_config(
     base_url: str, model: str, *, api_key: str | None = None, api_key_env: str = DEFAULT_API_KEY_ENV,
     timeout_s: float = 120.0, retries: int = 2, max_wait_s: float = 120.0,
+    key_policy: KeyPolicy | None = None,
 ) -> ClientConfig:  # fmt: skip
     """A ``ClientConfig`` from the flat fields the endpoint and teacher configs carry:
     ``retries`` extra attempts, the default backoff, ``max_wait_s`` of waiting in all."""
@@ -173,7 +198,7 @@ def endpoint_config(
         raise InvalidInputError(f"retries must be >= 0, got {retries}")
     retry = RetryPolicy(max_attempts=retries + 1, max_wait_s=max_wait_s)
     return ClientConfig(base_url, model, api_key_env=api_key_env, api_key=api_key, timeout_s=timeout_s,
-                        retry=retry)  # fmt: skip
+                        retry=retry, key_policy=key_policy or KeyPolicy())  # fmt: skip
 
 
 def check_api_key_env(name: str, option: str) -> None:
@@ -253,67 +278,69 @@ class AsyncChatClient:
             except ChatClientError as exc:
                 exc.attempts = attempt
                 raise
-            return parse_completion(data, url, attempt, time.perf_counter() - start)
+            return parse_completion(data, url, attempt, time.perf_counter() - start, (self.config.key(),))
         raise AssertionError("unreachable: the loop returns or raises")
+
+    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str | None, bytes]:
+        """Status, ``Retry-After`` and the body (capped: a whole 2xx one, the start of another)."""
+        assert self._http is not None
+        async with self._http.stream("POST", self.config.url, json=body, headers=headers) as response:
+            ok = 200 <= response.status_code < 300
+            cap = self.config.max_reply_bytes if ok else ERROR_BODY_BYTES
+            raw = await aread_capped(response, cap, truncate=not ok)
+            return response.status_code, response.headers.get("Retry-After"), raw
 
     async def _attempt(self, body: dict[str, Any]) -> Any:
         """One request; its decoded JSON, or ``_Transient`` / ``ChatClientError``."""
         import httpx
 
-        assert self._http is not None
         url, key = self.config.url, self.config.key()
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = {**REQUEST_HEADERS, **({"Authorization": f"Bearer {key}"} if key else {})}
         try:  # wait_for bounds the whole attempt; httpx's own timeouts bound each phase only
-            response = await asyncio.wait_for(
-                self._http.post(url, json=body, headers=headers), timeout=self.config.timeout_s
+            status, retry_after, raw = await asyncio.wait_for(
+                self._post(body, headers), self.config.timeout_s
             )
         except asyncio.TimeoutError:
             raise _Transient(f"no complete reply within timeout_s={self.config.timeout_s:g}") from None
         except httpx.TransportError as exc:  # refused, reset, protocol errors, httpx's phase timeouts
-            raise _Transient(f"{type(exc).__name__}: {exc}") from None
+            raise _Transient(redact(f"{type(exc).__name__}: {exc}", (key,))) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            raise ChatClientError(f"{url}: {type(exc).__name__}: {exc}") from None
-        status = response.status_code
+            raise ChatClientError(redact(f"{url}: {type(exc).__name__}: {exc}", (key,))) from None
+        except ReplyError as exc:  # over the cap, or an encoding evidra does not decode
+            raise MalformedResponseError(f"{url} answered with {exc}") from None
+        text = raw.decode("utf-8", "replace")
         if status == 429 or status >= 500:
-            retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            raise _Transient(f"HTTP {status}: {server_message(response.text)}", retry_after)
+            message = server_message(text, secrets=(key,))
+            raise _Transient(f"HTTP {status}: {message}", parse_retry_after(retry_after))
         if not 200 <= status < 300:
             hint = ""
             if status in (401, 403):
                 source = "api_key" if self.config.api_key is not None else f"${self.config.api_key_env}"
-                hint = f"; check the API key (from {source})" if key else "; no API key was sent"
-            raise ChatHTTPError(f"HTTP {status} from {url}: {server_message(response.text)}{hint}", status)
+                hint = f"; check the API key (from {source})" if key else f"; {self.config.no_key_hint()}"
+            raise ChatHTTPError(
+                f"HTTP {status} from {url}: {server_message(text, secrets=(key,))}{hint}", status
+            )
         try:
-            return response.json()
-        except ValueError:
-            shown = server_message(response.text, 80)
+            return loads_reply(raw)
+        except ReplyError as exc:
             raise MalformedResponseError(
-                f"{url} answered HTTP {status} with a body that is not JSON: {shown}"
+                f"{url} answered HTTP {status} with {exc}: {server_message(text, 80, (key,))}"
             ) from None
 
 
-class _LoopThread:
+class _LoopThread(LoopThread):
     """An event loop running in a daemon thread, with one open ``AsyncChatClient`` on it."""
 
     def __init__(self, config: ClientConfig) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="evidra-chat-client", daemon=True)
-        self.thread.start()
+        super().__init__("evidra-chat-client")
         self.client = AsyncChatClient(config)
-        self.submit(self.client.__aenter__())
+        self.run(self.client.__aenter__())
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return self.run(coro)
 
-    def close(self) -> None:
-        if self.thread.is_alive() and self.pid == os.getpid():
-            with contextlib.suppress(Exception):  # closing must not fail: the pool is gone either way
-                asyncio.run_coroutine_threadsafe(self.client.__aexit__(), self.loop).result(timeout=5)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=5)
-        if not self.loop.is_running():
-            self.loop.close()
+    def close(self, last: Coroutine[Any, Any, Any] | None = None) -> None:
+        super().close(last or self.client.__aexit__())
 
 
 class ChatClient:

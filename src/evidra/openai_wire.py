@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from evidra.errors import EvidraError
+from evidra.httpio import ReplyError, loads
+from evidra.keys import redact
 from evidra.types import ImagePart, Message, TextPart
 
 WireMessage = dict[str, Any]  # one OpenAI chat message, as sent
@@ -137,8 +139,11 @@ def _choice(raw: Any) -> Choice:
     return Choice(content or "", str(raw.get("finish_reason") or "stop"))
 
 
-def parse_completion(data: Any, url: str, attempts: int, latency_s: float) -> ChatResult:
-    """A decoded JSON reply -> ``ChatResult``; ``MalformedResponseError`` when it is not one."""
+def parse_completion(
+    data: Any, url: str, attempts: int, latency_s: float, secrets: Sequence[str | None] = ()
+) -> ChatResult:
+    """A decoded JSON reply -> ``ChatResult``; ``MalformedResponseError`` when it is not one (its
+    message shows the start of the reply, with each of ``secrets`` replaced by ``***``)."""
     try:
         raw = data["choices"]
         if not isinstance(raw, list) or not raw:
@@ -147,17 +152,18 @@ def parse_completion(data: Any, url: str, attempts: int, latency_s: float) -> Ch
         choices = tuple(_choice(c) for c in ordered)
         usage = data.get("usage") or {}
         tokens = int(usage.get("completion_tokens") or 0)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        shown = json.dumps(data)[:120]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        shown = redact(json.dumps(data), secrets)[:120]
         raise MalformedResponseError(
             f"{url} answered with no chat completion ({type(exc).__name__}: {exc}): {shown}", attempts
         ) from None
     return ChatResult(choices, tokens, latency_s, attempts)
 
 
-def server_message(text: str, limit: int = 200) -> str:
+def server_message(text: str, limit: int = 200, secrets: Sequence[str | None] = ()) -> str:
     """The server's short error message, on one line: OpenAI's ``error.message``, vLLM's
-    ``message``, FastAPI's ``detail``, else the body itself, cut to ``limit`` characters.
+    ``message``, FastAPI's ``detail``, else the body itself, cut to ``limit`` characters; each of
+    ``secrets`` (the key sent) is replaced by ``***`` before the cut, so no part of it shows.
 
     >>> server_message('{"error": {"message": "model  x   not found", "code": 404}}')
     'model x not found'
@@ -166,12 +172,12 @@ def server_message(text: str, limit: int = 200) -> str:
     """
     found: Any = text
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = loads(text)
+    except ReplyError:
         data = None
     if isinstance(data, dict):
         err = data.get("error")
         found = (err.get("message") if isinstance(err, dict) else err) or data.get("message")
         found = found or data.get("detail") or text
-    line = " ".join(str(found).split()) or "(empty body)"
+    line = " ".join(redact(str(found), secrets).split()) or "(empty body)"
     return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -27,8 +27,8 @@ from evidra.retrieval.base import check_k
 from evidra.types import Box, CoordSpace, Page, Parsed, Sample
 
 if TYPE_CHECKING:
+    from evidra.corpus.metadata import PageMeta, Where
     from evidra.corpus.store import PageStore
-    from evidra.eval.viewer import ViewerRecord
     from evidra.models.generation import SamplingParams
     from evidra.models.loading import VLM
     from evidra.retrieval.attach import StoreRetriever
@@ -53,6 +53,15 @@ class Citation:
     score: float | None = None  # with verify: similarity of the box's crop to the text
     supported: bool | None = None  # with verify: score >= tau; None when not verified
     reason: str = ""  # with verify: why the step is (un)supported
+    file: str = ""  # the cited page's source file name ("" when no page is cited)
+    page_number: int | None = None  # the cited page's 1-based number in that file
+
+    @property
+    def cite(self) -> str:
+        """``"report.pdf p. 3"``; the page id for a page without a source, "no page" for none."""
+        if self.file and self.page_number is not None:
+            return f"{self.file} p. {self.page_number}"
+        return self.page_id or "no page"
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,8 @@ class Answer:
     errors: tuple[str, ...]  # format problems of the output (data, never raised)
     finish_reason: str
     verified: bool = False
+    no_hits: bool = False  # the index found no page for the question: the model was not asked
+    sources: tuple[PageMeta, ...] = ()  # document, file, title and user metadata of each page shown
 
 
 class RAG:
@@ -113,8 +124,10 @@ class RAG:
         device: str = "auto",
         max_pixels: int | None = None,
         keep: tempfile.TemporaryDirectory[str] | None = None,
+        encoder: str | Path = "",
     ) -> RAG:
         """Open ``store`` and ``index`` (None: the store's registered index, if any), load ``model``.
+        ``encoder`` replaces the checkpoint a visual index recorded (the same weights, moved).
 
         The paradigm and index are checked before the model loads; ``model`` is a directory, a hub
         id, ``tiny:ARCH``, or a training run or checkpoint folder (exported once, as ``evidra ask``
@@ -133,7 +146,7 @@ class RAG:
         retriever = None
         try:
             where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
-            retriever = attach(where, opened) if where else None
+            retriever = attach(where, opened, str(encoder)) if where else None
             device = resolve_device(device)
             vlm = load_vlm(
                 resolve_trained_model(model),
@@ -195,8 +208,11 @@ class RAG:
                 keep.cleanup()
             raise
 
-    def retrieve(self, question: str, k: int | None = None) -> list[Hit]:
-        """The index's top ``k`` pages for ``question`` (all of them pages of the store)."""
+    def retrieve(
+        self, question: str, k: int | None = None, where: Where | Sequence[str] | None = None
+    ) -> list[Hit]:
+        """The index's top ``k`` pages for ``question`` (all of them pages of the store), among the
+        pages ``where`` accepts (``["file=report.pdf", "year=2024"]``; ``evidra.corpus.metadata``)."""
         if self.retriever is None:
             raise InvalidInputError(
                 f"store {self.store.root} has no index; build one with `evidra index build --store "
@@ -204,7 +220,24 @@ class RAG:
             )
         k = self.k if k is None else k
         check_k(k)
-        return self.retriever.search(question, k)
+        allowed = self._allowed(where)
+        exclude = () if allowed is None else set(self.store.page_ids()) - allowed
+        return self.retriever.search(question, k, exclude=exclude)
+
+    def _allowed(self, where: Where | Sequence[str] | None) -> set[str] | None:
+        """The page ids ``where`` accepts (None: no filter); none at all is an error naming it."""
+        from evidra.corpus.metadata import Where, parse_where
+
+        chosen = where if isinstance(where, Where) else parse_where(where)
+        if not chosen:
+            return None
+        allowed = set(self.store.page_ids_where(chosen))
+        if not allowed:
+            raise InvalidInputError(
+                f"no page of store {self.store.root} matches {chosen}; filter on file=NAME, doc=ID, "
+                "page=N, title=TEXT or a --meta key given at ingest (see `evidra pages`)"
+            )
+        return allowed
 
     def ask(
         self,
@@ -215,12 +248,14 @@ class RAG:
         verify: bool = False,
         similarity: StepSimilarity | None = None,
         tau: float | None = None,
+        where: Where | Sequence[str] | None = None,
     ) -> Answer:
         """Answer ``question`` over the top ``k`` retrieved pages (or the page ids in ``pages``).
 
         A store without an index answers over all its pages while it has at most ``max_pages``.
         ``verify`` checks each chain-of-evidence step as LAT's attribution reward does (the
         box's crop against the step text, ``similarity`` defaulting to the text layer's overlap).
+        ``where`` keeps to the pages whose document metadata it accepts (``retrieve``).
         """
         from evidra.models.generation import generate
 
@@ -228,7 +263,9 @@ class RAG:
             raise InvalidInputError(
                 f"verify checks chain-of-evidence steps; use paradigm 'coe', not {self.paradigm_name!r}"
             )
-        hits, shown = self._pages(question, k, pages)
+        hits, shown = self._pages(question, k, pages, where)
+        if not shown:  # nothing in the index scores for the question: say so, ask no model
+            return self._no_hits(question)
         sample = Sample(id="ask", question=question, pages=tuple(shown))
         (gen,) = generate(self.vlm, [self.paradigm.build_messages(sample, shown)], self.params)
         parsed = self.paradigm.parse(gen.text)
@@ -247,22 +284,25 @@ class RAG:
             errors=parsed.errors,
             finish_reason=gen.finish_reason,
             verified=verify,
+            sources=self._sources(shown),
         )
 
+    def _sources(self, pages: Sequence[Page]) -> tuple[PageMeta, ...]:
+        known = self.store.page_meta()
+        return tuple(known[p.id] for p in pages if p.id in known)
+
     def _pages(
-        self, question: str, k: int | None, chosen: Sequence[str] | None
+        self, question: str, k: int | None, chosen: Sequence[str] | None, where: Where | Sequence[str] | None
     ) -> tuple[list[Hit], list[Page]]:
         if chosen:
             return [], [self.store.get(pid) for pid in chosen]
         if self.retriever is not None:
-            hits = self.retrieve(question, k)
-            if not hits:  # BM25 finds nothing when no word of the question is in the documents
-                raise InvalidInputError(
-                    f"index {', '.join(self.retriever.where)} found no page for {question!r}; ask with "
-                    "words the documents use, or use a visual index (`evidra index build --encoder colqwen2`)"
-                )
+            hits = self.retrieve(question, k, where)  # BM25 finds nothing when no query term is in the pages
             return hits, [self.store.get(h.page_id) for h in hits]
-        n = len(self.store)
+        allowed = self._allowed(where)
+        if allowed is not None and len(allowed) <= self.max_pages:
+            return [], [p for p in self.store.pages() if p.id in allowed]
+        n = len(self.store) if allowed is None else len(allowed)
         if n == 0:
             raise InvalidInputError(f"store {str(self.store.root)!r} has no pages; run `evidra ingest` first")
         if n > self.max_pages:
@@ -272,6 +312,10 @@ class RAG:
                 "bm25` and pass it (--index DIR), or choose pages with --page ID (see `evidra pages`)"
             )
         return [], self.store.pages()
+
+    def _no_hits(self, question: str) -> Answer:
+        where = self.retriever.where if self.retriever is not None else ()
+        return Answer(question, None, (), None, (), (), where, "", (), "no_hits", no_hits=True)
 
     def _page_box(self, box: Box | None, page: Page | None) -> Box | None:
         """``box`` in page pixels (chain-of-evidence boxes already are; others are converted)."""
@@ -288,9 +332,8 @@ class RAG:
         for i, step in enumerate(parsed.steps, 1):
             index = _page_index(step.page_index, pages)
             page = pages[index] if index is not None else None
-            out.append(
-                Citation(i, step.text, page.id if page else None, index, self._page_box(step.box, page))
-            )
+            box = self._page_box(step.box, page)
+            out.append(Citation(i, step.text, page.id if page else None, index, box, **_source(page)))
         return out
 
     def _answer_citation(self, parsed: Parsed, pages: Sequence[Page]) -> Citation | None:
@@ -299,7 +342,7 @@ class RAG:
         index = _page_index(parsed.answer_page, pages)
         page = pages[index] if index is not None else None
         box = self._page_box(parsed.answer_box, page)
-        return Citation(0, parsed.answer or "", page.id if page else None, index, box)
+        return Citation(0, parsed.answer or "", page.id if page else None, index, box, **_source(page))
 
     def close(self) -> None:
         if self.retriever is not None:
@@ -334,10 +377,22 @@ def _verified(
     verdicts: list[StepVerdict] = verify_steps(
         parsed, pages, similarity or TextOverlapSimilarity(), tau=LAT_TAU if tau is None else tau
     )
-    return [
-        Citation(v.index, v.text, v.page_id, v.page_index, v.box, v.score, v.supported, v.reason)
-        for v in verdicts
-    ]
+    return [verdict_citation(v, pages) for v in verdicts]
+
+
+def verdict_citation(v: StepVerdict, pages: Sequence[Page]) -> Citation:
+    """A verified step (``verify_steps``) as a ``Citation`` of one of the ``pages`` shown."""
+    page = pages[v.page_index] if v.page_index is not None and 0 <= v.page_index < len(pages) else None
+    return Citation(
+        v.index, v.text, v.page_id, v.page_index, v.box, v.score, v.supported, v.reason, **_source(page)
+    )
+
+
+def _source(page: Page | None) -> dict[str, Any]:
+    """The ``file`` and ``page_number`` fields of a citation of ``page``."""
+    if page is None:
+        return {}
+    return {"file": page.file_name, "page_number": page.page_number}
 
 
 def _build_or_update(store: PageStore, out: Path, encoder: str, encoder_model: str | Path) -> None:
@@ -351,47 +406,3 @@ def _build_or_update(store: PageStore, out: Path, encoder: str, encoder_model: s
                 engine.add(new)
         return
     build_index(store.pages(), out, encoder, encoder_model).close()
-
-
-def viewer_record(answer: Answer) -> ViewerRecord:
-    """The evidence view of an answer: each shown page with the boxes its steps cite."""
-    from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, ViewerStep
-
-    cited = [*answer.steps, *([answer.answer_box] if answer.answer_box else [])]
-    scores = {h.page_id: h.score for h in answer.retrieved}
-    pages = []
-    for i, page in enumerate(answer.pages):
-        boxes = tuple(
-            ViewerBox(c.box, _label(c), _color(c)) for c in cited if c.page_index == i and c.box is not None
-        )
-        score = f", score {scores[page.id]:.4g}" if page.id in scores else ""
-        title = f"image {i + 1}: {page.source} p.{page.page_number} ({page.id}{score})"
-        pages.append(ViewerPage(page.image_path, page.width, page.height, title, boxes))
-    steps = tuple(ViewerStep(_label(c), _step_text(c), _color(c)) for c in cited)
-    details = {"retrieved from": ", ".join(answer.index)} if answer.index else {}
-    return ViewerRecord(
-        answer.question, answer.text, (), None, tuple(pages), answer.output, details=details, steps=steps
-    )
-
-
-def write_html(answer: Answer, path: str | Path) -> Path:
-    """A self-contained evidence view of ``answer`` (page images inside the file)."""
-    from evidra.eval.viewer import write_viewer
-
-    return write_viewer([viewer_record(answer)], path, title="evidra answer", embed_images=True)
-
-
-def _label(c: Citation) -> str:
-    return "answer" if c.step == 0 else str(c.step)
-
-
-def _color(c: Citation) -> str:
-    if c.step == 0:
-        return "#16a34a"
-    return "#dc2626" if c.supported is False else "#2563eb"
-
-
-def _step_text(c: Citation) -> str:
-    where = f" [page {c.page_id}]" if c.page_id else " [no page]"
-    verdict = "" if c.supported is None else f" ({'supported' if c.supported else 'unsupported'}: {c.reason})"
-    return f"{c.text}{where}{verdict}"

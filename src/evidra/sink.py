@@ -81,7 +81,7 @@ def _record(line: str) -> dict[str, Any] | None:
     """One metrics line, or None for a torn or foreign one (a run killed mid-write)."""
     try:
         record = json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
 
@@ -89,5 +89,7 @@ def _record(line: str) -> dict[str, Any] | None:
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics file; a torn line (a run killed mid-write) is skipped."""
     return [
-        r for line in Path(path).read_text().splitlines() if line.strip() and (r := _record(line)) is not None
+        r
+        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        if line.strip() and (r := _record(line)) is not None
     ]

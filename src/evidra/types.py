@@ -147,6 +147,20 @@ class Page:
     def text(self) -> str:
         return " ".join(w.text for w in self.words)
 
+    @property
+    def file_name(self) -> str:
+        """The source file's name without its folders ("" when the page has no source)."""
+        return self.source.replace("\\", "/").rsplit("/", 1)[-1]
+
+    @property
+    def citation(self) -> str:
+        """How a person cites the page: ``"report.pdf p. 3"`` (the page id when there is no source).
+
+        >>> Page("ab12-p0003", "x.png", 10, 10, source="2024/report.pdf", page_number=3).citation
+        'report.pdf p. 3'
+        """
+        return f"{self.file_name} p. {self.page_number}" if self.source else self.id
+
     def open_image(self) -> PILImage:
         """Load the page image as RGB; a missing or damaged file, or one over the pixel cap
         (``imagefiles.MAX_PIXELS``, checked before decoding), is a ``CorpusError`` (an ``OSError``)

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from evidra.cli.ask import format_verdict, verification_records
 from evidra.cli.main import main
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import SynthCorpus, generate_documents
 from evidra.paradigms.coe import format_box, parse_coe
+from evidra.rag import verdict_citation
+from evidra.rag_view import citation_record, format_verdict
 from evidra.rewards.embedding import TextOverlapSimilarity, verify_steps
 from evidra.types import Box, Page, Sample
 
@@ -51,14 +52,17 @@ def test_verify_supports_the_evidence_step_and_rejects_the_blank_one(synth: tupl
     # step 1 quotes exactly the words inside its evidence box: token F1 1.0
     assert first.supported and first.score == pytest.approx(1.0) and first.page_id == page.id
     assert not second.supported and second.score == 0.0
-    records = verification_records([first, second])
+    records = [citation_record(verdict_citation(v, sample.pages)) for v in (first, second)]
     assert (
         records[1]["box"] == [0.0, 0.0, 10.0, 10.0]
         and records[1]["page_index"] == sample.page_index(page.id) + 1
     )
     line = format_verdict(records[1])
-    assert line.startswith("step 2: unsupported [similarity 0.000 < tau 0.3] page ")
-    assert line.endswith("box (0, 0, 10, 10): The page also shows the budget.")
+    cite = f"{page.file_name} p. {page.page_number}"  # the file and page a person looks up
+    assert line == (
+        f"step 2: unsupported [similarity 0.000 < tau 0.3] {cite}, box (0, 0, 10, 10): "
+        "The page also shows the budget."
+    )
 
 
 def test_verify_rejects_a_step_without_its_page(synth: tuple[SynthCorpus, Path]) -> None:

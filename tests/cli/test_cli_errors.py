@@ -69,7 +69,7 @@ def test_qdrant_url_without_a_server(
     build = ["index", "build", "--store", str(store), "--encoder", "colqwen2", "--model", str(model),
              "--backend", "qdrant", "--qdrant-url", url, "--out", str(tmp_path / "q")]  # fmt: skip
     assert main(build + (["--grpc"] if grpc else [])) == 2
-    err = _error(capsys, "index")
+    err = _error(capsys, "index build")
     assert f"cannot reach a Qdrant server at {url}" in err and "--qdrant-path" in err
     assert not (tmp_path / "q").exists()
     # an index whose manifest names the server: searching it fails the same way
@@ -80,7 +80,7 @@ def test_qdrant_url_without_a_server(
     spec = IndexSpec("colqwen2", str(model), "qdrant", qdrant=QdrantSpec(url=url, prefer_grpc=grpc), dim=8)
     write_manifest(tmp_path / "made", spec)
     assert main(["index", "search", "--index", str(tmp_path / "made"), "budget"]) == 2
-    assert f"cannot reach a Qdrant server at {url}" in _error(capsys, "index")
+    assert f"cannot reach a Qdrant server at {url}" in _error(capsys, "index search")
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_malformed_qrels_are_refused(
     queries, qrels = str(tmp_path / "queries.jsonl"), str(tmp_path / "qrels.tsv")
     command = ["index", "eval", "--index", str(store.parent / "bm25"), "--queries", queries, "--qrels", qrels]
     assert main(command) == 2
-    err = _error(capsys, "index")
+    err = _error(capsys, "index eval")
     assert "qrels.tsv" in err and expected in err
     if "header" in expected or "no judgements" in expected:
         assert "query-id<TAB>corpus-id<TAB>score" in err  # the expected format is named
@@ -127,7 +127,7 @@ def test_encoder_name_must_match_the_checkpoint(
     out = tmp_path / "idx"
     assert main(["index", "build", "--store", str(store), "--encoder", "colqwen2", "--model", str(model),
                  "--out", str(out)]) == 2  # fmt: skip
-    err = _error(capsys, "index")
+    err = _error(capsys, "index build")
     assert "'colpali' checkpoint, not colqwen2" in err and "use encoder 'colpali'" in err
     assert not (out / "retriever.json").exists()
 
@@ -140,7 +140,7 @@ def test_an_encoder_without_its_model_is_refused(
         main(["index", "build", "--store", str(store), "--encoder", encoder, "--out", str(tmp_path / "i")])
         == 2
     )
-    err = _error(capsys, "index")
+    err = _error(capsys, "index build")
     assert f"encoder {encoder!r} needs its checkpoint: pass --model with a {encoder} checkpoint" in err
     assert "config.json" not in err
     assert not (tmp_path / "i").exists()
@@ -151,7 +151,7 @@ def test_an_unknown_encoder_is_refused_before_pages_are_read(
 ) -> None:
     assert main(["index", "build", "--store", str(tmp_path / "none"), "--encoder", "colqwen",
                  "--model", "m", "--out", str(tmp_path / "i")]) == 2  # fmt: skip
-    assert "did you mean 'colqwen2'" in _error(capsys, "index")
+    assert "did you mean 'colqwen2'" in _error(capsys, "index build")
 
 
 @pytest.mark.parametrize(
@@ -191,7 +191,7 @@ def test_hub_ids_missing_offline_get_a_download_hint_for_their_kind_of_model(
     else:
         command = [*command, f"run.output_dir={tmp_path / 'run'}"]
     assert main(command) == 2
-    err = _error(capsys, command[0])
+    err = _error(capsys, " ".join(command[:2]) if command[0] in ("index", "train") else command[0])
     hub_id = next(a.split("=")[-1] for a in command if "/" in a and not a.startswith(str(tmp_path)))
     assert f"{hub_id!r} is no local directory, and as a hub repository it is not in the hub cache" in err
     assert f"`hf download {hub_id}`" in err and f"pass a local {kind} checkpoint directory" in err
@@ -200,4 +200,4 @@ def test_hub_ids_missing_offline_get_a_download_hint_for_their_kind_of_model(
 
 def test_negative_steps_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "sft", "run.steps=-1", f"run.output_dir={tmp_path}"]) == 2
-    assert "run.steps must be >= 0, got -1" in _error(capsys, "train")
+    assert "run.steps must be >= 0, got -1" in _error(capsys, "train sft")

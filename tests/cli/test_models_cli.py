@@ -37,7 +37,7 @@ def test_models_tiny_refuses_a_full_directory_and_an_unknown_kind(
     (tmp_path / "keep.txt").write_text("mine")
     assert main(["models", "tiny", "qwen2", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"evidra models: error: {tmp_path} exists and is not empty; pass a new directory"
+    assert err == f"evidra models tiny: error: {tmp_path} exists and is not empty; pass a new directory"
     with pytest.raises(SystemExit):
         main(["models", "tiny", "qwen9", str(tmp_path / "new")])
     err = capsys.readouterr().err

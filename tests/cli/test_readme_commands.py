@@ -65,13 +65,18 @@ def test_the_readme_ask_walkthrough_runs_as_written(
 
     section = _section((ROOT / "README.md").read_text(), "Ask your documents")
     commands = shown_commands(section)
-    assert [c.split()[0] for c in commands] == ["ingest", "index", "ask"]
+    assert [c.split()[0] for c in commands] == ["ingest", "index", "index", "ask"]
     generate_documents(tmp_path, n_docs=2, seed=2, dpi=50)  # writes tmp_path/docs/*.pdf
+    first = sorted((tmp_path / "docs").glob("*.pdf"))[0]
+    first.rename(first.with_name("report.pdf"))  # the section's file name
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "Qwen2.5-VL-7B").symlink_to(tiny_dirs["qwen2_5_vl"], target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     for command in commands:
         assert main(["-q", *shlex.split(command)]) == 0, command
+        if command.startswith("index search"):
+            hits = capsys.readouterr().out.split("query: Orion founded\n", 1)[1].splitlines()
+            assert hits and all(" report.pdf p. " in line for line in hits), hits
     out = capsys.readouterr().out.splitlines()
     assert out[-5:-4] == ["retrieved: top 3 of idx/"] and out[-1] == "html:   answer.html"
     assert "data:image/png;base64," in (tmp_path / "answer.html").read_text()

@@ -150,7 +150,7 @@ def test_step_accuracy_column_with_the_tiny_retriever(
     """SA of a CoE answer with two disjoint boxes on page 1: (1[min sim >= 0.3] + 1[IoU <= 0.5]) / 2,
     the similarity being the retriever's (the same tiny ColQwen2 loaded here)."""
     from evidra.rewards.embedding import ColQwen2Similarity
-    from evidra.rewards.lat import stepwise_attribution
+    from evidra.rewards.lat_scoring import stepwise_attribution
 
     box = '{{"bbox_2d": [{}], "Image_index": 1}}'
     server.reply = (f"<think>The title is at the top. Bounding box: {box.format('2, 2, 10, 10')} "

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from evidra.eval.endpoint import ChatEndpoint
 from evidra.eval.runner import EndpointModel, RunConfig, run_eval
 from evidra.geometry import vision_spec
+from evidra.models.endpoint import ChatEndpoint
 from evidra.types import Sample
 
 pytest.importorskip("httpx")

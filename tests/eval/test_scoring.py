@@ -8,8 +8,9 @@ import pytest
 
 from evidra.env.base import StepInfo
 from evidra.eval.runner import RawEpisode, to_prediction
-from evidra.eval.scoring import Prediction, braced_answer, score
+from evidra.eval.scoring import Prediction, score
 from evidra.geometry import vision_spec
+from evidra.metrics.text import braced_answer
 from evidra.types import Box, CoordSpace, EvidenceBox, Page, Parsed, Sample, Step
 
 PAGES = (Page("p1", "/x/p1.png", 200, 100), Page("p2", "/x/p2.png", 200, 100))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from evidra.eval.metrics import METRICS, NOT_ANSWERABLE
+from evidra.eval.metrics import METRICS
 from evidra.eval.scoring import Prediction
 from evidra.eval.tables import summarize
+from evidra.metrics.mmlongbench import NOT_ANSWERABLE
 from evidra.types import Sample
 
 KEY = {"benchmark": "mmlongbench", "paradigm": "direct", "model": "m"}

@@ -70,7 +70,7 @@ def test_adapters_refuse_a_reward_that_cannot_score() -> None:
     from evidra.rewards.lat import LatReward
 
     for adapt in (as_trl_reward, as_verl_compute_score):
-        with pytest.raises(ConfigError, match="Similarity service"):
+        with pytest.raises(ConfigError, match="StepSimilarity service"):
             adapt(LatReward())
     score = as_verl_compute_score(LatReward(similarity=TextOverlapSimilarity()))
     out = score("visa", "<think>x</think><answer>Paris</answer>", "Paris", {"question": "Capital?"})
@@ -108,5 +108,5 @@ def test_rewards_are_named_by_their_registry_names() -> None:
     assert as_verl_compute_score("lat.format")("visa", "junk", ["x"])["score"] == -1.0
     with pytest.raises(ConfigError, match=r"did you mean 'lat\.format'"):
         as_trl_reward("lat.formt")
-    with pytest.raises(ConfigError, match="needs a Similarity service"):  # lat's R_step has no service here
+    with pytest.raises(ConfigError, match="needs a StepSimilarity service"):  # lat's R_step: no service
         as_trl_reward("lat")

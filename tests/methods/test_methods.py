@@ -1,17 +1,24 @@
-"""The method layer: typed method configs, the old task names as aliases, checked options."""
+"""The method layer: one registered Method per paper with its own options class, the old task
+names as aliases, checked options."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from evidra.config import load_config
-from evidra.errors import ConfigError
-from evidra.methods import METHODS, TASK_ALIASES, MethodConfig, Resources, build_task, method_config
+from evidra.errors import ConfigError, RegistryError
+from evidra.eval.tables import LAYOUTS
+from evidra.methods import METHODS, TASK_ALIASES, Resources, build_task, method_section
+from evidra.paradigms import PARADIGMS
 from evidra.retrieval.base import Hit
+from evidra.rewards.cave_reward import CaveReward
 from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_http import OpenAIJudge
 from evidra.rl.config import DataConfig, RLConfig
 from evidra.rl.tasks import task_samples
 from evidra.types import Parsed, Sample
@@ -21,54 +28,69 @@ def _cfg(*over: str) -> RLConfig:
     return load_config(RLConfig, None, ["model.path=x", *over])
 
 
-def test_every_paper_has_a_builder() -> None:
-    assert METHODS.names() == ["cave", "evisrag", "lang2act", "lat", "vragrl"]
+def test_every_paper_is_a_registered_method_with_its_own_options() -> None:
+    papers = {"cave", "evisrag", "lang2act", "lat", "vragrl"}
+    assert papers <= set(METHODS.names())  # a test may register more
+    fields = {n: {f.name for f in dataclasses.fields(METHODS.get(n).options)} for n in papers}
+    assert fields["lat"] == {"reward_mode", "weights", "similarity", "similarity_checkpoint", "scoped"}
+    assert fields["cave"] == {"judge", "weights"}  # no option another paper uses and CAVE does not
+    for name in papers:
+        method = METHODS.get(name)
+        assert method.name == name and method.paradigm in PARADIGMS and method.layout in LAYOUTS
 
 
 @pytest.mark.parametrize(
     ("task", "expected"),
     [
-        ("lat.colqwen2", MethodConfig(name="lat", similarity="colqwen2")),
-        ("lat.rs_grpo", MethodConfig(name="lat", scoped=True)),
-        ("lang2act.stage2", MethodConfig(name="lang2act", stage=2)),
-        ("vragrl", MethodConfig(name="vragrl")),
+        ("lat.colqwen2", dict(name="lat", similarity="colqwen2")),
+        ("lat.rs_grpo", dict(name="lat", scoped=True)),
+        ("lang2act.stage2", dict(name="lang2act", stage=2)),
+        ("vragrl", dict(name="vragrl")),
     ],
 )
-def test_a_former_task_name_is_a_method_section(task: str, expected: MethodConfig) -> None:
-    assert method_config(_cfg(f"data.task={task}")) == expected
+def test_a_former_task_name_is_a_method_section(task: str, expected: dict[str, Any]) -> None:
+    assert method_section(_cfg(f"data.task={task}")) == expected
 
 
 def test_older_option_keys_move_into_the_method_section() -> None:
     cfg = _cfg("data.task=lang2act.stage1", "data.pages_per_question=3", "reward.mode=paper")
-    assert method_config(cfg) == MethodConfig(name="lang2act", stage=1, pages_per_question=3)
+    assert method_section(cfg) == dict(name="lang2act", stage=1, pages_per_question=3)
     up = _cfg("method.name=evisrag", "reward.mode=upstream")
-    assert method_config(up) == MethodConfig(name="evisrag", reward_mode="upstream")
-    assert method_config(_cfg("data.task=toy.length")) is None  # a plain task has no method
+    assert method_section(up) == dict(name="evisrag", reward_mode="upstream")
+    assert method_section(_cfg("data.task=toy.length")) is None  # a plain task has no method
 
 
 def test_conflicting_spellings_are_errors_not_guesses(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"data\.toolbox and method\.toolbox disagree"):
-        method_config(_cfg("method.name=lang2act", "method.toolbox=a.json", "data.toolbox=b.json"))
+        method_section(_cfg("method.name=lang2act", "method.toolbox=a.json", "data.toolbox=b.json"))
     with pytest.raises(ConfigError, match=r"data\.task='toy\.length' and method\.name='lat'"):
-        method_config(_cfg("method.name=lat", "data.task=toy.length"))
+        method_section(_cfg("method.name=lat", "data.task=toy.length"))
     with pytest.raises(ConfigError, match=r"data\.index is an option of a paper method"):
-        method_config(_cfg("data.task=toy.length", "data.index=idx/"))
+        method_section(_cfg("data.task=toy.length", "data.index=idx/"))
 
 
 @pytest.mark.parametrize(
     ("method", "message"),
     [
-        (MethodConfig(name="lat", stage=2), r"method\.stage=2 is no option of method 'lat'; set it to 0"),
-        (MethodConfig(name="cave", reward_mode="upstream"), r"method\.reward_mode='upstream' is no option"),
-        (MethodConfig(name="lang2act"), r"method\.stage must be 1 or 2"),
-        (MethodConfig(name="lang2act", stage=1, toolbox="t.json"), r"toolbox is for lang2act stage 2"),
-        (MethodConfig(name="lat", similarity="colqwen2"), r"needs method\.similarity_checkpoint"),
-        (MethodConfig(name="lat", weights={"acc": 1.0}), r"no reward component 'acc'; use accuracy"),
-        (MethodConfig(name="vragrl", weights={"answer": 0.8}), r"method\.weights: .*sum to 1"),
-        (MethodConfig(name="latt"), r"method\.name: unknown method 'latt'; did you mean 'lat'"),
+        (
+            dict(name="lat", stage=2),
+            r"method\.stage is no option of method 'lat'; remove it \(options of lat: reward_mode, ",
+        ),
+        (dict(name="cave", reward_mode="upstream"), r"method\.reward_mode is no option of method 'cave'"),
+        (dict(name="lang2act"), r"method\.stage must be 1 or 2"),
+        (dict(name="lang2act", stage=1, toolbox="t.json"), r"toolbox is for lang2act stage 2"),
+        (dict(name="lat", similarity="colqwen2"), r"needs method\.similarity_checkpoint"),
+        (dict(name="lat", weights={"acc": 1.0}), r"component 'acc'; did you mean 'accuracy'\?"),
+        (dict(name="vragrl", weights={"answer": 0.8}), r"method\.weights: .*sum to 1"),
+        (
+            dict(name="lat", simlarity="colqwen2"),
+            r"method\.simlarity is no option .* did you mean 'similarity'",
+        ),
+        (dict(name="lat", scoped="yes"), r"method\.scoped must be true or false"),
+        (dict(name="latt"), r"method\.name: unknown method 'latt'; did you mean 'lat'"),
     ],
 )
-def test_a_wrong_option_is_one_line_naming_key_and_fix(method: MethodConfig, message: str) -> None:
+def test_a_wrong_option_is_one_line_naming_key_and_fix(method: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message) as err:
         build_task(method)
     assert "\n" not in str(err.value)
@@ -77,9 +99,9 @@ def test_a_wrong_option_is_one_line_naming_key_and_fix(method: MethodConfig, mes
 def test_lat_weights_reweight_the_oracle_reward(tmp_path: Path) -> None:
     """The oracle answer earns 1 on each of LAT's four rewards: 4 unweighted; with step at 0 and
     accuracy at 2, 2 + 0 + 1 + 1 = 4 again, and with step at 0 alone, 3."""
-    plain = build_task(MethodConfig(name="lat"))
-    no_step = build_task(MethodConfig(name="lat", weights={"step": 0.0}))
-    shifted = build_task(MethodConfig(name="lat", weights={"step": 0.0, "accuracy": 2.0}))
+    plain = build_task(dict(name="lat"))
+    no_step = build_task(dict(name="lat", weights={"step": 0.0}))
+    shifted = build_task(dict(name="lat", weights={"step": 0.0, "accuracy": 2.0}))
     sample = next(s for s in plain.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)
     assert plain.oracle is not None
     parsed = plain.parse(plain.oracle(sample)[-1].plain_text)
@@ -89,17 +111,17 @@ def test_lat_weights_reweight_the_oracle_reward(tmp_path: Path) -> None:
 
 def test_resources_are_used_instead_of_building_from_config() -> None:
     judge = RuleJudge("exact")
-    task = build_task(MethodConfig(name="lang2act", stage=1), Resources(judge=judge))
+    task = build_task(dict(name="lang2act", stage=1), Resources(judge=judge))
     assert task.reward.judge is judge
     similarity = object()
-    lat = build_task(MethodConfig(name="lat"), Resources(similarity=similarity))
+    lat = build_task(dict(name="lat"), Resources(similarity=similarity))
     assert lat.reward.similarity is similarity
 
 
 def test_aliases_cover_every_former_task_name() -> None:
     assert set(TASK_ALIASES) == {"lat", "lat.colqwen2", "lat.rs_grpo", "evisrag", "lang2act.stage1",
                                  "lang2act.stage2", "vragrl", "cave"}  # fmt: skip
-    assert {a["name"] for a in TASK_ALIASES.values()} == set(METHODS.names())
+    assert {a["name"] for a in TASK_ALIASES.values()} == {"lat", "evisrag", "lang2act", "vragrl", "cave"}
 
 
 class _Always:
@@ -117,8 +139,8 @@ def test_two_vragrl_tasks_keep_their_own_search_engines() -> None:
     corpus is shared through the process)."""
     fix = Path(__file__).parents[1] / "fixtures" / "benchmarks" / "slidevqa" / "test.jsonl"
     data = DataConfig(source="slidevqa", path=str(fix), options={"n_slides": "3"})
-    first = build_task(MethodConfig(name="vragrl"), Resources(searcher=_Always("deck-a_1")))
-    second = build_task(MethodConfig(name="vragrl"), Resources(searcher=_Always("deck-a_3")))
+    first = build_task(dict(name="vragrl"), Resources(searcher=_Always("deck-a_1")))
+    second = build_task(dict(name="vragrl"), Resources(searcher=_Always("deck-a_3")))
     (a,) = task_samples(first, data)
     (b,) = task_samples(second, data)  # the same corpus key, built after the first
     shown = []
@@ -133,18 +155,19 @@ def test_lat_trains_on_the_released_reward_in_upstream_mode(tmp_path: Path) -> N
     """An empty <answer> earns accuracy 0 in the paper and 0.5 in the released reward; the task
     built with reward_mode=upstream scores accuracy, grounding and format as the released reward."""
     from evidra.rewards.lat import LatReward
+    from evidra.rewards.lat_scoring import UPSTREAM
 
     rules = ("accuracy", "ground", "format")
 
-    paper = build_task(MethodConfig(name="lat"))
-    upstream = build_task(MethodConfig(name="lat", reward_mode="upstream"))
+    paper = build_task(dict(name="lat"))
+    upstream = build_task(dict(name="lat", reward_mode="upstream"))
     sample = next(s for s in paper.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)
     assert paper.oracle is not None
     oracle = paper.oracle(sample)[-1].plain_text
     empty = oracle[: oracle.index("<answer>")] + "<answer> </answer>"
     for text in (oracle, empty):
         parsed = paper.parse(text)
-        released = LatReward(components=rules, mode="upstream")(parsed, sample).components
+        released = LatReward(rules=UPSTREAM, weights=dict.fromkeys(rules, 1.0))(parsed, sample).components
         got = upstream.reward(parsed, sample, None).components
         assert {k: got[k] for k in rules} == pytest.approx(released)
     got = [t.reward(paper.parse(empty), sample, None).components["accuracy"] for t in (paper, upstream)]
@@ -156,10 +179,23 @@ def test_cave_weights_reweight_its_anchors_and_credits() -> None:
     accuracy 1.0 x 1 + format 0.1 x 1 by default; accuracy weighted 2 adds 1.0."""
     sample = Sample("s", "Which panel?", ("A",))
     parsed = Parsed(text="<think>t</think><answer>{A}</answer>")
-    plain = build_task(MethodConfig(name="cave")).reward(parsed, sample, None).total
-    heavy = (
-        build_task(MethodConfig(name="cave", weights={"accuracy": 2.0})).reward(parsed, sample, None).total
-    )
+    plain = build_task(dict(name="cave")).reward(parsed, sample, None).total
+    heavy = build_task(dict(name="cave", weights={"accuracy": 2.0})).reward(parsed, sample, None).total
     assert heavy - plain == pytest.approx(1.0)
-    with pytest.raises(ConfigError, match="no reward component 'beleif'; use belief"):
-        build_task(MethodConfig(name="cave", weights={"beleif": 1.0}))
+    with pytest.raises(ConfigError, match="no reward component 'beleif'; did you mean 'belief'"):
+        build_task(dict(name="cave", weights={"beleif": 1.0}))
+
+
+def test_a_method_names_its_judge_prompt_from_the_prompt_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each paper's judge prompt is a ``JUDGE_PROMPTS`` name, the one its configured judge asks
+    with; a name the registry lacks is refused when the ``Method`` is made."""
+    prompts = {name: METHODS.get(name).judge_prompt for name in ("cave", "lang2act", "vragrl")}
+    assert prompts == {"cave": "cave", "lang2act": "lang2act", "vragrl": "vragrl"}
+    monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test")
+    judge = dict(kind="openai", base_url="http://127.0.0.1:9/v1", model="m", api_key_env="TEST_JUDGE_KEY")
+    reward = build_task(dict(name="cave", judge=judge)).reward
+    assert isinstance(reward, CaveReward) and isinstance(reward.judge, OpenAIJudge)
+    assert reward.judge.config.style == "cave"  # no request is made here
+    lat = METHODS.get("lat")
+    with pytest.raises(RegistryError, match="unknown judge prompt 'cav'; did you mean 'cave'"):
+        dataclasses.replace(lat, judge_prompt="cav")

@@ -44,7 +44,7 @@ def test_an_existing_relative_path_is_a_path_not_a_hub_id(
 ) -> None:
     (tmp_path / "ckpt" / "model").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    assert not looks_like_hub_id("ckpt/model") and looks_like_hub_id("ckpt/other")
+    assert not looks_like_hub_id("ckpt/model") and not looks_like_hub_id("ckpt/other")  # beside ckpt/: a path
     assert resolve_model_ref("ckpt/model") == Path("ckpt/model")
     assert recorded_ref("ckpt/model") == str(tmp_path / "ckpt" / "model")  # absolute: valid from anywhere
     assert recorded_ref("org/name@v1") == "org/name@v1"
@@ -110,7 +110,9 @@ def test_tiny_references_build_once(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 
 def test_neither_path_nor_hub_id_nor_tiny(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match=r"is not a directory; pass a local model checkpoint"):
+    with pytest.raises(ModelLoadError, match=r"^no such directory: .*; pass an existing model checkpoint"):
         resolve_model_ref(tmp_path / "a" / "b" / "c")
+    with pytest.raises(ModelLoadError, match=r"is not a directory; pass a local model checkpoint"):
+        resolve_model_ref("a:b")  # neither a path, nor a hub id, nor tiny:ARCH
     with pytest.raises(ModelLoadError, match=r"^no model given"):
         resolve_model_ref("  ")

@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 import pytest
 
-from evidra.methods.lat import LatTaskReward
 from evidra.paradigms import PARADIGMS
 from evidra.paradigms.coe import (
     COE_MULTI_PROMPT,
@@ -16,6 +15,7 @@ from evidra.paradigms.coe import (
     parse_coe,
 )
 from evidra.rewards.embedding import TextOverlapSimilarity
+from evidra.rewards.lat import LatReward
 from evidra.types import Box, ImagePart, Page, Sample, TextPart
 
 
@@ -31,7 +31,7 @@ GOOD = (
 
 
 def score(text: str, sample: Sample) -> dict[str, float]:
-    reward = LatTaskReward(similarity=TextOverlapSimilarity())
+    reward = LatReward(similarity=TextOverlapSimilarity())
     result = reward(parse_coe(text), sample)
     return {**result.components, "total": result.total}
 

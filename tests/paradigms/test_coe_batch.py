@@ -10,11 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from evidra.errors import ConfigError
-from evidra.methods.lat import WEIGHTS, LatTaskReward
 from evidra.paradigms.coe import parse_coe
 from evidra.rewards import embedding
 from evidra.rewards.embedding import StepQuery, TextOverlapSimilarity
-from evidra.rewards.lat import LatConfig
+from evidra.rewards.lat import LatReward
 from evidra.rewards.lat_batch import episode_scorer, with_step_text
 from evidra.types import Page, Sample
 
@@ -51,9 +50,9 @@ def test_a_batch_is_scored_in_one_call_with_the_per_episode_scores(sample: Sampl
         f"<answer>$5M\n{box(38, 28, 72, 42)}</answer>"
     )
     texts = [(sample, GOOD), (sample, weak), (other, GOOD), (other, "no tags")]
-    per_episode = [LatTaskReward(similarity=Counting())(parse_coe(t), s) for s, t in texts]
+    per_episode = [LatReward(similarity=Counting())(parse_coe(t), s) for s, t in texts]
     counting = Counting()
-    scorer = episode_scorer(lambda: counting, parse_coe, LatConfig(), WEIGHTS)
+    scorer = episode_scorer(LatReward(similarity=counting), parse_coe)
     batched = scorer(None, [_episode(s, t) for s, t in texts])
     assert batched == per_episode
     assert counting.calls == [8]  # 3 + 2 + 3 + 0 steps in ONE call

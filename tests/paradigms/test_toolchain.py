@@ -20,7 +20,8 @@ from evidra.paradigms.toolchain import (
     tool_listing,
 )
 from evidra.rewards.judge import RuleJudge
-from evidra.rewards.lang2act import TOOLBOX, Lang2ActReward
+from evidra.rewards.lang2act import lang2act_reward
+from evidra.rewards.lang2act_format import TOOLBOX
 from evidra.types import ImagePart, Page, Sample, TextPart
 
 GOOD = (
@@ -37,7 +38,7 @@ def two_pages(page_factory: Callable[..., Page]) -> Sample:
 
 
 def reward(stage: str, text: str, sample: Sample) -> dict[str, float]:
-    r = Lang2ActReward(stage=stage, judge=RuleJudge())(parse_toolchain(text), sample)  # type: ignore[arg-type]
+    r = lang2act_reward(stage, judge=RuleJudge())(parse_toolchain(text), sample)
     return {**r.components, "total": round(r.total, 9)}
 
 

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image, ImageDraw
 
 from evidra.cli.main import main
+from evidra.eval.retrieval import detect_layout, evaluate, load_qrels, load_queries
 from evidra.retrieval.engine import open_index, open_store_only
-from evidra.retrieval.evaluation import detect_layout, evaluate, load_qrels, load_queries
 
 FIX = Path(__file__).parents[1] / "fixtures" / "benchmarks"
 KS = ("1", "2", "4")  # @4 ranks all four BEIR pages: recall@4 is known by hand

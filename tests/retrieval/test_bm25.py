@@ -17,12 +17,13 @@ import pytest
 
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.retrieval.encoders._bm25_files import MANIFEST
-from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever, tokenize
+from evidra.retrieval.encoders._bm25_text import tokenize
+from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
 
 
 def test_bm25_hand_computed() -> None:
     texts = {"a": "the red fox", "b": "a blue whale", "c": "red red whale", "d": "fox"}
-    bm25 = BM25Retriever.build(texts, BM25Params(k1=1.5, b=0.75))
+    bm25 = BM25Retriever.build(texts, BM25Params(k1=1.5, b=0.75, language="none"))  # plain tokens
     # N=4, avgdl=2.5; df(red)=df(whale)=df(fox)=2 -> idf = ln(1 + 2.5/2.5) = ln 2
     # |d|=3: k1*(1-b+b*3/2.5) = 1.725; |d|=1: 0.825
     # c: ln2*(2*2.5/(2+1.725) + 2.5/(1+1.725)) = 1.566314; a, b: ln2*2.5/2.725 = 0.635915

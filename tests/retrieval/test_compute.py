@@ -129,8 +129,9 @@ QUERIES = [_unit(6, DIM, seed=100 + i) for i in range(4)]
 def test_every_compute_dtype_alone_ranks_like_fp32(tmp_path: Path, dtype: str) -> None:
     def ranked(name: str) -> list[list[tuple[str, float]]]:
         index = _store(tmp_path / name, PAGES, compute_dtype=name, rescore=0)
+        held = compute.storage_for("auto", name)  # 16-bit: fp32 scoring widens fp16 blocks
         assert index.compute_dtype == name and {b.vectors.dtype for b in index._blocks} == {
-            compute.DTYPES[name]
+            compute.DTYPES[held]
         }
         return [[(h.page_id, h.score) for h in row] for row in index.search(QUERIES, k=len(PAGES))]
 
@@ -218,8 +219,47 @@ def test_cli_build_records_the_compute_dtype(
     model = ["--encoder", "colqwen2", "--model", str(tiny_dirs["colqwen2"]), "--device", "cpu"]
     argv = ["index", "build", "--store", str(store), "--out", str(out), *model, "--compute-dtype", "bfloat16"]
     assert main(argv) == 0
-    assert "scoring in bfloat16" in capsys.readouterr().out
+    assert "scoring in bfloat16, held in bfloat16" in capsys.readouterr().out
     assert ShardStore.open(out).meta()["compute_dtype"] == "bfloat16"
+    fp32 = tmp_path / "fp32"
+    argv = ["index", "build", "--store", str(store), "--out", str(fp32), *model, "--compute-dtype", "float32"]
+    assert main([*argv, "--storage-dtype", "float32"]) == 0
+    assert "scoring in float32, held in float32" in capsys.readouterr().out
+    assert ShardStore.open(fp32).meta()["storage_dtype"] == "float32"
     search = ["index", "search", "--index", str(out), "--json", "--compute-dtype", "float32", "revenue"]
     assert main(search) == 0
     assert len(json.loads(capsys.readouterr().out)["hits"]) == 5
+
+
+@pytest.mark.parametrize("profile", sorted(compute.PROFILES))
+def test_each_cpu_profile_picks_its_dtype_and_holds_16_bits(
+    tmp_path: Path, profile: str, cpu_profile: Any
+) -> None:
+    cpu_profile(profile)
+    want = {"amx": "bfloat16", "avx512_bf16": "bfloat16", "avx512": "float32", "avx2": "float32"}[profile]
+    index = _store(tmp_path / "idx", PAGES)
+    assert index.compute_dtype == want
+    # 16 bits per dimension whatever the CPU computes in: bf16 blocks, or fp16 widened per block
+    assert index.storage_dtype == ("bfloat16" if want == "bfloat16" else "float16")
+    assert index.memory_bytes() == sum(b.vectors.numel() for b in index._blocks) * 2
+    assert index.store.meta()["storage_dtype"] == index.storage_dtype
+    assert index.store.meta()["compute_dtype"] == want
+    reference = _store(tmp_path / "ref", PAGES, compute_dtype="float32", storage_dtype="float32")
+    assert reference.memory_bytes() == 2 * index.memory_bytes()
+    for row, ref_row in zip(index.search(QUERIES, k=10), reference.search(QUERIES, k=10), strict=True):
+        assert [h.page_id for h in row] == [h.page_id for h in ref_row]  # fp16 widens exactly
+
+
+def test_widening_reuses_one_buffer_and_matches_fp32_blocks() -> None:
+    from evidra.retrieval.maxsim import build_blocks, score_blocks
+
+    pages = [p for p in PAGES.values()]
+    rows = list(range(len(pages)))
+    half = build_blocks(pages, rows, max_tokens=64, dtype=torch.float16)
+    full = build_blocks([p.half().float() for p in pages], rows, max_tokens=64, dtype=torch.float32)
+    assert len(half) > 1  # several blocks share the widening buffer
+    got = score_blocks(QUERIES, half, len(pages), dtype=torch.float32)
+    want = score_blocks(QUERIES, full, len(pages), dtype=torch.float32)
+    assert torch.equal(got, want)
+    with pytest.raises(InvalidInputError, match="storage_dtype 'int8'"):
+        MaxSimOptions(storage_dtype="int8")  # type: ignore[arg-type]

@@ -9,8 +9,8 @@ import pytest
 from evidra.cli.main import main
 from evidra.corpus import PageStore
 from evidra.errors import InvalidInputError
+from evidra.eval.retrieval import evaluate
 from evidra.retrieval.engine import build_index, open_index
-from evidra.retrieval.evaluation import evaluate
 from evidra.retrieval.hybrid import RRFRetriever
 
 
@@ -90,7 +90,7 @@ def test_colqwen2_engine_roundtrip_and_hybrid(
     bm25 = build_index(pages, tmp_path / "bm25", "bm25").retriever
     hybrid = RRFRetriever((again.retriever, bm25))
     queries, qrels = _qrels(corpus, tmp_path)
-    from evidra.retrieval.evaluation import load_qrels, load_queries
+    from evidra.eval.retrieval import load_qrels, load_queries
 
     report = evaluate(hybrid, load_queries(queries), load_qrels(qrels), ks=(5,))
     assert report.n_queries > 0 and 0.0 <= report.metrics["ndcg@5"] <= 1.0
@@ -118,3 +118,23 @@ def test_serve_index_cli_parses_and_reports_missing_index(
     assert build_parser().parse_args(["serve-index", "--index", "i", "--no-access-log"]).access_log is False
     assert main(["serve-index", "--index", str(tmp_path / "missing")]) == 2
     assert "evidra index build" in capsys.readouterr().err
+
+
+def test_build_overwrite_replaces_an_index(
+    synth_store: tuple[Path, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, _ = synth_store
+    idx = str(tmp_path / "idx")
+    build = ["-q", "index", "build", "--store", str(store), "--out", idx, "--encoder", "bm25"]
+    assert main([*build, "--language", "none"]) == 0
+    assert main(build) == 2
+    assert "--overwrite to replace it" in capsys.readouterr().err
+    (tmp_path / "idx" / "images").mkdir()  # inline benchmark images of --corpus stay
+    assert main([*build, "--overwrite"]) == 0
+    with open_index(idx) as engine:
+        assert engine.index.params.language == "en"  # type: ignore[union-attr]
+        assert len(engine.index) == len(PageStore.open(store).page_ids())
+    assert (tmp_path / "idx" / "images").is_dir()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".idx.")]  # nothing left aside
+    assert main([*build, "--language", "klingon"]) == 2
+    assert "unknown BM25 language 'klingon'" in capsys.readouterr().err

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from evidra.errors import InvalidInputError
+from evidra.eval.retrieval import evaluate, judged, load_qrels, load_queries, score_rankings
 from evidra.retrieval.base import Exclude, Hit
-from evidra.retrieval.evaluation import evaluate, judged, load_qrels, load_queries, score_rankings
 from evidra.retrieval.hybrid import RRFRetriever, rrf_fuse
 
 
@@ -73,7 +73,7 @@ def test_qrels_and_queries_in_both_layouts(tmp_path: Path) -> None:
     # ideal order b (2), a (1) equals the ranking: ndcg 1; q9 has no qrels
     assert report.metrics["ndcg@1"] == 1.0 and report.n_skipped == 1
     (tmp_path / "bad.jsonl").write_text("{not json\n")
-    with pytest.raises(InvalidInputError, match=r"bad\.jsonl:1"):
+    with pytest.raises(InvalidInputError, match=r"bad\.jsonl' line 1 is not JSON"):
         load_qrels(tmp_path / "bad.jsonl")
     with pytest.raises(InvalidInputError, match="corpus id"):
         load_qrels(tmp_path / "q.jsonl")

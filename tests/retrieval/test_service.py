@@ -5,6 +5,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from http_raw import raw_request as _raw
 
@@ -27,18 +28,19 @@ def test_malformed_requests_get_4xx(bm25_engine: Any) -> None:
     engine, _ = bm25_engine
     with SearchService(engine.retriever, n_pages=len(engine.index)).running() as url:
         client = SearchClient(url, timeout=10)
+        http = httpx.Client(timeout=10, trust_env=False)  # requests the client would never send
         for body, status, fragment in [
             ({"queries": []}, 400, "non-empty list"),
             ({"queries": ["a"], "k": 0}, 400, '"k" must be'),
             ({"queries": ["a"], "k": "5"}, 400, '"k" must be'),
             ({"queries": ["a", "b"], "exclude": [[]]}, 400, '"exclude"'),
         ]:
-            response = client._client.post(client.url, json=body)
+            response = http.post(client.url, json=body)
             assert response.status_code == status and fragment in response.json()["error"]
-        assert client._client.post(client.url, content=b"{oops").status_code == 400
-        assert client._client.get(client.url).status_code == 405
-        assert client._client.get(url + "/nope").status_code == 404
-        assert client._client.get(url + "/health").json() == {"status": "ok", "pages": len(engine.index)}
+        assert http.post(client.url, content=b"{oops").status_code == 400
+        assert http.get(client.url).status_code == 405
+        assert http.get(url + "/nope").status_code == 404
+        assert http.get(url + "/health").json() == {"status": "ok", "pages": len(engine.index)}
         status, body = _raw(
             url, b"POST /search HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999\r\nConnection: close\r\n\r\n"
         )
@@ -46,6 +48,7 @@ def test_malformed_requests_get_4xx(bm25_engine: Any) -> None:
         with pytest.raises(SearchServiceError, match="400"):
             client.search(["a"], k=1000)
         client.close()
+        http.close()
     with pytest.raises(SearchServiceError, match="failed"):
         SearchClient(url, timeout=2).search(["a"])  # the service is gone
 
@@ -89,3 +92,28 @@ def test_async_client_against_colqwen2(
         got = asyncio.run(go(url))
     assert [h.page_id for h in got[0]] == [h.page_id for h in direct[0]]
     assert [h.score for h in got[0]] == pytest.approx([h.score for h in direct[0]], abs=1e-4)
+
+
+def test_hits_carry_page_metadata_and_where_filters(bm25_engine: Any, synth_store: tuple[Path, Any]) -> None:
+    engine, corpus = bm25_engine
+    store, _ = synth_store
+    with PageStore.open(store) as opened:
+        pages = opened.page_meta()
+    files = sorted({m.file for m in pages.values()})
+    question = corpus.questions[0].question
+    with SearchService(engine.retriever, n_pages=len(engine.index), pages=pages).running() as url:
+        client = SearchClient(url, timeout=10)
+        rows = client._client.post(client.url, json={"queries": [question], "k": 20}).json()["results"][0]
+        found = sorted({r["file"] for r in rows})
+        assert len(found) >= 2 and set(found) <= set(files) and all(r["cite"] and r["doc_id"] for r in rows)
+        body = {"queries": [question], "k": 20, "where": {"file": found[-1]}}
+        rows = client._client.post(client.url, json=body).json()["results"][0]
+        assert rows and {r["file"] for r in rows} == {found[-1]}
+        bad = client._client.post(client.url, json={"queries": ["a"], "where": {"file": [1]}})
+        assert bad.status_code == 400 and '"where" must be' in bad.json()["error"]
+        client.close()
+    with SearchService(engine.retriever).running() as url:  # no store: no metadata, no filter
+        client = SearchClient(url, timeout=10)
+        response = client._client.post(client.url, json={"queries": ["a"], "where": {"file": "x.pdf"}})
+        assert response.status_code == 400 and "needs page metadata" in response.json()["error"]
+        client.close()

@@ -14,7 +14,6 @@ from evidra.errors import InvalidInputError
 from evidra.models.context import Context, encode_messages, encode_turn
 from evidra.rewards.cave import (
     CaveParams,
-    CaveWeights,
     Outcome,
     StateScore,
     belief_gains,
@@ -24,6 +23,7 @@ from evidra.rewards.cave import (
     focus_credit,
     target_scale,
 )
+from evidra.rewards.cave_reward import CaveReward
 from evidra.rewards.cave_scoring import make_target, prefix_context, score_states, score_targets
 from evidra.types import ImagePart, Message, TextPart
 
@@ -50,8 +50,9 @@ def test_gains_and_focus_by_hand() -> None:
 
 def test_cave_reward_turns_sum_to_total() -> None:
     states = [StateScore(-3.0, 1.0, (-4.0,)), StateScore(-1.0, 0.0, (-4.5,)), StateScore(-1.5, 0.5, (-2.0,))]
-    params = CaveParams(weights=CaveWeights(belief=0.4, evidence=0.3, focus=0.3, accuracy=1.0, format=0.1))
-    result = cave_reward(states, [0.5, None, None], Outcome(1.0, 1.0), params)
+    params = CaveParams()
+    weights = {"belief": 0.4, "evidence": 0.3, "focus": 0.3, "accuracy": 1.0, "format": 0.1}
+    result = cave_reward(states, [0.5, None, None], Outcome(1.0, 1.0), params, weights)
     # turn 0: b = 2 -> clipped 1; e = 0; zoom 0.5 == target 0.5 (u = 1) and b > 0 -> f = 1
     t0 = 0.4 * 1.0 + 0.3 * 0.0 + 0.3 * 1.0
     # turn 1 (decay 0.9): b = -0.5, e = 2.5 -> clipped 1, no zoom
@@ -61,10 +62,30 @@ def test_cave_reward_turns_sum_to_total() -> None:
     assert result.components["belief"] == pytest.approx(1.0 - 0.45)
     assert result.components["accuracy"] == 1.0
     assert result.components["process"] == pytest.approx(t0 + t1)
-    single = cave_reward([StateScore(-1.0, 0.3)], [None], Outcome(0.0, 1.0), params)
+    single = cave_reward([StateScore(-1.0, 0.3)], [None], Outcome(0.0, 1.0), params, weights)
     assert single.turns == pytest.approx((0.1,))
     with pytest.raises(InvalidInputError):
         cave_reward([], [], Outcome(0.0, 0.0))
+    # the same credits under other weights: only the weighted sum changes
+    belief_only = cave_reward(states, [0.5, None, None], Outcome(1.0, 1.0), params, {"belief": 1.0})
+    assert belief_only.total == pytest.approx(1.0 + 0.9 * -0.5)
+    assert belief_only.components["focus"] == result.components["focus"]
+
+
+def test_cave_reward_is_registered_with_its_weights() -> None:
+    from evidra.rewards.base import REWARDS
+    from evidra.types import Page, Parsed, Sample
+
+    reward = REWARDS.get("cave")
+    assert isinstance(reward, CaveReward)
+    sample = Sample("s", "Which colour?", ("red",), (Page("p", "p.png", 10, 10),))
+    # the braced rule judge: {Red} is the reference up to case; anchors only (no credits without states)
+    right = reward(Parsed(text="<answer>{Red}</answer>", answer="{Red}"), sample)
+    assert right.total == pytest.approx(1.0 + 0.1) and right.turns == pytest.approx((1.1,))
+    wrong = reward(Parsed(text="<answer>dark red</answer>", answer="dark red"), sample)
+    assert wrong.total == pytest.approx(0.1)
+    with pytest.raises(InvalidInputError, match="did you mean 'belief'"):
+        reward.reweighted({"beleif": 1.0})
 
 
 def _reference(

@@ -19,7 +19,8 @@ from evidra.rewards.embedding import (
     verify_steps,
     words_in_box,
 )
-from evidra.rewards.lat import LatConfig, LatReward
+from evidra.rewards.lat import LatReward
+from evidra.rewards.lat_scoring import LatConfig
 from evidra.types import Box, EvidenceBox, Page, Sample, Word
 
 

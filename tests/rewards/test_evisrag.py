@@ -8,21 +8,23 @@ from typing import Any
 
 import pytest
 
+from evidra.metrics.qa import evaluate_predictions
+from evidra.metrics.text import normalize_squad, set_f1, substring_em
 from evidra.rewards.base import REWARDS
 from evidra.rewards.evisrag import (
     GoldFormatError,
-    derivation_reward,
-    evaluate_predictions,
+    derivation_paper,
+    derivation_upstream,
     format_reward,
     gold_string,
     observe_punishment,
     paper_rewards,
-    perception_reward,
+    perception_paper,
+    perception_upstream,
     soft_overlong_punishment,
     sum_all,
     think_punishment,
 )
-from evidra.rewards.text import normalize_squad, set_f1, substring_em
 from evidra.types import Page, Parsed, Sample, Span, Trajectory
 
 Same = Callable[[Any, Any], bool]
@@ -63,12 +65,12 @@ def test_em_match(case: dict[str, Any], same: Same) -> None:
 
 @pytest.mark.conformance("evisrag_accuracy_reward")
 def test_accuracy_reward(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: derivation_reward(*bind(case, "response", "ground_truth"), mode="upstream"), same)
+    _replay(case, lambda: derivation_upstream(*bind(case, "response", "ground_truth")), same)
 
 
 @pytest.mark.conformance("evisrag_evidence_reward")
 def test_evidence_reward(case: dict[str, Any], same: Same) -> None:
-    _replay(case, lambda: perception_reward(*bind(case, "response", "ground_truth"), mode="upstream"), same)
+    _replay(case, lambda: perception_upstream(*bind(case, "response", "ground_truth")), same)
 
 
 @pytest.mark.conformance("evisrag_format_reward")
@@ -137,38 +139,38 @@ def _response(evidence: str, answer: str, think: str = "t") -> str:
 
 def test_perception_paper() -> None:
     perfect = f"{FACT}\n[2]: no relevant information\n[3]: No relevant information."
-    assert perception_reward(_response(perfect, "x"), GOLD) == 1.0
+    assert perception_paper(_response(perfect, "x"), GOLD) == 1.0
     # [1] "revenue 5 million": set F1 = 0.6 (P = 1, R = 3/7); [2], [3] correct negatives
     # (3 * 0.6 + 1 + 1) / (3 + 1 + 1) = 3.8 / 5
     partial = "[1]: revenue 5 million\n[2]: no relevant information\n[3]: no relevant information"
-    assert perception_reward(_response(partial, "x"), GOLD) == pytest.approx(0.76)
+    assert perception_paper(_response(partial, "x"), GOLD) == pytest.approx(0.76)
     # hallucinated evidence on a negative image and a missing [3]: (3 * 1 + 0 + 0) / 5
     halluc = "[1]: The revenue in 2020 was 5 million dollars\n[2]: a chart of sales"
-    assert perception_reward(_response(halluc, "x"), GOLD) == pytest.approx(0.6)
+    assert perception_paper(_response(halluc, "x"), GOLD) == pytest.approx(0.6)
     # "[2]" inside text no longer cuts image 1's evidence (upstream: cut -> EM fails)
     cite = "[1]: The revenue [2] in 2020 was 5 million dollars\n" + NEG
     # pred set adds "2": P = 7/8, R = 1 -> F1 = 14/15; (3 * 14/15 + 1 + 1) / 5 = 0.96
-    assert perception_reward(_response(cite, "x"), GOLD) == pytest.approx(0.96)
-    assert perception_reward("<answer>x</answer>", GOLD) == 0.0  # no evidence block
+    assert perception_paper(_response(cite, "x"), GOLD) == pytest.approx(0.96)
+    assert perception_paper("<answer>x</answer>", GOLD) == 0.0  # no evidence block
 
 
 def test_perception_six_images_normalised_in_paper_mode() -> None:
     gold = "<evidence>" + "\n".join(f"[{i}]: fact number {i} is here" for i in range(1, 7)) + "</evidence>"
     resp = "<evidence>" + "\n".join(f"[{i}]: fact number {i} is here" for i in range(1, 7)) + "</evidence>"
-    assert perception_reward(resp, gold) == 1.0
-    assert perception_reward(resp, gold, mode="upstream") == 18.0  # 6 * 3, never normalised
+    assert perception_paper(resp, gold) == 1.0
+    assert perception_upstream(resp, gold) == 18.0  # 6 * 3, never normalised
 
 
 def test_derivation_paper() -> None:
-    assert derivation_reward(_response("", "5 million dollars"), GOLD) == 1.0
+    assert derivation_paper(_response("", "5 million dollars"), GOLD) == 1.0
     # {5, million} vs {5, million, dollars}: P = 1, R = 2/3 -> F1 = 0.8
-    assert derivation_reward(_response("", "5 million"), GOLD) == pytest.approx(0.8)
-    assert derivation_reward(_response("", "5 million"), "5 million dollars") == pytest.approx(0.8)
+    assert derivation_paper(_response("", "5 million"), GOLD) == pytest.approx(0.8)
+    assert derivation_paper(_response("", "5 million"), "5 million dollars") == pytest.approx(0.8)
     # insufficient context: the gold becomes "insufficient to answer" (Eq. 12)
     refusal = _response("", "Insufficient to answer.")
-    assert derivation_reward(refusal, GOLD, sufficient=False) == 1.0
-    assert derivation_reward(_response("", "$5,000,000"), GOLD) == 0.0
-    assert derivation_reward("<answer>5 million dollars", GOLD) == 0.0  # truncated, no closing tag
+    assert derivation_paper(refusal, GOLD, sufficient=False) == 1.0
+    assert derivation_paper(_response("", "$5,000,000"), GOLD) == 0.0
+    assert derivation_paper("<answer>5 million dollars", GOLD) == 0.0  # truncated, no closing tag
 
 
 def test_format_and_punishments() -> None:
@@ -184,9 +186,9 @@ def test_format_and_punishments() -> None:
 
 def test_upstream_gold_without_block_raises() -> None:
     with pytest.raises(GoldFormatError, match="no <answer> block"):
-        derivation_reward("<answer>x</answer>", "x", mode="upstream")
+        derivation_upstream("<answer>x</answer>", "x")
     with pytest.raises(IndexError):
-        perception_reward("<evidence>[1]: x</evidence>", "x", mode="upstream")
+        perception_upstream("<evidence>[1]: x</evidence>", "x")
 
 
 def test_paper_rewards_scopes() -> None:

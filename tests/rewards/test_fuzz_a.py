@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from evidra.rewards import boxes, evisrag, lat, scopes, text
+from evidra.metrics import qa, text
+from evidra.rewards import boxes, evisrag, lat_scoring, scopes
 
 FRAGMENTS = [
     "<think>", "</think>", "<answer>", "</answer>", "<observe>", "</observe>", "<evidence>", "</evidence>",
@@ -86,14 +87,15 @@ def test_parsers_never_raise(s: str) -> None:
 @FAST
 @given(model_text, st.sampled_from(["John Williams", "", "1,234", "No answer", "中文"]), st.booleans())
 def test_lat_rewards_in_range(s: str, gold: str, answerable: bool) -> None:
-    for mode in ("paper", "upstream"):
-        assert 0.0 <= lat.accuracy_reward(s, gold, answerable=answerable, mode=mode) <= 1.0
-        g = lat.ground_reward(s, [10, 10, 200, 60], 0 if answerable else None, mode=mode)
+    for rules in lat_scoring.LAT_RULES:
+        r = lat_scoring.LAT_RULES.get(rules)
+        assert 0.0 <= r.accuracy(s, gold, answerable=answerable) <= 1.0
+        g = r.ground(s, [10, 10, 200, 60], 0 if answerable else None)
         assert g in (0.0, 1.0)
-        step = lat.step_reward(s, gold, PAGES, FuzzSimilarity(), answerable=answerable, mode=mode)
+        step = lat_scoring.step_reward(s, gold, PAGES, FuzzSimilarity(), answerable=answerable, rules=r)
         assert step in (0.0, 0.5, 1.0)
-    assert lat.format_reward(s) in (-1.0, 1.0)
-    assert lat.eval_accuracy(s, gold) in (0, 1)
+    assert lat_scoring.format_reward(s) in (-1.0, 1.0)
+    assert lat_scoring.eval_accuracy(s, gold) in (0, 1)
 
 
 @FAST
@@ -101,16 +103,16 @@ def test_lat_rewards_in_range(s: str, gold: str, answerable: bool) -> None:
 def test_evisrag_rewards_in_range(s: str, length: int) -> None:
     gold = "<evidence>[1]: revenue was 5 million dollars\n[2]: no relevant information</evidence>"
     gold += "<answer>5</answer>"
-    assert 0.0 <= evisrag.perception_reward(s, gold) <= 1.0
-    assert 0.0 <= evisrag.perception_reward(s, gold, mode="upstream") <= 18.0
-    assert 0.0 <= evisrag.derivation_reward(s, gold) <= 1.0
-    assert 0.0 <= evisrag.derivation_reward(s, gold, mode="upstream") <= 1.0
+    assert 0.0 <= evisrag.perception_paper(s, gold) <= 1.0
+    assert 0.0 <= evisrag.perception_upstream(s, gold) <= 18.0
+    assert 0.0 <= evisrag.derivation_paper(s, gold) <= 1.0
+    assert 0.0 <= evisrag.derivation_upstream(s, gold) <= 1.0
     assert evisrag.format_reward(s) in (0.0, 1.0)
     assert evisrag.observe_punishment(s) in (-1.0, 0.0) and evisrag.think_punishment(s) in (-1.0, 0.0)
     assert -1.0 <= evisrag.soft_overlong_punishment(length) <= 0.0
     scores = evisrag.sum_all(s, length, gold)
     assert -4.0 <= scores["overall"] <= 3 + 3 * 18 + 1
-    metrics = evisrag.evaluate_predictions(s, ["5", "no relevant information"])
+    metrics = qa.evaluate_predictions(s, ["5", "no relevant information"])
     assert 0.0 <= float(metrics["f1"]) <= 1.0
 
 

@@ -10,29 +10,27 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidra.eval.metrics import (
-    anls,
-    anls_vrag_upstream,
-    mmlongbench_score,
+from evidra.metrics.anls import anls, anls_vrag_upstream
+from evidra.metrics.mmlongbench import mmlongbench_score
+from evidra.metrics.qa import (
     normalize_slidevqa,
     normalize_vqa,
     relaxed_accuracy,
     slidevqa_f1,
     visrag_accuracy,
 )
-from evidra.rewards.judge import JudgeItem, RuleJudge, parse_verdicts
-from evidra.rewards.lang2act import (
-    Lang2ActReward,
+from evidra.metrics.ranking import mrr_at_k, ndcg_at_k, recall_at_k, vragrl_ndcg, vragrl_ndcg_upstream
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_protocol import JudgeItem, parse_verdicts
+from evidra.rewards.lang2act import lang2act_reward, parse_judge_batch_upstream
+from evidra.rewards.lang2act_format import (
     actionrl_format_score,
     check_strict_format,
     parse_generation,
-    parse_judge_batch_upstream,
     tool_validity,
     validate_tool_content,
 )
-from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k, vragrl_ndcg, vragrl_ndcg_upstream
 from evidra.rewards.vragrl import (
-    VragRLReward,
     compute_format_reward_only,
     compute_score_intended,
     extract_tags,
@@ -42,6 +40,7 @@ from evidra.rewards.vragrl import (
     remove_text_between_tags,
     train_reward_upstream,
     validate_bbox_action,
+    vragrl_reward,
 )
 from evidra.types import Parsed, Sample
 
@@ -93,7 +92,7 @@ def test_vragrl_reward_wrapper_in_range(text: str, retrieved: list[str]) -> None
     sample = Sample(id="s", question="q?", answers=("p2 answer",), gold_pages=("p2",))
     parsed = Parsed(text=text, retrieved=tuple(retrieved))
     for mode in ("paper", "upstream"):
-        result = VragRLReward(judge=RuleJudge(), mode=mode)(parsed, sample)
+        result = vragrl_reward(mode, judge=RuleJudge())(parsed, sample)
         assert result.scored and result.total >= 0.0
         if mode == "paper":
             assert _in01(result.total)
@@ -126,7 +125,8 @@ def test_lang2act_rewards_in_range(text: str) -> None:
     sample = Sample(id="s", question="q?", answers=("Image 1",))
     for stage in ("actionrl", "toolrl"):
         for mode in ("paper", "upstream"):
-            result = Lang2ActReward(stage=stage, judge=RuleJudge(), mode=mode)(Parsed(text=text), sample)
+            variant = stage if mode == "paper" else f"{stage}.upstream"
+            result = lang2act_reward(variant, judge=RuleJudge())(Parsed(text=text), sample)
             assert result.scored and _in01(result.total)
 
 

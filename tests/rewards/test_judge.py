@@ -16,19 +16,10 @@ from typing import Any
 import pytest
 
 from evidra.errors import InvalidInputError
-from evidra.rewards.judge import (
-    LANG2ACT_JUDGE_SYSTEM_PROMPT,
-    DiskCache,
-    HttpJudgeConfig,
-    JudgeItem,
-    MemoryCache,
-    OpenAIJudge,
-    RuleJudge,
-    Verdict,
-    build_messages,
-    parse_verdicts,
-    vragrl_judge_prompt,
-)
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_http import DiskCache, HttpJudgeConfig, MemoryCache, OpenAIJudge
+from evidra.rewards.judge_prompts import LANG2ACT_JUDGE_SYSTEM_PROMPT, build_messages, vragrl_judge_prompt
+from evidra.rewards.judge_protocol import JudgeItem, Verdict, parse_verdicts
 
 pytest.importorskip("httpx")
 

@@ -15,9 +15,12 @@ import pytest
 
 from evidra.config import load_config
 from evidra.errors import ConfigError
-from evidra.methods import MethodConfig, build_task, rl_trainer
-from evidra.rewards.judge import JudgeItem, OpenAIJudge, RuleJudge
+from evidra.keys import KeyPolicy
+from evidra.methods import build_task, rl_trainer
+from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig, build_judge
+from evidra.rewards.judge_http import OpenAIJudge
+from evidra.rewards.judge_protocol import JudgeItem
 from evidra.rl.config import RLConfig
 from evidra.types import Sample, Span, Trajectory
 
@@ -81,14 +84,18 @@ def _openai(url: str, **kw: Any) -> JudgeConfig:
 def test_build_judge_from_config(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build_judge(JudgeConfig(rule="exact")) == RuleJudge("exact")
     monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test")
-    judge = build_judge(_openai("http://127.0.0.1:9/v1", api_key_env="TEST_JUDGE_KEY"), "lang2act")
+    monkeypatch.delenv("EVIDRA_KEY_HOSTS", raising=False)
+    cfg = _openai("http://127.0.0.1:9/v1", api_key_env="TEST_JUDGE_KEY")
+    judge = build_judge(cfg, "lang2act")
     assert isinstance(judge, OpenAIJudge)
-    assert (judge.config.style, judge.config.api_key, judge.config.model) == (
-        "lang2act",
-        "sk-test",
-        "judge-72b",
-    )
-    assert "sk-test" not in repr(judge.config)  # the key is never printed
+    assert (judge.config.style, judge.config.api_key, judge.config.model) == ("lang2act", None, "judge-72b")
+    assert judge.client_config.key() is None  # a recipe's URL: the key stays home
+    monkeypatch.setenv("EVIDRA_KEY_HOSTS", "TEST_JUDGE_KEY@127.0.0.1:9")
+    assert judge.client_config.key() == "sk-test"  # ... unless the user's environment allows the pair
+    user_named = build_judge(cfg, "lang2act", key_policy=KeyPolicy())
+    monkeypatch.delenv("EVIDRA_KEY_HOSTS")
+    assert isinstance(user_named, OpenAIJudge) and user_named.client_config.key() == "sk-test"
+    assert "sk-test" not in repr(judge.config) + repr(judge.client_config)  # the key is never printed
 
 
 def _lang2act_trajectory(answer: str) -> Trajectory:
@@ -102,8 +109,9 @@ def test_training_task_asks_the_configured_judge(
 ) -> None:
     url, seen = fake
     monkeypatch.setenv("TEST_JUDGE_KEY", "sk-test")
+    monkeypatch.setenv("EVIDRA_KEY_HOSTS", f"TEST_JUDGE_KEY@{url.split('//')[1]}")  # the user allows it
     task = build_task(
-        MethodConfig(name="lang2act", stage=1, judge=_openai(f"{url}/ok/v1", api_key_env="TEST_JUDGE_KEY"))
+        dict(name="lang2act", stage=1, judge=_openai(f"{url}/ok/v1", api_key_env="TEST_JUDGE_KEY"))
     )
     sample = Sample(id="q", question="Capital of France?", answers=("Paris",))
     right = task.score(sample, _lang2act_trajectory("Paris"))
@@ -117,7 +125,7 @@ def test_training_task_asks_the_configured_judge(
 
 def test_a_failed_judgement_is_unscored_not_zero(fake: tuple[str, list[dict[str, Any]]]) -> None:
     url, seen = fake
-    task = build_task(MethodConfig(name="lang2act", stage=1, judge=_openai(f"{url}/fail/v1", max_retries=2)))
+    task = build_task(dict(name="lang2act", stage=1, judge=_openai(f"{url}/fail/v1", max_retries=2)))
     result = task.score(Sample(id="q", question="Q?", answers=("Paris",)), _lang2act_trajectory("Paris"))
     assert not result.scored and "unscored:judge" in result.components
     assert len(seen) == 3  # one attempt and two bounded retries

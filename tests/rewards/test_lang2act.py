@@ -8,16 +8,20 @@ from typing import Any
 import pytest
 
 from evidra.rewards.base import REWARDS
-from evidra.rewards.judge import JudgeItem, RuleJudge, Verdict, parse_verdicts
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_prompts import lang2act_user_message
+from evidra.rewards.judge_protocol import JudgeItem, Verdict, parse_verdicts
 from evidra.rewards.lang2act import (
     Lang2ActReward,
     actionrl_compute_score_upstream,
-    actionrl_format_score,
-    build_judge_user_message,
-    check_strict_format,
+    lang2act_reward,
     parse_judge_batch_upstream,
-    tool_validity,
     toolrl_compute_score_upstream,
+)
+from evidra.rewards.lang2act_format import (
+    actionrl_format_score,
+    check_strict_format,
+    tool_validity,
     validate_tool_content,
 )
 from evidra.types import Page, Parsed, Sample
@@ -69,7 +73,7 @@ def test_conformance_parse_judge_batch(conformance: Loader) -> None:
 
 
 def test_conformance_build_judge_user_message(conformance: Loader) -> None:
-    _check_cases(conformance("lang2act_build_judge_user_message"), build_judge_user_message)
+    _check_cases(conformance("lang2act_build_judge_user_message"), lang2act_user_message)
 
 
 @pytest.mark.parametrize(
@@ -123,7 +127,7 @@ def test_unscored_judge_is_not_zero() -> None:
 
 
 def test_paper_toolrl_is_binary_tool_validity() -> None:
-    reward = Lang2ActReward(stage="toolrl", judge=RuleJudge())
+    reward = lang2act_reward("toolrl", judge=RuleJudge())
     result = reward(Parsed(text=VALID), _sample(pages=3))
     assert result.total == pytest.approx(0.8 * 1.0 + 0.2 * 1.0)
     bad_tool = VALID.replace("read_numeric_value", "zoom_in")
@@ -134,7 +138,7 @@ def test_paper_toolrl_is_binary_tool_validity() -> None:
 
 
 def test_upstream_toolrl_wrapper_matches_released_formula() -> None:
-    reward = Lang2ActReward(stage="toolrl", judge=RuleJudge(match="stripped_lower"), mode="upstream")
+    reward = lang2act_reward("toolrl.upstream", judge=RuleJudge(match="stripped_lower"))
     # num_images is always 3 upstream; a 9-tool response has tool score 0.9 -> 0.8 + 0.1 + 0.09
     nine = (
         "<think>Image 2</think><description>"
@@ -150,8 +154,8 @@ def test_actionrl_stage_weights() -> None:
     text_ok = "<think>a</think><description>d</description><answer>7.2 %</answer>"
     text_wrong = "<think>a</think><description>d</description><answer>8</answer>"
     no_format = "<answer>8</answer>"  # the released format check wants all three blocks
-    paper = Lang2ActReward(stage="actionrl", judge=RuleJudge())
-    upstream = Lang2ActReward(stage="actionrl", mode="upstream", judge=RuleJudge())
+    paper = lang2act_reward("actionrl", judge=RuleJudge())
+    upstream = lang2act_reward("actionrl.upstream", judge=RuleJudge())
     assert (
         paper(Parsed(text=text_ok), _sample()).total == upstream(Parsed(text=text_ok), _sample()).total == 1.0
     )

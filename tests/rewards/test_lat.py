@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from evidra.metrics.text import normalize_lat, token_recall
 from evidra.rewards.base import REWARDS
 from evidra.rewards.boxes import (
     lat_extract_metadata,
@@ -18,17 +19,21 @@ from evidra.rewards.boxes import (
     lat_iou_train,
     py_int,
 )
-from evidra.rewards.lat import (
+from evidra.rewards.embedding import StepQuery
+from evidra.rewards.lat import LatReward
+from evidra.rewards.lat_scoring import (
+    LAT_RULES,
+    UPSTREAM,
     LatConfig,
-    LatReward,
-    accuracy_reward,
+    accuracy_paper,
+    accuracy_upstream,
     eval_accuracy,
     format_reward,
-    ground_reward,
+    ground_paper,
+    ground_upstream,
     step_reward,
     stepwise_attribution,
 )
-from evidra.rewards.text import normalize_lat, token_recall
 from evidra.types import Box, EvidenceBox, Page, Parsed, Sample
 
 Same = Callable[[Any, Any], bool]
@@ -85,7 +90,7 @@ def test_accuracy_reward_upstream(case: dict[str, Any], same: Same) -> None:
         # upstream calls int(index_page) unguarded; our API takes a bool, so the caller's int()
         # raises the same class (TypeError / ValueError) for an index that is not an integer
         return [
-            accuracy_reward(c, a, answerable=int(i) != -1, mode="upstream")
+            accuracy_upstream(c, a, answerable=int(i) != -1)
             for c, a, i in zip(_contents(case), kw["answer"], kw["index_page"], strict=True)
         ]
 
@@ -123,7 +128,7 @@ def test_iou_reward_upstream(case: dict[str, Any], same: Same) -> None:
     got = [
         # an index_page that int() rejects makes upstream fall into its except: 0.0; an
         # unmatchable page reproduces that
-        ground_reward(c, s, UNMATCHABLE if py_int(i) is None else py_int(i), mode="upstream")
+        ground_upstream(c, s, UNMATCHABLE if py_int(i) is None else py_int(i))
         for c, s, i in zip(_contents(case), kw["solution"], kw["index_page"], strict=True)
     ]
     _check("lat_iou_reward", case, got, same)
@@ -181,7 +186,7 @@ def test_step_reward_upstream(case: dict[str, Any], same: Same) -> None:
                 sim,
                 answerable=index != -1,
                 single_image=not cands,
-                mode="upstream",
+                rules=UPSTREAM,
             )
         )
         assert sim.n_batches <= 1
@@ -203,31 +208,31 @@ def _coe(steps: list[tuple[str, str, int]], answer: str) -> str:
 
 def test_accuracy_paper_hand_computed() -> None:
     # pred "williams" vs gold "john williams": substring -> EM 1; recall 1/2 -> (1 + 0.5) / 2
-    assert accuracy_reward("<answer>Williams</answer>", "John Williams") == 0.75
+    assert accuracy_paper("<answer>Williams</answer>", "John Williams") == 0.75
     # no overlap: EM 0, recall 0
-    assert accuracy_reward("<answer>Paris</answer>", "Lyon") == 0.0
+    assert accuracy_paper("<answer>Paris</answer>", "Lyon") == 0.0
     # missing tag / empty answer are 0 in paper mode (upstream: 'unkonw' / 0.5)
-    assert accuracy_reward("Paris", "Paris") == 0.0
-    assert accuracy_reward("<answer> . </answer>", "Paris") == 0.0
+    assert accuracy_paper("Paris", "Paris") == 0.0
+    assert accuracy_paper("<answer> . </answer>", "Paris") == 0.0
     # box citations are removed; numbers with units and percents keep their digits
     text = '<answer>12.5% Bounding box: {"bbox_2d": [1, 2, 3, 4], "Image_index": 1}</answer>'
-    assert accuracy_reward(text, "12.5%") == 1.0
+    assert accuracy_paper(text, "12.5%") == 1.0
     # "1 - 2": paper normalisation gives "1 2" on both sides
-    assert accuracy_reward("<answer>1 2</answer>", "1 - 2") == 1.0
-    assert accuracy_reward("<answer>1 2</answer>", "1 - 2", mode="upstream") == 0.5  # "1  2" != "1 2"
+    assert accuracy_paper("<answer>1 2</answer>", "1 - 2") == 1.0
+    assert accuracy_upstream("<answer>1 2</answer>", "1 - 2") == 0.5  # "1  2" != "1 2"
     # unicode
-    assert accuracy_reward("<answer>Ünïcode Straße</answer>", "ünïcode straße") == 1.0
+    assert accuracy_paper("<answer>Ünïcode Straße</answer>", "ünïcode straße") == 1.0
     # paper mode also strips the cold-start box syntax and lower-case labels (upstream keeps them:
     # "paris bounding box bbox2d 1 2 3 4 imageindex 1" contains "paris", recall 1 -> 1.0 anyway)
     cold = "<answer>Paris. bounding box: (bbox_2d: (1, 2, 3, 4), Image_index: 1)</answer>"
-    assert accuracy_reward(cold, "Paris") == 1.0
-    assert accuracy_reward(cold, "Paris France") == 0.75  # "paris" in gold, recall 1/2
+    assert accuracy_paper(cold, "Paris") == 1.0
+    assert accuracy_paper(cold, "Paris France") == 0.75  # "paris" in gold, recall 1/2
 
 
 def test_accuracy_unanswerable() -> None:
-    assert accuracy_reward("<answer>No answer.</answer>", "x", answerable=False) == 1.0
-    assert accuracy_reward("<answer>I cannot find it</answer>", "x", answerable=False) == 0.0
-    assert accuracy_reward("<answer>I cannot find it</answer>", "x", answerable=False, mode="upstream") == 1.0
+    assert accuracy_paper("<answer>No answer.</answer>", "x", answerable=False) == 1.0
+    assert accuracy_paper("<answer>I cannot find it</answer>", "x", answerable=False) == 0.0
+    assert accuracy_upstream("<answer>I cannot find it</answer>", "x", answerable=False) == 1.0
 
 
 def test_format_reward_cases() -> None:
@@ -240,35 +245,35 @@ def test_ground_paper() -> None:
     good = _coe(
         [("s.", "10, 10, 100, 50", 2)], 'X Bounding box: {"bbox_2d": [10, 10, 100, 50], "Image_index": 2}'
     )
-    assert ground_reward(good, [10, 10, 100, 50], 1) == 1.0
-    assert ground_reward(good, [10, 10, 100, 50], 0) == 0.0  # wrong page
+    assert ground_paper(good, [10, 10, 100, 50], 1) == 1.0
+    assert ground_paper(good, [10, 10, 100, 50], 0) == 0.0  # wrong page
     # IoU([0,0,10,10],[0,0,10,20]) = 100/200 = 0.5, not > 0.5
     box = 'Bounding box: {"bbox_2d": [0, 0, 10, 10], "Image_index": 1}'
     half = f"<think>The cell. {box}</think><answer>X {box}</answer>"
-    assert ground_reward(half, [0, 0, 10, 20], 0) == 0.0
-    assert ground_reward(half, [0, 0, 10, 10], 0) == 1.0
+    assert ground_paper(half, [0, 0, 10, 20], 0) == 0.0
+    assert ground_paper(half, [0, 0, 10, 10], 0) == 1.0
     # Eq. 9 with B_ans in the chain's boxes: an answer box the reasoning never cites earns nothing,
     # in the paper's syntax or another accepted one, on another page, or with other coordinates
     uncited = f"<answer>X {box}</answer>"
-    assert ground_reward(uncited, [0, 0, 10, 10], 0) == 0.0
-    assert ground_reward(uncited, [0, 0, 10, 10], 0, mode="upstream") == 0.0
+    assert ground_paper(uncited, [0, 0, 10, 10], 0) == 0.0
+    assert ground_upstream(uncited, [0, 0, 10, 10], 0) == 0.0
     other_page = f"<think>s. {box.replace('1}', '2}')}</think><answer>X {box}</answer>"
-    assert ground_reward(other_page, [0, 0, 10, 10], 0) == 0.0
+    assert ground_paper(other_page, [0, 0, 10, 10], 0) == 0.0
     nearby = f"<think>s. {box.replace('10, 10]', '10, 11]')}</think><answer>X {box}</answer>"
-    assert ground_reward(nearby, [0, 0, 10, 10], 0) == 0.0
+    assert ground_paper(nearby, [0, 0, 10, 10], 0) == 0.0
     spaced = '<think>s. Bounding box: {"bbox_2d": [0,0,10,10], "Image_index": 1}</think>'
-    assert ground_reward(f"{spaced}<answer>X {box}</answer>", [0, 0, 10, 10], 0) == 1.0
+    assert ground_paper(f"{spaced}<answer>X {box}</answer>", [0, 0, 10, 10], 0) == 1.0
     # only the FIRST answer box is B_ans; a second, correct box does not count
     two = (
         '<think>a. {"bbox_2d": [50, 50, 60, 60], "Image_index": 1} b. {"bbox_2d": [0, 0, 10, 10], '
         '"Image_index": 1}</think><answer>X {"bbox_2d": [50, 50, 60, 60], "Image_index": 1}, '
         '{"bbox_2d": [0, 0, 10, 10], "Image_index": 1}</answer>'
     )
-    assert ground_reward(two, [0, 0, 10, 10], 0) == 0.0
-    assert ground_reward("<answer>No answer</answer>", None, None) == 1.0
-    assert ground_reward("<answer>Paris</answer>", None, None) == 0.0
+    assert ground_paper(two, [0, 0, 10, 10], 0) == 0.0
+    assert ground_paper("<answer>No answer</answer>", None, None) == 1.0
+    assert ground_paper("<answer>Paris</answer>", None, None) == 0.0
     inverted = '<answer>{"bbox_2d": [10, 10, 0, 0], "Image_index": 1}</answer>'
-    assert ground_reward(inverted, [0, 0, 10, 10], 0) == 0.0
+    assert ground_paper(inverted, [0, 0, 10, 10], 0) == 0.0
 
 
 class ConstSimilarity:
@@ -279,6 +284,10 @@ class ConstSimilarity:
     def score(self, crops: Sequence[Image.Image], texts: Sequence[str]) -> list[float]:
         self.texts += list(texts)
         return [self.scores.get(t, self.default) for t in texts]
+
+    def score_steps(self, queries: Sequence[StepQuery]) -> list[float]:
+        """The same scores as a ``StepSimilarity`` (what ``LatReward`` asks)."""
+        return self.score([], [q.text for q in queries])
 
 
 PAGE = [Image.new("RGB", (1000, 1400))]
@@ -295,7 +304,7 @@ def test_step_paper_hand_computed() -> None:
     # S < tau but I <= delta: paper Eq. 8 still gives 0.5 (upstream gives 0)
     low = ConstSimilarity({"The table.": 0.2})
     assert step_reward(two, "John Williams", PAGE, low, single_image=True) == 0.5
-    assert step_reward(two, "John Williams", PAGE, low, single_image=True, mode="upstream") == 0.0
+    assert step_reward(two, "John Williams", PAGE, low, single_image=True, rules=UPSTREAM) == 0.0
     # gate: R_acc("Paris", "John Williams") = 0 < 0.4
     assert (
         step_reward(two.replace("John Williams", "Paris"), "John Williams", PAGE, sim, single_image=True)
@@ -317,8 +326,7 @@ def test_step_paper_repeated_and_out_of_page_boxes() -> None:
     one = _coe([("A.", "10, 10, 200, 60", 1)], "John Williams")
     assert step_reward(one, "John Williams", PAGE, ConstSimilarity({}), single_image=True) == 1.0
     assert (
-        step_reward(one, "John Williams", PAGE, ConstSimilarity({}), single_image=True, mode="upstream")
-        == 0.0
+        step_reward(one, "John Williams", PAGE, ConstSimilarity({}), single_image=True, rules=UPSTREAM) == 0.0
     )
     # no think / no boxes -> 0
     assert step_reward("<answer>John Williams</answer>", "John Williams", PAGE, ConstSimilarity({})) == 0.0
@@ -364,11 +372,11 @@ def test_answerable_sample_without_gold_box_never_grounds(tmp_path: Any) -> None
     Image.new("RGB", (1000, 1400)).save(path)
     page = Page(id="p1", image_path=str(path), width=1000, height=1400)
     boxless = Sample(id="s", question="who?", answers=("John Williams",), pages=(page,), gold_pages=("p1",))
-    reward = LatReward(components=("ground",))
+    reward = LatReward(weights={"ground": 1.0})
     refusal = _coe([("A.", "10, 10, 200, 60", 1)], "No answer")
     boxed = _coe([("A.", "10, 10, 200, 60", 1)], "John Williams " + BOX.format("10, 10, 200, 60", 1))
-    for mode in ("paper", "upstream"):
-        scored = LatReward(components=("ground",), mode=mode)  # type: ignore[arg-type]
+    for rules in LAT_RULES:
+        scored = LatReward(rules=LAT_RULES.get(rules), weights={"ground": 1.0})
         assert scored(Parsed(text=refusal), boxless).components["ground"] == 0.0
         assert scored(Parsed(text=boxed), boxless).components["ground"] == 0.0
     unanswerable = Sample(id="u", question="who?", answers=("No answer",), pages=(page,), answerable=False)
@@ -389,12 +397,12 @@ def test_score_group_makes_one_similarity_call(tmp_path: Any) -> None:
     class Counting(ConstSimilarity):
         calls = 0
 
-        def score(self, crops: Sequence[Image.Image], texts: Sequence[str]) -> list[float]:
+        def score_steps(self, queries: Sequence[StepQuery]) -> list[float]:
             Counting.calls += 1
-            return super().score(crops, texts)
+            return super().score_steps(queries)
 
     sim = Counting({})
-    results = LatReward(components=("step",), similarity=sim).score_group(
+    results = LatReward(weights={"step": 1.0}, similarity=sim).score_group(
         [Parsed(text=t) for t in texts], sample
     )
     assert [r.total for r in results] == [1.0, 0.0, 0.0]

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import pytest
 
 from evidra.errors import InvalidInputError
-from evidra.eval.metrics import anls_vrag_upstream
+from evidra.metrics.anls import anls_vrag_upstream
+from evidra.metrics.ranking import vragrl_ndcg_upstream
 from evidra.rewards.base import REWARDS, RewardResult
-from evidra.rewards.judge import JudgeItem, RuleJudge, Verdict
-from evidra.rewards.ranking import vragrl_ndcg_upstream
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_protocol import JudgeItem, Verdict
 from evidra.rewards.vragrl import (
+    VRAGRL_RULES,
     UnknownDataSourceError,
     VragRLReward,
-    VragRLWeights,
     compute_format_reward_only,
     compute_score_intended,
     extract_tags,
@@ -27,6 +29,7 @@ from evidra.rewards.vragrl import (
     remove_text_between_tags,
     train_reward_upstream,
     validate_bbox_action,
+    vragrl_reward,
 )
 from evidra.types import Parsed, Sample, Span, Trajectory
 
@@ -185,6 +188,9 @@ class _ScriptedJudge:
         return [Verdict(self.values.pop(0), None if v is not None else "down") for v in list(items)]
 
 
+UPSTREAM = partial(vragrl_reward, "upstream")
+
+
 def _sample() -> Sample:
     return Sample(id="s1", question="What is the revenue?", answers=("12.5 bn",), gold_pages=("doc_5",))
 
@@ -239,10 +245,10 @@ def test_reward_upstream_mode_matches_train_reward() -> None:
         "<answer>12.5 bn</answer>"
     )
     judge = _ScriptedJudge([True])
-    result = VragRLReward(judge=judge, mode="upstream")(_parsed(text, ["doc_4", "doc_5"]), _sample(), None)
+    result = UPSTREAM(judge=judge)(_parsed(text, ["doc_4", "doc_5"]), _sample(), None)
     want = train_reward_upstream(text, "rag", ["x/doc_4.jpg", "x/doc_5.jpg"], "doc.pdf", [5], 1.0)
     assert result.total == want
-    gated = VragRLReward(judge=_ScriptedJudge([]), mode="upstream")(
+    gated = VragRLReward(judge=_ScriptedJudge([]), rules=VRAGRL_RULES.get("upstream"))(
         _parsed("<answer>a</answer>", []), _sample()
     )
     assert gated.total == 0.0
@@ -260,7 +266,9 @@ def test_batch_scoring_calls_judge_once() -> None:
 
 def test_weights_validated_and_registry_names() -> None:
     with pytest.raises(InvalidInputError, match="sum to 1"):
-        VragRLWeights(0.5, 0.5, 0.5)
+        VragRLReward(weights={"retrieval": 0.5, "answer": 0.5, "pattern": 0.5})
+    with pytest.raises(InvalidInputError, match="did you mean 'pattern'"):
+        VragRLReward().reweighted({"patern": 0.1})
     for name in ("vragrl.retrieval", "vragrl.pattern", "vragrl.answer", "vragrl.total", "vragrl.upstream"):
         assert name in REWARDS
     rule = VragRLReward(judge=RuleJudge())
@@ -282,7 +290,7 @@ def test_paper_mode_ignores_injected_observation_text() -> None:
     assert judge.calls == [] and paper.total == 0.0
     assert paper.components == {"retrieval": 0.0, "answer": 0.0, "pattern": 0.0}
     upstream_judge = _ScriptedJudge([False])
-    upstream = VragRLReward(judge=upstream_judge, mode="upstream")(_parsed(full, []), _sample())
+    upstream = UPSTREAM(judge=upstream_judge)(_parsed(full, []), _sample())
     assert upstream.total == pytest.approx(0.1)  # the released bug: pattern passes on injected text
     assert upstream_judge.calls[0][0].generated == " Beijing "
 

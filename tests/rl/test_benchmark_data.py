@@ -11,7 +11,7 @@ import pytest
 
 from evidra.cli.main import main
 from evidra.errors import ConfigError, InvalidInputError
-from evidra.methods import MethodConfig, build_task, named_task
+from evidra.methods import build_task, named_task
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import TASKS, task_samples, usable
 from evidra.types import Page, Sample
@@ -107,7 +107,7 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
     assert main([*evaluate, "--data", str(FIX / "slidevqa" / "test.jsonl"), "--option", "n_slides=3"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["n_queries"] == 1 and metrics["recall@3"] == 1.0 and metrics["recall@1"] in (0.0, 0.5)
-    task = build_task(MethodConfig(name="vragrl", index=str(idx)))
+    task = build_task(dict(name="vragrl", index=str(idx)))
     (sample,) = task_samples(task, _slides("vragrl"))
     assert sample.gold_pages == ("deck-a_2", "deck-a_3")
     env = task.make_env(sample)
@@ -119,7 +119,7 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
     from evidra.retrieval.server import SearchService
 
     with open_index(idx) as engine, SearchService(engine.retriever, n_pages=3).running() as url:
-        served_task = build_task(MethodConfig(name="vragrl", index=url))
+        served_task = build_task(dict(name="vragrl", index=url))
         (remote,) = task_samples(served_task, _slides("vragrl"))
         served = served_task.make_env(remote)
         served.reset(remote)
@@ -127,7 +127,7 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
     # an index that lacks a gold page can never earn VRAG-RL's retrieval reward: refused
     assert main(["index", "delete", "--index", str(idx), "deck-a_3"]) == 0
     with pytest.raises(InvalidInputError, match=r"lacks 1 gold pages.*deck-a_3"):
-        task_samples(build_task(MethodConfig(name="vragrl", index=str(idx))), _slides("vragrl"))
+        task_samples(build_task(dict(name="vragrl", index=str(idx))), _slides("vragrl"))
 
 
 def test_index_build_dataset_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -142,13 +142,13 @@ def test_lat_colqwen2_loads_the_retriever_from_its_checkpoint(
     tiny_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
     from evidra.errors import ConfigError
-    from evidra.methods import MethodConfig, build_task
+    from evidra.methods import build_task
     from evidra.rl.config import DataConfig
 
     with pytest.raises(ConfigError, match=r"needs method\.similarity_checkpoint"):
         named_task("lat.colqwen2")  # the alias names no checkpoint
     checkpoint = str(tiny_dirs["colqwen2"])
-    task = build_task(MethodConfig(name="lat", similarity="colqwen2", similarity_checkpoint=checkpoint))
+    task = build_task(dict(name="lat", similarity="colqwen2", similarity_checkpoint=checkpoint))
     sample = next(s for s in task.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)
     assert task.oracle is not None
     parsed = task.parse(task.oracle(sample)[-1].plain_text)

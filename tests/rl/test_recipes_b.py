@@ -200,10 +200,10 @@ def test_vragrl_answer_without_search_paper_and_released(small_vlm: Any, tmp_pat
     a <search> in the decoded response. After an invalid action the released check also reads the
     environment's message, whose instructions name both tags: the gate passes without a search
     (0.7 + 0.1 + 0.2 * 0), where the paper still gives 0.7."""
-    from evidra.methods import MethodConfig, build_task
+    from evidra.methods import build_task
 
-    paper = build_task(MethodConfig(name="vragrl"))
-    released = build_task(MethodConfig(name="vragrl", reward_mode="upstream"))
+    paper = build_task(dict(name="vragrl"))
+    released = build_task(dict(name="vragrl", reward_mode="upstream"))
     sample = paper.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
     answer = f"<think>I know it.</think><answer>{sample.answers[0]}</answer>"
     after_invalid, direct = ["<think>zoom</think><bbox>[5, 5, 1, 1]</bbox>", answer], [answer]
@@ -221,13 +221,13 @@ def test_vragrl_answer_without_search_paper_and_released(small_vlm: Any, tmp_pat
 
 
 def test_vragrl_released_reward_keeps_the_judge_and_full_marks(small_vlm: Any, tmp_path: Path) -> None:
-    from evidra.methods import MethodConfig, build_task
+    from evidra.methods import build_task
     from evidra.rewards.judge import RuleJudge
     from evidra.rewards.judge_config import JudgeConfig
     from evidra.rewards.vragrl import VragRLReward
 
     judge = JudgeConfig(kind="rule", rule="exact")
-    released = build_task(MethodConfig(name="vragrl", judge=judge, reward_mode="upstream"))
+    released = build_task(dict(name="vragrl", judge=judge, reward_mode="upstream"))
     sample = released.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
     q, a = sample.question, sample.answers[0]
     right = [f"<think>a</think><search>{q}</search>", f"<think>c</think><answer>{a}</answer>"]
@@ -236,7 +236,7 @@ def test_vragrl_released_reward_keeps_the_judge_and_full_marks(small_vlm: Any, t
     (result,) = released.score_episodes(small_vlm, episodes)
     assert result.total == pytest.approx(0.7 * 1 + 0.1 * 1 + 0.2 * 1.0)  # rm.py's order of terms
     reward = released.reward
-    assert isinstance(reward, VragRLReward) and reward.mode == "upstream"  # the judge kept the mode
+    assert isinstance(reward, VragRLReward) and reward.rules.name == "upstream"  # the judge kept the rules
     assert reward.judge == RuleJudge("exact")  # and the mode kept the judge
 
 
@@ -251,7 +251,10 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
 
     from evidra.errors import ConfigError
     from evidra.methods import check_config
-    from evidra.methods.cave import outcome
+    from evidra.paradigms.zoom_agent import ZoomAgent
+    from evidra.rewards.cave_reward import CaveReward
+
+    outcome = CaveReward(parse=ZoomAgent().parse).outcome
     from evidra.rewards.cave import Outcome
     from evidra.rl.tasks import task_samples
 
@@ -262,8 +265,7 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
         (page,) = s.pages
         assert s.gold_evidence[page.id] == s.extras["perception"] and s.answers
     cfg = load_config(RLConfig, ROOT / "configs" / "cave.yaml", [])
-    assert cfg.method.judge is not None
-    assert (cfg.data.synthetic, cfg.data.size, cfg.method.judge.rule) == (
+    assert (cfg.data.synthetic, cfg.data.size, cfg.method["judge"]["rule"]) == (
         ("tracer", "tunnel"),
         5000,
         "braced",
@@ -279,12 +281,15 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     assert [s.dataset for s in chain] == ["tunnel_chain"] * 2
     with pytest.raises(ConfigError, match=r"remove data\.synthetic"):
         task_samples(named_task("lat"), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",)))
-    for bad, match in ((["data.synthetic=[tracr]"], r"did you mean 'tracer"),
-                       (["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
-                       (["method.name=lat", "method.judge.rule=", "data.synthetic=[tracer]"],
-                        "remove data.synthetic")):  # fmt: skip
+    cases = [
+        ("cave", ["data.synthetic=[tracr]"], r"did you mean 'tracer"),
+        ("cave", ["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
+        ("lat", ["data.synthetic=[tracer]"], "remove data.synthetic"),
+        ("cave", ["method.name=lat"], r"method\.judge is no option of method 'lat'"),
+    ]
+    for recipe, bad, match in cases:
         with pytest.raises(ConfigError, match=match):
-            check_config(load_config(RLConfig, ROOT / "configs" / "cave.yaml", ["model.path=x", *bad]))
+            check_config(load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", ["model.path=x", *bad]))
 
 
 def test_tiny_cave_recipe_trains_from_the_cli_on_its_samples(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from evidra.config import load_config
 from evidra.errors import ConfigError
-from evidra.methods import MethodConfig, build_task, check_config, rl_trainer
+from evidra.methods import build_task, check_config, rl_trainer
 from evidra.models.generation import Generation
 from evidra.rewards.base import RewardResult
 from evidra.rl.config import RLConfig
@@ -136,11 +136,11 @@ def test_evisrag_upstream_recipe_trains_with_router_advantages_and_scoped_loss(
 
 def test_reward_mode_selects_the_released_evisrag_reward() -> None:
 
-    paper = build_task(MethodConfig(name="evisrag"))
-    upstream = build_task(MethodConfig(name="evisrag", reward_mode="upstream"))
+    paper = build_task(dict(name="evisrag"))
+    upstream = build_task(dict(name="evisrag", reward_mode="upstream"))
     assert paper.scope_names == ("observe", "evidence", "think", "answer")
     assert upstream.scope_names == ("accuracy", "evidence", "format", "overlong", "isObserve", "isThink")
-    assert build_task(MethodConfig(name="evisrag", weights={"format": 0.0})).reward != paper.reward
+    assert build_task(dict(name="evisrag", weights={"format": 0.0})).reward != paper.reward
 
 
 def test_reward_mode_and_router_are_checked_before_loading(tmp_path: Path) -> None:

@@ -88,9 +88,10 @@ def with_pages(samples: list[Any], args: argparse.Namespace) -> list[Any]:
 
     searcher = None
     if args.index:
+        from evidra.keys import KeyPolicy
         from evidra.retrieval.engine import open_searcher
 
-        searcher = open_searcher(args.index)
+        searcher = open_searcher(args.index, key_policy=KeyPolicy())  # --index is the user's flag
     return top_pages(samples, args.pages_per_question, searcher)
 
 

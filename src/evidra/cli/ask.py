@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from evidra.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from evidra.rag import RAG, Answer, Citation
+    from evidra.rag import RAG
 
 
 def register(subparsers: Any) -> None:
@@ -45,7 +45,22 @@ def register(subparsers: Any) -> None:
         help="index directory or `evidra serve-index` URL to retrieve pages from (repeat: hybrid RRF); "
         "default: the index registered in the store by `evidra index build --store`",
     )
+    p.add_argument(
+        "--encoder",
+        default="",
+        metavar="DIR",
+        help="encoder checkpoint of a visual --index, if moved since `index build` "
+        "(default: the one it recorded)",
+    )
     p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages to retrieve (default: 3)")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only pages whose document matches: file=NAME, doc=ID, page=N, title=TEXT or a --meta key "
+        "of ingest (repeatable: one key's values are alternatives, different keys must all match)",
+    )
     p.add_argument("--page", action="append", default=[], metavar="ID", help="page id to show (repeatable)")
     p.add_argument(
         "--max-pages",
@@ -58,13 +73,18 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dtype", default="auto", help="model weights: auto (bfloat16 on a GPU) | float32 | bfloat16"
     )
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens the model may write")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--max-pixels", type=int, default=None, help="image pixel limit per page")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
-        "--paradigm", default="coe", help="output format: coe (cited steps), direct, evidence, toolchain..."
+        "--paradigm",
+        default=None,
+        help="output format: coe (cited steps, the default), direct, evidence, toolchain...",
     )
+    p.add_argument("--method", default=None, metavar="NAME",
+                   help="answer in the format a method's model was trained to write (lat: coe, evisrag: "
+                   "evidence, ...; evidra.methods.METHODS)")  # fmt: skip
     p.add_argument("--verify", action="store_true", help="check each evidence step (needs --paradigm coe)")
     p.add_argument(
         "--retriever", default=None, metavar="PATH", help="ColQwen2 checkpoint or hub id for --verify"
@@ -79,79 +99,36 @@ def _similarity(retriever: str | None, device: str) -> Any:
     return ColQwen2Similarity.load(retriever, device=device) if retriever else TextOverlapSimilarity()
 
 
-def verification_records(verdicts: list[Any]) -> list[dict[str, Any]]:
-    """``StepVerdict`` records (``verify_steps``) as JSON, with the keys of ``citation_record``."""
-    from evidra.rag import Citation
+def _paradigm(args: argparse.Namespace) -> str:
+    """``--paradigm``, or the paradigm of ``--method``'s policy, or LAT's chain of evidence."""
+    if args.method is None:
+        return str(args.paradigm or "coe")
+    from evidra.methods import get_method
 
-    return [
-        citation_record(
-            Citation(v.index, v.text, v.page_id, v.page_index, v.box, v.score, v.supported, v.reason)
-        )
-        for v in verdicts
-    ]
-
-
-def citation_record(c: Citation) -> dict[str, Any]:
-    """A cited step (or the answer's citation, step 0) as JSON: the keys of a verification record."""
-    return {
-        "step": c.step,
-        "text": c.text,
-        "page": c.page_id,
-        "page_index": c.page_index + 1 if c.page_index is not None else None,
-        "box": list(c.box.as_tuple()) if c.box is not None else None,
-        "score": c.score,
-        "supported": c.supported,
-        "reason": c.reason,
-    }
-
-
-def answer_record(answer: Answer) -> dict[str, Any]:
-    return {
-        "question": answer.question,
-        "answer": answer.text,
-        "pages": [p.id for p in answer.pages],
-        "steps": [citation_record(c) for c in answer.steps],
-        "answer_box": citation_record(answer.answer_box) if answer.answer_box else None,
-        "retrieved": [
-            {"rank": i, "page_id": h.page_id, "score": h.score} for i, h in enumerate(answer.retrieved, 1)
-        ],
-        "index": list(answer.index),
-        "finish_reason": answer.finish_reason,
-        "errors": list(answer.errors),
-        "output": answer.output,
-    }
-
-
-def _where(record: dict[str, Any]) -> str:
-    box = "(" + ", ".join(f"{c:g}" for c in record["box"]) + ")" if record["box"] else "(none)"
-    page = f"{record['page']} (image {record['page_index']})" if record["page"] else "(none)"
-    return f"page {page} box {box}"
-
-
-def format_citation(record: dict[str, Any]) -> str:
-    """One human line per cited step: number, page, box, then the step text."""
-    name = "answer" if record["step"] == 0 else f"step {record['step']}"
-    return f"{name}: {_where(record)}: {record['text']}"
-
-
-def format_verdict(record: dict[str, Any]) -> str:
-    """One human line per step: number, page, box, verdict and why, then the step text."""
-    verdict = "supported" if record["supported"] else "unsupported"
-    return f"step {record['step']}: {verdict} [{record['reason']}] {_where(record)}: {record['text']}"
+    paradigm = get_method(args.method).paradigm
+    if args.paradigm is not None and args.paradigm != paradigm:
+        raise InvalidInputError(f"--method {args.method} answers in paradigm {paradigm!r}; remove --paradigm")
+    return paradigm
 
 
 def _open(args: argparse.Namespace) -> RAG:
     """Check the options, open store and index, then load the model (the heavy part, last)."""
+    from evidra.cli._outputs import check_output_file
+    from evidra.corpus.metadata import parse_where
     from evidra.devices import resolve_device, resolve_dtype
     from evidra.models.generation import SamplingParams
     from evidra.rag import RAG
 
+    args.paradigm = _paradigm(args)
+    parse_where(args.where)  # a malformed filter fails before anything loads
     if args.verify and not args.paradigm.startswith("coe"):
         raise InvalidInputError(
             f"--verify checks Chain-of-Evidence steps; use --paradigm coe, not {args.paradigm!r}"
         )
     if args.page and args.index:
         raise InvalidInputError("pass --page (pages chosen by hand) or --index (retrieved pages), not both")
+    if args.html:
+        check_output_file(args.html, "--html", "answer.html")  # before minutes of generation
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     return RAG.load(
@@ -165,16 +142,22 @@ def _open(args: argparse.Namespace) -> RAG:
         dtype=dtype,
         device=device,
         max_pixels=args.max_pixels,
+        encoder=args.encoder,
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from evidra.rag import write_html
+    from evidra.rag_view import NO_HITS, answer_record, caption, format_citation, format_verdict, write_html
 
     with _open(args) as rag:
         similarity = _similarity(args.retriever, args.device) if args.verify else None
         answer = rag.ask(
-            args.question, pages=args.page or None, verify=args.verify, similarity=similarity, tau=args.tau
+            args.question,
+            pages=args.page or None,
+            verify=args.verify,
+            similarity=similarity,
+            tau=args.tau,
+            where=args.where,
         )
     if args.html:
         write_html(answer, args.html)
@@ -182,8 +165,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return 0
-    print(f"answer: {answer.text if answer.text is not None else '(no <answer> in the output)'}")
-    print(f"pages:  {', '.join(result['pages'])}")
+    if answer.no_hits:
+        print(f"answer: ({NO_HITS}: {', '.join(answer.index)})")
+    else:
+        print(f"answer: {answer.text if answer.text is not None else '(no <answer> in the output)'}")
+        print(f"pages:  {'; '.join(p.citation for p in answer.pages)}")
     if answer.errors:
         print(f"format: {'; '.join(answer.errors)}")
     steps = result["steps"]
@@ -201,8 +187,7 @@ def run(args: argparse.Namespace) -> int:
     if answer.retrieved:
         print(f"retrieved: top {len(answer.retrieved)} of {', '.join(answer.index)}")
         for i, (hit, page) in enumerate(zip(answer.retrieved, answer.pages, strict=True), 1):
-            source = f"{page.source} p.{page.page_number}"
-            print(f"  {i}. {hit.page_id:<24} {hit.score:10.4f}  {source}")
+            print(f"  {caption(page, i, hit)}  ({page.id})")
     if args.html:
         print(f"html:   {args.html}")
     return 0

@@ -62,20 +62,20 @@ def _distill_parser(sub: Any) -> None:
         "the ids already in --out.",
     )
     _recipe_arguments(p)
-    p.add_argument(
-        "--method", required=True, choices=["lat", "evisrag", "vragrl"], help="distillation recipe"
-    )
+    p.add_argument("--method", default=None, metavar="NAME",
+                   help="the method whose paradigm prompts the teacher and whose filter keeps its "
+                   "trajectories (lat, evisrag, vragrl; default: the recipe's method)")  # fmt: skip
     p.add_argument(
         "--teacher", required=True, metavar="URL", help="teacher's OpenAI-compatible base URL (…/v1)"
     )
     p.add_argument("--teacher-model", required=True, metavar="NAME", help="model name the teacher serves")
     p.add_argument("--annotator", default="", metavar="URL", help="vragrl: grounding model's base URL")
-    p.add_argument("--annotator-model", default="", metavar="NAME")
+    p.add_argument("--annotator-model", default="", metavar="NAME", help="model name at --annotator")
     _api_key_argument(p)
     p.add_argument("--gamma", type=float, default=0.5, help="lat: answer-recall threshold (default 0.5)")
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--concurrency", type=int, default=4, help="questions distilled at once")
+    p.add_argument("--max-tokens", type=int, default=1024, help="per teacher reply")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the large model")
     p.add_argument("--out", required=True, metavar="FILE", help="JSONL of trajectories (appended)")
     p.set_defaults(func=run_distill)
 
@@ -102,7 +102,7 @@ def _multiexpert_parser(sub: Any) -> None:
     p.add_argument("--min-anls", type=float, default=0.5, help="answer ANLS that counts as right")
     p.add_argument("--concurrency", type=int, default=4, help="questions played at once")
     p.add_argument("--max-tokens", type=int, default=1024, help="per large-model turn")
-    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the large model")
     p.add_argument("--out", required=True, metavar="FILE", help="JSONL of episodes (appended)")
     p.set_defaults(func=run_multiexpert)
 
@@ -159,16 +159,40 @@ def _toolbox_parser(sub: Any) -> None:
 # --- shared pieces ---------------------------------------------------------------------------
 
 
-def _recipe(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
-    """The recipe's config, task (with its toolbox and judge) and samples; checked before loading."""
+def _recipe(args: argparse.Namespace, stage: str) -> tuple[Any, Any, list[Any]]:
+    """The recipe's config, task (with its toolbox and judge) and samples; checked before loading.
+    A recipe whose method lists its data stages (``Method.stages``) must list ``stage``."""
     from evidra.config import load_config
-    from evidra.methods import check_config
+    from evidra.methods import check_config, resolve
     from evidra.rl.config import RLConfig
     from evidra.rl.tasks import task_samples
 
     cfg = load_config(RLConfig, args.config, args.overrides)
     task = check_config(cfg)
+    resolved = resolve(cfg)
+    if resolved is not None and stage not in resolved.method.stages:
+        name, stages = resolved.method.name, ", ".join(resolved.method.stages) or "none"
+        raise ConfigError(f"evidra data {stage} builds no data of method {name!r} (its stages: {stages})")
     return cfg, task, task_samples(task, cfg.data)
+
+
+def _distill_method(args: argparse.Namespace) -> Any:
+    """The method of ``--method`` (else the recipe's), which must have a distillation filter."""
+    from evidra.config import load_config
+    from evidra.methods import METHODS, get_method, resolve
+    from evidra.rl.config import RLConfig
+
+    name = args.method
+    if name is None:
+        resolved = resolve(load_config(RLConfig, args.config, args.overrides))
+        name = resolved.method.name if resolved is not None else None
+    method = get_method(name) if name else None
+    if method is None or method.distill is None:
+        able = [n for n in METHODS.names() if METHODS.get(n).distill is not None]
+        raise ConfigError(
+            f"--method {name or '(none)'} has no distillation filter; use one of {', '.join(able)}"
+        )
+    return method
 
 
 def _policy(model: str | None, cfg: Any, out: Path) -> Any:
@@ -197,12 +221,14 @@ def _sampling(cfg: Any) -> tuple[Any, Any]:
 
 def run_distill(args: argparse.Namespace) -> int:
     from evidra.data.construction.distill import distill
-    from evidra.eval.endpoint import ChatEndpoint
+    from evidra.models.endpoint import ChatEndpoint
+    from evidra.paradigms import PARADIGMS
 
-    if args.method == "vragrl" and not (args.annotator and args.annotator_model):
+    method = _distill_method(args)
+    if method.name == "vragrl" and not (args.annotator and args.annotator_model):
         logger.warning("vragrl without --annotator: the teacher's boxes are kept as written")
     check_api_key_env(args.api_key_env, "--api-key-env")
-    _, _, samples = _recipe(args)
+    _, _, samples = _recipe(args, "distill")
     teacher = ChatEndpoint(args.teacher, args.teacher_model, api_key_env=args.api_key_env)
     annotator = (
         ChatEndpoint(args.annotator, args.annotator_model, api_key_env=args.api_key_env)
@@ -210,7 +236,8 @@ def run_distill(args: argparse.Namespace) -> int:
         else None
     )
     with LazyBar(total=len(samples), unit="sample", desc="distill") as progress:
-        report = distill(samples, teacher, args.out, method=args.method, gamma=args.gamma,
+        report = distill(samples, teacher, args.out, method=method.name,
+                         paradigm=PARADIGMS.get(method.paradigm)(), keep=method.distill, gamma=args.gamma,
                          annotator=annotator, concurrency=args.concurrency, max_tokens=args.max_tokens,
                          temperature=args.temperature, progress=progress)  # fmt: skip
     print(f"distilled {report.attempted} samples: {report.accepted} kept, {report.failed} failed "
@@ -222,7 +249,7 @@ def run_distill(args: argparse.Namespace) -> int:
 def run_multiexpert(args: argparse.Namespace) -> int:
     from evidra.data.construction.multiexpert import MultiExpertConfig, multiexpert
     from evidra.errors import InvalidInputError
-    from evidra.eval.endpoint import ChatEndpoint
+    from evidra.models.endpoint import ChatEndpoint
 
     if bool(args.expert) != bool(args.expert_model):
         raise ConfigError("give the grounding expert as --expert URL --expert-model NAME (both or neither)")
@@ -234,7 +261,7 @@ def run_multiexpert(args: argparse.Namespace) -> int:
                                 args.temperature, concurrency=args.concurrency)  # fmt: skip
     except InvalidInputError as exc:
         raise ConfigError(f"data multiexpert: {exc}") from None
-    _, task, samples = _recipe(args)
+    _, task, samples = _recipe(args, "multiexpert")
     key = args.api_key_env
     lm = ChatEndpoint(args.teacher, args.teacher_model, api_key_env=key)
     expert = ChatEndpoint(args.expert, args.expert_model, api_key_env=key) if args.expert else None
@@ -261,7 +288,7 @@ def run_filter(args: argparse.Namespace) -> int:
 
     if args.k < 1:
         raise ConfigError(f"--k must be >= 1, got {args.k}")
-    cfg, task, samples = _recipe(args)
+    cfg, task, samples = _recipe(args, "filter")
     out = Path(args.out)
     vlm = _policy(args.model, cfg, out)
     params, limits = _sampling(cfg)
@@ -302,7 +329,7 @@ STAGE1_BATCH = 8  # samples rolled out together when data toolbox generates traj
 def _stage1_trajectories(args: argparse.Namespace, out: Path) -> list[str]:
     from evidra.rollout import HFBackend, rollout
 
-    cfg, task, samples = _recipe(args)
+    cfg, task, samples = _recipe(args, "toolbox")
     vlm = _policy(args.model, cfg, out)
     params, limits = _sampling(cfg)
     backend, texts = HFBackend(vlm), []

@@ -26,8 +26,9 @@ def register(subparsers: Any) -> None:
         default=None,
         help="answer with this checkpoint (model folder or training run); no training",
     )
-    p.add_argument("--arch", default="qwen2_5_vl", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arch", default="qwen2_5_vl", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"],
+                   help="architecture of the tiny model trained when no --model is given")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seed of documents, model and training")
     p.add_argument("--docs", type=int, default=3, help="number of synthetic documents")
     p.add_argument("--no-train", action="store_true", help="skip the SFT + GRPO learning stage")
     p.add_argument("--sft-steps", type=int, default=200, help="SFT cold-start steps (default: 200)")

@@ -8,6 +8,8 @@
         --pages-per-question 3 --index idx/ --model ckpt/l2a --out runs/l2a   # Lang2Act as evaluated
     evidra eval --benchmark visa_wiki --data data/visa --paradigm coe --sa-retriever ckpt/colqwen2 \\
         --model ckpt/lat --out runs/lat   # LAT's Step Accuracy column
+    evidra eval --synthetic documents --method vragrl --model runs/vragrl --out runs/eval-vragrl
+        # as the method trains: its paradigm, environment and reward (reward/* columns)
 
 Predictions are cached in ``OUT/predictions.jsonl``: rerunning resumes. ``--paradigm all`` runs
 every registered paradigm and skips (with a warning) those that cannot prompt these samples.
@@ -20,8 +22,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from evidra.cli._eval_method import DEFAULT_MAX_TURNS, MethodEval, parse_method
+from evidra.cli._eval_method import add_arguments as add_method_options
 from evidra.cli._eval_options import EvalOptions, load_sa, parse_options, with_pages
 from evidra.cli._eval_options import add_arguments as add_eval_options
+from evidra.cli._outputs import check_output_dir
 from evidra.cli._progress import advance, open_bar
 from evidra.errors import InvalidInputError
 from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
@@ -56,7 +61,7 @@ def register(subparsers: Any) -> None:
     )
     src.add_argument("--n", type=int, default=8, help="samples per synthetic benchmark (default 8)")
     src.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
-    src.add_argument("--seed", type=int, default=0)
+    src.add_argument("--seed", type=int, default=0, help="seed of the synthetic samples and sampling")
     p.add_argument(
         "--paradigm", action="append", default=[], metavar="NAME", help="paradigm name, repeatable, or 'all'"
     )
@@ -88,14 +93,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--index", default=None, metavar="DIR|URL", help=index_help)
     by_help = "extra rows per value of a sample field: subset (ChartQA), stratum (VISA), page_kind"
     p.add_argument("--breakdown", action="append", default=[], metavar="FIELD", help=by_help)
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=4, help="episodes generated together")
     turns_help = "policy turns per episode (default: the environment's own limit, 1 without --env)"
     p.add_argument("--max-turns", type=int, default=None, help=turns_help)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens the policy may write per turn")
     p.add_argument("--training-metrics", default=None, metavar="FILE",
                    help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
-    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="folder for results.jsonl, tables and viewer.html"
+    )
     add_eval_options(p)
+    add_method_options(p)
     _judge_arguments(p)
     p.set_defaults(func=run)
 
@@ -108,29 +116,33 @@ def _judge_arguments(p: Any) -> None:
     j.add_argument("--judge-model", default="", metavar="NAME", help="model name the judge server serves")
     j.add_argument("--judge-api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
                    help=f"environment variable with the key (default {DEFAULT_API_KEY_ENV})")  # fmt: skip
-    j.add_argument("--judge-prompt", default="vragrl", choices=["vragrl", "lang2act"],
-                   help="the paper's judge prompt: vragrl (one answer a request) or lang2act")  # fmt: skip
-    j.add_argument("--judge-concurrency", type=int, default=8)
-    j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS")
-    j.add_argument("--judge-retries", type=int, default=3)
+    j.add_argument("--judge-prompt", default=None, metavar="NAME",
+                   help="a registered judge prompt (evidra.rewards.judge_prompts): vragrl (one answer "
+                   "a request), lang2act (batched) or cave (default: --method's, else vragrl)")  # fmt: skip
+    j.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at once")
+    j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS", help="per judge request")
+    j.add_argument("--judge-retries", type=int, default=3, help="retries of a failed judge request")
 
 
-def _judge(args: argparse.Namespace, out: Path) -> Any:
+def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> Any:
     """The judge of ``--judge`` (None without it); bad options fail here, before any model loads."""
     if args.judge is None:
         return None
-    from evidra.rewards.judge import DiskCache
+    prompt = args.judge_prompt or (method.method.judge_prompt if method is not None else "vragrl")
     from evidra.rewards.judge_config import JudgeConfig, build_judge
+    from evidra.rewards.judge_http import DiskCache
 
     cfg = JudgeConfig(kind=args.judge, base_url=args.judge_url, model=args.judge_model,
-                      api_key_env=args.judge_api_key_env, prompt=args.judge_prompt,
+                      api_key_env=args.judge_api_key_env, prompt=prompt,
                       concurrency=args.judge_concurrency, timeout_s=args.judge_timeout,
                       max_retries=args.judge_retries)  # fmt: skip
     cache = None
     if cfg.kind != "rule":
         out.mkdir(parents=True, exist_ok=True)
         cache = DiskCache(out / "judge_cache.sqlite")
-    return build_judge(cfg, cfg.prompt or "vragrl", cache)
+    from evidra.keys import KeyPolicy
+
+    return build_judge(cfg, cfg.prompt or "vragrl", cache, KeyPolicy())  # --judge-url is the user's flag
 
 
 def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
@@ -151,8 +163,9 @@ def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
     return [replace(p, scores={**p.scores, **extra}) for p, extra in zip(preds, scores, strict=True)]
 
 
-def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
-    """Each benchmark's samples, with their top ``--pages-per-question`` pages when given."""
+def _samples(args: argparse.Namespace, out: Path, method: MethodEval | None) -> dict[str, list[Any]]:
+    """Each benchmark's samples, with their top ``--pages-per-question`` pages when given, as
+    ``--method``'s task takes them."""
     from evidra.eval.benchmarks import synthetic_samples
 
     benches: dict[str, list[Any]] = {}
@@ -167,7 +180,10 @@ def _samples(args: argparse.Namespace, out: Path) -> dict[str, list[Any]]:
         benches[args.benchmark] = load(args.benchmark, args.data, limit=args.limit, **options)
     if not benches:
         raise InvalidInputError("nothing to evaluate: pass --synthetic NAME or --benchmark NAME --data PATH")
-    return {name: with_pages(samples, args) for name, samples in benches.items()}
+    benches = {name: with_pages(samples, args) for name, samples in benches.items()}
+    if method is not None:
+        benches = {name: method.samples(name, samples, args.data) for name, samples in benches.items()}
+    return benches
 
 
 def _backend(args: argparse.Namespace) -> tuple[Any, str]:
@@ -183,8 +199,8 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
         vlm = load_vlm(resolve_trained_model(args.model), dtype=dtype, device=device)
         return LocalModel(vlm), Path(args.model).name
     if args.endpoint and args.model_name:
-        from evidra.eval.endpoint import ChatEndpoint
         from evidra.geometry import vision_spec
+        from evidra.models.endpoint import ChatEndpoint
 
         check_api_key_env(args.api_key_env, "--api-key-env")
         endpoint = ChatEndpoint(args.endpoint, args.model_name, api_key_env=args.api_key_env)
@@ -247,11 +263,12 @@ def _search_corpus(args: argparse.Namespace, samples: list[Any]) -> Any:
     """``(searcher, pages)`` over every page of a benchmark (VRAG-RL's corpus), built once per
     benchmark: ``--index`` (directory or URL), else BM25 over the pages' text layer."""
     from evidra.env.search import bm25_searcher
+    from evidra.keys import KeyPolicy
     from evidra.retrieval.engine import open_searcher
 
     pages = {p.id: p for s in samples for p in s.pages}
     gold = {g for s in samples for g in s.gold_pages}
-    searcher = open_searcher(args.index, gold) if args.index else bm25_searcher(pages.values())
+    searcher = open_searcher(args.index, gold, KeyPolicy()) if args.index else bm25_searcher(pages.values())
     return searcher, pages
 
 
@@ -262,21 +279,29 @@ def run(args: argparse.Namespace) -> int:
     from evidra.paradigms import PARADIGMS
 
     out = Path(args.out)
-    judge = _judge(args, out)  # a bad judge option fails before any model loads
+    check_output_dir(out, "--out")
+    if args.training_metrics and not Path(args.training_metrics).is_file():
+        raise InvalidInputError(
+            f"--training-metrics {args.training_metrics!r} is not a file; pass a run's metrics.jsonl"
+        )
+    method = parse_method(args)  # the method and its options are checked before anything loads
+    judge = _judge(args, out, method)  # a bad judge option fails before any model loads
     options = parse_options(args)
-    benches = _samples(args, out)
+    benches = _samples(args, out, method)
     options = load_sa(args, options)
     backend, model_name = _backend(args)
-    every = args.paradigm in ([], ["all"])
+    every = args.paradigm in ([], ["all"]) and method is None
     paradigms = PARADIGMS.names() if every else args.paradigm
+    if method is not None and not args.paradigm:
+        paradigms = [method.method.paradigm]  # the paradigm the method's policy writes
     runs: list[Any] = []
     for bench, samples in benches.items():
         corpus = _search_corpus(args, samples) if args.env == "search" else None
         for paradigm in paradigms:
             with open_bar(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
-                    preds, cfg = _run_one(args, options, backend, (bench, paradigm, model_name), samples,
-                                          corpus, advance(bar))  # fmt: skip
+                    preds, cfg = _run_one(args, (options, method), backend, (bench, paradigm, model_name),
+                                          samples, corpus, advance(bar))  # fmt: skip
                 except EvidraError as exc:
                     if not every:
                         raise
@@ -296,17 +321,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(args: argparse.Namespace, options: EvalOptions, backend: Any, key: tuple[str, str, str],
-             samples: list[Any], corpus: Any, progress: Any) -> tuple[list[Any], Any]:  # fmt: skip
+def _run_one(args: argparse.Namespace, how: tuple[EvalOptions, MethodEval | None], backend: Any,
+             key: tuple[str, str, str], samples: list[Any], corpus: Any,
+             progress: Any) -> tuple[list[Any], Any]:  # fmt: skip
     """One benchmark x paradigm: its predictions (cached in ``OUT/predictions.jsonl``) and config."""
     from evidra.eval.runner import RunConfig, run_eval
 
-    bench, name, model_name = key
+    (options, method), (bench, name, model_name) = how, key
     paradigm = options.paradigm(name, explicit=args.paradigm not in ([], ["all"]))
-    cfg = RunConfig(bench, name, model_name, batch_size=args.batch_size, max_turns=_max_turns(args),
-                    max_new_tokens=args.max_new_tokens, seed=args.seed,
-                    variant=options.variant(paradigm))  # fmt: skip
-    make_env = _env_factory(args.env, paradigm, corpus, args)
+    variant = ",".join(v for v in (options.variant(paradigm), method and method.variant) if v)
+    turns = _max_turns(args) if method is None else (args.max_turns or DEFAULT_MAX_TURNS)
+    cfg = RunConfig(bench, name, model_name, batch_size=args.batch_size, max_turns=turns,
+                    max_new_tokens=args.max_new_tokens, seed=args.seed, variant=variant)  # fmt: skip
+    make_env = method.task.make_env if method is not None else _env_factory(args.env, paradigm, corpus, args)
     preds = run_eval(samples, backend, cfg, Path(args.out) / "predictions.jsonl", make_env=make_env,
                      progress=progress, paradigm=paradigm)  # fmt: skip
     if options.sa is not None:  # scored after the cache, so cached predictions get SA too
@@ -315,7 +342,7 @@ def _run_one(args: argparse.Namespace, options: EvalOptions, backend: Any, key: 
         preds = [
             replace(p, scores={**p.scores, **options.sa(s, p)}) for s, p in zip(samples, preds, strict=True)
         ]
-    return preds, cfg
+    return (method.score(samples, preds) if method is not None else preds), cfg
 
 
 def _plots(runs: list[Any], out: Path) -> list[Path]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 from evidra.cli._progress import LazyBar
 
 if TYPE_CHECKING:
-    from evidra.retrieval.evaluation import Layout, Qrels
+    from evidra.eval.retrieval import Layout, Qrels
     from evidra.types import Page, Sample
 
 _FORMATS = ("auto", "beir", "vidore_v1")
@@ -59,9 +59,21 @@ def register(subparsers: Any) -> None:
         "--option", action="append", default=[], metavar="KEY=VALUE", help="--dataset: loader option"
     )
     b.add_argument("--out", required=True, help="new index directory")
+    b.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an index already at --out, once the new one is built",
+    )
     b.add_argument("--encoder", required=True, help="colqwen2 | colpali | dse | visrag | minilm | bm25")
     b.add_argument("--model", default="", help="encoder checkpoint, hub id or tiny:ARCH (not bm25)")
     b.add_argument("--ocr", action="store_true", help="bm25: OCR pages without a text layer (evidra[ocr])")
+    b.add_argument(
+        "--language",
+        default="en",
+        help="bm25: the language whose stop words are dropped (and stemmer used with --stem): "
+        "en, de, fr, es, it, pt, nl, da, sv, no, ru, tr, or none for plain word tokens (default: en)",
+    )
+    b.add_argument("--stem", action="store_true", help="bm25: stem words too (Snowball, PyStemmer)")
     b.add_argument(
         "--backend", choices=("auto", "qdrant"), default="auto", help="auto: the exact store for the encoder"
     )
@@ -85,29 +97,50 @@ def register(subparsers: Any) -> None:
     b.set_defaults(func=run_build)
 
     a = sub.add_parser("add", help="add (or with --replace, re-embed) pages of a store")
-    a.add_argument("--index", required=True)
-    a.add_argument("--store", required=True)
+    a.add_argument("--index", required=True, help="index directory (from `evidra index build`)")
+    a.add_argument("--store", required=True, help="page store holding the pages to add")
     a.add_argument("--pages", nargs="*", default=None, help="page ids (default: all not yet indexed)")
     a.add_argument("--replace", action="store_true", help="re-embed pages already in the index")
     _model_options(a)
     a.set_defaults(func=run_add)
 
     d = sub.add_parser("delete", help="remove pages by id")
-    d.add_argument("--index", required=True)
-    d.add_argument("page_ids", nargs="+")
+    d.add_argument("--index", required=True, help="index directory")
+    d.add_argument(
+        "page_ids", nargs="+", metavar="PAGE_ID", help="ids of the pages to remove (see `evidra pages`)"
+    )
     d.set_defaults(func=run_delete)
 
     s = sub.add_parser("search", help="top-k pages for one or more queries")
-    s.add_argument("--index", required=True)
-    s.add_argument("queries", nargs="+")
-    s.add_argument("-k", type=int, default=5)
+    s.add_argument("--index", required=True, help="index directory")
+    s.add_argument("queries", nargs="+", metavar="QUERY", help="one or more queries")
+    s.add_argument("-k", type=int, default=5, help="pages per query")
     s.add_argument("--exclude", nargs="*", default=(), help="page ids to skip")
+    s.add_argument(
+        "--encoder",
+        default=None,
+        metavar="DIR",
+        help="encoder checkpoint, if moved since `index build` (default: the one the index recorded)",
+    )
+    s.add_argument(
+        "--store",
+        help="the page store the index covers, for file names, titles and --where (default: the one "
+        "`index build --store` recorded)",
+    )
+    s.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only pages whose document matches: file=NAME, doc=ID, page=N, title=TEXT or a --meta key "
+        "(repeatable)",
+    )
     s.add_argument("--json", action="store_true", help="one JSON object per query")
     _model_options(s)
-    s.set_defaults(func=run_search)
+    s.set_defaults(func=_run_search)
 
     e = sub.add_parser("eval", help="Recall@k, MRR@k, nDCG@k from queries + qrels or a benchmark")
-    e.add_argument("--index", required=True)
+    e.add_argument("--index", required=True, help="index directory")
     e.add_argument("--queries", help="JSONL/TSV of (query id, text)")
     e.add_argument("--qrels", help="JSONL/TSV of (query-id, corpus-id, score)")
     e.add_argument("--benchmark", help="benchmark folder instead of --queries/--qrels")
@@ -117,8 +150,8 @@ def register(subparsers: Any) -> None:
     e.add_argument(
         "--option", action="append", default=[], metavar="KEY=VALUE", help="--dataset: loader option"
     )
-    e.add_argument("-k", type=int, nargs="+", default=[1, 5, 10])
-    e.add_argument("--json", action="store_true")
+    e.add_argument("-k", type=int, nargs="+", default=[1, 5, 10], help="cut-offs of the metrics")
+    e.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     _model_options(e)
     e.set_defaults(func=run_eval)
 
@@ -140,6 +173,13 @@ def scoring_options(p: argparse.ArgumentParser) -> None:
         help="exact store: the dtype MaxSim scores in (auto: the fastest exact one on this machine)",
     )
     p.add_argument(
+        "--storage-dtype",
+        choices=("auto", "float16", "bfloat16", "float32"),
+        default="auto",
+        help="exact store: the dtype pages are held in memory in (auto: 16-bit, half of float32's "
+        "memory; where MaxSim scores in float32 the pages are widened block by block)",
+    )
+    p.add_argument(
         "--maxsim-kernel",
         choices=("auto", "torch", "triton"),
         default="auto",
@@ -153,12 +193,17 @@ def _options(args: argparse.Namespace) -> tuple[Any, Any]:
     from evidra.retrieval.index import MaxSimOptions
 
     device = resolve_device(args.device)
-    maxsim = MaxSimOptions(device=device, compute_dtype=args.compute_dtype, kernel=args.maxsim_kernel)
+    maxsim = MaxSimOptions(
+        device=device,
+        compute_dtype=args.compute_dtype,
+        storage_dtype=args.storage_dtype,
+        kernel=args.maxsim_kernel,
+    )
     return EncoderOptions(args.batch_size, device, args.dtype), maxsim
 
 
 def _layout(path: str, fmt: str) -> Layout:
-    from evidra.retrieval.evaluation import detect_layout
+    from evidra.eval.retrieval import detect_layout
 
     return detect_layout(path) if fmt == "auto" else cast("Layout", fmt)  # argparse checked the choice
 
@@ -166,7 +211,7 @@ def _layout(path: str, fmt: str) -> Layout:
 def _build_pages(args: argparse.Namespace) -> list[Page]:
     from evidra.corpus import PageStore
     from evidra.errors import InvalidInputError
-    from evidra.retrieval.evaluation import benchmark_pages
+    from evidra.eval.retrieval import benchmark_pages
 
     if sum(x is not None for x in (args.store, args.corpus, args.dataset)) != 1:
         raise InvalidInputError(
@@ -217,8 +262,10 @@ def _dataset_pages(args: argparse.Namespace) -> list[Page]:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from evidra.retrieval.encoders.bm25 import BM25Params
     from evidra.retrieval.engine import build_index, check_encoder_args
 
+    BM25Params(language=args.language)  # an unknown language fails before any page is read
     qdrant = _qdrant_spec(args)  # option errors first, before any page is read
     check_encoder_args(args.encoder, args.model)
     pages = _build_pages(args)
@@ -233,18 +280,23 @@ def run_build(args: argparse.Namespace) -> int:
             options=enc_opts,
             maxsim=maxsim,
             ocr=args.ocr,
+            bm25=BM25Params(language=args.language, stem=args.stem),
             qdrant=qdrant,
             progress=progress,
+            overwrite=args.overwrite,
         )
     with engine:
         scoring = getattr(engine.index, "compute_dtype", "")  # the exact store's; others have none
+        held = getattr(engine.index, "storage_dtype", "")
         print(
             f"indexed {len(engine.index)} pages with {args.encoder} ({engine.spec.backend}"
-            f"{f', scoring in {scoring}' if scoring else ''}) into {args.out}"
+            f"{f', scoring in {scoring}, held in {held}' if scoring else ''}) into {args.out}"
         )
     if args.store is not None:  # `evidra ask --store S` then finds this index without --index
         from evidra.corpus import PageStore
+        from evidra.retrieval.manifest import note_store
 
+        note_store(args.out, args.store)  # `index search` then names files and pages, and filters
         with PageStore.open(args.store) as store:
             store.register_index(args.out)
     return 0
@@ -310,26 +362,14 @@ def run_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_search(args: argparse.Namespace) -> int:
-    from evidra.retrieval.engine import open_index
+def _run_search(args: argparse.Namespace) -> int:
+    from evidra.cli._search import run_search
 
-    enc_opts, maxsim = _options(args)
-    exclude = [set(args.exclude)] * len(args.queries)
-    with open_index(args.index, options=enc_opts, maxsim=maxsim) as engine:
-        results = engine.retriever.search(args.queries, k=args.k, exclude=exclude)
-    for query, hits in zip(args.queries, results, strict=True):
-        if args.json:
-            rows = [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path} for h in hits]
-            print(json.dumps({"query": query, "hits": rows}))
-            continue
-        print(f"query: {query}")
-        for rank, h in enumerate(hits, start=1):
-            print(f"  {rank:>3}. {h.page_id:<24} {h.score:10.4f}  {h.image_path}")
-    return 0
+    return run_search(args)
 
 
 def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
-    from evidra.retrieval.evaluation import check_judged
+    from evidra.eval.retrieval import check_judged
 
     queries, qrels, source = _read_eval_inputs(args)
     check_judged(queries, qrels, source)
@@ -338,7 +378,7 @@ def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
 
 def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, str]:
     from evidra.errors import InvalidInputError
-    from evidra.retrieval.evaluation import benchmark_queries, load_qrels, load_queries
+    from evidra.eval.retrieval import benchmark_queries, load_qrels, load_queries
 
     given = [
         args.benchmark is not None,
@@ -365,8 +405,8 @@ def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, 
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from evidra.eval.retrieval import evaluate, judged, missing_relevant
     from evidra.retrieval.engine import open_index
-    from evidra.retrieval.evaluation import evaluate, judged, missing_relevant
 
     queries, qrels = _eval_inputs(args)
     enc_opts, maxsim = _options(args)

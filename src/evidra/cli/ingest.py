@@ -42,11 +42,22 @@ def register(subparsers: Any) -> None:
         help=f"size cap per file in MiB (default: {DEFAULT_MAX_FILE_BYTES // MIB}); larger files are "
         "skipped before they are read",
     )
+    p.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="metadata of every ingested document, for --where filters (repeatable; a file's sidecar "
+        "<file>.meta.json adds its own)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from evidra.corpus import IngestProgress, Limits, ingest
+    from evidra.corpus.metadata import parse_meta
+
+    meta = parse_meta(args.meta)
 
     limits = Limits(
         max_pixels=args.max_pixels, max_pages=args.max_pages, max_file_bytes=int(args.max_file_mb * MIB)
@@ -57,7 +68,13 @@ def run(args: argparse.Namespace) -> int:
             bar.move_to(p.files_done, p.files_total, pages=p.pages)
 
         report = ingest(
-            args.root, args.store, dpi=args.dpi, recursive=not args.no_recursive, limits=limits, progress=show
+            args.root,
+            args.store,
+            dpi=args.dpi,
+            recursive=not args.no_recursive,
+            limits=limits,
+            progress=show,
+            meta=meta,
         )
     print(report.summary())  # each failed file was named by a warning as it was skipped
     stored = len(report.added) + len(report.skipped)

@@ -2,16 +2,19 @@
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds its parser
 and sets ``func(args) -> int``. Errors raised on purpose (``EvidraError``) print one line and
-exit with status 2; only the CLI configures logging and progress bars, never the library.
+exit with status 2; a reader of stdout that leaves early (``| head``) ends the command quietly
+with status 141. Only the CLI configures logging and progress bars, never the library.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from evidra import __version__
+from evidra.cli._help import polish
 from evidra.cli._logging import setup as setup_logging
 from evidra.cli._progress import show_bars
 from evidra.errors import EvidraError
@@ -52,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"evidra.cli.{name.replace('-', '_')}").register(subparsers)
+    polish(parser)  # -q/-v after the subcommand too, full names in errors, defaults and examples in help
     return parser
 
 
@@ -69,14 +73,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     setup_logging(args.verbose, args.quiet)
     show_bars(not args.quiet)
+    name = getattr(args, "command_path", f"evidra {args.command}")  # "evidra index search"
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # a reader that left shows here, not at interpreter exit
+        return status
     except EvidraError as exc:
-        print(f"evidra {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"evidra {args.command}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_left()
+
+
+def _reader_left() -> int:
+    """The reader of stdout closed it (``evidra pages S | head``): stop quietly, as a command
+    ended by SIGPIPE does (status 141), pointing stdout at the null device so that the flush at
+    interpreter exit finds nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # a stdout with no descriptor (captured in tests)
+        pass
+    return 128 + 13  # SIGPIPE
 
 
 if __name__ == "__main__":

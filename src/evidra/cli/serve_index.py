@@ -24,8 +24,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--encoder", default=None, help="encoder checkpoint or hub id (default: the one it was built with)"
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument(
+        "--store",
+        help="the page store the index covers: hits carry file, page, title and metadata, and requests "
+        'may filter with "where" (default: the store `index build --store` recorded)',
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8765, help="TCP port to listen on")
     p.add_argument("--max-batch", type=int, default=32, help="queries per batched search")
     p.add_argument(
         "--max-wait-ms", type=float, default=5.0, help="how long a request waits for others to batch with"
@@ -60,11 +65,7 @@ def run(args: argparse.Namespace) -> int:
     )
     enc_opts, maxsim = _options(args)
     with open_index(args.index, encoder_path=args.encoder, options=enc_opts, maxsim=maxsim) as engine:
-        service = SearchService(
-            engine.retriever,
-            options,
-            n_pages=len(engine.index),
-        )
+        service = SearchService(engine.retriever, options, n_pages=len(engine.index), pages=_pages(args))
         key = "API key required, " if options.api_key else ""
 
         def ready(url: str) -> None:
@@ -74,3 +75,17 @@ def run(args: argparse.Namespace) -> int:
 
         service.serve_forever(args.host, args.port, ready=ready)
     return 0
+
+
+def _pages(args: argparse.Namespace) -> Any:
+    """The metadata of the index's pages, from --store or the store the index recorded (None without)."""
+    from pathlib import Path
+
+    from evidra.corpus import PageStore
+    from evidra.retrieval.manifest import read_spec
+
+    store = args.store or read_spec(args.index).store
+    if not store or not (args.store or Path(store).is_dir()):
+        return None
+    with PageStore.open(store) as opened:
+        return opened.page_meta()

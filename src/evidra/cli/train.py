@@ -8,17 +8,39 @@ Runs on one process as is, or on several under ``accelerate launch``:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+_MODES = {
+    "sft": (
+        "supervised cold start on trajectories",
+        "Supervised fine-tuning (the cold start before RL): the recipe's task oracle answers, or the "
+        "trajectories of --data, with the policy's chat template. Dotted overrides such as "
+        "optim.lr=1e-5 follow the recipe. A run resumes from the newest complete checkpoint in its "
+        "output folder.",
+    ),
+    "rl": (
+        "reinforcement learning (GRPO family) with the recipe's method",
+        "Reinforcement learning with the recipe's method (LAT, EVisRAG, Lang2Act, VRAG-RL, CAVE): "
+        "rollouts, rewards, advantages and policy updates. Dotted overrides such as "
+        "rollout.group_size=8 follow the recipe. A run resumes from the newest complete checkpoint in "
+        "its output folder.",
+    ),
+}
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train",
         help="supervised (sft) or reinforcement learning (rl) training",
-        description="Train with a YAML recipe; dotted overrides such as rollout.group_size=8 follow it. "
-        "A run resumes from the newest complete checkpoint in its output folder.",
+        description="Train with a YAML recipe: `train sft` (cold start) or `train rl` (GRPO family).",
     )
-    p.add_argument("mode", choices=["sft", "rl"], help="sft: cold start on trajectories; rl: GRPO family")
+    modes = p.add_subparsers(dest="mode", metavar="MODE", required=True)
+    for mode, (short, long) in _MODES.items():
+        _mode_options(modes.add_parser(mode, help=short, description=long))
+
+
+def _mode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, metavar="FILE", help="YAML recipe (default: built-in defaults)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. optim.lr=1e-6")
     export_help = "after training, write the final model as a loadable directory (as `evidra export`)"
@@ -44,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
         if not args.data:
             raise ConfigError("--data-format names the format of --data FILE; pass --data too")
         args.overrides = [*args.overrides, f"data.trajectories_format={args.data_format}"]
+    if args.export:  # checked before training, not after
+        from evidra.cli._outputs import check_output_dir
+        from evidra.rl.export import check_export_target
+
+        check_output_dir(args.export, "--export")
+        check_export_target(Path(args.export))
     if args.mode == "sft":
         from evidra.methods import sft_trainer
         from evidra.rl.config import SFTConfig

@@ -21,12 +21,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from evidra.corpus.images import IMAGE_SUFFIXES, WordExtractor, render_image
-from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage, render_pdf
+from evidra.corpus.metadata import read_sidecar
+from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage, pdf_title, render_pdf
 from evidra.corpus.store import PageStore
 from evidra.errors import CorpusError, EvidraError, InvalidInputError
 from evidra.types import content_hash, make_page_id
@@ -218,15 +219,20 @@ def _ingest_file(
     ocr: WordExtractor | None,
     limits: Limits,
     on_page: Callable[[], None],
+    meta: Mapping[str, str],
 ) -> tuple[list[str], bool]:
     """Store one file; returns its page ids and whether they were newly added. ``on_page`` is
-    called after each page rendered and stored."""
+    called after each page rendered and stored. ``meta`` (then the file's sidecar) is added to
+    its document's metadata."""
     data = _read_capped(path, source, limits.max_file_bytes)
     file_hash = content_hash(data)
+    meta = {**meta, **read_sidecar(path)}
     existing = store.page_ids_for_hash(file_hash)
     if existing:
         if store.hash_of_source(source) != file_hash:
             store.record_source(source, file_hash)
+        if meta:
+            store.set_document(file_hash, meta=meta)
         return existing, False
     pages = _ticking(
         (
@@ -236,7 +242,9 @@ def _ingest_file(
         on_page,
     )
     is_pdf = path.suffix.lower() in PDF_SUFFIXES
-    return store.write_file(source, file_hash, pages, dpi if is_pdf else None), True
+    ids = store.write_file(source, file_hash, pages, dpi if is_pdf else None)
+    store.set_document(file_hash, title=pdf_title(data, source) if is_pdf else "", meta=meta)
+    return ids, True
 
 
 def _reason(exc: Exception) -> str:
@@ -254,6 +262,7 @@ def ingest(
     ocr: WordExtractor | None = None,
     limits: Limits | None = None,
     progress: IngestCallback | None = None,
+    meta: Mapping[str, str] | None = None,
 ) -> IngestReport:
     """Ingest every PDF and image under ``root`` into ``store`` (a store or a path to create one).
 
@@ -261,6 +270,8 @@ def ingest(
     ``root`` may also be a single file. Raises ``InvalidInputError`` if ``root`` does not exist;
     per-file problems (unreadable, over a cap of ``limits``, out of memory) are logged as
     warnings and listed in ``IngestReport.failed``, and the run goes on with the next file.
+    ``meta`` is user metadata for every file's document; a file's sidecar ``<file>.meta.json``
+    adds to it (``evidra.corpus.metadata``).
     """
     limits = limits or Limits()
     start = time.perf_counter()
@@ -292,7 +303,7 @@ def ingest(
         for path in files:
             source = path.relative_to(base).as_posix()
             try:
-                ids, new = _ingest_file(page_store, path, source, dpi, ocr, limits, tally.page)
+                ids, new = _ingest_file(page_store, path, source, dpi, ocr, limits, tally.page, meta or {})
             except Exception as exc:  # any bad file (MemoryError included) is skipped, never fatal
                 reason = _reason(exc)
                 logger.warning("skipping %s: %s", source, reason)

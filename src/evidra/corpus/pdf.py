@@ -203,6 +203,18 @@ def _open(data: bytes, name: str) -> object:
         raise CorpusError(f"{name} is not a readable PDF ({exc})") from exc
 
 
+def pdf_title(data: bytes, name: str = "<pdf>") -> str:
+    """The PDF's own ``/Title`` (its document information), or "" when it has none."""
+    doc = _open(data, name)
+    try:
+        title = doc.get_metadata_value("Title")  # type: ignore[attr-defined]
+    except Exception:  # a damaged information dictionary: no title, the pages may still render
+        title = ""
+    finally:
+        doc.close()  # type: ignore[attr-defined]
+    return " ".join(str(title).split())[:300]
+
+
 def capped_scale(width_pt: float, height_pt: float, scale: float, max_pixels: int) -> float:
     """``scale`` (pixels per point), lowered if needed so the render has at most ``max_pixels``.
 

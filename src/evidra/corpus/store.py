@@ -3,7 +3,10 @@
 Layout of a store directory::
 
     pages/{page_id}.png     page images (PDF pages rendered at the ingest DPI; images as RGB)
-    store.sqlite            meta(key, value), pages(...), words(...), files(source, file_hash)
+    store.sqlite            meta(key, value), pages(...), words(...), files(source, file_hash),
+                            documents(file_hash, title, meta): title and user metadata per document
+                            (added without a schema change: a store written before it gains the
+                            empty table when opened, and its documents are titled by file name)
 
 ``meta`` also lists the retrieval indexes built over the store (``register_index``; ``evidra
 index build --store`` registers its output), so ``evidra ask --store`` finds one without ``--index``.
@@ -35,6 +38,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from evidra.confined import inside
+from evidra.corpus.metadata import PageMeta, Where
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.staging import pid_in_name, process_alive
 from evidra.types import Box, Page, Word
@@ -60,6 +64,8 @@ CREATE TABLE IF NOT EXISTS words (
     page_id TEXT NOT NULL REFERENCES pages(id), idx INTEGER NOT NULL, text TEXT NOT NULL,
     x1 REAL NOT NULL, y1 REAL NOT NULL, x2 REAL NOT NULL, y2 REAL NOT NULL, PRIMARY KEY (page_id, idx));
 CREATE TABLE IF NOT EXISTS files (source TEXT PRIMARY KEY, file_hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    file_hash TEXT PRIMARY KEY, title TEXT NOT NULL DEFAULT '', meta TEXT NOT NULL DEFAULT '{}');
 """
 
 
@@ -205,6 +211,40 @@ class PageStore:
 
     def _hash_of(self, page_id: str) -> str:
         return str(self._conn.execute("SELECT file_hash FROM pages WHERE id = ?", (page_id,)).fetchone()[0])
+
+    # -- documents: titles, user metadata, filters ---------------------------------------------
+    def page_meta(self) -> dict[str, PageMeta]:
+        """Every page's document, file, number, title and user metadata, by page id."""
+        docs = {
+            h: (t, _meta(m)) for h, t, m in self._conn.execute("SELECT file_hash, title, meta FROM documents")
+        }
+        out = {}
+        for pid, source, number, file_hash in self._conn.execute(
+            "SELECT id, source, page_number, file_hash FROM pages ORDER BY source, page_number, id"
+        ):
+            title, meta = docs.get(file_hash, ("", {}))
+            stem = str(source).replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
+            out[pid] = PageMeta(pid, file_hash, source, int(number), title or stem, meta)
+        return out
+
+    def page_ids_where(self, where: Where) -> list[str]:
+        """The ids of the pages ``where`` accepts, in page order."""
+        return [pid for pid, meta in self.page_meta().items() if where.matches(meta)]
+
+    def set_document(
+        self, file_hash: str, *, title: str | None = None, meta: dict[str, str] | None = None
+    ) -> None:
+        """Record a document's title (None: keep it) and add ``meta`` to its user metadata."""
+        row = self._conn.execute(
+            "SELECT title, meta FROM documents WHERE file_hash = ?", (file_hash,)
+        ).fetchone()
+        old_title, old_meta = (row[0], _meta(row[1])) if row else ("", {})
+        merged = {**old_meta, **(meta or {})}
+        with self._conn:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO documents VALUES (?, ?, ?)",
+                (file_hash, old_title if title is None else title, json.dumps(merged, ensure_ascii=False)),
+            )
 
     def indexes(self) -> list[str]:
         """Absolute paths of the indexes registered over this store, newest first."""
@@ -364,6 +404,15 @@ class PageStore:
 
     def __repr__(self) -> str:
         return f"PageStore({str(self.root)!r}, pages={len(self)})"
+
+
+def _meta(text: object) -> dict[str, str]:
+    """A stored metadata object; anything else (a damaged row) reads as none."""
+    try:
+        data = json.loads(str(text))
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def _writer_alive(name: str) -> bool:

@@ -14,8 +14,9 @@ from pathlib import Path
 from evidra.eval.scoring import Prediction
 from evidra.eval.significance import mcnemar
 from evidra.eval.tables import LAYOUTS, ResultRow, write_tables
-from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, ViewerStep, write_viewer
-from evidra.types import Box, Sample
+from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, ViewerStep, outcome, write_viewer
+from evidra.templating import render
+from evidra.types import Box, Page, Sample
 
 GOLD, ANSWER = "#16a34a", "#dc2626"
 STEP_COLORS = ("#2563eb", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777")
@@ -46,9 +47,42 @@ def _boxes_for_page(sample: Sample, p: Prediction, index: int) -> tuple[ViewerBo
     return tuple(boxes)
 
 
+def _caption(page: Page, index: int) -> str:
+    """``"image 2: report.pdf p. 3 · 30f9...-p0003"``: what the model calls the page, then the page."""
+    cite = f"{page.citation} · {page.id}" if page.source else page.id
+    return f"image {index + 1}: {cite}"
+
+
+@dataclass(frozen=True)
+class _SummaryRow:
+    name: str
+    n: int
+    metrics: Mapping[str, float]
+    correct: int
+    wrong: int
+    unparsed: int
+
+
+def summary_html(runs: Sequence[RunResult], records: Sequence[ViewerRecord]) -> str:
+    """The viewer's summary table: each run's metrics and its correct / wrong / unparsed counts."""
+    rows, start = [], 0
+    for run in runs:
+        mine = [outcome(r) for r in records[start : start + len(run.predictions)]]
+        start += len(run.predictions)
+        name = f"{run.row.benchmark} / {run.row.paradigm} / {run.row.model}"
+        rows.append(_SummaryRow(name, run.row.n, run.row.metrics, *(mine.count(o) for o in OUTCOME_COLUMNS)))
+    metrics = list(dict.fromkeys(m for run in runs for m in run.row.metrics))
+    return render("eval_summary.html.j2", metrics=metrics, rows=rows)
+
+
+OUTCOME_COLUMNS = ("correct", "wrong", "unparsed")
+
+
 def viewer_record(sample: Sample, p: Prediction, run: str = "") -> ViewerRecord:
     pages = tuple(
-        ViewerPage(pg.image_path, pg.width, pg.height, title=pg.id, boxes=_boxes_for_page(sample, p, i))
+        ViewerPage(
+            pg.image_path, pg.width, pg.height, title=_caption(pg, i), boxes=_boxes_for_page(sample, p, i)
+        )
         for i, pg in enumerate(sample.pages)
     )
     steps = tuple(
@@ -118,7 +152,8 @@ def write_report(runs: Sequence[RunResult], out_dir: str | Path, *, title: str =
         for r in runs
         for s, p in zip(r.samples, r.predictions, strict=True)
     ]
-    viewer = write_viewer(records, out / "viewer.html", title=title)
+    preamble = summary_html(runs, records)
+    viewer = write_viewer(records, out / "viewer.html", title=title, preamble=preamble, filters=True)
     significance = out / "significance.md"
     significance.write_text(significance_markdown(runs), encoding="utf-8")
     return [results, *tables, significance, viewer]

@@ -24,9 +24,9 @@ from typing import Any, Protocol
 from evidra.env.base import Environment, StepInfo
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import InvalidInputError
-from evidra.eval.endpoint import ChatEndpoint
 from evidra.eval.scoring import ExtraScorer, Prediction, StepBox, score
 from evidra.geometry import ImageFrame, VisionSpec, clip_box, convert_box
+from evidra.models.endpoint import ChatEndpoint
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM
 from evidra.paradigms.base import PARADIGMS, Paradigm

@@ -3,8 +3,8 @@
 ``Prediction`` is what a run produced for one sample (the JSONL cache row of the runner); every
 box in it is already in page pixels. ``score`` returns a flat ``{metric: value}``:
 
-* the official answer metric of the sample's benchmark (``OFFICIAL``, registered per dataset
-  name, as each benchmark's official scorer), e.g. ``anls`` for DocVQA, ``relaxed_accuracy`` for ChartQA;
+* the official answer metric of the sample's benchmark (``evidra.metrics.official``, registered
+  per dataset name), e.g. ``anls`` for DocVQA, ``relaxed_accuracy`` for ChartQA;
 * LAT's soft ``em`` and ``iou50`` (answer box on the gold page with IoU >= 0.5; an unanswerable
   item counts when the answer says "No answer" and gives no box, the VISA rule; LAT §5.1);
 * EVisRAG's ``evisrag_acc`` / ``evisrag_f1`` against "insufficient to answer" when the sample's
@@ -20,28 +20,18 @@ from dataclasses import dataclass, field
 
 from evidra.env.base import StepInfo
 from evidra.errors import InvalidInputError
-from evidra.eval.metrics import (
-    anls,
-    mmlongbench_score,
-    relaxed_accuracy,
-    slidevqa_em,
-    slidevqa_f1,
-    visrag_accuracy,
-)
 from evidra.geometry import iou
-from evidra.registry import Registry
-from evidra.rewards.evisrag import evaluate_predictions
-from evidra.rewards.judge import Judge, JudgeItem, Verdict
-from evidra.rewards.lat import Similarity, stepwise_attribution
-from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
-from evidra.rewards.text import (
+from evidra.metrics.official import official
+from evidra.metrics.qa import evaluate_predictions
+from evidra.metrics.ranking import mrr_at_k, ndcg_at_k, recall_at_k
+from evidra.metrics.text import (
     INSUFFICIENT_ANSWER,
-    braced_answer,
     is_no_answer,
     normalize_lat,
-    normalize_squad,
     soft_exact_match,
 )
+from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
+from evidra.rewards.lat_scoring import Similarity, stepwise_attribution
 from evidra.types import Box, Sample
 
 PageBox = tuple[float, float, float, float]
@@ -72,80 +62,6 @@ class Prediction:
     latency_s: float = 0.0
     finished: bool = True
     scores: Mapping[str, float] = field(default_factory=dict)
-
-
-AnswerMetric = Callable[[Sample, str, Prediction], dict[str, float]]
-OFFICIAL: Registry[AnswerMetric] = Registry("official benchmark metric")
-
-
-def _best(fn: Callable[[str, str], float], pred: str, answers: Sequence[str]) -> float:
-    return max((fn(pred, a) for a in answers), default=0.0)
-
-
-def _anls(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    return {"anls": anls(pred, s.answers)}
-
-
-def _mpdocvqa(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    """ANLS plus APPA: the predicted answer page is the gold page (MP-DocVQA)."""
-    gold = {s.page_index(g) for g in s.gold_pages}
-    out = {"anls": 0.0 if pred.strip().lower() in ("", "none") else anls(pred, s.answers)}
-    out["appa"] = float(p.answer_page in gold) if gold else 0.0
-    return out
-
-
-def _chartqa(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    return {"relaxed_accuracy": _best(relaxed_accuracy, pred, s.answers)}
-
-
-def _slidevqa(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    return {
-        "slidevqa_em": _best(lambda x, a: slidevqa_em(x, a, s.question), pred, s.answers),
-        "slidevqa_f1": _best(lambda x, a: slidevqa_f1(x, a, s.question), pred, s.answers),
-    }
-
-
-def _mmlongbench(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    fmt = str(s.extras.get("answer_format", "Str"))
-    return {"mmlongbench_score": mmlongbench_score(s.answers[0] if s.answers else "", pred, fmt)}
-
-
-def _visrag(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    return {"visrag_accuracy": visrag_accuracy(pred, s.answers, str(s.extras.get("source", "")))}
-
-
-def _exact(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    """Synthetic benchmarks: normalised exact match against any gold answer."""
-    return {"exact_match": float(any(normalize_squad(pred) == normalize_squad(a) for a in s.answers))}
-
-
-for _name in ("docvqa", "infovqa"):
-    OFFICIAL.add(_name, _anls)
-OFFICIAL.add("mpdocvqa", _mpdocvqa)
-OFFICIAL.add("chartqa", _chartqa)
-OFFICIAL.add("slidevqa", _slidevqa)
-OFFICIAL.add("mmlongbench", _mmlongbench)
-for _name in ("visrag", "vidore", "beir"):
-    OFFICIAL.add(_name, _visrag)
-OFFICIAL.add("exact", _exact)
-
-
-def _synthetic(s: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    """Tunnel Vision / TRACER-style accuracy: braces extraction, case-insensitive equality
-    (the suite lowercases colours and yes/no and uppercases component names)."""
-    got = braced_answer(pred).casefold()
-    return {"synthetic_accuracy": float(any(got == a.strip().casefold() for a in s.answers))}
-
-
-for _name in ("tunnel_chain", "tunnel_circuits", "tunnel_objreid", "tracer_vjump", "tracer_trace",
-              "tracer_match", "tracer_subimage"):  # fmt: skip
-    OFFICIAL.add(_name, _synthetic)
-
-
-def official(sample: Sample, pred: str, prediction: Prediction) -> dict[str, float]:
-    """The sample's benchmark metric; ``exact`` for datasets without a registered one."""
-    name = sample.dataset if sample.dataset in OFFICIAL else "exact"
-    return OFFICIAL.get(name)(sample, pred, prediction)
 
 
 def lat_scores(sample: Sample, pred: str, p: Prediction) -> dict[str, float]:
@@ -301,7 +217,7 @@ def judge_scorer(judge: Judge) -> ExtraScorer:
 def score(sample: Sample, p: Prediction, extra: Sequence[ExtraScorer] = ()) -> dict[str, float]:
     """Every per-sample score of ``p`` (see the module docstring) plus the ``extra`` scorers'."""
     pred = p.answer if p.answer is not None else ""
-    out = official(sample, pred, p)
+    out = official(sample, pred, p.answer_page)
     out.update(lat_scores(sample, pred, p))
     out.update(evisrag_scores(sample, pred))
     out.update(retrieval_scores(sample, p.infos))

@@ -16,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from evidra.eval.metrics import METRICS, NOT_ANSWERABLE, ScoredAnswer, mmlongbench_acc_f1
+from evidra.eval.metrics import METRICS
 from evidra.eval.scoring import Prediction
 from evidra.eval.significance import wilson_interval
+from evidra.metrics.mmlongbench import NOT_ANSWERABLE, ScoredAnswer, mmlongbench_acc_f1
 from evidra.registry import Registry
 from evidra.types import Sample
 

@@ -4,11 +4,14 @@ The page is rendered from ``evidra/templates/viewer.html.j2`` (``evidra.templati
 on), so every piece of model or document text is HTML-escaped; this module only computes what
 the template draws. Boxes are absolutely positioned overlays in percentages of the page, so the
 page image can be scaled freely (a page's image may be rendered at any resolution: boxes are in
-the pixels of ``width x height``). Box labels are listed in a legend under each page, never
-printed over it; hovering a box shows its label. Page images are linked relative to the page, or
-with ``embed_images=True`` inlined as data URIs, so one file can be moved or mailed on its own.
-With ``thumbnail_width`` each page is shown as an embedded thumbnail that opens the full-size
-page, boxes included, in a CSS lightbox.
+the pixels of ``width x height``). Each box carries its label as a small numbered tag on its
+top-left corner, matching the step list, and boxes that coincide (a step and the answer citing the
+same region) are drawn once with both labels. Every page has a visible caption (its title) and
+an "enlarge" link that shows it over the whole window (CSS ``:target``, no script). Page images
+are linked relative to the page, or with ``embed_images=True`` inlined as data URIs, so one file
+can be moved or mailed on its own. With ``thumbnail_width`` each page is shown as an embedded
+thumbnail that opens the full-size page, boxes included, in a CSS lightbox. With ``filters`` the
+cards can be narrowed to correct, wrong or unparsed answers (CSS radio buttons, no script).
 """
 
 from __future__ import annotations
@@ -132,6 +135,14 @@ class _PageView:
 
 
 @dataclass(frozen=True)
+class _Filter:
+    """One filter button: the outcome it keeps and how many cards have it."""
+
+    outcome: str  # all | correct | wrong | unparsed | unscored
+    count: int
+
+
+@dataclass(frozen=True)
 class _AnswerView:
     record: ViewerRecord
     pages: tuple[_PageView, ...]
@@ -142,6 +153,17 @@ class _CardView:
     anchor: str
     number: int
     answers: tuple[_AnswerView, ...]  # one per model; the first gives question and gold answers
+    outcome: str  # the filter it falls under: correct | wrong | unparsed | unscored
+
+
+OUTCOMES = ("correct", "wrong", "unparsed", "unscored")
+
+
+def outcome(record: ViewerRecord) -> str:
+    """``unparsed`` when no answer was parsed, else ``correct``/``wrong`` (``unscored`` without a score)."""
+    if record.prediction is None:
+        return "unparsed"
+    return "unscored" if record.correct is None else "correct" if record.correct else "wrong"
 
 
 def _overlay(vb: ViewerBox, page: ViewerPage) -> _Overlay:
@@ -155,17 +177,41 @@ def _overlay(vb: ViewerBox, page: ViewerPage) -> _Overlay:
     return _Overlay(vb, 100 * b.x1 / w, 100 * b.y1 / h, 100 * b.width / w, 100 * b.height / h)
 
 
+def merge_coinciding(boxes: Sequence[ViewerBox], tolerance: float = 0.5) -> tuple[ViewerBox, ...]:
+    """One box per region: boxes whose corners are within ``tolerance`` page pixels of an earlier
+    box's become that box, their labels joined ("2 · answer"); the first box's colour and line stay.
+
+    >>> a, b = Box(10, 10, 50, 30), Box(10.4, 10, 50, 30.2)
+    >>> [v.label for v in merge_coinciding([ViewerBox(a, "2"), ViewerBox(b, "answer")])]
+    ['2 · answer']
+    """
+    merged: list[ViewerBox] = []
+    for vb in boxes:
+        for i, kept in enumerate(merged):
+            near = all(
+                abs(x - y) <= tolerance for x, y in zip(kept.box.as_tuple(), vb.box.as_tuple(), strict=True)
+            )
+            if near and kept.box.space is vb.box.space:
+                if vb.label not in kept.label.split(" · "):
+                    merged[i] = ViewerBox(kept.box, f"{kept.label} · {vb.label}", kept.color, kept.line)
+                break
+        else:
+            merged.append(vb)
+    return tuple(merged)
+
+
 def _page_view(page: ViewerPage, images: _Images, anchor: str) -> _PageView:
     thumb = None
     if images.thumbnail_width is not None:
         thumb = images.thumbnail(page.image_path, images.thumbnail_width)
-    legend = {(vb.label, vb.color, vb.line): vb for vb in page.boxes}
+    boxes = merge_coinciding(page.boxes)
+    legend = {(vb.label, vb.color, vb.line): vb for vb in boxes}
     return _PageView(
         page,
         anchor,
         _image_src(page.image_path, images.base),
         thumb,
-        tuple(_overlay(vb, page) for vb in page.boxes),
+        tuple(_overlay(vb, page) for vb in boxes),
         tuple(legend.values()),
     )
 
@@ -177,7 +223,7 @@ def _card_view(i: int, item: ViewerItem, images: _Images) -> _CardView:
         _AnswerView(r, tuple(_page_view(p, images, f"{a}-p{k}") for k, p in enumerate(r.pages)))
         for r, a in zip(recs, anchors, strict=True)
     )
-    return _CardView(f"rec-{i}", i + 1, answers)
+    return _CardView(f"rec-{i}", i + 1, answers, outcome(recs[0]))
 
 
 def write_viewer(
@@ -188,6 +234,7 @@ def write_viewer(
     preamble: str = "",
     embed_images: bool = False,
     thumbnail_width: int | None = None,
+    filters: bool = False,
 ) -> Path:
     """Write the viewer page to ``path``; image links are relative to its folder, or with
     ``embed_images`` the images are inside the file. With ``thumbnail_width`` (pixels) each
@@ -196,18 +243,22 @@ def write_viewer(
     A record that is a tuple of records is one card: the same question answered by several
     models (each ``heading`` names one), side by side. ``preamble`` is HTML placed before the
     records (a training summary, charts); it is not escaped, so build it only from evidra's own
-    templates (``evidra.templating.render``).
+    templates (``evidra.templating.render``). ``filters`` adds buttons that show only the correct,
+    wrong or unparsed answers (by the first record of each card), with their counts.
     """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     images = _Images(None if embed_images else out.parent.resolve(), thumbnail_width)
     cards = [_card_view(i, r, images) for i, r in enumerate(records)]
+    counts = [_Filter(o, sum(c.outcome == o for c in cards)) for o in OUTCOMES]
+    shown = [_Filter("all", len(cards)), *(f for f in counts if f.count)] if filters else []
     doc = render(
         "viewer.html.j2",
         title=title,
         preamble=Markup(preamble),  # trusted: evidra's own rendered markup
         cards=cards,
         thumbnails=thumbnail_width is not None,
+        filters=shown,
     )
     out.write_text(doc, encoding="utf-8")
     return out

@@ -1,5 +1,7 @@
 """Adapters that let other RL frameworks use evidra's rewards.
 
+* ``method_reward(name, **options)``: the reward and parser a registered method trains with, for
+  the adapters below (``as_trl_reward(*method_reward("lat"))``);
 * ``as_trl_reward``: a reward function for TRL's ``GRPOTrainer(reward_funcs=[...])``;
 * ``as_verl_compute_score``: a ``compute_score`` for verl's reward manager;
 * ``as_trl_environment``: an evidra environment as TRL's multi-turn ``environment_factory``,
@@ -16,7 +18,12 @@ TRL, which it treats as "no reward" (NaN), and raise nothing.
 
 from __future__ import annotations
 
-from evidra.integrations.frameworks import as_trl_reward, as_verl_compute_score, sample_from_fields
+from evidra.integrations.frameworks import (
+    as_trl_reward,
+    as_verl_compute_score,
+    method_reward,
+    sample_from_fields,
+)
 from evidra.integrations.trl_env import (
     BBOX_TOOL,
     SEARCH_TOOL,
@@ -37,5 +44,6 @@ __all__ = [
     "as_trl_environment",
     "as_trl_reward",
     "as_verl_compute_score",
+    "method_reward",
     "sample_from_fields",
 ]

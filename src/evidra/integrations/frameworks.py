@@ -106,6 +106,22 @@ def registered_reward(reward: RewardFn | str) -> RewardFn:
         raise ConfigError(f"reward: {exc.args[0]}") from None
 
 
+def method_reward(name: str, **options: Any) -> tuple[RewardFn, Parser]:
+    """The reward and parser a registered method (``evidra.methods.METHODS``) trains with, its
+    ``options`` checked as the recipe's ``method:`` section would be: what the adapters take,
+    ``as_trl_reward(*method_reward("lat"))``, so another framework trains on the same reward.
+
+    >>> reward, parse = method_reward("lang2act", stage=1)
+    >>> reward(parse("<description>d</description><reasoning>r</reasoning><answer>4</answer>"),
+    ...        sample_from_fields({"question": "2+2?", "answers": ["4"]})).total
+    1.0
+    """
+    from evidra.methods import get_method
+
+    task = get_method(name).task(options)
+    return task.reward, task.parse
+
+
 def as_trl_reward(
     reward: RewardFn | str, parse: Parser = _plain_parse, name: str | None = None
 ) -> Callable[..., list]:

@@ -80,9 +80,10 @@ def _search_backend(index: str, store: str) -> tuple[Any, dict[str, Page]]:
         with PageStore.open(store) as opened:
             pages = {p.id: p for p in opened.pages()}
     if index:
+        from evidra.keys import KeyPolicy
         from evidra.retrieval.engine import open_searcher
 
-        return open_searcher(index), pages
+        return open_searcher(index, key_policy=KeyPolicy.file("the tool config's index")), pages
     return bm25_searcher(pages.values()), pages
 
 

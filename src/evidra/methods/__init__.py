@@ -1,39 +1,57 @@
-"""The five paper methods, one module each: LAT, EVisRAG, Lang2Act, VRAG-RL and CAVE.
+"""The paper methods, one registered ``Method`` object each: LAT, EVisRAG, Lang2Act, VRAG-RL, CAVE.
 
-A method is the one place that knows which paradigm, environment, reward and data a paper
-uses. Its builder (registered in ``METHODS``) turns a typed ``MethodConfig`` (the ``method:``
-section of a training config) and run ``Resources`` into the ``Task`` the trainer is handed:
+A method is the one place that knows which paradigm, environment, reward, data, table layout,
+data-construction steps and judge prompt a paper uses (``evidra.methods.base.Method``). Its
+builder turns the method's own typed options (the ``method:`` section of a recipe) and run
+``Resources`` into the ``Task`` the trainer is handed:
 
-    cfg = load_config(RLConfig, "configs/lat.yaml", ["model.path=..."])
-    RLTrainer(cfg, task=task_for(cfg)).train()      # or rl_trainer(cfg)
+    cfg = load_config(RLConfig, "configs/tiny/lat.yaml", ["run.steps=2"])
+    rl_trainer(cfg).train()                   # RLTrainer(cfg, task=task_for(cfg)).train()
 
-``evidra.rl`` knows only the ``Task`` record; nothing below this package imports it.
+A method outside this package registers with ``METHODS.add(name, Method(...))`` or through the
+``evidra.methods`` entry-point group (docs/adding-a-method.md). ``evidra.rl`` knows only the
+``Task`` record; nothing below this package imports it.
 """
 
 from __future__ import annotations
 
-from evidra.methods.base import METHODS, MethodConfig, Resources
+from evidra.methods._benchmark import IMAGE_QA, adapter
+from evidra.methods._synth import synth_samples
+from evidra.methods.base import ENTRY_POINT_GROUP, METHODS, Method, Resources, merged_weights
 from evidra.methods.resolve import (
     TASK_ALIASES,
+    Resolved,
     build_task,
     check_config,
-    method_config,
+    get_method,
+    method_section,
     named_task,
+    resolve,
+    resolve_section,
     rl_trainer,
     sft_trainer,
     task_for,
 )
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
+    "IMAGE_QA",
     "METHODS",
     "TASK_ALIASES",
-    "MethodConfig",
+    "Method",
+    "Resolved",
     "Resources",
+    "adapter",
     "build_task",
     "check_config",
-    "method_config",
+    "get_method",
+    "merged_weights",
+    "method_section",
     "named_task",
+    "resolve",
+    "resolve_section",
     "rl_trainer",
     "sft_trainer",
+    "synth_samples",
     "task_for",
 ]

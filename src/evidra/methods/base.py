@@ -1,33 +1,50 @@
-"""What a paper method is: a builder from a typed ``MethodConfig`` and run ``Resources`` to a ``Task``.
+"""What a paper method is: one registered ``Method`` object per paper.
 
-A method module (``lat``, ``evisrag``, ``lang2act``, ``vragrl``, ``cave``) registers one builder in
-``METHODS``. A builder first checks the options it is given (``check_options``: a one-line
-``ConfigError`` for an option the method does not take or a value out of range), then assembles
-the task from cheap parts; models a reward needs (a ColQwen2 similarity, an index) load on first
-use, so checking a config never loads one.
+A ``Method`` owns everything that says "this paper": its typed, frozen options class (the
+``method:`` section of a recipe, its own fields only), the builder that turns those options and
+run ``Resources`` into the ``Task`` the trainer is handed (paradigm, environment, reward, data),
+the paradigm its policy writes, the table layout its paper reports, its data-construction steps
+(a distillation filter, the ``evidra data`` stages it supports) and its judge prompt. Training,
+``evidra eval --method``, ``evidra data``, ``evidra ask --method``, the demo, the framework
+adapters and the Python API all take a method from ``METHODS``, so the reward that trains is the
+scorer that evaluates.
 
-Run resources that are expensive or shared (a search engine, a judge client, a similarity
-model) may be passed in ``Resources``; what is not passed is built from the config.
+A method module of this package registers its object when imported; the first lookup imports
+every module here and every ``evidra.methods`` entry point of the installed distributions (a
+method in a package of its own), so importing one method never imports the others. Checking a
+config never loads a model: a model a reward needs (a ColQwen2 similarity, an index) loads on
+first use.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
+import logging
 import pkgutil
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from importlib.metadata import entry_points
+from typing import Any, Generic, TypeVar
 
+from evidra.config import from_dict
 from evidra.errors import ConfigError, InvalidInputError
-from evidra.method_config import MethodConfig
 from evidra.registry import Registry
-from evidra.rewards.judge_config import build_judge, validate_judge
+from evidra.rewards.base import check_weights as check_reward_weights
+from evidra.rewards.judge_config import JudgeConfig, build_judge, validate_judge
+from evidra.rewards.judge_prompts import JUDGE_PROMPTS
 from evidra.rewards.judge_protocol import Judge
 from evidra.rl.tasks import Task
 from evidra.types import Sample
 
-__all__ = ["METHODS", "MethodBuilder", "MethodConfig", "Resources", "check_options"]
+__all__ = ["ENTRY_POINT_GROUP", "METHODS", "Method", "Resources", "merged_weights"]
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "evidra.methods"  # installed packages add methods under this entry-point group
+
+O = TypeVar("O")
 
 
 @dataclass(frozen=True)
@@ -35,29 +52,78 @@ class Resources:
     """Services a run hands to a method instead of letting it build them from the config."""
 
     searcher: Any = None  # a text-to-pages searcher (``search(queries, k)``): vragrl's engine, page ranking
-    judge: Judge | None = None  # the answer judge client; None: built from ``method.judge``
-    similarity: Any = None  # lat's ``StepSimilarity``; None: from ``method.similarity``
+    judge: Judge | None = None  # the answer judge client; None: built from the options' ``judge``
+    similarity: Any = None  # lat's ``StepSimilarity``; None: from the options' ``similarity``
 
 
-class MethodBuilder(Protocol):
-    def __call__(self, cfg: MethodConfig, resources: Resources) -> Task: ...
+# (sample, teacher text, paradigm, options of the distillation run) -> verdict; see
+# ``evidra.data.construction.distill``
+DistillFilter = Callable[..., Any]
 
 
-class _MethodRegistry(Registry[MethodBuilder]):
-    """Builders register themselves when their module is imported; the first lookup imports every
-    method module of this package, so importing one method never imports the others."""
+@dataclass(frozen=True)
+class Method(Generic[O]):
+    """One paper method. ``build(options, resources)`` gives its ``Task``; everything else is
+    what the commands around training need to know about it."""
+
+    name: str
+    options: type[O]  # a frozen dataclass: the method's own options (the recipe's method section)
+    build: Callable[[O, Resources], Task]
+    paradigm: str  # the registered paradigm its policy writes (eval, ask, distillation prompts)
+    summary: str = ""  # one line for listings and error messages
+    layout: str = "official"  # the eval table layout its paper reports (evidra.eval.tables.LAYOUTS)
+    judge_prompt: str = "vragrl"  # its answer judge's prompt: a name in evidra.rewards.judge_prompts
+    distill: DistillFilter | None = None  # keeps a teacher trajectory or not (evidra data distill)
+    # the ``evidra data`` stages that build its training data: distill, multiexpert, filter, toolbox
+    stages: tuple[str, ...] = ("filter",)
+
+    def __post_init__(self) -> None:
+        JUDGE_PROMPTS.get(self.judge_prompt)  # a registered prompt, or "unknown judge prompt ..."
+
+    def parse_options(self, section: Mapping[str, Any]) -> O:
+        """The options of the ``method:`` section (without ``name``): an unknown key is a one-line
+        ``ConfigError`` with a "did you mean" and the method's options; types are checked."""
+        known = [f.name for f in dataclasses.fields(self.options)]  # type: ignore[arg-type]
+        for key in section:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                fix = f"did you mean {close[0]!r}?" if close else "remove it"
+                raise ConfigError(
+                    f"method.{key} is no option of method {self.name!r}; {fix} "
+                    f"(options of {self.name}: {', '.join(known) or 'none'})"
+                )
+        options = from_dict(self.options, section, "method")
+        judge = getattr(options, "judge", None)
+        if isinstance(judge, JudgeConfig):
+            validate_judge(judge)
+        return options
+
+    def task(self, section: Mapping[str, Any] | None = None, resources: Resources | None = None) -> Task:
+        """The task of this method with the options of ``section`` (checked first)."""
+        return self.build(self.parse_options(section or {}), resources or Resources())
+
+
+class _MethodRegistry(Registry["Method[Any]"]):
+    """Methods register themselves when their module is imported; the first lookup imports every
+    method module of this package and every ``evidra.methods`` entry point."""
 
     _loaded = False
 
     def _load(self) -> None:
-        if not _MethodRegistry._loaded:
-            _MethodRegistry._loaded = True
-            package = importlib.import_module("evidra.methods")
-            for module in pkgutil.iter_modules(package.__path__):
-                if not module.name.startswith("_") and module.name not in ("base", "resolve"):
-                    importlib.import_module(f"evidra.methods.{module.name}")
+        if _MethodRegistry._loaded:
+            return
+        _MethodRegistry._loaded = True
+        package = importlib.import_module("evidra.methods")
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_") and module.name not in ("base", "resolve", "scoring"):
+                importlib.import_module(f"evidra.methods.{module.name}")
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            if point.name not in self._items:
+                loaded = point.load()  # a module that registers itself, or a Method object
+                if isinstance(loaded, Method) and loaded.name not in self._items:
+                    self.add(loaded.name, loaded)
 
-    def get(self, name: str) -> MethodBuilder:
+    def get(self, name: str) -> Method[Any]:
         self._load()
         return super().get(name)
 
@@ -72,59 +138,27 @@ class _MethodRegistry(Registry[MethodBuilder]):
 
 METHODS: _MethodRegistry = _MethodRegistry("method")
 
-_DEFAULT = MethodConfig()
-_FIX = {
-    "reward_mode": "paper",
-    "similarity": "text_overlap",
-    "similarity_checkpoint": "''",
-    "scoped": "false",
-    "stage": "0",
-    "judge": "the default (remove the judge section)",
-    "toolbox": "''",
-    "index": "''",
-    "pages_per_question": "0",
-    "weights": "{}",
-}
+
+def merged_weights(name: str, default: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:
+    """The method's default weights with its ``weights`` option over them, each name one of the
+    default's components (``evidra.rewards.base.check_weights``: a "did you mean" otherwise)."""
+    try:
+        return {**default, **check_reward_weights(weights, tuple(default), name)}
+    except InvalidInputError as exc:
+        raise ConfigError(f"method.weights: {exc}") from None
 
 
-def check_options(cfg: MethodConfig, takes: Collection[str]) -> None:
-    """A ``ConfigError`` for the first option of ``cfg`` set away from its default that the method
-    does not take (``takes``), then for general ranges (page budget, toolbox file)."""
-    for f in dataclasses.fields(cfg):
-        if f.name != "name" and f.name not in takes and getattr(cfg, f.name) != getattr(_DEFAULT, f.name):
-            raise ConfigError(
-                f"method.{f.name}={getattr(cfg, f.name)!r} is no option of method {cfg.name!r}; "
-                f"set it to {_FIX[f.name]} (options of {cfg.name}: {', '.join(sorted(takes)) or 'none'})"
-            )
-    k = cfg.pages_per_question
-    if k < 0:
-        raise ConfigError(f"method.pages_per_question must be >= 0 (0: every page), got {k}")
-    validate_judge(cfg.judge)
-
-
-def check_weights(cfg: MethodConfig, known: Sequence[str]) -> dict[str, float]:
-    """``method.weights`` checked against the method's reward components (``known``)."""
-    for key, value in cfg.weights.items():
-        if key not in known:
-            raise ConfigError(
-                f"method.weights: {cfg.name} has no reward component {key!r}; use {', '.join(known)}"
-            )
-        if value < 0:
-            raise ConfigError(f"method.weights.{key} must be >= 0, got {value}")
-    return dict(cfg.weights)
-
-
-def method_judge(cfg: MethodConfig, resources: Resources, prompt: str, default: Judge) -> Judge:
+def method_judge(config: JudgeConfig, resources: Resources, prompt: str, default: Judge) -> Judge:
     """The answer judge: the one passed in, the configured one, or the method's offline default."""
     if resources.judge is not None:
         return resources.judge
-    if cfg.judge.is_default:
+    if config.is_default:
         return default
-    return build_judge(cfg.judge, prompt)
+    return build_judge(config, prompt)
 
 
 def load_tools(path: str) -> tuple[Any, ...]:
-    """The tools of ``method.toolbox`` (a ``ConfigError`` naming the file when it does not load)."""
+    """The tools of a ``toolbox`` option (a ``ConfigError`` naming the file when it does not load)."""
     from evidra.paradigms.toolchain import load_toolbox
 
     try:
@@ -133,10 +167,11 @@ def load_tools(path: str) -> tuple[Any, ...]:
         raise ConfigError(f"method.toolbox: {exc}") from None
 
 
-def page_budget(cfg: MethodConfig, resources: Resources) -> Callable[[list[Sample]], list[Sample]] | None:
-    """``Task.select_pages`` for ``method.pages_per_question``: each sample's top pages, ranked by
-    the searcher passed in or ``method.index`` (opened on first use), else in the sample's order."""
-    k = cfg.pages_per_question
+def page_budget(k: int, index: str, resources: Resources) -> Callable[[list[Sample]], list[Sample]] | None:
+    """``Task.select_pages`` for a page budget of ``k``: each sample's top pages, ranked by the
+    searcher passed in or ``index`` (opened on first use), else in the sample's order."""
+    if k < 0:
+        raise ConfigError(f"method.pages_per_question must be >= 0 (0: every page), got {k}")
     if k == 0:
         return None
 
@@ -144,12 +179,7 @@ def page_budget(cfg: MethodConfig, resources: Resources) -> Callable[[list[Sampl
         from evidra.data.pages import top_pages
         from evidra.retrieval.engine import open_searcher
 
-        searcher = resources.searcher or (open_searcher(cfg.index) if cfg.index else None)
+        searcher = resources.searcher or (open_searcher(index) if index else None)
         return top_pages(samples, k, searcher)
 
     return select
-
-
-def merged_weights(default: Mapping[str, float], cfg: MethodConfig) -> dict[str, float]:
-    """The method's default weights with ``method.weights`` over them (checked)."""
-    return {**default, **check_weights(cfg, tuple(default))}

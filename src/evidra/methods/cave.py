@@ -17,25 +17,23 @@ episodes (``Task.score_episodes``): the states and targets of every episode go t
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, replace
-from functools import partial
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from evidra.data.synth.sources import side_by_side
 from evidra.env.base import play_script
 from evidra.env.zoom import ZoomEnv
-from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights, method_judge
+from evidra.methods.base import METHODS, Method, Resources, merged_weights, method_judge
 from evidra.paradigms.zoom_agent import TOOL_NAME, ZoomAgent
-from evidra.rewards.base import RewardResult
-from evidra.rewards.cave import CaveParams, CaveWeights, Outcome, StateScore, cave_reward
-from evidra.rewards.cave_scoring import score_states
-from evidra.rewards.judge import Judge, JudgeItem, RuleJudge
+from evidra.rewards.cave import WEIGHTS, CaveParams
+from evidra.rewards.cave_reward import CaveReward
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_config import JudgeConfig
+from evidra.rewards.judge_protocol import Judge
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task, synthetic_mixture, usable
-from evidra.types import Message, Parsed, Sample, Trajectory
+from evidra.types import Message, Sample
 
 MAX_ROUNDS = 4
 PARAMS = CaveParams()
@@ -60,47 +58,6 @@ def make_env(sample: Sample) -> ZoomEnv:
     return ZoomEnv(max_rounds=MAX_ROUNDS)
 
 
-def outcome(texts: Sequence[str], sample: Sample, judge: Judge = _JUDGE) -> Outcome | None:
-    """Task anchors (CAVE §3.3): answer correctness (the judge) and format validity of every
-    turn; None when the judge could not decide (the episode is then unscored, never 0)."""
-    agent = ZoomAgent()
-    parsed = [agent.parse(t) for t in texts]
-    last = parsed[-1] if parsed else Parsed(text="")
-    fmt = float(bool(parsed) and last.answer is not None and all(p.ok for p in parsed))
-    if last.answer is None or not sample.answers:
-        return Outcome(0.0, fmt)
-    verdict = judge.judge([JudgeItem(sample.question, sample.answers[0], last.answer)])[0]
-    if verdict.value is None:
-        return None
-    return Outcome(float(verdict.value), fmt)
-
-
-def _units(sample: Sample) -> list[str]:
-    return [text for text in sample.gold_evidence.values() if text]
-
-
-def score_episodes(
-    vlm: Any, episodes: Sequence[Any], params: CaveParams = PARAMS, judge: Judge = _JUDGE
-) -> list[RewardResult]:
-    """Outcome + process credits of each episode; teacher forcing batched over all of them."""
-    rows = []
-    for ep in episodes:
-        traj = ep.trajectory
-        starts = [span.start for span in traj.turns] or [0]
-        answer = ep.sample.answers[0] if ep.sample.answers else ""
-        rows.append((ep.context, len(traj.prompt_ids), starts, answer, _units(ep.sample)))
-    states = score_states(vlm, rows, top_k=params.top_k)
-    out = []
-    for ep, per in zip(episodes, states, strict=True):
-        n = len(per)
-        ratios = [ep.infos[t].area_ratio if t < len(ep.infos) else None for t in range(n)]
-        anchors = outcome(ep.trajectory.texts, ep.sample, judge)
-        out.append(
-            RewardResult.unscored("judge") if anchors is None else cave_reward(per, ratios, anchors, params)
-        )
-    return out
-
-
 def oracle(sample: Sample) -> list[Message]:
     """A correct conversation: zoom on the evidence region (with a margin) when the sample has
     one, read it, answer; otherwise state the perception evidence and answer."""
@@ -121,35 +78,46 @@ def oracle(sample: Sample) -> list[Message]:
     return play_script(make_env(sample), sample, turns)
 
 
-def make_cave_task(judge: Judge, params: CaveParams = PARAMS) -> Task:
+def make_cave_task(
+    judge: Judge, weights: Mapping[str, float] | None = None, params: CaveParams = PARAMS
+) -> Task:
     """The CAVE task whose answer anchor asks ``judge`` (offline: the braced rule), its credits
-    weighted by ``params``."""
-
-    def outcome_only(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
-        texts = trajectory.texts if trajectory is not None and trajectory.texts else (parsed.text,)
-        anchors = outcome(texts, sample, judge)
-        if anchors is None:
-            return RewardResult.unscored("judge")
-        return cave_reward([StateScore(0.0, 0.0)], [None], anchors, params)
-
+    weighted by ``weights`` (over the defaults) and shaped by ``params``."""
+    reward = CaveReward(judge, params=params, parse=ZoomAgent().parse).reweighted(weights or {})
     return Task(
         name="cave",
         samples=_samples,
         make_env=make_env,
         parse=ZoomAgent().parse,
-        reward=outcome_only,
+        reward=reward,
         oracle=oracle,
-        score_episodes=partial(score_episodes, params=params, judge=judge),
+        score_episodes=reward.score_episodes,
         from_benchmark=adapter((has_pages, images_on_disk, is_answerable), first_gold_page),
         from_synthetic=_one_image,
     )
 
 
-@METHODS.register("cave")
-def build_cave(cfg: MethodConfig, resources: Resources) -> Task:
-    """CAVE's task with its answer judge (``method.judge``; offline: the braced rule) and its
-    credit and anchor weights (``method.weights``: belief, evidence, focus, accuracy, format)."""
-    check_options(cfg, ("judge", "weights"))
-    weights = merged_weights(asdict(PARAMS.weights), cfg)
-    params = replace(PARAMS, weights=CaveWeights(**weights))
-    return make_cave_task(method_judge(cfg, resources, "vragrl", _JUDGE), params)
+@dataclass(frozen=True)
+class CaveOptions:
+    """The ``method:`` section of a CAVE recipe."""
+
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # the answer anchor; default: the braced rule
+    # credit and anchor (belief, evidence, focus, accuracy, format) -> weight over the defaults
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+
+def build_cave(cfg: CaveOptions, resources: Resources) -> Task:
+    """CAVE's task with its answer judge and its credit and anchor weights."""
+    weights = merged_weights("cave", WEIGHTS, cfg.weights)
+    return make_cave_task(method_judge(cfg.judge, resources, CAVE.judge_prompt, _JUDGE), weights)
+
+
+CAVE = Method(
+    name="cave",
+    options=CaveOptions,
+    build=build_cave,
+    paradigm="zoom_agent",
+    summary="CAVE: zoom into one image; outcome plus per-turn process credits",
+    judge_prompt="cave",
+)
+METHODS.add("cave", CAVE)

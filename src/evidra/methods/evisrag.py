@@ -18,11 +18,15 @@ Synthetic questions without an answer in the document are the insufficient-conte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from evidra.data.construction.distill import evisrag_filter
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import IMAGE_QA, adapter, with_sufficiency
 from evidra.methods._synth import synth_samples
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights
+from evidra.methods.base import METHODS, Method, Resources, merged_weights
 from evidra.paradigms.evidence import (
     SCOPE_NAMES,
     EvidenceGuided,
@@ -31,7 +35,7 @@ from evidra.paradigms.evidence import (
     parse_evidence,
     upstream_scopes,
 )
-from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, EvisragReward
+from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, evisrag_reward
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task
 from evidra.types import Message, Sample
@@ -49,26 +53,46 @@ def evisrag_oracle(sample: Sample) -> list[Message]:
     ]
 
 
-PAPER_COMPONENTS = ("perception", "derivation", "format")  # Eqs. 11-13
+@dataclass(frozen=True)
+class EvisragOptions:
+    """The ``method:`` section of an EVisRAG recipe."""
+
+    # paper: Eqs. 11-13 on four scopes; upstream: the released code's six components and scopes
+    reward_mode: Literal["paper", "upstream"] = "paper"
+    # reward component -> weight over its default of 1 (paper: perception, derivation, format;
+    # upstream: the six released components); default: the plain sum
+    weights: Mapping[str, float] = field(default_factory=dict)
 
 
-@METHODS.register("evisrag")
-def build_evisrag(cfg: MethodConfig, resources: Resources) -> Task:
+def build_evisrag(cfg: EvisragOptions, resources: Resources) -> Task:
     """EVisRAG's task: the paper's rewards on four scopes, or (``reward_mode=upstream``) the
     released code's six components, each on the token span the released router gives it."""
-    check_options(cfg, ("reward_mode", "weights"))
     upstream = cfg.reward_mode == "upstream"
-    components = UPSTREAM_COMPONENTS if upstream else PAPER_COMPONENTS
-    # both totals are the plain sum of the components; without method.weights it is kept as is
-    weights = merged_weights(dict.fromkeys(components, 1.0), cfg) if cfg.weights else None
+    reward = evisrag_reward(cfg.reward_mode)
+    reward = reward.reweighted(merged_weights("evisrag", reward.weights, cfg.weights))
     return Task(
         name="evisrag",
         samples=evisrag_samples,
         make_env=lambda s: SingleTurnEnv(EvidenceGuided()),
         parse=parse_evidence,
-        reward=EvisragReward(mode=cfg.reward_mode, weights=weights),
+        reward=reward,
         oracle=evisrag_oracle,
         scope_names=UPSTREAM_COMPONENTS if upstream else SCOPE_NAMES,
         scopes=upstream_scopes if upstream else evidence_scopes,
         from_benchmark=adapter(IMAGE_QA, with_sufficiency, name="evisrag"),
     )
+
+
+METHODS.add(
+    "evisrag",
+    Method(
+        name="evisrag",
+        options=EvisragOptions,
+        build=build_evisrag,
+        paradigm="evidence",
+        summary="EVisRAG: observe, per-image evidence, think, answer; RS-GRPO on scoped rewards",
+        layout="evisrag",
+        distill=evisrag_filter,
+        stages=("distill", "filter"),
+    ),
+)

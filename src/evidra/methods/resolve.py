@@ -1,21 +1,23 @@
-"""From a training config to the task the trainer is handed.
+"""From a training config to the method and task the trainer is handed.
 
-``method_config(cfg)`` reads the ``method:`` section, with the older spellings mapped onto it:
-a former paper task name in ``data.task`` (``TASK_ALIASES``: ``lat.colqwen2`` is
-``method: {name: lat, similarity: colqwen2}``), ``data.toolbox``, ``data.index``,
-``data.pages_per_question``, ``reward.mode`` and a top-level ``judge:``. An old spelling that
-disagrees with the method section is an error, never silently dropped. ``task_for(cfg)`` builds
-the method's task, or the plain task ``data.task`` names when no method is set.
+``resolve(cfg)`` reads the ``method:`` section (``name`` plus the method's own options), with
+the older spellings mapped onto it: a former paper task name in ``data.task``
+(``TASK_ALIASES``: ``lat.colqwen2`` is ``method: {name: lat, similarity: colqwen2}``),
+``data.toolbox``, ``data.index``, ``data.pages_per_question``, ``reward.mode`` and a top-level
+``judge:``. An old spelling that disagrees with the method section is an error, never silently
+dropped. ``task_for(cfg)`` builds the method's task, or the plain task ``data.task`` names
+when the config names no method.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from evidra.config import to_dict
 from evidra.errors import ConfigError, RegistryError
-from evidra.method_config import MethodConfig
-from evidra.methods.base import METHODS, Resources
+from evidra.methods.base import METHODS, Method, Resources
 from evidra.rewards.judge_config import JudgeConfig, validate_judge
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.tasks import Task, plain_task
@@ -31,27 +33,50 @@ TASK_ALIASES: dict[str, dict[str, Any]] = {
     "vragrl": {"name": "vragrl"},
     "cave": {"name": "cave"},
 }
-_DEFAULT = MethodConfig()
 
 
-def build_task(cfg: MethodConfig, resources: Resources | None = None) -> Task:
-    """The task of the paper method ``cfg.name``, its options checked first (``ConfigError``)."""
+@dataclass(frozen=True)
+class Resolved:
+    """A method and its checked options: what a run trains and evaluates."""
+
+    method: Method[Any]
+    options: Any
+
+    def task(self, resources: Resources | None = None) -> Task:
+        return self.method.build(self.options, resources or Resources())
+
+
+def get_method(name: str) -> Method[Any]:
+    """The registered method ``name`` (a ``ConfigError`` with a "did you mean" otherwise)."""
     try:
-        builder = METHODS.get(cfg.name)
+        return METHODS.get(name)
     except RegistryError as exc:
         raise ConfigError(f"method.name: {exc.args[0]}") from None
-    return builder(cfg, resources if resources is not None else Resources())
+
+
+def resolve_section(section: Mapping[str, Any]) -> Resolved:
+    """The method ``section["name"]`` with the rest of ``section`` as its options (checked)."""
+    name = section.get("name", "")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"method.name must name a method ({', '.join(METHODS.names())}), got {name!r}")
+    method = get_method(name)
+    return Resolved(method, method.parse_options({k: v for k, v in section.items() if k != "name"}))
+
+
+def build_task(section: Mapping[str, Any], resources: Resources | None = None) -> Task:
+    """The task of the method a ``method:`` section names, its options checked first."""
+    return resolve_section(section).task(resources)
 
 
 def named_task(name: str, resources: Resources | None = None) -> Task:
     """The task a former task name (``TASK_ALIASES``) or a plain task name stands for."""
     if name in TASK_ALIASES:
-        return build_task(MethodConfig(**TASK_ALIASES[name]), resources)
+        return build_task(TASK_ALIASES[name], resources)
     return plain_task(name)
 
 
 def _legacy(cfg: RLConfig | SFTConfig) -> dict[str, tuple[str, Any]]:
-    """The older spellings set away from their defaults: method field -> (old key, value)."""
+    """The older spellings set away from their defaults: option -> (old key, value)."""
     data, old = cfg.data, DataConfig()
     pairs = {
         "toolbox": ("data.toolbox", data.toolbox, old.toolbox),
@@ -63,39 +88,47 @@ def _legacy(cfg: RLConfig | SFTConfig) -> dict[str, tuple[str, Any]]:
     return {k: (key, value) for k, (key, value, default) in pairs.items() if value != default}
 
 
-def method_config(cfg: RLConfig | SFTConfig) -> MethodConfig | None:
+def method_section(cfg: RLConfig | SFTConfig) -> dict[str, Any] | None:
     """The run's method section with the older spellings merged in; None for a plain task."""
     validate_judge(cfg.judge)  # a typo in the section fails with its own fix first
-    method = cfg.method
+    section = dict(cfg.method)
     alias = TASK_ALIASES.get(cfg.data.task, {})
     if alias:  # an explicit former task name wins over the method fields it names
-        method = dataclasses.replace(method, **alias)
-    elif method.name and cfg.data.task != DataConfig().task:
+        section.update(alias)
+    elif section.get("name") and cfg.data.task != DataConfig().task:
         raise ConfigError(
-            f"data.task={cfg.data.task!r} and method.name={method.name!r} both pick what to train; "
-            "remove data.task (or set method.name='' to train the plain task)"
+            f"data.task={cfg.data.task!r} and method.name={section['name']!r} both pick what to train; "
+            "remove data.task (or remove the method section to train the plain task)"
         )
-    updates: dict[str, Any] = {}
-    for field_name, (key, value) in _legacy(cfg).items():
-        current = getattr(method, field_name)
-        if current != getattr(_DEFAULT, field_name) and current != value:
-            raise ConfigError(
-                f"{key} and method.{field_name} disagree ({value!r} vs {current!r}); "
-                f"keep method.{field_name} only"
-            )
-        updates[field_name] = value
-    if not method.name:
-        if updates:
-            key = _legacy(cfg)[next(iter(updates))][0]
+    legacy = _legacy(cfg)
+    if not section.get("name"):
+        if len(section) > 1 or (section and "name" not in section):
+            raise ConfigError(f"method.{next(k for k in section if k != 'name')} needs method.name")
+        if legacy:
+            key = next(iter(legacy.values()))[0]
             raise ConfigError(f"{key} is an option of a paper method; set method.name or remove {key}")
         return None
-    return dataclasses.replace(method, **updates)
+    defaults = get_method(section["name"]).options() if legacy else None
+    for option, (key, value) in legacy.items():
+        current = to_dict(section.get(option, getattr(defaults, option, None)))
+        if current != to_dict(getattr(defaults, option, None)) and current != to_dict(value):
+            raise ConfigError(
+                f"{key} and method.{option} disagree ({value!r} vs {current!r}); keep method.{option} only"
+            )
+        section[option] = value
+    return section
+
+
+def resolve(cfg: RLConfig | SFTConfig) -> Resolved | None:
+    """The method ``cfg`` trains, with its checked options; None for a plain task."""
+    section = method_section(cfg)
+    return None if section is None else resolve_section(section)
 
 
 def task_for(cfg: RLConfig | SFTConfig, resources: Resources | None = None) -> Task:
     """The task ``cfg`` trains: its method's (built with ``resources``) or its plain task."""
-    method = method_config(cfg)
-    return plain_task(cfg.data.task) if method is None else build_task(method, resources)
+    resolved = resolve(cfg)
+    return plain_task(cfg.data.task) if resolved is None else resolved.task(resources)
 
 
 def check_config(cfg: RLConfig | SFTConfig) -> Task:
@@ -112,7 +145,12 @@ def check_config(cfg: RLConfig | SFTConfig) -> Task:
 
 
 def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
-    """An ``RLTrainer`` for ``cfg`` on the task ``task_for(cfg, resources)`` builds."""
+    """An ``RLTrainer`` for ``cfg`` on the task of its method (built with ``resources``).
+
+    >>> from evidra.config import load_config                                   # doctest: +SKIP
+    >>> cfg = load_config(RLConfig, "configs/tiny/lat.yaml", ["run.steps=2"])  # doctest: +SKIP
+    >>> rl_trainer(cfg).train()                                                # doctest: +SKIP
+    """
     from evidra.rl.trainer import RLTrainer
 
     return RLTrainer(cfg, accelerator, task=task_for(cfg, resources))
@@ -120,7 +158,7 @@ def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: A
 
 def sft_trainer(cfg: SFTConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
     """An ``SFTTrainer`` for ``cfg``: on its data file (``data.trajectories``) or on the oracle
-    conversations of the task ``task_for(cfg, resources)`` builds."""
+    conversations of its method's task."""
     from evidra.rl.sft import SFTTrainer
 
     task = None if cfg.data.trajectories else task_for(cfg, resources)

@@ -18,26 +18,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from evidra.data.construction.distill import vragrl_filter
 from evidra.env.base import play_script
 from evidra.env.search import SearchEnv, Searcher, bm25_searcher
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.geometry import Displayed, page_box_to_displayed
-from evidra.method_config import MethodConfig
 from evidra.methods._benchmark import has_gold_pages, images_on_disk, is_answerable
 from evidra.methods._synth import private_cache_dir
-from evidra.methods.base import METHODS, Resources, check_options, merged_weights, method_judge
+from evidra.methods.base import METHODS, Method, Resources, merged_weights, method_judge
 from evidra.paradigms.search_agent import SearchAgent
 from evidra.retrieval.base import Hit
 from evidra.retrieval.engine import open_searcher
 from evidra.rewards.base import RewardResult
-from evidra.rewards.judge import Judge, RuleJudge
-from evidra.rewards.vragrl import VragRLReward, VragRLWeights
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_config import JudgeConfig
+from evidra.rewards.judge_protocol import Judge
+from evidra.rewards.vragrl import WEIGHTS, VragRLReward, check_eq12, vragrl_reward
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task, usable
 from evidra.types import Message, Page, Sample
@@ -166,7 +168,7 @@ def score_episodes(vlm: Any, episodes: Sequence[Any], reward: VragRLReward) -> l
     batch = []
     for ep in episodes:
         retrieved = ep.infos[-1].retrieved if ep.infos else ()
-        text = _scored_text(vlm, ep, reward.mode)
+        text = _scored_text(vlm, ep, reward.rules.name)
         parsed = SearchAgent().parse(text)
         batch.append((dataclasses.replace(parsed, text=text, retrieved=retrieved), ep.sample, ep.trajectory))
     return reward.score_batch(batch)
@@ -200,12 +202,14 @@ def oracle(sample: Sample) -> list[Message]:
 def make_vragrl_task(
     judge: Judge,
     mode: str = "paper",
-    weights: VragRLWeights | None = None,
+    weights: Mapping[str, float] | None = None,
     corpora: Corpora | None = None,
 ) -> Task:
     """The VRAG-RL task whose answer reward asks ``judge`` (offline: a rule judge); ``mode``
-    "upstream" scores as the released reward manager does; ``corpora`` holds its search engines."""
-    reward = VragRLReward(judge, weights=weights, mode="upstream" if mode == "upstream" else "paper")
+    "upstream" scores as the released reward manager does; ``weights`` (retrieval, answer,
+    pattern) replace the paper's; ``corpora`` holds its search engines."""
+    reward = vragrl_reward("upstream" if mode == "upstream" else "paper", judge=judge)
+    reward = reward.reweighted(weights or {})
     corpora = corpora if corpora is not None else Corpora()
     return Task(
         name="vragrl",
@@ -219,14 +223,36 @@ def make_vragrl_task(
     )
 
 
-@METHODS.register("vragrl")
-def build_vragrl(cfg: MethodConfig, resources: Resources) -> Task:
+@dataclass(frozen=True)
+class VragrlOptions:
+    """The ``method:`` section of a VRAG-RL recipe."""
+
+    # paper: Eq. 12 on the last turn; upstream: the released reward manager (docs/methods.md)
+    reward_mode: Literal["paper", "upstream"] = "paper"
+    # reward component (retrieval, answer, pattern) -> weight over 0.2, 0.7, 0.1 (they sum to 1)
+    weights: Mapping[str, float] = field(default_factory=dict)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # r_Ans's judge; default: the offline rule
+    index: str = ""  # the search engine: an index directory or a serve-index URL; empty: BM25
+
+
+def build_vragrl(cfg: VragrlOptions, resources: Resources) -> Task:
     """VRAG-RL's task with its judge, weights, reward variant and search engine."""
-    check_options(cfg, ("reward_mode", "weights", "judge", "index"))
-    w = merged_weights({"retrieval": 0.2, "answer": 0.7, "pattern": 0.1}, cfg)
     try:
-        weights = VragRLWeights(**w)
+        weights = check_eq12(merged_weights("vragrl", WEIGHTS, cfg.weights))
     except InvalidInputError as exc:
         raise ConfigError(f"method.weights: {exc}") from None
-    judge = method_judge(cfg, resources, "vragrl", RuleJudge())
+    judge = method_judge(cfg.judge, resources, VRAGRL.judge_prompt, RuleJudge())
     return make_vragrl_task(judge, cfg.reward_mode, weights, Corpora(resources.searcher, cfg.index))
+
+
+VRAGRL = Method(
+    name="vragrl",
+    options=VragrlOptions,
+    build=build_vragrl,
+    paradigm="search_agent",
+    summary="VRAG-RL: search the corpus, crop and zoom, answer; NDCG + judge + pattern reward",
+    judge_prompt="vragrl",
+    distill=vragrl_filter,
+    stages=("distill", "multiexpert", "filter"),
+)
+METHODS.add("vragrl", VRAGRL)

@@ -58,9 +58,26 @@ def parse_hub_id(text: str) -> HubId | None:
     return HubId(match["repo"], match["rev"])
 
 
+def looks_like_path(text: str) -> bool:
+    """Whether ``text`` is meant as a local path even if it could spell a hub id: it starts with
+    ``/``, ``./``, ``../`` or ``~``, holds a backslash, or its first folder exists here
+    (``ckpt/tiny-vll`` beside a ``ckpt/`` folder is a mistyped path, not a hub repository).
+
+    >>> looks_like_path("./model"), looks_like_path("Qwen/Qwen2.5-VL-3B-Instruct")
+    (True, False)
+    """
+    text = text.strip()
+    if text.startswith(("/", "./", "../", "~")) or "\\" in text or text in (".", ".."):
+        return True
+    first = text.split("/", 1)[0]
+    return "/" in text and Path(first).is_dir()
+
+
 def looks_like_hub_id(text: str) -> bool:
     """``org/name[@revision]`` that is no path here: meant as a hub repository id."""
-    return parse_hub_id(text) is not None and not Path(text).expanduser().exists()
+    return (
+        parse_hub_id(text) is not None and not Path(text).expanduser().exists() and not looks_like_path(text)
+    )
 
 
 def hub_cache_dir() -> Path:
@@ -166,6 +183,18 @@ def recorded_ref(ref: str | Path) -> str:
     return str(Path(text).expanduser().resolve())
 
 
+def _nearby(path: Path) -> str:
+    """`` (did you mean 'ckpt/tiny-vl'?)`` for a sibling close to ``path``'s name, else ""."""
+    import difflib
+
+    parent = path.parent
+    if not parent.is_dir():
+        return ""
+    names = [p.name for p in parent.iterdir() if p.is_dir()]
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+    return f" (did you mean {str(parent / close[0])!r}?)" if close else ""
+
+
 def resolve_model_ref(ref: str | Path, kind: str = "model", *, tiny_cache: str | Path | None = None) -> Path:
     """The local directory a model reference names (see the module docstring).
 
@@ -187,6 +216,10 @@ def resolve_model_ref(ref: str | Path, kind: str = "model", *, tiny_cache: str |
     path = Path(text).expanduser()
     if path.exists():
         return path
+    if looks_like_path(text):
+        raise ModelLoadError(
+            f"no such directory: {text!r}{_nearby(path)}; pass an existing {kind} checkpoint directory"
+        )
     hub = parse_hub_id(text)
     if hub is not None:
         return download(hub, kind)

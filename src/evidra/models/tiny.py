@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -301,6 +303,18 @@ def _write_release_layout(out: Path, stock_processor: str) -> None:
     tok_cfg.write_text(json.dumps(tok, indent=2))
 
 
+@contextmanager
+def own_random_stream(seed: int) -> Iterator[None]:
+    """Draw from torch's generator seeded with ``seed`` inside, and leave the caller's stream as it
+    was: a training run that builds its tiny model draws the same numbers afterwards (its LoRA
+    initialisation, its sampling) as a run that finds the model already built."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 def build_tiny(
     arch: str,
     out_dir: str | Path,
@@ -316,7 +330,6 @@ def build_tiny(
     ``arch`` is one of ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, the text-only ``qwen2`` and
     ``qwen3``, ``colqwen2`` or ``colpali``.
     """
-    import torch
     import transformers
     from transformers import GenerationConfig
 
@@ -334,8 +347,8 @@ def build_tiny(
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(seed=seed)
     config = tiny_config(arch, tokenizer, hidden, rope_theta)
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForImageTextToText.from_config(config)
+    with own_random_stream(seed):
+        model = transformers.AutoModelForImageTextToText.from_config(config)
     eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos[1], bos_token_id=eos[1])
     model.save_pretrained(out)
@@ -366,7 +379,6 @@ def build_tiny_text(arch: str, out_dir: str | Path, *, seed: int = 0, hidden: in
     Two heads of 64 dimensions: vLLM's CPU attention backend refuses head sizes below 32, so the
     same checkpoint serves the transformers and the vLLM rollout backends.
     """
-    import torch
     import transformers
     from transformers import GenerationConfig
 
@@ -383,8 +395,8 @@ def build_tiny_text(arch: str, out_dir: str | Path, *, seed: int = 0, hidden: in
     )
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     cls = transformers.Qwen2Config if arch == "qwen2" else transformers.Qwen3Config
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(cls(**text))
+    with own_random_stream(seed):
+        model = transformers.AutoModelForCausalLM.from_config(cls(**text))
     eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos[1], bos_token_id=eos[1])
     model.save_pretrained(out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evidra.models.tiny import build_tokenizer, tiny_config, tiny_image_processor
+from evidra.models.tiny import build_tokenizer, own_random_stream, tiny_config, tiny_image_processor
 
 
 def build_tiny_colqwen2(
@@ -21,7 +21,6 @@ def build_tiny_colqwen2(
     max_pixels: int = 224 * 224,
 ) -> Path:
     """A tiny ColQwen2 retriever (Qwen2-VL backbone) saved as a checkpoint directory."""
-    import torch
     from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor
 
     out = Path(out_dir)
@@ -29,8 +28,8 @@ def build_tiny_colqwen2(
     tokenizer = build_tokenizer(seed=seed)
     vlm_config = tiny_config("qwen2_vl", tokenizer, hidden)
     config = ColQwen2Config(vlm_config=vlm_config.to_dict(), embedding_dim=embedding_dim)
-    torch.manual_seed(seed)
-    ColQwen2ForRetrieval(config).save_pretrained(out)
+    with own_random_stream(seed):
+        ColQwen2ForRetrieval(config).save_pretrained(out)
     processor = ColQwen2Processor(
         image_processor=tiny_image_processor("qwen2_vl", 56 * 56, max_pixels), tokenizer=tokenizer
     )
@@ -47,7 +46,6 @@ def build_tiny_colpali(
     ``(image_size / 14)^2`` image tokens. The processor adds PaliGemma's ``<image>``, location and
     segmentation tokens to the tokenizer, so the text vocabulary is sized after it.
     """
-    import torch
     from transformers import (
         ColPaliConfig,
         ColPaliForRetrieval,
@@ -91,9 +89,8 @@ def build_tiny_colpali(
         projection_dim=hidden,
         hidden_size=hidden,
     )
-    torch.manual_seed(seed)
-    ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm.to_dict(), embedding_dim=embedding_dim)).save_pretrained(
-        out
-    )
+    with own_random_stream(seed):
+        retriever = ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm.to_dict(), embedding_dim=embedding_dim))
+    retriever.save_pretrained(out)
     processor.save_pretrained(out)
     return out

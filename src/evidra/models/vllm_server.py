@@ -6,6 +6,9 @@ rows go out concurrently, so the server batches them. The server must run with
 ``--logprobs-mode processed_logprobs`` (log-probs at the sampling temperature, as the trainer
 recomputes them) and ``--enable-prefix-caching``; ``sync`` needs ``VLLM_SERVER_DEV_MODE=1``
 (its ``/collective_rpc`` endpoint) and a folder both processes see. See docs/vllm.md.
+
+Replies are read through ``evidra.httpio`` (at most ``MAX_REPLY_BYTES`` decoded bytes, strict
+JSON) and their shape is checked: whatever the server sends, a failure is one ``VLLMError``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from evidra.httpio import ERROR_BODY_BYTES, REQUEST_HEADERS, ReplyError, loads, read_capped, shown
 from evidra.models.context import Context
 from evidra.models.generation import Generation, SamplingParams
 from evidra.models.loading import VLM
@@ -32,6 +36,31 @@ from evidra.models.vllm_backend import (
 logger = logging.getLogger(__name__)
 
 _RESET_TRIES = 20
+MAX_REPLY_BYTES = 64 * 2**20  # a completion with its token ids and log-probs; far above any real one
+
+
+def completion_fields(data: Any, url: str) -> tuple[list[int], list[float], bool]:
+    """Token ids, their log-probs and whether a stop string ended it, of a ``/v1/completions``
+    reply; ``VLLMError`` naming what is missing when it is not one."""
+    try:
+        choice = data["choices"][0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise VLLMError(f"vLLM server {url} returned no token_ids; it needs vLLM >= 0.10")
+        logprobs = choice["logprobs"]["token_logprobs"]
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise TypeError("token_ids is not a list of integers")
+        if not isinstance(logprobs, list) or len(logprobs) != len(ids):
+            raise TypeError("token_logprobs is not a list as long as token_ids")
+        values = [float(v) for v in logprobs]
+    except VLLMError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise VLLMError(
+            f"vLLM server {url} sent no completion with token ids and log-probs ({type(exc).__name__}: "
+            f"{shown(str(exc).encode(), 80)})"
+        ) from None
+    return ids, values, isinstance(choice.get("stop_reason"), str)
 
 
 class VLLMServerBackend:
@@ -43,7 +72,7 @@ class VLLMServerBackend:
         self.vlm = vlm
         self.cfg = cfg
         self.url = cfg.server_url.rstrip("/")
-        self.client = httpx.Client(timeout=cfg.timeout_s)
+        self.client = httpx.Client(timeout=cfg.timeout_s, headers=REQUEST_HEADERS)
         self.workers = workers
         self.model_name = self._served_model()
 
@@ -55,23 +84,33 @@ class VLLMServerBackend:
         import httpx
 
         try:
-            response = self.client.post(self.url + path, json=body)
+            with self.client.stream("POST", self.url + path, json=body) as response:
+                ok = response.status_code == 200
+                raw = read_capped(response, MAX_REPLY_BYTES if ok else ERROR_BODY_BYTES, truncate=not ok)
+                status = response.status_code
         except httpx.HTTPError as exc:
-            raise VLLMError(f"vLLM server {self.url} unreachable ({exc}); is `vllm serve` running?") from exc
-        if response.status_code != 200:
-            raise VLLMError(f"vLLM server {self.url}{path} answered {response.status_code}: {response.text}")
-        return response.json() if response.content else None
+            raise VLLMError(f"vLLM server {self.url} unreachable ({exc}); is `vllm serve` running?") from None
+        except ReplyError as exc:
+            raise VLLMError(f"vLLM server {self.url}{path} answered with {exc}") from None
+        if status != 200:
+            raise VLLMError(f"vLLM server {self.url}{path} answered {status}: {shown(raw)}")
+        try:
+            return loads(raw) if raw else None
+        except ReplyError as exc:
+            raise VLLMError(f"vLLM server {self.url}{path} answered with {exc}") from None
 
     def _served_model(self) -> str:
         import httpx
 
         try:
-            data = self.client.get(self.url + "/v1/models").json()
-        except (httpx.HTTPError, ValueError) as exc:
+            with self.client.stream("GET", self.url + "/v1/models") as response:
+                data = loads(read_capped(response, MAX_REPLY_BYTES))
+            return str(data["data"][0]["id"])
+        except (httpx.HTTPError, ReplyError, KeyError, IndexError, TypeError) as exc:
             raise VLLMError(
-                f"no vLLM server at rollout.vllm.server_url={self.url} ({exc}); start one (docs/vllm.md)"
-            ) from exc
-        return str(data["data"][0]["id"])
+                f"no vLLM server at rollout.vllm.server_url={self.url} ({type(exc).__name__}: "
+                f"{shown(str(exc).encode(), 120)}); start one (docs/vllm.md)"
+            ) from None
 
     def _one(self, context: Context, params: SamplingParams, seed: int) -> Generation:
         body = {
@@ -81,12 +120,8 @@ class VLLMServerBackend:
             "return_tokens_as_token_ids": True,
             **sampling_kwargs(params, self.vlm.eos_token_ids, seed),
         }
-        choice = self._post("/v1/completions", body)["choices"][0]
-        ids = choice.get("token_ids")
-        if ids is None:
-            raise VLLMError(f"vLLM server {self.url} returned no token_ids; it needs vLLM >= 0.10")
-        logprobs = choice["logprobs"]["token_logprobs"]
-        return to_generation(self.vlm, context, ids, logprobs, isinstance(choice.get("stop_reason"), str))
+        ids, logprobs, stopped = completion_fields(self._post("/v1/completions", body), self.url)
+        return to_generation(self.vlm, context, ids, logprobs, stopped)
 
     def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
         _check_contexts(contexts, params)
@@ -112,7 +147,8 @@ class VLLMServerBackend:
         # KV blocks cached under the old weights must go; the reset fails while requests still
         # hold blocks (none should: sync runs between rollouts), so it is retried, then an error
         for _ in range(_RESET_TRIES):
-            if (self._post("/reset_prefix_cache", {}) or {}).get("success", True):
+            reply = self._post("/reset_prefix_cache", {})
+            if not isinstance(reply, dict) or reply.get("success", True):
                 return
             time.sleep(0.5)
         raise VLLMError(

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidra.errors import InvalidInputError
+from evidra.metrics.text import INSUFFICIENT_ANSWER, NO_RELEVANT_INFORMATION
 from evidra.paradigms.base import PARADIGMS
 from evidra.rewards.boxes import extract_tag
 from evidra.rewards.scopes import PAPER_SCOPE_RULES, UPSTREAM_SCOPE_RULES, rule_spans, scope_spans
-from evidra.rewards.text import INSUFFICIENT_ANSWER, NO_RELEVANT_INFORMATION
 from evidra.tagscan import parse_digits
 from evidra.types import ImagePart, Message, Page, Parsed, Sample, Span, Step, TextPart, Trajectory
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evidra.errors import InvalidInputError
+from evidra.jsonio import read_json
 from evidra.paradigms.base import PARADIGMS
 from evidra.rewards.boxes import extract_tag
-from evidra.rewards.lang2act import check_strict_format
-from evidra.rewards.lang2act_format import quoted_tool_calls
+from evidra.rewards.lang2act_format import check_strict_format, quoted_tool_calls
 from evidra.tagscan import parse_digits
 from evidra.types import Action, ImagePart, Message, Page, Parsed, Sample, Step, TextPart
 
@@ -91,10 +91,7 @@ DEFAULT_TOOLBOX: tuple[Tool, ...] = (
 
 def load_toolbox(path: str | Path) -> tuple[Tool, ...]:
     """Read a toolbox file (JSON list of ``{"name", "args", "description"}``, optional ``numeric``)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InvalidInputError(f"cannot read toolbox {str(path)!r}: {exc}; expected a JSON list") from exc
+    data = read_json(path, "toolbox", fix="pass a JSON list of tools (`evidra data toolbox` writes one)")
     if not isinstance(data, list) or not data:
         raise InvalidInputError(f"toolbox {str(path)!r} must be a non-empty JSON list of tools")
     tools = []

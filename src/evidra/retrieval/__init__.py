@@ -3,7 +3,7 @@
 * ``encoders/``  ColQwen2 / ColPali (multi-vector), DSE / VisRAG (single-vector), sentence-transformers
   text, BM25 over the text layer; ``ocr.py`` reads image-only pages with tesseract.
 * ``index/``     exact MaxSim over fp16 shards (embedded default), exact dense, Qdrant (scale-out).
-* ``hybrid.py``  reciprocal-rank fusion; ``evaluation.py`` Recall/MRR/nDCG from BEIR-layout qrels.
+* ``hybrid.py``  reciprocal-rank fusion (benchmark evaluation of retrieval: ``evidra.eval.retrieval``).
 * ``engine.py``  an index directory that knows its encoder (what ``evidra index`` builds).
 * ``server.py`` / ``client.py``  ``evidra serve-index`` (batching; its starlette app in ``app.py``,
   uvicorn in ``serving.py``, request checks in ``http.py``) and the clients environments use.
@@ -38,7 +38,6 @@ _EXPORTS = {
     "Engine": "evidra.retrieval.engine",
     "build_index": "evidra.retrieval.engine",
     "open_index": "evidra.retrieval.engine",
-    "evaluate": "evidra.retrieval.evaluation",
     "SearchService": "evidra.retrieval.server",
     "SearchClient": "evidra.retrieval.client",
     "AsyncSearchClient": "evidra.retrieval.client",

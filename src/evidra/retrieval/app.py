@@ -31,7 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval.http import MAX_HEADERS, HttpError, parse_search
+from evidra.retrieval.http import MAX_HEADERS, HttpError, filtered, parse_search
 from evidra.retrieval.server import API_KEY_ENV, ClientGone
 
 if TYPE_CHECKING:
@@ -143,15 +143,18 @@ def build_app(service: SearchService) -> Starlette:
             raise HttpError(
                 408, f"the body did not arrive within {options.idle_timeout_s:g} s", close=True
             ) from None
-        parsed = parse_search(body, options.limits)
+        parsed = filtered(parse_search(body, options.limits), service.pages)
         request.state.queries = len(parsed.queries)
         try:
             hits = await service.search(parsed, request.receive)
         except InvalidInputError as exc:
             raise HttpError(400, str(exc)) from None
+        known = service.pages or {}
         rows = [
-            [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path} for h in r] for r in hits
-        ]
+            [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path,
+              **(known[h.page_id].record() if h.page_id in known else {})} for h in r]
+            for r in hits
+        ]  # fmt: skip
         return JSONResponse({"results": rows})
 
     return Starlette(

@@ -13,7 +13,7 @@ a URL with no service behind it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,11 +56,12 @@ class StoreRetriever:
     retriever: Retriever
     closers: tuple[Callable[[], None], ...] = ()
 
-    def search(self, question: str, k: int) -> list[Hit]:
+    def search(self, question: str, k: int, exclude: Collection[str] = ()) -> list[Hit]:
+        """The top ``k`` pages for ``question``, none of them in ``exclude``."""
         from evidra.retrieval.client import SearchServiceError
 
         try:
-            (hits,) = self.retriever.search([question], k=k)
+            (hits,) = self.retriever.search([question], k=k, exclude=[exclude])
         except SearchServiceError as exc:
             raise InvalidInputError(
                 f"index {', '.join(self.where)} failed to answer ({exc}); check that `evidra serve-index` "
@@ -80,8 +81,9 @@ class StoreRetriever:
             close()
 
 
-def attach(where: Sequence[str], store: PageStore) -> StoreRetriever:
-    """Open every location in ``where`` for ``store``; two or more are fused by RRF."""
+def attach(where: Sequence[str], store: PageStore, encoder: str = "") -> StoreRetriever:
+    """Open every location in ``where`` for ``store``; two or more are fused by RRF. ``encoder``
+    replaces the checkpoint recorded by a visual index directory (the same weights, moved)."""
     from evidra.retrieval.hybrid import RRFRetriever
 
     if not where:
@@ -95,7 +97,7 @@ def attach(where: Sequence[str], store: PageStore) -> StoreRetriever:
                 closers.append(close)
                 _probe(retriever, location, store)
             else:
-                retriever, close = _open_dir(location, store)
+                retriever, close = _open_dir(location, store, encoder)
                 closers.append(close)
             retrievers.append(retriever)
     except BaseException:
@@ -107,22 +109,32 @@ def attach(where: Sequence[str], store: PageStore) -> StoreRetriever:
 
 
 def _open_url(url: str) -> tuple[Retriever, Callable[[], None]]:
-    """A ``serve-index`` client, after its ``/health`` answered (so a wrong URL fails here)."""
+    """A ``serve-index`` client, after its ``/health`` answered (so a wrong URL fails here). The
+    URL is the user's (``--index``, ``attach``'s argument): the service's key may go there."""
     import httpx
 
+    from evidra.httpio import ERROR_BODY_BYTES, REQUEST_HEADERS, ReplyError, loads, read_capped
     from evidra.retrieval.client import SearchClient
 
     try:
-        response = httpx.get(url.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S, trust_env=False)
-        healthy = response.status_code == 200 and response.json().get("status") == "ok"
-    except (httpx.HTTPError, ValueError) as exc:
+        with httpx.stream("GET", url.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S, trust_env=False,
+                          headers=REQUEST_HEADERS) as response:  # fmt: skip
+            status = response.status_code
+            health = loads(read_capped(response, ERROR_BODY_BYTES)) if status == 200 else None
+        healthy = isinstance(health, dict) and health.get("status") == "ok"
+    except ReplyError as exc:
+        raise InvalidInputError(
+            f"index URL {url} answered /health with {exc}, not an `evidra serve-index` service; pass the URL "
+            "that `evidra serve-index` prints"
+        ) from None
+    except httpx.HTTPError as exc:
         raise InvalidInputError(
             f"index URL {url} is unreachable ({type(exc).__name__}); start the service with "
             "`evidra serve-index --index DIR --port PORT`, or pass the index directory instead"
         ) from None
     if not healthy:
         raise InvalidInputError(
-            f"index URL {url} answered /health with {response.status_code}, not an `evidra serve-index` "
+            f"index URL {url} answered /health with {status}, not an `evidra serve-index` "
             "service; pass the URL that `evidra serve-index` prints"
         )
     client = SearchClient(url)
@@ -139,7 +151,7 @@ def _probe(retriever: Retriever, where: str, store: PageStore) -> None:
         )
 
 
-def _open_dir(path: str, store: PageStore) -> tuple[Retriever, Callable[[], None]]:
+def _open_dir(path: str, store: PageStore, encoder: str = "") -> tuple[Retriever, Callable[[], None]]:
     """An index directory whose pages are all in ``store`` (a store page it lacks is only a warning)."""
     import torch
 
@@ -147,9 +159,8 @@ def _open_dir(path: str, store: PageStore) -> tuple[Retriever, Callable[[], None
     from evidra.retrieval.engine import MANIFEST, open_index
 
     if not Path(path).is_dir():
-        raise InvalidInputError(
-            f"index directory {path!r} does not exist; build it with {_build_hint(store, path)}"
-        )
+        state = "is a file, not an index folder" if Path(path).exists() else "does not exist"
+        raise InvalidInputError(f"index directory {path!r} {state}; build it with {_build_hint(store, path)}")
     if not (Path(path) / MANIFEST).is_file():
         raise InvalidInputError(
             f"{path!r} holds no index (no {MANIFEST}); pass the --out folder of `evidra index build`, "
@@ -157,7 +168,7 @@ def _open_dir(path: str, store: PageStore) -> tuple[Retriever, Callable[[], None
         )
     gpu = torch.cuda.is_available()  # as serve-index does: bfloat16 on a GPU, float32 on a CPU
     options = EncoderOptions(device="cuda" if gpu else "cpu", dtype="bfloat16" if gpu else "float32")
-    engine = open_index(path, options=options)
+    engine = open_index(path, options=options, encoder_path=encoder or None)
     indexed = set(engine.index.page_ids())
     foreign = sorted(pid for pid in indexed if pid not in store)
     if foreign:

@@ -1,11 +1,20 @@
 """Clients of the search service (``evidra serve-index``), sync and async, with timeouts.
 
 Environments (VRAG-RL's ``<search>`` action) call ``search`` with the pages an episode has already
-seen in ``exclude``. Every failure (timeout, refused connection, 4xx/5xx) raises
-``SearchServiceError`` with the server's message. A service started with an API key gets it as
-``Authorization: Bearer``: from ``api_key``, else from the environment variable
-``EVIDRA_INDEX_API_KEY`` (the one ``evidra serve-index`` reads), so a secret never sits in a
-config file or a command line.
+seen in ``exclude``. Every failure (timeout, refused connection, 4xx/5xx, a reply that is too
+large, not JSON or has no ``results``) raises ``SearchServiceError`` with one line naming the URL.
+
+* **Timeout**: ``timeout`` bounds a whole call by the wall clock (connect, send and every read),
+  so a server that trickles its answer a byte at a time cannot hold an episode; the blocking
+  ``SearchClient`` runs its calls on a private event loop for that.
+* **Replies** are read through ``evidra.httpio``: at most ``max_reply_bytes`` decoded bytes
+  (gzip inflated within the cap), strict JSON, the shape checked.
+* **Key**: a service started with an API key gets it as ``Authorization: Bearer``: from
+  ``api_key``, else from the environment variable ``EVIDRA_INDEX_API_KEY`` (the one
+  ``evidra serve-index`` reads) when ``key_policy`` lets it go to the URL: always when the user
+  named the URL (the default), and for a URL a recipe named (``KeyPolicy.file("method.index")``)
+  only where ``EVIDRA_KEY_HOSTS`` allows (``evidra.keys``). A secret never sits in a config file
+  or a command line, and a server that echoes it sees it replaced by ``***`` in the error.
 
 >>> client = SearchClient("http://127.0.0.1:8765", timeout=10)          # doctest: +SKIP
 >>> client.search(["revenue in 2019"], k=3, exclude=[{"a1b2-p0001"}])     # doctest: +SKIP
@@ -13,19 +22,32 @@ config file or a command line.
 
 from __future__ import annotations
 
-import os
+import asyncio
+import threading
+import weakref
 from collections.abc import Collection, Sequence
 from typing import Any
 
 import httpx
 
 from evidra.errors import EvidraError
+from evidra.httpio import (
+    ERROR_BODY_BYTES,
+    MAX_REPLY_BYTES,
+    REQUEST_HEADERS,
+    LoopThread,
+    ReplyError,
+    aread_capped,
+    loads,
+    shown,
+)
+from evidra.keys import KeyPolicy, redact
 from evidra.retrieval.base import Exclude, Hit
 from evidra.retrieval.server import API_KEY_ENV, hits_from_json
 
 
 class SearchServiceError(EvidraError, ConnectionError):
-    """The search service could not be reached or rejected the request."""
+    """The search service could not be reached, rejected the request or sent a bad reply."""
 
 
 def _body(queries: Sequence[str], k: int, exclude: Exclude) -> dict[str, Any]:
@@ -35,66 +57,72 @@ def _body(queries: Sequence[str], k: int, exclude: Exclude) -> dict[str, Any]:
     return body
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
-    return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def _parse(url: str, response: httpx.Response) -> list[list[Hit]]:
-    try:
-        data = response.json()
-    except ValueError:
-        raise SearchServiceError(f"{url} answered {response.status_code} with a non-JSON body") from None
-    if response.status_code != 200:
-        raise SearchServiceError(f"{url} answered {response.status_code}: {data.get('error', data)}")
-    return hits_from_json(data["results"])
-
-
-class SearchClient:
-    """Blocking client; one keep-alive connection pool per instance."""
-
-    def __init__(self, base_url: str, *, timeout: float = 30.0, api_key: str | None = None) -> None:
-        self.url = base_url.rstrip("/") + "/search"
-        self._client = httpx.Client(timeout=timeout, trust_env=False, headers=_headers(api_key))
-
-    def search(
-        self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
-    ) -> list[list[Hit]]:
+def _parse(url: str, status: int, raw: bytes, key: str | None, n_queries: int) -> list[list[Hit]]:
+    """The hits of a reply; ``SearchServiceError`` for an error status or a malformed body."""
+    if status != 200:
         try:
-            response = self._client.post(self.url, json=_body(queries, k, exclude))
-        except httpx.HTTPError as exc:
-            raise SearchServiceError(
-                f"search service at {self.url} failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        return _parse(self.url, response)
-
-    def close(self) -> None:
-        self._client.close()
-
-    def __enter__(self) -> SearchClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            data = loads(raw)
+        except ReplyError:
+            data = None
+        message = data.get("error") if isinstance(data, dict) else None
+        text = redact(str(message) if message else raw.decode("utf-8", "replace"), (key,))
+        raise SearchServiceError(f"{url} answered {status}: {shown(text.encode())}")
+    try:
+        data = loads(raw)
+    except ReplyError as exc:
+        raise SearchServiceError(f"{url} answered 200 with {exc}") from None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list) or len(results) != n_queries:
+        start = shown(redact(raw[:400].decode("utf-8", "replace"), (key,)).encode(), 120)
+        raise SearchServiceError(
+            f"{url} answered 200 without a 'results' list of {n_queries} hit lists: {start}"
+        )
+    try:
+        return hits_from_json(results)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        reason = shown(str(exc).encode(), 80)
+        raise SearchServiceError(
+            f"{url} answered 200 with a malformed hit ({type(exc).__name__}: {reason}); "
+            "each hit needs a page_id and a numeric score"
+        ) from None
 
 
 class AsyncSearchClient:
     """asyncio client for environments that run many episodes concurrently."""
 
-    def __init__(self, base_url: str, *, timeout: float = 30.0, api_key: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = 30.0, api_key: str | None = None,
+        key_policy: KeyPolicy | None = None, max_reply_bytes: int = MAX_REPLY_BYTES,
+    ) -> None:  # fmt: skip
         self.url = base_url.rstrip("/") + "/search"
-        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False, headers=_headers(api_key))
+        self.timeout, self.max_reply_bytes = timeout, max_reply_bytes
+        policy = key_policy or KeyPolicy()
+        self._key = api_key if api_key is not None else policy.key(API_KEY_ENV, self.url)
+        headers = {**REQUEST_HEADERS, **({"Authorization": f"Bearer {self._key}"} if self._key else {})}
+        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False, headers=headers)
+
+    async def _post(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        async with self._client.stream("POST", self.url, json=body) as response:
+            ok = response.status_code == 200
+            cap = self.max_reply_bytes if ok else ERROR_BODY_BYTES
+            return response.status_code, await aread_capped(response, cap, truncate=not ok)
 
     async def search(
         self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
     ) -> list[list[Hit]]:
         try:
-            response = await self._client.post(self.url, json=_body(queries, k, exclude))
+            status, raw = await asyncio.wait_for(self._post(_body(queries, k, exclude)), self.timeout)
+        except asyncio.TimeoutError:
+            raise SearchServiceError(
+                f"search service at {self.url} gave no complete answer within timeout={self.timeout:g} s"
+            ) from None
         except httpx.HTTPError as exc:
             raise SearchServiceError(
-                f"search service at {self.url} failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        return _parse(self.url, response)
+                redact(f"search service at {self.url} failed: {type(exc).__name__}: {exc}", (self._key,))
+            ) from None
+        except ReplyError as exc:
+            raise SearchServiceError(f"{self.url} answered with {exc}") from None
+        return _parse(self.url, status, raw, self._key, len(queries))
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -104,3 +132,50 @@ class AsyncSearchClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class SearchClient:
+    """Blocking client, safe to share among threads: calls run on a private event loop (one
+    keep-alive pool per instance), each bounded as a whole by ``timeout``."""
+
+    def __init__(
+        self, base_url: str, *, timeout: float = 30.0, api_key: str | None = None,
+        key_policy: KeyPolicy | None = None, max_reply_bytes: int = MAX_REPLY_BYTES,
+    ) -> None:  # fmt: skip
+        self._options: dict[str, Any] = dict(timeout=timeout, api_key=api_key, key_policy=key_policy,
+                                             max_reply_bytes=max_reply_bytes)  # fmt: skip
+        self._base_url = base_url
+        self.url = base_url.rstrip("/") + "/search"
+        self._lock = threading.Lock()
+        self._runner: tuple[LoopThread, AsyncSearchClient] | None = None
+
+    def _open(self) -> tuple[LoopThread, AsyncSearchClient]:
+        with self._lock:
+            if self._runner is None or not self._runner[0].alive:  # none yet, or a forked child
+                loop = LoopThread("evidra-search-client")
+                client = AsyncSearchClient(self._base_url, **self._options)
+                self._runner = (loop, client)
+                weakref.finalize(self, _close, loop, client)
+            return self._runner
+
+    def search(
+        self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
+    ) -> list[list[Hit]]:
+        loop, client = self._open()
+        return loop.run(client.search(queries, k, exclude))
+
+    def close(self) -> None:
+        with self._lock:
+            runner, self._runner = self._runner, None
+        if runner is not None:
+            _close(*runner)
+
+    def __enter__(self) -> SearchClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _close(loop: LoopThread, client: AsyncSearchClient) -> None:
+    loop.close(client.aclose())

@@ -63,6 +63,31 @@ def check_name(name: str) -> str:
     return name
 
 
+StorageDtype = Literal["auto", "float16", "bfloat16", "float32"]
+
+
+def check_storage(name: str) -> str:
+    """``name`` if it is a storage dtype option, else an error listing the options."""
+    if name not in CHOICES:
+        raise InvalidInputError(f"storage_dtype {name!r}: use one of {', '.join(CHOICES)}")
+    return name
+
+
+def storage_for(name: str, computed_in: str) -> str:
+    """The dtype the in-memory page vectors are held in.
+
+    ``auto`` is 16-bit, half the memory of fp32: the compute dtype where that is a 16-bit one,
+    else float16, the shards' own dtype, which fp32 scoring widens block by block (exactly: every
+    fp16 value is an fp32 value). ``float32`` trades twice the memory for no widening.
+
+    >>> storage_for("auto", "float32"), storage_for("auto", "bfloat16"), storage_for("float32", "float32")
+    ('float16', 'bfloat16', 'float32')
+    """
+    if check_storage(name) != "auto":
+        return name
+    return computed_in if computed_in in ("float16", "bfloat16") else "float16"
+
+
 def choose(rates: Rates, candidates: Sequence[str], margin: float = MARGIN) -> str:
     """The most precise of ``candidates`` whose rate is within ``margin`` of the fastest one.
 
@@ -219,3 +244,58 @@ def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuFeatures:
         if sep and key.strip() not in fields:
             fields[key.strip()] = value.strip()
     return CpuFeatures(fields.get("model name", ""), frozenset(fields.get("flags", "").split()))
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    """A kind of CPU this project runs on: its flags and its GEMM rates (GFLOP/s, one thread).
+
+    ``auto`` decides from exactly these two inputs (``candidates`` and ``probe_rates``), so a test
+    that puts a profile in their place sees that machine's choice on any machine.
+    """
+
+    name: str
+    features: CpuFeatures
+    rates: Mapping[str, float]
+
+    def probe(self, device: torch.device) -> Mapping[str, float]:
+        """What ``probe_rates`` would measure on this CPU: the rates of its candidates, one mapping."""
+        return self._probed.setdefault(
+            device.type, {n: self.rates[n] for n in candidates(device, self.features) if n in self.rates}
+        )
+
+    @functools.cached_property
+    def _probed(self) -> dict[str, dict[str, float]]:
+        return {}
+
+
+_X86 = frozenset({"sse2", "avx2"})
+PROFILES: dict[str, CpuProfile] = {
+    profile.name: profile
+    for profile in (
+        # Intel Xeon with AMX and AVX-512 FP16: bf16 on the matrix units; torch's fp16 GEMM is slow
+        CpuProfile(
+            "amx",
+            CpuFeatures(
+                "Intel Xeon (AMX)", _X86 | {"avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16"}
+            ),
+            {"float32": 215.0, "bfloat16": 733.0, "float16": 31.0},
+        ),
+        # AMD EPYC with AVX-512 bf16, no AVX-512 FP16, no AMX
+        CpuProfile(
+            "avx512_bf16",
+            CpuFeatures("AMD EPYC", _X86 | {"avx512f", "avx512_bf16"}),
+            {"float32": 182.0, "bfloat16": 1013.0, "float16": 7.0},
+        ),
+        # Intel Xeon with AVX-512 but neither bf16 nor fp16: fp32 is the fast dtype
+        CpuProfile(
+            "avx512",
+            CpuFeatures("Intel Xeon (AVX-512)", _X86 | {"avx512f"}),
+            {"float32": 190.0, "bfloat16": 45.0, "float16": 4.0},
+        ),
+        # AVX2 only: no 16-bit hardware path, so the flags alone rule the half dtypes out
+        CpuProfile(
+            "avx2", CpuFeatures("x86 (AVX2)", _X86), {"float32": 100.0, "bfloat16": 20.0, "float16": 5.0}
+        ),
+    )
+}

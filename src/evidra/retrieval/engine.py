@@ -29,11 +29,19 @@ from typing import Any
 
 from evidra.devices import resolve_device, resolve_dtype
 from evidra.errors import InvalidInputError
-from evidra.models.references import recorded_ref
+from evidra.keys import KeyPolicy
+from evidra.models.references import (
+    TINY_PREFIX,
+    looks_like_path,
+    parse_hub_id,
+    recorded_ref,
+    resolve_model_ref,
+)
 from evidra.retrieval._staging import publish, remove_stale_builds
 from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions, Retriever, VectorIndex
 from evidra.retrieval.encoders import load_encoder
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
+from evidra.retrieval.fingerprint import check_encoder, fingerprint
 from evidra.retrieval.index.multivector import MaxSimOptions
 from evidra.retrieval.manifest import MANIFEST as MANIFEST
 from evidra.retrieval.manifest import IndexSpec as IndexSpec
@@ -124,22 +132,27 @@ def build_index(
     bm25: BM25Params | None = None,
     qdrant: QdrantSpec | None = None,
     progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> Engine:
     """Create an index directory at ``root`` holding ``pages`` embedded by ``encoder``.
 
     The index is built in a staging folder beside ``root`` (``.{name}.building.{pid}.*``) and
     moved to ``root`` once complete, its manifest last, so a failed or killed build leaves no
     index-looking ``root`` to block the next one; the next build removes staging folders of
-    builds that no longer run. ``root`` may be missing or a folder that holds no index.
+    builds that no longer run. ``root`` may be missing or a folder that holds no index; with
+    ``overwrite`` it may hold one, which the new index replaces once complete (its ``images``
+    folder of inline benchmark images stays).
 
     With ``qdrant`` the vectors go to a new Qdrant collection instead of the directory's own exact
     store, and ``qdrant.collection`` (new, or empty) becomes its alias once every page is in
     (``qdrant_build``); the encoder must be multi-vector.
     """
     out = Path(root).expanduser().absolute()
-    if (out / MANIFEST).exists():
+    replacing = (out / MANIFEST).exists()
+    if replacing and not overwrite:
         raise InvalidInputError(
-            f"an index already exists at {str(root)!r}; use `evidra index add` or another path"
+            f"an index already exists at {str(root)!r}; use `evidra index add`, another path, or "
+            "--overwrite to replace it"
         )
     if out.exists() and not out.is_dir():
         raise InvalidInputError(f"{str(root)!r} exists and is not a folder; pick another path for the index")
@@ -154,13 +167,28 @@ def build_index(
     try:
         spec, enc = _build_into(staging, out, pages, encoder, encoder_path, options,
                                 StoreOptions(maxsim, bm25), ocr, qdrant, progress)  # fmt: skip
-        publish(staging, out, MANIFEST)
+        if replacing:
+            _replace(staging, out)
+        else:
+            publish(staging, out, MANIFEST)
     except BaseException:
         drop_noted(staging)  # the Qdrant collection it was filling, if any
         shutil.rmtree(staging, ignore_errors=True)
         raise
     logger.debug("built %s index of %d pages at %s", spec.backend, len(pages), out)
     return _engine(out, spec, enc, INDEXES.get(spec.backend).open(out, spec, StoreOptions(maxsim, bm25)))
+
+
+def _replace(staging: Path, out: Path) -> None:
+    """Swap the finished index in ``staging`` for the one at ``out`` (two renames), keep the old
+    folder's ``images`` (inline benchmark images the new index refers to), drop the rest."""
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced.{os.getpid()}.", dir=out.parent))
+    os.rename(out, old / "index")
+    os.rename(staging, out)
+    images = old / "index" / "images"
+    if images.is_dir() and not (out / "images").exists():
+        os.rename(images, out / "images")
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _build_into(
@@ -179,7 +207,8 @@ def _build_into(
     if encoder == "bm25":
         enc, spec = None, IndexSpec("bm25", "", "bm25", ocr)
     else:
-        enc = load_encoder(encoder, encoder_path, options)
+        enc = load_encoder(encoder, encoder_path, options)  # resolves the reference, with its own errors
+        folder = _local_checkpoint(encoder_path, encoder)  # now local (a hub download is cached)
         if qdrant is not None and enc.kind != "multi":
             raise InvalidInputError(
                 f"the qdrant backend needs a multi-vector encoder (colqwen2, colpali); {encoder} is "
@@ -187,7 +216,8 @@ def _build_into(
             )
         backend = "qdrant" if qdrant is not None else "maxsim" if enc.kind == "multi" else "dense"
         dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
-        spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim)
+        spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim,
+                         encoder_fingerprint=fingerprint(folder) if folder else "")  # fmt: skip
     backend_hooks = INDEXES.get(spec.backend)
     index = backend_hooks.create(staging, _staged(spec, out, staging), stores)
     try:
@@ -219,7 +249,8 @@ def open_index(
     options: EncoderOptions | None = None,
     maxsim: MaxSimOptions | None = None,
 ) -> Engine:
-    """Open an index directory; ``encoder_path`` overrides the checkpoint recorded at build time."""
+    """Open an index directory; ``encoder_path`` overrides the checkpoint recorded at build time
+    (the same weights, moved: its fingerprint must match the one recorded, ``fingerprint``)."""
     path = Path(root)
     spec = read_spec(path)
     backend = INDEXES.get(spec.backend)
@@ -229,15 +260,46 @@ def open_index(
     if not backend.embeds:
         return _engine(path, spec, None, index)
     try:
-        enc = load_encoder(spec.encoder, encoder_path or spec.encoder_path, options)
+        ref = _encoder_ref(path, spec, str(encoder_path or ""))
+        enc = load_encoder(spec.encoder, ref, options)
+        folder = _local_checkpoint(ref, spec.encoder) if spec.encoder_fingerprint else None
+        if folder is not None:  # an index built before fingerprints has nothing to compare
+            check_encoder(path, spec.encoder_path, spec.encoder_fingerprint, ref, folder)
     except BaseException:
         index.close()
         raise
     return _engine(path, spec, enc, index)
 
 
-def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
+def _encoder_ref(root: Path, spec: IndexSpec, given: str) -> str:
+    """The checkpoint to embed queries with: ``given``, or the recorded one while it exists."""
+    recorded = Path(spec.encoder_path)  # a fingerprint says it was a folder when the index was built
+    if not given and spec.encoder_fingerprint and recorded.is_absolute() and not recorded.exists():
+        raise InvalidInputError(
+            f"index {root} was built with encoder checkpoint {spec.encoder_path}, which no longer exists; "
+            f"pass --encoder DIR (that checkpoint, moved), or rebuild the index"
+        )
+    return given or spec.encoder_path
+
+
+def _local_checkpoint(ref: str | Path, encoder: str) -> Path | None:
+    """The checkpoint folder ``ref`` names (a path, a hub id, ``tiny:ARCH``); None for a reference
+    that is none of them, which an encoder registered by a user may read its own way."""
+    text = str(ref).strip()
+    is_ref = text.startswith(TINY_PREFIX) or parse_hub_id(text) is not None or looks_like_path(text)
+    if not is_ref and not Path(text).expanduser().exists():
+        return None
+    return resolve_model_ref(text, f"{encoder} encoder")
+
+
+def open_searcher(
+    where: str, required: Collection[str] = (), key_policy: KeyPolicy | None = None
+) -> Retriever:
     """Text-to-pages search at ``where``: a ``serve-index`` URL or an index directory.
+
+    ``key_policy`` says who named a URL: by default a file (a recipe's ``method.index``), so the
+    key in ``$EVIDRA_INDEX_API_KEY`` goes there only where ``EVIDRA_KEY_HOSTS`` allows
+    (``evidra.keys``); a command-line ``--index`` passes ``KeyPolicy()``.
 
     An index directory must hold every page id in ``required`` (e.g. the gold pages a reward
     checks retrieval against); a URL is trusted, since a service cannot list its pages cheaply.
@@ -247,7 +309,7 @@ def open_searcher(where: str, required: Collection[str] = ()) -> Retriever:
     if where.startswith(("http://", "https://")):
         from evidra.retrieval.client import SearchClient
 
-        return SearchClient(where)
+        return SearchClient(where, key_policy=key_policy or KeyPolicy.file("method.index"))
     options = EncoderOptions(device=resolve_device("auto"), dtype=resolve_dtype("auto", "auto"))
     engine = open_index(where, options=options)
     missing = sorted(set(required) - set(engine.index.page_ids()))

@@ -11,8 +11,11 @@ bodies) is uvicorn's h11 parser's job, and the body size cap is starlette's; see
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from evidra.corpus.metadata import PageMeta, parse_where
 
 MAX_BODY = 1 << 20  # bytes of one request body, Content-Length or chunked (413 above)
 MAX_HEAD = 16 << 10  # bytes of the request line and headers together (400 above, from h11)
@@ -43,6 +46,47 @@ class SearchRequest:
     queries: list[str]
     k: int
     exclude: list[list[str]]
+    where: dict[str, list[str]] = field(default_factory=dict)  # metadata filter: key -> accepted values
+
+
+MAX_WHERE_KEYS, MAX_WHERE_VALUES, MAX_WHERE_CHARS = 32, 64, 1024
+
+
+def _where(data: object) -> dict[str, list[str]]:
+    """``{"file": "report.pdf", "year": ["2023", "2024"]}`` checked: short text keys and values."""
+    if data is None:
+        return {}
+    bad = HttpError(
+        400,
+        f'"where" must be an object of at most {MAX_WHERE_KEYS} keys, each a text or a list of at most '
+        f"{MAX_WHERE_VALUES} texts of at most {MAX_WHERE_CHARS} characters",
+    )
+    if not isinstance(data, dict) or len(data) > MAX_WHERE_KEYS:
+        raise bad
+    out = {}
+    for key, value in data.items():
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not values or len(values) > MAX_WHERE_VALUES:
+            raise bad
+        if not all(isinstance(v, str) and len(v) <= MAX_WHERE_CHARS for v in [key, *values]):
+            raise bad
+        out[key] = values
+    return out
+
+
+def filtered(request: SearchRequest, pages: Mapping[str, PageMeta] | None) -> SearchRequest:
+    """``request`` with the pages its ``where`` rules out added to every query's exclusions."""
+    if not request.where:
+        return request
+    if pages is None:
+        raise HttpError(
+            400,
+            '"where" needs page metadata: start the service over an index built with --store, '
+            "or pass --store",
+        )
+    where = parse_where(request.where)
+    out = [pid for pid, meta in pages.items() if not where.matches(meta)]
+    return replace(request, exclude=[[*e, *out] for e in request.exclude])
 
 
 def _json(body: bytes) -> Any:
@@ -72,7 +116,7 @@ def parse_search(body: bytes, limits: SearchLimits) -> SearchRequest:
     """Validate a /search body; raises ``HttpError`` (400, or 413 over a cap) naming the bad field.
 
     >>> parse_search(b'{"queries": ["red fox"], "k": 3}', SearchLimits())
-    SearchRequest(queries=['red fox'], k=3, exclude=[[]])
+    SearchRequest(queries=['red fox'], k=3, exclude=[[]], where={})
     >>> parse_search(b'{"queries": ["a", "b"]}', SearchLimits(max_queries=1))
     Traceback (most recent call last):
     evidra.retrieval.http.HttpError: 2 queries in one request, over the cap of 1; split it
@@ -105,4 +149,4 @@ def parse_search(body: bytes, limits: SearchLimits) -> SearchRequest:
         or not all(isinstance(e, list) and all(isinstance(p, str) for p in e) for e in exclude)
     ):
         raise HttpError(400, '"exclude" must be a list with one list of page ids per query')
-    return SearchRequest(queries, k, exclude)
+    return SearchRequest(queries, k, exclude, _where(data.get("where")))

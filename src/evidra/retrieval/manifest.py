@@ -29,6 +29,8 @@ class IndexSpec:
     qdrant: QdrantSpec | None = None  # qdrant only
     dim: int = 0  # embedding width (recorded for qdrant, whose reopening needs it)
     data_dir: str = ""  # bm25: the folder of the index holding its files (empty: the index itself)
+    store: str = ""  # the page store it was built over (absolute), for file names, titles and filters
+    encoder_fingerprint: str = ""  # of the checkpoint that embedded the pages (``fingerprint``); "" for bm25
 
 
 def write_manifest(root: Path, spec: IndexSpec) -> None:
@@ -43,17 +45,30 @@ def write_manifest(root: Path, spec: IndexSpec) -> None:
 
 def read_spec(root: str | Path) -> IndexSpec:
     path = Path(root) / MANIFEST
+    if Path(root).exists() and not Path(root).is_dir():
+        raise CorpusError(
+            f"{str(root)!r} is a file, not an index folder; pass the folder `evidra index build --out` wrote"
+        )
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(path.read_text(encoding="utf-8"))
         qdrant = raw.pop("qdrant", None)
         spec = IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
     except FileNotFoundError:
         raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
-    except (ValueError, TypeError) as exc:
-        raise CorpusError(f"{path} is malformed ({exc}); rebuild the index") from exc
+    except OSError as exc:
+        raise CorpusError(f"{path} cannot be read ({exc.strerror or exc}); check the index folder") from None
+    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise CorpusError(f"{path} is malformed ({reason}); rebuild the index") from None
     if spec.data_dir != "":  # save_bm25 replaces and removes this folder
         inside(root, spec.data_dir, f"data_dir in {path}", CorpusError)
     return spec
+
+
+def note_store(root: str | Path, store: str | Path) -> None:
+    """Record in the manifest of index ``root`` the page store its pages come from."""
+    spec = read_spec(root)
+    write_manifest(Path(root), replace(spec, store=str(Path(store).expanduser().resolve())))
 
 
 def save_bm25(root: Path, retriever: BM25Retriever) -> None:

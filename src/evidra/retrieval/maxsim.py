@@ -145,14 +145,16 @@ def score_block(
     block: Block,
     buffer: Tensor | None = None,
     dtype: torch.dtype | None = None,
+    widened: Tensor | None = None,
 ) -> Tensor:
     """MaxSim scores of packed queries against one block: ``(Q, C)`` float32.
 
-    The matmul runs in ``dtype`` (default: the block's own, float16 for sign-bit codes); keep
-    blocks in the dtype they are scored in, since converting a block costs more than scoring it.
-    ``buffer`` (flat, ``dtype``, at least ``T*C*L`` elements) receives the similarity
-    matrix; reusing one buffer across blocks avoids a fresh allocation (and its page faults) for
-    every block, which on CPU costs as much as the matmul itself.
+    The matmul runs in ``dtype`` (default: the block's own, float16 for sign-bit codes). A block
+    held in another dtype (16-bit pages scored in fp32) is converted first, into ``widened``
+    (flat, ``dtype``, at least ``C*L*D`` elements) when given, so that one buffer serves every
+    block instead of a fresh allocation per block. ``buffer`` (flat, ``dtype``, at least ``T*C*L``
+    elements) receives the similarity matrix; reusing one buffer across blocks avoids a fresh
+    allocation (and its page faults) for every block, which on CPU costs as much as the matmul.
 
     Two layouts of the similarity matrix, chosen by device (``_TOKENS_LAST``):
 
@@ -167,6 +169,8 @@ def score_block(
     vectors = block.vectors
     if vectors.dtype == torch.uint8:  # sign-bit codes (C, L, D/8) -> +-1 vectors (C, L, D)
         vectors = unpack_signs(vectors, dtype)
+    elif vectors.dtype != dtype and widened is not None and widened.numel() >= vectors.numel():
+        vectors = widened[: vectors.numel()].view(vectors.shape).copy_(vectors)  # (C, L, D)
     vectors = vectors.to(dtype)  # no-op when the block is held in dtype
     c, length, dim = vectors.shape
     t = tokens.shape[0]
@@ -219,6 +223,10 @@ def score_blocks(
         return out
     dtype = dtype or compute_dtype(blocks[0].vectors)
     widest = max(b.n_tokens for b in blocks)
+    held = blocks[0].vectors
+    widened = None  # 16-bit pages scored in fp32 are converted one block at a time, into this
+    if held.dtype not in (dtype, torch.uint8):
+        widened = torch.empty(widest * held.shape[-1], dtype=dtype, device=device)
     buffer: Tensor | None = None
     start = 0
     while start < len(queries):
@@ -235,7 +243,7 @@ def score_blocks(
             buffer = torch.empty(need, dtype=dtype, device=device)
         for block in blocks:
             out[start:end, block.rows.to(device)] = score_block(
-                tokens, owner, end - start, block, buffer, dtype
+                tokens, owner, end - start, block, buffer, dtype, widened
             )
         start = end
     return out

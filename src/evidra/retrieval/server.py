@@ -3,8 +3,11 @@
 Endpoints (JSON in, JSON out)::
 
     GET  /health  -> {"status": "ok", "pages": N}
-    POST /search  {"queries": ["..."], "k": 5, "exclude": [["page-id", ...]]}
+    POST /search  {"queries": ["..."], "k": 5, "exclude": [["page-id", ...]], "where": {"file": "a.pdf"}}
                   -> {"results": [[{"page_id": ..., "score": ..., "image_path": ...}, ...]]}
+
+A service that knows the page store of its index (``pages``) adds each hit's document id, file,
+page number, title and metadata (``PageMeta.record``) and accepts ``where`` filters on them.
 
 Requests arriving within ``max_wait_ms`` of each other are gathered, up to ``max_batch`` queries,
 into one ``retriever.search`` call (batched MaxSim is 2-6x cheaper per query); searches run one
@@ -35,7 +38,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +49,8 @@ from evidra.retrieval.http import MAX_BODY, MAX_HEAD, MAX_HEADERS, HttpError, Se
 
 if TYPE_CHECKING:
     import uvicorn
+
+    from evidra.corpus.metadata import PageMeta
 
 __all__ = [
     "MAX_BODY",
@@ -158,11 +163,17 @@ class SearchService:
     """Serves one retriever over HTTP; see the module docstring."""
 
     def __init__(
-        self, retriever: Retriever, options: ServiceOptions | None = None, *, n_pages: int = -1
+        self,
+        retriever: Retriever,
+        options: ServiceOptions | None = None,
+        *,
+        n_pages: int = -1,
+        pages: Mapping[str, PageMeta] | None = None,
     ) -> None:
         self.retriever = retriever
         self.options = options or ServiceOptions()
         self.n_pages = n_pages
+        self.pages = pages  # document metadata by page id: hits carry it, and "where" filters on it
         # queries per retriever call, for stats and tests; the newest BATCH_RECORD only
         self.batches: collections.deque[int] = collections.deque(maxlen=BATCH_RECORD)
         self._queue: asyncio.Queue[_Pending] | None = None  # these two live while the app runs

@@ -28,29 +28,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from evidra.errors import InvalidInputError
-from evidra.rewards.base import RewardResult
+from evidra.rewards.base import RewardResult, weighted_sum
 
-
-@dataclass(frozen=True)
-class CaveWeights:
-    belief: float = 0.4
-    evidence: float = 0.3
-    focus: float = 0.3
-    accuracy: float = 1.0  # task-anchoring terms (CAVE §3.3, App. D.1)
-    format: float = 0.1
-
-    def __post_init__(self) -> None:
-        if min(self.belief, self.evidence, self.focus, self.accuracy, self.format) < 0:
-            raise InvalidInputError(f"CAVE weights must be >= 0, got {self}")
+COMPONENTS = ("belief", "evidence", "focus", "accuracy", "format")
+# process credits (slightly higher weight to belief update) and the task-anchoring terms (CAVE §3.3, App. D.1)
+WEIGHTS: Mapping[str, float] = {"belief": 0.4, "evidence": 0.3, "focus": 0.3, "accuracy": 1.0, "format": 0.1}
 
 
 @dataclass(frozen=True)
 class CaveParams:
-    weights: CaveWeights = CaveWeights()
+    """The credits' constants (the weights are the reward's own mapping)."""
+
     top_k: int = 10  # entropy top-k
     rho_min: float = 0.05  # crop-scale range (area ratio)
     rho_max: float = 0.5
@@ -133,19 +125,25 @@ class Outcome:
     format: float  # 0/1 format validity
 
 
-def cave_reward(states: Sequence[StateScore], area_ratios: Sequence[float | None], outcome: Outcome,
-                params: CaveParams = CaveParams()) -> RewardResult:  # fmt: skip
+def cave_reward(
+    states: Sequence[StateScore],
+    area_ratios: Sequence[float | None],
+    outcome: Outcome,
+    params: CaveParams = CaveParams(),
+    weights: Mapping[str, float] = WEIGHTS,
+) -> RewardResult:
     """Per-turn credits and their total for one trajectory of ``len(states)`` turns.
 
     ``area_ratios[t]`` is the area ratio of turn t's valid zoom, None when turn t did not zoom.
     Turn t < T-1 gets ``gamma**t (w_b psi(b_t) + w_e psi(e_t) + w_f psi(f_t))``; the last turn
-    also gets ``w_acc * accuracy + w_fmt * format``.
+    also gets ``w_acc * accuracy + w_fmt * format``. The total is the weighted sum of the decayed
+    credit sums and the anchors (what the turns add up to); ``process`` logs the credits' part.
     """
     if not states:
         raise InvalidInputError("cave_reward needs the state score of at least one turn")
     if len(area_ratios) != len(states):
         raise InvalidInputError(f"{len(states)} states but {len(area_ratios)} area ratios")
-    w, c = params.weights, params.clip
+    c = params.clip
     beliefs, evidences = belief_gains(states), evidence_gains(states)
     turns: list[float] = []
     sums = {"belief": 0.0, "evidence": 0.0, "focus": 0.0}
@@ -159,9 +157,10 @@ def cave_reward(states: Sequence[StateScore], area_ratios: Sequence[float | None
         }
         for name, value in local.items():
             sums[name] += value
-        turns.append(w.belief * local["belief"] + w.evidence * local["evidence"] + w.focus * local["focus"])
-    anchor = w.accuracy * outcome.accuracy + w.format * outcome.format
-    turns.append(anchor)
-    components = {**sums, "accuracy": outcome.accuracy, "format": outcome.format,
-                  "process": sum(turns) - anchor}  # fmt: skip
-    return RewardResult(total=sum(turns), components=components, turns=tuple(turns))
+        turns.append(weighted_sum(local, weights))
+    anchors = {"accuracy": outcome.accuracy, "format": outcome.format}
+    turns.append(weighted_sum(anchors, weights))
+    values = {**sums, **anchors}
+    result = RewardResult.weighted(values, weights, turns=tuple(turns))
+    process = weighted_sum(sums, weights)
+    return RewardResult(result.total, {**values, "process": process}, turns=result.turns)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.geometry import is_valid_box
-from evidra.rewards.lat import StepPlan, _fit_aspect
+from evidra.rewards.lat_parse import StepPlan, _fit_aspect
 from evidra.types import Box, Page, Parsed, Sample
 
 if TYPE_CHECKING:

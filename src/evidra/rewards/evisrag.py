@@ -1,37 +1,36 @@
 """EVisRAG rewards (RS-GRPO): perception/evidence, derivation/answer, format, the isObserve /
 isThink punishments, the soft overlong punishment and their compositions (EVisRAG App. A.3,
-Eqs. 7-8 and 11-13), in ``paper`` and ``upstream`` modes.
+Eqs. 7-8 and 11-13), as the paper writes them (``evisrag``) and as the released code computes them
+(``evisrag.upstream``).
 
 Output format: ``<observe>..</observe><evidence>[1]: ..\\n[2]: no relevant information
 </evidence><think>..</think><answer>..|insufficient to answer</answer>``.
 
-``upstream`` reproduces ``evidencecot.py`` of OpenBMB/VisRAG (the conformance contract): blocks
+The released rules reproduce ``evidencecot.py`` of OpenBMB/VisRAG (the conformance contract): blocks
 are cut with ``str.split`` on the first open tag, evidence entries are cut at ``[i+1]`` even
 inside text, and with six gold entries the evidence score is left unnormalised (up to 18).
-``paper`` follows Eq. 11-13. Token scopes live in ``evidra.rewards.scopes``.
+The paper rules follow Eq. 11-13. Token scopes live in ``evidra.rewards.scopes``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from evidra.errors import InvalidInputError
-from evidra.rewards.base import REWARDS, RewardResult
-from evidra.rewards.text import (
+from evidra.metrics.text import (
     INSUFFICIENT_ANSWER,
     NO_RELEVANT_INFORMATION,
-    bow_f1,
     normalize_squad,
     set_f1,
     substring_em,
 )
+from evidra.registry import Registry
+from evidra.rewards.base import REWARDS, RewardResult, check_weights, weighted_sum
 from evidra.tagscan import first_block, parse_digits
 from evidra.types import Parsed, Sample, Trajectory
-
-Mode = Literal["paper", "upstream"]
 
 K_POS = 3.0  # weight of a relevant image in the perception reward (Eq. 11; upstream 3.0)
 MAX_IMAGES_UPSTREAM = 6
@@ -60,43 +59,48 @@ def split_block(text: str, tag: str) -> str | None:
     return text.split(open_)[1].split(close)[0]
 
 
-def _gold_block(gold: str, tag: str, mode: Mode) -> str:
+def _gold_block(gold: str, tag: str) -> str:
     """The gold's ``<tag>`` block. Upstream indexes ``split('<tag>')[1]`` and raises IndexError
-    without the open tag; we raise GoldFormatError (an IndexError) deliberately, naming the fix.
-    Paper mode accepts an untagged gold as the block itself."""
+    without the open tag; we raise GoldFormatError (an IndexError) deliberately, naming the fix."""
     open_ = f"<{tag}>"
     if open_ in gold:
         return gold.split(open_)[1].split(f"</{tag}>")[0]
-    if mode == "paper":
-        return gold
     raise GoldFormatError(
         f"ground truth {gold[:80]!r} has no {open_} block; EVisRAG gold strings are "
-        f"'<evidence>[1]: ..</evidence><answer>..</answer>' (or use mode='paper' with a plain answer)"
+        f"'<evidence>[1]: ..</evidence><answer>..</answer>' (or use the paper rules with a plain answer)"
     )
+
+
+def _gold_block_or_all(gold: str, tag: str) -> str:
+    """Paper rules: the gold's ``<tag>`` block, or an untagged gold as the block itself."""
+    return _gold_block(gold, tag) if f"<{tag}>" in gold else gold
 
 
 # ---- derivation / answer (Eq. 12) ------------------------------------------------------------
 
 
-def derivation_reward(response: str, gold: str, *, sufficient: bool = True, mode: Mode = "paper") -> float:
+def derivation_paper(response: str, gold: str, *, sufficient: bool = True) -> float:
     """R_derivation = F1(a_pred, a_gold) on SQuAD-normalised token sets (EVisRAG Eq. 12).
 
     ``gold`` is the answer or a gold string with an ``<answer>`` block; with ``sufficient=False``
-    the gold becomes "insufficient to answer" (paper mode). No closed answer block -> 0.
+    the gold becomes "insufficient to answer". No closed answer block -> 0.
 
-    >>> derivation_reward("<answer>The Eiffel Tower, Paris</answer>", "<answer>Eiffel Tower</answer>")
+    >>> derivation_paper("<answer>The Eiffel Tower, Paris</answer>", "<answer>Eiffel Tower</answer>")
     0.8
     """
-    if mode == "upstream":
-        pred = split_block(response, "answer")
-        if pred is None:
-            return 0.0
-        return set_f1(normalize_squad(pred), normalize_squad(_gold_block(gold, "answer", mode)))
     pred = first_block(response, "<answer>", "</answer>")  # <answer>(.*?)</answer>, DOTALL
     if pred is None:
         return 0.0
-    target = _gold_block(gold, "answer", mode) if sufficient else INSUFFICIENT_ANSWER
+    target = _gold_block_or_all(gold, "answer") if sufficient else INSUFFICIENT_ANSWER
     return set_f1(pred, target)
+
+
+def derivation_upstream(response: str, gold: str) -> float:
+    """The released answer reward: F1 of ``split_block`` cuts of response and gold."""
+    pred = split_block(response, "answer")
+    if pred is None:
+        return 0.0
+    return set_f1(normalize_squad(pred), normalize_squad(_gold_block(gold, "answer")))
 
 
 # ---- perception / evidence (Eq. 11) ----------------------------------------------------------
@@ -124,11 +128,14 @@ def _is_negative(text: str) -> bool:
     return normalize_squad(text) == NO_RELEVANT_INFORMATION
 
 
-def _perception_upstream(response: str, gold: str) -> float:
+def perception_upstream(response: str, gold: str) -> float:
+    """The released evidence reward: F1 only for gold entries of >= 5 words (substring EM
+    otherwise), at most 6 images, unnormalised when all six are present (range up to 18),
+    entries cut at '[i+1]' even inside text."""
     obs = split_block(response, "evidence")
     if obs is None:
         return 0.0
-    gt = _gold_block(gold, "evidence", "upstream")
+    gt = _gold_block(gold, "evidence")
     score, full = 0.0, 0.0
     for i in range(1, MAX_IMAGES_UPSTREAM + 1):
         if f"[{i}]:" not in gt:
@@ -146,25 +153,20 @@ def _perception_upstream(response: str, gold: str) -> float:
     return score  # six gold entries: the loop never breaks and the score stays unnormalised
 
 
-def perception_reward(response: str, gold: str, *, mode: Mode = "paper", k_pos: float = K_POS) -> float:
+def perception_paper(response: str, gold: str, *, k_pos: float = K_POS) -> float:
     """R_perception (EVisRAG Eq. 11): per image, k_pos * F1 for a relevant image, 1[pred says
-    "no relevant information"] for an irrelevant one, normalised by sum(y_i k_pos + (1 - y_i)).
-
-    paper: any number of images, always normalised, in [0, 1]. upstream: F1 only for gold
-    entries of >= 5 words (substring EM otherwise), at most 6 images, unnormalised when all six
-    are present (range up to 18), entries cut at '[i+1]' even inside text.
+    "no relevant information"] for an irrelevant one, normalised by sum(y_i k_pos + (1 - y_i)):
+    any number of images, always normalised, in [0, 1].
 
     >>> fact = "[1]: revenue was 5 million dollars in 2020"
     >>> gold = f"<evidence>{fact}\\n[2]: no relevant information</evidence>"
-    >>> perception_reward(f"<evidence>{fact}\\n[2]: a cat</evidence>", gold)  # (3 * 1 + 0) / (3 + 1)
+    >>> perception_paper(f"<evidence>{fact}\\n[2]: a cat</evidence>", gold)  # (3 * 1 + 0) / (3 + 1)
     0.75
     """
-    if mode == "upstream":
-        return _perception_upstream(response, gold)
     pred_block = first_block(response, "<evidence>", "</evidence>")
     if pred_block is None:
         return 0.0
-    gold_entries = evidence_entries(_gold_block(gold, "evidence", mode))
+    gold_entries = evidence_entries(_gold_block_or_all(gold, "evidence"))
     pred_entries = evidence_entries(pred_block)
     score, full = 0.0, 0.0
     for k, gold_k in sorted(gold_entries.items()):
@@ -227,7 +229,10 @@ def soft_overlong_punishment(
 
 # ---- compositions ----------------------------------------------------------------------------
 
+PAPER_COMPONENTS = ("perception", "derivation", "format")  # Eqs. 11-13
 UPSTREAM_COMPONENTS = ("accuracy", "evidence", "format", "overlong", "isObserve", "isThink")
+_OVERALL_ORDER = ("accuracy", "evidence", "overlong", "format", "isObserve", "isThink")  # the released sum's
+ONES = dict.fromkeys(UPSTREAM_COMPONENTS, 1.0)
 
 
 def sum_all(response: str, response_length: int, ground_truth: str) -> dict[str, float]:
@@ -236,13 +241,15 @@ def sum_all(response: str, response_length: int, ground_truth: str) -> dict[str,
 
     The addition order of ``overall`` is upstream's, so floats match bit for bit.
     """
-    acc = 3 * derivation_reward(response, ground_truth, mode="upstream")
-    evi = 3 * perception_reward(response, ground_truth, mode="upstream")
+    acc = 3 * derivation_upstream(response, ground_truth)
+    evi = 3 * perception_upstream(response, ground_truth)
     overlong = soft_overlong_punishment(response_length, 1536, 512, 200)
     fmt = format_reward(response)
     obs, think = observe_punishment(response), think_punishment(response)
     return {
-        "overall": acc + evi + overlong + fmt + obs + think,
+        "overall": weighted_sum(
+            dict(zip(_OVERALL_ORDER, (acc, evi, overlong, fmt, obs, think), strict=True)), ONES
+        ),
         "accuracy": acc,
         "evidence": evi,
         "format": fmt,
@@ -259,46 +266,15 @@ def paper_rewards(response: str, gold: str, *, sufficient: bool = True) -> Rewar
     tokens get mean(R_derivation, R_format). ``total`` is the plain sum (the "w/o RS-GRPO" GRPO
     variant applies it to every token).
     """
-    perception = perception_reward(response, gold)
-    derivation = derivation_reward(response, gold, sufficient=sufficient)
+    perception = perception_paper(response, gold)
+    derivation = derivation_paper(response, gold, sufficient=sufficient)
     fmt = format_reward(response)
     early, late = (perception + fmt) / 2, (derivation + fmt) / 2
-    return RewardResult(
-        total=perception + derivation + fmt,
-        components={"perception": perception, "derivation": derivation, "format": fmt},
+    return RewardResult.weighted(
+        {"perception": perception, "derivation": derivation, "format": fmt},
+        dict.fromkeys(PAPER_COMPONENTS, 1.0),
         scopes={"observe": early, "evidence": early, "think": late, "answer": late},
     )
-
-
-EVAL_REFUSALS = (NO_RELEVANT_INFORMATION, INSUFFICIENT_ANSWER, "insufficient to answer the question")
-
-
-def evaluate_predictions(pred: str, golds: Sequence[str]) -> dict[str, float | bool]:
-    """EVisRAG evaluation metrics of one prediction (``src/evisrag/eval.py``), max over golds.
-
-    em: normalised equality; acc: gold token set a subset of the predicted set; f1: bag-of-words
-    with +1e-7; hallucination: 0 iff exactly one side is "no relevant information". A gold with
-    no token overlap is skipped entirely (so em stays 0 even for two empty strings). Unanswerable
-    items are scored against ``EVAL_REFUSALS``.
-    """
-    metric: dict[str, float | bool] = {"is_valid_answer": False, "acc": 0, "em": 0, "f1": 0}
-    metric.update({"math_equal": 0, "bertsc": 0, "hallucination": 0})
-    p = normalize_squad(pred)
-    for gold in golds:
-        g = normalize_squad(gold)
-        f1 = bow_f1(p, g, eps=1e-7)
-        if f1 == 0.0:
-            continue
-        values = {
-            "em": int(p == g),
-            "acc": int(set(g.split()) <= set(p.split())),
-            "f1": f1,
-            "bertsc": 0,
-            "hallucination": 0 if NO_RELEVANT_INFORMATION in (g, p) and g != p else 1,
-        }
-        for key, value in values.items():
-            metric[key] = max(value, metric[key])
-    return metric
 
 
 # ---- RewardFn wrappers -------------------------------------------------------------------------
@@ -320,33 +296,85 @@ def gold_string(sample: Sample) -> str:
     return "<evidence>" + "\n".join(lines) + f"</evidence><answer>{answer}</answer>"
 
 
+Scored = tuple[dict[str, float], dict[str, float]]  # component values, scope values
+
+
+def _score_paper(response: str, gold: str, trajectory: Trajectory | None) -> Scored | None:
+    result = paper_rewards(response, gold)
+    return dict(result.components), dict(result.scopes)
+
+
+def _score_upstream(response: str, gold: str, trajectory: Trajectory | None) -> Scored | None:
+    if trajectory is None:
+        return None  # the overlong punishment needs the response length
+    scores = sum_all(response, trajectory.num_policy_tokens, gold)
+    parts = {k: scores[k] for k in _OVERALL_ORDER}  # the released order of addition
+    return parts, parts
+
+
+@dataclass(frozen=True)
+class EvisragRules:
+    """One variant of EVisRAG's reward: its components, their default weights (the plain sum)
+    and how a response is scored into component and scope values (None: cannot be scored)."""
+
+    name: str
+    components: tuple[str, ...]
+    score: Callable[[str, str, Trajectory | None], Scored | None]
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return dict.fromkeys(self.components, 1.0)
+
+
+EVISRAG_RULES: Registry[EvisragRules] = Registry("EVisRAG reward rules")
+EVISRAG_RULES.add("paper", EvisragRules("paper", PAPER_COMPONENTS, _score_paper))
+EVISRAG_RULES.add("upstream", EvisragRules("upstream", UPSTREAM_COMPONENTS, _score_upstream))
+
+
 @dataclass(frozen=True)
 class EvisragReward:
-    """EVisRAG reward as a ``RewardFn``. paper: Eqs. 11-13 with Eq. 7-8 scope values. upstream:
-    ``sum_all``'s six components, each also a scope value keyed by its reward name (the token
-    span of each is given by ``evidra.rewards.scopes.UPSTREAM_SCOPE_RULES``); needs the
-    trajectory for the response length of the overlong punishment."""
+    """EVisRAG reward as a ``RewardFn``. paper rules: Eqs. 11-13 with Eq. 7-8 scope values.
+    upstream rules: ``sum_all``'s six components, each also a scope value keyed by its reward
+    name (the token span of each is given by ``evidra.rewards.scopes.UPSTREAM_SCOPE_RULES``);
+    they need the trajectory for the response length of the overlong punishment. The total is
+    the weighted sum of the components (default: the plain sum, as both the paper and the
+    released ``overall``)."""
 
-    mode: Mode = "paper"
-    weights: Mapping[str, float] | None = None  # None: paper sum / upstream 'overall'
+    rules: EvisragRules = field(default_factory=lambda: EVISRAG_RULES.get("paper"))
+    weights: Mapping[str, float] = field(default_factory=dict)  # empty: every component weight 1
+
+    def __post_init__(self) -> None:
+        given = check_weights(self.weights, self.rules.components, f"evisrag.{self.rules.name}")
+        object.__setattr__(self, "weights", given or self.rules.weights)
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return self.rules.components
+
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        return tuple(self.weights)
+
+    def reweighted(self, weights: Mapping[str, float]) -> EvisragReward:
+        return replace(self, weights={**self.weights, **weights})
 
     def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
-        gold = gold_string(sample)
-        if self.mode == "paper":
-            result = paper_rewards(parsed.text, gold)
-        else:
-            if trajectory is None:
-                return RewardResult.unscored("evisrag upstream needs the trajectory (response length)")
-            scores = sum_all(parsed.text, trajectory.num_policy_tokens, gold)
-            parts = {k: scores[k] for k in UPSTREAM_COMPONENTS}
-            result = RewardResult(total=scores["overall"], components=parts, scopes=parts)
-        if self.weights is None:
-            return result
-        total = sum(self.weights.get(k, 0.0) * v for k, v in result.components.items())
-        return RewardResult(total=total, components=result.components, scopes=result.scopes)
+        scored = self.rules.score(parsed.text, gold_string(sample), trajectory)
+        if scored is None:
+            return RewardResult.unscored(f"evisrag.{self.rules.name} needs the trajectory (response length)")
+        values, scopes = scored
+        return RewardResult.weighted(values, self.weights, scopes=scopes)
 
 
-REWARDS.add("evisrag", EvisragReward())
-REWARDS.add("evisrag.upstream", EvisragReward(mode="upstream"))
-for _name in ("perception", "derivation", "format"):
-    REWARDS.add(f"evisrag.{_name}", EvisragReward(weights={_name: 1.0}))
+def evisrag_reward(variant: str = "paper", **options: Any) -> EvisragReward:
+    """The EVisRAG reward of a registered variant (``EVISRAG_RULES``: paper | upstream)."""
+    return EvisragReward(EVISRAG_RULES.get(variant), **options)
+
+
+REWARDS.add("evisrag", evisrag_reward("paper"))
+REWARDS.add("evisrag.upstream", evisrag_reward("upstream"))
+for _name in PAPER_COMPONENTS:
+    REWARDS.add(
+        f"evisrag.{_name}",
+        evisrag_reward("paper", weights=dict.fromkeys(PAPER_COMPONENTS, 0.0) | {_name: 1.0}),
+    )

@@ -13,15 +13,12 @@ Backends:
   timeouts, bounded backoff retries and a cache keyed by ``(model, prompt)``. The released code
   retried forever (VRAG-RL) or scored failures as 0 (Lang2Act); neither is reproduced.
 
-Prompts: VRAG-RL sends one item as a single user message (``VRAGRL_JUDGE_TEMPLATE``);
-Lang2Act sends batches as system prompt + one user message (``lang2act_user_message``).
-The verbatim texts are those of the released rm.py / toolrl.py. The
-released, lenient reply parsers are kept for replay next to their rewards:
-``vragrl.parse_judge_response_upstream`` and ``lang2act.parse_judge_batch_upstream``.
+Prompts: each paper's is a registered ``JudgePrompt`` (``evidra.rewards.judge_prompts``:
+vragrl, lang2act, cave). The released, lenient reply parsers are kept for replay next to their
+rewards: ``vragrl.parse_judge_response_upstream`` and ``lang2act.parse_judge_batch_upstream``.
 
-Layout: items, verdicts, prompts and the strict reply parser are in ``judge_protocol``; the
-HTTP backend and its caches in ``judge_http``; this module holds ``RuleJudge`` and re-exports
-the rest, so ``evidra.rewards.judge`` stays the one import path.
+Layout: items, verdicts and the strict reply parser are in ``judge_protocol``; the prompts in
+``judge_prompts``; the HTTP backend and its caches in ``judge_http``; this module holds ``RuleJudge``.
 """
 
 from __future__ import annotations
@@ -33,26 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-# Re-exports: callers import every judge name from this module, wherever it is defined.
-from evidra.rewards.judge_http import DiskCache as DiskCache
-from evidra.rewards.judge_http import HttpJudgeConfig as HttpJudgeConfig
-from evidra.rewards.judge_http import JudgeCache as JudgeCache
-from evidra.rewards.judge_http import JudgeStats as JudgeStats
-from evidra.rewards.judge_http import MemoryCache as MemoryCache
-from evidra.rewards.judge_http import OpenAIJudge as OpenAIJudge
-from evidra.rewards.judge_http import cache_key as cache_key
-from evidra.rewards.judge_protocol import _PLACEHOLDER as _PLACEHOLDER
-from evidra.rewards.judge_protocol import LANG2ACT_JUDGE_SYSTEM_PROMPT as LANG2ACT_JUDGE_SYSTEM_PROMPT
-from evidra.rewards.judge_protocol import VRAGRL_JUDGE_TEMPLATE as VRAGRL_JUDGE_TEMPLATE
-from evidra.rewards.judge_protocol import Judge as Judge
-from evidra.rewards.judge_protocol import JudgeItem as JudgeItem
-from evidra.rewards.judge_protocol import PromptStyle as PromptStyle
-from evidra.rewards.judge_protocol import Verdict as Verdict
-from evidra.rewards.judge_protocol import build_messages as build_messages
-from evidra.rewards.judge_protocol import lang2act_user_message as lang2act_user_message
-from evidra.rewards.judge_protocol import parse_verdicts as parse_verdicts
-from evidra.rewards.judge_protocol import vragrl_judge_prompt as vragrl_judge_prompt
-from evidra.rewards.text import braced_answer
+from evidra.metrics.text import braced_answer
+from evidra.rewards.judge_protocol import JudgeItem, Verdict
 
 # --- rule-based judge ------------------------------------------------------------------------
 

@@ -15,21 +15,29 @@ judge:
   max_wait_s: 120                    # total backoff of one request's retries
 ```
 
-``prompt`` picks the paper's judge prompt: ``vragrl`` (one item per request, VRAG-RL's template)
-or ``lang2act`` (Lang2Act's batched system prompt); empty uses the task's own.
+``prompt`` picks a registered judge prompt (``evidra.rewards.judge_prompts``): ``vragrl`` (one
+item per request, VRAG-RL's template), ``lang2act`` (Lang2Act's batched system prompt) or
+``cave`` (one short answer, exact match); empty uses the task's own.
+
+A recipe is a file, so the key in ``$api_key_env`` goes to its ``base_url`` only when the user's
+environment allows the pair (``EVIDRA_KEY_HOSTS=JUDGE_API_KEY@host:port``, see ``evidra.keys``);
+otherwise requests go without a key. ``evidra eval --judge-url`` is the user's own flag:
+``build_judge(..., key_policy=KeyPolicy())``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from evidra.errors import ConfigError, RegistryError
+from evidra.keys import KeyPolicy, check_key_hosts
 from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
 from evidra.registry import Registry
-from evidra.rewards.judge import HttpJudgeConfig, JudgeCache, OpenAIJudge, RuleJudge
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_http import HttpJudgeConfig, JudgeCache, OpenAIJudge
+from evidra.rewards.judge_prompts import JUDGE_PROMPTS
 from evidra.rewards.judge_protocol import Judge
 
 
@@ -43,7 +51,7 @@ class JudgeConfig:
     model: str = ""  # openai: the model name the server serves
     # openai: environment variable holding the API key (sent as a Bearer token; none when unset); "": none
     api_key_env: str = DEFAULT_API_KEY_ENV
-    prompt: Literal["", "vragrl", "lang2act"] = ""  # the paper's judge prompt; "": the task's
+    prompt: str = ""  # a JUDGE_PROMPTS name (vragrl | lang2act | cave); "": the task's own
     batch_size: int = 10  # items per request with the lang2act prompt (toolrl 10, actionrl 5)
     concurrency: int = 8
     timeout_s: float = 60.0
@@ -58,26 +66,28 @@ class JudgeConfig:
         return self.kind == "rule" and not self.rule
 
 
-JudgeFactory = Callable[[JudgeConfig, str], Judge]  # (config, the task's default prompt style)
+# (config, the task's default prompt style, who named base_url)
+JudgeFactory = Callable[[JudgeConfig, str, KeyPolicy], Judge]
 JUDGES: Registry[JudgeFactory] = Registry("judge")
 
 
 @JUDGES.register("rule")
-def _rule(cfg: JudgeConfig, default_prompt: str) -> Judge:
+def _rule(cfg: JudgeConfig, default_prompt: str, key_policy: KeyPolicy) -> Judge:
     return RuleJudge(cfg.rule or "contains")
 
 
 @JUDGES.register("openai")
-def _openai(cfg: JudgeConfig, default_prompt: str) -> Judge:
-    key = (os.environ.get(cfg.api_key_env) or None) if cfg.api_key_env else None
+def _openai(cfg: JudgeConfig, default_prompt: str, key_policy: KeyPolicy) -> Judge:
     style = cfg.prompt or default_prompt
     http = HttpJudgeConfig(
-        base_url=cfg.base_url, model=cfg.model, style="vragrl" if style == "vragrl" else "lang2act",
-        api_key=key, api_key_env=cfg.api_key_env, batch_size=cfg.batch_size, concurrency=cfg.concurrency,
+        base_url=cfg.base_url, model=cfg.model, style=style,
+        api_key_env=cfg.api_key_env, batch_size=cfg.batch_size, concurrency=cfg.concurrency,
         timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, max_wait_s=cfg.max_wait_s,
-        temperature=cfg.temperature, max_tokens=cfg.max_tokens or None,
+        temperature=cfg.temperature, max_tokens=cfg.max_tokens or None, key_policy=key_policy,
     )  # fmt: skip
-    return OpenAIJudge(http)
+    judge = OpenAIJudge(http)
+    judge.client_config.key()  # a withheld key is warned about now, before any work
+    return judge
 
 
 def validate_judge(cfg: JudgeConfig) -> None:
@@ -87,6 +97,11 @@ def validate_judge(cfg: JudgeConfig) -> None:
             JUDGES.get(cfg.kind)
         except RegistryError as exc:
             raise ConfigError(f"judge.kind: {exc}") from None
+    if cfg.prompt and cfg.prompt not in JUDGE_PROMPTS:
+        try:
+            JUDGE_PROMPTS.get(cfg.prompt)
+        except RegistryError as exc:
+            raise ConfigError(f"judge.prompt: {exc}") from None
     if cfg.kind == "openai":
         if not cfg.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"judge.base_url must be an http(s) URL of an OpenAI-compatible server, "
@@ -94,6 +109,7 @@ def validate_judge(cfg: JudgeConfig) -> None:
         if not cfg.model:
             raise ConfigError("judge.model is empty: name the model the judge server serves")
         check_api_key_env(cfg.api_key_env, "judge.api_key_env")
+        check_key_hosts()
     for name in ("batch_size", "concurrency"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"judge.{name} must be >= 1, got {getattr(cfg, name)}")
@@ -104,11 +120,17 @@ def validate_judge(cfg: JudgeConfig) -> None:
         )
 
 
-def build_judge(cfg: JudgeConfig, default_prompt: str = "vragrl", cache: JudgeCache | None = None) -> Judge:
+def build_judge(
+    cfg: JudgeConfig, default_prompt: str = "vragrl", cache: JudgeCache | None = None,
+    key_policy: KeyPolicy | None = None,
+) -> Judge:  # fmt: skip
     """The judge ``cfg`` describes; ``default_prompt`` is the task's paper prompt style; an
-    endpoint judge keeps its replies in ``cache`` (e.g. ``DiskCache``) when one is given."""
+    endpoint judge keeps its replies in ``cache`` (e.g. ``DiskCache``) when one is given.
+    ``key_policy``: who named ``cfg.base_url``; by default a file (``judge.base_url`` of a recipe),
+    whose key goes only where ``EVIDRA_KEY_HOSTS`` allows."""
     validate_judge(cfg)
-    judge = JUDGES.get(cfg.kind)(cfg, default_prompt)
+    policy = key_policy if key_policy is not None else KeyPolicy.file("judge.base_url")
+    judge = JUDGES.get(cfg.kind)(cfg, default_prompt, policy)
     if cache is not None and isinstance(judge, OpenAIJudge):
         judge.cache = cache
     return judge

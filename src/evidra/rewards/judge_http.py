@@ -7,7 +7,7 @@ attempt), concurrently under a semaphore, with a cache keyed by ``(model, prompt
 that is no chat completion or holds no parseable verdicts is asked again, within the same
 ``max_retries``. The released code retried forever (VRAG-RL) or scored failures as 0
 (Lang2Act); neither is reproduced: an item that stays unjudged is a ``Verdict`` of None.
-Prompts and the reply parser are in ``evidra.rewards.judge_protocol``.
+Prompts are in ``evidra.rewards.judge_prompts``, the reply parser in ``evidra.rewards.judge_protocol``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from evidra.errors import InvalidInputError
+from evidra.errors import InvalidInputError, RegistryError
+from evidra.keys import KeyPolicy
 from evidra.openai_client import (
     DEFAULT_API_KEY_ENV,
     AsyncChatClient,
@@ -35,7 +36,8 @@ from evidra.openai_client import (
     retry_delay,
     run_sync,
 )
-from evidra.rewards.judge_protocol import JudgeItem, PromptStyle, Verdict, build_messages, parse_verdicts
+from evidra.rewards.judge_prompts import JUDGE_PROMPTS, build_messages
+from evidra.rewards.judge_protocol import JudgeItem, Verdict, parse_verdicts
 
 logger = logging.getLogger(__name__)
 
@@ -95,18 +97,19 @@ def cache_key(model: str, messages: Sequence[Mapping[str, str]]) -> str:
 class HttpJudgeConfig:
     """Endpoint and retry policy of an ``OpenAIJudge``.
 
-    ``batch_size``: items per request for the Lang2Act prompt (10 in toolrl, 5 in actionrl);
-    the VRAG-RL prompt always sends one. Retries are bounded: at most ``1 + max_retries``
-    requests per batch, whatever failed (HTTP 429/5xx, connection, timeout, a malformed or
+    ``batch_size``: items per request for a batching prompt (Lang2Act: 10 in toolrl, 5 in
+    actionrl); a one-item prompt (VRAG-RL, CAVE) always sends one. Retries are bounded: at most
+    ``1 + max_retries`` requests per batch, whatever failed (HTTP 429/5xx, connection, timeout, a malformed or
     unparseable reply); retry ``r`` (1-based) waits up to ``min(max_backoff_s, backoff_s *
     2**(r - 1))`` seconds (or the server's ``Retry-After``, up to ``max_backoff_s``), and the
     retries of one request wait at most ``max_wait_s`` in all. ``timeout_s`` bounds each
-    attempt as a whole. The key is ``api_key`` when given, else ``$api_key_env``.
+    attempt as a whole. The key is ``api_key`` when given, else ``$api_key_env`` where
+    ``key_policy`` lets it go to ``base_url`` (``evidra.keys``).
     """
 
     base_url: str
     model: str
-    style: PromptStyle = "lang2act"
+    style: str = "lang2act"  # a JUDGE_PROMPTS name: vragrl | lang2act | cave
     api_key: str | None = field(default=None, repr=False)  # never logged
     batch_size: int = 10
     concurrency: int = 8
@@ -118,6 +121,7 @@ class HttpJudgeConfig:
     max_tokens: int | None = None
     api_key_env: str = DEFAULT_API_KEY_ENV
     max_wait_s: float = 120.0
+    key_policy: KeyPolicy = field(default_factory=KeyPolicy)  # who named base_url
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.concurrency < 1 or self.max_retries < 0:
@@ -125,14 +129,16 @@ class HttpJudgeConfig:
                 f"judge batch_size and concurrency must be >= 1 and max_retries >= 0, got "
                 f"{self.batch_size}, {self.concurrency}, {self.max_retries}"
             )
-        if self.style not in ("vragrl", "lang2act"):
-            raise InvalidInputError(f"unknown judge prompt style {self.style!r}; use 'vragrl' or 'lang2act'")
+        try:
+            JUDGE_PROMPTS.get(self.style)
+        except RegistryError as exc:
+            raise InvalidInputError(str(exc)) from None
 
     def client_config(self) -> ClientConfig:
         retry = RetryPolicy(max_attempts=self.max_retries + 1, backoff_s=self.backoff_s,
                             max_backoff_s=self.max_backoff_s, max_wait_s=self.max_wait_s)  # fmt: skip
         return ClientConfig(self.base_url, self.model, api_key_env=self.api_key_env, api_key=self.api_key,
-                            timeout_s=self.timeout_s, retry=retry)  # fmt: skip
+                            timeout_s=self.timeout_s, retry=retry, key_policy=self.key_policy)  # fmt: skip
 
 
 @dataclass
@@ -168,7 +174,7 @@ class OpenAIJudge:
         return run_sync(self.ajudge(items))
 
     async def ajudge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        size = 1 if self.config.style == "vragrl" else self.config.batch_size
+        size = JUDGE_PROMPTS.get(self.config.style).per_request or self.config.batch_size
         chunks = [list(items[i : i + size]) for i in range(0, len(items), size)]
         sem = asyncio.Semaphore(self.config.concurrency)
         async with AsyncChatClient(self.client_config) as client:
@@ -209,6 +215,11 @@ class OpenAIJudge:
             except ChatClientError as exc:  # refused (4xx), or unavailable through every retry
                 used += exc.attempts
                 verdicts = [Verdict(None, str(exc))] * len(chunk)
+                break
+            except Exception as exc:  # a judge failure leaves items unscored; it never ends a run
+                logger.warning("judge request failed unexpectedly", exc_info=True)
+                used += 1
+                verdicts = [Verdict(None, f"judge failed: {type(exc).__name__}")] * len(chunk)
                 break
             used += result.attempts
             verdicts = parse_verdicts(result.text, len(chunk))

@@ -56,7 +56,7 @@ _NAME_END = re.compile(r"([\"'])(?=\s+args=([\"']))", re.IGNORECASE)
 _ARGS_END = re.compile(r"([\"'])\s*>")
 _IMAGE_ID = re.compile(r"Image\s+(\d+)", re.IGNORECASE)
 _ARGS_PREFIX = re.compile(r"Image\s+\d+\s*:")
-_TAGS = ("think", "description", "answer")
+TAGS = ("think", "description", "answer")
 
 
 def _image_ids(text: str) -> list[int]:
@@ -91,7 +91,7 @@ def check_strict_format(response: str) -> StrictFormat:
     """
     text = response if isinstance(response, str) else ""
     pos: dict[str, tuple[int, int]] = {}
-    for tag in _TAGS:
+    for tag in TAGS:
         opens = list(re.finditer(f"<{tag}>", text, re.IGNORECASE))
         closes = list(re.finditer(f"</{tag}>", text, re.IGNORECASE))
         if len(opens) != 1 or len(closes) != 1:
@@ -260,7 +260,7 @@ def tool_validity(
 def parse_generation(response: str) -> dict[str, str | None]:
     """actionrl.py: first non-greedy ``<think>``/``<description>``/``<answer>`` (IGNORECASE), stripped."""
     out: dict[str, str | None] = {}
-    for tag in _TAGS:
+    for tag in TAGS:
         block = first_block(response, f"<{tag}>", f"</{tag}>", ignore_case=True)
         out[tag] = block.strip() if block is not None else None
     return out
@@ -269,4 +269,4 @@ def parse_generation(response: str) -> dict[str, str | None]:
 def actionrl_format_score(response: str) -> float:
     """Stage-1 format: 1.0 iff all three blocks exist with non-empty content (order unchecked)."""
     parsed = parse_generation(response if isinstance(response, str) else "")
-    return 1.0 if all(parsed[tag] for tag in _TAGS) else 0.0
+    return 1.0 if all(parsed[tag] for tag in TAGS) else 0.0

@@ -1,138 +1,158 @@
 """LAT (Look As You Think, Chain-of-Evidence) rewards: accuracy, stepwise attribution,
-grounding and format (LAT Eqs. 2-10), in ``paper`` and ``upstream`` modes.
+grounding and format (LAT Eqs. 2-10), as the paper writes them and as the released code computes them.
 
 Output format: ``<think>step. Bounding box: {"bbox_2d": [x1,y1,x2,y2], "Image_index": k} ...
 </think><answer>ans Bounding box: {...}</answer>``; boxes are pixels of the ORIGINAL page.
 
-``upstream`` reproduces ``src/grpo.py`` of PolarisLiu1/LAT (the conformance contract),
-including its quirks: an empty prediction scores 0.5 (empty string is a substring of
-everything), the 'unkonw' literal, 'not' counting as "no answer", strict in-page bounds, at
-least two steps for R_step. ``paper`` follows the equations; see docs/rewards.md for every
-difference. The retriever similarity of R_step is an injected ``Similarity`` service.
+The released variant (``lat.upstream``; rules ``LAT_RULES["upstream"]``) reproduces
+``src/grpo.py`` of PolarisLiu1/LAT (the conformance contract), including its quirks: an empty
+prediction scores 0.5 (empty string is a substring of everything), the 'unkonw' literal, 'not'
+counting as "no answer", strict in-page bounds, at least two steps for R_step. The paper variant
+(``lat``) follows the equations; see docs/rewards.md for every difference.
 
-The rules live in two modules: ``lat_parse`` reads the response (answer, citations, steps and
-their crops), ``lat_scoring`` holds the equations. This module is the entry point: it
-re-exports both, wraps them as the ``LatReward`` ``RewardFn`` and registers ``lat.*`` in
-``REWARDS`` when imported.
+R_step needs the similarity of every cited crop with its step text (Eq. 8), from an injected
+``StepSimilarity`` service (``evidra.rewards.embedding``). A retriever such as ColQwen2 is far
+cheaper per item when it embeds many crops at once, so ``LatReward.score_batch`` sends the
+steps of every response of a batch (all groups) in ONE ``score_steps`` call. The rules live in
+``lat_parse`` (reading the response) and ``lat_scoring`` (the equations); this module is the
+reward and registers ``lat.*`` in ``REWARDS`` when imported.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from evidra.rewards.base import REWARDS, RewardResult
-
-# Re-exports: callers import every rule from this module, wherever it is defined.
-from evidra.rewards.lat_parse import _BOX_LABEL as _BOX_LABEL
-from evidra.rewards.lat_parse import _BOX_LABELS as _BOX_LABELS
-from evidra.rewards.lat_parse import _SENTENCE_SPLIT as _SENTENCE_SPLIT
-from evidra.rewards.lat_parse import MAX_CROP_ASPECT as MAX_CROP_ASPECT
-from evidra.rewards.lat_parse import StepCitation as StepCitation
-from evidra.rewards.lat_parse import StepPlan as StepPlan
-from evidra.rewards.lat_parse import _crop_upstream as _crop_upstream
-from evidra.rewards.lat_parse import _fit_aspect as _fit_aspect
-from evidra.rewards.lat_parse import _pick_page as _pick_page
-from evidra.rewards.lat_parse import answer_text as answer_text
-from evidra.rewards.lat_parse import cut_box_lists as cut_box_lists
-from evidra.rewards.lat_parse import plan_steps_paper as plan_steps_paper
-from evidra.rewards.lat_parse import plan_steps_upstream as plan_steps_upstream
-from evidra.rewards.lat_parse import strip_answer_boxes as strip_answer_boxes
-from evidra.rewards.lat_parse import strip_cited_boxes as strip_cited_boxes
-from evidra.rewards.lat_scoring import _FORMAT as _FORMAT
-from evidra.rewards.lat_scoring import LatConfig as LatConfig
-from evidra.rewards.lat_scoring import Mode as Mode
-from evidra.rewards.lat_scoring import Similarity as Similarity
-from evidra.rewards.lat_scoring import _acc_upstream as _acc_upstream
-from evidra.rewards.lat_scoring import _ground_upstream as _ground_upstream
-from evidra.rewards.lat_scoring import _max_same_page_iou as _max_same_page_iou
-from evidra.rewards.lat_scoring import accuracy_reward as accuracy_reward
-from evidra.rewards.lat_scoring import eval_accuracy as eval_accuracy
-from evidra.rewards.lat_scoring import finish_step_reward as finish_step_reward
-from evidra.rewards.lat_scoring import format_reward as format_reward
-from evidra.rewards.lat_scoring import ground_reward as ground_reward
-from evidra.rewards.lat_scoring import score_plans as score_plans
-from evidra.rewards.lat_scoring import step_reward as step_reward
-from evidra.rewards.lat_scoring import stepwise_attribution as stepwise_attribution
-from evidra.types import Page, Parsed, Sample, Trajectory
+from evidra.rewards.base import REWARDS, RewardResult, check_weights
+from evidra.rewards.embedding import StepQuery, StepSimilarity
+from evidra.rewards.lat_parse import StepCitation, StepPlan
+from evidra.rewards.lat_scoring import LAT_RULES, PAPER, UPSTREAM, LatConfig, LatRules, format_reward
+from evidra.types import Box, Page, Parsed, Sample, Trajectory
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
 logger = logging.getLogger(__name__)
 
-# ---- RewardFn wrappers -------------------------------------------------------------------------
+COMPONENTS = ("accuracy", "step", "ground", "format")
+WEIGHTS: Mapping[str, float] = dict.fromkeys(COMPONENTS, 1.0)  # released: the unweighted sum (-1..4)
 
-_COMPONENTS = ("accuracy", "step", "ground", "format")
+
+class LazySimilarity:
+    """A ``StepSimilarity`` that builds its model on the first call (``load``), once, so that
+    building a reward (and checking a config) never loads a retriever."""
+
+    def __init__(self, load: Callable[[], StepSimilarity]) -> None:
+        self._load = load
+        self._loaded: StepSimilarity | None = None
+        self._lock = threading.Lock()
+
+    def score_steps(self, queries: Sequence[StepQuery]) -> list[float]:
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = self._load()
+            loaded = self._loaded
+        return loaded.score_steps(queries)
 
 
 @dataclass(frozen=True)
 class LatReward:
-    """LAT reward as a ``RewardFn``: the chosen components and their weighted sum.
+    """LAT's reward: the components named in ``weights``, and their weighted sum.
 
-    Upstream sums the four rewards unweighted (range -1..4); the paper gives no weights, so the
-    default weights are 1. R_step needs a ``Similarity`` service; without one a result that
-    includes "step" is returned unscored (never silently 0).
+    The paper gives no weights and the released code sums the four unweighted, so every default
+    weight is 1. R_step needs a ``similarity``; without one a reward that includes "step" is
+    returned unscored (never silently 0).
     """
 
-    components: tuple[str, ...] = _COMPONENTS
-    weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)
-    mode: Mode = "paper"
-    similarity: Similarity | None = None
+    rules: LatRules = PAPER
+    weights: Mapping[str, float] = field(default_factory=lambda: dict(WEIGHTS))
+    similarity: StepSimilarity | None = None
     config: LatConfig = LatConfig()  # noqa: RUF009 (a frozen dataclass, so a shared default is safe)
+    components: ClassVar[tuple[str, ...]] = COMPONENTS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", check_weights(self.weights, COMPONENTS, "lat"))
 
     def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
-        return self.score_group([parsed], sample)[0]
+        return self.score_batch([(parsed, sample)])[0]
 
     @property
     def component_names(self) -> tuple[str, ...]:
-        return self.components
+        return tuple(self.weights)
+
+    def reweighted(self, weights: Mapping[str, float]) -> LatReward:
+        return replace(self, weights={**self.weights, **check_weights(weights, COMPONENTS, "lat")})
 
     def missing_service(self) -> str | None:
         """Why this reward cannot score anything as configured, or None."""
-        if "step" in self.components and self.similarity is None:
-            return "LAT's R_step needs a Similarity service: LatReward(similarity=TextOverlapSimilarity())"
+        if "step" in self.weights and self.similarity is None:
+            return (
+                "LAT's R_step needs a StepSimilarity service: LatReward(similarity=TextOverlapSimilarity())"
+            )
         return None
 
     def score_group(self, group: Sequence[Parsed], sample: Sample) -> list[RewardResult]:
-        """Score a group of responses to one sample, with one similarity call for all steps."""
-        if "step" in self.components and self.similarity is None:
-            return [RewardResult.unscored("lat.step needs a Similarity service") for _ in group]
+        """A group of responses to one sample (one similarity call for all their steps)."""
+        return self.score_batch([(p, sample) for p in group])
+
+    def score_batch(self, items: Sequence[tuple[Parsed, Sample]]) -> list[RewardResult]:
+        """One result per (parsed, sample); ONE ``score_steps`` call for all their steps."""
+        if "step" in self.weights and self.similarity is None:
+            return [RewardResult.unscored("lat.step needs a StepSimilarity service") for _ in items]
+        steps = self._step_scores(items) if "step" in self.weights else [0.0] * len(items)
+        return [
+            RewardResult.weighted(self._values(parsed, sample, step), self.weights)
+            for (parsed, sample), step in zip(items, steps, strict=True)
+        ]
+
+    def _values(self, parsed: Parsed, sample: Sample, step: float) -> dict[str, float]:
         gold = sample.answers[0] if sample.answers else ""
         gold_box, gold_page = _gold_of(sample)
-        step_scores: list[float] = []
-        if "step" in self.components and self.similarity is not None:
-            pages = [_open(p) for p in sample.pages]
-            single = len(pages) == 1
-            planner = plan_steps_upstream if self.mode == "upstream" else plan_steps_paper
-            plans = [planner(p.text, pages, single_image=single) for p in group]
-            all_scores = score_plans(plans, self.similarity)
-            step_scores = [
-                finish_step_reward(
-                    plan, s, p.text, gold, answerable=sample.answerable, mode=self.mode, config=self.config
+        rules, text = self.rules, parsed.text
+        every: dict[str, Callable[[], float]] = {
+            "accuracy": lambda: rules.accuracy(text, gold, answerable=sample.answerable),
+            "step": lambda: step,
+            "ground": lambda: rules.ground(text, gold_box, gold_page, self.config),
+            "format": lambda: format_reward(text),
+        }
+        return {name: every[name]() for name in self.weights}
+
+    def _step_scores(self, items: Sequence[tuple[Parsed, Sample]]) -> list[float]:
+        assert self.similarity is not None
+        images: dict[str, list[PILImage | None]] = {}
+        plans = [self._plan(parsed, sample, images) for parsed, sample in items]
+        queries = [
+            [_query(step, sample) for step in plan.steps]
+            for plan, (_, sample) in zip(plans, items, strict=True)
+        ]
+        asked = [q for per in queries for q in per if q is not None]
+        flat = iter(self.similarity.score_steps(asked) if asked else [])
+        out = []
+        for plan, per, (parsed, sample) in zip(plans, queries, items, strict=True):
+            scores = [float(next(flat)) if q is not None else 0.0 for q in per]
+            gold = sample.answers[0] if sample.answers else ""
+            out.append(
+                self.rules.step(
+                    plan, scores, parsed.text, gold, answerable=sample.answerable, config=self.config
                 )
-                for plan, s, p in zip(plans, all_scores, group, strict=True)
-            ]
-        results = []
-        for i, p in enumerate(group):
-            values: dict[str, float] = {}
-            for name in self.components:
-                if name == "accuracy":
-                    values[name] = accuracy_reward(p.text, gold, answerable=sample.answerable, mode=self.mode)
-                elif name == "ground":
-                    values[name] = ground_reward(
-                        p.text, gold_box, gold_page, mode=self.mode, config=self.config
-                    )
-                elif name == "format":
-                    values[name] = format_reward(p.text)
-                elif name == "step":
-                    values[name] = step_scores[i]
-            weight = dict(zip(_COMPONENTS, self.weights, strict=True))
-            total = sum(weight[k] * v for k, v in values.items())
-            results.append(RewardResult(total=total, components=values))
-        return results
+            )
+        return out
+
+    def _plan(self, parsed: Parsed, sample: Sample, images: dict[str, list[PILImage | None]]) -> StepPlan:
+        if sample.id not in images:
+            images[sample.id] = [_open(p) for p in sample.pages]
+        pages = images[sample.id]
+        return self.rules.plan(parsed.text, pages, single_image=len(pages) == 1)
+
+
+def _query(step: StepCitation, sample: Sample) -> StepQuery | None:
+    """The step as a similarity query; None when it cannot be scored (it counts 0)."""
+    if step.crop is None or step.box is None or step.page is None:
+        return None
+    return StepQuery(sample.pages[step.page], Box(*step.box), step.text)
 
 
 def _gold_of(sample: Sample) -> tuple[tuple[float, float, float, float] | None, int | None]:
@@ -146,7 +166,7 @@ def _gold_of(sample: Sample) -> tuple[tuple[float, float, float, float] | None, 
     return gold.box.as_tuple(), index
 
 
-def _open(page: Page) -> PILImage | None:
+def _open(page: Page) -> Any:
     try:
         return page.open_image()
     except OSError:
@@ -154,7 +174,14 @@ def _open(page: Page) -> PILImage | None:
         return None
 
 
-for _name in _COMPONENTS:
-    REWARDS.add(f"lat.{_name}", LatReward(components=(_name,)))
+def lat_reward(variant: str = "paper", **options: Any) -> LatReward:
+    """The LAT reward of a registered variant (``LAT_RULES``: paper | upstream) with ``options``."""
+    return LatReward(rules=LAT_RULES.get(variant), **options)
+
+
 REWARDS.add("lat", LatReward())
-REWARDS.add("lat.upstream", LatReward(mode="upstream"))
+REWARDS.add("lat.upstream", LatReward(rules=UPSTREAM))
+for _name in COMPONENTS:
+    REWARDS.add(f"lat.{_name}", LatReward(weights={_name: 1.0}))
+    if _name != "format":  # R_format is the same in both
+        REWARDS.add(f"lat.{_name}.upstream", LatReward(rules=UPSTREAM, weights={_name: 1.0}))

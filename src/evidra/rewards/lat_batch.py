@@ -1,94 +1,32 @@
-"""LAT's four rewards for a whole batch with ONE step-similarity call (LAT Eqs. 2-10).
+"""LAT's reward over a training batch: the ``Task`` hooks of the LAT recipe.
 
-R_step needs the similarity of every cited crop with its step text (Eq. 8). A retriever such
-as ColQwen2 is far cheaper per item when it embeds many crops at once, so the steps of every
-episode of a training batch (all groups) go to ``StepSimilarity.score_steps`` together; the
-scores are then split back per episode and finished as ``finish_step_reward`` does per episode.
-R = sum of the weighted components (the released code: unweighted).
+``episode_scorer`` scores the final policy turn of every episode of a batch with
+``LatReward.score_batch`` (one step-similarity call for all of them); ``with_step_text`` refuses
+benchmark pages the offline text-overlap similarity cannot read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evidra.rewards.base import RewardResult
-from evidra.rewards.embedding import StepQuery, StepSimilarity, require_step_text
-from evidra.rewards.lat import (
-    LatConfig,
-    LatReward,
-    StepPlan,
-    finish_step_reward,
-    plan_steps_paper,
-    plan_steps_upstream,
-)
-from evidra.rewards.lat_parse import StepCitation
-from evidra.rewards.lat_scoring import Mode
-from evidra.types import Box, Parsed, Sample
-
-
-def _query(step: StepCitation, sample: Sample) -> StepQuery | None:
-    """The step as a similarity query; None when it cannot be scored (it counts 0)."""
-    if step.crop is None or step.box is None or not isinstance(step.page_key, int):
-        return None
-    return StepQuery(sample.pages[step.page_key], Box(*step.box), step.text)
-
-
-def _plan(parsed: Parsed, sample: Sample, images: dict[str, list[Any]], mode: Mode) -> StepPlan:
-    if sample.id not in images:
-        images[sample.id] = [p.open_image() for p in sample.pages]
-    pages = images[sample.id]
-    planner = plan_steps_upstream if mode == "upstream" else plan_steps_paper
-    return planner(parsed.text, pages, single_image=len(pages) == 1)
-
-
-def score_lat_batch(
-    items: Sequence[tuple[Parsed, Sample]],
-    similarity: StepSimilarity,
-    config: LatConfig,
-    weights: Mapping[str, float],
-    mode: Mode = "paper",
-) -> list[RewardResult]:
-    """One ``RewardResult`` per (parsed, sample); one ``score_steps`` call for all their steps.
-    ``mode="upstream"`` scores as the released reward does (``LatReward(mode="upstream")``)."""
-    images: dict[str, list[Any]] = {}
-    plans = [_plan(parsed, sample, images, mode) for parsed, sample in items]
-    queries = [
-        q for plan, (_, sample) in zip(plans, items, strict=True) for step in plan.steps
-        if (q := _query(step, sample)) is not None
-    ]  # fmt: skip
-    flat = iter(similarity.score_steps(queries) if queries else [])
-    rules = LatReward(components=("accuracy", "ground", "format"), config=config, mode=mode)
-    out = []
-    for plan, (parsed, sample) in zip(plans, items, strict=True):
-        scores = [float(next(flat)) if _query(s, sample) is not None else 0.0 for s in plan.steps]
-        (other,) = rules.score_group([parsed], sample)
-        gold = sample.answers[0] if sample.answers else ""
-        step = finish_step_reward(
-            plan, scores, parsed.text, gold, answerable=sample.answerable, mode=mode, config=config
-        )
-        values = {**other.components, "step": step}
-        out.append(
-            RewardResult(total=sum(weights.get(k, 0.0) * v for k, v in values.items()), components=values)
-        )
-    return out
+from evidra.rewards.embedding import require_step_text
+from evidra.rewards.lat import LatReward
+from evidra.types import Parsed, Sample
 
 
 def episode_scorer(
-    similarity: Callable[[], StepSimilarity],
-    parse: Callable[[str], Parsed],
-    config: LatConfig,
-    weights: Mapping[str, float],
-    mode: Mode = "paper",
+    reward: LatReward, parse: Callable[[str], Parsed]
 ) -> Callable[[Any, Sequence[Any]], list[RewardResult]]:
     """``Task.score_episodes`` for LAT: the batch's episodes (the final policy turn of each,
-    parsed) scored by ``score_lat_batch``; ``similarity`` is called (it may load a model) then."""
+    parsed) scored by ``reward.score_batch``."""
 
     def score(vlm: Any, episodes: Sequence[Any]) -> list[RewardResult]:
         items = [
             (parse(ep.trajectory.texts[-1] if ep.trajectory.texts else ""), ep.sample) for ep in episodes
         ]
-        return score_lat_batch(items, similarity(), config, weights, mode)
+        return reward.score_batch(items)
 
     return score
 

@@ -109,6 +109,7 @@ class StepCitation:
     page_key: object
     crop: PILImage | None
     error: str | None = None
+    page: int | None = None  # 0-based position of the cited page among the candidates, if it has one
 
 
 @dataclass(frozen=True)
@@ -150,13 +151,14 @@ def _crop_upstream(page: PILImage | None, coords: list[int] | None) -> tuple[PIL
     return _fit_aspect(page.crop((x1, y1, x2, y2))), None
 
 
-def _pick_page(pages: Sequence[PILImage | None], index: object, single_image: bool) -> PILImage | None:
+def _page_position(n_pages: int, index: object, single_image: bool) -> int | None:
+    """Which candidate page a released step cites (0-based), or None."""
     if single_image:
-        return pages[0] if pages else None
+        return 0 if n_pages else None
     k = py_int(index)
-    if k is None or not -len(pages) <= k - 1 < len(pages):
+    if k is None or not -n_pages <= k - 1 < n_pages:
         return None
-    return pages[k - 1]  # upstream indexes candidates[k - 1]: k = 0 wraps to the last page
+    return (k - 1) % n_pages  # upstream indexes candidates[k - 1]: k = 0 wraps to the last page
 
 
 def plan_steps_upstream(text: str, pages: Sequence[PILImage | None], *, single_image: bool) -> StepPlan:
@@ -176,11 +178,12 @@ def plan_steps_upstream(text: str, pages: Sequence[PILImage | None], *, single_i
             logger.debug("LAT step box %r aborts the reward (upstream KeyError)", source)
             return StepPlan(tuple(steps), has_think=True, aborted=True)
         coords = py_int_list(parsed.bbox) if parsed.status == "ok" and parsed.bbox is not None else None
-        crop, error = _crop_upstream(_pick_page(pages, parsed.image_index, single_image), coords)
+        position = _page_position(len(pages), parsed.image_index, single_image)
+        crop, error = _crop_upstream(pages[position] if position is not None else None, coords)
         if crop is not None and not query:
             crop, error = None, "empty step text"
         box = tuple(float(c) for c in coords) if coords is not None and len(coords) == 4 else None
-        steps.append(StepCitation(query, box, parsed.image_index, crop, error))  # type: ignore[arg-type]
+        steps.append(StepCitation(query, box, parsed.image_index, crop, error, position))  # type: ignore[arg-type]
     return StepPlan(tuple(steps), has_think=True)
 
 
@@ -211,5 +214,6 @@ def plan_steps_paper(text: str, pages: Sequence[PILImage | None], *, single_imag
         elif error is None:
             error = "page image unavailable"
         box = parsed.box.as_tuple() if parsed.box is not None else None
-        steps.append(StepCitation(segment, box, page_index, crop, error))
+        position = page_index if page is not None else None
+        steps.append(StepCitation(segment, box, page_index, crop, error, position))
     return StepPlan(tuple(steps), has_think=True)

@@ -1,22 +1,25 @@
 """LAT reward equations: accuracy (Eqs. 2-3), format (Eq. 10), grounding (Eq. 9) and
-stepwise attribution (Eqs. 4-8), each in ``paper`` and ``upstream`` modes.
+stepwise attribution (Eqs. 4-8), each as the paper writes it and as the released code computes it.
 
 Pure functions of the response text (parsed by ``evidra.rewards.lat_parse``) and, for R_step,
-the similarity scores of an injected ``Similarity`` service. ``upstream`` reproduces the
-quirks of ``src/grpo.py`` of PolarisLiu1/LAT (listed in ``evidra.rewards.lat`` and
-docs/rewards.md); ``paper`` follows the equations.
+the similarity scores of an injected ``Similarity`` service. The two sets of rules are two
+registered ``LatRules`` records, ``LAT_RULES["paper"]`` (the equations) and
+``LAT_RULES["upstream"]`` (the quirks of ``src/grpo.py`` of PolarisLiu1/LAT, listed in
+``evidra.rewards.lat`` and docs/rewards.md); no function branches on which one it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import regex
 
 from evidra.errors import InvalidInputError
 from evidra.geometry import iou
+from evidra.metrics.text import NO_ANSWER, normalize_lat, soft_exact_match, token_recall
+from evidra.registry import Registry
 from evidra.rewards.boxes import (
     lat_box_union,
     lat_iou_train,
@@ -35,14 +38,11 @@ from evidra.rewards.lat_parse import (
     strip_cited_boxes,
     think_text,
 )
-from evidra.rewards.text import NO_ANSWER, normalize_lat, soft_exact_match, token_recall
 from evidra.tagscan import find_blocks
 from evidra.types import Box, CoordSpace
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
-
-Mode = Literal["paper", "upstream"]
 
 _FORMAT = regex.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", regex.DOTALL)
 _EVAL_BOX_HEAD = regex.compile(r"\nBounding box:\s*\{")  # \nBounding box:\s*\{.*?\}(,\s*\{.*?\})*
@@ -78,26 +78,16 @@ def _acc_upstream(student: str, gold: str) -> float:
     return hit + token_recall(cleaned, gold_n) * 0.5
 
 
-def accuracy_reward(text: str, gold: str, *, answerable: bool = True, mode: Mode = "paper") -> float:
-    """R_acc = (1[EM(a, a_gt)] + Recall(a, a_gt)) / 2 (LAT Eq. 3), in [0, 1].
+def accuracy_paper(text: str, gold: str, *, answerable: bool = True) -> float:
+    """R_acc = (1[EM(a, a_gt)] + Recall(a, a_gt)) / 2 (LAT Eq. 3), in [0, 1]: no answer tag -> 0,
+    empty answer -> 0, unanswerable items -> 1 iff the answer says "No answer".
 
-    paper: no answer tag -> 0; empty answer -> 0; unanswerable items -> 1 iff the answer says
-    "No answer". upstream: missing tag -> literal 'unkonw', empty answer -> 0.5, unanswerable ->
-    1 iff 'no answer' or 'not' occurs in the normalised answer (so "I cannot find it" scores 1).
-
-    >>> accuracy_reward("<think>x</think><answer>John Smith</answer>", "John Williams")
+    >>> accuracy_paper("<think>x</think><answer>John Smith</answer>", "John Williams")
     0.25
-    >>> empty = "<answer> </answer>"
-    >>> accuracy_reward(empty, "Paris"), accuracy_reward(empty, "Paris", mode="upstream")
-    (0.0, 0.5)
+    >>> accuracy_paper("<answer> </answer>", "Paris")
+    0.0
     """
     raw = answer_text(text)
-    if mode == "upstream":
-        student = raw.strip() if raw is not None else "unkonw"
-        if not answerable:
-            norm = normalize_lat(student)
-            return 1.0 if NO_ANSWER in norm or "not" in norm else 0.0
-        return _acc_upstream(student, gold)
     if raw is None:
         return 0.0
     pred = normalize_lat(strip_cited_boxes(raw), upstream=False)
@@ -106,6 +96,22 @@ def accuracy_reward(text: str, gold: str, *, answerable: bool = True, mode: Mode
     gold_n = normalize_lat(gold, upstream=False)
     em = soft_exact_match(pred, gold_n, allow_empty=False)
     return ((1.0 if em else 0.0) + token_recall(pred, gold_n)) / 2
+
+
+def accuracy_upstream(text: str, gold: str, *, answerable: bool = True) -> float:
+    """R_acc as released: a missing tag reads as the literal 'unkonw', an empty answer scores 0.5
+    (the empty string is a substring of everything), unanswerable -> 1 iff 'no answer' or 'not'
+    occurs in the normalised answer (so "I cannot find it" scores 1).
+
+    >>> accuracy_upstream("<answer> </answer>", "Paris")
+    0.5
+    """
+    raw = answer_text(text)
+    student = raw.strip() if raw is not None else "unkonw"
+    if not answerable:
+        norm = normalize_lat(student)
+        return 1.0 if NO_ANSWER in norm or "not" in norm else 0.0
+    return _acc_upstream(student, gold)
 
 
 def eval_accuracy(text: str, gold: str) -> int:
@@ -162,36 +168,35 @@ def _ground_upstream(text: str, gold_box: Sequence[float], gold_page: int) -> fl
     return reward
 
 
-def ground_reward(
-    text: str,
-    gold_box: Sequence[float] | None,
-    gold_page: int | None,
-    *,
-    mode: Mode = "paper",
-    config: LatConfig = LatConfig(),
+def ground_upstream(
+    text: str, gold_box: Sequence[float] | None, gold_page: int | None, config: LatConfig = LatConfig()
+) -> float:
+    """R_ground as released: any answer box counts, but only if every answer box JSON also
+    appears verbatim in <think> (the ``lat_iou_reward`` contract); IoU > 0.5 is fixed."""
+    unanswerable = gold_page is None or gold_page == -1
+    return _ground_upstream(text, gold_box or (), -1 if unanswerable else int(gold_page or 0))
+
+
+def ground_paper(
+    text: str, gold_box: Sequence[float] | None, gold_page: int | None, config: LatConfig = LatConfig()
 ) -> float:
     """R_ground = 1[IoU(B_ans, B_gt) > 0.5] s.t. i* = i_gt (LAT Eq. 9), in {0, 1}.
 
     ``gold_box`` is ``[x1, y1, x2, y2]`` in page pixels, ``gold_page`` 0-based; ``gold_page=None``
-    (or -1) marks an unanswerable item. paper: the FIRST box of the answer is B_ans, and it must
-    be one of the boxes the reasoning cites (B_ans in the set of step boxes: the model selects its
+    (or -1) marks an unanswerable item. The FIRST box of the answer is B_ans, and it must be one
+    of the boxes the reasoning cites (B_ans in the set of step boxes: the model selects its
     evidence from the chain, LAT Sec. 3.3); unanswerable -> 1 iff the answer says "No answer".
-    upstream: any answer box counts, but only if every answer box JSON also appears verbatim in
-    <think>; see ``lat_iou_reward`` contract.
 
     >>> box = 'Bounding box: {"bbox_2d": [0, 0, 10, 10], "Image_index": 1}'
-    >>> ground_reward(f"<think>s. {box}</think><answer>X {box}</answer>", [0, 0, 10, 19], 0)
+    >>> ground_paper(f"<think>s. {box}</think><answer>X {box}</answer>", [0, 0, 10, 19], 0)
     1.0
-    >>> ground_reward(f"<think>s.</think><answer>X {box}</answer>", [0, 0, 10, 19], 0)  # not cited
+    >>> ground_paper(f"<think>s.</think><answer>X {box}</answer>", [0, 0, 10, 19], 0)  # not cited
     0.0
     """
-    unanswerable = gold_page is None or gold_page == -1
-    if mode == "upstream":
-        return _ground_upstream(text, gold_box or (), -1 if unanswerable else int(gold_page or 0))
     raw = answer_text(text)
     if raw is None:
         return 0.0
-    if unanswerable:
+    if gold_page is None or gold_page == -1:
         return 1.0 if NO_ANSWER in normalize_lat(raw, upstream=False) else 0.0
     boxes = parse_lat_boxes(raw, CoordSpace.PAGE)
     if not boxes or gold_box is None or len(gold_box) != 4:
@@ -235,76 +240,96 @@ def score_plans(plans: Sequence[StepPlan], similarity: Similarity) -> list[list[
     return out
 
 
-def _max_same_page_iou(plan: StepPlan, mode: Mode) -> float:
+def _max_same_page_iou(plan: StepPlan, overlap: Callable[[Sequence[float], Sequence[float]], float]) -> float:
     scored = [s for s in plan.steps if s.crop is not None and s.box is not None]
     best = 0.0
     for j, cur in enumerate(scored):
         for prev in scored[:j]:
             if prev.page_key != cur.page_key or prev.box is None or cur.box is None:
                 continue
-            value = (
-                lat_iou_train(prev.box, cur.box) if mode == "upstream" else iou(Box(*prev.box), Box(*cur.box))
-            )
-            best = max(best, value)
+            best = max(best, overlap(prev.box, cur.box))
     return best
 
 
-def finish_step_reward(
-    plan: StepPlan,
-    scores: Sequence[float],
-    text: str,
-    gold: str,
-    *,
-    answerable: bool = True,
-    mode: Mode = "paper",
-    config: LatConfig = LatConfig(),
-) -> float:
-    """R_step from a plan and its similarity scores (LAT Eq. 8), in [0, 1].
+def _iou_paper(a: Sequence[float], b: Sequence[float]) -> float:
+    return iou(Box(a[0], a[1], a[2], a[3]), Box(b[0], b[1], b[2], b[3]))
 
-    paper: (1[min cos >= tau] + 1[max IoU <= delta]) / 2 * 1[R_acc >= epsilon], K >= 1 steps.
-    upstream: 0.5 iff min score > tau and >= 2 steps, +0.5 iff additionally no same-page pair
-    has IoU >= delta; gate on the upstream R_acc. Unanswerable: 1 iff the answer says "no answer".
-    """
+
+def step_paper(
+    plan: StepPlan, scores: Sequence[float], text: str, gold: str, *, answerable: bool = True,
+    config: LatConfig = LatConfig(),
+) -> float:  # fmt: skip
+    """R_step from a plan and its similarity scores (LAT Eq. 8), in [0, 1]:
+    (1[min cos >= tau] + 1[max IoU <= delta]) / 2 * 1[R_acc >= epsilon], K >= 1 steps.
+    Unanswerable: 1 iff the answer says "no answer"."""
+    if not plan.has_think or plan.aborted:
+        return 0.0
+    if not answerable:
+        raw = answer_text(text)
+        return 1.0 if NO_ANSWER in normalize_lat(raw or "", upstream=False) else 0.0
+    if not plan.steps:
+        return 0.0
+    max_iou = _max_same_page_iou(plan, _iou_paper)
+    reward = ((1.0 if min(scores) >= config.tau else 0.0) + (1.0 if max_iou <= config.delta else 0.0)) / 2
+    if config.epsilon is not None and accuracy_paper(text, gold) < config.epsilon:
+        return 0.0
+    return reward
+
+
+def step_upstream(
+    plan: StepPlan, scores: Sequence[float], text: str, gold: str, *, answerable: bool = True,
+    config: LatConfig = LatConfig(),
+) -> float:  # fmt: skip
+    """R_step as released: 0.5 iff min score > tau and >= 2 steps, +0.5 iff additionally no
+    same-page pair has IoU >= delta; gated on the released R_acc; unanswerable: 1 iff the answer
+    (or 'unknown' without one) says "no answer"."""
     if not plan.has_think or plan.aborted:
         return 0.0
     raw = answer_text(text)
     if not answerable:
-        student = raw if raw is not None else ("unknown" if mode == "upstream" else "")
-        return 1.0 if NO_ANSWER in normalize_lat(student, upstream=mode == "upstream") else 0.0
-    max_iou = _max_same_page_iou(plan, mode)
-    if mode == "upstream":
-        reward = 0.5 if (min(scores) if scores else 0) > config.tau and len(plan.steps) > 1 else 0.0
-        if reward == 0.5 and max_iou < config.delta:
-            reward += 0.5
-        acc = _acc_upstream(raw if raw is not None else "unknown", gold)
-    else:
-        if not plan.steps:
-            return 0.0
-        reward = ((1.0 if min(scores) >= config.tau else 0.0) + (1.0 if max_iou <= config.delta else 0.0)) / 2
-        acc = accuracy_reward(text, gold, mode="paper")
+        return 1.0 if NO_ANSWER in normalize_lat(raw if raw is not None else "unknown") else 0.0
+    max_iou = _max_same_page_iou(plan, lat_iou_train)
+    reward = 0.5 if (min(scores) if scores else 0) > config.tau and len(plan.steps) > 1 else 0.0
+    if reward == 0.5 and max_iou < config.delta:
+        reward += 0.5
+    acc = _acc_upstream(raw if raw is not None else "unknown", gold)
     if config.epsilon is not None and acc < config.epsilon:
         return 0.0
     return reward
 
 
+Planner = Callable[..., StepPlan]  # (text, pages, *, single_image) -> StepPlan
+
+
+@dataclass(frozen=True)
+class LatRules:
+    """One variant of LAT's rules: how steps are cut from the response and how each reward reads it."""
+
+    name: str
+    plan: Planner
+    accuracy: Callable[..., float]  # (text, gold, *, answerable) -> R_acc
+    ground: Callable[..., float]  # (text, gold_box, gold_page, config) -> R_ground
+    step: Callable[..., float]  # (plan, scores, text, gold, *, answerable, config) -> R_step
+
+
+LAT_RULES: Registry[LatRules] = Registry("LAT reward rules")
+PAPER = LatRules("paper", plan_steps_paper, accuracy_paper, ground_paper, step_paper)
+UPSTREAM = LatRules("upstream", plan_steps_upstream, accuracy_upstream, ground_upstream, step_upstream)
+LAT_RULES.add("paper", PAPER)
+LAT_RULES.add("upstream", UPSTREAM)
+
+
 def step_reward(
-    text: str,
-    gold: str,
-    pages: Sequence[PILImage | None],
-    similarity: Similarity,
-    *,
-    answerable: bool = True,
-    single_image: bool = False,
-    mode: Mode = "paper",
+    text: str, gold: str, pages: Sequence[PILImage | None], similarity: Similarity, *,
+    answerable: bool = True, single_image: bool = False, rules: LatRules = PAPER,
     config: LatConfig = LatConfig(),
-) -> float:
-    """R_step of one response (LAT Eq. 8); ``pages`` are the candidate page images in prompt
-    order (``single_image``: every box refers to ``pages[0]``, as in LAT's single-image mode)."""
-    plan = (plan_steps_upstream if mode == "upstream" else plan_steps_paper)(
-        text, pages, single_image=single_image
-    )
+) -> float:  # fmt: skip
+    """R_step of one response (LAT Eq. 8) under ``rules``; ``pages`` are the candidate page
+    images in prompt order (``single_image``: every box refers to ``pages[0]``, as in LAT's
+    single-image mode)."""
+    plan = rules.plan(text, pages, single_image=single_image)
     (scores,) = score_plans([plan], similarity)
-    return finish_step_reward(plan, scores, text, gold, answerable=answerable, mode=mode, config=config)
+    return rules.step(plan, scores, text, gold, answerable=answerable, config=config)
 
 
 def stepwise_attribution(

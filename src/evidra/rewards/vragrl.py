@@ -5,7 +5,7 @@ modified NDCG of the pages the trajectory inserted (Eq. 7-9), r_Ans the judge's 
 (Eq. 11) and r_Pat the pattern reward (Eq. 10). The paper fixes only alpha + beta + gamma = 1
 and gamma = 0.1 for a cold start; the default weights (0.2, 0.7, 0.1) are the released ones.
 
-Two modes:
+Two registered variants (``VRAGRL_RULES``; the rewards ``vragrl.total`` and ``vragrl.upstream``):
 
 * ``paper`` (default): the pattern reward and the extracted answer read the *policy* turns
   only (``Trajectory.texts``), so text injected by the environment (the invalid-action
@@ -25,21 +25,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from evidra.errors import InvalidInputError
-from evidra.eval.metrics import anls_vrag_upstream
-from evidra.rewards.base import REWARDS, RewardResult
-from evidra.rewards.judge import Judge, JudgeItem, RuleJudge, Verdict
-from evidra.rewards.ranking import vragrl_ndcg, vragrl_ndcg_upstream
+from evidra.metrics.anls import anls_vrag_upstream
+from evidra.metrics.ranking import vragrl_ndcg, vragrl_ndcg_upstream
+from evidra.registry import Registry
+from evidra.rewards.base import REWARDS, RewardResult, check_weights, weighted_sum
+from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
 from evidra.tagscan import find_blocks, find_named_blocks, first_block
 from evidra.types import Parsed, Sample, Trajectory
 
 logger = logging.getLogger(__name__)
 
-Mode = Literal["paper", "upstream"]
 UPSTREAM_DATA_SOURCES = ("rag", "slidevqa_test", "mmlongdoc", "vidoseek")
 NO_ANSWER_PLACEHOLDER = "Please Judge False"  # what rm.py sends the judge when no answer exists
 
@@ -205,7 +206,8 @@ def train_reward_upstream(
     if eval_mode:
         return judge_score
     retrieved, gold = page_names_upstream(retrieved_image_paths, file_name, reference_pages)
-    return 0.7 * judge_score + 0.1 * score + 0.2 * vragrl_ndcg_upstream(retrieved, gold)
+    values = {"answer": judge_score, "pattern": score, "retrieval": vragrl_ndcg_upstream(retrieved, gold)}
+    return weighted_sum(values, WEIGHTS)
 
 
 # --- paper-mode components -------------------------------------------------------------------
@@ -231,120 +233,142 @@ def final_answer(policy_turns: Sequence[str]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class VragRLWeights:
-    """alpha, beta, gamma of VRAG-RL Eq. 12 (must sum to 1)."""
-
-    retrieval: float = 0.2
-    answer: float = 0.7
-    pattern: float = 0.1
-
-    def __post_init__(self) -> None:
-        total = self.retrieval + self.answer + self.pattern
-        if abs(total - 1.0) > 1e-9 or min(self.retrieval, self.answer, self.pattern) < 0:
-            raise InvalidInputError(
-                f"VRAG-RL weights must be >= 0 and sum to 1 (Eq. 12), got {self} (sum {total})"
-            )
+COMPONENTS = ("retrieval", "answer", "pattern")
+WEIGHTS: Mapping[str, float] = {
+    "retrieval": 0.2,
+    "answer": 0.7,
+    "pattern": 0.1,
+}  # alpha, beta, gamma (released)
 
 
-def combine(r_ret: float, r_ans: float, r_pat: float, weights: VragRLWeights) -> float:
-    """VRAG-RL Eq. 12."""
-    return weights.retrieval * r_ret + weights.answer * r_ans + weights.pattern * r_pat
+def check_eq12(weights: Mapping[str, float]) -> dict[str, float]:
+    """VRAG-RL weights: components of ``COMPONENTS``, >= 0, summing to 1 (Eq. 12)."""
+    checked = check_weights(weights, COMPONENTS, "vragrl")
+    total = sum(checked.values())
+    if abs(total - 1.0) > 1e-9:
+        raise InvalidInputError(f"VRAG-RL weights must sum to 1 (Eq. 12), got {checked} (sum {total})")
+    return checked
 
 
-# --- RewardFn wrapper ------------------------------------------------------------------------
+# --- the reward and its variants ---------------------------------------------------------------
 
 
 def _policy_turns(parsed: Parsed, trajectory: Trajectory | None) -> list[str]:
     return list(trajectory.texts) if trajectory is not None and trajectory.texts else [parsed.text]
 
 
-def _retrieved(parsed: Parsed) -> list[str]:
-    return list(parsed.retrieved)
-
-
 @dataclass(frozen=True)
 class _Prepared:
-    r_ret: float
-    r_pat: float
+    values: dict[str, float]  # retrieval and pattern, in the variant's order of addition
     item: JudgeItem | None  # None: no judge call (no answer, or gated by the pattern)
 
 
+def _prepare_paper(parsed: Parsed, sample: Sample, trajectory: Trajectory | None) -> _Prepared:
+    """Pattern and answer read the policy's own turns; NDCG counts distinct pages."""
+    reference = sample.answers[0] if sample.answers else None
+    turns = _policy_turns(parsed, trajectory)
+    answer = final_answer(turns)
+    item = JudgeItem(sample.question, reference, answer) if answer else None
+    values = {
+        "retrieval": vragrl_ndcg(list(parsed.retrieved), sample.gold_pages),
+        "pattern": pattern_reward(turns),
+    }
+    return _Prepared(values, item)
+
+
+def _prepare_upstream(parsed: Parsed, sample: Sample, trajectory: Trajectory | None) -> _Prepared:
+    """rm.py: the whole decoded response (``parsed.text``) is checked; NDCG counts duplicates."""
+    reference = sample.answers[0] if sample.answers else None
+    r_pat = compute_format_reward_only(parsed.text)
+    answer = get_answer_from_predict_str(parsed.text)
+    generated = answer if answer is not None else NO_ANSWER_PLACEHOLDER
+    item = JudgeItem(sample.question, reference, generated) if r_pat > 0 else None
+    values = {
+        "pattern": r_pat,
+        "retrieval": vragrl_ndcg_upstream(list(parsed.retrieved), list(sample.gold_pages)),
+    }
+    return _Prepared(values, item)
+
+
+@dataclass(frozen=True)
+class VragRLRules:
+    """One variant of VRAG-RL's reward: how a response is read, the order in which the weighted
+    components are added, and whether a failed pattern check zeroes the total (rm.py)."""
+
+    name: str
+    prepare: Callable[[Parsed, Sample, Trajectory | None], _Prepared]
+    order: tuple[str, ...]
+    gated: bool
+
+
+VRAGRL_RULES: Registry[VragRLRules] = Registry("VRAG-RL reward rules")
+VRAGRL_RULES.add("paper", VragRLRules("paper", _prepare_paper, COMPONENTS, gated=False))
+# rm.py's order of terms (0.7 judge + 0.1 pattern + 0.2 ndcg), so the float sum matches bit for bit
+VRAGRL_RULES.add(
+    "upstream", VragRLRules("upstream", _prepare_upstream, ("answer", "pattern", "retrieval"), True)
+)
+
+
 class VragRLReward:
-    """VRAG-RL's integrated reward as a ``RewardFn``; the judge is an injected service.
+    """VRAG-RL's integrated reward (Eq. 12) as a ``RewardFn``; the judge is an injected service.
 
     ``score_batch`` judges a whole group in one call. An item whose verdict stays None is
-    returned as ``RewardResult.unscored("judge")`` and counted in ``unscored_count``.
-    ``mode="upstream"`` applies the released gate (0 without both answer and search, over
-    ``parsed.text`` as the full decoded response) and duplicate-counting NDCG.
+    returned as ``RewardResult.unscored("judge")`` and counted in ``unscored_count``. The
+    ``upstream`` rules apply the released gate (0 without both answer and search, over
+    ``parsed.text`` as the full decoded response) and duplicate-counting NDCG. Weights
+    ``{"answer": 1}`` give the judge's verdict alone (the released evaluation score).
     """
+
+    components = COMPONENTS
 
     def __init__(
         self,
         judge: Judge | None = None,
-        weights: VragRLWeights | None = None,
-        mode: Mode = "paper",
-        eval_mode: bool = False,
+        weights: Mapping[str, float] | None = None,
+        rules: VragRLRules | None = None,
     ) -> None:
-        if mode not in ("paper", "upstream"):
-            raise InvalidInputError(f"VRAG-RL reward mode must be 'paper' or 'upstream', got {mode!r}")
         self.judge = judge if judge is not None else RuleJudge()
-        self.weights = weights or VragRLWeights()
-        self.mode = mode
-        self.eval_mode = eval_mode
+        self.weights = check_eq12(WEIGHTS if weights is None else weights)
+        self.rules = rules if rules is not None else VRAGRL_RULES.get("paper")
         self.unscored_count = 0
+
+    @property
+    def component_names(self) -> tuple[str, ...]:
+        return self.rules.order
+
+    def reweighted(self, weights: Mapping[str, float]) -> VragRLReward:
+        merged = {**self.weights, **check_weights(weights, COMPONENTS, "vragrl")}
+        return VragRLReward(self.judge, merged, self.rules)
 
     def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
         return self.score_batch([(parsed, sample, trajectory)])[0]
 
-    def _prepare(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None) -> _Prepared:
-        retrieved = _retrieved(parsed)
-        reference = sample.answers[0] if sample.answers else None
-        if self.mode == "upstream":
-            r_pat = compute_format_reward_only(parsed.text)
-            r_ret = vragrl_ndcg_upstream(retrieved, list(sample.gold_pages))
-            answer = get_answer_from_predict_str(parsed.text)
-            generated = answer if answer is not None else NO_ANSWER_PLACEHOLDER
-            item = JudgeItem(sample.question, reference, generated) if r_pat > 0 else None
-            return _Prepared(r_ret, r_pat, item)
-        turns = _policy_turns(parsed, trajectory)
-        answer = final_answer(turns)
-        item = JudgeItem(sample.question, reference, answer) if answer else None
-        return _Prepared(vragrl_ndcg(retrieved, sample.gold_pages), pattern_reward(turns), item)
-
     def score_batch(self, batch: Sequence[tuple[Parsed, Sample, Trajectory | None]]) -> list[RewardResult]:
-        prepared = [self._prepare(*entry) for entry in batch]
+        prepared = [self.rules.prepare(*entry) for entry in batch]
         to_judge = [p.item for p in prepared if p.item is not None]
         verdicts = iter(self.judge.judge(to_judge) if to_judge else [])
-        results = []
-        for p in prepared:
-            verdict = next(verdicts) if p.item is not None else Verdict(False)
-            results.append(self._result(p, verdict))
-        return results
+        return [self._result(p, next(verdicts) if p.item is not None else Verdict(False)) for p in prepared]
 
     def _result(self, p: _Prepared, verdict: Verdict) -> RewardResult:
         if verdict.value is None:
             self.unscored_count += 1
             logger.debug("VRAG-RL item unscored: %s", verdict.error)
             return RewardResult.unscored("judge")
-        r_ans = float(verdict.value)
-        components = {"retrieval": p.r_ret, "answer": r_ans, "pattern": p.r_pat}
-        if self.mode == "upstream":
-            if p.r_pat <= 0:
-                total = 0.0
-            elif self.eval_mode:
-                total = r_ans
-            else:  # rm.py's order of terms, so the float sum matches bit for bit
-                w = self.weights
-                total = w.answer * r_ans + w.pattern * p.r_pat + w.retrieval * p.r_ret
-        else:
-            total = r_ans if self.eval_mode else combine(p.r_ret, r_ans, p.r_pat, self.weights)
-        return RewardResult(total=total, components=components)
+        every = {**p.values, "answer": float(verdict.value)}
+        values = {name: every[name] for name in self.rules.order}
+        if self.rules.gated and values["pattern"] <= 0:
+            return RewardResult(total=0.0, components=values)
+        return RewardResult.weighted(values, self.weights)
+
+
+def vragrl_reward(variant: str = "paper", **options: Any) -> VragRLReward:
+    """The VRAG-RL reward of a registered variant (``VRAGRL_RULES``: paper | upstream) with ``options``."""
+    return VragRLReward(rules=VRAGRL_RULES.get(variant), **options)
 
 
 def retrieval_reward(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
     """VRAG-RL Eq. 9 alone (distinct pages)."""
-    value = vragrl_ndcg(_retrieved(parsed), sample.gold_pages)
+    value = vragrl_ndcg(list(parsed.retrieved), sample.gold_pages)
     return RewardResult(total=value, components={"retrieval": value})
 
 
@@ -356,6 +380,6 @@ def pattern_reward_fn(parsed: Parsed, sample: Sample, trajectory: Trajectory | N
 
 REWARDS.add("vragrl.retrieval", retrieval_reward)
 REWARDS.add("vragrl.pattern", pattern_reward_fn)
-REWARDS.add("vragrl.answer", VragRLReward(eval_mode=True))
+REWARDS.add("vragrl.answer", VragRLReward(weights={"answer": 1.0}))
 REWARDS.add("vragrl.total", VragRLReward())
-REWARDS.add("vragrl.upstream", VragRLReward(mode="upstream"))
+REWARDS.add("vragrl.upstream", vragrl_reward("upstream"))

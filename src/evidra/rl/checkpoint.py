@@ -22,7 +22,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from evidra.config import dump_config
 from evidra.confined import inside
@@ -106,7 +106,10 @@ def save_checkpoint(
     main = engine is None or engine.is_main_process
     if main:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        try:
+            tmp.mkdir(parents=True)
+        except OSError as exc:
+            _raise_unwritten(exc, root, final.name)
     if engine is not None:
         engine.wait()
     weights = _gather_trainable(model, engine)
@@ -122,12 +125,36 @@ def save_checkpoint(
         fsdp_state.save(model, optimizer, tmp / "optimizer", engine.process_index, engine.num_processes)
         engine.wait()
     if main:
-        _write_main(tmp, weights, state, optimizer, scheduler, config, sharded=sharded)
+        try:
+            _write_main(tmp, weights, state, optimizer, scheduler, config, sharded=sharded)
+        except Exception as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _raise_unwritten(exc, root, final.name)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
     if engine is not None:
         engine.wait()
     return final
+
+
+def _raise_unwritten(exc: Exception, root: Path, name: str) -> NoReturn:
+    """A checkpoint that could not be written (a full disk: ``OSError`` from Python, ``RuntimeError``
+    from torch's writer, ``SafetensorError``) as one ``CheckpointError``; anything else re-raised."""
+    from safetensors import SafetensorError
+
+    if not isinstance(exc, (OSError, RuntimeError, SafetensorError)):
+        raise exc
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    try:
+        free = f"; {shutil.disk_usage(root).free >> 20} MiB free there"
+    except OSError:
+        free = ""
+    done = list_checkpoints(root.parent)
+    kept = f"the run resumes from {done[-1].name}, kept intact" if done else "no earlier checkpoint was saved"
+    raise CheckpointError(
+        f"checkpoint {name} could not be written in {root} ({reason}{free}); {kept}; "
+        "free disk space or set run.output_dir elsewhere, then run again"
+    ) from exc
 
 
 def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
@@ -144,6 +171,21 @@ def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
     return {k: v.contiguous() for k, v in full.items()}
 
 
+def dump_run_config(cfg: Any, path: str | Path) -> Path:
+    """Write a run's resolved config, its ``model.path`` made absolute when it is a local folder,
+    so the run's checkpoints and exports still find their base model from any directory."""
+    from dataclasses import replace
+
+    from evidra.models.references import recorded_ref
+
+    model: Any = getattr(cfg, "model", None)
+    base = getattr(model, "path", None)
+    frozen_records = hasattr(cfg, "__dataclass_fields__") and hasattr(model, "__dataclass_fields__")
+    if frozen_records and isinstance(base, str) and base:
+        cfg = replace(cfg, model=replace(model, path=recorded_ref(base)))
+    return dump_config(cfg, path)
+
+
 def _write_main(
     tmp: Path, weights: dict[str, Any], state: TrainState, optimizer: Any, scheduler: Any, config: Any,
     *, sharded: bool,
@@ -157,7 +199,7 @@ def _write_main(
         trainer["optimizer"] = optimizer.state_dict()
     torch.save(trainer, tmp / "trainer.pt")
     (tmp / "state.json").write_text(json.dumps(state.__dict__))
-    dump_config(config, tmp / "config.yaml")
+    dump_run_config(config, tmp / "config.yaml")
     sums = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
     for file in (f for f in tmp.rglob("*") if f.is_file()):  # durable bytes before the rename publishes them

@@ -2,9 +2,9 @@
 
 Every component is chosen by registry name (method, advantage estimator, loss, aggregation, KL
 estimator). Defaults follow GRPO as LAT and VRAG-RL train it; each paper's recipe in
-``configs/`` overrides what its paper specifies. The ``method`` section (``MethodConfig``) is
-read by ``evidra.methods``, which builds the task the trainer is handed; the trainer reads none
-of it.
+``configs/`` overrides what its paper specifies. The ``method`` section (``name`` plus that
+method's own options) is read and checked by ``evidra.methods``, which builds the task the
+trainer is handed; the trainer reads none of it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from evidra.method_config import MethodConfig
 from evidra.models.vllm_backend import VLLMConfig
 from evidra.rewards.guards import GuardConfig
 from evidra.rewards.judge_config import JudgeConfig
@@ -169,7 +168,9 @@ class RewardConfig(GuardConfig):
 
 @dataclass(frozen=True)
 class RLConfig:
-    method: MethodConfig = field(default_factory=MethodConfig)  # the paper method and its options
+    # the paper method (``name``: evidra.methods.METHODS) and its own options, checked by that method's
+    # options class (docs/methods.md); empty: the plain task data.task names
+    method: dict[str, Any] = field(default_factory=dict)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -192,7 +193,7 @@ class SFTConfig:
     shared sections before command-line overrides; ``rollout``, ``algo`` and ``reward`` are accepted
     and unused; ``method`` builds the task whose oracle conversations are trained on."""
 
-    method: MethodConfig = field(default_factory=MethodConfig)
+    method: dict[str, Any] = field(default_factory=dict)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evidra.config import from_dict, read_yaml
+from evidra.config import from_dict, parse_yaml
 from evidra.errors import CheckpointError, ConfigError, InvalidInputError, ModelLoadError
 from evidra.rl.checkpoint import list_checkpoints, load_trainable_weights
 from evidra.rl.config import ModelConfig
@@ -83,7 +83,7 @@ def read_checkpoint(source: str | Path) -> TrainedCheckpoint:
     folder = find_checkpoint(source)
     config_file = folder / "config.yaml"
     try:
-        data = read_yaml(config_file.read_text(), str(config_file)) or {}
+        data = parse_yaml(config_file.read_text(), str(config_file)) or {}
         model = from_dict(ModelConfig, data.get("model") or {}, "model")
     except (OSError, ConfigError, AttributeError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -108,10 +108,27 @@ def base_model_dir(ckpt: TrainedCheckpoint) -> Path:
     except ModelLoadError as exc:
         if looks_like_hub_id(ckpt.model.path):  # the hub's own reason (not cached offline, say)
             raise ModelLoadError(f"checkpoint {ckpt.folder}: {exc}") from None
-        raise ModelLoadError(problem) from None
+        base = relocated(ckpt.model.path, ckpt.folder) or Path(ckpt.model.path)
     if not (base / "config.json").is_file():
         raise ModelLoadError(problem)
     return base
+
+
+def relocated(recorded: str, checkpoint: Path) -> Path | None:
+    """Where a base model recorded at ``recorded`` lies now that the run moved with it: the
+    shortest tail of ``recorded`` found under a folder holding the checkpoint (nearest first),
+    e.g. ``/old/proj/ckpt/base`` as ``/new/proj/ckpt/base`` for ``/new/proj/runs/lat/...``."""
+    parts = Path(recorded).parts
+    tails = [Path(*parts[-n:]) for n in range(1, len(parts) + 1) if parts[-n] not in ("/", "..", ".")]
+    for folder in checkpoint.resolve().parents:
+        for tail in tails:
+            candidate = folder / tail
+            if (candidate / "config.json").is_file():
+                logger.warning(
+                    "base model %s is not there; using %s, found beside the moved run", recorded, candidate
+                )
+                return candidate
+    return None
 
 
 def _load_weights_into(model: Any, ckpt: TrainedCheckpoint) -> None:
@@ -205,7 +222,7 @@ def _write_adapter(vlm: Any, ckpt: TrainedCheckpoint, base: Path, out: Path) -> 
     vlm.model.save_pretrained(out)
 
 
-def _check_target(out: Path) -> None:
+def check_export_target(out: Path) -> None:
     """Only an earlier evidra export may be replaced, never a folder of something else."""
     if out.exists() and not (out / PROVENANCE).is_file():
         raise InvalidInputError(
@@ -215,7 +232,7 @@ def _check_target(out: Path) -> None:
 
 def _publish(tmp: Path, out: Path) -> None:
     """Move a finished export into place, replacing an earlier export."""
-    _check_target(out)
+    check_export_target(out)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
 
@@ -227,7 +244,7 @@ def export_model(source: str | Path, out_dir: str | Path, *, adapter_only: bool 
     The directory is written under a temporary name and renamed when complete.
     """
     out = Path(out_dir)
-    _check_target(out)
+    check_export_target(out)
     ckpt = read_checkpoint(source)
     base = base_model_dir(ckpt)
     vlm = rebuild_policy(ckpt)

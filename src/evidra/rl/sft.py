@@ -20,19 +20,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from evidra.config import dump_config
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
-from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
+from evidra.rl.checkpoint import TrainState, dump_run_config, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import SFTConfig
 from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.sft_data import SFTData, read_sft_data
-from evidra.rl.tasks import Task, plain_task, task_samples
+from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
 from evidra.sink import MetricsSink
 from evidra.types import Message
@@ -116,7 +115,7 @@ class SFTTrainer:
 
         validate_sft_config(cfg)
         if task is None and examples is None and not cfg.data.trajectories:
-            task = plain_task(cfg.data.task)  # a paper method's task is passed in (evidra.methods)
+            task = config_task(cfg.method, cfg.data, "sft_trainer")  # a method's is passed in
         self.cfg = cfg
         self.engine = Engine(cfg.run, training_precision(cfg.model), accelerator)
         self.local_batch = local_batch_size(cfg, self.engine.num_processes)
@@ -158,7 +157,7 @@ class SFTTrainer:
         self.state = state or TrainState(0, 0, 0)
         self.sink.truncate_after(self.state.step)  # a killed attempt's lines past the checkpoint go
         if main:
-            dump_config(cfg, self.out / "config.yaml")
+            dump_run_config(cfg, self.out / "config.yaml")
 
     def step(self) -> dict[str, float]:
         import torch

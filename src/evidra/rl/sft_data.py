@@ -12,7 +12,6 @@ in the file (a rerun skips their ids) and are not trained on.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evidra.errors import ConfigError
+from evidra.jsonio import read_json_lines
 from evidra.rl.sft_formats import SFT_FORMATS, RowSource, SFTFormat, SkippedRow
 from evidra.types import Message, messages_from_json
 
@@ -75,18 +75,8 @@ class SFTData:
 
 
 def _json_rows(path: Path) -> list[tuple[int, Mapping[str, Any]]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"data.trajectories: cannot read {str(path)!r}: {exc}") from None
     rows = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise ConfigError(f"data.trajectories: {str(path)!r} line {n} is not JSON ({exc})") from None
+    for n, row in read_json_lines(path, "data.trajectories", ConfigError):
         if not isinstance(row, Mapping):
             raise ConfigError(f"data.trajectories: {str(path)!r} line {n} is not a JSON object")
         rows.append((n, row))

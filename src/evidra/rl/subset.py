@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evidra.errors import ConfigError
+from evidra.jsonio import read_json_lines
 
 
 @dataclass(frozen=True)
@@ -42,20 +43,11 @@ def read_subset(path: str | Path) -> list[str]:
     >>> read_subset(f)
     ['b']
     """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(
-            f"data.subset: cannot read {str(path)!r}: {exc}; write it with `evidra data filter`"
-        ) from None
     ids: list[str] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, row in read_json_lines(path, "data.subset", ConfigError, "write it with `evidra data filter`"):
         try:
-            row = json.loads(line)
             sample_id, kept = row["id"], row.get("kept", True)
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError):
             raise ConfigError(
                 f"data.subset: {str(path)!r} line {n} is not a JSON object with an id"
             ) from None

@@ -1,7 +1,7 @@
 """Tasks: what to train on. A task bundles a dataset, an environment, a parser and a reward.
 
-The trainer knows only this ``Task`` record. The paper methods build theirs from a
-``MethodConfig`` (``evidra.methods``) and hand it to the trainer; ``TASKS`` holds plain tasks
+The trainer knows only this ``Task`` record. The paper methods build theirs from their own
+options (``evidra.methods``) and hand it to the trainer; ``TASKS`` holds plain tasks
 chosen by ``data.task``: the toy tasks here, small and verifiable, for the trainer's learning
 checks and for smoke runs on a CPU.
 """
@@ -65,6 +65,20 @@ def plain_task(name: str) -> Task:
             "method.name and its task built by evidra.methods.build_task, then passed to the trainer"
         )
     return TASKS.get(name)
+
+
+def config_task(method: Mapping[str, Any], data: DataConfig, entry: str) -> Task:
+    """The task of a config handed to a trainer without one: the plain task ``data.task`` names.
+
+    A config that names a paper method (``method.name``) is an error naming ``entry``, the
+    function of ``evidra.methods`` that builds the method's task: never a silent toy task.
+    """
+    if method.get("name"):
+        raise ConfigError(
+            f"this config trains method {method['name']!r}, whose task the trainer cannot build: use "
+            f"evidra.methods.{entry}(cfg) (or pass task=evidra.methods.task_for(cfg))"
+        )
+    return plain_task(data.task)
 
 
 def task_samples(task: Task, cfg: DataConfig) -> list[Sample]:

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from evidra.config import dump_config, to_dict
+from evidra.config import to_dict
 from evidra.errors import TrainingError
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
@@ -29,7 +29,7 @@ from evidra.rewards.base import RewardResult
 from evidra.rewards.guards import guard, tripped
 from evidra.rl.advantages import ScopedAdvantages
 from evidra.rl.backends import make_backend
-from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
+from evidra.rl.checkpoint import TrainState, dump_run_config, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
@@ -39,7 +39,7 @@ from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
 from evidra.rl.scoring import score_episodes
-from evidra.rl.tasks import Task, plain_task, task_samples
+from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
     UpdateSettings,
@@ -61,12 +61,13 @@ Group = tuple[list[Episode], list[RewardResult]]
 
 class RLTrainer:
     """GRPO-family training of a Qwen-VL policy on one task: ``task`` (a paper method's, built by
-    ``evidra.methods.build_task``) or the plain task ``data.task`` names."""
+    ``evidra.methods``: ``evidra.methods.rl_trainer(cfg)``) or the plain task ``data.task`` names;
+    a config naming a method without its task is an error."""
 
     def __init__(self, cfg: RLConfig, accelerator: Any = None, task: Task | None = None) -> None:
         from accelerate.utils import set_seed
 
-        task = task if task is not None else plain_task(cfg.data.task)
+        task = task if task is not None else config_task(cfg.method, cfg.data, "rl_trainer")
         validate_rl_config(cfg, task)  # every name and option, before anything heavy loads
         self.cfg = cfg
         self.precision = training_precision(cfg.model)
@@ -110,7 +111,7 @@ class RLTrainer:
         if self.state.step:
             self.backend.sync(self.vlm.model)
         if self.acc.is_main_process:
-            dump_config(cfg, self.out / "config.yaml")
+            dump_run_config(cfg, self.out / "config.yaml")
 
     def next_samples(self) -> list[Sample]:
         """This rank's prompts for the next step; the position is saved in checkpoints."""

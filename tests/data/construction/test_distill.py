@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 
 from evidra.data.construction.distill import accepted_records, distill
-from evidra.eval.endpoint import ChatEndpoint, to_openai
+from evidra.models.endpoint import ChatEndpoint
+from evidra.openai_client import to_openai
 from evidra.types import Message, Page, Sample, TextPart
 
 pytest.importorskip("httpx")
@@ -79,6 +80,15 @@ def serve() -> Iterator[Any]:
         srv.server_close()
 
 
+def _method(name: str) -> dict[str, Any]:
+    """What ``evidra data distill --method NAME`` passes: the method's paradigm and filter."""
+    from evidra.methods import METHODS
+    from evidra.paradigms import PARADIGMS
+
+    method = METHODS.get(name)
+    return {"method": name, "paradigm": PARADIGMS.get(method.paradigm)(), "keep": method.distill}
+
+
 def _samples(tmp_path: Path) -> list[Sample]:
     img = tmp_path / "p.png"
     Image.new("RGB", (40, 30), "white").save(img)
@@ -98,7 +108,7 @@ def test_lat_recall_filter_resume_and_concurrency(serve: Any, tmp_path: Path) ->
         "Where is": "<think>x</think>\n<answer>Porto Portugal</answer>",  # recall 1/1
     })  # fmt: skip
     out = tmp_path / "lat.jsonl"
-    report = distill(_samples(tmp_path), teacher, out, method="lat", gamma=0.5, concurrency=2)
+    report = distill(_samples(tmp_path), teacher, out, **_method("lat"), gamma=0.5, concurrency=2)
     assert (report.attempted, report.accepted, report.failed) == (4, 2, 1)
     assert 1 < srv.peak <= 2  # bounded concurrency, and really concurrent
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
@@ -108,7 +118,7 @@ def test_lat_recall_filter_resume_and_concurrency(serve: Any, tmp_path: Path) ->
     image_parts = [p for m in srv.requests[0]["messages"] for p in m["content"] if p["type"] == "image_url"]
     assert image_parts and image_parts[0]["image_url"]["url"].startswith("data:image/png;base64,")
     before = len(srv.requests)
-    again = distill(_samples(tmp_path), teacher, out, method="lat", concurrency=2)
+    again = distill(_samples(tmp_path), teacher, out, **_method("lat"), concurrency=2)
     assert (again.skipped, again.attempted) == (3, 1) and len(srv.requests) == before + 1  # only q4 retried
 
 
@@ -120,7 +130,7 @@ def test_evisrag_keeps_right_answers_with_evidence(serve: Any, tmp_path: Path) -
                     "<answer>insufficient to answer</answer>",
     })  # fmt: skip
     out = tmp_path / "ev.jsonl"
-    distill(_samples(tmp_path)[:2], teacher, out, method="evisrag")
+    distill(_samples(tmp_path)[:2], teacher, out, **_method("evisrag"))
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert rows["q1"]["accepted"] and rows["q1"]["meta"]["evidence"] == "[1]: Jane Doe founded Acme"
     assert not rows["q2"]["accepted"]  # sufficient context but the teacher declined
@@ -131,7 +141,7 @@ def test_vragrl_regrounds_boxes_with_a_second_model(serve: Any, tmp_path: Path) 
                                        "<think>done</think><answer>Jane Doe</answer>"})  # fmt: skip
     _, annotator = serve({"zoom on the header": "[2, 3, 30, 20]"})
     out = tmp_path / "vrag.jsonl"
-    distill(_samples(tmp_path)[:1], teacher, out, method="vragrl", annotator=annotator)
+    distill(_samples(tmp_path)[:1], teacher, out, **_method("vragrl"), annotator=annotator)
     (row,) = map(json.loads, out.read_text().splitlines())
     assert row["accepted"] and "<bbox>[2, 3, 30, 20]</bbox>" in row["response"]
     assert row["meta"]["regrounded"] == [{"original": "[0, 0, 5, 5]", "regrounded": "[2, 3, 30, 20]"}]
@@ -147,8 +157,8 @@ def test_to_openai_parts_in_order() -> None:
 def test_progress_counts_resumed_samples_first_then_one_per_sample(serve: Any, tmp_path: Path) -> None:
     _, teacher = serve({"Who founded": "<answer>Jane Doe</answer>"})
     out, steps = tmp_path / "lat.jsonl", []
-    distill(_samples(tmp_path)[:3], teacher, out, method="lat", concurrency=2, progress=steps.append)
+    distill(_samples(tmp_path)[:3], teacher, out, **_method("lat"), concurrency=2, progress=steps.append)
     assert steps == [1, 1, 1]  # nothing in out yet: one step per sample as it finishes
     steps.clear()
-    distill(_samples(tmp_path), teacher, out, method="lat", concurrency=2, progress=steps.append)
+    distill(_samples(tmp_path), teacher, out, **_method("lat"), concurrency=2, progress=steps.append)
     assert steps == [3, 1]  # q1-q3 are in out; q4 (a failed request) still counts as done this run

@@ -16,8 +16,8 @@ from evidra.data.construction.multiexpert import MultiExpertConfig, multiexpert
 from evidra.env.search import SearchEnv, bm25_searcher
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import InvalidInputError
-from evidra.eval.endpoint import ChatEndpoint
 from evidra.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
+from evidra.models.endpoint import ChatEndpoint
 from evidra.paradigms.direct import Direct
 from evidra.rl.sft_data import read_sft_data
 from evidra.types import Box, ImagePart, Page, Sample, Word

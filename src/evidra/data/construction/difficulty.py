@@ -15,7 +15,7 @@ from typing import Literal
 
 from evidra.env.base import Environment
 from evidra.errors import InvalidInputError
-from evidra.eval.scoring import Prediction, official
+from evidra.metrics.official import official
 from evidra.models.generation import SamplingParams
 from evidra.paradigms.base import Paradigm
 from evidra.rollout import Episode, GenerationBackend, RolloutLimits, rollout
@@ -37,7 +37,7 @@ def parsed_answer_is_correct(parse: Callable[[str], Parsed], threshold: float = 
         answer = parse(texts[-1]).answer if texts else None
         if answer is None:
             return False
-        scores = official(sample, answer, Prediction(sample.id, texts, answer))
+        scores = official(sample, answer)
         return max(scores.values(), default=0.0) >= threshold
 
     return check

@@ -1,15 +1,17 @@
 """Cold-start trajectory distillation from a teacher behind an OpenAI-compatible endpoint.
 
-The three recipes differ only in how a teacher output is judged and what is kept:
+``distill`` prompts a teacher with a paradigm and keeps what a filter accepts; a method names
+its paradigm and filter (``evidra.methods.Method.distill``). The three filters of the papers
+differ only in how a teacher output is judged and what is kept:
 
-* ``lat`` — LAT Stage I (§3.2): the teacher writes CoE traces for the CoE prompt (the paper
+* ``lat_filter`` — LAT Stage I (§3.2): the teacher writes CoE traces for the CoE prompt (the paper
   used Gemini 2.5 Pro with two CoE exemplars, pass them as ``exemplars``); keep traces whose
   answer recall |a ∩ a_gt| / |a_gt| (LAT Eq. 2) reaches ``gamma``. The paper gives no value
   for gamma; 0.5 is our default. (The paper then verifies boxes by hand, which is not automated.)
-* ``evisrag`` — EVisRAG App. A.1: keep trajectories that reach the right answer (EVisRAG's
+* ``evisrag_filter`` — EVisRAG App. A.1: keep trajectories that reach the right answer (EVisRAG's
   ``acc``: gold tokens contained in the prediction; "insufficient to answer" for insufficient
   context) and store their ``<evidence>`` block as the gold evidence.
-* ``vragrl`` — VRAG-RL App. D: a large model writes the trajectory; each region it selects
+* ``vragrl_filter`` — VRAG-RL App. D: a large model writes the trajectory; each region it selects
   (``<bbox>`` action) is re-located by a grounding model (``annotator``, the paper used
   Qwen2.5-VL-72B) guided by the teacher's thought, and the trajectory is kept if it answers
   correctly (ANLS >= 0.5 against the gold answers).
@@ -31,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from evidra.errors import InvalidInputError
-from evidra.eval.endpoint import ChatEndpoint, EndpointError
-from evidra.eval.metrics import anls
-from evidra.paradigms.base import PARADIGMS, Paradigm
-from evidra.registry import Registry
-from evidra.rewards.evisrag import evaluate_predictions, split_block
-from evidra.rewards.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
+from evidra.metrics.anls import anls
+from evidra.metrics.qa import evaluate_predictions
+from evidra.metrics.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
+from evidra.models.endpoint import ChatEndpoint, EndpointError
+from evidra.paradigms.base import Paradigm
+from evidra.rewards.evisrag import split_block
 from evidra.types import ImagePart, Message, Sample, TextPart, messages_to_json
 
 logger = logging.getLogger(__name__)
@@ -58,11 +60,10 @@ class DistillContext:
     annotator: ChatEndpoint | None = None
 
 
-Judge = Callable[[Sample, str, DistillContext], Verdict]
-RECIPES: Registry[tuple[str, Judge]] = Registry("distillation recipe")  # name -> (paradigm, judge)
+Filter = Callable[[Sample, str, DistillContext], Verdict]  # keeps a teacher trajectory or not
 
 
-def _lat(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
+def lat_filter(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
     answer = ctx.paradigm.parse(text).answer or ""
     if not sample.answerable:
         return Verdict(is_no_answer(answer), text, {"recall": float(is_no_answer(answer))})
@@ -70,7 +71,7 @@ def _lat(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
     return Verdict(recall >= ctx.gamma, text, {"recall": recall})  # LAT Eq. 2, "recall above gamma"
 
 
-def _evisrag(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
+def evisrag_filter(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
     answer = ctx.paradigm.parse(text).answer or ""
     insufficient = sample.sufficient is False or not sample.answerable
     golds = [INSUFFICIENT_ANSWER] if insufficient else list(sample.answers)
@@ -112,7 +113,7 @@ def _reground(sample: Sample, text: str, ctx: DistillContext) -> tuple[str, list
     return _BBOX.sub(swap, text), changes
 
 
-def _vragrl(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
+def vragrl_filter(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
     text, changes = _reground(sample, text, ctx)
     answer = ctx.paradigm.parse(text).answer
     if answer is None:  # multi-action outputs: the answer block anywhere in the trajectory
@@ -120,11 +121,6 @@ def _vragrl(sample: Sample, text: str, ctx: DistillContext) -> Verdict:
         answer = found.group(1).strip() if found else ""
     ok = bool(sample.answers) and anls(answer, sample.answers) >= 0.5
     return Verdict(ok, text, {"regrounded": changes})
-
-
-RECIPES.add("lat", ("coe", _lat))
-RECIPES.add("evisrag", ("evidence", _evisrag))
-RECIPES.add("vragrl", ("search_agent", _vragrl))
 
 
 def done_ids(path: Path) -> set[str]:
@@ -177,6 +173,8 @@ def distill(
     out: str | Path,
     *,
     method: str,
+    paradigm: Paradigm,
+    keep: Filter,
     gamma: float = 0.5,
     annotator: ChatEndpoint | None = None,
     exemplars: Sequence[Message] = (),
@@ -185,15 +183,15 @@ def distill(
     temperature: float = 0.7,
     progress: Callable[[int], None] | None = None,
 ) -> DistillReport:
-    """Query the teacher for every sample not yet in ``out``; append one JSONL row per sample.
+    """Query the teacher (prompted by ``paradigm``) for every sample not yet in ``out``; append
+    one JSONL row per sample, labelled ``method``, accepted when ``keep`` accepts it.
 
     ``progress(n)`` counts samples: first those already in ``out`` (when any), then one per
     sample as its query finishes, ``len(samples)`` in all.
     """
     if concurrency < 1:
         raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
-    paradigm_name, judge = RECIPES.get(method)
-    ctx = DistillContext(PARADIGMS.get(paradigm_name)(), gamma, annotator)
+    ctx = DistillContext(paradigm, gamma, annotator)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     seen = done_ids(path)
@@ -207,7 +205,7 @@ def distill(
         messages = [*exemplars, *ctx.paradigm.build_messages(sample, sample.pages)]
         try:
             reply = teacher.complete(messages, max_tokens=max_tokens, temperature=temperature)
-            verdict = judge(sample, reply.text, ctx)
+            verdict = keep(sample, reply.text, ctx)
         except EndpointError as exc:
             logger.warning("teacher failed on %s: %s", sample.id, exc)
             with lock:

@@ -40,8 +40,8 @@ from evidra.data.construction.distill import done_ids, run_pool
 from evidra.env.base import StepInfo
 from evidra.env.search import SearchEnv
 from evidra.errors import InvalidInputError
-from evidra.eval.endpoint import ChatEndpoint, EndpointError
-from evidra.eval.metrics import anls
+from evidra.metrics.anls import anls
+from evidra.models.endpoint import ChatEndpoint, EndpointError
 from evidra.types import ImagePart, Message, Sample, TextPart, messages_to_json
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any
 
 from evidra import imagefiles
 from evidra.errors import InvalidInputError, MissingDependencyError
+from evidra.jsonio import read_json, read_json_lines
 from evidra.types import Page, content_hash
 
 _SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
@@ -72,18 +72,9 @@ class Record:
 
 def _iter_json(path: Path, list_key: str | None) -> Iterator[Mapping[str, Any]]:
     if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh):
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise InvalidInputError(f"{path}, line {n + 1}: invalid JSON ({exc})") from exc
+        yield from (row for _, row in read_json_lines(path, "benchmark file"))
         return
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(f"{path}: invalid JSON ({exc})") from exc
+    data = read_json(path, "benchmark file")
     if isinstance(data, Mapping):
         key = list_key if list_key in data else next((k for k in ("data", "examples") if k in data), None)
         if key is None:
@@ -103,15 +94,22 @@ def _iter_arrow(path: Path) -> Iterator[Mapping[str, Any]]:
             f"reading {path} needs pyarrow; install the extra: pip install 'evidra[data]' "
             "(or export the split to JSONL)"
         ) from exc
-    if path.suffix == ".parquet":
-        table = pq.read_table(path)
-    else:
-        with path.open("rb") as fh:
-            try:
-                table = ipc.open_stream(fh).read_all()
-            except Exception:
-                fh.seek(0)
-                table = ipc.open_file(fh).read_all()
+    try:
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+        else:
+            with path.open("rb") as fh:
+                try:
+                    table = ipc.open_stream(fh).read_all()
+                except Exception:
+                    fh.seek(0)
+                    table = ipc.open_file(fh).read_all()
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InvalidInputError(
+            f"benchmark file {str(path)!r} is not a readable {path.suffix[1:]} file ({reason}); "
+            "pass the split as published"
+        ) from None
     yield from table.to_pylist()
 
 

@@ -3,7 +3,9 @@
 Layout inside the index directory::
 
     bm25.index.json        {"format": 1, "engine": "bm25s", "folder": "bm25-XXXX"}: the live version
-    bm25-XXXX/pages.json   k1, b, scoring variant, page ids, image paths relative to the index directory
+    bm25-XXXX/pages.json   k1, b, scoring variant, analyzer (language, stop words, stemming; absent in
+                           indexes older than analyzers: plain tokens), page ids, image paths relative
+                           to the index directory
     bm25-XXXX/counts.npz   per-page term counts (CSR: indptr, terms, counts), for add/delete
     bm25-XXXX/*.index.*    the bm25s engine as ``bm25s.BM25.save`` writes it (scores, vocabulary, params)
 
@@ -25,11 +27,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
 from evidra.retrieval.encoders._bm25_terms import IDF_METHOD, METHOD, TermCounts, bm25s_module
+from evidra.retrieval.encoders._bm25_text import LANGUAGES
+
+if TYPE_CHECKING:
+    from evidra.retrieval.encoders.bm25 import BM25Params
 from evidra.staging import fsync_path
 
 MANIFEST = "bm25.index.json"
@@ -46,8 +52,7 @@ class IndexFileError(Exception):
 class Stored:
     """Everything a BM25 index directory holds, with image paths made absolute again."""
 
-    k1: float
-    b: float
+    params: BM25Params
     ids: list[str]
     images: list[str]
     counts: TermCounts
@@ -56,8 +61,7 @@ class Stored:
 
 def write_index(
     root: Path,
-    k1: float,
-    b: float,
+    params: BM25Params,
     ids: Sequence[str],
     images: Sequence[str],
     counts: TermCounts,
@@ -69,8 +73,9 @@ def write_index(
     folder = Path(tempfile.mkdtemp(prefix="bm25-", dir=root))
     try:
         pages = {
-            "k1": k1, "b": b, "method": METHOD, "idf_method": IDF_METHOD, "ids": list(ids),
-            "images": [os.path.relpath(p, base) if p else "" for p in images],
+            "k1": params.k1, "b": params.b, "method": METHOD, "idf_method": IDF_METHOD,
+            "language": params.language, "stopwords": params.stopwords, "stem": params.stem,
+            "ids": list(ids), "images": [os.path.relpath(p, base) if p else "" for p in images],
         }  # fmt: skip
         (folder / "pages.json").write_text(json.dumps(pages))
         with open(folder / "counts.npz", "wb") as f:
@@ -131,6 +136,7 @@ def _read_folder(root: Path, folder: Path) -> Stored:
     with _reading("pages.json"):
         pages = _json(folder / "pages.json")
         k1, b = float(pages["k1"]), float(pages["b"])
+        params = _params(pages, k1, b)
     ids, images = pages.get("ids"), pages.get("images")
     if not _strings(ids) or not _strings(images) or len(ids) != len(images) or len(set(ids)) != len(ids):
         raise IndexFileError("pages.json needs as many image paths as distinct page ids")
@@ -151,7 +157,17 @@ def _read_folder(root: Path, folder: Path) -> Stored:
     _check_counts(counts, len(ids))
     base = root.absolute()
     absolute = [os.path.normpath(base / p) if p else "" for p in images]
-    return Stored(k1, b, list(ids), absolute, counts, engine)
+    return Stored(params, list(ids), absolute, counts, engine)
+
+
+def _params(pages: dict[str, Any], k1: float, b: float) -> BM25Params:
+    """The parameters ``pages.json`` records; an index without an analyzer used plain tokens."""
+    from evidra.retrieval.encoders.bm25 import BM25Params
+
+    language, stopwords, stem = pages.get("language", "none"), pages.get("stopwords"), pages.get("stem")
+    if not isinstance(language, str) or language not in LANGUAGES:
+        raise IndexFileError(f"pages.json names an unknown language {str(language)[:40]!r}")
+    return BM25Params(k1, b, language, stopwords is not False, stem is True)
 
 
 def _check_declared(path: Path, most: dict[str, int]) -> None:

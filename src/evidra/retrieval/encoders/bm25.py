@@ -8,10 +8,12 @@ Variant: Okapi BM25 with Lucene's non-negative idf (bm25s ``method="atire"`` wit
                   idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
 
 with ``k1 = 1.5`` and ``b = 0.75`` by default. Pages sharing no term with the query score 0
-and are not returned, so a search may give fewer than ``k`` hits; equal scores rank the page
-added first first. Tokens are lower-cased Unicode word runs (``\\w+``) of the NFKC-normalised
-text; no stemming or stop words, so results do not depend on a language pack. Pages without a
-text layer can be OCR'd first (``evidra.retrieval.ocr``, extra ``evidra[ocr]``).
+and are not returned, so a search may give fewer than ``k`` hits (none at all for a question
+about something no page mentions); equal scores rank the page added first first. Terms are
+lower-cased Unicode word runs (``\\w+``) of the NFKC-normalised text, without the language's
+stop words and, with ``stem=True``, stemmed (``_bm25_text.Analyzer``; English by default,
+``language="none"`` for plain tokens). Pages without a text layer can be OCR'd first
+(``evidra.retrieval.ocr``, extra ``evidra[ocr]``).
 
 The engine is the bm25s library: it precomputes every (page, term)
 score into a sparse matrix, so a query sums a few columns (scores are float32). evidra keeps the
@@ -27,8 +29,6 @@ the engine is rebuilt when pages are added or deleted (idf and the average lengt
 from __future__ import annotations
 
 import os
-import re
-import unicodedata
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,34 +42,28 @@ from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.encoders._batching import check_texts
 from evidra.retrieval.encoders._bm25_files import IndexFileError, read_index, write_index
 from evidra.retrieval.encoders._bm25_terms import TermCounts, build_engine, top_rows
+from evidra.retrieval.encoders._bm25_text import LANGUAGES, Analyzer
 
-_TOKEN = re.compile(r"\w+", re.UNICODE)
 # what reading a damaged or foreign index folder raises (json, numpy, zipfile, bm25s)
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, ImportError, IndexFileError, zipfile.BadZipFile)
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased word tokens of the NFKC-normalised text.
-
-    NFKC spells out ligature characters (U+FB01 "ﬁ" -> "fi"), which OCR engines emit, and
-    composes accents, so a page and a query typed differently still share their words.
-
-    >>> tokenize("Orion's budget: 1,987 EUR")
-    ['orion', 's', 'budget', '1', '987', 'eur']
-    >>> tokenize("Speci\ufb01cation")
-    ['specification']
-    """
-    return _TOKEN.findall(unicodedata.normalize("NFKC", text).lower())
 
 
 @dataclass(frozen=True)
 class BM25Params:
     k1: float = 1.5
     b: float = 0.75
+    language: str = "en"  # a name in LANGUAGES: its stop words and stemmer; "none": plain tokens
+    stopwords: bool = True
+    stem: bool = False  # Snowball stemming: off by default (see _bm25_text: it lowered known-item MRR)
 
     def __post_init__(self) -> None:
         if self.k1 < 0 or not 0.0 <= self.b <= 1.0:
             raise InvalidInputError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
+        LANGUAGES.get(self.language)
+
+    @property
+    def analyzer(self) -> Analyzer:
+        return Analyzer(self.language, self.stopwords, self.stem)
 
 
 class BM25Retriever:
@@ -86,6 +80,7 @@ class BM25Retriever:
     ) -> None:
         """Pages ``ids`` with their term ``counts``; ``engine`` is a bm25s index already built from them."""
         self.params = params
+        self._terms = params.analyzer.terms
         self._set(ids, counts, images, engine)
 
     def _set(self, ids: Sequence[str], counts: TermCounts, images: Sequence[str] | None, engine: Any) -> None:
@@ -106,7 +101,7 @@ class BM25Retriever:
     ) -> BM25Retriever:
         """Index ``page_id -> text``; ``images`` optionally maps page ids to image paths."""
         ids = list(texts)
-        counts = TermCounts.empty().extend([tokenize(texts[i]) for i in ids])
+        counts = TermCounts.empty().extend([params.analyzer.terms(texts[i]) for i in ids])
         return cls(ids, counts, params, [(images or {}).get(i, "") for i in ids])
 
     def add(
@@ -118,7 +113,7 @@ class BM25Retriever:
             raise InvalidInputError(f"pages already in the BM25 index: {present[:5]}; pass replace=True")
         keep = self._keep(present)
         new = list(texts)
-        counts = self._counts.select(keep).extend([tokenize(texts[i]) for i in new])
+        counts = self._counts.select(keep).extend([self._terms(texts[i]) for i in new])
         ids = [self._ids[r] for r in keep] + new
         images_now = [self._images[r] for r in keep] + [(images or {}).get(i, "") for i in new]
         self._set(ids, counts, images_now, None)
@@ -145,7 +140,7 @@ class BM25Retriever:
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of ``query`` against every page: ``(N,)`` float32."""
         lookup = self._counts.lookup
-        terms = list(dict.fromkeys(lookup[t] for t in tokenize(query) if t in lookup))  # distinct terms
+        terms = list(dict.fromkeys(lookup[t] for t in self._terms(query) if t in lookup))  # distinct terms
         if not terms or self._engine is None:
             return np.zeros(len(self._ids), dtype=np.float32)
         return np.asarray(self._engine.get_scores_from_ids(terms))
@@ -169,15 +164,14 @@ class BM25Retriever:
 
     def save(self, path: str | Path) -> Path:
         """Write the index into directory ``path`` (a new version folder, then the manifest atomically)."""
-        p = self.params
-        return write_index(Path(path), p.k1, p.b, self._ids, self._images, self._counts, self._engine)
+        return write_index(Path(path), self.params, self._ids, self._images, self._counts, self._engine)
 
     @classmethod
     def load(cls, path: str | Path) -> BM25Retriever:
         root = Path(path)
         try:
             stored = read_index(root)
-            params = BM25Params(stored.k1, stored.b)
+            params = stored.params
         except _UNREADABLE as exc:
             raise CorpusError(
                 f"cannot read the BM25 index in {str(root)!r} ({exc}); build it again over the same "

@@ -5,9 +5,13 @@ this machine has that keeps search exact (``evidra.retrieval.compute``: bf16 on 
 bf16 or AMX, fp32 on CPUs with neither, fp16 on GPU). bf16 keeps 8 significant bits, so scores
 move by up to ~0.01 and near-tied pages swap (top-10 agreement with fp32 0.98 on the benchmark's
 pages); the best ``k + rescore`` pages per query by bf16 are therefore re-scored in fp32 from the
-fp16 shards, which restored agreement 1.000, and auto never picks bf16 when ``rescore`` is 0. The
-in-memory blocks are held in the compute dtype (fp32 doubles their memory), and the index records
-the dtype its last writer scored in under the metadata key ``compute_dtype``.
+fp16 shards, which restored agreement 1.000, and auto never picks bf16 when ``rescore`` is 0.
+
+What the in-memory blocks are held in is a separate choice, ``MaxSimOptions.storage_dtype``:
+``auto`` keeps them 16-bit everywhere (the compute dtype where that is 16-bit, else fp16, widened
+to fp32 block by block into one reused buffer while scoring), so a CPU without fast 16-bit GEMMs
+holds the same memory as one with them; ``float32`` doubles the memory to skip the widening. The
+index records both under the metadata keys ``compute_dtype`` and ``storage_dtype``.
 
 Exact search scores every live page (``evidra.retrieval.maxsim``), on CUDA by default with one fused
 Triton kernel that never writes the similarity matrix (``MaxSimOptions.kernel``,
@@ -54,6 +58,7 @@ class MaxSimOptions:
 
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compute_dtype: compute.ComputeDtype = "auto"  # auto: the fastest exact one here (module docstring)
+    storage_dtype: compute.StorageDtype = "auto"  # auto: 16-bit, widened per block where scored in fp32
     kernel: kernels.KernelName = "auto"  # auto: the fused Triton kernel on CUDA when installed, else torch
     block_tokens: int = 16384  # page vectors per scoring block
     max_elements: int = 1 << 25  # bound on one similarity matrix (Q tokens x block tokens)
@@ -66,6 +71,7 @@ class MaxSimOptions:
 
     def __post_init__(self) -> None:
         compute.check_name(self.compute_dtype)
+        compute.check_storage(self.storage_dtype)
         kernels.check_name(self.kernel)
         if self.prefilter not in PREFILTERS:
             raise InvalidInputError(f"prefilter {self.prefilter!r}: use one of {', '.join(PREFILTERS)}")
@@ -88,9 +94,14 @@ class MultiVectorIndex(ShardWrites):
         unfit = () if options.rescore else ("bfloat16",)
         self.compute_dtype = compute.resolve(options.compute_dtype, self.device, exclude=unfit)
         self._dtype = compute.DTYPES[self.compute_dtype]
+        self.storage_dtype = compute.storage_for(options.storage_dtype, self.compute_dtype)
+        self._held = compute.DTYPES[self.storage_dtype]
         self.kernel = kernels.resolve(options.kernel, self.device)
         self._score = kernels.KERNELS.get(self.kernel)
-        logger.debug("exact MaxSim on %s: %s kernel, %s", self.device, self.kernel, self.compute_dtype)
+        logger.debug(
+            "exact MaxSim on %s: %s kernel, %s held in %s",
+            self.device, self.kernel, self.compute_dtype, self.storage_dtype,
+        )  # fmt: skip
         self._load()
 
     @classmethod
@@ -101,7 +112,8 @@ class MultiVectorIndex(ShardWrites):
             ShardStore.create(path, kind="multi", dim=dim, extra={"encoder": encoder}),
             options or MaxSimOptions(),
         )
-        index.store.set_meta("compute_dtype", index.compute_dtype)
+        for key, value in index._meta().items():
+            index.store.set_meta(key, value)
         return index
 
     @classmethod
@@ -145,7 +157,7 @@ class MultiVectorIndex(ShardWrites):
 
     def _build(self, views: Sequence[np.ndarray], rows: Sequence[int]) -> list[Block]:
         """First-stage blocks of ``rows``: full vectors, pooled vectors or sign-bit codes."""
-        dtype = self._dtype
+        dtype = self._held
         if self.options.prefilter == "pooled":
             pages = [mean_pool(_tensor(v), self.options.pool_factor) for v in views]
         elif self.options.prefilter == "clustered":
@@ -185,7 +197,7 @@ class MultiVectorIndex(ShardWrites):
     # -- writing -------------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, str]:
-        return {"compute_dtype": self.compute_dtype}
+        return {"compute_dtype": self.compute_dtype, "storage_dtype": self.storage_dtype}
 
     def _attach(self, records: Sequence[PageRecord], superseded: Sequence[str]) -> None:
         for pid in superseded:

@@ -6,7 +6,7 @@ Files (JSONL, or TSV with a header row):
 * qrels:   ``{"query-id": "q1", "corpus-id": "<page id>", "score": 1}`` or TSV
   ``query-id<TAB>corpus-id<TAB>score``. Scores are graded relevance; 0 means judged irrelevant.
 
-Metrics are ``evidra.rewards.ranking``'s (trec_eval definitions): Recall@k, MRR@k, nDCG@k
+Metrics are ``evidra.metrics.ranking``'s (trec_eval definitions): Recall@k, MRR@k, nDCG@k
 (gain = relevance, log2 discount), averaged over the queries that have at least one relevant
 page. Unlike ViDoRe's MTEB evaluator we do not drop hits whose id equals the query id
 (its ``ignore_identical_ids`` default), since page ids never collide with query ids.
@@ -21,7 +21,6 @@ and ``benchmark_pages``/``benchmark_queries`` read them through the loaders in
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +28,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from evidra.errors import InvalidInputError
+from evidra.jsonio import read_json_lines
+from evidra.metrics.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 from evidra.retrieval.base import Retriever, check_k
-from evidra.rewards.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 
 if TYPE_CHECKING:
     from evidra.types import Page
@@ -55,23 +55,23 @@ def _rows(path: Path, expected: str, columns: Sequence[Sequence[str]]) -> list[d
     if not path.is_file():
         raise InvalidInputError(f"{str(path)!r} does not exist; pass {expected}")
     if path.suffix in (".tsv", ".csv"):
-        with path.open(newline="") as f:
-            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
-            header = reader.fieldnames or []
-            if not all(any(k in header for k in keys) for keys in columns):
-                raise InvalidInputError(
-                    f"{path}: the first line {header!r:.80} is not a header naming the columns; "
-                    f"expected {expected}"
-                )
-            return list(reader)
-    rows = []
-    for n, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{path}:{n} is not valid JSON ({exc.msg})") from None
-    return rows
+        try:
+            return _table(path, expected, columns)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise InvalidInputError(f"{path} is not a UTF-8 table ({exc}); expected {expected}") from None
+    return [row for _, row in read_json_lines(path, "file", fix=f"pass {expected}")]
+
+
+def _table(path: Path, expected: str, columns: Sequence[Sequence[str]]) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
+        header = reader.fieldnames or []
+        if not all(any(k in header for k in keys) for keys in columns):
+            raise InvalidInputError(
+                f"{path}: the first line {header!r:.80} is not a header naming the columns; "
+                f"expected {expected}"
+            )
+        return list(reader)
 
 
 def _field(row: Mapping[str, object], keys: Sequence[str], path: Path, what: str) -> str:

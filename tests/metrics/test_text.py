@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evidra.rewards.text import (
+from evidra.metrics.text import (
     bow_f1,
     dpr_tokens,
     exact_match,

@@ -13,6 +13,8 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 
+from evidra.metrics.text import INSUFFICIENT_ANSWER, NO_RELEVANT_INFORMATION, bow_f1, normalize_squad
+
 # --- ChartQA relaxed accuracy -------------------------------------------------------------------
 
 
@@ -222,3 +224,36 @@ def visrag_accuracy(prediction: str, answers: Sequence[str], dataset: str = "") 
             if p is not None and g and math.isfinite(g) and abs(p - g) / abs(g) <= 0.05:
                 return 1.0
     return 0.0
+
+
+# ---- EVisRAG's evaluation ------------------------------------------------------------------
+
+EVAL_REFUSALS = (NO_RELEVANT_INFORMATION, INSUFFICIENT_ANSWER, "insufficient to answer the question")
+
+
+def evaluate_predictions(pred: str, golds: Sequence[str]) -> dict[str, float | bool]:
+    """EVisRAG evaluation metrics of one prediction (``src/evisrag/eval.py``), max over golds.
+
+    em: normalised equality; acc: gold token set a subset of the predicted set; f1: bag-of-words
+    with +1e-7; hallucination: 0 iff exactly one side is "no relevant information". A gold with
+    no token overlap is skipped entirely (so em stays 0 even for two empty strings). Unanswerable
+    items are scored against ``EVAL_REFUSALS``.
+    """
+    metric: dict[str, float | bool] = {"is_valid_answer": False, "acc": 0, "em": 0, "f1": 0}
+    metric.update({"math_equal": 0, "bertsc": 0, "hallucination": 0})
+    p = normalize_squad(pred)
+    for gold in golds:
+        g = normalize_squad(gold)
+        f1 = bow_f1(p, g, eps=1e-7)
+        if f1 == 0.0:
+            continue
+        values = {
+            "em": int(p == g),
+            "acc": int(set(g.split()) <= set(p.split())),
+            "f1": f1,
+            "bertsc": 0,
+            "hallucination": 0 if NO_RELEVANT_INFORMATION in (g, p) and g != p else 1,
+        }
+        for key, value in values.items():
+            metric[key] = max(value, metric[key])
+    return metric

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from evidra.errors import InvalidInputError
-from evidra.rewards.ranking import (
+from evidra.metrics.ranking import (
     hit_rate_at_k,
     mrr_at_k,
     ndcg_at_k,

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from evidra.openai_client import DEFAULT_API_KEY_ENV, ChatClient, ChatClientError, endpoint_config
-from evidra.openai_client import to_openai as to_openai
 from evidra.types import Message
 
 # The error every failed call raises (a refused request, an unreachable server, a malformed

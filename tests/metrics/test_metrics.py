@@ -5,18 +5,17 @@ from __future__ import annotations
 import pytest
 
 from evidra.errors import InvalidInputError, RegistryError
-from evidra.eval.metrics import (
-    METRICS,
+from evidra.eval.metrics import METRICS
+from evidra.metrics.anls import anls, anls_vrag_upstream, levenshtein, normalize_docvqa
+from evidra.metrics.mmlongbench import (
     NOT_ANSWERABLE,
     ScoredAnswer,
-    anls,
-    anls_vrag_upstream,
-    levenshtein,
     mmlongbench_acc_f1,
     mmlongbench_clean,
     mmlongbench_is_exact_type,
     mmlongbench_score,
-    normalize_docvqa,
+)
+from evidra.metrics.qa import (
     normalize_slidevqa,
     normalize_vqa,
     relaxed_accuracy,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidra.errors import InvalidInputError
-from evidra.eval.metrics_anls import _anls_value, normalized_levenshtein
-from evidra.eval.metrics_qa import _to_float
+from evidra.metrics.anls import _anls_value, normalized_levenshtein
+from evidra.metrics.qa import _to_float
 
 
 def mmlongbench_clean(text: object) -> str:

@@ -1,0 +1,75 @@
+"""``evidra eval --method NAME``: evaluate as a trained method runs and is rewarded.
+
+The method (``evidra.methods.METHODS``) gives everything at once: its paradigm (unless
+``--paradigm`` names others), its environment (the one training rolls out in: VRAG-RL's search,
+CAVE's zoom), its sample preparation (``Task.from_benchmark``, its page budget) and its reward,
+added to every prediction's scores as ``reward`` and ``reward/<component>`` (the names training
+logs) by the very reward object a trainer of the method calls. ``--method-option KEY=VALUE``
+sets an option of the method, as ``method.KEY=VALUE`` in a recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, replace
+from typing import Any
+
+from evidra.errors import InvalidInputError
+
+DEFAULT_MAX_TURNS = 8  # a method's environment ends its episodes itself; this only bounds them
+
+
+def add_arguments(p: Any) -> None:
+    g = p.add_argument_group("a trained method (its paradigm, environment and reward)")
+    g.add_argument("--method", default=None, metavar="NAME",
+                   help="evaluate as this method runs: its paradigm, environment and reward "
+                   "(lat, evisrag, lang2act, vragrl, cave, or a method a package registers)")  # fmt: skip
+    g.add_argument("--method-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of --method, as method.KEY=VALUE in a recipe (e.g. stage=2)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MethodEval:
+    """The resolved method of ``--method`` and the task built from its options."""
+
+    method: Any
+    task: Any
+
+    @property
+    def variant(self) -> str:
+        return f"method={self.method.name}"
+
+    def samples(self, bench: str, samples: list[Any], data_path: str | None) -> list[Any]:
+        """The benchmark's samples as the method's task takes them (kept, filled, pages cut)."""
+        from evidra.rl.config import DataConfig
+
+        if self.task.from_benchmark is not None:
+            data = DataConfig(source=bench, path=data_path or ".", size=0)
+            samples = self.task.from_benchmark(samples, data)
+        return self.task.select_pages(samples) if self.task.select_pages is not None else samples
+
+    def score(self, samples: list[Any], preds: list[Any]) -> list[Any]:
+        """``preds`` with the method's reward added (after the cache, so cached rows get it too)."""
+        from evidra.methods.scoring import reward_scorer
+
+        scorer = reward_scorer(self.task)
+        return [replace(p, scores={**p.scores, **scorer(s, p)}) for s, p in zip(samples, preds, strict=True)]
+
+
+def parse_method(args: argparse.Namespace) -> MethodEval | None:
+    """The method of ``--method`` with its options checked, before any model loads."""
+    if args.method is None:
+        if args.method_option:
+            raise InvalidInputError("--method-option sets an option of --method NAME; pass --method too")
+        return None
+    from evidra.config import apply_overrides
+    from evidra.methods import resolve_section
+
+    if args.env is not None:
+        raise InvalidInputError("--method brings its own environment; remove --env")
+    for option in args.method_option:
+        if "=" not in option:
+            raise InvalidInputError(f"--method-option {option!r} must look like KEY=VALUE (e.g. stage=2)")
+    section = apply_overrides({}, args.method_option)
+    resolved = resolve_section({**section, "name": args.method})
+    return MethodEval(resolved.method, resolved.task())

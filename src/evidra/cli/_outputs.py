@@ -1,0 +1,46 @@
+"""Output paths checked before the work: a command that would generate for minutes and then fail
+to write its result (a folder named where a file goes, a file where a folder goes, a parent that
+is a file or not writable) stops at once with one line naming the option."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from evidra.errors import InvalidInputError
+
+
+def _check_parent(path: Path, option: str) -> None:
+    existing = next((p for p in path.absolute().parents if p.exists()), None)
+    if existing is None:
+        return
+    if not existing.is_dir():
+        raise InvalidInputError(
+            f"{option} {str(path)!r}: {str(existing)!r} is a file, not a folder; choose another path"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InvalidInputError(
+            f"{option} {str(path)!r}: cannot write in {str(existing)!r}; choose another path"
+        )
+
+
+def check_output_file(path: str | Path, option: str, example: str) -> None:
+    """Refuse ``path`` as the file ``option`` writes, unless it can be written there; ``example``
+    is a file name to suggest inside a folder given by mistake."""
+    out = Path(path)
+    if out.is_dir():
+        suggestion = out / example
+        raise InvalidInputError(
+            f"{option} {str(path)!r} is a folder; name a file, e.g. {option} {suggestion}"
+        )
+    if out.exists() and not os.access(out, os.W_OK):
+        raise InvalidInputError(f"{option} {str(path)!r} is not writable; choose another file")
+    _check_parent(out, option)
+
+
+def check_output_dir(path: str | Path, option: str) -> None:
+    """Refuse ``path`` as the folder ``option`` writes into, unless it is or can become one."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"{option} {str(path)!r} is a file; name a folder (new or existing)")
+    _check_parent(out, option)

@@ -1,0 +1,60 @@
+"""``evidra index search``: hits named by file and page, with their document's metadata, filtered
+by ``--where`` (the index's page store: ``--store``, or the one ``index build --store`` recorded)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from evidra.cli.index import _options
+
+
+def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:
+    """Each page's ``PageMeta`` from the index's store (``{}`` without one), and the page ids that
+    ``--where`` rules out."""
+    from evidra.corpus import PageStore
+    from evidra.corpus.metadata import parse_where
+    from evidra.errors import InvalidInputError
+    from evidra.retrieval.manifest import read_spec
+
+    where = parse_where(args.where)
+    store = args.store or read_spec(args.index).store
+    if not store or not (args.store or Path(store).is_dir()):
+        if where:
+            raise InvalidInputError(
+                f"--where needs the page store of index {args.index}; pass --store S (the store it "
+                "was built over)"
+            )
+        return {}, set()
+    with PageStore.open(store) as opened:
+        metas = opened.page_meta()
+    excluded = {pid for pid, m in metas.items() if not where.matches(m)} if where else set()
+    if where and len(excluded) == len(metas):
+        raise InvalidInputError(f"no page of store {store} matches {where}; see `evidra pages {store}`")
+    return metas, excluded
+
+
+def run_search(args: argparse.Namespace) -> int:
+    from evidra.retrieval.engine import open_index
+
+    enc_opts, maxsim = _options(args)  # option errors (--device cuda without CUDA) first
+    metas, ruled_out = _search_metadata(args)
+    exclude = [set(args.exclude) | ruled_out] * len(args.queries)
+    with open_index(args.index, options=enc_opts, maxsim=maxsim, encoder_path=args.encoder) as engine:
+        results = engine.retriever.search(args.queries, k=args.k, exclude=exclude)
+    for query, hits in zip(args.queries, results, strict=True):
+        if args.json:
+            rows = [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path,
+                     **(metas[h.page_id].record() if h.page_id in metas else {})} for h in hits]  # fmt: skip
+            print(json.dumps({"query": query, "hits": rows}, ensure_ascii=False))
+            continue
+        print(f"query: {query}")
+        if not hits:
+            print("  no relevant page: no page of the index matches the query")
+        for rank, h in enumerate(hits, start=1):
+            meta = metas.get(h.page_id)
+            where = f"{meta.citation:<28} {meta.title[:40]:<40}  {h.page_id}" if meta else f"{h.page_id:<24}"
+            print(f"  {rank:>3}. {h.score:10.4f}  {where}{'' if meta else '  ' + h.image_path}")
+    return 0
