@@ -276,8 +276,6 @@ class PageStore:
     def record_source(self, source: str, file_hash: str) -> None:
         """Note that ``source`` holds content already stored under ``file_hash`` (no new pages)."""
         old = self.hash_of_source(source)
-        if old is not None and old != file_hash:
-            self._pngs_of(old)  # names checked before anything changes
         with self._conn:
             self._conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?)", (source, file_hash))
         if old is not None and old != file_hash:
@@ -295,8 +293,6 @@ class PageStore:
         """
         pages_dir = self.root / PAGES_DIR
         old = self.hash_of_source(source)
-        if old is not None and old != file_hash:
-            self._pngs_of(old)  # names checked before anything changes
         staged: list[tuple[str, Path]] = []
         final: list[Path] = []
         try:

@@ -38,7 +38,7 @@ def save(model: Any, optimizer: Any, folder: Path, rank: int, world: int) -> Non
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    state = get_optimizer_state_dict(model, optimizer)
+    state: dict[str, Any] = dict(get_optimizer_state_dict(model, optimizer))
     tensors: dict[str, Any] = {}
     entries: dict[str, Any] = {}
     values: dict[str, Any] = {}
