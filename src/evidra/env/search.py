@@ -20,8 +20,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evidra import imagefiles
 from evidra.env.base import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
-from evidra.errors import InvalidInputError
+from evidra.errors import CorpusError, InvalidInputError
 from evidra.geometry import (
     VRAG_MAX_PIXELS,
     VRAG_MIN_PIXELS,
@@ -207,10 +208,7 @@ def _invalid_reason(parsed: Parsed) -> str | None:
 
 
 def _open(path: str) -> PILImage:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return im.convert("RGB")
+    return imagefiles.decode(path, f"page image {path}", error=CorpusError)
 
 
 ENVIRONMENTS.add("search", SearchEnv)
