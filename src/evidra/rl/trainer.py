@@ -6,7 +6,7 @@ policy on the exact sampled tokens with the clipped objective (``rl.losses``) an
 (``rl.kl``), over micro-batches whose loss uses whole-batch normalisers, so gradient
 accumulation equals the full batch. Runs under ``accelerate launch`` on several processes.
 
-    evidra train rl --config configs/toy.yaml run.steps=20
+    evidra train rl --config configs/tiny/lat.yaml run.steps=20
 """
 
 from __future__ import annotations
