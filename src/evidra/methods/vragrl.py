@@ -190,7 +190,8 @@ def oracle(sample: Sample) -> list[Message]:
     """Search the question, see the gold page, crop its evidence region (displayed frame), answer."""
     gold = next(p for p in sample.pages if p.id == sample.gold_pages[0])
     env = SearchEnv(_Fixed(gold), {gold.id: gold}, max_turns=MAX_TURNS)
-    box = sample.extras.get("evidence_box") or sample.gold_boxes[0].box
+    evidence = sample.evidence_box
+    box = evidence.box if evidence is not None and evidence.page_id == gold.id else sample.gold_boxes[0].box
     coords = page_box_to_displayed(box, Displayed.page(gold.id, gold.image_path, gold.size))
     turns = [
         f"<think>I need to find: {sample.question}</think><search>{sample.question}</search>",
