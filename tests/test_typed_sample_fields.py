@@ -15,7 +15,9 @@ from evidra.types import Box, EvidenceBox, Page, Sample
 ROOT = Path(__file__).parents[1]
 TYPED = ("evidence_box", "qrels", "answer_format")
 # extras["evidence_box"], extras.get('qrels'), extras={..., "answer_format": fmt, ...}
-EXTRAS_KEY = re.compile(r"extras\s*(?:\[|\.get\(|=\s*\{[^}]*?)\s*['\"](?:" + "|".join(TYPED) + r")['\"]", re.S)
+EXTRAS_KEY = re.compile(
+    r"extras\s*(?:\[|\.get\(|=\s*\{[^}]*?)\s*['\"](?:" + "|".join(TYPED) + r")['\"]", re.S
+)
 
 
 def extras_uses(text: str) -> list[str]:

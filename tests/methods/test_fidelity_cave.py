@@ -57,7 +57,8 @@ def test_the_restatement_check_can_fail(drawn: list[Sample]) -> None:
     for s in drawn:
         told = s.extras["perception"] + f" So the answer is {s.answers[0]}."
         if s.dataset == "tunnel_chain":
-            told = s.extras["perception"].rsplit(" -> ", 1)[0] + " -> {} {}".format(*s.extras["meta"]["chain"][-1])
+            color, shape = s.extras["meta"]["chain"][-1]
+            told = s.extras["perception"].rsplit(" -> ", 1)[0] + f" -> {color} {shape}"
         elif s.dataset == "tracer_vjump":
             told = s.extras["perception"].replace(";", f" -> {s.answers[0]} (red);", 1)
         fake = Sample(s.id, s.question, s.answers, s.pages, dataset=s.dataset,
@@ -103,11 +104,17 @@ def test_the_round_number_anchor() -> None:
     reward = build_task(dict(name="cave")).reward
     assert isinstance(reward, CaveReward) and reward.params.max_rounds == MAX_ROUNDS and WEIGHTS["rounds"] > 0
     sample = Sample("s", "Which letter?", ("C",))
-    zoom = '<think>look</think><tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 9, 9]}}</tool_call>'
+    call = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 9, 9]}})
+    zoom = f"<think>look</think><tool_call>{call}</tool_call>"
     answer = "<think>seen</think><answer>C</answer>"
-    rounds = [reward.outcome(texts, sample).rounds for texts in (  # type: ignore[union-attr]
-        [zoom, answer], [zoom] * (MAX_ROUNDS - 1) + [answer], [zoom] * MAX_ROUNDS, [zoom] * MAX_ROUNDS + [answer])]  # fmt: skip
-    assert rounds == [1.0, 1.0, 0.0, 0.0]
+    episodes = [
+        [zoom, answer],
+        [zoom] * (MAX_ROUNDS - 1) + [answer],  # the last allowed round answers
+        [zoom] * MAX_ROUNDS,  # cut by the limit
+        [zoom] * MAX_ROUNDS + [answer],  # past the limit (scored outside the environment)
+    ]
+    outcomes = [reward.outcome(texts, sample) for texts in episodes]
+    assert [o.rounds if o is not None else None for o in outcomes] == [1.0, 1.0, 0.0, 0.0]
 
 
 def test_the_rl_corpus_is_5000_samples_of_both_families(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def test_stage1_weights_apply() -> None:
 
 
 def test_stage1_refuses_a_tool_weight_in_one_line() -> None:
-    with pytest.raises(ConfigError, match="method.weights") as err:
+    with pytest.raises(ConfigError, match=r"method\.weights") as err:
         build_task(dict(name="lang2act", stage=1, weights={"tool": 0.2}))
     assert "\n" not in str(err.value)
 

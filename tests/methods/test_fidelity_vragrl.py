@@ -39,8 +39,8 @@ def test_the_recipe_trains_rl_after_sft_with_gamma_0_and_kl_001() -> None:
 
 
 def test_the_other_reading_is_one_override() -> None:
-    """"gamma = 0.1 when performing RL with cold start"; "if we perform cold start, we set it
-    [the KL coefficient] to 0": the released weights 0.2 / 0.7 / 0.1 and no KL."""
+    """§2.3: "gamma = 0.1 when performing RL with cold start"; §3.1: "if we perform cold start, we
+    set it [the KL coefficient] to 0": the released weights 0.2 / 0.7 / 0.1 and no KL."""
     cfg = load_config(RLConfig, RECIPE, ["model.path=x", *_other_reading()])
     assert cfg.algo.kl == "none"
     assert build_task(cfg.method).reward.weights == {"retrieval": 0.2, "answer": 0.7, "pattern": 0.1}
@@ -60,8 +60,9 @@ def test_an_answer_without_search_earns_beta() -> None:
 
 def test_the_docs_state_both_readings_and_the_reward_model() -> None:
     methods = (ROOT / "docs/methods.md").read_text()
-    for quote in ("we usually set γ = 0", "when performing RL with cold start",
-                  "typically set to 0.01", "if we perform cold start", "trained based on cold start"):  # fmt: skip
+    quotes = ["we usually set γ = 0", "when performing RL with cold start", "typically set to 0.01",
+              "if we perform cold start", "trained based on cold start"]  # fmt: skip
+    for quote in quotes:
         assert quote in methods, quote
     agents = (ROOT / "docs/agents.md").read_text()
     assert "Qwen2.5-7B-Instruct" in agents and "KL 0.01)" not in agents

@@ -7,7 +7,8 @@ e.g. ``SearchClient`` to ``evidra serve-index``, through ``method.index`` or
 ``Resources.searcher``). The reward is VRAG-RL Eq. 12, by default with the released code's
 weights (0.2 NDCG of the retrieved pages, 0.7 judge, 0.1 pattern; the paper gives none but
 gamma; ``method.weights``, which ``configs/vragrl.yaml`` sets to gamma = 0 after SFT) and the
-offline ``RuleJudge`` (``method.judge``; the paper's judge is Qwen2.5-7B-Instruct); the retrieved page ids come from the environment's infos, which is why this
+offline ``RuleJudge`` (``method.judge``; the paper's judge is Qwen2.5-7B-Instruct); the retrieved
+page ids come from the environment's infos, which is why this
 task scores whole episodes (``Task.score_episodes``). ``method.reward_mode=upstream`` scores as the
 released reward manager: the whole decoded episode is checked, and without both a ``<search>``
 and an ``<answer>`` in it the reward is 0. The oracle conversation (for SFT) searches the

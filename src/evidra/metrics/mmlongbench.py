@@ -107,7 +107,9 @@ def _score_list(gold: object, pred: object) -> float:
 
 
 # ``Sample.answer_type`` -> MMLongBench's ``answer_format`` spelling (its loader reads the inverse)
-MMLONGBENCH_FORMATS: dict[str, str] = {"int": "Int", "float": "Float", "str": "Str", "list": "List", "none": "None"}
+MMLONGBENCH_FORMATS: dict[str, str] = {
+    "int": "Int", "float": "Float", "str": "Str", "list": "List", "none": "None",
+}  # fmt: skip
 
 
 def mmlongbench_score(gold: object, pred: object, answer_format: str) -> float:

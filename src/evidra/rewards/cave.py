@@ -144,7 +144,8 @@ def cave_reward(
 
     ``area_ratios[t]`` is the area ratio of turn t's valid zoom, None when turn t did not zoom.
     Turn t < T-1 gets ``gamma**t (w_b psi(b_t) + w_e psi(e_t) + w_f psi(f_t))``; the last turn
-    also gets ``w_acc * accuracy + w_fmt * format + w_rounds * rounds``. The total is the weighted sum of the decayed
+    also gets ``w_acc * accuracy + w_fmt * format + w_rounds * rounds``. The total is the weighted
+    sum of the decayed
     credit sums and the anchors (what the turns add up to); ``process`` logs the credits' part.
     """
     if not states:

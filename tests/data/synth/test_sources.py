@@ -57,8 +57,8 @@ def test_every_typed_field_survives_the_json_round_trip() -> None:
     sample = Sample(
         "s", "q?", ("a",), (page,), corpus="store", gold_pages=("p1",),
         gold_boxes=(EvidenceBox("p1", Box(1, 2, 3, 4)),), gold_evidence={"p1": "text"}, sufficient=False,
-        answer_type="int", dataset="d", extras={"k": [1, 2]}, evidence_box=EvidenceBox("p1", Box(0, 0, 50, 40)),
-        qrels={"p1": 2.0, "p9": 1.0},
+        answer_type="int", dataset="d", extras={"k": [1, 2]},
+        evidence_box=EvidenceBox("p1", Box(0, 0, 50, 40)), qrels={"p1": 2.0, "p9": 1.0},
     )  # fmt: skip
     assert sample_from_json(json.loads(json.dumps(sample_to_json(sample)))) == sample
 
@@ -82,4 +82,5 @@ def test_two_images_become_one_image_of_panels(tmp_path: Path) -> None:
     evidence, moved = pair.evidence_box, one.evidence_box  # the evidence region, on its panel
     assert evidence is not None and moved is not None and moved.page_id == page.id
     dx = source.width + 24 if evidence.page_id == candidate.id else 0
-    assert moved.box.as_tuple() == (evidence.box.x1 + dx, evidence.box.y1, evidence.box.x2 + dx, evidence.box.y2)
+    b = evidence.box
+    assert moved.box.as_tuple() == (b.x1 + dx, b.y1, b.x2 + dx, b.y2)

@@ -124,7 +124,7 @@ def trace(rng: random.Random, out: Path, sid: str) -> Sample:
     for _ in range(300):  # background noise
         x, y = rng.uniform(0, 520), rng.uniform(0, 400)
         draw.point((x, y), fill=(rng.randint(150, 230),) * 3)
-    curves = []
+    curves, controls = [], []
     for i in range(k):
         a, b = (40.0, ys[i]), (480.0, ys[targets[i]])
         ctrl = [
@@ -136,6 +136,7 @@ def trace(rng: random.Random, out: Path, sid: str) -> Sample:
         color = CURVE_COLORS[i % len(CURVE_COLORS)]
         draw.line([bezier(ctrl, t / 100) for t in range(101)], fill=COLORS[color], width=3)
         curves.append({"control": ctrl, "color": color})
+        controls.append(ctrl)
     for i in range(k):
         draw.text((18, ys[i] - 6), string.ascii_uppercase[i], fill="black")
         draw.text((492, ys[i] - 6), str(i + 1), fill="black")
@@ -145,11 +146,11 @@ def trace(rng: random.Random, out: Path, sid: str) -> Sample:
         f"Follow the curve that starts at letter {letter} on the left. "
         "Which number does it end at on the right?"
     )
-    mid = bezier(curves[q]["control"], 0.5)
+    mid = bezier(controls[q], 0.5)
     evidence = (f"The curve from letter {letter} is {curves[q]['color']}; halfway it passes "
                 f"({round(mid[0])}, {round(mid[1])}).")  # fmt: skip
     meta = {"curves": curves, "targets": targets, "query": q, "ends": ys}
-    region = (0, region_around([bezier(curves[q]["control"], s / 20) for s in range(21)], 12))
+    region = (0, region_around([bezier(controls[q], s / 20) for s in range(21)], 12))
     return save_sample([image], out, sid, prompt, answer, evidence, "tracer_trace", meta, region)
 
 
