@@ -93,9 +93,9 @@ def _page_boxes(sample: Sample, page_index: int, parsed: Parsed | None) -> tuple
 
     page = sample.pages[page_index]
     boxes = []
-    evidence = sample.extras.get("evidence_box")
-    if isinstance(evidence, Box) and page.id in sample.gold_pages:
-        boxes.append(ViewerBox(evidence, "gold evidence", GOLD, "dotted"))
+    evidence = sample.evidence_box
+    if evidence is not None and evidence.page_id == page.id:
+        boxes.append(ViewerBox(evidence.box, "gold evidence", GOLD, "dotted"))
     boxes += [ViewerBox(b.box, "gold answer", GOLD) for b in sample.gold_boxes if b.page_id == page.id]
     if parsed is None:
         return tuple(boxes)

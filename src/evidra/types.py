@@ -201,6 +201,10 @@ class Sample:
     ``pages`` are the candidate pages shown to the model (VISA's candidates, a document's
     pages); ``corpus`` names a page store to retrieve from instead (VRAG-RL). ``gold_pages``
     holds page ids; empty when the question is unanswerable from the given pages.
+    ``evidence_box`` is the region that carries the evidence (a sentence, a table row, the part of
+    a figure to zoom into), wider than the gold answer boxes; ``qrels`` the graded relevance of
+    corpus pages (page id -> grade) for ranking metrics. ``answer_type`` is the gold answer's
+    type (MMLongBench's ``answer_format``, lower-cased).
     """
 
     id: str
@@ -216,6 +220,8 @@ class Sample:
     answer_type: AnswerType | None = None
     dataset: str = ""
     extras: Mapping[str, Any] = field(default_factory=dict)
+    evidence_box: EvidenceBox | None = None
+    qrels: Mapping[str, float] = field(default_factory=dict)  # page id -> graded relevance
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -226,16 +232,23 @@ class Sample:
             raise InvalidInputError(f"Sample {self.id!r}: answers must be a sequence of strings, not a str")
         for name in ("answers", "pages", "gold_pages", "gold_boxes"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.evidence_box is not None and not isinstance(self.evidence_box, EvidenceBox):
+            raise InvalidInputError(f"Sample {self.id!r}: evidence_box must be an EvidenceBox (page id, box)")
         if self.pages:
             known = {p.id for p in self.pages}
             missing = [g for g in self.gold_pages if g not in known]
             missing += [b.page_id for b in self.gold_boxes if b.page_id not in known]
+            evidence = self.evidence_box
+            missing += [evidence.page_id] if evidence is not None and evidence.page_id not in known else []
             if missing:
                 raise InvalidInputError(
                     f"Sample {self.id!r}: gold page ids {sorted(set(missing))} are not among its pages"
                 )
         _freeze_mapping(self, "gold_evidence", self.gold_evidence)
         _freeze_mapping(self, "extras", self.extras)
+        for page_id, grade in dict(self.qrels or {}).items():
+            _check_finite(f"Sample {self.id!r} qrels[{page_id!r}]", grade=grade)
+        _freeze_mapping(self, "qrels", self.qrels)
 
     def page_index(self, page_id: str) -> int:
         """0-based position of ``page_id`` among ``pages``."""

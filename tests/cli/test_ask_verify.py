@@ -39,7 +39,7 @@ def coe_answer(sample: Sample, page: Page) -> str:
     k = sample.page_index(page.id)
     corner = Box(0, 0, 10, 10)  # blank margin: no words there
     return (
-        f"<think>{sample.gold_evidence[page.id]} {format_box(sample.extras['evidence_box'], k)} "
+        f"<think>{sample.gold_evidence[page.id]} {format_box(sample.evidence_box.box, k)} "
         f"The page also shows the budget. {format_box(corner, k)}</think>\n"
         f"<answer>{sample.answers[0]}\n{format_box(gold, k)}</answer>"
     )

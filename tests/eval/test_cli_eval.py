@@ -136,3 +136,24 @@ def test_eval_multi_turn_environment_defaults_to_its_own_turn_limit(
     (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     # no --max-turns: the zoom environment's own round limit ends the episode, not one turn
     assert row["metrics"]["turns"] == float(ZoomEnv.max_rounds) > 1
+
+
+@pytest.mark.parametrize(("method", "layout"), [("evisrag", "evisrag"), ("cave", "official")])
+def test_eval_method_writes_its_papers_table(
+    tiny_dirs: dict[str, Path], tmp_path: Path, method: str, layout: str
+) -> None:
+    """``eval --method NAME`` writes that method's table (``Method.layout``: EVisRAG's Acc / F1,
+    the benchmark's official metric for CAVE), not every layout the metrics fill."""
+    from evidra.methods import METHODS
+
+    assert METHODS.get(method).layout == layout
+    out = tmp_path / "eval"
+    argv = ["eval", "--synthetic", "documents", "--n", "1", "--method", method,
+            "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "8", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert sorted(p.name for p in out.glob("table_*.csv")) == [f"table_{layout}.csv"]
+    sections = [line for line in (out / "tables.md").read_text().splitlines() if line.startswith("## ")]
+    assert sections == [f"## {layout}"]
+    (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    other = "exact_match" if layout != "official" else "turns"  # a column of a layout not written
+    assert other in row["metrics"]

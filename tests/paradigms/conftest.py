@@ -49,5 +49,5 @@ def sample(page: Page) -> Sample:
         gold_pages=(page.id,),
         gold_boxes=(EvidenceBox(page.id, Box(40, 30, 70, 40)),),
         gold_evidence={page.id: "Revenue 2023 was $5M"},
-        extras={"evidence_box": Box(10, 10, 100, 40)},
+        evidence_box=EvidenceBox(page.id, Box(10, 10, 100, 40)),
     )

@@ -79,11 +79,12 @@ def test_cave_reward_is_registered_with_its_weights() -> None:
     reward = REWARDS.get("cave")
     assert isinstance(reward, CaveReward)
     sample = Sample("s", "Which colour?", ("red",), (Page("p", "p.png", 10, 10),))
-    # the braced rule judge: {Red} is the reference up to case; anchors only (no credits without states)
+    # the braced rule judge: {Red} is the reference up to case; anchors only (no credits without
+    # states): accuracy 1.0 + format 0.1 + answered within the round limit 0.1
     right = reward(Parsed(text="<answer>{Red}</answer>", answer="{Red}"), sample)
-    assert right.total == pytest.approx(1.0 + 0.1) and right.turns == pytest.approx((1.1,))
+    assert right.total == pytest.approx(1.0 + 0.1 + 0.1) and right.turns == pytest.approx((1.2,))
     wrong = reward(Parsed(text="<answer>dark red</answer>", answer="dark red"), sample)
-    assert wrong.total == pytest.approx(0.1)
+    assert wrong.total == pytest.approx(0.2)
     with pytest.raises(InvalidInputError, match="did you mean 'belief'"):
         reward.reweighted({"beleif": 1.0})
 

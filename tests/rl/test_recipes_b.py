@@ -139,7 +139,9 @@ def test_cave_scripted_episodes_get_turn_credits(small_vlm: Any, tmp_path: Path)
     results = task.score_episodes(small_vlm, episodes)
     zoomed, guessed = results
     assert len(zoomed.turns) == 2 and len(guessed.turns) == 2
-    assert zoomed.turns[1] == pytest.approx(1.1) and guessed.turns[1] == pytest.approx(0.0)
+    # last turn: accuracy 1.0 + format 0.1 + rounds 0.1; the guess is wrong and malformed but
+    # answered within the round limit, so it keeps the round-number anchor's 0.1
+    assert zoomed.turns[1] == pytest.approx(1.2) and guessed.turns[1] == pytest.approx(0.1)
     assert sum(zoomed.turns) == pytest.approx(zoomed.total)
     assert all(math.isfinite(t) for r in results for t in r.turns)
     assert guessed.components["focus"] == 0.0  # no zoom, no focus credit

@@ -100,7 +100,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "--out subset.jsonl",
     ),
     "data toolbox": (
-        "evidra data toolbox --config configs/lang2act.yaml --trajectories traj.jsonl --out toolbox.json",
+        "evidra data toolbox --config configs/lang2act_stage1.yaml --trajectories traj.jsonl "
+        "--out toolbox.json",
         "evidra data toolbox --trajectories traj.jsonl --curator http://localhost:8000/v1 "
         "--curator-model qwen-72b --out toolbox.json",
     ),

@@ -9,7 +9,8 @@
     evidra eval --benchmark visa_wiki --data data/visa --paradigm coe --sa-retriever ckpt/colqwen2 \\
         --model ckpt/lat --out runs/lat   # LAT's Step Accuracy column
     evidra eval --synthetic documents --method vragrl --model runs/vragrl --out runs/eval-vragrl
-        # as the method trains: its paradigm, environment and reward (reward/* columns)
+        # as the method trains: its paradigm, environment and reward (reward/* columns); the
+        # tables are the method's layout (Method.layout) alone
 
 Predictions are cached in ``OUT/predictions.jsonl``: rerunning resumes. ``--paradigm all`` runs
 every registered paradigm and skips (with a warning) those that cannot prompt these samples.
@@ -316,7 +317,8 @@ def run(args: argparse.Namespace) -> int:
         from evidra.eval.plots import plot_training
 
         curves.append(plot_training(args.training_metrics, out / "training_curves.png", window=10))
-    for path in [*write_report(runs, out), *_plots(runs, out), *curves]:
+    layouts = [method.method.layout] if method is not None else None  # a method's table: its paper's
+    for path in [*write_report(runs, out, layouts=layouts), *_plots(runs, out), *curves]:
         print(path)
     return 0
 

@@ -2,7 +2,7 @@
 
 Runs on one process as is, or on several under ``accelerate launch``:
 
-    accelerate launch --num_processes 2 -m evidra.cli.main train rl --config configs/toy.yaml
+    accelerate launch --num_processes 2 -m evidra.cli.main train rl --config configs/tiny/lat.yaml
 """
 
 from __future__ import annotations

@@ -61,11 +61,13 @@ def _ranked(
 def _with_pages(sample: Sample, ids: Sequence[str], corpus: dict[str, Page]) -> Sample:
     kept = tuple(corpus[i] for i in ids)
     shown = {p.id for p in kept}
+    evidence = sample.evidence_box
     return replace(
         sample,
         pages=kept,
         gold_pages=tuple(g for g in sample.gold_pages if g in shown),
         gold_boxes=tuple(b for b in sample.gold_boxes if b.page_id in shown),
+        evidence_box=evidence if evidence is not None and evidence.page_id in shown else None,
         gold_evidence={p: e for p, e in sample.gold_evidence.items() if p in shown},
         extras={**sample.extras, "retrieved": list(ids)},
     )

@@ -74,8 +74,11 @@ def label_samples(
             raise InvalidInputError(f"sample {s.id!r}: retrieved pages {missing} are not in the given pages")
         context = tuple(pages[p] for p in ranked[:k])
         gold = tuple(g for g in s.gold_pages if g in pages and pages[g] in context)
-        boxes = tuple(b for b in s.gold_boxes if b.page_id in {p.id for p in context})
-        out.append(replace(s, sufficient=ok, pages=context, gold_pages=gold, gold_boxes=boxes, extras=extras))
+        shown = {p.id for p in context}
+        boxes = tuple(b for b in s.gold_boxes if b.page_id in shown)
+        evidence = s.evidence_box if s.evidence_box is not None and s.evidence_box.page_id in shown else None
+        out.append(replace(s, sufficient=ok, pages=context, gold_pages=gold, gold_boxes=boxes,
+                           evidence_box=evidence, extras=extras))  # fmt: skip
     return out
 
 

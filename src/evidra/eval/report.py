@@ -140,13 +140,20 @@ def significance_markdown(runs: Sequence[RunResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(runs: Sequence[RunResult], out_dir: str | Path, *, title: str = "evidra eval") -> list[Path]:
-    """``results.jsonl``, ``tables.md`` + ``table_*.csv`` and ``viewer.html`` under ``out_dir``."""
+def write_report(
+    runs: Sequence[RunResult],
+    out_dir: str | Path,
+    *,
+    title: str = "evidra eval",
+    layouts: Sequence[str] | None = None,
+) -> list[Path]:
+    """``results.jsonl``, ``tables.md`` + ``table_*.csv`` (the tables of ``layouts``; every layout
+    with a column when None) and ``viewer.html`` under ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     results.write_text("".join(r.row.to_json() + "\n" for r in runs), encoding="utf-8")
-    tables = write_tables([r.row for r in runs], out)
+    tables = write_tables([r.row for r in runs], out, layouts)
     records = [
         viewer_record(s, p, f"{r.row.benchmark} / {r.row.paradigm} / {r.row.model}")
         for r in runs

@@ -256,4 +256,4 @@ def benchmark_queries(path: str | Path, layout: Layout) -> tuple[dict[str, str],
 
     samples = {"beir": load_beir, "vidore_v1": load_vidore_v1}[layout](path)
     queries = {s.id: s.question for s in samples}
-    return queries, {s.id: {d: float(r) for d, r in s.extras["qrels"].items()} for s in samples}
+    return queries, {s.id: dict(s.qrels) for s in samples}

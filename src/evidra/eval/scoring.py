@@ -102,7 +102,7 @@ def retrieval_scores(
     ranking = retrieved_ids(infos)
     if not ranking or not sample.gold_pages:
         return {}
-    qrels = dict(sample.extras.get("qrels") or {}) or list(sample.gold_pages)
+    qrels = dict(sample.qrels) or list(sample.gold_pages)
     out = {f"recall@{k}": recall_at_k(ranking, qrels, k) for k in ks}
     out.update({f"ndcg@{k}": ndcg_at_k(ranking, qrels, k) for k in ks})
     out["mrr@10"] = mrr_at_k(ranking, qrels, 10)

@@ -60,7 +60,10 @@ def with_sufficiency(sample: Sample) -> Sample:
 def first_gold_page(sample: Sample) -> Sample:
     """CAVE zooms on one image: the gold page when known, else the first page."""
     gold = [p for p in sample.pages if p.id in sample.gold_pages]
-    return replace(sample, pages=tuple(gold or sample.pages)[:1])
+    page = tuple(gold or sample.pages)[:1]
+    evidence = sample.evidence_box
+    on_page = evidence is not None and bool(page) and evidence.page_id == page[0].id
+    return replace(sample, pages=page, evidence_box=evidence if on_page else None)
 
 
 IMAGE_QA = (has_pages, images_on_disk, has_answer)  # what every single-turn page-QA task needs

@@ -33,10 +33,10 @@ from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_protocol import Judge
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import Task, synthetic_mixture, usable
-from evidra.types import Message, Sample
+from evidra.types import Box, Message, Sample
 
-MAX_ROUNDS = 4
 PARAMS = CaveParams()
+MAX_ROUNDS = PARAMS.max_rounds  # the environment's round limit is the anchor's
 TRAINING_MIX = ("tracer", "tunnel")  # CAVE App. C: four TRACER-style families + three Tunnel-style
 _JUDGE = RuleJudge("braced")
 
@@ -58,10 +58,19 @@ def make_env(sample: Sample) -> ZoomEnv:
     return ZoomEnv(max_rounds=MAX_ROUNDS)
 
 
+def zoom_region(sample: Sample) -> Box | None:
+    """Where the oracle zooms: the evidence region (``Sample.evidence_box``), else the gold box,
+    when it lies on the one image the zoom tool sees."""
+    page = sample.pages[0].id if sample.pages else None
+    boxes = [sample.evidence_box, *sample.gold_boxes] if sample.evidence_box else list(sample.gold_boxes)
+    return next((b.box for b in boxes if b.page_id == page), None)
+
+
 def oracle(sample: Sample) -> list[Message]:
-    """A correct conversation: zoom on the evidence region (with a margin) when the sample has
-    one, read it, answer; otherwise state the perception evidence and answer."""
-    box = sample.extras.get("evidence_box") or (sample.gold_boxes[0].box if sample.gold_boxes else None)
+    """A correct conversation of the cold start's kind (CAVE D.1: DeepEyes-style interleaved
+    tool use): zoom on the region that holds the evidence, with a margin, state the evidence seen
+    there, answer. A sample without such a region answers from the whole image."""
+    box = zoom_region(sample)
     evidence = " ".join(t for t in sample.gold_evidence.values() if t) or "The image shows the answer."
     final = f"<answer>{sample.answers[0]}</answer>"
     if box is None:
@@ -71,9 +80,9 @@ def oracle(sample: Sample) -> list[Message]:
               min(page.width, int(box.x2) + margin), min(page.height, int(box.y2) + margin)]  # fmt: skip
     call = json.dumps({"name": TOOL_NAME, "arguments": {"bbox_2d": coords}})
     turns = [
-        "<think>The text is too small to read; zoom into the relevant region.</think>"
+        "<think>The details are small; zoom into the region that holds them.</think>"
         f"<tool_call>{call}</tool_call>",
-        f"<think>The zoomed region shows the answer.</think>{final}",
+        f"<think>{evidence}</think>{final}",
     ]
     return play_script(make_env(sample), sample, turns)
 
@@ -102,7 +111,7 @@ class CaveOptions:
     """The ``method:`` section of a CAVE recipe."""
 
     judge: JudgeConfig = field(default_factory=JudgeConfig)  # the answer anchor; default: the braced rule
-    # credit and anchor (belief, evidence, focus, accuracy, format) -> weight over the defaults
+    # credit and anchor (belief, evidence, focus, accuracy, format, rounds) -> weight over the defaults
     weights: Mapping[str, float] = field(default_factory=dict)
 
 

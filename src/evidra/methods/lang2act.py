@@ -1,8 +1,10 @@
 """Lang2Act: stage 1 (action exploration) and stage 2 (tool-based RL) over synthetic documents
 (Lang2Act §3.1-3.2, Eq. 12, App. A.4); ``method.stage`` picks one.
 
-* stage 1: r_ans (Eq. 2; the format of the three blocks is logged with weight 0, the released
-  ``actionrl.py`` adds 0.2 x it: ``method.weights``).
+* stage 1: r_ans alone (Eq. 2, the objective of action exploration); the format of the three
+  blocks is a logged component of weight 0. A.4's alpha = 0.8, beta = 0.2 weigh Eq. 12 (stage
+  2); ``method.weights={answer: 0.8, format: 0.2}`` scores stage 1 as the released
+  ``actionrl.py`` does (the weights apply); a ``tool`` weight is refused, stage 1 has no tools.
 * stage 2: 0.8 * r_ans + 0.2 * r_tool, r_tool = I_valid(z | T_box) against the default toolbox
   (Figure 10), or the curated one of ``method.toolbox`` (``evidra data toolbox``).
 

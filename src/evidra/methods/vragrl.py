@@ -4,9 +4,11 @@ Samples are questions about synthetic PDFs (``evidra.data.synth.documents``), in
 page store so every page has its text layer; the search engine is an in-process BM25 index
 over all pages of that corpus (the paper uses ColQwen2; any ``Searcher`` fits ``SearchEnv``,
 e.g. ``SearchClient`` to ``evidra serve-index``, through ``method.index`` or
-``Resources.searcher``). The reward is VRAG-RL Eq. 12 with the released weights (0.2 NDCG of the
-retrieved pages, 0.7 judge, 0.1 pattern; ``method.weights``) and the offline ``RuleJudge``
-(``method.judge``); the retrieved page ids come from the environment's infos, which is why this
+``Resources.searcher``). The reward is VRAG-RL Eq. 12, by default with the released code's
+weights (0.2 NDCG of the retrieved pages, 0.7 judge, 0.1 pattern; the paper gives none but
+gamma; ``method.weights``, which ``configs/vragrl.yaml`` sets to gamma = 0 after SFT) and the
+offline ``RuleJudge`` (``method.judge``; the paper's judge is Qwen2.5-7B-Instruct); the retrieved
+page ids come from the environment's infos, which is why this
 task scores whole episodes (``Task.score_episodes``). ``method.reward_mode=upstream`` scores as the
 released reward manager: the whole decoded episode is checked, and without both a ``<search>``
 and an ``<answer>`` in it the reward is 0. The oracle conversation (for SFT) searches the
@@ -189,7 +191,8 @@ def oracle(sample: Sample) -> list[Message]:
     """Search the question, see the gold page, crop its evidence region (displayed frame), answer."""
     gold = next(p for p in sample.pages if p.id == sample.gold_pages[0])
     env = SearchEnv(_Fixed(gold), {gold.id: gold}, max_turns=MAX_TURNS)
-    box = sample.extras.get("evidence_box") or sample.gold_boxes[0].box
+    evidence = sample.evidence_box
+    box = evidence.box if evidence is not None and evidence.page_id == gold.id else sample.gold_boxes[0].box
     coords = page_box_to_displayed(box, Displayed.page(gold.id, gold.image_path, gold.size))
     turns = [
         f"<think>I need to find: {sample.question}</think><search>{sample.question}</search>",
@@ -229,7 +232,7 @@ class VragrlOptions:
 
     # paper: Eq. 12 on the last turn; upstream: the released reward manager (docs/methods.md)
     reward_mode: Literal["paper", "upstream"] = "paper"
-    # reward component (retrieval, answer, pattern) -> weight over 0.2, 0.7, 0.1 (they sum to 1)
+    # reward component (retrieval, answer, pattern) -> weight over the released 0.2, 0.7, 0.1 (sum 1)
     weights: Mapping[str, float] = field(default_factory=dict)
     judge: JudgeConfig = field(default_factory=JudgeConfig)  # r_Ans's judge; default: the offline rule
     index: str = ""  # the search engine: an index directory or a serve-index URL; empty: BM25

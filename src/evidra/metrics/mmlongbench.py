@@ -106,6 +106,12 @@ def _score_list(gold: object, pred: object) -> float:
     return min(_mmlb_anls(a, b) for a, b in zip(g, p, strict=True))
 
 
+# ``Sample.answer_type`` -> MMLongBench's ``answer_format`` spelling (its loader reads the inverse)
+MMLONGBENCH_FORMATS: dict[str, str] = {
+    "int": "Int", "float": "Float", "str": "Str", "list": "List", "none": "None",
+}  # fmt: skip
+
+
 def mmlongbench_score(gold: object, pred: object, answer_format: str) -> float:
     """MMLongBench-Doc ``eval_score`` for ``Int``, ``Float``, ``Str``, ``None`` and ``List``.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from evidra.metrics.anls import anls
-from evidra.metrics.mmlongbench import mmlongbench_score
+from evidra.metrics.mmlongbench import MMLONGBENCH_FORMATS, mmlongbench_score
 from evidra.metrics.qa import relaxed_accuracy, slidevqa_em, slidevqa_f1, visrag_accuracy
 from evidra.metrics.text import braced_answer, normalize_squad
 from evidra.registry import Registry
@@ -50,7 +50,7 @@ def _slidevqa(s: Sample, pred: str, answer_page: int | None) -> dict[str, float]
 
 
 def _mmlongbench(s: Sample, pred: str, answer_page: int | None) -> dict[str, float]:
-    fmt = str(s.extras.get("answer_format", "Str"))
+    fmt = MMLONGBENCH_FORMATS.get(s.answer_type or "str", "Str")
     return {"mmlongbench_score": mmlongbench_score(s.answers[0] if s.answers else "", pred, fmt)}
 
 

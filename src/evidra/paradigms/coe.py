@@ -156,8 +156,8 @@ class ChainOfEvidence:
 def coe_oracle_text(sample: Sample) -> str:
     """A correct CoE answer built from the gold evidence, for SFT cold start (LAT §3.2).
 
-    One step reads the evidence region (``extras['evidence_box']`` when given, else the gold
-    box), the next the answer itself; the answer cites the gold box. Unanswerable -> "No answer".
+    One step reads the evidence region (``Sample.evidence_box`` when it lies on the gold page),
+    the next the answer itself; the answer cites the gold box. Unanswerable -> "No answer".
     An answerable sample without a gold box has no correct chain to write: ``InvalidInputError``.
     """
     if sample.answerable and not sample.gold_boxes:
@@ -167,11 +167,11 @@ def coe_oracle_text(sample: Sample) -> str:
         return f"<think>{think}</think>\n<answer>{NO_ANSWER}</answer>"
     gold = sample.gold_boxes[0]
     index = sample.page_index(gold.page_id)
-    evidence = sample.extras.get("evidence_box")
+    evidence = sample.evidence_box
     steps = []
     text = sample.gold_evidence.get(gold.page_id, "")
-    if isinstance(evidence, Box) and text:
-        steps.append(f"The document states: {text.rstrip('.')}. {format_box(evidence, index)}")
+    if evidence is not None and evidence.page_id == gold.page_id and text:
+        steps.append(f"The document states: {text.rstrip('.')}. {format_box(evidence.box, index)}")
     answer = sample.answers[0] if sample.answers else ""
     steps.append(f"So the answer is {answer}. {format_box(gold.box, index)}")
     return f"<think>{' '.join(steps)}</think>\n<answer>{answer}\n{format_box(gold.box, index)}</answer>"

@@ -15,7 +15,9 @@ caused, from ``s_t`` to ``s_{t+1}``:
 
 Each credit is bounded (``psi``: clip to ``[-c, c]``) and weighted by the round decay
 ``gamma**t`` (§3.3); the process reward is ``w_b C_b + w_e C_e + w_f C_f`` (App. D.1). The
-last turn carries the task-anchoring outcome terms (answer correctness, format). Per-turn
+last turn carries the task-anchoring outcome terms (§3.3: "answer correctness, format validity,
+and round-number constraints"): accuracy, format, and ``rounds``, 1 when the episode answered
+within ``max_rounds`` rounds (App. D.1 bounds them), 0 when it ran out of rounds. Per-turn
 values are returned in ``RewardResult.turns`` and sum to the total, so the trainer's
 ``turn_credit`` advantage (trajectory normalisation) sees the same scalar as plain GRPO.
 
@@ -34,9 +36,11 @@ from dataclasses import dataclass
 from evidra.errors import InvalidInputError
 from evidra.rewards.base import RewardResult, weighted_sum
 
-COMPONENTS = ("belief", "evidence", "focus", "accuracy", "format")
+COMPONENTS = ("belief", "evidence", "focus", "accuracy", "format", "rounds")
 # process credits (slightly higher weight to belief update) and the task-anchoring terms (CAVE §3.3, App. D.1)
-WEIGHTS: Mapping[str, float] = {"belief": 0.4, "evidence": 0.3, "focus": 0.3, "accuracy": 1.0, "format": 0.1}
+WEIGHTS: Mapping[str, float] = {
+    "belief": 0.4, "evidence": 0.3, "focus": 0.3, "accuracy": 1.0, "format": 0.1, "rounds": 0.1,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,16 +52,19 @@ class CaveParams:
     rho_max: float = 0.5
     gamma: float = 0.9  # round decay
     clip: float = 1.0  # psi bound
+    max_rounds: int = 4  # rounds per rollout (the round-number anchor's bound and the environment's)
 
     def __post_init__(self) -> None:
         if (
             self.top_k < 2
+            or self.max_rounds < 1
             or not 0 <= self.rho_min < self.rho_max <= 1
             or not 0 < self.gamma <= 1
             or self.clip <= 0
         ):
             raise InvalidInputError(
-                "CAVE params need top_k >= 2, 0 <= rho_min < rho_max <= 1, 0 < gamma <= 1, clip > 0; "
+                "CAVE params need top_k >= 2, max_rounds >= 1, 0 <= rho_min < rho_max <= 1, 0 < gamma <= 1, "
+                "clip > 0; "
                 f"got {self}"
             )
 
@@ -123,6 +130,7 @@ def bounded(value: float, clip: float) -> float:
 class Outcome:
     accuracy: float  # 0/1 answer correctness
     format: float  # 0/1 format validity
+    rounds: float = 1.0  # 0/1: answered within the round limit (the round-number anchor)
 
 
 def cave_reward(
@@ -136,7 +144,8 @@ def cave_reward(
 
     ``area_ratios[t]`` is the area ratio of turn t's valid zoom, None when turn t did not zoom.
     Turn t < T-1 gets ``gamma**t (w_b psi(b_t) + w_e psi(e_t) + w_f psi(f_t))``; the last turn
-    also gets ``w_acc * accuracy + w_fmt * format``. The total is the weighted sum of the decayed
+    also gets ``w_acc * accuracy + w_fmt * format + w_rounds * rounds``. The total is the weighted
+    sum of the decayed
     credit sums and the anchors (what the turns add up to); ``process`` logs the credits' part.
     """
     if not states:
@@ -158,7 +167,7 @@ def cave_reward(
         for name, value in local.items():
             sums[name] += value
         turns.append(weighted_sum(local, weights))
-    anchors = {"accuracy": outcome.accuracy, "format": outcome.format}
+    anchors = {"accuracy": outcome.accuracy, "format": outcome.format, "rounds": outcome.rounds}
     turns.append(weighted_sum(anchors, weights))
     values = {**sums, **anchors}
     result = RewardResult.weighted(values, weights, turns=tuple(turns))

@@ -53,15 +53,17 @@ class CaveReward:
         return CaveReward(self.judge, merged, self.params, self.parse)
 
     def outcome(self, texts: Sequence[str], sample: Sample, last: Parsed | None = None) -> Outcome | None:
-        """Task anchors (CAVE §3.3): answer correctness (the judge) and format validity of every
-        turn; None when the judge could not decide (the episode is then unscored, never 0)."""
+        """Task anchors (CAVE §3.3): answer correctness (the judge), format validity of every
+        turn, and the round-number anchor (an answer within ``params.max_rounds`` turns); None when
+        the judge could not decide (the episode is then unscored, never 0)."""
         parsed = [self.parse(t) for t in texts] if self.parse is not None else [last or Parsed(text="")]
         final = parsed[-1] if parsed else Parsed(text="")
         fmt = float(bool(parsed) and final.answer is not None and all(p.ok for p in parsed))
+        rounds = float(final.answer is not None and len(texts) <= self.params.max_rounds)
         if final.answer is None or not sample.answers:
-            return Outcome(0.0, fmt)
+            return Outcome(0.0, fmt, rounds)
         verdict = self.judge.judge([JudgeItem(sample.question, sample.answers[0], final.answer)])[0]
-        return None if verdict.value is None else Outcome(float(verdict.value), fmt)
+        return None if verdict.value is None else Outcome(float(verdict.value), fmt, rounds)
 
     def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
         anchors = self.outcome(_outcome_texts(parsed, trajectory), sample, parsed)

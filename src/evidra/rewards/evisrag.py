@@ -32,7 +32,8 @@ from evidra.rewards.base import REWARDS, RewardResult, check_weights, weighted_s
 from evidra.tagscan import first_block, parse_digits
 from evidra.types import Parsed, Sample, Trajectory
 
-K_POS = 3.0  # weight of a relevant image in the perception reward (Eq. 11; upstream 3.0)
+# k_pos of Eq. 11, the weight of a relevant image: the paper names no value; 3.0 is the released code's
+K_POS = 3.0
 MAX_IMAGES_UPSTREAM = 6
 _FORMAT = re.compile(
     r"<observe>.*?</observe>\s*<evidence>.*?</evidence>\s*<think>.*?</think>\s*<answer>.*?</answer>",

@@ -7,7 +7,8 @@ Four registered variants, each a ``Lang2ActRules`` record with its default weigh
 components answer, format and tool:
 
 * ``lang2act.actionrl`` (stage 1, Lang2Act Eq. 2): the answer reward alone; the format of the
-  three blocks is a logged component of weight 0.
+  three blocks is a logged component of weight 0 (A.4's alpha = 0.8, beta = 0.2 weigh Eq. 12,
+  stage 2; weights ``{"answer": 0.8, "format": 0.2}`` give the released stage-1 sum).
 * ``lang2act.actionrl.upstream`` (released ``actionrl.py``): ``round(0.8 * r_ans + 0.2 * format, 6)``.
 * ``lang2act.toolrl`` (stage 2, Eq. 12-13): ``alpha * r_ans + beta * r_tool`` with
   ``r_tool = I_valid(z | T_box)`` binary, alpha = 0.8, beta = 0.2 (A.4).

@@ -2,8 +2,10 @@
 
 ``r = alpha * r_Ret + beta * r_Ans + gamma * r_Pat`` (VRAG-RL Eq. 12), with r_Ret the
 modified NDCG of the pages the trajectory inserted (Eq. 7-9), r_Ans the judge's 0/1 verdict
-(Eq. 11) and r_Pat the pattern reward (Eq. 10). The paper fixes only alpha + beta + gamma = 1
-and gamma = 0.1 for a cold start; the default weights (0.2, 0.7, 0.1) are the released ones.
+(Eq. 11) and r_Pat the pattern reward (Eq. 10). The paper fixes only alpha + beta + gamma = 1,
+gamma = 0 after SFT and gamma = 0.1 for RL "with cold start" (§2.3); the default weights
+(0.2, 0.7, 0.1) come from the released code, not the paper. The paper's judge (r_Ans) is
+Qwen2.5-7B-Instruct (App. A); the released code asks qwen-max.
 
 Two registered variants (``VRAGRL_RULES``; the rewards ``vragrl.total`` and ``vragrl.upstream``):
 

@@ -76,6 +76,19 @@ DAPO_FILTER: GroupPredicate = std_above(0.0)  # DAPO: drop all-correct / all-wro
 EVISRAG_FILTER: GroupPredicate = mean_within(0.01, 6.9)  # EVisRAG on the 'overall' reward
 
 
+def group_filter(keep_mean_range: Sequence[float] = ()) -> GroupPredicate:
+    """The dynamic-sampling rule of ``algo.keep_mean_range``: empty drops the groups whose rewards
+    are all equal (DAPO: no learning signal), ``[low, high]`` keeps the groups whose mean lies
+    strictly inside (a released band, e.g. EVisRAG's ``[0.01, 6.9]`` on its released reward scale).
+
+    >>> group_filter()(torch.tensor([[2.0, 2.0], [0.5, 2.5]])).tolist()
+    [False, True]
+    >>> group_filter([0.01, 6.9])(torch.tensor([[2.0, 2.0], [0.0, 0.0]])).tolist()
+    [True, False]
+    """
+    return mean_within(*keep_mean_range) if keep_mean_range else DAPO_FILTER
+
+
 def filter_groups(rewards: Tensor, predicate: GroupPredicate = DAPO_FILTER) -> Tensor:
     """Keep mask (P,) of the groups of ``rewards`` (P, G) that pass ``predicate``."""
     keep = predicate(_as_groups(rewards))  # (P,)

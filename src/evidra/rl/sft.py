@@ -5,7 +5,7 @@ allowed); the loss is the token-mean negative log-likelihood of the assistant to
 each assistant turn including its closing ``<|im_end|>`` so the model learns to stop. LoRA or
 full fine-tuning (vision tower frozen by default), checkpointed and resumable like RL runs.
 
-    evidra train sft --config configs/toy_sft.yaml
+    evidra train sft --config configs/tiny/lat.yaml
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ policy on the exact sampled tokens with the clipped objective (``rl.losses``) an
 (``rl.kl``), over micro-batches whose loss uses whole-batch normalisers, so gradient
 accumulation equals the full batch. Runs under ``accelerate launch`` on several processes.
 
-    evidra train rl --config configs/toy.yaml run.steps=20
+    evidra train rl --config configs/tiny/lat.yaml run.steps=20
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
 from evidra.rl.engine import Engine, empty_like, pad_microbatches
-from evidra.rl.filtering import DAPO_FILTER, DynamicSampler, Round, mean_within
+from evidra.rl.filtering import DynamicSampler, Round, group_filter
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import training_precision
@@ -154,7 +154,7 @@ class RLTrainer:
             return Round(groups, rewards)
 
         a = self.cfg.algo
-        keep = mean_within(*a.keep_mean_range) if a.keep_mean_range else DAPO_FILTER
+        keep = group_filter(a.keep_mean_range)
         sampler: DynamicSampler[Group] = DynamicSampler(
             self.local_batch, keep, max_rounds=a.max_sampling_rounds, on_short="partial"
         )

@@ -142,7 +142,7 @@ def test_mmlongbench_string_lists_and_unanswerable(tmp_path: Path) -> None:
 
 def test_beir_layouts(tmp_path: Path) -> None:
     q1, q2 = load("vidore", FIX / "beir")
-    assert q1.gold_pages == ("1",) and q1.extras["qrels"] == {"1": 2.0, "0": 0.0} and q1.dataset == "vidore"
+    assert q1.gold_pages == ("1",) and q1.qrels == {"1": 2.0, "0": 0.0} and q1.dataset == "vidore"
     assert q2.gold_pages == ("2",)
     (v,) = load("visrag", FIX / "visrag")
     assert v.gold_pages == ("doc-a.png",) and v.answers == ("yes",)
@@ -171,7 +171,7 @@ def test_vidore_v1_dedupes_queries_and_images(tmp_path: Path) -> None:
 
     total, signed = load("vidore_v1", FIX / "vidore_v1" / "test.jsonl")
     assert total.question == "What is the total?" and total.gold_pages == ("docvqa/ffbf0023_1.png",)
-    assert signed.extras["qrels"] == {"docvqa/abcd_3.png": 1.0}
+    assert signed.qrels == {"docvqa/abcd_3.png": 1.0}
     pages = load_vidore_v1_corpus(FIX / "vidore_v1" / "test.jsonl", image_dir=tmp_path)
     assert [p.id for p in pages] == ["docvqa/ffbf0023_1.png", "docvqa/abcd_2.png", "docvqa/abcd_3.png"]
 

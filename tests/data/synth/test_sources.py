@@ -11,6 +11,7 @@ from PIL import Image
 
 from evidra.data.synth.sources import expand, mixture, sample_from_json, sample_to_json, shares, side_by_side
 from evidra.errors import RegistryError
+from evidra.types import Box, EvidenceBox, Page, Sample
 
 
 def test_family_names_expand_and_typos_are_named() -> None:
@@ -44,10 +45,22 @@ def test_a_mixture_is_balanced_interleaved_cached_and_deterministic(tmp_path: Pa
 
 def test_the_sample_cache_keeps_boxes_and_extras(tmp_path: Path) -> None:
     (doc,) = mixture(["documents"], tmp_path, 1)
-    assert doc.gold_boxes and "evidence_box" in doc.extras
+    assert doc.gold_boxes and doc.evidence_box is not None and "evidence_box" not in doc.extras
     back = sample_from_json(json.loads(json.dumps(sample_to_json(doc))))
-    assert back.gold_boxes == doc.gold_boxes and back.extras["evidence_box"] == doc.extras["evidence_box"]
+    assert back.gold_boxes == doc.gold_boxes and back.evidence_box == doc.evidence_box
     assert back.pages == doc.pages and back.gold_evidence == doc.gold_evidence
+    assert back == doc
+
+
+def test_every_typed_field_survives_the_json_round_trip() -> None:
+    page = Page("p1", "p1.png", 100, 80)
+    sample = Sample(
+        "s", "q?", ("a",), (page,), corpus="store", gold_pages=("p1",),
+        gold_boxes=(EvidenceBox("p1", Box(1, 2, 3, 4)),), gold_evidence={"p1": "text"}, sufficient=False,
+        answer_type="int", dataset="d", extras={"k": [1, 2]},
+        evidence_box=EvidenceBox("p1", Box(0, 0, 50, 40)), qrels={"p1": 2.0, "p9": 1.0},
+    )  # fmt: skip
+    assert sample_from_json(json.loads(json.dumps(sample_to_json(sample)))) == sample
 
 
 def test_two_images_become_one_image_of_panels(tmp_path: Path) -> None:
@@ -66,3 +79,8 @@ def test_two_images_become_one_image_of_panels(tmp_path: Path) -> None:
     assert one.gold_pages == (page.id,) and one.gold_evidence[page.id] == pair.extras["perception"]
     assert one.question.endswith(pair.question) and "the second image is panel 2" in one.question
     assert one.answers == pair.answers and side_by_side(one) is one  # one image: as it is
+    evidence, moved = pair.evidence_box, one.evidence_box  # the evidence region, on its panel
+    assert evidence is not None and moved is not None and moved.page_id == page.id
+    dx = source.width + 24 if evidence.page_id == candidate.id else 0
+    b = evidence.box
+    assert moved.box.as_tuple() == (b.x1 + dx, b.y1, b.x2 + dx, b.y2)

@@ -5,7 +5,7 @@ JSONL export): ``corpus`` (``corpus-id``, ``image``), ``queries`` (``query-id``,
 plus ``answer``/``options`` for VisRAG) and ``qrels`` (``query-id``, ``corpus-id``, graded
 ``score``; a BEIR ``qrels/*.tsv`` with a header also works). Samples carry no pages (they are
 retrieval questions over ``corpus``); ``gold_pages`` are the corpus ids with score > 0 and
-``extras["qrels"]`` keeps the graded judgements for nDCG. ``load_beir_corpus`` gives the pages.
+``Sample.qrels`` keeps the graded judgements for nDCG. ``load_beir_corpus`` gives the pages.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def load_beir(
                 corpus=str(root),
                 gold_pages=tuple(c for c, s in judged.items() if s > 0),
                 dataset=dataset,
-                extras={"qrels": judged, "options": rec.get("options"), "source": subset},
+                extras={"options": rec.get("options"), "source": subset},
+                qrels=judged,
             )
         )
     return samples

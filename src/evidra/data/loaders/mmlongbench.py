@@ -48,7 +48,6 @@ def _sample(rec: Record, docs: dict[str, list[Page]]) -> Sample:
         extras={
             "doc_id": doc_id,
             "doc_type": as_str(rec.get("doc_type")),
-            "answer_format": fmt,
             "evidence_sources": [as_str(s) for s in sources],
             "evidence_pages": evidence,
             "page_kind": "cross" if len(evidence) > 1 else "single" if evidence else "none",

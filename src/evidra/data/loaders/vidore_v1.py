@@ -31,7 +31,7 @@ def load_vidore_v1(path: str | Path, *, limit: int | None = None, **_: Any) -> l
             corpus=str(path),
             gold_pages=tuple(judged),
             dataset="vidore_v1",
-            extras={"qrels": judged},
+            qrels=judged,
         )
         for i, (q, judged) in enumerate(qrels.items())
     ]

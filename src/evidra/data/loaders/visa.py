@@ -123,8 +123,8 @@ def _sample(
             "short_answer": short,
             "long_answer_type": as_str(rec.get("long_answer_type")),
             "stratum": stratum,
-            "evidence_box": box.as_tuple(),
         },
+        evidence_box=EvidenceBox(gold_page, box) if gold_page else None,
     )
 
 

@@ -3,7 +3,10 @@
 Samples follow CAVE's unified prompt-answer-perception format (CAVE App. B, Table 8): the
 prompt is the question, the answer is the gold label and the perception field (key
 intermediate evidence, never shown to the model) goes to ``gold_evidence`` of the page that
-holds it and to ``extras["perception"]``. ``to_record`` gives the JSONL row of that format.
+holds it and to ``extras["perception"]``. The perception field never restates the answer (CAVE
+App. B.3: "avoid redundant explanations or direct restatements of the final answer"). The region
+that holds the evidence, where a zoom should look, is ``Sample.evidence_box``. ``to_record``
+gives the JSONL row of that format.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from PIL import Image
 
-from evidra.types import Page, Sample
+from evidra.types import Box, EvidenceBox, Page, Sample
 
 COLORS: dict[str, tuple[int, int, int]] = {
     "red": (220, 20, 20), "orange": (255, 140, 0), "yellow": (240, 220, 0), "green": (20, 160, 40),
@@ -49,11 +52,34 @@ def transform_points(points: Sequence[Point], angle: float, scale: float, center
     ]
 
 
+Region = tuple[int, tuple[float, float, float, float]]  # (image index, (x1, y1, x2, y2) in its pixels)
+
+
+def region_around(points: Sequence[Point], margin: float) -> tuple[float, float, float, float]:
+    """The box around ``points`` grown by ``margin`` on every side.
+
+    >>> region_around([(10, 20), (30, 5)], 4)
+    (6, 1, 34, 24)
+    """
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return (min(xs) - margin, min(ys) - margin, max(xs) + margin, max(ys) + margin)
+
+
+def _evidence_box(pages: Sequence[Page], region: Region) -> EvidenceBox:
+    """``region`` clipped to its image, as an ``EvidenceBox`` in page pixels."""
+    page = pages[region[0]]
+    x1, y1, x2, y2 = region[1]
+    x1, x2 = max(0.0, min(x1, page.width)), max(0.0, min(x2, page.width))
+    y1, y2 = max(0.0, min(y1, page.height)), max(0.0, min(y2, page.height))
+    return EvidenceBox(page.id, Box(round(x1), round(y1), round(x2), round(y2)))
+
+
 def save_sample(
     images: Sequence[Image.Image], out: Path, sid: str, prompt: str, answer: str, evidence: str,
-    dataset: str, meta: dict[str, Any],
+    dataset: str, meta: dict[str, Any], region: Region | None = None,
 ) -> Sample:  # fmt: skip
-    """Write the images as PNG pages and build the sample; the evidence sits on the last page."""
+    """Write the images as PNG pages and build the sample; the evidence text sits on the last
+    page, ``region`` (the part of one image that holds the evidence) is its ``evidence_box``."""
     pages = []
     for k, image in enumerate(images, 1):
         path = out / f"{sid}-{k}.png"
@@ -68,6 +94,7 @@ def save_sample(
         gold_evidence={pages[-1].id: evidence},
         dataset=dataset,
         extras={"perception": evidence, "meta": meta, "construction": "evidra synthetic (own construction)"},
+        evidence_box=_evidence_box(pages, region) if region is not None else None,
     )
 
 

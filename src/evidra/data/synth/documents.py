@@ -70,8 +70,8 @@ class SynthQuestion:
         gold = (self.page_id,) if self.page_id is not None else ()
         boxes = (EvidenceBox(self.page_id, self.gold_box),) if self.page_id and self.gold_box else ()
         extras: dict[str, object] = {"kind": self.kind, "source": self.source}
-        if self.evidence_box is not None:
-            extras["evidence_box"] = self.evidence_box
+        region = self.evidence_box
+        evidence = EvidenceBox(self.page_id, region) if self.page_id and region is not None else None
         return Sample(
             id=self.id,
             question=self.question,
@@ -84,6 +84,7 @@ class SynthQuestion:
             answer_type="str" if self.answerable else "none",
             dataset=dataset,
             extras=extras,
+            evidence_box=evidence,
         )
 
 

@@ -162,23 +162,31 @@ def _unplain(value: Any) -> Any:
 def sample_to_json(s: Sample) -> dict[str, Any]:
     """A generated sample as plain JSON (pages without words: generated pages have none)."""
     pages = [[p.id, p.image_path, p.width, p.height, p.source, p.page_number, p.dpi] for p in s.pages]
+    evidence = s.evidence_box
     return {"id": s.id, "question": s.question, "answers": list(s.answers), "pages": pages,
-            "gold_pages": list(s.gold_pages), "gold_boxes": [[b.page_id, _box(b.box)] for b in s.gold_boxes],
-            "gold_evidence": dict(s.gold_evidence), "answerable": s.answerable, "dataset": s.dataset,
-            "extras": _plain(dict(s.extras))}  # fmt: skip
+            "corpus": s.corpus, "gold_pages": list(s.gold_pages),
+            "gold_boxes": [[b.page_id, _box(b.box)] for b in s.gold_boxes],
+            "gold_evidence": dict(s.gold_evidence), "answerable": s.answerable, "sufficient": s.sufficient,
+            "answer_type": s.answer_type, "dataset": s.dataset, "extras": _plain(dict(s.extras)),
+            "evidence_box": [evidence.page_id, _box(evidence.box)] if evidence is not None else None,
+            "qrels": dict(s.qrels)}  # fmt: skip
 
 
 def sample_from_json(row: dict[str, Any]) -> Sample:
-    """Inverse of :func:`sample_to_json`."""
+    """Inverse of :func:`sample_to_json` (a row written before a field existed leaves it unset)."""
     pages = tuple(
         Page(str(i), str(path), int(w), int(h), source=str(src), page_number=int(num), dpi=dpi)
         for i, path, w, h, src, num, dpi in row["pages"]
     )
     boxes = tuple(EvidenceBox(str(pid), _unbox(b)) for pid, b in row["gold_boxes"])
+    evidence = row.get("evidence_box")
     return Sample(
         id=row["id"], question=row["question"], answers=tuple(row["answers"]), pages=pages,
-        gold_pages=tuple(row["gold_pages"]), gold_boxes=boxes, gold_evidence=row["gold_evidence"],
-        answerable=bool(row["answerable"]), dataset=row["dataset"], extras=_unplain(row["extras"]),
+        corpus=row.get("corpus"), gold_pages=tuple(row["gold_pages"]), gold_boxes=boxes,
+        gold_evidence=row["gold_evidence"], answerable=bool(row["answerable"]),
+        sufficient=row.get("sufficient"), answer_type=row.get("answer_type"), dataset=row["dataset"],
+        extras=_unplain(row["extras"]), qrels=row.get("qrels") or {},
+        evidence_box=EvidenceBox(str(evidence[0]), _unbox(evidence[1])) if evidence else None,
     )  # fmt: skip
 
 
@@ -215,5 +223,15 @@ def side_by_side(sample: Sample) -> Sample:
     return Sample(
         id=sample.id, question=question, answers=sample.answers, pages=(page,), gold_pages=(page.id,),
         gold_evidence={page.id: evidence} if evidence else {}, answerable=sample.answerable,
-        dataset=sample.dataset, extras=sample.extras,
+        dataset=sample.dataset, extras=sample.extras, evidence_box=_on_panels(sample, page),
     )  # fmt: skip
+
+
+def _on_panels(sample: Sample, panels: Page) -> EvidenceBox | None:
+    """The sample's evidence box moved onto the side-by-side image ``panels``."""
+    if sample.evidence_box is None:
+        return None
+    k = sample.page_index(sample.evidence_box.page_id)
+    dx = sum(p.width for p in sample.pages[:k]) + PANEL_GAP * k
+    b = sample.evidence_box.box
+    return EvidenceBox(panels.id, Box(b.x1 + dx, b.y1, b.x2 + dx, b.y2))

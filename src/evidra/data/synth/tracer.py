@@ -30,7 +30,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from evidra.data.synth._draw import COLORS, regular_polygon, save_sample
+from evidra.data.synth._draw import COLORS, region_around, regular_polygon, save_sample
 from evidra.errors import InvalidInputError
 from evidra.types import Sample
 
@@ -96,9 +96,12 @@ def vjump(rng: random.Random, out: Path, sid: str) -> Sample:
         f"Start at node {letters[0]}. Apply these rules in order: {steps}. "
         "Which node do you end at? Answer with its letter."
     )
-    evidence = " -> ".join(f"{l} ({colors[k]})" for l, k in zip(letters, path, strict=True))
+    visited = " -> ".join(f"{l} ({colors[k]})" for l, k in zip(letters[:-1], path[:-1], strict=True))
+    last = wording[rules[-1]]
+    evidence = f"Path before the last step: {visited}; the last step from {letters[-2]}: {last}."
     meta = {"colors": colors, "arrows": arrows, "slots": slots, "rules": rules, "path": path}
-    return save_sample([image], out, sid, prompt, letters[-1], evidence, "tracer_vjump", meta)
+    region = (0, region_around([slots[k] for k in path], 28))
+    return save_sample([image], out, sid, prompt, letters[-1], evidence, "tracer_vjump", meta, region)
 
 
 # ---- non-semantic tracing -----------------------------------------------------------------------
@@ -121,7 +124,7 @@ def trace(rng: random.Random, out: Path, sid: str) -> Sample:
     for _ in range(300):  # background noise
         x, y = rng.uniform(0, 520), rng.uniform(0, 400)
         draw.point((x, y), fill=(rng.randint(150, 230),) * 3)
-    curves = []
+    curves, controls = [], []
     for i in range(k):
         a, b = (40.0, ys[i]), (480.0, ys[targets[i]])
         ctrl = [
@@ -133,6 +136,7 @@ def trace(rng: random.Random, out: Path, sid: str) -> Sample:
         color = CURVE_COLORS[i % len(CURVE_COLORS)]
         draw.line([bezier(ctrl, t / 100) for t in range(101)], fill=COLORS[color], width=3)
         curves.append({"control": ctrl, "color": color})
+        controls.append(ctrl)
     for i in range(k):
         draw.text((18, ys[i] - 6), string.ascii_uppercase[i], fill="black")
         draw.text((492, ys[i] - 6), str(i + 1), fill="black")
@@ -142,9 +146,12 @@ def trace(rng: random.Random, out: Path, sid: str) -> Sample:
         f"Follow the curve that starts at letter {letter} on the left. "
         "Which number does it end at on the right?"
     )
-    evidence = f"The {curves[q]['color']} curve from {letter} ends at {answer}."
+    mid = bezier(controls[q], 0.5)
+    evidence = (f"The curve from letter {letter} is {curves[q]['color']}; halfway it passes "
+                f"({round(mid[0])}, {round(mid[1])}).")  # fmt: skip
     meta = {"curves": curves, "targets": targets, "query": q, "ends": ys}
-    return save_sample([image], out, sid, prompt, answer, evidence, "tracer_trace", meta)
+    region = (0, region_around([bezier(controls[q], s / 20) for s in range(21)], 12))
+    return save_sample([image], out, sid, prompt, answer, evidence, "tracer_trace", meta, region)
 
 
 # ---- embedded template matching -------------------------------------------------------------------
@@ -183,14 +190,29 @@ def match(rng: random.Random, out: Path, sid: str) -> Sample:
             _wedge(draw, 180 + 60 * j, 40 + 60 * i, 20, grid[i][j])
     hits = find(grid, template)
     answer = "yes" if hits else "no"
-    evidence = (f"The template matches the grid at row {hits[0][0] + 1}, column {hits[0][1] + 1}." if hits
-                else "No 2x2 block of the grid has the template's four orientations.")  # fmt: skip
+    block = [row[c : c + 2] for row in grid[r : r + 2]]
+    evidence = (f"Template: {_cells(template)}. Grid block at row {r + 1}, column {c + 1}: "
+                f"{_cells(block)}.")  # fmt: skip
     prompt = (
         "The left box shows a 2x2 template of rotated triangles. Does exactly this template, with the "
         "same orientations and arrangement, appear somewhere in the grid on the right? Answer yes or no."
     )
     meta = {"grid": grid, "template": template, "matches": hits}
-    return save_sample([image], out, sid, prompt, answer, evidence, "tracer_match", meta)
+    region = (0, (150.0 + 60 * c, 10.0 + 60 * r, 270.0 + 60 * c, 130.0 + 60 * r))
+    return save_sample([image], out, sid, prompt, answer, evidence, "tracer_match", meta, region)
+
+
+POINTING = ("up", "right", "down", "left")  # a wedge's quarter turns, in drawing order
+
+
+def _cells(block: list[list[int]]) -> str:
+    """A 2x2 block of wedges in words, row by row.
+
+    >>> _cells([[0, 1], [2, 3]])
+    'top row up, right; bottom row down, left'
+    """
+    top, bottom = (", ".join(POINTING[v] for v in row) for row in block)
+    return f"top row {top}; bottom row {bottom}"
 
 
 def find(grid: list[list[int]], template: list[list[int]]) -> list[tuple[int, int]]:
@@ -246,15 +268,18 @@ def subimage(rng: random.Random, out: Path, sid: str) -> Sample:
     angle, scale = rng.choice((0, 90, 180, 270)), rng.uniform(0.7, 1.5)
     candidate = crop_view(origin, (x, y, x + side, y + side), angle, scale)
     answer = "yes" if present else "no"
-    evidence = (f"The candidate is the region ({x}, {y})-({x + side}, {y + side}) of the source, rotated "
-                f"{angle} degrees and scaled by {scale:.2f}." if present
-                else "No region of the source matches the candidate at any rotation or scale.")  # fmt: skip
+    evidence = f"The candidate patch is turned by {angle} degrees and scaled by {scale:.2f}."
+    if present:  # a patch-level correspondence (CAVE App. B.3), not the verdict
+        evidence += f" It shows the aerial view's region ({x}, {y})-({x + side}, {y + side})."
     prompt = (
         "The first image is an aerial view; the second is a candidate patch, possibly rotated and "
         "scaled. Is the candidate a region of the first image? Answer yes or no."
     )
     meta = {"box": [x, y, x + side, y + side], "angle": angle, "scale": scale, "present": present}
-    return save_sample([source, candidate], out, sid, prompt, answer, evidence, "tracer_subimage", meta)
+    where = (x, y, x + side, y + side) if present else (0, 0, candidate.width, candidate.height)
+    region = (0 if present else 1, where)  # the matching region, or the candidate itself
+    images = [source, candidate]
+    return save_sample(images, out, sid, prompt, answer, evidence, "tracer_subimage", meta, region)
 
 
 TASKS: dict[str, Callable[[random.Random, Path, str], Sample]] = {

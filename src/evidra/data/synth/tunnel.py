@@ -3,8 +3,9 @@
 Our own re-implementation from the Tunnel-Vision task description (the suite's
 code is not public in a form we can reuse): object re-identification (``objreid``), the visual
 scavenger hunt (``chain``) and circuit connections (``circuits``), rendered with PIL. CAVE
-(App. C) uses such data for training only, with a "perception" field of key evidence; each
-sample carries it in ``gold_evidence`` / ``extras["perception"]``.
+(App. C) uses such data for training only, with a "perception" field of key evidence that never
+restates the answer (App. B.3); each sample carries it in ``gold_evidence`` /
+``extras["perception"]``, and the region to zoom into in ``Sample.evidence_box``.
 
 Every instance is drawn from ``random.Random(f"tunnel:{task}:{split}:{seed}:{i}")``: the same
 seed reproduces the same bytes, and splits never share a random stream (CAVE App. C, Table 10).
@@ -22,7 +23,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from evidra.data.synth._draw import COLORS, regular_polygon, save_sample, transform_points
+from evidra.data.synth._draw import COLORS, region_around, regular_polygon, save_sample, transform_points
 from evidra.errors import InvalidInputError
 from evidra.types import Sample
 
@@ -72,7 +73,9 @@ def chain(rng: random.Random, out: Path, sid: str, steps: int = 2) -> Sample:
         draw.text((x + 4, y + CELL - 14), labels[i], fill="black")
     start = cells[order[0]]
     final = cells[order[-1]][1]
-    path = [f"{cells[j][1]} {cells[j][0]} (row {j // 3 + 1}, column {j % 3 + 1})" for j in order]
+    path = [f"{cells[j][1]} {cells[j][0]} (row {j // 3 + 1}, column {j % 3 + 1})" for j in order[:-1]]
+    last = order[-1]  # its place, not its colour: that is the answer
+    path.append(f"the cell at row {last // 3 + 1}, column {last % 3 + 1}")
     prompt = (
         f"Starting at the {start[1]} {start[0]}, follow the labels for {steps} steps. Each cell's label "
         f"names the next cell. After {steps} steps, what color are you on? Answer with the color in "
@@ -80,7 +83,9 @@ def chain(rng: random.Random, out: Path, sid: str, steps: int = 2) -> Sample:
     )
     meta = {"start_pair": list(start), "final_color": final, "chain": [list(cells[j]) for j in order],
             "cells": [list(c) for c in cells], "labels": [labels[i] for i in range(9)]}  # fmt: skip
-    return save_sample([image], out, sid, prompt, final, " -> ".join(path), "tunnel_chain", meta)
+    corners = [((j % 3 + dx) * CELL, (j // 3 + dy) * CELL) for j in order for dx in (0, 1) for dy in (0, 1)]
+    region = (0, region_around(corners, 0))
+    return save_sample([image], out, sid, prompt, final, " -> ".join(path), "tunnel_chain", meta, region)
 
 
 # ---- circuit connections ------------------------------------------------------------------------
@@ -157,9 +162,12 @@ def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max
     query = rng.choice(wires)
     prompt = (f"Which component does the wire from port {query['port']} on the breadboard connect to? "
               "Answer with the component name in braces, e.g. {C3}.")  # fmt: skip
-    evidence = f"The {query['color']} wire leaves port {query['port']} and ends at a port of {query['comp']}."
+    end = query["path"][-1]
+    evidence = (f"The {query['color']} wire leaves port {query['port']} and ends at the port at "
+                f"({round(end[0])}, {round(end[1])}).")  # fmt: skip
     meta = {"query_port": query["port"], "correct_comp": query["comp"], "wires": wires, "components": comps}
-    return save_sample([image], out, sid, prompt, query["comp"], evidence, "tunnel_circuits", meta)
+    region = (0, region_around(query["path"], 24))
+    return save_sample([image], out, sid, prompt, query["comp"], evidence, "tunnel_circuits", meta, region)
 
 
 # ---- object re-identification ---------------------------------------------------------------------
@@ -239,13 +247,16 @@ def objreid(rng: random.Random, out: Path, sid: str) -> Sample:
     answer = "yes" if same else "no"
     prompt = ("The first image shows an object made of several shapes. Does this SAME object appear in the "
               "second image, possibly rotated or scaled? Respond with {yes} or {no}.")  # fmt: skip
-    evidence = (
-        "Image 2 is a rotated, scaled copy." if same else f"Shapes {sorted(jittered)} differ in image 2."
-    )
+    shown = moved[max(jittered) if jittered else -1]  # a jittered shape, else the last (never centred)
+    cx, cy = (sum(v) / len(shown["points"]) for v in zip(*shown["points"], strict=True))
+    kind = "round" if len(shown["points"]) == 32 else f"{len(shown['points'])}-sided"
+    evidence = (f"Image 2 shows image 1 turned by {round(math.degrees(angle))} degrees and scaled by "
+                f"{scale:.2f} about its centre; its {shown['color']} {kind} shape is at "
+                f"({round(cx)}, {round(cy)}).")  # fmt: skip
     meta = {"angle": angle, "scale": scale, "jittered": sorted(jittered), "n_shapes": len(shapes)}
-    return save_sample(
-        [_render(shapes), _render(moved)], out, sid, prompt, answer, evidence, "tunnel_objreid", meta
-    )
+    region = (1, region_around([p for s in moved for p in s["points"]], 12))
+    images = [_render(shapes), _render(moved)]
+    return save_sample(images, out, sid, prompt, answer, evidence, "tunnel_objreid", meta, region)
 
 
 TASKS: dict[str, Callable[[random.Random, Path, str], Sample]] = {
