@@ -66,7 +66,9 @@ def test_wandb_sink_logs_through_the_library(tmp_path: Path, monkeypatch: pytest
     assert logged == [("init", "evidra", {})]
 
 
-def test_tensorboard_sink_writes_scalars_under_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tensorboard_sink_writes_scalars_under_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     logged: list[Any] = []
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake_tensorboard(logged))
     sink = MetricsSink(tmp_path, report_to=["jsonl", "tensorboard", "tensorboard"])  # named twice: once

@@ -86,7 +86,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
         if key in replaced:
-            raise ConfigError(f"config key {path!r} was replaced; did you mean {_sibling(path, replaced[key])}?")
+            raise ConfigError(
+                f"config key {path!r} was replaced; did you mean {_sibling(path, replaced[key])}?"
+            )
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"

@@ -9,7 +9,7 @@ one line naming the extra while the config is checked, before any model loads.
 >>> check_report_to(["tensorbord"])
 Traceback (most recent call last):
 ...
-evidra.errors.ConfigError: run.report_to: unknown report_to destination 'tensorbord'; did you mean 'tensorboard'? Known: jsonl, tensorboard, wandb
+evidra.errors.ConfigError: run.report_to: unknown ... 'tensorbord'; did you mean 'tensorboard'? Known: ...
 """
 
 from __future__ import annotations

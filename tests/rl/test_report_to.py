@@ -67,7 +67,10 @@ def test_the_cli_says_it_in_one_line(
         code = main(["train", mode, *TINY, f"run.output_dir={tmp_path}", "run.report_to=[wandb]"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
-        assert err.startswith(f"evidra train {mode}: error: run.report_to names wandb") and "evidra[wandb]" in err
+        assert (
+            err.startswith(f"evidra train {mode}: error: run.report_to names wandb")
+            and "evidra[wandb]" in err
+        )
 
 
 def test_a_wandb_project_without_wandb_is_refused(no_model_loads: None) -> None:
@@ -94,8 +97,9 @@ def test_an_sft_run_reports_each_step_to_tensorboard(tmp_path: Path, monkeypatch
     module = types.ModuleType("torch.utils.tensorboard")
     module.SummaryWriter = SummaryWriter  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
-    cfg = load_config(SFTConfig, None, [*TINY, "run.steps=2", f"run.output_dir={tmp_path}", "data.task=toy.key_value",
-                                        "run.report_to=[jsonl, tensorboard]"])  # fmt: skip
+    extra = ["run.steps=2", f"run.output_dir={tmp_path}", "data.task=toy.key_value",
+             "run.report_to=[jsonl, tensorboard]"]  # fmt: skip
+    cfg = load_config(SFTConfig, None, [*TINY, *extra])
     SFTTrainer(cfg).train()
     assert logged[0] == tmp_path / "tensorboard" and logged[-1] == "closed"
     assert (1, "loss") in logged and (2, "loss") in logged

@@ -74,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
     from evidra.cli._ranks import rank_output
     from evidra.rl.config import RLConfig, SFTConfig
 
-    cfg: RLConfig | SFTConfig = load_config(SFTConfig if args.mode == "sft" else RLConfig, args.config,
-                                            args.overrides)  # fmt: skip
+    cfg: RLConfig | SFTConfig = (
+        load_config(SFTConfig, args.config, args.overrides)
+        if args.mode == "sft"
+        else load_config(RLConfig, args.config, args.overrides)
+    )
     with rank_output(cfg.run.output_dir):  # under a launcher, ranks other than 0 write to their logs
         trainer = _trainer(cfg)
         _train(trainer, args.mode)
@@ -83,9 +86,10 @@ def run(args: argparse.Namespace) -> int:
             return 0
         print(f"metrics: {trainer.sink.path}")
         if args.export:
+            from evidra.methods import method_facts
             from evidra.rl.export import export_model
 
-            print(f"exported: {export_model(trainer.out, args.export)}")
+            print(f"exported: {export_model(trainer.out, args.export, method_facts=method_facts)}")
     return 0
 
 
