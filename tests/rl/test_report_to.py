@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 import types
 from pathlib import Path
@@ -97,10 +99,31 @@ def test_an_sft_run_reports_each_step_to_tensorboard(tmp_path: Path, monkeypatch
     module = types.ModuleType("torch.utils.tensorboard")
     module.SummaryWriter = SummaryWriter  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
-    extra = ["run.steps=2", f"run.output_dir={tmp_path}", "data.task=toy.key_value",
+    extra = [f"run.output_dir={tmp_path}", "data.task=toy.key_value",
              "run.report_to=[jsonl, tensorboard]"]  # fmt: skip
     cfg = load_config(SFTConfig, None, [*TINY, *extra])
     SFTTrainer(cfg).train()
     assert logged[0] == tmp_path / "tensorboard" and logged[-1] == "closed"
-    assert (1, "loss") in logged and (2, "loss") in logged
-    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2  # the JSONL file as always
+    assert (1, "loss") in logged
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1  # the JSONL file as always
+
+
+def test_the_documented_command_reports_to_tensorboard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/training.md's report_to command, as written, cut to one step in a folder of the test."""
+    root = Path(__file__).resolve().parents[2]
+    blocks = re.findall(r"```bash\n(.*?)```", (root / "docs" / "training.md").read_text(), flags=re.S)
+    (command,) = [line for block in blocks for line in block.splitlines() if "run.report_to=" in line]
+    argv = shlex.split(command)
+    assert argv[:3] == ["evidra", "train", "rl"]
+    scalars: list[str] = []
+    module = types.ModuleType("torch.utils.tensorboard")
+    module.SummaryWriter = lambda log_dir: types.SimpleNamespace(  # type: ignore[attr-defined]
+        add_scalar=lambda key, value, step: scalars.append(key), close=lambda: None
+    )
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
+    monkeypatch.chdir(root)
+    assert main(["-q", *argv[1:], "run.steps=1", f"run.output_dir={tmp_path}", "rollout.group_size=2"]) == 0
+    assert "loss" in scalars and "reward/mean" in scalars
+    assert capsys.readouterr().out == f"metrics: {tmp_path / 'metrics.jsonl'}\n"
