@@ -257,6 +257,26 @@ def fake_judge() -> Iterator[FakeJudge]:
     httpd.server_close()
 
 
+def _declared_png(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` 1-bit pixels over one row of data: a
+    few hundred bytes that would decode to gigabytes (an image "bomb")."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    idat = zlib.compress(b"\x00" * (1 + (width + 7) // 8))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+@pytest.fixture
+def declared_png() -> Any:
+    """``declared_png(width, height) -> bytes``: see ``_declared_png``."""
+    return _declared_png
+
+
 @pytest.fixture
 def cpu_profile(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Call with a name from ``evidra.retrieval.compute.PROFILES``: from then on, this test sees that

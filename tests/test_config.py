@@ -66,3 +66,39 @@ def test_base_errors_name_the_file(tmp_path: Path) -> None:
         load_config(RLConfig, tmp_path / "c.yaml")
     with pytest.raises(ConfigError, match=r"base: in .*d\.yaml' must name a config file, got \['x'\]"):
         load_config(RLConfig, tmp_path / "d.yaml")
+
+
+_BOMB = "\n".join(
+    [
+        "data:",
+        "  task: toy.length",
+        "  options:",
+        '    l0: &l0 ["x","x","x","x","x","x","x","x","x"]',
+        *(f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)),
+    ]
+)  # 9**10 strings once expanded: the run that read it held memory until it was killed
+
+
+def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path: Path) -> None:
+    import time
+
+    recipe = tmp_path / "bomb.yaml"
+    recipe.write_text(_BOMB)
+    start = time.monotonic()
+    with pytest.raises(
+        ConfigError, match=r"bomb\.yaml.* uses a YAML alias \*l0 at line 5; evidra reads no YAML aliases"
+    ) as err:
+        load_config(RLConfig, recipe)
+    assert time.monotonic() - start < 5 and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"override 'data\.options=.*alias \*a"):
+        apply_overrides({}, ["data.options={a: &a [1, 2], b: [*a, *a]}"])
+
+
+def test_an_anchor_without_alias_and_malformed_yaml_read_in_one_line(tmp_path: Path) -> None:
+    recipe = tmp_path / "anchor.yaml"
+    recipe.write_text("run: &r {steps: 3}\n")
+    assert load_config(RLConfig, recipe).run.steps == 3  # an anchor alone repeats nothing
+    recipe.write_text("run: {steps: [3\n")
+    with pytest.raises(ConfigError, match="is not valid YAML") as err:
+        load_config(RLConfig, recipe)
+    assert "\n" not in str(err.value)

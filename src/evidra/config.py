@@ -205,12 +205,45 @@ def _nesting_within(value: Any, limit: int) -> bool:
     return True
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``): each alias repeats a whole node, so a
+    few lines of nested aliases expand to billions of values (a "billion laughs" file) in
+    whatever walks the result."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _AliasFound(f"YAML alias *{event.anchor} at line {event.start_mark.line + 1}")
+        return super().compose_node(parent, index)
+
+
+class _AliasFound(Exception):
+    pass
+
+
+def _safe_load(text: str) -> Any:
+    """``yaml.safe_load`` with ``_NoAliasLoader``."""
+    loader = _NoAliasLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def parse_yaml(text: str, what: str, fix: str = "") -> Any:
-    """``text`` parsed as YAML; malformed or too deeply nested text is a one-line ``ConfigError``
-    naming ``what`` (a config file, an override) and ending with ``fix``."""
+    """``text`` parsed as YAML; malformed or too deeply nested text, or text with an alias, is a
+    one-line ``ConfigError`` naming ``what`` (a config file, an override) and ending with ``fix``.
+
+    >>> parse_yaml("optim: {lr: 1.0e-6}", "recipe.yaml")
+    {'optim': {'lr': 1e-06}}
+    """
     too_deep = f"{what} nests lists or mappings more than {MAX_NESTING} levels deep; flatten it{fix}"
     try:
-        value = yaml.safe_load(text)
+        value = _safe_load(text)
+    except _AliasFound as exc:
+        raise ConfigError(
+            f"{what} uses a {exc}; evidra reads no YAML aliases: write the value out{fix}"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} is not valid YAML: {_yaml_problem(exc)}{fix}") from exc
     except RecursionError:

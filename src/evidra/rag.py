@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from evidra.corpus.store import PageStore
     from evidra.models.generation import SamplingParams
     from evidra.models.loading import VLM
+    from evidra.models.streaming import OnText
     from evidra.retrieval.attach import StoreRetriever
     from evidra.retrieval.base import Hit
     from evidra.rewards.embedding import StepSimilarity, StepVerdict
@@ -249,6 +250,7 @@ class RAG:
         similarity: StepSimilarity | None = None,
         tau: float | None = None,
         where: Where | Sequence[str] | None = None,
+        on_text: OnText | None = None,
     ) -> Answer:
         """Answer ``question`` over the top ``k`` retrieved pages (or the page ids in ``pages``).
 
@@ -256,6 +258,7 @@ class RAG:
         ``verify`` checks each chain-of-evidence step as LAT's attribution reward does (the
         box's crop against the step text, ``similarity`` defaulting to the text layer's overlap).
         ``where`` keeps to the pages whose document metadata it accepts (``retrieve``).
+        ``on_text`` is handed each piece of the model's text as it is generated (streaming).
         """
         from evidra.models.generation import generate
 
@@ -267,7 +270,9 @@ class RAG:
         if not shown:  # nothing in the index scores for the question: say so, ask no model
             return self._no_hits(question)
         sample = Sample(id="ask", question=question, pages=tuple(shown))
-        (gen,) = generate(self.vlm, [self.paradigm.build_messages(sample, shown)], self.params)
+        chat = self.paradigm.build_messages(sample, shown)
+        streaming = {"on_text": on_text} if on_text is not None else {}
+        (gen,) = generate(self.vlm, [chat], self.params, **streaming)
         parsed = self.paradigm.parse(gen.text)
         steps = self._citations(parsed, shown)
         if verify:

@@ -162,21 +162,18 @@ class Page:
         return f"{self.file_name} p. {self.page_number}" if self.source else self.id
 
     def open_image(self) -> PILImage:
-        """Load the page image as RGB; a missing or damaged file is a ``CorpusError`` (an
-        ``OSError``) naming the page and the file."""
-        from PIL import Image
-
+        """Load the page image as RGB; a missing or damaged file, or one over the pixel cap
+        (``imagefiles.MAX_PIXELS``, checked before decoding), is a ``CorpusError`` (an ``OSError``)
+        naming the page and the file."""
+        from evidra import imagefiles
         from evidra.errors import CorpusError
 
         try:
-            with Image.open(self.image_path) as im:
-                return im.convert("RGB")
-        except OSError as exc:
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise CorpusError(
-                f"page {self.id!r}: image {self.image_path} cannot be read ({reason}); ingest its "
-                "document again (or rebuild the dataset's images)"
-            ) from exc
+            return imagefiles.decode(
+                self.image_path, f"page {self.id!r}: image {self.image_path}", error=CorpusError
+            )
+        except CorpusError as exc:
+            raise CorpusError(f"{exc}; ingest its document again (or rebuild the dataset's images)") from None
 
 
 @dataclass(frozen=True)

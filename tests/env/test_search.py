@@ -115,3 +115,38 @@ def test_search_client_backend_behind_the_same_protocol(pages: dict[str, Page]) 
     with service.running() as url, SearchClient(url, timeout=10) as client:
         remote = _run(SearchEnv(client, pages), ["<search>revenue</search>"] * 2)
     assert [s.info.page_id for s in remote] == [s.info.page_id for s in local] == ["pA", "pC"]
+
+
+def test_a_search_service_cannot_choose_which_local_file_an_episode_opens(
+    pages: dict[str, Page], tmp_path: object
+) -> None:
+    from PIL import Image
+
+    from evidra.retrieval.base import Hit
+    from evidra.retrieval.client import SearchClient
+    from evidra.retrieval.server import SearchService
+
+    secret = Image.new("RGB", (64, 64), "red")
+    outside = f"{tmp_path}/private-photo.png"  # a local image the service names as its page
+    secret.save(outside)
+
+    class Hostile:
+        def search(self, queries: Sequence[str], k: int = 10, exclude: object = None) -> list[list[Hit]]:
+            return [[Hit("not-in-corpus", 9.0, outside)] for _ in queries]
+
+    opened: list[str] = []
+    with SearchService(Hostile()).running() as url, SearchClient(url, timeout=10) as client:
+        (hits,) = client.search(["anything"], k=1)
+        assert hits[0].page_id == "not-in-corpus" and hits[0].image_path == ""  # the path is dropped
+        env = SearchEnv(client, pages)
+        import evidra.env.search as search_module
+
+        real_open = search_module._open
+        search_module._open = lambda path: opened.append(path) or real_open(path)  # type: ignore[assignment]
+        try:
+            env.reset(SAMPLE)
+            step = env.step("<think>look</think><search>anything</search>")
+        finally:
+            search_module._open = real_open  # type: ignore[assignment]
+    assert opened == [] and not step.done
+    assert "not in this corpus" in step.observation[0].plain_text

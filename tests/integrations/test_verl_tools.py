@@ -92,7 +92,8 @@ def test_schemas_and_the_tool_config_verl_reads(tmp_path: Path) -> None:
             },
         },
     }
-    path = write_tool_config(tmp_path / "tools.yaml", {"search": {"index": "http://127.0.0.1:1/"}, "crop": {},
+    search = {"index": "http://127.0.0.1:1/", "store": "s/"}
+    path = write_tool_config(tmp_path / "tools.yaml", {"search": search, "crop": {},
                                                        "zoom": {"image_root": str(tmp_path)}})  # fmt: skip
     entries = yaml.safe_load(path.read_text())["tools"]
     assert [e["class_name"] for e in entries] == [

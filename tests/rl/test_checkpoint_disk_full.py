@@ -60,7 +60,7 @@ def test_a_full_disk_mid_checkpoint_is_one_line_and_keeps_the_previous_checkpoin
     full = capsys.readouterr().err
     err = full.strip().splitlines()[-1]  # (library progress bars may precede it in a shared process)
     assert "Traceback" not in full and sum("error" in line for line in full.splitlines()) == 1, full
-    assert err.startswith("evidra train: error: checkpoint step-000002 could not be written in "), err
+    assert err.startswith("evidra train rl: error: checkpoint step-000002 could not be written in "), err
     assert "No space left on device" in err and "resumes from step-000001, kept intact" in err
     assert "free disk space or set run.output_dir elsewhere" in err
     (kept,) = list_checkpoints(tmp_path)
@@ -124,7 +124,7 @@ def test_the_real_writers_failing_on_a_size_limit_end_in_one_line(tmp_path: Path
     )
     err = second.stderr.strip().splitlines()
     assert second.returncode == 2 and len(err) == 1, second.stderr[-2000:]
-    assert err[0].startswith("evidra train: error: checkpoint step-000002 could not be written"), err[0]
+    assert err[0].startswith("evidra train rl: error: checkpoint step-000002 could not be written"), err[0]
     assert "resumes from step-000001, kept intact" in err[0]
     (kept,) = list_checkpoints(out)
     verify_checkpoint(kept)

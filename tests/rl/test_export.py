@@ -178,3 +178,16 @@ def test_bad_sources_are_one_line_errors(trained: tuple[RLTrainer, Path], tmp_pa
         export_model(tmp_path / "c1", tmp_path / "o4")
     with pytest.raises(EvidraError, match="neither a model directory"):
         resolve_trained_model(tmp_path / "plain")
+
+
+def test_a_yaml_alias_bomb_in_a_checkpoint_config_is_refused(tmp_path: Path) -> None:
+    from evidra.rl.export import read_checkpoint
+
+    ckpt = tmp_path / "step-000001"
+    ckpt.mkdir()
+    (ckpt / "state.json").write_text('{"step": 1, "data_epoch": 0, "data_offset": 0}')
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    (ckpt / "config.yaml").write_text("\n".join(["model: {path: tiny:qwen2_5_vl}", *lines]))
+    with pytest.raises(CheckpointError, match=r"config\.yaml is not a readable training config .*alias \*a0"):
+        read_checkpoint(ckpt)

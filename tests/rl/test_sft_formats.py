@@ -239,3 +239,31 @@ def test_the_documented_example_rows_are_detected_as_their_formats() -> None:
     section = doc.split("## SFT data you already have")[1].split("\n## ")[0]
     rows = [json.loads(block.split("\n")[0]) for block in section.split("```json\n")[1:]]
     assert [detect_format([row]) for row in rows] == ["messages", "sharegpt", "evidra"]
+
+
+def test_images_over_the_pixel_cap_are_skipped_before_decoding(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, declared_png: Any
+) -> None:
+    """Six 13,000 x 13,000 data-URL images in a small file decoded to 6 GB before the cap; a
+    400-megapixel one ended in PIL's DecompressionBombError traceback."""
+    import time
+
+    def url(side: int) -> str:
+        return "data:image/png;base64," + base64.b64encode(declared_png(side, side)).decode()
+
+    (tmp_path / "big.png").write_bytes(declared_png(13_000, 13_000))
+    rows: list[Any] = [
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url(side)}}]},
+                      {"role": "assistant", "content": "blank"}]}
+        for side in (13_000,) * 6 + (20_000,)
+    ]  # fmt: skip
+    rows.append({"messages": [{"role": "user", "content": [{"type": "image"}]},
+                              {"role": "assistant", "content": "y"}], "images": ["big.png"]})  # fmt: skip
+    rows.append({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]})
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="evidra.rl.sft_data"):
+        data = read_sft_data(_write(tmp_path / "bombs.jsonl", rows))
+    assert time.monotonic() - start < 5
+    assert (data.rows, data.skipped, len(data.conversations)) == (9, 8, 1)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 8 and all("over the cap of 50000000 pixels" in m and "\n" not in m for m in lines)

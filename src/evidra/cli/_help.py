@@ -60,6 +60,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "evidra index eval --index idx/ --queries queries.jsonl --qrels qrels.tsv",
         "evidra index eval --index idx-esg/ --benchmark data/esg_reports_v2/ -k 1 5 10 --json",
     ),
+    "serve": (
+        "evidra serve --store store/ --model ckpt/Qwen2.5-VL-7B",
+        "evidra serve --store store/ --index idx/ --port 8080",
+        "evidra serve --store store/ --host 0.0.0.0 --max-upload-mb 64",
+    ),
+    "mcp": (
+        "evidra mcp --store store/ --model ckpt/Qwen2.5-VL-7B",
+        "evidra mcp --store store/ --index idx/",
+    ),
     "serve-index": (
         "evidra serve-index --index idx/ --port 8000",
         "evidra serve-index --index idx-vis/ --host 0.0.0.0 --port 8001 --max-batch 64",

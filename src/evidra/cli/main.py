@@ -28,6 +28,8 @@ SUBCOMMANDS = (
     "demo",
     "index",
     "serve-index",
+    "serve",
+    "mcp",
     "eval",
     "export",
     "data",

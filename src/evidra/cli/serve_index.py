@@ -38,6 +38,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-queries", type=int, default=256, help="queries per request (default: 256)")
     p.add_argument("--max-query-chars", type=int, default=4096, help="characters per query (default: 4096)")
     p.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        help="open connections; at the cap the longest idle one is closed (default: 512)",
+    )
+    p.add_argument(
         "--access-log",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -62,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         max_query_chars=args.max_query_chars,
         api_key=os.environ.get(API_KEY_ENV),
         access_log=args.access_log,
+        max_connections=args.max_connections,
     )
     enc_opts, maxsim = _options(args)
     with open_index(args.index, encoder_path=args.encoder, options=enc_opts, maxsim=maxsim) as engine:

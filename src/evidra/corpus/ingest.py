@@ -284,6 +284,12 @@ def ingest(
         raise InvalidInputError(f"dpi must be positive, got {dpi}")
     owned = not isinstance(store, PageStore)
     page_store = PageStore.create(store) if not isinstance(store, PageStore) else store
+    try:
+        page_store.check_names()  # a damaged store stops the ingest before any file is touched
+    except CorpusError:
+        if owned:
+            page_store.close()
+        raise
     page_store.clean_staging()
     real = given.resolve()
     base, files, refused = _collect(real, recursive, page_store.root)

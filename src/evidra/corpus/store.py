@@ -37,6 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from evidra.confined import inside
 from evidra.corpus.metadata import PageMeta, Where
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.staging import pid_in_name, process_alive
@@ -183,7 +184,9 @@ class PageStore:
         pid, rel, width, height, source, number, dpi = row
         return Page(
             id=str(pid),
-            image_path=str(self.root / str(rel)),
+            image_path=str(
+                inside(self.root, str(rel), f"page {pid!r} in {self.root / DB_NAME}", CorpusError)
+            ),
             width=int(width),  # type: ignore[call-overload]
             height=int(height),  # type: ignore[call-overload]
             source=str(source),
@@ -367,6 +370,7 @@ class PageStore:
             r[0] for r in self._conn.execute("SELECT source FROM files WHERE file_hash = ?", (file_hash,))
         ]
         ids = self.page_ids_for_hash(file_hash)
+        pngs = self._pngs_of(file_hash)
         with self._conn:
             if rest:
                 self._conn.execute("UPDATE pages SET source = ? WHERE file_hash = ?", (min(rest), file_hash))
@@ -374,8 +378,25 @@ class PageStore:
             for page_id in ids:
                 self._conn.execute("DELETE FROM words WHERE page_id = ?", (page_id,))
                 self._conn.execute("DELETE FROM pages WHERE id = ?", (page_id,))
-        for page_id in ids:
-            (self.root / PAGES_DIR / f"{page_id}.png").unlink(missing_ok=True)
+        for png in pngs:
+            png.unlink(missing_ok=True)
+
+    def check_names(self) -> None:
+        """``CorpusError`` unless every page id and image path of the database names a file inside
+        the store (an ingest may replace or delete those files)."""
+        where = f"the page table of {self.root / DB_NAME}"
+        for page_id, rel in self._conn.execute("SELECT id, image_path FROM pages"):
+            inside(self.root / PAGES_DIR, f"{page_id}.png", where, CorpusError)
+            inside(self.root, str(rel), where, CorpusError)
+
+    def _pngs_of(self, file_hash: str) -> list[Path]:
+        """The image files of the pages of ``file_hash``: ids read from the database, so each is
+        checked to stay inside ``pages/`` (``CorpusError`` naming the first that does not)."""
+        where = f"a page id in {self.root / DB_NAME}"
+        return [
+            inside(self.root / PAGES_DIR, f"{p}.png", where, CorpusError)
+            for p in self.page_ids_for_hash(file_hash)
+        ]
 
     def __repr__(self) -> str:
         return f"PageStore({str(self.root)!r}, pages={len(self)})"

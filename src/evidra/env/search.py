@@ -20,8 +20,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evidra import imagefiles
 from evidra.env.base import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
-from evidra.errors import InvalidInputError
+from evidra.errors import CorpusError, InvalidInputError
 from evidra.geometry import (
     VRAG_MAX_PIXELS,
     VRAG_MIN_PIXELS,
@@ -46,6 +47,10 @@ INVALID_MESSAGE = (
     "<bbox>[x1, y1, x2, y2]</bbox>, or the final answer inside <answer> and </answer>. Please try again."
 )
 NO_RESULT_MESSAGE = "No new page matches the query <search>{query}</search>; try another query."
+UNKNOWN_PAGE_MESSAGE = (
+    "The search for <search>{query}</search> returned page {page_id}, which is not in this corpus; "
+    "try another query."
+)
 
 
 class Searcher(Protocol):
@@ -154,6 +159,9 @@ class SearchEnv:
             return self._result((reply,), False, action="search", query=query, page_id=None)
         page = self.pages.get(hit.page_id)
         path = page.image_path if page is not None else hit.image_path
+        if not path:  # a search service's hit names no local file: only the episode's pages open
+            reply = Message.text("user", UNKNOWN_PAGE_MESSAGE.format(page_id=hit.page_id, query=query))
+            return self._result((reply,), False, action="search", query=query, page_id=None)
         image = _open(path)
         shown = Displayed.page(hit.page_id, path, image.size, self.max_pixels, self.min_pixels)
         self.retrieved.append(hit.page_id)
@@ -200,10 +208,7 @@ def _invalid_reason(parsed: Parsed) -> str | None:
 
 
 def _open(path: str) -> PILImage:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return im.convert("RGB")
+    return imagefiles.decode(path, f"page image {path}", error=CorpusError)
 
 
 ENVIRONMENTS.add("search", SearchEnv)

@@ -26,6 +26,7 @@ from typing import Literal
 
 from markupsafe import Markup
 
+from evidra import imagefiles
 from evidra.errors import InvalidInputError
 from evidra.templating import render
 from evidra.types import Box, CoordSpace
@@ -89,8 +90,7 @@ def thumbnail_uri(image_path: str, width: int) -> str:
 
     from PIL import Image
 
-    with Image.open(image_path) as im:
-        rgb = im.convert("RGB")
+    rgb = imagefiles.decode(image_path, f"image {image_path}")
     if rgb.width > width:
         rgb = rgb.resize((width, max(1, round(rgb.height * width / rgb.width))), Image.Resampling.LANCZOS)
     buf = io.BytesIO()

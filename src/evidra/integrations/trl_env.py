@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evidra import imagefiles
 from evidra.env.base import Environment, StepInfo, StepResult
 from evidra.errors import ConfigError
 from evidra.types import ImagePart, Message, Parsed, Sample, Span, TextPart, Trajectory
@@ -160,10 +161,7 @@ def trl_content(messages: Sequence[Message]) -> str | list[dict[str, Any]]:
 def _pil(image: Any) -> Any:
     if hasattr(image, "convert"):
         return image
-    from PIL import Image
-
-    with Image.open(image) as im:
-        return im.convert("RGB")
+    return imagefiles.decode(image, f"image {str(image)!r}")
 
 
 class TRLEnvironment:

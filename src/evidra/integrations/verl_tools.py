@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from uuid import uuid4
 
+from evidra import imagefiles
 from evidra.env.base import Environment
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.integrations._verl_compat import (
@@ -87,7 +88,6 @@ def _search_backend(index: str, store: str) -> tuple[Any, dict[str, Page]]:
 
 
 def _zoom_page(fields: Mapping[str, Any], image_root: str) -> Page:
-    from PIL import Image
 
     from evidra.data.loaders._records import inside_folder
 
@@ -97,11 +97,7 @@ def _zoom_page(fields: Mapping[str, Any], image_root: str) -> Page:
     path = Path(ref) if Path(ref).is_absolute() or not image_root else Path(image_root) / ref
     if image_root and not inside_folder(path, Path(image_root)):
         raise InvalidInputError(f"image {ref!r} points outside the zoom tool's image_root {image_root!r}")
-    try:
-        with Image.open(path) as im:
-            width, height = im.size
-    except OSError as exc:
-        raise InvalidInputError(f"the zoom tool cannot open image {str(path)!r}: {exc}") from None
+    width, height = imagefiles.size(path, f"the zoom tool's image {str(path)!r}")
     return Page(str(fields.get("page_id") or path.stem), str(path), width, height)
 
 
@@ -287,6 +283,11 @@ class SearchTool(EvidraTool):
         checked = super().check_config(config)
         if not (checked.get("index") or checked.get("store")):
             raise ConfigError("SearchTool config needs index (a directory or serve-index URL) or store")
+        if str(checked.get("index", "")).startswith(("http://", "https://")) and not checked.get("store"):
+            raise ConfigError(
+                "SearchTool config names a serve-index URL as index; add store (the page store the "
+                "service indexes), whose pages the episodes open"
+            )
         return checked
 
     def make_env(self) -> Environment:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evidra import imagefiles
 from evidra.errors import InvalidInputError
 from evidra.types import ImagePart, Message, TextPart
 
@@ -23,8 +24,7 @@ def load_image(part: ImagePart) -> Any:
         path = Path(part.image)
         if not path.is_file():
             raise InvalidInputError(f"image {str(path)!r} does not exist")
-        with Image.open(path) as im:
-            return im.convert("RGB")
+        return imagefiles.decode(path, f"image {str(path)!r}")
     if isinstance(part.image, Image.Image):
         return part.image.convert("RGB") if part.image.mode != "RGB" else part.image
     raise InvalidInputError(f"ImagePart.image must be a path or a PIL image, got {type(part.image).__name__}")

@@ -18,6 +18,7 @@ from evidra.models.context import Context, collate_left, collate_split, encode_m
 from evidra.models.decode import decode
 from evidra.models.loading import VLM
 from evidra.models.prefix import PREFIX_ARCHS
+from evidra.models.streaming import OnText, TextCallback
 from evidra.types import Message
 
 FinishReason = Literal["eos", "stop", "length"]
@@ -108,18 +109,34 @@ def _to(inputs: dict[str, Any], device: Any) -> dict[str, Any]:
     return {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
 
 
-def generate(vlm: VLM, chats: Sequence[Sequence[Message]], params: SamplingParams) -> list[Generation]:
-    """Sample one completion per conversation, all prompts in one left-padded batch."""
-    return generate_contexts(vlm, [encode_messages(vlm.processor, chat) for chat in chats], params)
+def generate(
+    vlm: VLM, chats: Sequence[Sequence[Message]], params: SamplingParams, *, on_text: OnText | None = None
+) -> list[Generation]:
+    """Sample one completion per conversation, all prompts in one left-padded batch; with
+    ``on_text`` (one conversation only) each new piece of text is handed to it as it is made."""
+    if on_text is not None and len(chats) != 1:
+        raise InvalidInputError(f"on_text streams one conversation, got {len(chats)}")
+    contexts = [encode_messages(vlm.processor, chat) for chat in chats]
+    if on_text is None:
+        return generate_contexts(vlm, contexts, params)
+    return generate_contexts(
+        vlm, contexts, params, engine="hf", streamer=TextCallback(vlm.tokenizer, on_text, vlm.eos_token_ids)
+    )
 
 
 def generate_contexts(
-    vlm: VLM, contexts: Sequence[Context], params: SamplingParams, *, engine: str = "auto"
+    vlm: VLM,
+    contexts: Sequence[Context],
+    params: SamplingParams,
+    *,
+    engine: str = "auto",
+    streamer: Any = None,
 ) -> list[Generation]:
     """Sample one completion after each tokenized context (multi-turn rollouts call this).
 
     ``engine="auto"`` uses evidra's shared-prompt sampling loop (``models.decode``) for
-    Qwen2-VL / Qwen2.5-VL and transformers' ``generate`` otherwise; ``"hf"`` forces the latter.
+    Qwen2-VL / Qwen2.5-VL and transformers' ``generate`` otherwise; ``"hf"`` forces the latter,
+    which also takes a transformers ``streamer``.
     """
     import torch
 
@@ -133,7 +150,7 @@ def generate_contexts(
                 eos_ids=vlm.eos_token_ids, suppress=vlm.vision_token_ids, stopped=stopped,
             )  # fmt: skip
         else:
-            sampled, logprobs = _hf_generate(vlm, contexts, params)
+            sampled, logprobs = _hf_generate(vlm, contexts, params, streamer)
     return _finish(vlm, contexts, params, sampled.cpu(), logprobs.cpu())
 
 
@@ -145,14 +162,19 @@ def _stop_checker(tokenizer: Any, stop: Sequence[str]) -> Any:
     return stopped
 
 
-def _hf_generate(vlm: VLM, contexts: Sequence[Context], params: SamplingParams) -> tuple[Any, Any]:
+def _hf_generate(
+    vlm: VLM, contexts: Sequence[Context], params: SamplingParams, streamer: Any = None
+) -> tuple[Any, Any]:
     """transformers' ``generate``: sampled ids (B, T) and their log-probs (B, T)."""
     import torch
 
     inputs = _to(collate_left(contexts, vlm.pad_token_id, vlm.image_token_id), vlm.device)
     prompt_len = inputs["input_ids"].shape[1]
     out = vlm.model.generate(
-        **inputs, generation_config=_generation_config(vlm, params), tokenizer=vlm.tokenizer
+        **inputs,
+        generation_config=_generation_config(vlm, params),
+        tokenizer=vlm.tokenizer,
+        streamer=streamer,
     )
     sampled = out.sequences[:, prompt_len:]  # (B, T)
     temperature = params.temperature if not params.greedy else 1.0

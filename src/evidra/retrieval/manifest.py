@@ -9,6 +9,7 @@ import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from evidra.confined import inside
 from evidra.errors import CorpusError
 from evidra.retrieval._staging import fsync_path, save_generation
 from evidra.retrieval.encoders.bm25 import BM25Retriever
@@ -51,7 +52,7 @@ def read_spec(root: str | Path) -> IndexSpec:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         qdrant = raw.pop("qdrant", None)
-        return IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
+        spec = IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
     except FileNotFoundError:
         raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
     except OSError as exc:
@@ -59,6 +60,9 @@ def read_spec(root: str | Path) -> IndexSpec:
     except (ValueError, TypeError, AttributeError, RecursionError) as exc:
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise CorpusError(f"{path} is malformed ({reason}); rebuild the index") from None
+    if spec.data_dir != "":  # save_bm25 replaces and removes this folder
+        inside(root, spec.data_dir, f"data_dir in {path}", CorpusError)
+    return spec
 
 
 def note_store(root: str | Path, store: str | Path) -> None:

@@ -18,7 +18,8 @@ disconnected are dropped, so one large request cannot starve the others.
 
 The HTTP side is a starlette app (``evidra.retrieval.app``) served by uvicorn with its h11
 parser (``evidra.retrieval.serving``): HTTP/1.1 keep-alive, chunked request bodies, a request
-head capped at ``MAX_HEAD`` bytes and due within ``idle_timeout_s``. Hostile clients get a 4xx
+head capped at ``MAX_HEAD`` bytes and due within ``idle_timeout_s`` of the connection or of the
+previous response, and at most ``max_connections`` open connections. Hostile clients get a 4xx
 with a one-line message; an internal failure answers 500 without its exception text (it goes
 to the log). With ``api_key`` set, /search needs ``Authorization: Bearer <key>`` (/health stays
 open for probes). starlette and uvicorn are imported only when a service starts, so the
@@ -83,14 +84,17 @@ class ServiceOptions:
     max_body: int = MAX_BODY  # bytes per request body, declared or chunked (413 above)
     api_key: str | None = field(default=None, repr=False)  # required as a Bearer token when set
     access_log: bool = True  # one INFO line per request on the evidra.retrieval.access logger
+    max_connections: int = 512  # open connections; at the cap the longest idle one is closed
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_k < 1:
             raise InvalidInputError("ServiceOptions needs max_batch >= 1, max_wait_ms >= 0, max_k >= 1")
-        if min(self.max_queries, self.max_query_chars, self.max_body) < 1 or self.idle_timeout_s <= 0:
+        if min(self.max_queries, self.max_query_chars, self.max_body, self.max_connections) < 1:
             raise InvalidInputError(
-                "ServiceOptions needs max_queries, max_query_chars and max_body >= 1, idle_timeout_s > 0"
+                "ServiceOptions needs max_queries, max_query_chars, max_body and max_connections >= 1"
             )
+        if self.idle_timeout_s <= 0:
+            raise InvalidInputError(f"ServiceOptions needs idle_timeout_s > 0, got {self.idle_timeout_s}")
         if self.api_key is not None and not self.api_key.strip():
             raise InvalidInputError(f"the API key is empty; set {API_KEY_ENV} to a secret or leave it unset")
 
@@ -275,12 +279,15 @@ class SearchService:
         from evidra.retrieval.app import build_app
         from evidra.retrieval.serving import make_server
 
-        return make_server(build_app(self), idle_timeout_s=self.options.idle_timeout_s)
+        options = self.options
+        return make_server(
+            build_app(self), idle_timeout_s=options.idle_timeout_s, max_connections=options.max_connections
+        )
 
     def _listen(self, host: str, port: int) -> tuple[socket.socket, str]:
         """A socket bound to ``host:port`` (``port=0`` picks a free one) and its base URL."""
         try:
-            sock = _bind(host, port)
+            sock = bind_tcp(host, port)
         except OSError as exc:
             raise ServiceError(
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port"
@@ -330,7 +337,7 @@ class SearchService:
             sock.close()
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_tcp(host: str, port: int) -> socket.socket:
     """A listening TCP socket, made as asyncio makes its own: with ``IPPROTO_TCP`` as its protocol,
     which asyncio checks before it turns Nagle's algorithm off on accepted connections (a socket
     made with protocol 0 keeps it on, and uvicorn's two writes per response then wait ~40 ms for
@@ -350,6 +357,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def hits_from_json(rows: Sequence[Sequence[dict[str, Any]]]) -> list[list[Hit]]:
-    return [
-        [Hit(str(h["page_id"]), float(h["score"]), str(h.get("image_path", ""))) for h in r] for r in rows
-    ]
+    """Hits of a service's reply. Their image paths are dropped: a path the server names is a file
+    of the server's machine, and opening it here would let a hostile server choose which local file
+    an episode shows; the caller opens pages from its own page store by id."""
+    return [[Hit(str(h["page_id"]), float(h["score"]), "") for h in r] for r in rows]

@@ -2,8 +2,8 @@
 
 A checkpoint folder ``step-000010/`` holds the trainable weights (``weights.safetensors``: the
 LoRA adapter, or the full model's trainable tensors, gathered whole even from a sharded run),
-the optimizer state (in ``trainer.pt``, or one shard per process under ``optimizer/``: through
-``torch.distributed.checkpoint`` under FSDP2, each process's ZeRO-3 partition under DeepSpeed),
+the optimizer state (in ``trainer.pt``, or one shard per process under ``optimizer/``: safetensors
+and a JSON manifest under FSDP2 (``fsdp_state``), each process's ZeRO-3 partition under DeepSpeed),
 the scheduler state, every RNG state,
 the data position and the resolved config. It is written under a temporary name and renamed
 only once complete, so a run killed mid-write leaves the previous checkpoint as the newest
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from evidra.config import dump_config
+from evidra.confined import inside
 from evidra.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -118,8 +119,11 @@ def save_checkpoint(
 
         zero3.save_optimizer(optimizer, tmp / "optimizer", engine.process_index)
         engine.wait()  # every partition is on disk before the main process sums and publishes
-    elif engine is not None and engine.sharded:
-        _save_sharded_optimizer(model, optimizer, tmp / "optimizer")
+    elif engine is not None and engine.sharded:  # each process writes its shards, never a pickle
+        from evidra.rl import fsdp_state
+
+        fsdp_state.save(model, optimizer, tmp / "optimizer", engine.process_index, engine.num_processes)
+        engine.wait()
     if main:
         try:
             _write_main(tmp, weights, state, optimizer, scheduler, config, sharded=sharded)
@@ -222,26 +226,14 @@ def verify_checkpoint(folder: str | Path) -> None:
         sums = json.loads(manifest.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"checkpoint {root}: {CHECKSUMS} is unreadable ({exc})") from exc
+    if not isinstance(sums, dict):
+        raise CheckpointError(f"checkpoint {root}: {CHECKSUMS} is not a JSON object of file names")
+    for name in sums:  # every name checked before any file is read
+        inside(root, name, f"{manifest}", CheckpointError)
     for name, expected in sums.items():
         path = root / name
         if not path.is_file() or _sha256(path) != expected:
             raise CheckpointError(f"checkpoint {root}: {name} is missing or corrupt (checksum mismatch)")
-
-
-def _save_sharded_optimizer(model: Any, optimizer: Any, folder: Path) -> None:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-    dcp.save({"optimizer": get_optimizer_state_dict(model, optimizer)}, checkpoint_id=str(folder))
-
-
-def _load_sharded_optimizer(model: Any, optimizer: Any, folder: Path) -> None:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
-
-    template = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    dcp.load(template, checkpoint_id=str(folder))
-    set_optimizer_state_dict(model, optimizer, template["optimizer"])
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
@@ -306,7 +298,12 @@ def _restore_optimizer(
 
         zero3.load_optimizer(optimizer, folder / "optimizer", engine.process_index, engine.num_processes)
     elif engine is not None and engine.sharded:
-        _load_sharded_optimizer(model, optimizer, folder / "optimizer")
+        from evidra.rl import fsdp_state
+
+        rank, world = engine.process_index, engine.num_processes
+        fsdp_state.load(
+            model, optimizer, folder / "optimizer", rank, world, lambda ok: engine.all_min(int(ok)) == 1
+        )
     else:
         optimizer.load_state_dict(trainer["optimizer"])
     scheduler.load_state_dict(trainer["scheduler"])

@@ -8,7 +8,7 @@ engine partitions the policy, its gradients and optimizer states (``rl/zero3.py`
 (and a full-fine-tuning KL reference) is sharded with PyTorch's own FSDP2 (``fully_shard`` on
 every decoder layer and vision block, then the root): fp32 sharded parameters, a
 ``MixedPrecisionPolicy`` that all-gathers them in the compute dtype and reduces gradients in
-fp32, and sharded checkpoints through ``torch.distributed.checkpoint``.
+fp32, and sharded checkpoints written without pickle (``rl/fsdp_state.py``).
 
 FSDP2 is applied here rather than through accelerate's FSDP plugin because accelerate only
 enables that plugin on accelerators (on CPU it falls back to DDP), while ``fully_shard`` is the

@@ -24,9 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from evidra.config import from_dict
+from evidra.config import from_dict, parse_yaml
 from evidra.errors import CheckpointError, ConfigError, InvalidInputError, ModelLoadError
 from evidra.rl.checkpoint import list_checkpoints, load_trainable_weights
 from evidra.rl.config import ModelConfig
@@ -88,9 +86,9 @@ def read_checkpoint(source: str | Path) -> TrainedCheckpoint:
     folder = find_checkpoint(source)
     config_file = folder / "config.yaml"
     try:
-        data = yaml.safe_load(config_file.read_text()) or {}
+        data = parse_yaml(config_file.read_text(), str(config_file)) or {}
         model = from_dict(ModelConfig, data.get("model") or {}, "model")
-    except (OSError, yaml.YAMLError, ConfigError, AttributeError) as exc:
+    except (OSError, ConfigError, AttributeError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CheckpointError(
             f"{config_file} is not a readable training config ({reason}); restore the run's config.yaml"

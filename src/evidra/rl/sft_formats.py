@@ -24,14 +24,12 @@ refused (nothing is downloaded).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evidra import imagefiles
 from evidra.data.loaders._records import inside_folder
 from evidra.errors import InvalidInputError
 from evidra.registry import Registry
@@ -71,16 +69,11 @@ SFT_FORMATS: Registry[SFTFormat] = Registry("SFT data format")
 
 # images ------------------------------------------------------------------------------------------
 def _data_url_image(url: str) -> ImagePart:
-    from PIL import Image
-
-    header, _, payload = url.partition(",")
-    if ";base64" not in header:
-        raise SkippedRow(f"image data URL {url[:40]!r}... is not base64-encoded")
-    try:
-        with Image.open(io.BytesIO(base64.b64decode(payload, validate=True))) as im:
-            return ImagePart(im.convert("RGB"))
-    except (binascii.Error, ValueError, OSError) as exc:
-        raise SkippedRow(f"image data URL {url[:40]!r}... does not decode to an image ({exc})") from None
+    """The image of a base64 data URL, its bytes and pixels checked against the caps first."""
+    name = f"image data URL {url[:40]!r}..."
+    return ImagePart(
+        imagefiles.decode(imagefiles.data_url_bytes(url, name, error=SkippedRow), name, error=SkippedRow)
+    )
 
 
 def resolve_image(ref: Any, where: RowSource) -> ImagePart:
@@ -109,6 +102,7 @@ def resolve_image(ref: Any, where: RowSource) -> ImagePart:
         )
     if not path.is_file():
         raise SkippedRow(f"image file {str(path)!r} does not exist")
+    imagefiles.size(path, f"image file {str(path)!r}", error=SkippedRow)  # decoded later, under the cap
     return ImagePart(str(path.absolute()))
 
 

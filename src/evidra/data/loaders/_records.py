@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import ast
 import base64
-import io
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evidra import imagefiles
 from evidra.errors import InvalidInputError, MissingDependencyError
 from evidra.jsonio import read_json, read_json_lines
 from evidra.types import Page, content_hash
@@ -181,6 +181,11 @@ def _image_bytes(
     if isinstance(value, Mapping):
         raw = value.get("bytes")
         if raw:
+            if isinstance(raw, str) and len(raw) // 4 * 3 > imagefiles.MAX_DATA_URL_BYTES:
+                raise InvalidInputError(
+                    f"{record.where()}: image bytes of about {len(raw) // 4 * 3} bytes, over the cap of "
+                    f"{imagefiles.MAX_DATA_URL_BYTES} bytes per image"
+                )
             return (base64.b64decode(raw) if isinstance(raw, str) else bytes(raw)), None
         value = value.get("path")
     if isinstance(value, str) and value:
@@ -206,28 +211,20 @@ def materialize_page(
     ``images`` option; default: the record's file's folder) and must stay inside ``base`` or the
     dataset folder.
     """
-    from PIL import Image
 
     allowed = [record.folder] if base is None else [record.folder, base]
     data, path = _image_bytes(value, base or record.file.parent, record, allowed)
     if data is not None:
         image_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            with Image.open(io.BytesIO(data)) as im:
-                suffix = ".png" if (im.format or "PNG").upper() == "PNG" else ".jpg"
-                path = image_dir / f"{content_hash(data)}{suffix}"
-                size = im.size
-        except OSError as exc:
-            raise InvalidInputError(f"{record.where()}: image bytes cannot be decoded ({exc})") from exc
+        with imagefiles.opened(data, f"{record.where()}: image bytes") as im:
+            suffix = ".png" if (im.format or "PNG").upper() == "PNG" else ".jpg"
+            path = image_dir / f"{content_hash(data)}{suffix}"
+            size = im.size
         if not path.exists():
             path.write_bytes(data)
     else:
         assert path is not None
-        try:
-            with Image.open(path) as im:
-                size = im.size
-        except OSError as exc:
-            raise InvalidInputError(f"{record.where()}: cannot open image {path} ({exc})") from exc
+        size = imagefiles.size(path, f"{record.where()}: image {path}")
     return Page(page_id, str(path), size[0], size[1], source=source, page_number=page_number)
 
 

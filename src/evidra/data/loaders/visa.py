@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from evidra import imagefiles
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
 from evidra.data.loaders.base import LOADERS, default_image_dir
 from evidra.errors import InvalidInputError
@@ -72,8 +73,8 @@ def resize_page(page: Page, width: int, image_dir: Path) -> Page:
     height = round(page.height * width / page.width)
     path = image_dir / f"{Path(page.image_path).stem}_w{width}.png"
     if not path.exists():
-        with Image.open(page.image_path) as im:
-            im.convert("RGB").resize((width, height), Image.Resampling.BICUBIC).save(path)
+        image = imagefiles.decode(page.image_path, f"page {page.id!r}: image {page.image_path}")
+        image.resize((width, height), Image.Resampling.BICUBIC).save(path)
     return Page(page.id, str(path), width, height, source=page.source, page_number=page.page_number)
 
 

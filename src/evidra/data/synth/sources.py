@@ -202,8 +202,7 @@ def side_by_side(sample: Sample) -> Sample:
         canvas = Image.new("RGB", (width, height), "white")
         x = 0
         for page in sample.pages:
-            with Image.open(page.image_path) as image:
-                canvas.paste(image.convert("RGB"), (x, 0))
+            canvas.paste(page.open_image(), (x, 0))
             x += page.width + PANEL_GAP
         tmp = path.with_name(f".{path.name}.tmp")
         canvas.save(tmp, format="PNG")

@@ -149,8 +149,11 @@ def _read_folder(root: Path, folder: Path) -> Stored:
             engine = bm25s_module().BM25.load(folder, allow_pickle=False, mmap=False, backend="numpy")
         vocab = _vocab(engine.vocab_dict)
         _check_engine(engine, k1, b, len(ids), len(vocab))
-    with _reading("counts.npz"), np.load(folder / "counts.npz", allow_pickle=False) as npz:
-        counts = TermCounts(vocab, npz["indptr"], npz["terms"], npz["counts"])
+    pairs = 0 if engine is None else len(engine.scores["indices"])  # one score per (page, term) pair
+    with _reading("counts.npz"):
+        _check_declared(folder / "counts.npz", {"indptr": len(ids) + 1, "terms": pairs, "counts": pairs})
+        with np.load(folder / "counts.npz", allow_pickle=False) as npz:
+            counts = TermCounts(vocab, npz["indptr"], npz["terms"], npz["counts"])
     _check_counts(counts, len(ids))
     base = root.absolute()
     absolute = [os.path.normpath(base / p) if p else "" for p in images]
@@ -165,6 +168,34 @@ def _params(pages: dict[str, Any], k1: float, b: float) -> BM25Params:
     if not isinstance(language, str) or language not in LANGUAGES:
         raise IndexFileError(f"pages.json names an unknown language {str(language)[:40]!r}")
     return BM25Params(k1, b, language, stopwords is not False, stem is True)
+
+
+def _check_declared(path: Path, most: dict[str, int]) -> None:
+    """Refuse ``counts.npz`` before decompressing it if a member declares more elements than
+    ``most`` allows (the page count, and the bm25s index's own number of (page, term) pairs, read
+    from uncompressed files) or more bytes than its header and data need: a few megabytes of
+    compressed zeros would otherwise expand to gigabytes."""
+    with zipfile.ZipFile(path) as archive:
+        members = {info.filename: info for info in archive.infolist()}
+        for name, limit in most.items():
+            info = members.get(f"{name}.npy")
+            if info is None:
+                raise IndexFileError(f"counts.npz has no {name} array")
+            with archive.open(info) as fh:
+                version = np.lib.format.read_magic(fh)
+                read = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read(fh)
+                header = fh.tell()
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            if count > limit or dtype.itemsize > 8 or info.file_size > header + limit * 8:
+                raise IndexFileError(
+                    f"counts.npz declares {name} of shape {shape} ({info.file_size} bytes unpacked), more "
+                    f"than the {limit} entries the index holds"
+                )
 
 
 def _check_engine(engine: Any, k1: float, b: float, n_pages: int, n_terms: int) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from evidra.confined import inside
 from evidra.errors import ModelLoadError
 
 NATIVE_CLASSES = {"qwen2_vl": ("ColQwen2", "colqwen2"), "paligemma": ("ColPali", "colpali")}
@@ -167,7 +168,8 @@ def read_weights(folder: Path, stems: tuple[str, ...]) -> dict[str, Tensor]:
         for ext in (".safetensors", ".bin"):
             index, single = folder / f"{stem}{ext}.index.json", folder / f"{stem}{ext}"
             if index.is_file():
-                files = sorted({folder / f for f in _index_files(index)})
+                where = f"the weight_map of {index}"
+                files = sorted({inside(folder, f, where, ModelLoadError) for f in _index_files(index)})
             elif single.is_file():
                 files = [single]
             else:

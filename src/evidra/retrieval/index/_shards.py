@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evidra.confined import inside
 from evidra.errors import CorpusError, InvalidInputError
 from evidra.staging import fsync_path
 
@@ -163,12 +164,16 @@ class ShardStore:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def shard_path(self, name: str) -> Path:
+        """The file of shard ``name`` (a name read from ``index.sqlite``, so checked to stay inside)."""
+        return inside(self.root / SHARDS_DIR, name, f"{self.root / DB_NAME} (shard table)", CorpusError)
+
     def load_shards(self, *, verify: bool = True, mmap: bool = True) -> dict[str, np.ndarray]:
         """Every referenced shard as a ``(rows, D)`` float16 array, checked against the metadata."""
         dim = self.dim
         out: dict[str, np.ndarray] = {}
         for name, rows, sdim, digest in self._conn.execute("SELECT name, rows, dim, sha256 FROM shards"):
-            path = self.root / SHARDS_DIR / name
+            path = self.shard_path(name)
             if not path.is_file():
                 raise CorpusError(f"index {str(self.root)!r} is missing shard {name}; rebuild the index")
             if verify and file_sha256(path) != digest:

@@ -74,7 +74,7 @@ class DenseIndex(ShardWrites):
             self._alive[self._row_of.pop(pid)] = False
         if not records:
             return
-        shards = {n: np.load(self.store.root / "shards" / n) for n in dict.fromkeys(r.shard for r in records)}
+        shards = {n: np.load(self.store.shard_path(n)) for n in dict.fromkeys(r.shard for r in records)}
         first = len(self._ids)
         self._ids += [r.page_id for r in records]
         self._images += [r.image_path for r in records]

@@ -203,7 +203,7 @@ class MultiVectorIndex(ShardWrites):
         for pid in superseded:
             self._alive[self._row_of.pop(pid)] = False
         for name in dict.fromkeys(r.shard for r in records):
-            self._shards[name] = np.load(self.store.root / "shards" / name, mmap_mode="r")
+            self._shards[name] = np.load(self.store.shard_path(name), mmap_mode="r")
         views = [self._shards[r.shard][r.offset : r.offset + r.length] for r in records]
         self._append([r.page_id for r in records], views, [r.image_path for r in records])
 

@@ -1,0 +1,11 @@
+"""The practitioner's app over a page store and its index: ``evidra serve`` and ``evidra mcp``.
+
+- ``workspace``: the store, its index and the model, each used from its own worker thread
+  (add documents, search, page through a document, answer with streamed text);
+- ``web``: the starlette app ``evidra serve`` runs on uvicorn: HTML pages (Jinja2 templates,
+  no front-end build step), a JSON API, and the OpenAI chat-completions API (``openai_api``);
+- ``mcp_server``: the same workspace as MCP tools (search, page, ask) for agent hosts;
+- ``citations``: how an answer's evidence reads (document name, page number, box).
+
+The layer sits above retrieval, models and the ``RAG`` API, below the CLI.
+"""

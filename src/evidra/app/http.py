@@ -1,0 +1,125 @@
+"""The app's HTTP limits and refusals: options, one-line JSON errors, capped and timed bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from evidra.errors import InvalidInputError
+from evidra.retrieval.serving import MAX_CONNECTIONS
+
+API_KEY_ENV = "EVIDRA_APP_API_KEY"  # read by the CLI; required as a Bearer token (or login) when set
+MIB = 1 << 20
+MAX_JSON_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Limits of ``evidra serve``; the same kind of caps as ``serve-index``."""
+
+    k: int = 3  # pages an answer is given
+    max_k: int = 20  # pages a search or an answer may ask for
+    max_question_chars: int = 4000
+    max_body: int = 4 * MIB  # JSON bodies (questions, chat requests with their history)
+    max_upload: int = 256 * MIB  # one uploaded document
+    idle_timeout_s: float = 30.0  # a request head, and a body, must arrive within this
+    max_connections: int = MAX_CONNECTIONS
+    api_key: str | None = field(default=None, repr=False)
+    access_log: bool = True
+    model_name: str = "evidra"  # what /v1/models lists
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k <= self.max_k or min(self.max_question_chars, self.max_body, self.max_upload) < 1:
+            raise InvalidInputError("ServeOptions needs 1 <= k <= max_k and positive size caps")
+        if self.idle_timeout_s <= 0 or self.max_connections < 1:
+            raise InvalidInputError("ServeOptions needs idle_timeout_s > 0 and max_connections >= 1")
+        if self.api_key is not None and not self.api_key.strip():
+            raise InvalidInputError(f"the API key is empty; set {API_KEY_ENV} to a secret or leave it unset")
+
+
+class HttpError(Exception):
+    """A refusal: status and a one-line message (``close`` ends the connection after it)."""
+
+    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.close = status, close
+
+
+def error_response(status: int, message: str, *, close: bool = False) -> JSONResponse:
+    headers = {"Connection": "close"} if close else {}
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def read_body(request: Request, limit: int, deadline_s: float) -> bytes:
+    """The body, refused with 413 once declared or grown over ``limit``, 408 when late."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise HttpError(413, f"a body of {declared[:20]} bytes exceeds the limit of {limit}", close=True)
+
+    async def collect() -> bytes:
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise HttpError(413, f"the body exceeds the limit of {limit} bytes", close=True)
+        return bytes(body)
+
+    try:
+        return await asyncio.wait_for(collect(), deadline_s)
+    except asyncio.TimeoutError:
+        raise HttpError(408, f"the body did not arrive within {deadline_s:g} s", close=True) from None
+
+
+def _depth(value: Any, limit: int) -> int:
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        item, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            break
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((c, d + 1) for c in children)
+    return deepest
+
+
+async def read_json(request: Request, options: ServeOptions) -> dict[str, Any]:
+    """A JSON object body (400 for anything else)."""
+    body = await read_body(request, options.max_body, options.idle_timeout_s)
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        raise HttpError(400, "the body is not JSON; send a JSON object") from None
+    if not isinstance(value, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    if _depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise HttpError(400, f"the JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def question_of(value: object, options: ServeOptions) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise HttpError(400, 'a question is needed: {"question": "..."}')
+    if len(value) > options.max_question_chars:
+        raise HttpError(413, f"the question has {len(value)} characters, over {options.max_question_chars}")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise HttpError(400, "the question holds a lone surrogate; send valid UTF-8 text")
+    return value.strip()
+
+
+def k_of(value: object, default: int, options: ServeOptions) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        k = int(str(value)[:8])
+    except ValueError:
+        raise HttpError(400, f"k must be a whole number, got {str(value)[:20]!r}") from None
+    if not 1 <= k <= options.max_k:
+        raise HttpError(400, f"k must be in 1..{options.max_k}, got {k}")
+    return k

@@ -1,0 +1,84 @@
+"""``evidra mcp``: a workspace's search, pages and answers as MCP tools (the official ``mcp`` SDK).
+
+Tools, for agent hosts (Claude Desktop, IDEs, any MCP client), over stdio:
+
+- ``search(query, k=5)``: the top pages, each with its citation label (document, page), page id
+  and score; no model needed;
+- ``page(page_id)``: the page image (PNG) and its label, for the host's own model to read;
+- ``ask(question, k=3)``: evidra's model answers over the top pages; the reply holds the answer,
+  every cited step with its document, page and box (page pixels), and the pages read.
+
+A question or query over ``ServeOptions.max_question_chars`` and a ``k`` outside 1..``max_k``
+are refused with a one-line tool error, as ``evidra serve`` refuses them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from evidra.app.citations import answer_json, citation_label, page_json
+from evidra.app.http import HttpError, ServeOptions, k_of, question_of
+from evidra.errors import EvidraError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from evidra.app.workspace import Workspace
+
+INSTRUCTIONS = (
+    "Search and read the user's documents. `search` finds pages by text, `page` returns a page image, "
+    "`ask` answers a question with evidence: every step cites a document, a page and a box."
+)
+
+
+def _checked(fn: Any) -> Any:
+    """Refusals of the app's limits as one-line tool errors (``ToolError``: an anticipated failure,
+    which the host's model reads; any other exception is reported as a crash)."""
+    import functools
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except (HttpError, EvidraError) as exc:
+            raise ToolError(str(exc).splitlines()[0]) from None
+
+    return wrapper
+
+
+def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPServer:
+    """The MCP server over a started ``workspace``."""
+    try:
+        from mcp.server.mcpserver import Image, MCPServer
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "evidra mcp needs the MCP SDK: pip install 'evidra[app]' (or mcp)"
+        ) from exc
+    options = options or ServeOptions()
+    server: MCPServer = MCPServer("evidra", instructions=INSTRUCTIONS)
+
+    @server.tool()
+    @_checked
+    async def search(query: str, k: int = 5) -> dict[str, Any]:
+        """Pages of the user's documents that match ``query`` (BM25 or the visual index), best first."""
+        found = await workspace.search(question_of(query, options), k_of(k, 5, options))
+        return {"query": query, "hits": [page_json(page, hit.score) for hit, page in found]}
+
+    @server.tool(structured_output=False)
+    @_checked
+    async def page(page_id: str) -> list[Any]:
+        """The image of one page (from `search` or `ask`) with its citation label."""
+        found = await workspace.page(page_id)
+        path = await workspace.image_file(page_id)
+        return [f"{citation_label(found)} ({found.width}x{found.height} px)", Image(path=path)]
+
+    @server.tool()
+    @_checked
+    async def ask(question: str, k: int = 3) -> dict[str, Any]:
+        """Answer ``question`` from the top ``k`` pages; every step cites a document, page and box."""
+        answer = await workspace.ask(question_of(question, options), k_of(k, options.k, options))
+        return answer_json(answer)
+
+    return server

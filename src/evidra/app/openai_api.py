@@ -1,0 +1,145 @@
+"""The OpenAI chat-completions API over a workspace, so any OpenAI-compatible chat front end can ask.
+
+``POST /v1/chat/completions`` answers the last user message (its text parts; earlier turns are
+not retrieved over) from the store's top ``k`` pages (``k`` in the body, else the server's).
+The reply's content is the model's text followed by ``Answer: ...`` and ``Sources: <document>
+p. <page> [box]``; the reply also carries ``evidence`` (each cited step: document, page, box in
+page pixels, page id) and ``pages`` (what the model was shown), fields OpenAI clients ignore and
+evidra's own read. With ``"stream": true`` the reply is server-sent events of
+``chat.completion.chunk`` objects: the role, each piece of text as the model writes it, then a
+last chunk with the answer and sources, ``finish_reason`` and the ``evidence``; then ``[DONE]``.
+Concatenating the streamed contents gives the content of the reply without streaming.
+Refusals are OpenAI-shaped: ``{"error": {"message", "type", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from evidra.app.citations import evidence, page_json, sources_line
+from evidra.app.http import HttpError, ServeOptions, k_of, question_of, read_json
+from evidra.app.streams import Done, Failed, Piece, answer_events
+from evidra.app.workspace import Busy
+from evidra.errors import EvidraError
+
+if TYPE_CHECKING:
+    from evidra.app.workspace import Workspace
+    from evidra.rag import Answer
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+
+def question_from_messages(messages: object) -> str:
+    """The text of the last user message (string content, or its text parts joined).
+
+    >>> question_from_messages([{"role": "user", "content": [{"type": "text", "text": "When?"}]}])
+    'When?'
+    """
+    if not isinstance(messages, list) or not messages:
+        raise HttpError(400, "messages must be a non-empty list of chat messages")
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    if not users:
+        raise HttpError(400, "messages hold no user message to answer")
+    content = users[-1].get("content")
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        content = "\n".join(p for p in parts if isinstance(p, str))
+    if not isinstance(content, str):
+        raise HttpError(400, "the last user message has no text content")
+    return content
+
+
+def tail(answer: Answer) -> str:
+    """What follows the model's text in the reply: the answer and its sources."""
+    lines = [f"Answer: {answer.text if answer.text is not None else '(none)'}"]
+    if sources := sources_line(answer):
+        lines.append(sources)
+    return "\n\n" + "\n".join(lines)
+
+
+def _evidence_fields(answer: Answer) -> dict[str, Any]:
+    return {
+        "evidence": [e.as_json() for e in evidence(answer)],
+        "pages": [page_json(p) for p in answer.pages],
+    }
+
+
+def _openai_error(status: int, message: str) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
+    """``GET /v1/models`` and ``POST /v1/chat/completions``."""
+
+    async def models(request: Request) -> Response:
+        model = {"id": options.model_name, "object": "model", "created": 0, "owned_by": "evidra"}
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def completions(request: Request) -> Response:
+        try:
+            body = await read_json(request, options)
+            question = question_of(question_from_messages(body.get("messages")), options)
+            k = k_of(body.get("k"), options.k, options)
+            if not workspace.can_answer:
+                raise HttpError(409, "this server has no model; start it with --model to answer")
+        except HttpError as exc:
+            return _openai_error(exc.status, str(exc))
+        head = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "created": int(time.time()),
+            "model": options.model_name,
+        }
+        if body.get("stream") is True:
+            return StreamingResponse(_chunks(workspace, question, k, head), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-store"})  # fmt: skip
+        return await _whole(workspace, question, k, head)
+
+    return [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/chat/completions", completions, methods=["POST"]),
+    ]
+
+
+async def _whole(workspace: Workspace, question: str, k: int, head: dict[str, Any]) -> Response:
+    try:
+        answer = await workspace.ask(question, k)
+    except Busy as exc:
+        return _openai_error(503, str(exc))
+    except EvidraError as exc:
+        return _openai_error(400, str(exc))
+    message = {"role": "assistant", "content": answer.output + tail(answer)}
+    choice = {"index": 0, "message": message, "finish_reason": FINISH.get(answer.finish_reason, "stop")}
+    return JSONResponse(
+        {**head, "object": "chat.completion", "choices": [choice], **_evidence_fields(answer)}
+    )
+
+
+def _sse(record: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(record, ensure_ascii=False)}\n\n".encode()
+
+
+async def _chunks(workspace: Workspace, question: str, k: int, head: dict[str, Any]) -> AsyncIterator[bytes]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return _sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
+
+    yield chunk({"role": "assistant", "content": ""})
+    async for event in answer_events(workspace, question, k):
+        if isinstance(event, Piece):
+            yield chunk({"content": event.text})
+        elif isinstance(event, Done):
+            answer = event.answer
+            finish = FINISH.get(answer.finish_reason, "stop")
+            yield chunk({"content": tail(answer)}, finish, **_evidence_fields(answer))
+        elif isinstance(event, Failed):
+            yield _sse({"error": {"message": event.message, "type": "invalid_request_error", "code": 400}})
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,303 @@
+"""A page store, its index and (optionally) a model, shared by the web app and the MCP server.
+
+SQLite connections and the model stay on the thread that opened them, so a ``Workspace`` owns
+two worker threads: the *data* thread holds the store and the index (documents, pages, search,
+ingest, ``index add``), the *model* thread holds the ``RAG`` that answers (with its own read-only
+store connection). A search therefore answers while the model is writing an answer. The index
+is the one given, else the one registered in the store, else ``<store>/index-bm25``, built when
+the first documents arrive. Every method is async and runs its work on the owning thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from evidra.errors import EvidraError, InvalidInputError
+
+if TYPE_CHECKING:
+    from evidra.corpus.ingest import IngestProgress, IngestReport
+    from evidra.corpus.store import PageStore
+    from evidra.models.streaming import OnText
+    from evidra.rag import RAG, Answer
+    from evidra.retrieval.base import Hit
+    from evidra.retrieval.engine import Engine
+    from evidra.types import Page
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+DEFAULT_INDEX = "index-bm25"
+SAFE_PART = re.compile(r"[^A-Za-z0-9._ ()+-]+")
+MAX_NAME = 120  # characters per path part of an uploaded file's name
+MAX_WAITING_ASKS = 8  # questions answered or waiting for the model at once (503 beyond)
+
+
+class NotFound(InvalidInputError):
+    """A page or document the store does not hold (answered 404)."""
+
+
+class Busy(EvidraError):
+    """Too many questions wait for the model (answered 503)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What ``RAG.load`` needs to answer; ``path`` as ``evidra ask --model`` takes it."""
+
+    path: str
+    paradigm: str = "coe"
+    max_new_tokens: int = 256
+    device: str = "auto"
+    dtype: str = "auto"
+    max_pixels: int | None = None
+
+
+@dataclass(frozen=True)
+class Document:
+    source: str  # the file name (with its folder) the pages came from
+    pages: int
+    first_page: str  # page id of its first page
+
+
+def upload_name(name: str) -> str:
+    """A relative path safe to write under a fresh folder: each part stripped of odd characters.
+
+    >>> upload_name("../../etc/x.pdf"), upload_name("reports/Q3 (final).pdf"), upload_name("a\\\\b.png")
+    ('etc/x.pdf', 'reports/Q3 (final).pdf', 'a/b.png')
+    """
+    parts = [SAFE_PART.sub("_", p).strip(" .")[:MAX_NAME] for p in re.split(r"[\\/]+", name)]
+    parts = [p for p in parts if p and p not in (".", "..")]
+    if not parts:
+        raise InvalidInputError(f"upload name {name[:80]!r} names no file; send ?name=<file name>.pdf")
+    return str(PurePosixPath(*parts[-4:]))  # at most three folders deep
+
+
+class Workspace:
+    """See the module docstring. ``start`` opens everything; ``close`` releases it."""
+
+    def __init__(
+        self, store: str | Path, index: str | Path | None = None, model: ModelSpec | None = None
+    ) -> None:
+        self.store_root = Path(store).expanduser().resolve()
+        self.index_arg = Path(index).expanduser().resolve() if index is not None else None
+        self.model = model
+        self._data = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evidra-data")
+        self._model = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evidra-model")
+        self._store: PageStore | None = None  # data thread only
+        self._engine: Engine | None = None  # data thread only
+        self._rag: RAG | None = None  # model thread only
+        self.index_root: Path | None = None
+        self._asking = 0  # questions between arrival and answer (event-loop side)
+
+    # -- life ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._on_data(self._open)
+        if self.model is not None:
+            await self._on_model(self._load_model, self.model)
+
+    def start_sync(self) -> None:
+        self._data.submit(self._open).result()
+        if self.model is not None:
+            self._model.submit(self._load_model, self.model).result()
+
+    def close(self) -> None:
+        self._model.submit(self._close_model).result()
+        self._data.submit(self._close_data).result()
+        self._model.shutdown()
+        self._data.shutdown()
+
+    @property
+    def can_answer(self) -> bool:
+        return self.model is not None
+
+    # -- what the app calls -------------------------------------------------------------------
+
+    async def documents(self) -> list[Document]:
+        return await self._on_data(self._documents)
+
+    async def pages_of(self, source: str) -> list[Page]:
+        return await self._on_data(self._pages_of, source)
+
+    async def page(self, page_id: str) -> Page:
+        return await self._on_data(self._page, page_id)
+
+    async def image_file(self, page_id: str) -> Path:
+        """The page's image, refused unless it lies inside the store folder."""
+        page = await self.page(page_id)
+        path = Path(page.image_path).resolve()
+        if not path.is_relative_to(self.store_root) or not path.is_file():
+            raise NotFound(f"page {page_id!r} has no image inside the store")
+        return path
+
+    async def search(self, query: str, k: int) -> list[tuple[Hit, Page]]:
+        return await self._on_data(self._search, query, k)
+
+    async def add_file(
+        self, name: str, data: bytes, progress: Callable[[IngestProgress], None] | None = None
+    ) -> IngestReport:
+        """Ingest one uploaded file (``name`` may hold folders); a bad file is a failed entry."""
+        return await self._on_data(self._add_file, upload_name(name), data, progress)
+
+    async def index_new(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Add the store's pages the index lacks (building the default index first if none)."""
+        return await self._on_data(self._index_new, progress)
+
+    async def ask(
+        self,
+        question: str,
+        k: int,
+        on_text: OnText | None = None,
+        *,
+        on_pages: Callable[[list[tuple[Hit, Page]]], None] | None = None,
+    ) -> Answer:
+        """Retrieve the top ``k`` pages (data thread), hand them to ``on_pages``, then answer over
+        them (model thread), handing each piece of text to ``on_text`` as it is written."""
+        if self.model is None:
+            raise InvalidInputError("this server has no model; start it with --model to ask questions")
+        if self._asking >= MAX_WAITING_ASKS:
+            raise Busy(f"{self._asking} questions are being answered; ask again in a moment")
+        self._asking += 1
+        try:
+            found = await self.search(question, k)
+            if not found:
+                raise InvalidInputError(
+                    f"no page matches {question[:80]!r}; ask with words the documents use"
+                )
+            if on_pages is not None:
+                on_pages(found)
+            ids = [page.id for _, page in found]
+            answer = await self._on_model(self._ask, question, ids, on_text)
+        finally:
+            self._asking -= 1
+        where = (str(self.index_root),) if self.index_root else ()
+        return replace(answer, retrieved=tuple(hit for hit, _ in found), index=where)
+
+    # -- on the data thread --------------------------------------------------------------------
+
+    async def _on_data(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._data, fn, *args)
+
+    async def _on_model(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._model, fn, *args)
+
+    def _open(self) -> None:
+        from evidra.corpus.store import PageStore
+        from evidra.retrieval.attach import registered_index
+        from evidra.retrieval.engine import MANIFEST, open_index
+
+        self._store = PageStore.create(self.store_root)
+        registered = registered_index(self._store)
+        root = self.index_arg or (Path(registered) if registered else self.store_root / DEFAULT_INDEX)
+        self.index_root = root
+        if (root / MANIFEST).is_file():
+            self._engine = open_index(root)
+        elif self.index_arg is not None and root.exists() and any(root.iterdir()):
+            raise InvalidInputError(
+                f"{str(root)!r} holds no index; pass an `evidra index build` folder or a new path"
+            )
+
+    def _close_data(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+        if self._store is not None:
+            self._store.close()
+
+    def _opened(self) -> PageStore:
+        assert self._store is not None, "the workspace is not started"
+        return self._store
+
+    def _documents(self) -> list[Document]:
+        by_source: dict[str, list[Page]] = {}
+        for page in self._opened().pages(with_words=False):
+            by_source.setdefault(page.source or page.id, []).append(page)
+        docs = []
+        for source, pages in sorted(by_source.items()):
+            first = min(pages, key=lambda p: p.page_number)
+            docs.append(Document(source, len(pages), first.id))
+        return docs
+
+    def _pages_of(self, source: str) -> list[Page]:
+        pages = [p for p in self._opened().pages(with_words=False) if (p.source or p.id) == source]
+        if not pages:
+            raise NotFound(f"no document {source[:80]!r} in the store")
+        return sorted(pages, key=lambda p: p.page_number)
+
+    def _page(self, page_id: str) -> Page:
+        store = self._opened()
+        if page_id not in store:
+            raise NotFound(f"no page {page_id[:80]!r} in the store")
+        return store.get(page_id, with_words=False)
+
+    def _search(self, query: str, k: int) -> list[tuple[Hit, Page]]:
+        if self._engine is None:
+            return []
+        (hits,) = self._engine.retriever.search([query], k=k)
+        store = self._opened()
+        return [(h, store.get(h.page_id)) for h in hits if h.page_id in store]  # words: where it matched
+
+    def _add_file(
+        self, name: str, data: bytes, progress: Callable[[IngestProgress], None] | None
+    ) -> IngestReport:
+        from evidra.corpus.ingest import ingest
+
+        with tempfile.TemporaryDirectory(prefix="evidra-upload-") as tmp:
+            path = Path(tmp) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            report = ingest(tmp, self._opened(), progress=progress)
+        for failed in report.failed:
+            logger.warning("upload %s not ingested: %s", failed.path, failed.reason)
+        return report
+
+    def _index_new(self, progress: Callable[[int, int], None] | None) -> int:
+        from evidra.retrieval.engine import build_index
+
+        store = self._opened()
+        have = set(self._engine.index.page_ids()) if self._engine is not None else set()
+        new = [p for p in store.pages() if p.id not in have]
+        if not new:
+            return 0
+        done = 0
+
+        def tick(n: int) -> None:
+            nonlocal done
+            done += n
+            if progress is not None:
+                progress(done, len(new))
+
+        assert self.index_root is not None
+        if self._engine is None:
+            self._engine = build_index(new, self.index_root, "bm25", progress=tick)
+            store.register_index(self.index_root)
+        else:
+            self._engine.add(new, progress=tick)
+        return len(new)
+
+    # -- on the model thread -------------------------------------------------------------------
+
+    def _load_model(self, spec: ModelSpec) -> None:
+        from evidra.models.generation import SamplingParams
+        from evidra.rag import RAG
+
+        params = SamplingParams(max_new_tokens=spec.max_new_tokens, temperature=0.0)
+        self._rag = RAG.load(
+            self.store_root, [], model=spec.path, paradigm=spec.paradigm, params=params,
+            device=spec.device, dtype=spec.dtype, max_pixels=spec.max_pixels,
+        )  # fmt: skip
+
+    def _close_model(self) -> None:
+        if self._rag is not None:
+            self._rag.close()
+
+    def _ask(self, question: str, page_ids: Sequence[str], on_text: OnText | None) -> Answer:
+        assert self._rag is not None, "the workspace has no model"
+        return self._rag.ask(question, pages=list(page_ids), on_text=on_text)

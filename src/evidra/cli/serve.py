@@ -1,0 +1,110 @@
+"""``evidra serve --store S [--model M]``: the web app over a page store (upload, search, ask).
+
+evidra serve --store store/ --model ckpt/Qwen2.5-VL-7B      # http://127.0.0.1:8000
+evidra serve --store store/                                 # search and read only, no model
+
+Open the URL: add documents (files or a folder; each is ingested and indexed, a bad file is
+listed and skipped), search, ask and watch the answer arrive with every cited box drawn on its
+page. The same server speaks the OpenAI chat-completions API at ``/v1/chat/completions``.
+It binds to 127.0.0.1 unless ``--host`` says otherwise; with EVIDRA_APP_API_KEY set every
+request needs ``Authorization: Bearer $EVIDRA_APP_API_KEY`` (browsers sign in at /login).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+MIB = 1 << 20
+
+
+def add_workspace_options(p: argparse.ArgumentParser) -> None:
+    """The store, index and model options ``serve`` and ``mcp`` share."""
+    p.add_argument("--store", required=True, metavar="S", help="page store directory (created if missing)")
+    p.add_argument(
+        "--index",
+        default=None,
+        metavar="DIR",
+        help="index directory (default: the store's registered index, else S/index-bm25, "
+        "built on the first upload)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        metavar="PATH",
+        help="Qwen-VL model that answers (directory, hub id, tiny:ARCH or training run); "
+        "without it: search only",
+    )
+    p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages an answer reads (default: 3)")
+    p.add_argument("--paradigm", default="coe", help="output format (default: coe, every step cites a box)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens an answer may have")
+    p.add_argument("--device", default="auto", help="model device: auto | cpu | cuda")
+    p.add_argument(
+        "--dtype", default="auto", help="model weights: auto (bfloat16 on a GPU) | float32 | bfloat16"
+    )
+    p.add_argument("--max-pixels", type=int, default=None, help="image pixel limit per page")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve", help="web app over a page store: add documents, search, ask with evidence"
+    )
+    add_workspace_options(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    p.add_argument("--max-upload-mb", type=int, default=256, help="largest document accepted (default: 256)")
+    p.add_argument("--max-connections", type=int, default=512, help="open connections (default: 512)")
+    p.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="log one line per request (default: on)",
+    )
+    p.set_defaults(func=run)
+
+
+def open_workspace(args: argparse.Namespace) -> Any:
+    """A started ``Workspace`` from the shared options (the model loads last)."""
+    from evidra.app.workspace import ModelSpec, Workspace
+    from evidra.paradigms import PARADIGMS
+
+    PARADIGMS.get(args.paradigm)
+    model = None
+    if args.model:
+        model = ModelSpec(
+            args.model, args.paradigm, args.max_new_tokens, args.device, args.dtype, args.max_pixels
+        )
+    workspace = Workspace(args.store, args.index, model)
+    try:
+        workspace.start_sync()
+    except BaseException:
+        workspace.close()
+        raise
+    return workspace
+
+
+def run(args: argparse.Namespace) -> int:
+    from evidra.app.http import API_KEY_ENV, ServeOptions
+    from evidra.app.server import serve_forever
+
+    options = ServeOptions(
+        k=args.k,
+        max_k=max(20, args.k),
+        max_upload=args.max_upload_mb * MIB,
+        max_connections=args.max_connections,
+        api_key=os.environ.get(API_KEY_ENV),
+        access_log=args.access_log,
+    )
+    workspace = open_workspace(args)
+    try:
+        what = f"answers with {args.model}" if args.model else "search only (no --model)"
+        key = "API key required, " if options.api_key else ""
+
+        def ready(url: str) -> None:
+            print(f"evidra serve: {args.store}, {what}, on {url} ({key}Ctrl-C stops)", flush=True)
+
+        serve_forever(workspace, options, args.host, args.port, ready=ready)
+    finally:
+        workspace.close()
+    return 0

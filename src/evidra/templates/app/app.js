@@ -1,0 +1,304 @@
+// evidra serve: upload, search, streamed answers with their cited boxes, an enlargeable page view.
+// Every string from the server (answers, names, step text) is set as text, never as HTML.
+"use strict";
+const COLORS = ["#2563eb", "#db2777", "#ea580c", "#7c3aed", "#0891b2", "#65a30d", "#b45309"];
+const ANSWER_COLOR = "#16a34a";
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "style") Object.assign(node.style, value);
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+const MATCH_COLOR = "#f59e0b";  // a searched word (step -1): no tag
+const colorOf = (step) => (step < 0 ? MATCH_COLOR : step === 0 ? ANSWER_COLOR : COLORS[(step - 1) % COLORS.length]);
+const tagOf = (step) => (step === 0 ? "A" : String(step));
+const plural = (n, word, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
+const docLink = (page) => `/documents/${encodeURIComponent(page.document).replaceAll("%2F", "/")}?page=${page.page}`;
+const pct = (v) => `${(100 * v).toFixed(3)}%`;
+
+function drawBox(parent, box, step, frame) {
+  // frame: [x0, y0, w, h] of the region shown, in page pixels
+  const [fx, fy, fw, fh] = frame;
+  const b = el("div", {class: "box", style: {
+    left: pct((box[0] - fx) / fw), top: pct((box[1] - fy) / fh),
+    width: pct((box[2] - box[0]) / fw), height: pct((box[3] - box[1]) / fh),
+  }});
+  b.style.setProperty("--c", colorOf(step));
+  if (step >= 0) b.append(el("b", {text: tagOf(step)}));
+  parent.append(b);
+}
+
+function pageView(page, marks) {
+  const view = el("div", {class: "pg", style: {aspectRatio: `${page.width} / ${page.height}`}});
+  view.append(el("img", {src: page.image, alt: page.label, loading: "lazy"}));
+  for (const m of marks) drawBox(view, m.box, m.step, [0, 0, page.width, page.height]);
+  return view;
+}
+
+function cropView(page, mark) {
+  // the box with a margin, at least 420 page pixels wide, shown at up to 1 screen px per page px
+  const [x0, y0, x1, y1] = mark.box;
+  const w = Math.min(page.width, Math.max(420, (x1 - x0) * 1.6));
+  const h = Math.min(page.height, Math.max(140, (y1 - y0) + 120));
+  const cx = Math.max(0, Math.min(page.width - w, (x0 + x1) / 2 - w / 2));
+  const cy = Math.max(0, Math.min(page.height - h, (y0 + y1) / 2 - h / 2));
+  const crop = el("div", {class: "crop", title: "click to enlarge the page", style: {
+    aspectRatio: `${w} / ${h}`, width: `${Math.min(w * 1.25, 640)}px`,
+  }});
+  crop.append(el("img", {src: page.image, alt: page.label, style: {
+    width: pct(page.width / w), left: pct(-cx / w), top: pct(-cy / h),
+  }}));
+  drawBox(crop, mark.box, mark.step, [cx, cy, w, h]);
+  return crop;
+}
+
+function openLightbox(page, marks) {
+  $("lb-title").textContent = page.label;
+  $("lb-open").href = docLink(page);
+  const holder = $("lb-page");
+  holder.replaceChildren();
+  const view = pageView(page, marks);
+  view.style.width = `min(100%, ${Math.max(page.width, 900)}px)`;  // the page's own size: text reads as printed
+  holder.append(view);
+  $("lightbox").hidden = false;
+  holder.scrollTop = 0;
+  if (marks.length) {  // bring the first cited box to the upper third of the window
+    const top = Math.min(...marks.map((m) => m.box[1])) / page.height;
+    requestAnimationFrame(() => { holder.scrollTop = top * view.offsetHeight - holder.clientHeight / 3; });
+  }
+}
+function closeLightbox() { $("lightbox").hidden = true; }
+
+async function* ndjson(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, {stream: true});
+    let cut;
+    while ((cut = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 1);
+      if (line.trim()) yield JSON.parse(line);
+    }
+  }
+}
+
+async function failure(response) {
+  try { return (await response.json()).error || response.statusText; } catch { return response.statusText; }
+}
+
+function pageCard(page, marks, extra) {
+  const card = el("div", {class: "card"});
+  const view = pageView(page, marks);
+  view.addEventListener("click", () => openLightbox(page, marks));
+  const meta = el("div", {class: "meta"});
+  meta.append(el("a", {href: docLink(page), text: page.label}));
+  if (extra) meta.append(el("span", {class: "muted", text: extra}));
+  card.append(view, meta);
+  return card;
+}
+
+function showEvidence(answer) {
+  const pages = Object.fromEntries(answer.pages.map((p) => [p.page_id, p]));
+  const marks = answer.evidence.filter((e) => e.box && pages[e.page_id]);
+  const steps = $("steps");
+  steps.replaceChildren();
+  for (const e of answer.evidence) {
+    const page = pages[e.page_id];
+    const item = el("li", {class: "step"});
+    const text = el("div");
+    const head = el("div", {class: "head"});
+    head.append(el("span", {class: "tag", text: tagOf(e.step), style: {background: colorOf(e.step)}}));
+    head.append(el("span", {class: "cite", text: e.label ? `${e.label}${e.box ? "" : " · no box"}` : "cites no page shown"}));
+    text.append(head, el("div", {text: e.step === 0 ? `Answer: ${e.text}` : e.text}));
+    if (page && e.box) {
+      const crop = cropView(page, e);
+      crop.addEventListener("click", () => openLightbox(page, marks.filter((m) => m.page_id === page.page_id)));
+      text.append(crop);
+    }
+    item.append(text);
+    if (page) {
+      const thumb = pageView(page, marks.filter((m) => m.page_id === page.page_id));
+      thumb.title = "click to enlarge";
+      thumb.addEventListener("click", () => openLightbox(page, marks.filter((m) => m.page_id === page.page_id)));
+      item.append(thumb);
+    }
+    steps.append(item);
+  }
+  $("steps-title").hidden = answer.evidence.length === 0;
+  const grid = $("pages");
+  grid.replaceChildren(...answer.pages.map((p, i) => pageCard(p, marks.filter((m) => m.page_id === p.page_id), `image ${i + 1}`)));
+  $("pages-title").hidden = answer.pages.length === 0;
+}
+
+async function ask(event) {
+  event.preventDefault();
+  const question = $("question").value.trim();
+  if (!question) return;
+  $("results").hidden = true;
+  $("hint").hidden = true;
+  $("answer").hidden = false;
+  $("final").hidden = true;
+  $("raw").textContent = "";
+  $("timing").textContent = "";
+  $("steps").replaceChildren();
+  $("pages").replaceChildren();
+  $("steps-title").hidden = $("pages-title").hidden = true;
+  $("status").textContent = "Searching…";
+  $("ask-button").disabled = true;
+  let first = null;
+  try {
+    const response = await fetch("/api/ask", {method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({question, k: Number($("k").value)})});
+    if (!response.ok) throw new Error(await failure(response));
+    for await (const e of ndjson(response)) {
+      if (e.type === "pages") {
+        $("status").textContent = `Reading ${e.pages.map((p) => p.label).join(", ")}…`;
+      } else if (e.type === "token") {
+        if (first === null) first = e.ms;
+        $("raw").textContent += e.text;
+        $("timing").textContent = `first token after ${first} ms`;
+      } else if (e.type === "answer") {
+        $("status").textContent = e.errors.length ? `Format: ${e.errors.join("; ")}` : "";
+        $("answer-text").textContent = e.answer ?? "(the model gave no answer)";
+        $("final").hidden = false;
+        $("timing").textContent = `first token after ${first ?? "-"} ms, done after ${e.ms} ms`;
+        showEvidence(e);
+      } else if (e.type === "error") {
+        throw new Error(e.error);
+      }
+    }
+  } catch (err) {
+    $("status").textContent = String(err.message || err);
+    $("status").className = "status bad";
+    return;
+  } finally {
+    $("ask-button").disabled = document.body.dataset.noModel === "1";
+  }
+  $("status").className = "status";
+}
+
+async function search() {
+  const q = $("question").value.trim();
+  if (!q) return;
+  $("answer").hidden = true;
+  $("hint").hidden = true;
+  const response = await fetch(`/api/search?q=${encodeURIComponent(q)}&k=12`);
+  const body = response.ok ? await response.json() : {error: await failure(response)};
+  $("results").hidden = false;
+  if (body.error) { $("results-title").textContent = body.error; $("hits").replaceChildren(); return; }
+  $("results-title").textContent = body.hits.length
+    ? `${plural(body.hits.length, "page")} for “${body.query}” (${body.ms} ms)` : `No page matches “${body.query}”`;
+  $("hits").replaceChildren(...body.hits.map(searchCard));
+}
+
+function searchCard(hit) {
+  // the line of the first matched word, readable, above the page with every match marked
+  const marks = hit.matches.map((box) => ({box, step: -1}));
+  const card = el("div", {class: "card hit"});
+  const meta = el("div", {class: "meta"});
+  meta.append(el("a", {href: docLink(hit), text: hit.label}), el("span", {class: "muted", text: `score ${hit.score} · ${plural(hit.matches.length, "match", "matches")}`}));
+  card.append(meta);
+  if (marks.length) {
+    const crop = cropView(hit, marks[0]);
+    crop.addEventListener("click", () => openLightbox(hit, marks));
+    card.append(crop);
+  }
+  const view = pageView(hit, marks);
+  view.classList.add("thumb");
+  view.addEventListener("click", () => openLightbox(hit, marks));
+  card.append(view);
+  return card;
+}
+
+async function refreshDocuments() {
+  const response = await fetch("/api/documents");
+  if (!response.ok) return;
+  const {documents} = await response.json();
+  $("doc-count").textContent = documents.length;
+  $("docs").replaceChildren(...documents.map((d) => {
+    const li = el("li");
+    li.append(el("a", {href: `/documents/${encodeURIComponent(d.source).replaceAll("%2F", "/")}`, text: d.source}),
+              el("span", {class: "muted", text: `${d.pages} p.`}));
+    return li;
+  }));
+}
+
+function uploadOne(file, name, onBytes) {
+  return new Promise((resolve) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", `/api/upload?name=${encodeURIComponent(name)}`);
+    xhr.upload.onprogress = (e) => onBytes(e.loaded);
+    xhr.onload = () => {
+      let body = {};
+      try { body = JSON.parse(xhr.responseText); } catch { body = {error: xhr.statusText}; }
+      resolve(xhr.status === 200 ? body : {error: body.error || `HTTP ${xhr.status}`});
+    };
+    xhr.onerror = () => resolve({error: "the connection failed"});
+    xhr.send(file);
+  });
+}
+
+async function addDocuments(files) {
+  files = [...files];
+  if (!files.length) return;
+  const log = $("upload-log");
+  $("progress").hidden = false;
+  log.replaceChildren();
+  const total = files.reduce((n, f) => n + f.size, 0) || 1;
+  let sent = 0, added = 0, bad = 0;
+  for (const [i, file] of files.entries()) {
+    const name = file.webkitRelativePath || file.name;
+    $("progress-text").textContent = `Uploading and reading ${i + 1} of ${files.length}: ${name}`;
+    const result = await uploadOne(file, name, (n) => { $("bar").style.width = pct((sent + n) / total); });
+    sent += file.size;
+    let line, cls = "ok";
+    const why = (reason) => (reason.startsWith(file.name) ? reason : `${name}: ${reason}`);
+    if (result.error) { line = why(result.error); cls = "bad"; bad++; }
+    else if (result.failed.length) { line = why(result.failed[0].reason); cls = "bad"; bad++; }
+    else {
+      line = `${name}: ${plural(result.added, "page")} added${result.unchanged ? `, ${result.unchanged} already here` : ""}`;
+      added += result.added;
+    }
+    log.append(el("li", {class: cls, text: line}));
+  }
+  $("progress-text").textContent = "Indexing the new pages…";
+  const response = await fetch("/api/index", {method: "POST"});
+  let indexed = 0;
+  if (response.ok) {
+    for await (const e of ndjson(response)) {
+      if (e.type === "progress") { $("bar").style.width = pct(e.done / e.total); $("progress-text").textContent = `Indexing ${e.done} of ${e.total} pages…`; }
+      if (e.type === "done") indexed = e.added;
+      if (e.type === "error") log.append(el("li", {class: "bad", text: e.error}));
+    }
+  }
+  $("bar").style.width = "100%";
+  const notRead = bad ? `, ${plural(bad, "file")} not read (see below)` : "";
+  $("progress-text").textContent = `Done: ${plural(added, "page")} added, ${indexed} indexed${notRead}.`;
+  await refreshDocuments();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  if ($("ask-button")?.disabled) document.body.dataset.noModel = "1";
+  $("ask")?.addEventListener("submit", ask);
+  $("search-button")?.addEventListener("click", search);
+  $("files")?.addEventListener("change", (e) => addDocuments(e.target.files));
+  $("folder")?.addEventListener("change", (e) => addDocuments(e.target.files));
+  const drop = $("drop");
+  drop?.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+  drop?.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop?.addEventListener("drop", (e) => { e.preventDefault(); drop.classList.remove("over"); addDocuments(e.dataTransfer.files); });
+  $("lb-close")?.addEventListener("click", closeLightbox);
+  $("lightbox")?.addEventListener("click", (e) => { if (e.target.id === "lightbox" || e.target.id === "lb-page") closeLightbox(); });
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeLightbox(); });
+});
