@@ -4,7 +4,8 @@
 
 A file may start from another with ``base: PATH`` (relative to the file): the base is read first
 and the file's own keys merged over it, section by section (``configs/tiny/*.yaml`` are the
-recipes with small sizes this way). Unknown keys are errors with a "did you mean"; values are
+recipes with small sizes this way). Unknown keys are errors with a "did you mean" (a class's
+``__replaced_keys__`` names the successor of a retired key); values are
 checked against the field types (int, float, str, bool, Literal, tuples, optional, nested
 dataclasses). Components are chosen by registry name in a config, never by import path.
 ``dump_config`` writes the resolved config next to every checkpoint and result.
@@ -80,9 +81,14 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     """Build the dataclass ``cls`` from a nested mapping, checking keys and types."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    replaced: Mapping[str, str] = getattr(cls, "__replaced_keys__", {})  # retired key -> its successor
     kwargs = {}
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
+        if key in replaced:
+            raise ConfigError(
+                f"config key {path!r} was replaced; did you mean {_sibling(path, replaced[key])}?"
+            )
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"
@@ -92,6 +98,13 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         return cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"{where or cls.__name__}: {exc}") from exc
+
+
+def _sibling(path: str, key: str) -> str:
+    """``key`` in the section of ``path``: ``run.tensorboard`` and ``report_to=[...]`` give
+    ``run.report_to=[...]``."""
+    section = path.rpartition(".")[0]
+    return f"{section}.{key}" if section else key
 
 
 def to_dict(obj: Any) -> Any:

@@ -50,3 +50,31 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def current_umask() -> int:
+    """The process's umask (read from /proc where it can be, so no other thread sees it change).
+
+    >>> 0 <= current_umask() <= 0o777
+    True
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def give_default_modes(root: Path) -> None:
+    """``root`` and everything under it get the modes a new file (0o666) or folder (0o777) gets
+    under the umask: what a writer made private (safetensors writes 0o600) becomes as readable
+    as the user's other files. Links are left alone; nothing outside ``root`` is touched."""
+    mask = current_umask()
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,33 @@ def test_sharded_training_on_two_cpu_processes_resumes_exactly_and_matches_ddp(
         moved += int(not torch.equal(value, r["start_weights"][name]))
     assert moved > len(r["ddp_weights"]) // 2, "the step must change the weights"
     assert len(r["sft"]) == 2 and r["sft"][1] < r["sft"][0]
+
+
+def _cli_on_two_processes(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "evidra.cli.main", "train", "rl", "model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}",
+           "rollout.group_size=2", "rollout.max_new_tokens=4", "data.size=4", "model.lora.r=4",
+           *overrides]  # fmt: skip
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_under_a_launcher_only_the_main_process_prints(tmp_path: Path) -> None:
+    """`evidra train rl` on two processes: one bar and one metrics line, rank 1's log in its file;
+    an error both ranks hit is two whole lines, each with its rank."""
+    proc = _cli_on_two_processes(tmp_path, "run.steps=2", "run.batch_size=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("metrics: ") == 1, proc.stdout
+    assert proc.stderr.count("train rl:   0%") == 1, proc.stderr[-3000:]  # one bar
+    assert proc.stderr.count("INFO evidra.models.loading: loaded qwen2_5_vl") == 1, proc.stderr[-3000:]
+    assert "INFO evidra.models.loading: loaded qwen2_5_vl" in (tmp_path / "logs" / "rank-1.log").read_text()
+    assert not (tmp_path / "logs" / "rank-0.log").exists()
+
+    proc = _cli_on_two_processes(tmp_path / "odd", "run.steps=1", "run.batch_size=3")
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if "evidra train rl: error:" in line]
+    assert sorted(line.split("]")[0] for line in errors) == ["[rank 0", "[rank 1"], proc.stderr[-3000:]
+    for line in errors:  # each whole: prefix, command, the message through its fix, nothing glued
+        assert re.fullmatch(r"\[rank [01]\] evidra train rl: error: run\.batch_size=3 is the global number "
+                            r"of prompts .* processes; use a multiple of 2", line), line  # fmt: skip

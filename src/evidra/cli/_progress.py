@@ -17,6 +17,11 @@ def show_bars(shown: bool) -> None:
     _shown["bars"] = shown
 
 
+def bars_shown() -> bool:
+    """Whether bars opened now are drawn."""
+    return _shown["bars"]
+
+
 def open_bar(**tqdm_kwargs: Any) -> Any:
     """A tqdm bar on stderr, disabled under ``-q``."""
     from tqdm import tqdm

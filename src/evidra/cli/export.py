@@ -16,7 +16,8 @@ def register(subparsers: Any) -> None:
         help="write a training run's model as a loadable Hugging Face model directory",
         description="Rebuild the policy of a run (its newest complete checkpoint) or of one checkpoint, "
         "and write DIR: config.json, safetensors weights with LoRA merged in, the base model's "
-        "processor, tokenizer and chat template, and the run's config as evidra_config.yaml.",
+        "processor, tokenizer and chat template, the run's config as evidra_config.yaml and a model "
+        "card README.md (method and paper, base model, recipe sha256, data, steps, final metrics).",
     )
     p.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="run.output_dir of a run, or a checkpoint")
     p.add_argument("out", metavar="DIR", help="model directory to write (an earlier export is replaced)")
@@ -27,7 +28,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evidra.methods import method_facts
     from evidra.rl.export import export_model
 
-    print(export_model(args.source, args.out, adapter_only=args.adapter))
+    print(export_model(args.source, args.out, adapter_only=args.adapter, method_facts=method_facts))
     return 0

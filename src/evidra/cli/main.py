@@ -17,6 +17,7 @@ from evidra import __version__
 from evidra.cli._help import polish
 from evidra.cli._logging import setup as setup_logging
 from evidra.cli._progress import show_bars
+from evidra.cli._ranks import launch, rank_log, say
 from evidra.errors import EvidraError
 
 SUBCOMMANDS = (
@@ -81,13 +82,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a reader that left shows here, not at interpreter exit
         return status
     except EvidraError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr)
+        say(f"{name}: error: {exc}")  # one whole line; "[rank N] " first under a launcher
         return 2
     except KeyboardInterrupt:
-        print(f"{name}: interrupted", file=sys.stderr)
+        say(f"{name}: interrupted")
         return 130
     except BrokenPipeError:
         return _reader_left()
+    except Exception as exc:
+        if not _told_from_another_rank(name, exc):
+            raise
+        return 1
+
+
+def _told_from_another_rank(name: str, exc: Exception) -> bool:
+    """A bug's traceback is for rank 0's stderr; a rank other than 0 under a launcher wrote it
+    to its log (``_ranks.rank_output``) and says so in one line. False: raise it as usual."""
+    log = rank_log()
+    if launch().rank == 0 or log is None:
+        return False
+    first = (str(exc).strip().splitlines() or [""])[0]
+    say(f"{name}: {type(exc).__name__}: {first} (traceback in {log})")
+    return True
 
 
 def _reader_left() -> int:

@@ -54,7 +54,6 @@ def _mode_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evidra.cli._progress import open_bar
     from evidra.config import load_config
     from evidra.errors import ConfigError
 
@@ -72,32 +71,53 @@ def run(args: argparse.Namespace) -> int:
 
         check_output_dir(args.export, "--export")
         check_export_target(Path(args.export))
-    if args.mode == "sft":
-        from evidra.methods import sft_trainer
-        from evidra.rl.config import SFTConfig
+    from evidra.cli._ranks import rank_output
+    from evidra.rl.config import RLConfig, SFTConfig
 
-        trainer: Any = sft_trainer(load_config(SFTConfig, args.config, args.overrides))
+    cfg: RLConfig | SFTConfig = (
+        load_config(SFTConfig, args.config, args.overrides)
+        if args.mode == "sft"
+        else load_config(RLConfig, args.config, args.overrides)
+    )
+    with rank_output(cfg.run.output_dir):  # under a launcher, ranks other than 0 write to their logs
+        trainer = _trainer(cfg)
+        _train(trainer, args.mode)
+        if not trainer.engine.is_main_process:
+            return 0
+        print(f"metrics: {trainer.sink.path}")
+        if args.export:
+            from evidra.methods import method_facts
+            from evidra.rl.export import export_model
+
+            print(f"exported: {export_model(trainer.out, args.export, method_facts=method_facts)}")
+    return 0
+
+
+def _trainer(cfg: Any) -> Any:
+    """The trainer of ``cfg``; an SFT run on a data file says what it read."""
+    from evidra.rl.config import SFTConfig
+
+    if isinstance(cfg, SFTConfig):
+        from evidra.methods import sft_trainer
+
+        trainer = sft_trainer(cfg)
         if trainer.data is not None and trainer.engine.is_main_process:
             print(f"data: {trainer.data.summary()}")
-        total = trainer.steps  # run.steps, or epochs x examples / batch_size
-    else:
-        from evidra.methods import rl_trainer
-        from evidra.rl.config import RLConfig
+        return trainer
+    from evidra.methods import rl_trainer
 
-        rl_cfg = load_config(RLConfig, args.config, args.overrides)
-        trainer = rl_trainer(rl_cfg)
-        total = rl_cfg.run.steps
+    return rl_trainer(cfg)
+
+
+def _train(trainer: Any, mode: str) -> None:
+    from evidra.cli._progress import open_bar
+
+    total = trainer.steps if mode == "sft" else trainer.cfg.run.steps  # sft: or epochs x examples / batch
     keys = ("loss", "reward/mean", "kl")
-    with open_bar(total=total, initial=trainer.state.step, desc=f"train {args.mode}", unit="step") as bar:
+    with open_bar(total=total, initial=trainer.state.step, desc=f"train {mode}", unit="step") as bar:
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             bar.update(1)
             bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.4g}" for k in keys if k in metrics})
 
         trainer.train(on_step)
-    print(f"metrics: {trainer.sink.path}")
-    if args.export and trainer.engine.is_main_process:
-        from evidra.rl.export import export_model
-
-        print(f"exported: {export_model(trainer.out, args.export)}")
-    return 0

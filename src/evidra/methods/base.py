@@ -35,6 +35,7 @@ from evidra.rewards.base import check_weights as check_reward_weights
 from evidra.rewards.judge_config import JudgeConfig, build_judge, validate_judge
 from evidra.rewards.judge_prompts import JUDGE_PROMPTS
 from evidra.rewards.judge_protocol import Judge
+from evidra.rl.model_card import Paper
 from evidra.rl.tasks import Task
 from evidra.types import Sample
 
@@ -76,6 +77,7 @@ class Method(Generic[O]):
     distill: DistillFilter | None = None  # keeps a teacher trajectory or not (evidra data distill)
     # the ``evidra data`` stages that build its training data: distill, multiexpert, filter, toolbox
     stages: tuple[str, ...] = ("filter",)
+    citation: Paper | None = None  # the paper to cite; an export's model card names it
 
     def __post_init__(self) -> None:
         JUDGE_PROMPTS.get(self.judge_prompt)  # a registered prompt, or "unknown judge prompt ..."

@@ -32,6 +32,7 @@ from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_protocol import Judge
 from evidra.rl.config import DataConfig
+from evidra.rl.model_card import Paper
 from evidra.rl.tasks import Task, synthetic_mixture, usable
 from evidra.types import Box, Message, Sample
 
@@ -128,5 +129,6 @@ CAVE = Method(
     paradigm="zoom_agent",
     summary="CAVE: zoom into one image; outcome plus per-turn process credits",
     judge_prompt="cave",
+    citation=Paper("CAVE: A Structured Credit Assignment Approach for Fragmented Visual Evidence Reasoning"),
 )
 METHODS.add("cave", CAVE)

@@ -37,6 +37,7 @@ from evidra.paradigms.evidence import (
 )
 from evidra.rewards.evisrag import UPSTREAM_COMPONENTS, evisrag_reward
 from evidra.rl.config import DataConfig
+from evidra.rl.model_card import Paper
 from evidra.rl.tasks import Task
 from evidra.types import Message, Sample
 
@@ -94,5 +95,10 @@ METHODS.add(
         layout="evisrag",
         distill=evisrag_filter,
         stages=("distill", "filter"),
+        citation=Paper(
+            "VisRAG 2.0: Evidence-Guided Multi-Image Reasoning in Visual Retrieval-Augmented Generation",
+            "Sun et al.",
+            code="https://github.com/OpenBMB/VisRAG",
+        ),
     ),
 )

@@ -43,6 +43,7 @@ from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_protocol import Judge
 from evidra.rewards.lang2act import LANG2ACT_RULES, lang2act_reward
 from evidra.rl.config import DataConfig
+from evidra.rl.model_card import Paper
 from evidra.rl.tasks import Task
 from evidra.types import Message, Sample
 
@@ -126,5 +127,10 @@ LANG2ACT = Method(
     summary="Lang2Act: linguistic tools emerge in stage 1, curated into a toolbox, used in stage 2",
     judge_prompt="lang2act",
     stages=("filter", "toolbox"),
+    citation=Paper(
+        "Lang2Act: Fine-Grained Visual Reasoning through Self-Emergent Linguistic Toolchains",
+        "Xiong et al.",
+        code="https://github.com/NEUIR/Lang2Act",
+    ),
 )
 METHODS.add("lang2act", LANG2ACT)

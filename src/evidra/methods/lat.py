@@ -30,6 +30,7 @@ from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity
 from evidra.rewards.lat import LatReward, LazySimilarity, lat_reward
 from evidra.rewards.lat_batch import episode_scorer, with_step_text
 from evidra.rl.config import DataConfig
+from evidra.rl.model_card import Paper
 from evidra.rl.tasks import Task
 from evidra.types import Message, Sample
 
@@ -125,5 +126,14 @@ LAT = Method(
     layout="lat",
     distill=lat_filter,
     stages=("distill", "filter"),
+    citation=Paper(
+        "Look as You Think: Unifying Reasoning and Visual Evidence Attribution for Verifiable Document RAG "
+        "via Reinforcement Learning",
+        "Liu et al.",
+        2026,
+        "AAAI",
+        "https://arxiv.org/abs/2511.12003",
+        "https://github.com/PolarisLiu1/LAT",
+    ),
 )
 METHODS.add("lat", LAT)

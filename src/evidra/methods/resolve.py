@@ -20,6 +20,7 @@ from evidra.errors import ConfigError, RegistryError
 from evidra.methods.base import METHODS, Method, Resources
 from evidra.rewards.judge_config import JudgeConfig, validate_judge
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
+from evidra.rl.model_card import MethodFacts
 from evidra.rl.tasks import Task, plain_task
 
 # the former task names -> the method section each stands for
@@ -142,6 +143,22 @@ def check_config(cfg: RLConfig | SFTConfig) -> Task:
     else:
         validate_sft_config(cfg)
     return task
+
+
+def method_facts(config: Mapping[str, Any]) -> MethodFacts | None:
+    """The method a run's resolved config (``config.yaml``, read as a plain mapping) trained, as
+    an export's model card names it with its paper; None for a plain task or a method not
+    registered here."""
+    section = config.get("method")
+    name = section.get("name") if isinstance(section, Mapping) else None
+    data = config.get("data")
+    task = data.get("task") if isinstance(data, Mapping) else None
+    if not name and isinstance(task, str):
+        name = TASK_ALIASES.get(task, {}).get("name")
+    if not isinstance(name, str) or name not in METHODS:
+        return None
+    method = METHODS.get(name)
+    return MethodFacts(method.name, method.summary, method.paradigm, method.citation)
 
 
 def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:

@@ -43,6 +43,7 @@ from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_protocol import Judge
 from evidra.rewards.vragrl import WEIGHTS, VragRLReward, check_eq12, vragrl_reward
 from evidra.rl.config import DataConfig
+from evidra.rl.model_card import Paper
 from evidra.rl.tasks import Task, usable
 from evidra.types import Message, Page, Sample
 
@@ -257,5 +258,11 @@ VRAGRL = Method(
     judge_prompt="vragrl",
     distill=vragrl_filter,
     stages=("distill", "multiexpert", "filter"),
+    citation=Paper(
+        "VRAG-RL: Empower Vision-Perception-Based RAG for Visually Rich Information Understanding via "
+        "Iterative Reasoning with Reinforcement Learning",
+        "Wang et al.",
+        code="https://github.com/Alibaba-NLP/VRAG",
+    ),
 )
 METHODS.add("vragrl", VRAGRL)

@@ -154,8 +154,13 @@ class RunConfig:
     keep_checkpoints: int = 2
     max_bad_steps: int = 3  # steps in a row with a non-finite loss or gradient before the run stops
     resume: bool = True  # continue from the newest complete checkpoint in output_dir
-    tensorboard: bool = False
-    wandb_project: str = ""  # log to this Weights & Biases project (evidra[wandb]); empty: off
+    # where each step's scalars go: jsonl (metrics.jsonl, always written), tensorboard
+    # (<output_dir>/tensorboard, evidra[tensorboard]), wandb (Weights & Biases, evidra[wandb])
+    report_to: tuple[str, ...] = ("jsonl",)
+    wandb_project: str = ""  # the W&B project when report_to names wandb; empty: "evidra"
+
+    # the undocumented switches report_to replaced are refused with the spelling to use instead
+    __replaced_keys__: ClassVar[dict[str, str]] = {"tensorboard": "report_to=[jsonl, tensorboard]"}
 
 
 @dataclass(frozen=True)

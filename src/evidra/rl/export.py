@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from evidra.config import from_dict, parse_yaml
 from evidra.errors import CheckpointError, ConfigError, InvalidInputError, ModelLoadError
 from evidra.rl.checkpoint import list_checkpoints, load_trainable_weights
 from evidra.rl.config import ModelConfig
+from evidra.rl.model_card import CARD, CardInput, MethodFacts, model_card
+from evidra.staging import give_default_modes
 
 logger = logging.getLogger(__name__)
 
@@ -237,11 +240,19 @@ def _publish(tmp: Path, out: Path) -> None:
     os.replace(tmp, out)
 
 
-def export_model(source: str | Path, out_dir: str | Path, *, adapter_only: bool = False) -> Path:
+def export_model(
+    source: str | Path,
+    out_dir: str | Path,
+    *,
+    adapter_only: bool = False,
+    method_facts: Callable[[Mapping[str, Any]], MethodFacts | None] | None = None,
+) -> Path:
     """Write the trained model of a run or checkpoint ``source`` as a model directory ``out_dir``.
 
     ``source`` is a run folder (its newest complete checkpoint is used) or a checkpoint folder.
-    The directory is written under a temporary name and renamed when complete.
+    The directory is written under a temporary name and renamed when complete, with a model
+    card ``README.md``; ``method_facts`` (``evidra.methods.method_facts``) names the method of
+    the run's config and its paper there. Every file gets the modes the umask gives new files.
     """
     out = Path(out_dir)
     check_export_target(out)
@@ -255,6 +266,9 @@ def export_model(source: str | Path, out_dir: str | Path, *, adapter_only: bool 
     try:
         (_write_adapter if adapter_only else _write_merged)(vlm, ckpt, base, tmp)
         shutil.copy2(ckpt.config_file, tmp / PROVENANCE)
+        card = CardInput.of(ckpt.folder, tmp / PROVENANCE, base, str(out_dir), adapter_only, method_facts)
+        (tmp / CARD).write_text(model_card(card), encoding="utf-8")  # replaces a base model's card
+        give_default_modes(tmp)  # world-readable as the user's other files (safetensors writes 0o600)
         _publish(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from evidra.config import to_dict
 from evidra.errors import ConfigError, InvalidInputError
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import forward_logprobs
@@ -147,9 +148,8 @@ class SFTTrainer:
         self.cursor = DataCursor(self.examples, cfg.data.seed)
         main = self.engine.is_main_process
         run = cfg.run
-        self.sink = MetricsSink(
-            self.out, tensorboard=run.tensorboard, wandb_project=run.wandb_project, enabled=main
-        )
+        self.sink = MetricsSink(self.out, report_to=run.report_to, wandb_project=run.wandb_project,
+                                config=to_dict(cfg), enabled=main)  # fmt: skip
         self.state = TrainState(0, 0, 0)
         model = self.engine.unwrap(self.model)
         opt, sched = self.optimizer, self.scheduler

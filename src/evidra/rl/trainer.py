@@ -99,7 +99,7 @@ class RLTrainer:
         self.vision_cache = VisionFeatureCache([self.vlm.model, *ref_model])
         self.sink = MetricsSink(
             self.out,
-            tensorboard=cfg.run.tensorboard,
+            report_to=cfg.run.report_to,
             wandb_project=cfg.run.wandb_project,
             config=to_dict(cfg),
             enabled=self.acc.is_main_process,

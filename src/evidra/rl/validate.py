@@ -25,6 +25,7 @@ from evidra.rl.config import (
 )
 from evidra.rl.precision import training_precision
 from evidra.rl.tasks import Task
+from evidra.sink import check_report_to
 
 
 def _known(registry: Registry[Any], name: str, key: str) -> None:
@@ -49,6 +50,16 @@ def _check_run(run: RunConfig) -> None:
         from evidra.rl.zero3 import require_deepspeed
 
         require_deepspeed()  # the extra to install, before any model loads
+    _check_report_to(run)
+
+
+def _check_report_to(run: RunConfig) -> None:
+    """Known destinations with their libraries installed; a W&B project only when W&B logs."""
+    check_report_to(run.report_to)
+    _check(not run.wandb_project or "wandb" in run.report_to,
+           f"run.wandb_project={run.wandb_project!r} names a W&B project, but run.report_to="
+           f"[{', '.join(run.report_to)}] has no wandb; add wandb to run.report_to or clear "
+           "run.wandb_project")  # fmt: skip
 
 
 def _check_optim(optim: OptimConfig, where: str = "optim") -> None:
