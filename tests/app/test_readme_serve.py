@@ -102,9 +102,10 @@ def test_the_ask_section_runs_as_written(
         pytest.skip("needs curl and a free port 8000 (the README's own address)")
     section = _section_text()
     commands = shown_commands(section)
-    assert [c.split()[0] for c in commands] == ["serve", "mcp", "ingest", "index", "ask"]
+    assert [c.split()[0] for c in commands] == ["serve", "mcp", "ingest", "index", "index", "ask"]
     (curl,) = _curl_lines(section)
     generate_documents(tmp_path, n_docs=2, seed=2, dpi=50)  # writes tmp_path/docs/*.pdf
+    (tmp_path / "docs" / "doc_000.pdf").rename(tmp_path / "docs" / "report.pdf")  # the section's file name
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "Qwen2.5-VL-7B").symlink_to(tiny_dirs["qwen2_5_vl"], target_is_directory=True)
 
@@ -117,13 +118,13 @@ def test_the_ask_section_runs_as_written(
             ).stdout
         )
         assert reply["object"] == "chat.completion" and reply["choices"][0]["message"]["content"]
-        assert {p["document"] for p in reply["pages"]} <= {"doc_000.pdf", "doc_001.pdf"} and reply["pages"]
+        assert {p["document"] for p in reply["pages"]} <= {"report.pdf", "doc_001.pdf"} and reply["pages"]
     finally:
         server.send_signal(signal.SIGINT)  # Ctrl-C: stops as serve-index does, status 130
         assert server.wait(timeout=60) == 130
 
     labels = asyncio.run(_mcp(commands[1], tmp_path))
-    assert labels and all(re.fullmatch(r"doc_00[01]\.pdf p\. \d", label) for label in labels)
+    assert labels and all(re.fullmatch(r"(report|doc_001)\.pdf p\. \d", label) for label in labels)
 
     monkeypatch.chdir(tmp_path)
     for command in commands[2:]:

@@ -114,5 +114,5 @@ def test_colqwen2_similarity_on_the_tiny_checkpoint(tiny_dirs: dict[str, Path], 
         '<think>Revenue. Bounding box: {"bbox_2d": [0, 0, 120, 40], "Image_index": 1}</think>'
         "<answer>$5M</answer>"
     )
-    tau_low = LatReward(components=("step",), similarity=sim, config=LatConfig(tau=-1.0))
+    tau_low = LatReward(weights={"step": 1.0}, similarity=sim, config=LatConfig(tau=-1.0))
     assert tau_low(parse_coe(text), sample).components["step"] == 1.0
