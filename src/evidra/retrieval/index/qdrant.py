@@ -22,7 +22,7 @@ Pointing it at a server (optional extra ``evidra[qdrant]``)::
 Without a server, ``EdgeQdrantIndex`` (``qdrant_edge``) runs Qdrant's own engine in the process;
 index folders use it. ``QdrantIndex.connect(dim=128, location=":memory:")`` (or ``path="dir/"``)
 still runs qdrant-client's pure-Python local mode, the stand-in for a server in tests: exact but
-numpy/float64, 0.6 s per query at 10k pages against Qdrant Edge's 0.3 s (``docs/retrieval.md``),
+numpy/float64, 9x slower than Qdrant Edge per query at 10k pages (``docs/retrieval.md``),
 and its ``path`` storage unpickles what it reads, so never point it at a folder you did not write.
 """
 
