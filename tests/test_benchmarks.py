@@ -80,7 +80,8 @@ def test_qdrant_local_benchmark_times_both_engines_on_the_same_pages(
     assert _cells(out, "Qdrant Edge prefetch +20")[2] == ""  # a prefetch row reuses the build
     assert re.search(r"Qdrant Edge shard on disk: \d+\.\d KB per page", out)
     assert re.search(
-        r"^RESULT build=\S+ single=\S+ batched=\S+ agreement_edge=(1\.000|0\.9[5-9]\d) agreement_client=1\.000$",
+        r"^RESULT build=\S+ single=\S+ batched=\S+ agreement_edge=(1\.000|0\.9[5-9]\d) "
+        r"agreement_client=1\.000$",
         out,
         re.M,
     )
