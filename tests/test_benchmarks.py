@@ -39,7 +39,7 @@ def _cells(out: str, method: str) -> list[str]:
 def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("qdrant_client")
+    pytest.importorskip("qdrant_edge")
     argv = ["--sizes", "120", "--length", "24", "--recall-queries", "32", "--roofline", "1", "2"]
     out = _run(
         "maxsim", [*argv, "--candidates", "40", "--repeats", "1", "--threads", "1"], monkeypatch, capsys
@@ -47,7 +47,7 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     # exact search in every dtype, score_retrieval and qdrant agree with fp32 brute force
     auto = next(x for x in out.splitlines() if "(auto)" in x).split("|")[1].strip()
     exact = ("ours exact float32", "ours exact float16", auto)
-    for method in (*exact, "transformers score_retrieval", "qdrant local :memory:"):
+    for method in (*exact, "transformers score_retrieval", "qdrant edge"):
         cells = _cells(out, method)
         assert cells[0] == "120"
         assert float(cells[8]) >= 0.99, (method, cells)  # top-10 agreement with fp32
@@ -62,6 +62,29 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     assert re.search(r"bandwidth bound per query: .* = \d+\.\d+x of it", out)
     assert re.search(r"planted recall@5 over 32 queries: exact \d\.\d{3}", out)
     assert len(re.findall(r"roofline, batch", out)) == 2
+
+
+def test_qdrant_local_benchmark_times_both_engines_on_the_same_pages(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("qdrant_edge")
+    pytest.importorskip("qdrant_client")
+    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling maxsim
+    argv = ["--pages", "60", "--length", "24", "--queries", "2", "--batch", "4", "--repeats", "1"]
+    out = _run("qdrant_local", [*argv, "--candidates", "20", "--threads", "1"], monkeypatch, capsys)
+    # exhaustive: the exact top 10 (Qdrant Edge rounds the query to fp16, which may swap a near tie)
+    for method, agrees in (("Qdrant Edge exact", 0.95), ("qdrant-client local mode exact", 1.0)):
+        cells = _cells(out, method)
+        assert cells[0] == "60" and float(cells[2]) > 0 and float(cells[3]) > 0
+        assert float(cells[5]) >= agrees, (method, cells)
+    assert _cells(out, "Qdrant Edge prefetch +20")[2] == ""  # a prefetch row reuses the build
+    assert re.search(r"Qdrant Edge shard on disk: \d+\.\d KB per page", out)
+    assert re.search(
+        r"^RESULT build=\S+ single=\S+ batched=\S+ agreement_edge=(1\.000|0\.9[5-9]\d) "
+        r"agreement_client=1\.000$",
+        out,
+        re.M,
+    )
 
 
 def test_maxsim_benchmark_on_cuda_says_when_cuda_is_absent(

@@ -70,7 +70,7 @@ def test_qdrant_url_without_a_server(
              "--backend", "qdrant", "--qdrant-url", url, "--out", str(tmp_path / "q")]  # fmt: skip
     assert main(build + (["--grpc"] if grpc else [])) == 2
     err = _error(capsys, "index build")
-    assert f"cannot reach a Qdrant server at {url}" in err and "--qdrant-path" in err
+    assert f"cannot reach a Qdrant server at {url}" in err and "leave --qdrant-url out" in err
     assert not (tmp_path / "q").exists()
     # an index whose manifest names the server: searching it fails the same way
     from evidra.retrieval.engine import IndexSpec, QdrantSpec

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from evidra.retrieval import engine as engine_module
 from evidra.retrieval import manifest as manifest_module
+from evidra.retrieval import stores as stores_module
 from evidra.retrieval.base import ENCODERS, EncoderOptions
 from evidra.retrieval.encoders.bm25 import BM25Retriever
 from evidra.retrieval.engine import QdrantSpec, build_index, open_index
@@ -142,12 +142,31 @@ KILL_POINTS: dict[str, tuple[Any, str, str, int]] = {
     "bm25:before-manifest": (manifest_module, "write_manifest", "before", 1),
     "bm25:after-manifest": (manifest_module, "write_manifest", "after", 1),
     "qdrant:after-first-batch": (None, "update", "after", 1),  # QdrantIndex, imported lazily
-    "qdrant:after-alias": (engine_module, "publish_alias", "after", 1),
+    "qdrant:after-alias": (stores_module, "publish_alias", "after", 1),
 }
+
+# A Qdrant server for the build tests: qdrant-client's local mode in a folder, reached as this URL
+STAND_IN_URL = "http://qdrant-stand-in.invalid:6333"
+
+
+def serve_locally(folder: Path) -> Callable[..., Any]:
+    """A ``QdrantClient`` to put in ``qdrant_client``'s place: asked for ``STAND_IN_URL``, it
+    opens qdrant-client's local mode at ``folder`` instead; anything else goes through."""
+    import qdrant_client
+
+    real = getattr(qdrant_client.QdrantClient, "stand_in_for", qdrant_client.QdrantClient)
+
+    def client(*args: Any, url: str | None = None, **kwargs: Any) -> Any:
+        if url != STAND_IN_URL:
+            return real(*args, url=url, **kwargs)
+        return real(path=str(folder))
+
+    client.stand_in_for = real  # type: ignore[attr-defined]
+    return client
 
 
 def child_main(argv: Sequence[str]) -> None:
-    """``action root point [delay_s] [qdrant_path]``: arm ``point`` (``none``: nothing, ``slow``:
+    """``action root point [delay_s] [qdrant_folder]``: arm ``point`` (``none``: nothing, ``slow``:
     every stage sleeps ``delay_s`` before and after), print ``ready``, act, print ``done``."""
     action, root, point = argv[0], Path(argv[1]), argv[2]
     delay = float(argv[3]) if len(argv) > 3 else 0.0
@@ -173,6 +192,9 @@ def child_main(argv: Sequence[str]) -> None:
     if action == "add":
         add_missing(root)
     else:
-        build_index([*BEFORE, *NEW], root, "hash-multi", "hash", qdrant=QdrantSpec(path=argv[4])).close()
+        import qdrant_client
+
+        qdrant_client.QdrantClient = serve_locally(Path(argv[4]))  # type: ignore[misc]
+        build_index([*BEFORE, *NEW], root, "hash-multi", "hash", qdrant=QdrantSpec(url=STAND_IN_URL)).close()
     print("done", flush=True)
     os._exit(0)  # skip the interpreter's teardown: the parent waits for it

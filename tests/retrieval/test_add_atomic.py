@@ -23,9 +23,11 @@ from index_faults import (
     BEFORE,
     KILL_POINTS,
     NEW,
+    STAND_IN_URL,
     Snapshot,
     add_missing,
     encoder_factories,
+    serve_locally,
     snapshot,
 )
 
@@ -199,7 +201,16 @@ def test_an_add_killed_at_random_moments_shows_the_old_or_the_new_index(tmp_path
     assert "before" in seen, seen  # the first kill falls in the first quarter: mid-add
 
 
-# -- Qdrant builds -----------------------------------------------------------------------------
+# -- Qdrant builds on a server (qdrant-client's local mode stands in for it) ---------------------
+
+
+@pytest.fixture()
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder of the local-mode store that answers ``STAND_IN_URL`` during the test."""
+    qdrant_client = pytest.importorskip("qdrant_client")
+    folder = tmp_path / "qdrant"  # outside the index folder: it outlives a failed build
+    monkeypatch.setattr(qdrant_client, "QdrantClient", serve_locally(folder))
+    return folder
 
 
 def _collections(path: Path) -> tuple[list[str], dict[str, str], dict[str, int]]:
@@ -216,13 +227,12 @@ def _collections(path: Path) -> tuple[list[str], dict[str, str], dict[str, int]]
 
 
 def test_a_failed_qdrant_build_leaves_no_collection_and_a_rebuild_publishes_an_alias(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, server: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("qdrant_client")
     from evidra.retrieval.index.qdrant import QdrantIndex
 
-    store = tmp_path / "qdrant"  # outside the index folder: it outlives a failed build
-    spec = QdrantSpec(path=str(store), collection="pages", candidates=0)
+    store = server
+    spec = QdrantSpec(url=STAND_IN_URL, collection="pages", candidates=0)
 
     def broken(self: QdrantIndex, *args: object) -> None:
         raise OSError("connection reset")
@@ -242,20 +252,18 @@ def test_a_failed_qdrant_build_leaves_no_collection_and_a_rebuild_publishes_an_a
     assert _collections(store)[0] == names  # the refused build left no collection behind
 
 
-def test_a_qdrant_build_replaces_an_empty_collection_of_the_same_name(tmp_path: Path) -> None:
-    pytest.importorskip("qdrant_client")
-    spec = QdrantSpec(path=str(tmp_path / "qdrant"), collection="pages")
+def test_a_qdrant_build_replaces_an_empty_collection_of_the_same_name(tmp_path: Path, server: Path) -> None:
+    spec = QdrantSpec(url=STAND_IN_URL, collection="pages")
     spec.connect(8, create=True).close()  # an empty evidra collection called "pages"
     build_index(BEFORE, tmp_path / "idx", "hash-multi", "hash", qdrant=spec).close()
-    names, aliases, counts = _collections(tmp_path / "qdrant")
+    names, aliases, counts = _collections(server)
     assert names != ["pages"] and aliases == {"pages": names[0]} and counts == {names[0]: 4}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["qdrant:after-first-batch", "qdrant:after-alias"])
-def test_a_killed_qdrant_build_is_dropped_by_the_next(tmp_path: Path, point: str) -> None:
-    pytest.importorskip("qdrant_client")
-    store, out = tmp_path / "qdrant", tmp_path / "idx"
+def test_a_killed_qdrant_build_is_dropped_by_the_next(tmp_path: Path, server: Path, point: str) -> None:
+    store, out = server, tmp_path / "idx"
     _killed("build", str(out), point, "0", str(store))
     names, aliases, counts = _collections(store)
     assert len(names) == 1 and counts[names[0]] == 11 and not (out / MANIFEST).exists()
@@ -263,7 +271,7 @@ def test_a_killed_qdrant_build_is_dropped_by_the_next(tmp_path: Path, point: str
         assert "evidra_pages" not in names and aliases == {}  # the target name shows no points
     else:
         assert aliases == {"evidra_pages": names[0]}  # complete, but its index folder is not published
-    build_index([*BEFORE, *NEW], out, "hash-multi", "hash", qdrant=QdrantSpec(path=str(store))).close()
+    build_index([*BEFORE, *NEW], out, "hash-multi", "hash", qdrant=QdrantSpec(url=STAND_IN_URL)).close()
     again, aliases, counts = _collections(store)
     assert len(again) == 1 and again != names and aliases == {"evidra_pages": again[0]}
     assert counts == {again[0]: 11} and len(snapshot(out)[0]) == 11

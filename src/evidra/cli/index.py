@@ -19,10 +19,11 @@ queries and qrels against them. Inline images are written to ``<out>/images`` (`
 ``--dataset`` indexes the pages of a training/evaluation benchmark loader with the loader's page
 ids, so ``train rl`` with ``data.source`` and ``data.index`` finds its gold pages in it.
 
-``--backend qdrant`` keeps the vectors in a Qdrant collection instead of the directory's exact
-store: a server or cluster (``--qdrant-url``; the API key comes from ``$QDRANT_API_KEY``, never
-from the command line or the manifest) or embedded local mode (``--qdrant-path``, default
-``<out>/qdrant``). Every other command then works on the directory as usual.
+``--backend qdrant`` keeps the vectors in Qdrant instead of the directory's exact store: a
+collection on a server or cluster (``--qdrant-url``; the API key comes from ``$QDRANT_API_KEY``,
+never from the command line or the manifest) or, without a URL, Qdrant Edge, Qdrant's engine
+embedded in the process, in ``<out>/qdrant``. Every other command then works on the directory as
+usual.
 """
 
 from __future__ import annotations
@@ -77,9 +78,12 @@ def register(subparsers: Any) -> None:
     b.add_argument(
         "--backend", choices=("auto", "qdrant"), default="auto", help="auto: the exact store for the encoder"
     )
-    b.add_argument("--qdrant-url", help="qdrant: server or cluster URL (API key from $QDRANT_API_KEY)")
-    b.add_argument("--qdrant-path", help="qdrant: embedded local-mode directory (default <out>/qdrant)")
-    b.add_argument("--collection", default="evidra_pages", help="qdrant: collection name")
+    b.add_argument(
+        "--qdrant-url",
+        help="qdrant: server or cluster URL (API key from $QDRANT_API_KEY); without it, Qdrant Edge "
+        "embedded in <out>/qdrant",
+    )
+    b.add_argument("--collection", default="evidra_pages", help="qdrant server: collection name")
     b.add_argument(
         "--prefetch",
         type=int,
@@ -307,15 +311,12 @@ def _qdrant_spec(args: argparse.Namespace) -> Any:
     from evidra.retrieval.engine import QdrantSpec
 
     if args.backend != "qdrant":
-        if args.qdrant_url or args.qdrant_path:
-            raise InvalidInputError("--qdrant-url/--qdrant-path need --backend qdrant")
+        if args.qdrant_url:
+            raise InvalidInputError("--qdrant-url needs --backend qdrant")
         return None
-    if args.qdrant_url and args.qdrant_path:
-        raise InvalidInputError("pass --qdrant-url (a server) or --qdrant-path (local mode), not both")
-    path = "" if args.qdrant_url else str(Path(args.qdrant_path or Path(args.out) / "qdrant").resolve())
     return QdrantSpec(
         url=args.qdrant_url or "",
-        path=path,
+        path="" if args.qdrant_url else "qdrant",  # Qdrant Edge's shard, inside the index folder
         collection=args.collection,
         candidates=args.prefetch,
         pooling=args.pooling,

@@ -2,7 +2,8 @@
 
 * ``encoders/``  ColQwen2 / ColPali (multi-vector), DSE / VisRAG (single-vector), sentence-transformers
   text, BM25 over the text layer; ``ocr.py`` reads image-only pages with tesseract.
-* ``index/``     exact MaxSim over fp16 shards (embedded default), exact dense, Qdrant (scale-out).
+* ``index/``     exact MaxSim over fp16 shards (embedded default), exact dense, Qdrant (a server or
+  cluster, or Qdrant Edge inside the process).
 * ``hybrid.py``  reciprocal-rank fusion (benchmark evaluation of retrieval: ``evidra.eval.retrieval``).
 * ``engine.py``  an index directory that knows its encoder (what ``evidra index`` builds).
 * ``server.py`` / ``client.py``  ``evidra serve-index`` (batching; its starlette app in ``app.py``,

@@ -3,14 +3,15 @@
 ``evidra index build`` writes ``retriever.json`` (encoder name, checkpoint path, backend) next to
 the index files, so ``open_index(dir)`` can rebuild the full text-to-pages retriever. Backends:
 ``maxsim`` for multi-vector encoders, ``dense`` for single-vector ones, ``bm25`` over the text
-layer (no model), and ``qdrant`` for multi-vector encoders whose vectors live in a Qdrant
-collection (a server or cluster at ``url``, or embedded local mode in a directory); the
-manifest records where, never the API key (read from ``$QDRANT_API_KEY`` on every open).
+layer (no model), and for multi-vector encoders whose vectors live in Qdrant ``qdrant`` (a
+collection on a server or cluster at ``url``) or ``qdrant-edge`` (Qdrant's engine embedded in the
+process, its shard a folder of the index); the manifest records where, never the API key (read
+from ``$QDRANT_API_KEY`` on every open).
 
 Changes never show half done: a build is staged beside the directory and moved in (``_staging``);
 ``Engine.add`` commits all its batches at once on the directory's own stores (``ShardBatch``, or a
-new BM25 folder that the manifest then names); a Qdrant build fills a new collection and makes the
-asked-for name its alias at the end (``qdrant_build``).
+new BM25 folder that the manifest then names); a build on a Qdrant server fills a new collection
+and makes the asked-for name its alias at the end (``qdrant_build``).
 
 >>> engine = build_index(store.pages(), "idx/", "colqwen2", "ckpt/colqwen2")   # doctest: +SKIP
 >>> engine.retriever.search(["When was Orion founded?"], k=5)                  # doctest: +SKIP
@@ -23,7 +24,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from evidra.retrieval.manifest import read_spec as read_spec
 from evidra.retrieval.manifest import save_bm25 as save_bm25
 from evidra.retrieval.manifest import write_manifest
 from evidra.retrieval.qdrant_build import QdrantSpec as QdrantSpec
-from evidra.retrieval.qdrant_build import drop_noted, publish_alias
+from evidra.retrieval.qdrant_build import drop_noted
 from evidra.retrieval.stores import INDEXES, AddRequest, Progress, StoreOptions
 from evidra.types import Page
 
@@ -92,7 +93,7 @@ class Engine:
         return n
 
     def close(self) -> None:
-        """Release the index (a Qdrant local-mode directory stays locked until then)."""
+        """Release the index (a Qdrant Edge shard stays locked until then)."""
         close = getattr(self.index, "close", None)
         if close is not None:
             close()
@@ -143,9 +144,10 @@ def build_index(
     ``overwrite`` it may hold one, which the new index replaces once complete (its ``images``
     folder of inline benchmark images stays).
 
-    With ``qdrant`` the vectors go to a new Qdrant collection instead of the directory's own exact
-    store, and ``qdrant.collection`` (new, or empty) becomes its alias once every page is in
-    (``qdrant_build``); the encoder must be multi-vector.
+    With ``qdrant`` the vectors go to Qdrant instead of the directory's own exact store: with a
+    ``url``, to a new collection on that server, which ``qdrant.collection`` (new, or empty) names
+    as its alias once every page is in (``qdrant_build``); without one, to a Qdrant Edge shard in
+    the folder ``qdrant.path`` of the index. The encoder must be multi-vector.
     """
     out = Path(root).expanduser().absolute()
     replacing = (out / MANIFEST).exists()
@@ -214,32 +216,21 @@ def _build_into(
                 f"the qdrant backend needs a multi-vector encoder (colqwen2, colpali); {encoder} is "
                 "single-vector"
             )
-        backend = "qdrant" if qdrant is not None else "maxsim" if enc.kind == "multi" else "dense"
+        backend = qdrant.backend if qdrant is not None else "maxsim" if enc.kind == "multi" else "dense"
         dim = int(enc.embed_queries(["dimension probe"])[0].shape[1])
         spec = IndexSpec(encoder, recorded_ref(encoder_path), backend, ocr, qdrant=qdrant, dim=dim,
                          encoder_fingerprint=fingerprint(folder) if folder else "")  # fmt: skip
     backend_hooks = INDEXES.get(spec.backend)
-    index = backend_hooks.create(staging, _staged(spec, out, staging), stores)
+    index = backend_hooks.create(staging, spec, stores)
     try:
         write_manifest(staging, spec)  # a commit (BM25's new file folder) rewrites it
         _engine(staging, spec, enc, index).add(pages, progress=progress)
-        if spec.qdrant is not None:  # every page is in: only now does the asked-for name show them
-            publish_alias(index, spec.qdrant.collection, spec.qdrant.where)
+        backend_hooks.finish(index, spec)
     finally:
         close = getattr(index, "close", None)
         if close is not None:
             close()  # release files and locks before the folder is renamed (or removed)
     return read_spec(staging), enc
-
-
-def _staged(spec: IndexSpec, out: Path, staging: Path) -> IndexSpec:
-    """``spec`` with a Qdrant local-mode folder inside ``out`` moved into ``staging`` for the build."""
-    if spec.qdrant is None or not spec.qdrant.path:
-        return spec
-    local = Path(spec.qdrant.path)
-    if not local.is_relative_to(out):
-        return spec
-    return replace(spec, qdrant=replace(spec.qdrant, path=str(staging / local.relative_to(out))))
 
 
 def open_index(

@@ -24,9 +24,9 @@ class IndexSpec:
 
     encoder: str  # registry name ("colqwen2", "dse", ...) or "bm25"
     encoder_path: str = ""  # checkpoint: an absolute directory, a hub id or tiny:ARCH; empty for bm25
-    backend: str = "maxsim"  # a name in ``stores.INDEXES``: maxsim | dense | bm25 | qdrant
+    backend: str = "maxsim"  # a name in ``stores.INDEXES``: maxsim | dense | bm25 | qdrant | qdrant-edge
     ocr: bool = False  # bm25 only: OCR pages that have no text layer
-    qdrant: QdrantSpec | None = None  # qdrant only
+    qdrant: QdrantSpec | None = None  # qdrant and qdrant-edge only
     dim: int = 0  # embedding width (recorded for qdrant, whose reopening needs it)
     data_dir: str = ""  # bm25: the folder of the index holding its files (empty: the index itself)
     store: str = ""  # the page store it was built over (absolute), for file names, titles and filters

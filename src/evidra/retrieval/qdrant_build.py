@@ -1,12 +1,16 @@
-"""Where a ``qdrant``-backed index keeps its vectors, and how a build stages its collection.
+"""Where a Qdrant-backed index keeps its vectors, and how a build on a server stages its collection.
 
-A build never writes into the collection it is asked for. It fills a new collection
+``QdrantSpec.url`` names a server or cluster (backend ``qdrant``, qdrant-client); without it,
+``QdrantSpec.path`` names the folder, inside the index folder, of a Qdrant Edge shard (backend
+``qdrant-edge``), which is staged with the rest of the index folder and needs nothing below.
+
+A build on a server never writes into the collection it is asked for. It fills a new collection
 ``{name}-{8 hex digits}`` and, once every page is in, points the alias ``name`` at it in one
-request (Qdrant switches aliases atomically, on a server and in qdrant-client's local mode
-alike). The index manifest records ``name``, so searches, ``index add`` and ``index delete``
-reach the collection through the alias. So a failed or killed build never leaves points under
-``name``: a failed one drops its collection; a killed one leaves a note (``STAGING_NOTE``) in its
-staging folder naming the collection, and the next build at the same path drops it.
+request (Qdrant switches aliases atomically). The index manifest records ``name``, so searches,
+``index add`` and ``index delete`` reach the collection through the alias. So a failed or killed
+build never leaves points under ``name``: a failed one drops its collection; a killed one leaves
+a note (``STAGING_NOTE``) in its staging folder naming the collection, and the next build at the
+same path drops it.
 
 ``name`` may be missing, an alias of an empty evidra collection (re-pointed), or an empty evidra
 collection (dropped, then made the alias); one that holds pages is refused before any work.
@@ -35,11 +39,11 @@ STAGING_NOTE = "qdrant-staging.json"  # in a build's staging folder: the collect
 
 @dataclass(frozen=True)
 class QdrantSpec:
-    """Where a ``qdrant``-backed index keeps its vectors."""
+    """Where a Qdrant-backed index keeps its vectors, and how it searches them."""
 
-    url: str = ""  # server or cluster, e.g. http://localhost:6333; empty: local mode at ``path``
-    path: str = ""  # embedded local-mode directory (absolute)
-    collection: str = "evidra_pages"  # a build makes it an alias of the collection it filled
+    url: str = ""  # server or cluster, e.g. http://localhost:6333; empty: a Qdrant Edge shard at ``path``
+    path: str = ""  # the Qdrant Edge shard: a folder name inside the index folder (e.g. "qdrant")
+    collection: str = "evidra_pages"  # server: a build makes it an alias of the collection it filled
     candidates: int = 200  # pooled prefetch size; 0 scores the full multi-vectors exhaustively
     pool_factor: int = 4
     pooling: Literal["mean", "clustered"] = "mean"  # prefetch vectors: consecutive runs | k-means
@@ -47,7 +51,9 @@ class QdrantSpec:
 
     def __post_init__(self) -> None:
         if bool(self.url) == bool(self.path):
-            raise InvalidInputError("a Qdrant index needs exactly one of url (a server) or path (local mode)")
+            raise InvalidInputError(
+                "a Qdrant index needs exactly one of url (a server) or path (its Qdrant Edge shard folder)"
+            )
         if self.candidates < 0 or self.pool_factor < 1:
             raise InvalidInputError("Qdrant candidates must be >= 0 and pool_factor >= 1")
 
@@ -55,24 +61,29 @@ class QdrantSpec:
     def where(self) -> str:
         return self.url or self.path
 
+    @property
+    def backend(self) -> str:
+        """The ``stores.INDEXES`` entry that keeps the vectors: a server, or the embedded engine."""
+        return "qdrant" if self.url else "qdrant-edge"
+
     def _api_key(self) -> str | None:
         return (os.environ.get("QDRANT_API_KEY") or None) if self.url else None
 
     def check_server(self) -> None:
-        """Fail fast when ``url`` names a server that does not answer (local mode: nothing to do)."""
+        """Fail fast when ``url`` names a server that does not answer (Qdrant Edge: nothing to do)."""
         if self.url:
             from evidra.retrieval.index.qdrant import check_server
 
             check_server(self.url, api_key=self._api_key(), prefer_grpc=self.prefer_grpc)
 
     def connect(self, dim: int, *, create: bool) -> QdrantIndex:
+        """The collection on the server at ``url``."""
         from evidra.retrieval.index.qdrant import QdrantIndex
 
         return QdrantIndex.connect(
             dim,
             collection=self.collection,
-            url=self.url or None,
-            path=self.path or None,
+            url=self.url,
             api_key=self._api_key(),
             prefer_grpc=self.prefer_grpc,
             pool_factor=self.pool_factor,
@@ -137,8 +148,8 @@ def drop_collection(client: Any, name: str) -> None:
 def drop_noted(folder: Path) -> None:
     """Drop the collection a build staged in ``folder`` noted, if any (its leftover, once killed).
 
-    A local-mode store inside ``folder`` goes with the folder; a server that does not answer is
-    logged, naming the collection to drop by hand.
+    Only a server's collection is dropped (a note naming anything else is not this code's, and is
+    left alone); a server that does not answer is logged, naming the collection to drop by hand.
     """
     note = folder / STAGING_NOTE
     if not note.is_file():
@@ -148,13 +159,12 @@ def drop_noted(folder: Path) -> None:
     except (ValueError, TypeError) as exc:
         logger.warning("cannot read %s (%s); its Qdrant collection, if any, is left", note, exc)
         return
-    if spec.path and Path(spec.path).is_relative_to(folder):
+    if not spec.url:
         return
     from qdrant_client import QdrantClient
 
     try:
-        client = QdrantClient(url=spec.url or None, path=spec.path or None, api_key=spec._api_key(),
-                              prefer_grpc=spec.prefer_grpc)  # fmt: skip
+        client = QdrantClient(url=spec.url, api_key=spec._api_key(), prefer_grpc=spec.prefer_grpc)
         try:
             if client.collection_exists(spec.collection):
                 drop_collection(client, spec.collection)

@@ -2,8 +2,15 @@
 
 An ``IndexBackend`` gives the engine the hooks it needs: ``create`` a new store in a (staging)
 folder, ``open`` an existing one, ``add`` pages (embedded by the encoder, or read as text for
-BM25) and ``commit`` after a change (BM25 writes a new file folder and the manifest naming it; the
-vector stores commit their own batches). ``embeds`` says whether the backend needs an encoder.
+BM25), ``commit`` after a change (BM25 writes a new file folder and the manifest naming it; the
+vector stores commit their own batches) and ``finish`` a build once every page is in (a Qdrant
+server's collection becomes visible under its alias). ``embeds`` says whether the backend needs
+an encoder.
+
+``qdrant`` is a Qdrant server or cluster (qdrant-client, ``QdrantSpec.url``); ``qdrant-edge`` is
+Qdrant's engine embedded in the process (qdrant-edge), its shard a folder of the index
+(``QdrantSpec.path``, a name inside it). ``evidra index build --backend qdrant`` picks the second
+when no URL is given.
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ from evidra.retrieval.base import Encoder, PageBatch
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
 from evidra.retrieval.index.dense import DenseIndex
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+from evidra.retrieval.index.qdrant_edge import EdgeQdrantIndex, shard_folder
 from evidra.retrieval.manifest import MANIFEST, IndexSpec, load_bm25, save_bm25
 from evidra.retrieval.ocr import page_text
-from evidra.retrieval.qdrant_build import check_target, stage_collection
+from evidra.retrieval.qdrant_build import QdrantSpec, check_target, publish_alias, stage_collection
 from evidra.types import Page
 
 Progress = Callable[[int], None]  # called with the number of pages just embedded (bm25: read)
@@ -59,12 +67,21 @@ class CommitFn(Protocol):
     def __call__(self, root: Path, store: Any, /) -> None: ...
 
 
+class FinishFn(Protocol):
+    def __call__(self, store: Any, spec: IndexSpec, /) -> None: ...
+
+
+def _nothing_to_finish(store: Any, spec: IndexSpec) -> None:
+    """The store's pages are visible as soon as they are in."""
+
+
 @dataclass(frozen=True)
 class IndexBackend:
     create: OpenFn  # a new, empty store at root
     open: OpenFn  # the store of an existing index
     add: AddFn
     commit: CommitFn  # after add or delete
+    finish: FinishFn = _nothing_to_finish  # after a build's last page, before the store closes
     embeds: bool = True  # pages go in as embeddings of the index's encoder
 
 
@@ -111,13 +128,26 @@ def _device(options: StoreOptions) -> str:
     return (options.maxsim or MaxSimOptions()).device
 
 
+def _server(root: Path, spec: IndexSpec) -> QdrantSpec:
+    """The server ``spec`` names; a local-mode folder (what qdrant-client embedded before Qdrant
+    Edge did) is refused unread: qdrant-client unpickles what it stores there."""
+    if spec.qdrant is None or spec.dim < 1:
+        raise CorpusError(f"{root / MANIFEST} names the qdrant backend without its connection; rebuild it")
+    if not spec.qdrant.url:
+        raise CorpusError(
+            f"{root / MANIFEST} names a qdrant-client local-mode folder ({spec.qdrant.path}), which evidra "
+            "no longer opens (its storage unpickles what it reads); rebuild the index with "
+            "`evidra index build --backend qdrant`, which embeds Qdrant Edge"
+        )
+    return spec.qdrant
+
+
 def _create_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
     """A new collection, noted in the (staging) folder before it exists."""
-    if spec.qdrant is None:
-        raise CorpusError(f"the qdrant backend needs its connection (QdrantSpec) for {root}")
-    index = stage_collection(spec.qdrant, root).connect(spec.dim, create=True)
+    server = _server(root, spec)
+    index = stage_collection(server, root).connect(spec.dim, create=True)
     try:
-        check_target(index, spec.qdrant.collection, spec.qdrant.where)
+        check_target(index, server.collection, server.where)
     except BaseException:
         index.close()
         raise
@@ -125,9 +155,34 @@ def _create_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
 
 
 def _open_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
-    if spec.qdrant is None or spec.dim < 1:
-        raise CorpusError(f"{root / MANIFEST} names the qdrant backend without its connection; rebuild it")
-    return spec.qdrant.connect(spec.dim, create=False)
+    return _server(root, spec).connect(spec.dim, create=False)
+
+
+def _publish_qdrant(store: Any, spec: IndexSpec) -> None:
+    """Every page is in: only now does the asked-for collection name show them."""
+    assert spec.qdrant is not None
+    publish_alias(store, spec.qdrant.collection, spec.qdrant.where)
+
+
+def _edge_shard(root: Path, spec: IndexSpec) -> tuple[Path, dict[str, Any]]:
+    """The shard folder ``spec`` names inside ``root``, and the search options to open it with."""
+    if spec.qdrant is None or spec.dim < 1 or spec.qdrant.url:
+        raise CorpusError(
+            f"{root / MANIFEST} names the qdrant-edge backend without its shard folder; rebuild it"
+        )
+    q = spec.qdrant
+    folder = shard_folder(root, q.path, f"qdrant.path in {root / MANIFEST}")
+    return folder, {"candidates": q.candidates, "pool_factor": q.pool_factor, "pooling": q.pooling}
+
+
+def _create_edge(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+    folder, search = _edge_shard(root, spec)
+    return EdgeQdrantIndex.create(folder, spec.dim, **search)
+
+
+def _open_edge(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+    folder, search = _edge_shard(root, spec)
+    return EdgeQdrantIndex.open(folder, spec.dim, root=root, **search)
 
 
 def _create_maxsim(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
@@ -144,8 +199,11 @@ INDEXES.add("dense", IndexBackend(
     open=lambda root, spec, o: DenseIndex.open(root, device=_device(o)),
     add=_add_vectors, commit=_no_commit,
 ))  # fmt: skip
+INDEXES.add("qdrant", IndexBackend(
+    create=_create_qdrant, open=_open_qdrant, add=_add_vectors, commit=_no_commit, finish=_publish_qdrant,
+))  # fmt: skip
 INDEXES.add(
-    "qdrant", IndexBackend(create=_create_qdrant, open=_open_qdrant, add=_add_vectors, commit=_no_commit)
+    "qdrant-edge", IndexBackend(create=_create_edge, open=_open_edge, add=_add_vectors, commit=_no_commit)
 )
 INDEXES.add("bm25", IndexBackend(
     create=lambda root, spec, o: BM25Retriever.build({}, o.bm25 or BM25Params()),

@@ -1,4 +1,4 @@
-"""Vector indexes: exact multi-vector MaxSim (default), exact dense, and Qdrant (scale-out)."""
+"""Vector indexes: exact multi-vector MaxSim (default), exact dense, Qdrant (a server or Qdrant Edge)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ Each page is one point (id = uuid5 of the page id) with two named vectors:
   100-200, qdrant#7888). ``candidates=0`` searches ``multi`` exhaustively instead.
 
 Payload ``page_id`` / ``image_path`` (keyword-indexed ``page_id``) serve exclusions and filters.
+Points are laid out as ``EdgeQdrantIndex`` lays them out (``_qdrant_points``).
 
 Pointing it at a server (optional extra ``evidra[qdrant]``)::
 
@@ -18,31 +19,36 @@ Pointing it at a server (optional extra ``evidra[qdrant]``)::
     index = QdrantIndex.connect(dim=128, url="http://localhost:6333", collection="pages")
     index = QdrantIndex.connect(dim=128, url="https://xyz.cloud.qdrant.io", api_key="...", prefer_grpc=True)
 
-For tests and laptops, ``QdrantIndex.connect(dim=128, location=":memory:")`` or ``path="dir/"`` runs
-qdrant-client's embedded local mode: exact but pure numpy/float64, about 1 s per query at 5k pages
-so use it for small corpora only.
+Without a server, ``EdgeQdrantIndex`` (``qdrant_edge``) runs Qdrant's own engine in the process;
+index folders use it. ``QdrantIndex.connect(dim=128, location=":memory:")`` (or ``path="dir/"``)
+still runs qdrant-client's pure-Python local mode, the stand-in for a server in tests: exact but
+numpy/float64, 9x slower than Qdrant Edge per query at 10k pages (``docs/retrieval.md``),
+and its ``path`` storage unpickles what it reads, so never point it at a folder you did not write.
 """
 
 from __future__ import annotations
 
-import uuid
 import warnings
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-import torch
 from torch import Tensor
 
 from evidra.errors import CorpusError, InvalidInputError, require
 from evidra.retrieval.base import Exclude, Hit, PageBatch, check_exclude, check_k
 from evidra.retrieval.index._common import check_embeddings
-from evidra.retrieval.maxsim import cluster_pool, mean_pool
+from evidra.retrieval.index._qdrant_points import (
+    Pooling,
+    check_pooling,
+    check_queries,
+    hit_of,
+    page_vectors,
+    payload_filter,
+    payloads_of,
+    point_id,
+)
 
-_NAMESPACE = uuid.UUID("6f1c1c9e-4c1b-4f55-9d0e-2f1f3a0d7a11")
-
-
-def point_id(page_id: str) -> str:
-    return str(uuid.uuid5(_NAMESPACE, page_id))
+__all__ = ["QdrantIndex", "check_server", "point_id"]
 
 
 def _reason(exc: BaseException) -> str:
@@ -63,7 +69,7 @@ def _collection_exists(client: Any, collection: str, where: str, *, remote: bool
             raise CorpusError(f"cannot open the Qdrant local-mode store at {where}: {_reason(exc)}") from exc
         raise CorpusError(
             f"cannot reach a Qdrant server at {where} ({_reason(exc)}); start the server, correct the "
-            "URL (--qdrant-url; API key from $QDRANT_API_KEY), or use local mode with --qdrant-path DIR"
+            "URL (--qdrant-url; API key from $QDRANT_API_KEY), or leave --qdrant-url out to embed Qdrant Edge"
         ) from exc
 
 
@@ -94,10 +100,9 @@ class QdrantIndex:
         *,
         pool_factor: int = 4,
         candidates: int = 200,
-        pooling: Literal["mean", "clustered"] = "mean",
+        pooling: Pooling = "mean",
     ) -> None:
-        if pooling not in ("mean", "clustered"):
-            raise InvalidInputError(f"pooling {pooling!r}: use 'mean' or 'clustered'")
+        check_pooling(pooling)
         self.client = client
         self.collection = collection
         self.dim = dim
@@ -118,7 +123,7 @@ class QdrantIndex:
         prefer_grpc: bool = False,
         pool_factor: int = 4,
         candidates: int = 200,
-        pooling: Literal["mean", "clustered"] = "mean",
+        pooling: Pooling = "mean",
         on_disk: bool = False,
         create: bool = True,
     ) -> QdrantIndex:
@@ -221,22 +226,15 @@ class QdrantIndex:
         from qdrant_client import models
 
         arrays = check_embeddings(page_ids, embeddings, self.dim, single=False)
-        images = list(image_paths) if image_paths is not None else [""] * len(arrays)
-        extra = list(payloads) if payloads is not None else [{}] * len(arrays)
-        fulls = [torch.from_numpy(arr).float() for arr in arrays]  # (L, D), fp16-rounded like ours
-        if self.pooling == "clustered":
-            pools = cluster_pool(fulls, self.pool_factor)
-        else:
-            pools = [mean_pool(full, self.pool_factor) for full in fulls]  # (ceil(L/p), D)
-        points = []
-        for pid, full, pooled, img, more in zip(page_ids, fulls, pools, images, extra, strict=True):
-            points.append(
-                models.PointStruct(
-                    id=point_id(pid),
-                    vector={"multi": full.tolist(), "pooled": pooled.tolist()},
-                    payload={**more, "page_id": pid, "image_path": img},
-                )
+        fields = payloads_of(page_ids, image_paths, payloads)
+        points = [
+            models.PointStruct(
+                id=point_id(pid), vector={"multi": full.tolist(), "pooled": pooled.tolist()}, payload=payload
             )
+            for pid, (full, pooled), payload in zip(
+                page_ids, page_vectors(arrays, self.pooling, self.pool_factor), fields, strict=True
+            )
+        ]
         if points:
             self.client.upsert(self.collection, points=points, wait=True)
 
@@ -297,14 +295,11 @@ class QdrantIndex:
 
         check_k(k)
         excl = check_exclude(exclude, len(queries))
+        check_queries(queries, self.dim)
         requests = []
-        for i, (q, skip) in enumerate(zip(queries, excl, strict=True)):
-            if q.ndim != 2 or q.shape[0] == 0 or q.shape[1] != self.dim:
-                raise InvalidInputError(
-                    f"query {i} must have shape (L >= 1, {self.dim}), got {tuple(q.shape)}"
-                )
+        for q, skip in zip(queries, excl, strict=True):
             vec = q.float().tolist()
-            flt = _filter(skip, where)
+            flt = payload_filter(models, skip, where)
             prefetch = (
                 models.Prefetch(query=vec, using="pooled", limit=max(self.candidates, k), filter=flt)
                 if self.candidates > 0
@@ -318,25 +313,4 @@ class QdrantIndex:
         if not requests:
             return []
         responses = self.client.query_batch_points(self.collection, requests=requests)
-        return [
-            [
-                Hit(str(p.payload["page_id"]), float(p.score), str(p.payload.get("image_path", "")))
-                for p in r.points
-            ]
-            for r in responses
-        ]
-
-
-def _filter(skip: Collection[str], where: Mapping[str, Any] | None) -> Any:
-    from qdrant_client import models
-
-    must: list[Any] = [
-        models.FieldCondition(key=key, match=models.MatchValue(value=value))
-        for key, value in (where or {}).items()
-    ]
-    must_not: list[Any] = (
-        [models.FieldCondition(key="page_id", match=models.MatchAny(any=sorted(skip)))] if skip else []
-    )
-    if not must and not must_not:
-        return None
-    return models.Filter(must=must or None, must_not=must_not or None)
+        return [[hit_of(p.payload, p.score) for p in r.points] for r in responses]
