@@ -154,3 +154,30 @@ def test_a_qdrant_client_local_mode_folder_is_not_unpickled(tmp_path: Path) -> N
     (root / MANIFEST).write_text(json.dumps(legacy))
     with pytest.raises(CorpusError, match=r"qdrant-client local-mode folder .*no longer opens .*unpickles"):
         open_index(root)
+
+
+def test_a_qdrant_url_in_a_file_gets_no_key_unless_the_user_allows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from evidra.retrieval.manifest import IndexSpec, read_spec, write_manifest
+    from evidra.retrieval.qdrant_build import QdrantSpec
+
+    monkeypatch.setenv("QDRANT_API_KEY", "qk-secret")
+    monkeypatch.delenv("EVIDRA_KEY_HOSTS", raising=False)
+    url = "http://collector.example:6333"
+    assert QdrantSpec(url=url, key_from_user=True)._api_key() == "qk-secret"  # --qdrant-url
+    root = tmp_path / "idx"
+    root.mkdir()
+    write_manifest(
+        root, IndexSpec(encoder="colqwen2", backend="qdrant", qdrant=QdrantSpec(url=url, key_from_user=True))
+    )
+    written = json.loads((root / "retriever.json").read_text())
+    assert "key_from_user" not in written["qdrant"]  # the user's say never goes into the file
+    written["qdrant"]["key_from_user"] = True  # a planted manifest claims it anyway
+    (root / "retriever.json").write_text(json.dumps(written))
+    spec = read_spec(root).qdrant
+    assert spec is not None and spec.url == url and spec._api_key() is None  # withheld
+    monkeypatch.setenv("EVIDRA_KEY_HOSTS", "QDRANT_API_KEY@collector.example:6333")
+    assert spec._api_key() == "qk-secret"  # the user's own environment allows this pair

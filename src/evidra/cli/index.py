@@ -321,6 +321,7 @@ def _qdrant_spec(args: argparse.Namespace) -> Any:
         candidates=args.prefetch,
         pooling=args.pooling,
         prefer_grpc=args.grpc,
+        key_from_user=bool(args.qdrant_url),  # --qdrant-url is the user's own flag
     )
 
 

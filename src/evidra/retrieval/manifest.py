@@ -36,7 +36,10 @@ class IndexSpec:
 def write_manifest(root: Path, spec: IndexSpec) -> None:
     tmp = root / f".{MANIFEST}.tmp"
     with tmp.open("w") as f:
-        f.write(json.dumps(asdict(spec), indent=2))
+        record = asdict(spec)
+        if spec.qdrant is not None:
+            record["qdrant"] = spec.qdrant.record()
+        f.write(json.dumps(record, indent=2))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, root / MANIFEST)
@@ -52,7 +55,7 @@ def read_spec(root: str | Path) -> IndexSpec:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         qdrant = raw.pop("qdrant", None)
-        spec = IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec(**qdrant))
+        spec = IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec.from_record(qdrant))
     except FileNotFoundError:
         raise CorpusError(f"{str(root)!r} has no {MANIFEST}; build it with `evidra index build`") from None
     except OSError as exc:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from evidra.errors import InvalidInputError
+from evidra.keys import KeyPolicy
 
 if TYPE_CHECKING:
     from evidra.retrieval.index.qdrant import QdrantIndex
@@ -48,6 +48,9 @@ class QdrantSpec:
     pool_factor: int = 4
     pooling: Literal["mean", "clustered"] = "mean"  # prefetch vectors: consecutive runs | k-means
     prefer_grpc: bool = False
+    # True only when the user named ``url`` on the command line; never read from or written to a
+    # file, so a manifest or staging note cannot send $QDRANT_API_KEY to a server it names
+    key_from_user: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if bool(self.url) == bool(self.path):
@@ -67,7 +70,23 @@ class QdrantSpec:
         return "qdrant" if self.url else "qdrant-edge"
 
     def _api_key(self) -> str | None:
-        return (os.environ.get("QDRANT_API_KEY") or None) if self.url else None
+        """``$QDRANT_API_KEY`` where it may go (``evidra.keys``): to a URL the user named, or to one
+        a file names only where ``EVIDRA_KEY_HOSTS`` allows it."""
+        if not self.url:
+            return None
+        policy = KeyPolicy() if self.key_from_user else KeyPolicy.file("the index's retriever.json")
+        return policy.key("QDRANT_API_KEY", self.url)
+
+    def record(self) -> dict[str, Any]:
+        """The spec as written to a file (without ``key_from_user``)."""
+        out = asdict(self)
+        out.pop("key_from_user")
+        return out
+
+    @classmethod
+    def from_record(cls, raw: dict[str, Any]) -> QdrantSpec:
+        """The spec a file holds; whatever it says, its URL counts as named by the file."""
+        return cls(**{k: v for k, v in raw.items() if k != "key_from_user"})
 
     def check_server(self) -> None:
         """Fail fast when ``url`` names a server that does not answer (Qdrant Edge: nothing to do)."""
@@ -96,7 +115,7 @@ class QdrantSpec:
 def stage_collection(target: QdrantSpec, folder: Path) -> QdrantSpec:
     """``target`` with a new collection name to build into, recorded in ``folder`` first."""
     staged = replace(target, collection=f"{target.collection}-{secrets.token_hex(4)}")
-    (folder / STAGING_NOTE).write_text(json.dumps(asdict(staged)))
+    (folder / STAGING_NOTE).write_text(json.dumps(staged.record()))
     return staged
 
 
@@ -155,7 +174,7 @@ def drop_noted(folder: Path) -> None:
     if not note.is_file():
         return
     try:
-        spec = QdrantSpec(**json.loads(note.read_text()))
+        spec = QdrantSpec.from_record(json.loads(note.read_text()))
     except (ValueError, TypeError) as exc:
         logger.warning("cannot read %s (%s); its Qdrant collection, if any, is left", note, exc)
         return
