@@ -41,8 +41,12 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
 ) -> None:
     pytest.importorskip("qdrant_client")
     argv = ["--sizes", "120", "--length", "24", "--recall-queries", "32", "--roofline", "1", "2"]
+    opt_in = ["--with-qdrant", "--with-fp16"]  # slow peers and dtypes: off by default
     out = _run(
-        "maxsim", [*argv, "--candidates", "40", "--repeats", "1", "--threads", "1"], monkeypatch, capsys
+        "maxsim",
+        [*argv, "--candidates", "40", "--repeats", "1", "--threads", "1", *opt_in],
+        monkeypatch,
+        capsys,
     )
     # exact search in every dtype, score_retrieval and qdrant agree with fp32 brute force
     auto = next(x for x in out.splitlines() if "(auto)" in x).split("|")[1].strip()
@@ -54,7 +58,10 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     assert float(_cells(out, "ours exact float16")[7]) == pytest.approx(24 * 128 * 2 / 1024)  # KB per page
     assert re.search(r"cpu: .*avx512_bf16 (yes|no)", out) and "GFLOP/s: float32" in out
     assert "fast-plaid: not run" in out  # no --fast-plaid-python here: said, not silently skipped
-    result = r"^RESULT single_vs_score_retrieval=\S+ batched_vs_roofline=\S+ agreement=1\.000$"
+    result = (
+        r"^RESULT single_vs_score_retrieval=\S+ batched_vs_roofline=\S+ agreement=1\.000 "
+        r"single_vs_roofline=\d+\.\d\d$"
+    )
     assert re.search(result, out, re.M)
     assert float(_cells(out, "ours sign bits +40")[7]) == pytest.approx(
         24 * 128 / 8 / 1024, abs=0.05
@@ -62,6 +69,28 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     assert re.search(r"bandwidth bound per query: .* = \d+\.\d+x of it", out)
     assert re.search(r"planted recall@5 over 32 queries: exact \d\.\d{3}", out)
     assert len(re.findall(r"roofline, batch", out)) == 2
+
+
+@pytest.mark.slow
+def test_maxsim_benchmark_defaults_leave_the_slow_peers_opt_in_and_can_force_fp32(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--sizes", "80", "--length", "16", "--recall-queries", "32", "--roofline", "1", "--repeats", "1"]
+    out = _run("maxsim", [*argv, "--candidates", "20", "--compute-dtype", "float32"], monkeypatch, capsys)
+    assert "80 | qdrant local: not run (opt-in: --with-qdrant)" in out
+    assert "qdrant local :memory:" not in out
+    assert "fast-plaid: not run (opt-in: --fast-plaid-python" in out
+    forced = _cells(out, "ours exact float32 (forced)")
+    assert float(forced[8]) == 1.0  # fp32 is the reference itself
+    assert "bounds from float32" in out  # the compute bound of a CPU that computes in fp32
+    import torch
+
+    from evidra.retrieval import compute
+
+    if "float16" not in compute.candidates(torch.device("cpu")):
+        assert "ours exact float16: not run (no fp16 GEMM in hardware here; opt-in: --with-fp16)" in out
+    result = re.search(r"^RESULT .* single_vs_roofline=(\d+\.\d\d)$", out, re.M)
+    assert result is not None and float(result.group(1)) > 0
 
 
 def test_maxsim_benchmark_on_cuda_says_when_cuda_is_absent(
