@@ -275,12 +275,24 @@ def test_real_size_qwen2_5_vl_3b_config_is_the_published_one(monkeypatch: pytest
 def test_bm25_known_item_runs_on_the_generated_manual(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = _run("bm25_known_item", ["--fixture"], monkeypatch, capsys)
+    out = _run("bm25_known_item", [], monkeypatch, capsys)  # no documents named: the generated manual
     assert re.search(r"6 pages, \d+ known items", out)
     for variant in ("plain", "stop words", "stemming", "stop + stem"):
         recall1, recall5, mrr = (float(c) for c in _cells(out, f"{variant} | all")[3:6])
         assert 0.0 <= recall1 <= recall5 <= 1.0 and recall1 <= mrr <= 1.0
     assert re.search(r"RESULT plain_mrr=[\d.]+ default_mrr=[\d.]+ plain_r1=[\d.]+ default_r1=[\d.]+", out)
+
+
+@pytest.mark.slow
+def test_rewards_benchmark_scores_every_reward_and_prints_the_result(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run("rewards", [], monkeypatch, capsys)
+    for name in ("lat", "evisrag", "vragrl", "lang2act"):
+        line = next(x for x in out.splitlines() if x.startswith(name))
+        assert float(line.split()[1]) > 0, line  # ms per group
+    result = re.search(r"^RESULT min_generation_vs_scoring=(\d+) slowest=(\w+)$", out, re.M)
+    assert result is not None and int(result.group(1)) > 0
 
 
 def test_known_items_ask_for_text_of_one_page_only() -> None:

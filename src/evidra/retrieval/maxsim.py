@@ -323,6 +323,7 @@ def score_blocks(
     dtype = dtype or compute_dtype(blocks[0].vectors)
     widest = max(b.n_tokens for b in blocks)
     layout = LAYOUTS[layout_for(device, dtype)]
+    rows = torch.cat([b.rows for b in blocks]).to(device)
     start = 0
     while start < len(queries):
         end, tokens_so_far = start, 0
@@ -338,10 +339,8 @@ def score_blocks(
         widened = None  # 16-bit pages scored in fp32 are converted into this, block by block
         if blocks[0].vectors.dtype not in (dtype, torch.uint8):
             widened = torch.empty(wide, dtype=dtype, device=device)
-        for block in blocks:
-            out[start:end, block.rows.to(device)] = score_block(
-                tokens, owner, end - start, block, buffer, dtype, widened
-            )
+        scores = [score_block(tokens, owner, end - start, b, buffer, dtype, widened) for b in blocks]
+        out[start:end, rows] = torch.cat(scores, dim=1)  # one scatter for all blocks: (q, sum C)
         start = end
     return out
 
