@@ -111,7 +111,7 @@ def test_grpo_step_gpu_benchmark_smoke_on_cpu(
 ) -> None:
     """The real-size GRPO benchmark in its tiny CPU mode: every engine's row, the versions, the ratios."""
     monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling grpo_common
-    out = _run("grpo_step_gpu", ["--arch", "tiny", "--device", "cpu"], monkeypatch, capsys)
+    out = _run("grpo_step_gpu", ["--device", "cpu"], monkeypatch, capsys)  # on a CPU: tiny by default
     assert "note: running on CPU" in out
     assert re.search(r"device: CPU .*; torch \S+, transformers \S+, trl \S+", out)
     engines = ["evidra"] + (["trl"] if importlib.util.find_spec("trl") else [])
@@ -120,8 +120,12 @@ def test_grpo_step_gpu_benchmark_smoke_on_cpu(
         step, rollout, step_tok, peak = (float(c) for c in cells[2:6])
         assert step > 0 and rollout > 0 and peak > 0
         assert 0 < step_tok * step <= 2 * 2 * 8 * 1.01  # tokens per step: 2 prompts x G=2 x <= 8
+    assert out.startswith("GRPO step, tiny,")
     if "trl" in engines:
         assert re.search(r"TRL / evidra: step time \d+\.\d\dx, rollout tok/s \d+\.\d\dx, peak memory", out)
+        assert re.search(
+            r"^RESULT trl_vs_evidra_step=\d+\.\d\d trl_vs_evidra_rollout_tok_s=\d+\.\d\d$", out, re.M
+        )
     else:
         assert "TRL is not installed" in out
 
@@ -167,6 +171,9 @@ def test_cave_credits_benchmark_checks_every_way_against_the_peer(
     assert _cells(out, "KV cache")[4:6] == ["4", "10"]  # per episode: the context, then 4 rows
     assert _cells(out, "packed, one episode per forward (evidra)")[4:6] == ["2", "2"]
     assert _cells(out, "packed, 8 episodes per forward")[4:6] == ["1", "2"]
+    assert re.search(
+        r"^RESULT packed_vs_peer=\d+\.\d\d packed_8_vs_peer=\d+\.\d\d same_numbers=yes$", out, re.M
+    )
 
 
 def test_storage_dtype_benchmark_holds_half_and_ranks_alike(
