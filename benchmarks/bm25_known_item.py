@@ -18,8 +18,9 @@ variant of the analyzer indexes the same pages and answers the same questions:
 Columns: recall@1, recall@5 and MRR@10 over the known items. Documents: a page store from
 ``evidra ingest`` (``--store``), a folder of PDFs (``--pdfs``, ingested into a temporary store at
 ``--dpi``), or ``--fixture``, a small document written by evidra's own PDF writer (what the tests
-run). Real documents used for the figures in docs/retrieval.md: the PDF manuals that Debian's
-``libtasn1-doc``, ``libidn2-doc`` and ``libgcrypt20-doc`` packages ship::
+run, and what runs when none of the three is given). Real documents used for the figures in
+docs/retrieval.md: the PDF manuals that Debian's ``libtasn1-doc``, ``libidn2-doc`` and
+``libgcrypt20-doc`` packages ship::
 
     apt-get download libtasn1-doc libidn2-doc libgcrypt20-doc
     for f in *.deb; do dpkg -x "$f" x; done; find x -name '*.pdf*' -exec cp {} pdfs/ \\; ; gunzip pdfs/*.gz
@@ -171,7 +172,7 @@ def _pages(args: argparse.Namespace, tmp: Path) -> list[Page]:
         with PageStore.open(args.store) as store:
             return store.pages()
     source = args.pdfs
-    if args.fixture:
+    if not source:  # --fixture, or nothing said
         (tmp / "docs").mkdir()
         source = str(fixture_pdf(tmp / "docs" / "manual.pdf"))
     ingest(source, tmp / "store", dpi=args.dpi)
@@ -183,10 +184,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    where = parser.add_mutually_exclusive_group(required=True)
+    where = parser.add_mutually_exclusive_group()  # none given: the generated manual (--fixture)
     where.add_argument("--store", help="a page store from `evidra ingest`")
     where.add_argument("--pdfs", help="a folder of PDFs, ingested into a temporary store")
-    where.add_argument("--fixture", action="store_true", help="a small generated manual (the tests' input)")
+    where.add_argument(
+        "--fixture", action="store_true", help="a small generated manual (the tests' input; the default)"
+    )
     parser.add_argument("--dpi", type=float, default=36.0, help="render resolution for --pdfs (default: 36)")
     parser.add_argument("--per-page", type=int, default=2, help="questions per page at most (default: 2)")
     parser.add_argument("--max-items", type=int, default=600, help="questions in all at most (default: 600)")

@@ -24,6 +24,10 @@ completion tokens per second of generation (rollout tok/s) and of the whole step
     OMP_NUM_THREADS=1 python benchmarks/grpo_step_gpu.py --arch tiny --device cpu   # smoke test
     python benchmarks/grpo_step_gpu.py --arch qwen2.5-vl-7b --count-params          # meta device
 
+Without ``--arch`` it runs Qwen2.5-VL-3B on a GPU and the tiny model on a CPU (the real sizes are
+opt-in there). The last line is ``RESULT trl_vs_evidra_step=<x> trl_vs_evidra_rollout_tok_s=<y>``
+(``na`` without TRL).
+
 TRL is the peer (``pip install 'evidra[bench]'``); without it only evidra's row is printed.
 """
 
@@ -262,11 +266,14 @@ def report(results: dict[str, dict[str, Any]], arch: str, s: Settings, steps: in
             f"\nTRL / evidra: step time {ts / es:.2f}x, rollout tok/s {tg / eg:.2f}x, "
             f"peak memory {tm / em:.2f}x"
         )
+        print(f"RESULT trl_vs_evidra_step={ts / es:.2f} trl_vs_evidra_rollout_tok_s={tg / eg:.2f}")
+    else:
+        print("RESULT trl_vs_evidra_step=na trl_vs_evidra_rollout_tok_s=na")
 
 
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", choices=[*ARCHS, "tiny"], default="qwen2.5-vl-3b")
+    p.add_argument("--arch", choices=[*ARCHS, "tiny"], help="default: qwen2.5-vl-3b on a GPU, tiny on a CPU")
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available")
     p.add_argument("--steps", type=int, help="timed steps per engine after 1 warm-up (3; tiny: 1)")
     p.add_argument("--prompts", type=int, help="prompts per step (4; tiny: 2)")
@@ -304,8 +311,19 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, int, int]:
     return s, steps, args.max_pixels or MAX_PIXELS.get(args.arch, 1024 * 28 * 28)
 
 
+def _default_arch(args: argparse.Namespace) -> str:
+    """``--arch`` as given, else the real 3B on a GPU (and for ``--count-params``), tiny on a CPU."""
+    if args.arch:
+        return str(args.arch)
+    import torch
+
+    gpu = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
+    return "qwen2.5-vl-3b" if gpu or args.count_params else "tiny"
+
+
 def main() -> None:
     args = _parse()
+    args.arch = _default_arch(args)
     if args.count_params:
         print(f"{args.arch}: {count_parameters(args.arch):,} parameters")
         return

@@ -9,17 +9,20 @@ corpus-wide "blank" vectors over 60% of each page's patches (white space anywher
 which is what clustering relies on. Everything runs in one process on the same queries:
 
 * ``ours exact <dtype>`` exact MaxSim, MultiVectorIndex, single and batched, once per compute
-                       dtype (the one ``auto`` picks first); a dtype whose GEMM is 8x slower than
-                       the best runs only ``--sr-queries`` queries
+                       dtype (the store's own first: ``auto``'s pick, or ``--compute-dtype``); a
+                       dtype whose GEMM is 8x slower than the best runs only ``--sr-queries``
+                       queries; fp16 on a CPU without an fp16 hardware path (~1-6 GFLOP/s) runs
+                       only with ``--with-fp16``
 * ``ours pooled``      two-stage: mean-pooled x4 prefilter, exact re-rank of the candidates
 * ``ours clustered``   two-stage: k-means-pooled x4 prefilter (same memory), exact re-rank
 * ``ours sign bits``   two-stage: 1-bit-per-dimension codes scored asymmetrically, exact re-rank
 * ``score_retrieval``  transformers' ColQwen2Processor.score_retrieval (einsum, fp16)
 * ``qdrant edge``      Qdrant Edge, Qdrant's engine in this process (what ``--backend qdrant``
                        embeds without a server), exact MAX_SIM over the fp16 vectors with the
-                       query rounded to fp16; sizes up to ``--qdrant-max`` (10k: about a minute
-                       of ingest on 2 cores). qdrant-client's pure-Python local mode, which this
-                       row ran before, is measured against it in ``benchmarks/qdrant_local.py``
+                       query rounded to fp16; opt-in with ``--with-qdrant``, sizes up to
+                       ``--qdrant-max`` (10k: about a minute of ingest on 2 cores). qdrant-client's
+                       pure-Python local mode, which this row ran before, is measured against it
+                       in ``benchmarks/qdrant_local.py``
 * ``fast-plaid``       PLAID (PyLate's engine) at its defaults, run in its own venv because it pins
                        its own torch: ``--fast-plaid-python .venv-fastplaid/bin/python``
                        (``benchmarks/fast_plaid_peer.py``); without it the row says it was not run
@@ -29,12 +32,18 @@ prints the CPU's model and the flags that decide which GEMMs are fast, the machi
 bandwidth and the GEMM rate of every compute dtype on one scoring block's shape. The roofline of
 a search is the larger of two lower bounds: one scan of the fp16 corpus at the read bandwidth,
 and its flops at the best GEMM rate among the dtypes that rank like fp32 (agreement >= 0.99).
-Each method's ``roof`` columns give its time over that bound. The last line is
-``RESULT single_vs_score_retrieval=<x> batched_vs_roofline=<y> agreement=<z>`` for the largest
-size: our default (``auto``) store's speed-up over score_retrieval for one query, its batched
-time per query over the roofline, and its top-10 agreement with fp32. Run::
+Each method's ``roof`` columns give its time over that bound. ``--compute-dtype float32`` makes
+this machine stand in for a CPU that computes in fp32 (no fast 16-bit GEMM): the store scores in
+fp32 and the compute bound uses the fp32 rate. The last line is
+``RESULT single_vs_score_retrieval=<x> batched_vs_roofline=<y> agreement=<z> single_vs_roofline=<s>``
+for the largest size: our store's speed-up over score_retrieval for one query, its batched time
+per query over the roofline of a batch, its top-10 agreement with fp32, and one query's time
+over the roofline of one query. The defaults finish in a few minutes on 2 cores; the slow peers
+are opt-in. Run::
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/maxsim.py              # 1k and 10k pages
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/maxsim.py --compute-dtype float32
+    .venv/bin/python benchmarks/maxsim.py --with-qdrant --with-fp16      # every peer and dtype
     .venv/bin/python benchmarks/maxsim.py --sizes 1000 10000 50000      # 50k: ~3.3 GB fp16
     .venv/bin/python benchmarks/maxsim.py --device cuda --sizes 10000   # the GPU scorers
 
@@ -160,6 +169,7 @@ class Machine:
     bandwidth: float
     rates: dict[str, float]
     exact: frozenset[str] = field(default_factory=frozenset)  # dtypes with agreement >= AGREE
+    forced: str = ""  # --compute-dtype: the bounds of a CPU that computes in this dtype
 
     def see(self, bandwidth: float, rates: dict[str, float]) -> None:
         self.bandwidth = max(self.bandwidth, bandwidth)
@@ -167,8 +177,8 @@ class Machine:
 
     @property
     def best(self) -> str:
-        """The fastest dtype among those known to rank like fp32 (fp32 itself when none is known)."""
-        return max(self.exact or {"float32"}, key=lambda d: self.rates[d])
+        """The forced dtype, else the fastest among those known to rank like fp32 (fp32 when none is)."""
+        return self.forced or max(self.exact or {"float32"}, key=lambda d: self.rates[d])
 
     def roofline(self, n_pages: int, length: int, dim: int, queries: int) -> float:
         """Seconds one batch of ``queries`` needs at least: a scan of the fp16 corpus, or its flops."""
@@ -195,6 +205,10 @@ class Case:
     @property
     def ids(self) -> list[str]:
         return [f"p{i}" for i in range(self.n)]
+
+    def options(self, **kw: Any) -> MaxSimOptions:
+        """The store's search options here: CPU, the benchmark's compute dtype, and ``kw``."""
+        return MaxSimOptions(device="cpu", verify=False, compute_dtype=self.args.compute_dtype, **kw)
 
     def rows_of(self, hits: list[list[Any]]) -> list[list[int]]:
         return [[int(h.page_id[1:]) for h in r] for r in hits]
@@ -256,14 +270,22 @@ def bench_ours(case: Case, root: Path, options: MaxSimOptions, queries: int = Q)
     )
 
 
-def exact_rows(case: Case, root: Path) -> tuple[list[Row], Ours]:
-    """Our exact store in every compute dtype, ``auto``'s choice first; returns the rows and it."""
-    base = MaxSimOptions(device="cpu", verify=False)
+def exact_rows(case: Case, root: Path) -> tuple[list[Row | str], Ours]:
+    """Our exact store in every compute dtype, its own first (``auto``'s choice or the forced
+    one); returns the rows and that run."""
+    chosen = case.args.compute_dtype
+    base = case.options()
     auto = bench_ours(case, root, base)
-    rows = [case.row(f"ours exact {auto.dtype} (auto)", auto.single, auto.batched, auto.mem, auto.ids)]
+    label = "(auto)" if chosen == "auto" else "(forced)"
+    rows: list[Row | str] = [
+        case.row(f"ours exact {auto.dtype} {label}", auto.single, auto.batched, auto.mem, auto.ids)
+    ]
     best_rate = max(case.machine.rates.values())
     for name in compute.DTYPES:
         if name == auto.dtype:
+            continue
+        if skipped(name, case.args):
+            rows.append(f"{case.n:>6} | ours exact {name}: {skipped(name, case.args)}")
             continue
         slow = case.machine.rates[name] * SLOW < best_rate
         opts = MaxSimOptions(device="cpu", verify=False, compute_dtype=name)  # type: ignore[arg-type]
@@ -273,8 +295,16 @@ def exact_rows(case: Case, root: Path) -> tuple[list[Row], Ours]:
     return rows, auto
 
 
+def skipped(dtype: str, args: argparse.Namespace) -> str:
+    """Why the rows of ``dtype`` are not run here ("" when they are): fp16 without a hardware path
+    (torch's fallback GEMM runs at 1-6 GFLOP/s there) is opt-in."""
+    if dtype == "float16" and dtype not in compute.candidates(CPU) and not args.with_fp16:
+        return "not run (no fp16 GEMM in hardware here; opt-in: --with-fp16)"
+    return ""
+
+
 def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[int]], candidates: int) -> Row:
-    opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=candidates)  # type: ignore[arg-type]
+    opts = case.options(prefilter=prefilter, candidates=candidates)
     run = bench_ours(case, root, opts)
     rel = recall(run.ids, case.gold, 5) / max(recall(exact_ids, case.gold, 5), 1e-9)
     name = {"pooled": "ours pooled x4", "clustered": "ours clustered x4", "signbits": "ours sign bits"}[
@@ -286,7 +316,7 @@ def two_stage_row(case: Case, root: Path, prefilter: str, exact_ids: list[list[i
 
 
 def dtype_agreement(
-    pages: list[torch.Tensor], queries: list[torch.Tensor], ref: torch.Tensor, machine: Machine, sr: int
+    pages: list[torch.Tensor], queries: list[torch.Tensor], ref: torch.Tensor, machine: Machine, args: Any
 ) -> dict[str, tuple[float, float]]:
     """Top-10 agreement with fp32 scores ``ref`` (Q, N) of scoring in each dtype, alone and with
     the best ``K + rescore`` pages per query re-scored in fp32 as the store does for bf16 (a slow
@@ -295,8 +325,10 @@ def dtype_agreement(
     ref_ids = topk_ids(ref, K)
     out = {"float32": (1.0, 1.0)}
     for name in ("bfloat16", "float16"):
+        if skipped(name, args):
+            continue
         dtype = compute.DTYPES[name]
-        sub = queries if machine.rates[name] * SLOW >= best_rate else queries[:sr]
+        sub = queries if machine.rates[name] * SLOW >= best_rate else queries[: args.sr_queries]
         blocks = build_blocks(pages, list(range(len(pages))), dtype=dtype)
         scores = score_blocks(sub, blocks, len(pages), dtype=dtype)  # (q, N)
         short = scores.topk(K + MaxSimOptions().rescore, dim=1).indices  # what the store re-scores
@@ -318,7 +350,7 @@ def bench_size(n: int, args: argparse.Namespace, processor: Any, machine: Machin
     ref_scores = score_blocks(queries, blocks, n)  # (Q, N) exact fp32
     del blocks
     ref = topk_ids(ref_scores, K)
-    agree = dtype_agreement(pages, queries, ref_scores, machine, args.sr_queries)
+    agree = dtype_agreement(pages, queries, ref_scores, machine, args)
     # bf16 counts as exact when the store's fp32 re-score of its shortlist ranks like fp32
     machine.exact = frozenset(d for d, (alone, rescored) in agree.items() if max(alone, rescored) >= AGREE)
     case = Case(pages, queries, gold, ref, args, machine)
@@ -337,20 +369,24 @@ def bench_size(n: int, args: argparse.Namespace, processor: Any, machine: Machin
     sr_single, sr_batch, srids = bench_score_retrieval(case, processor)
     note = f"ours is {sr_single / ours.single:.1f}x faster single, {sr_batch / ours.batched:.1f}x batched"
     rows.append(case.row("transformers score_retrieval", sr_single, sr_batch, ours.mem, srids, note))
-    if n <= args.qdrant_max:
+    if not args.with_qdrant:
+        rows.append(f"{n:>6} | qdrant edge: not run (opt-in: --with-qdrant)")
+    elif n <= args.qdrant_max:
         rows.append(bench_qdrant(case))
     rows.append(bench_fast_plaid(case))
     head = [
         f"{n:>6} | top-10 agreement with fp32 by compute dtype (alone / best {K}+{MaxSimOptions().rescore} "
         "re-scored in fp32): "
         + ", ".join(f"{d} {a:.3f} / {r:.3f}" for d, (a, r) in agree.items())
+        + "".join(f", {d} {skipped(d, args)}" for d in compute.DTYPES if skipped(d, args))
         + f"; bounds from {machine.best} at {machine.rates[machine.best]:.0f} GFLOP/s and "
         f"{machine.bandwidth:.1f} GB/s read (best seen)"
     ]
     result = (
         f"RESULT single_vs_score_retrieval={sr_single / ours.single:.2f} "
         f"batched_vs_roofline={ours.batched * Q / case.roof(Q):.2f} "
-        f"agreement={agreement(ours.ids, ref):.3f}"
+        f"agreement={agreement(ours.ids, ref):.3f} "
+        f"single_vs_roofline={ours.single / case.roof(1):.2f}"
     )
     return [*head, *map(str, rows), *bounds_row(case, ours.batched * Q), *roof], result
 
@@ -406,7 +442,7 @@ def planted_recall_row(case: Case, root: Path) -> str:
         ("sign bits", "signbits"),
     ):
         for c in case.args.candidates if prefilter != "none" else [0]:
-            opts = MaxSimOptions(device="cpu", verify=False, prefilter=prefilter, candidates=max(c, 1))  # type: ignore[arg-type]
+            opts = case.options(prefilter=prefilter, candidates=max(c, 1))
             index = MultiVectorIndex.open(root, options=opts)
             hits = [h for s in range(0, len(queries), Q) for h in index.search(queries[s : s + Q], k=5)]
             r = recall(case.rows_of(hits), gold, 5)
@@ -429,7 +465,7 @@ def roofline_rows(case: Case, root: Path) -> list[str]:
     """
     m = case.machine
     scanned = case.n * case.args.length * case.args.dim * 2
-    index = MultiVectorIndex.open(root, options=MaxSimOptions(device="cpu", verify=False))
+    index = MultiVectorIndex.open(root, options=case.options())
     # shared machines drift: re-measure both rates next to the timings they bound, keep the best seen
     m.see(max(bandwidth_gbs()), gemm_rates(repeats=3))
     rate = m.rates[m.best]
@@ -479,8 +515,8 @@ def bench_fast_plaid(case: Case) -> Row | str:
     (``--fast-plaid-python``): it pins its own torch, so it cannot share this process."""
     python = case.args.fast_plaid_python
     if not python:
-        return (f"{case.n:>6} | fast-plaid: not run (it pins its own torch build; install it in its own venv "
-                "and pass --fast-plaid-python PATH)")  # fmt: skip
+        return (f"{case.n:>6} | fast-plaid: not run (opt-in: --fast-plaid-python PATH; it pins its own torch "
+                "build, so it runs from its own venv)")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "case.pt"
         exact = torch.tensor(case.ref)[:, :K]
@@ -522,13 +558,17 @@ def header(args: argparse.Namespace, machine: Machine, bw: tuple[float, float]) 
     auto = compute.choose({d: machine.rates[d] for d in allowed}, allowed)
     peers = ["transformers score_retrieval"]
     qdrant = importlib.util.find_spec("qdrant_edge") is not None
-    peers.append("qdrant edge" if qdrant else "qdrant edge: qdrant-edge-py not installed, skipped")
+    if not args.with_qdrant:
+        peers.append("qdrant edge: not run (opt-in: --with-qdrant)")
+    else:
+        peers.append("qdrant edge" if qdrant else "qdrant edge: qdrant-edge-py not installed, skipped")
     plaid = args.fast_plaid_python
-    peers.append(f"fast-plaid via {plaid}" if plaid else "fast-plaid: not run (needs --fast-plaid-python)")
+    peers.append(f"fast-plaid via {plaid}" if plaid else "fast-plaid: not run (opt-in: --fast-plaid-python)")
     return [
         f"cpu: {compute.cpu_features().summary()}; torch {torch.__version__} "
         f"({torch.backends.cpu.get_cpu_capability()})",
-        f"threads {args.threads}; read bandwidth {bw[0]:.1f} GB/s (copy), {bw[1]:.1f} GB/s (sum); "
+        f"threads {args.threads}; store computes in {args.compute_dtype}; "
+        f"read bandwidth {bw[0]:.1f} GB/s (copy), {bw[1]:.1f} GB/s (sum); "
         f"GEMM 16384x128 @ 128x{Q * LQ} in GFLOP/s: {rates}; by these rates auto would pick {auto} "
         f"of {', '.join(allowed)}",
         f"pages {args.pages_kind} {args.length}x{args.dim}; {Q} queries x {LQ}; peers: " + "; ".join(peers),
@@ -554,7 +594,19 @@ def main() -> None:
     ap.add_argument(
         "--sr-queries", type=int, default=4, help="queries given to score_retrieval / qdrant / slow dtypes"
     )
+    ap.add_argument(
+        "--with-qdrant", action="store_true", help="run Qdrant Edge too (about a minute of ingest at 10k)"
+    )
     ap.add_argument("--qdrant-max", type=int, default=10000, help="largest size run through qdrant edge")
+    ap.add_argument(
+        "--with-fp16",
+        action="store_true",
+        help="fp16 rows even without an fp16 GEMM in hardware",
+    )
+    ap.add_argument(
+        "--compute-dtype", choices=list(compute.CHOICES), default="auto",
+        help="the store's compute dtype; float32 stands in for a CPU without fast 16-bit GEMMs",
+    )  # fmt: skip
     ap.add_argument(
         "--fast-plaid-python", default="", metavar="PATH",
         help="python of a venv with fast-plaid installed (it pins its own torch): runs the PLAID peer",
@@ -574,7 +626,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         _, processor = load_colqwen2(build_tiny("colqwen2", Path(tmp) / "colqwen2"))
     bw = bandwidth_gbs()
-    machine = Machine(max(bw), gemm_rates())
+    forced = "" if args.compute_dtype == "auto" else args.compute_dtype
+    machine = Machine(max(bw), gemm_rates(), forced=forced)
     for line in header(args, machine, bw):
         print(line, flush=True)
     result = ""

@@ -3,7 +3,9 @@
 Scores 64 synthetic completions per paper reward (rule-based parts: LAT accuracy/ground/format
 + a constant-similarity step check, EVisRAG's RS-GRPO channels, VRAG-RL with the rule judge,
 Lang2Act stage 2), then times generating 64 completions of 64 tokens with the tiny Qwen2.5-VL
-in the same run, and prints completions scored per second and the ratio.
+in the same run, and prints completions scored per second and the ratio. The last line is
+``RESULT min_generation_vs_scoring=<x> slowest=<reward>``: how many times longer generating a
+group takes than scoring it, for the slowest reward to score.
 
     OMP_NUM_THREADS=1 python benchmarks/rewards.py
 """
@@ -29,8 +31,8 @@ N = 64
 class _ConstantSimilarity:
     """Stands in for ColQwen2: the rule-based cost of LAT's step check without a model."""
 
-    def score(self, crops: Sequence[Any], texts: Sequence[str]) -> list[float]:
-        return [0.5] * len(texts)
+    def score_steps(self, queries: Sequence[Any]) -> list[float]:
+        return [0.5] * len(queries)
 
 
 def _completions(rng: random.Random) -> dict[str, list[str]]:
@@ -125,6 +127,8 @@ def main() -> None:
     for name, seconds in rows:
         print(f"{name:<10} {seconds * 1000:>11.2f} {N / seconds:>14.0f} {gen / seconds:>21.0f}x")
     print(f"\ngenerating the group took {gen * 1000:.0f} ms")
+    slowest, seconds = max(rows, key=lambda row: row[1])
+    print(f"RESULT min_generation_vs_scoring={gen / seconds:.0f} slowest={slowest}")
 
 
 if __name__ == "__main__":

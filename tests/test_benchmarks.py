@@ -41,8 +41,12 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
 ) -> None:
     pytest.importorskip("qdrant_edge")
     argv = ["--sizes", "120", "--length", "24", "--recall-queries", "32", "--roofline", "1", "2"]
+    opt_in = ["--with-qdrant", "--with-fp16"]  # slow peers and dtypes: off by default
     out = _run(
-        "maxsim", [*argv, "--candidates", "40", "--repeats", "1", "--threads", "1"], monkeypatch, capsys
+        "maxsim",
+        [*argv, "--candidates", "40", "--repeats", "1", "--threads", "1", *opt_in],
+        monkeypatch,
+        capsys,
     )
     # exact search in every dtype, score_retrieval and qdrant agree with fp32 brute force
     auto = next(x for x in out.splitlines() if "(auto)" in x).split("|")[1].strip()
@@ -54,7 +58,10 @@ def test_maxsim_benchmark_prints_every_engine_and_both_bounds(
     assert float(_cells(out, "ours exact float16")[7]) == pytest.approx(24 * 128 * 2 / 1024)  # KB per page
     assert re.search(r"cpu: .*avx512_bf16 (yes|no)", out) and "GFLOP/s: float32" in out
     assert "fast-plaid: not run" in out  # no --fast-plaid-python here: said, not silently skipped
-    result = r"^RESULT single_vs_score_retrieval=\S+ batched_vs_roofline=\S+ agreement=1\.000$"
+    result = (
+        r"^RESULT single_vs_score_retrieval=\S+ batched_vs_roofline=\S+ agreement=1\.000 "
+        r"single_vs_roofline=\d+\.\d\d$"
+    )
     assert re.search(result, out, re.M)
     assert float(_cells(out, "ours sign bits +40")[7]) == pytest.approx(
         24 * 128 / 8 / 1024, abs=0.05
@@ -87,6 +94,27 @@ def test_qdrant_local_benchmark_times_both_engines_on_the_same_pages(
     )
 
 
+@pytest.mark.slow
+def test_maxsim_benchmark_defaults_leave_the_slow_peers_opt_in_and_can_force_fp32(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--sizes", "80", "--length", "16", "--recall-queries", "32", "--roofline", "1", "--repeats", "1"]
+    out = _run("maxsim", [*argv, "--candidates", "20", "--compute-dtype", "float32"], monkeypatch, capsys)
+    assert "80 | qdrant edge: not run (opt-in: --with-qdrant)" in out
+    assert "fast-plaid: not run (opt-in: --fast-plaid-python" in out
+    forced = _cells(out, "ours exact float32 (forced)")
+    assert float(forced[8]) == 1.0  # fp32 is the reference itself
+    assert "bounds from float32" in out  # the compute bound of a CPU that computes in fp32
+    import torch
+
+    from evidra.retrieval import compute
+
+    if "float16" not in compute.candidates(torch.device("cpu")):
+        assert "ours exact float16: not run (no fp16 GEMM in hardware here; opt-in: --with-fp16)" in out
+    result = re.search(r"^RESULT .* single_vs_roofline=(\d+\.\d\d)$", out, re.M)
+    assert result is not None and float(result.group(1)) > 0
+
+
 def test_maxsim_benchmark_on_cuda_says_when_cuda_is_absent(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -105,7 +133,7 @@ def test_grpo_step_gpu_benchmark_smoke_on_cpu(
 ) -> None:
     """The real-size GRPO benchmark in its tiny CPU mode: every engine's row, the versions, the ratios."""
     monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling grpo_common
-    out = _run("grpo_step_gpu", ["--arch", "tiny", "--device", "cpu"], monkeypatch, capsys)
+    out = _run("grpo_step_gpu", ["--device", "cpu"], monkeypatch, capsys)  # on a CPU: tiny by default
     assert "note: running on CPU" in out
     assert re.search(r"device: CPU .*; torch \S+, transformers \S+, trl \S+", out)
     engines = ["evidra"] + (["trl"] if importlib.util.find_spec("trl") else [])
@@ -114,8 +142,12 @@ def test_grpo_step_gpu_benchmark_smoke_on_cpu(
         step, rollout, step_tok, peak = (float(c) for c in cells[2:6])
         assert step > 0 and rollout > 0 and peak > 0
         assert 0 < step_tok * step <= 2 * 2 * 8 * 1.01  # tokens per step: 2 prompts x G=2 x <= 8
+    assert out.startswith("GRPO step, tiny,")
     if "trl" in engines:
         assert re.search(r"TRL / evidra: step time \d+\.\d\dx, rollout tok/s \d+\.\d\dx, peak memory", out)
+        assert re.search(
+            r"^RESULT trl_vs_evidra_step=\d+\.\d\d trl_vs_evidra_rollout_tok_s=\d+\.\d\d$", out, re.M
+        )
     else:
         assert "TRL is not installed" in out
 
@@ -161,6 +193,9 @@ def test_cave_credits_benchmark_checks_every_way_against_the_peer(
     assert _cells(out, "KV cache")[4:6] == ["4", "10"]  # per episode: the context, then 4 rows
     assert _cells(out, "packed, one episode per forward (evidra)")[4:6] == ["2", "2"]
     assert _cells(out, "packed, 8 episodes per forward")[4:6] == ["1", "2"]
+    assert re.search(
+        r"^RESULT packed_vs_peer=\d+\.\d\d packed_8_vs_peer=\d+\.\d\d same_numbers=yes$", out, re.M
+    )
 
 
 def test_storage_dtype_benchmark_holds_half_and_ranks_alike(
@@ -269,12 +304,24 @@ def test_real_size_qwen2_5_vl_3b_config_is_the_published_one(monkeypatch: pytest
 def test_bm25_known_item_runs_on_the_generated_manual(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = _run("bm25_known_item", ["--fixture"], monkeypatch, capsys)
+    out = _run("bm25_known_item", [], monkeypatch, capsys)  # no documents named: the generated manual
     assert re.search(r"6 pages, \d+ known items", out)
     for variant in ("plain", "stop words", "stemming", "stop + stem"):
         recall1, recall5, mrr = (float(c) for c in _cells(out, f"{variant} | all")[3:6])
         assert 0.0 <= recall1 <= recall5 <= 1.0 and recall1 <= mrr <= 1.0
     assert re.search(r"RESULT plain_mrr=[\d.]+ default_mrr=[\d.]+ plain_r1=[\d.]+ default_r1=[\d.]+", out)
+
+
+@pytest.mark.slow
+def test_rewards_benchmark_scores_every_reward_and_prints_the_result(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run("rewards", [], monkeypatch, capsys)
+    for name in ("lat", "evisrag", "vragrl", "lang2act"):
+        line = next(x for x in out.splitlines() if x.startswith(name))
+        assert float(line.split()[1]) > 0, line  # ms per group
+    result = re.search(r"^RESULT min_generation_vs_scoring=(\d+) slowest=(\w+)$", out, re.M)
+    assert result is not None and int(result.group(1)) > 0
 
 
 def test_known_items_ask_for_text_of_one_page_only() -> None:

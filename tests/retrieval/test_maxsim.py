@@ -12,13 +12,12 @@ from evidra.errors import InvalidInputError
 from evidra.retrieval import maxsim as maxsim_module
 from evidra.retrieval.maxsim import (
     build_blocks,
-    cluster_pool,
     maxsim,
-    mean_pool,
     pack_signs,
     score_blocks,
     unpack_signs,
 )
+from evidra.retrieval.pooling import cluster_pool, mean_pool
 
 
 def test_maxsim_hand_computed() -> None:
@@ -87,14 +86,15 @@ def test_bad_queries_are_rejected() -> None:
         mean_pool(torch.ones(2, 4), 0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     page_lengths=st.lists(st.integers(1, 9), min_size=1, max_size=8),
     query_lengths=st.lists(st.integers(1, 5), min_size=1, max_size=4),
     max_tokens=st.integers(1, 40),
     max_elements=st.integers(1, 200),
     seed=st.integers(0, 2**16),
-    tokens_last=st.booleans(),
+    layout=st.sampled_from(sorted(maxsim_module.LAYOUTS)),
+    held=st.sampled_from([torch.float32, torch.float16]),
 )
 def test_blocked_scores_equal_reference_property(
     page_lengths: list[int],
@@ -102,22 +102,48 @@ def test_blocked_scores_equal_reference_property(
     max_tokens: int,
     max_elements: int,
     seed: int,
-    tokens_last: bool,
+    layout: str,
+    held: torch.dtype,
 ) -> None:
-    """Both similarity layouts (CPU: tokens last, padded; GPU: patches last) score exactly."""
+    """Every similarity layout scores exactly, pages held in fp32 or in fp16 widened to fp32."""
     g = torch.Generator().manual_seed(seed)
-    pages = [torch.randn(n, 8, generator=g) for n in page_lengths]
+    pages = [torch.randn(n, 8, generator=g).to(held).float() for n in page_lengths]
     queries = [torch.randn(n, 8, generator=g) for n in query_lengths]
     rows = list(range(len(pages)))
-    with mock.patch.object(maxsim_module, "_TOKENS_LAST", ("cpu",) if tokens_last else ()):
+    with (
+        mock.patch.object(maxsim_module, "layout_for", lambda device, dtype: layout),
+        mock.patch.object(maxsim_module, "_CHUNK_ROWS", 12),  # chunks of one or a few pages
+    ):
         got = score_blocks(
             queries,
-            build_blocks(pages, rows, max_tokens=max_tokens, dtype=torch.float32),
+            build_blocks(pages, rows, max_tokens=max_tokens, dtype=held),
             len(pages),
             max_elements=max_elements,
+            dtype=torch.float32,
         )
     want = torch.tensor([[float(maxsim(q, p)) for p in pages] for q in queries])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_each_device_and_dtype_gets_its_layout() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert maxsim_module.layout_for(cpu, torch.float32) == "chunked"  # fp32 CPUs: no token padding
+    assert maxsim_module.layout_for(cpu, torch.bfloat16) == "tokens_last"  # matrix-unit tiles
+    assert maxsim_module.layout_for(cpu, torch.float16) == "tokens_last"
+    assert maxsim_module.layout_for(cuda, torch.float32) == "patches_last"
+
+
+def test_chunked_layout_masks_filler_in_every_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 2 pages over a padded block: each page's filler is masked, never a 0 floor."""
+    monkeypatch.setattr(maxsim_module, "_CHUNK_ROWS", 6)  # 6 // 3 patches = 2 pages per chunk
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    pages = [torch.tensor([[-1.0, -1.0]] * n) for n in (1, 2, 3, 3, 1)]
+    blocks = build_blocks(pages, list(range(5)), dtype=torch.float16)
+    assert len(blocks) == 1 and blocks[0].pad is not None and blocks[0].vectors.shape[:2] == (5, 3)
+    scores = score_blocks([q], blocks, 5, dtype=torch.float32)
+    assert scores.tolist() == [[-2.0] * 5]  # a zero filler would give 0.0 for the short pages
+    both = score_blocks([q, q[:1]], blocks, 5, dtype=torch.float32)  # two queries: summed per owner
+    assert both.tolist() == [[-2.0] * 5, [-1.0] * 5]
 
 
 def test_sign_bits_round_trip_and_asymmetric_score() -> None:

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import Hit
-from evidra.retrieval.maxsim import cluster_pool, mean_pool
+from evidra.retrieval.pooling import cluster_pool, mean_pool
 
 Pooling = Literal["mean", "clustered"]
 

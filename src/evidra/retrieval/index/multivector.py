@@ -45,7 +45,8 @@ from evidra.retrieval import compute, kernels
 from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
-from evidra.retrieval.maxsim import Block, build_blocks, cluster_pool, mean_pool, pack_signs
+from evidra.retrieval.maxsim import Block, build_blocks, pack_signs
+from evidra.retrieval.pooling import cluster_pool, mean_pool
 
 logger = logging.getLogger(__name__)
 

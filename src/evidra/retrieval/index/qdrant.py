@@ -5,7 +5,7 @@ Each page is one point (id = uuid5 of the page id) with two named vectors:
 * ``multi``  - the full page multi-vector, ``MultiVectorComparator.MAX_SIM``, HNSW off (``m=0``):
   only ever used to re-rank, so building a graph over it would be wasted (qdrant#5702).
 * ``pooled`` - the page's vectors pooled ``pool_factor`` to one (``pooling="mean"``: consecutive
-  runs; ``"clustered"``: k-means clusters of similar vectors, ``maxsim.cluster_pool``), MAX_SIM, HNSW:
+  runs; ``"clustered"``: k-means clusters of similar vectors, ``pooling.cluster_pool``), MAX_SIM, HNSW:
   the prefetch stage. One ``query_points`` call prefetches ``candidates`` points on ``pooled`` and
   re-ranks them with exact MaxSim on ``multi`` (Qdrant's ColPali recipe; keep ``candidates`` at
   100-200, qdrant#7888). ``candidates=0`` searches ``multi`` exhaustively instead.
