@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from evidra.config import load_config
+from evidra.errors import ConfigError
 from evidra.rl.checkpoint import list_checkpoints
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
@@ -230,3 +231,11 @@ def test_reward_guards_cap_a_spammed_answer_in_training(tmp_path: Path, guards: 
         assert all(r.total <= 0.0 and r.components["guard:many_candidates"] == 1.0 for r in results)
     else:
         assert all(not any(k.startswith("guard:") for k in r.components) for r in results)
+
+
+def test_rollout_min_new_tokens_is_validated_before_loading(tmp_path: Path) -> None:
+    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "data.task=toy.length",
+            "rollout.max_new_tokens=6", "rollout.min_new_tokens=7"]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"rollout.min_new_tokens must be in \[0, max_new_tokens\], got 7"):
+        RLTrainer(load_config(RLConfig, None, over))
+    assert not (tmp_path / "models").exists()  # refused before the model was built
