@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from statistics import median
@@ -111,15 +112,16 @@ def run(steps: int, s: Settings) -> dict[str, Worker]:
     """Both engines, one warm-up step each, then ``steps`` rounds in alternating order."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     workers = {}
-    for engine in ENGINES:  # one after the other: neither's set-up overlaps the other's steps
-        argv = [__file__, "--worker", engine, "--steps", str(steps), "--settings", settings_to_json(s)]
-        workers[engine] = Worker(engine, argv, env, tempfile.TemporaryFile("w+"))
-    for engine in ENGINES:
-        workers[engine].step()
-        workers[engine].steps.clear()  # warm-up
-    for i in range(steps):
-        for engine in ENGINES if i % 2 == 0 else ENGINES[::-1]:
+    with ExitStack() as logs:  # each worker's stderr, shown if it fails
+        for engine in ENGINES:  # one after the other: neither's set-up overlaps the other's steps
+            argv = [__file__, "--worker", engine, "--steps", str(steps), "--settings", settings_to_json(s)]
+            workers[engine] = Worker(engine, argv, env, logs.enter_context(tempfile.TemporaryFile("w+")))
+        for engine in ENGINES:
             workers[engine].step()
+            workers[engine].steps.clear()  # warm-up
+        for i in range(steps):
+            for engine in ENGINES if i % 2 == 0 else ENGINES[::-1]:
+                workers[engine].step()
     return workers
 
 
@@ -134,9 +136,8 @@ def report(workers: dict[str, Worker], s: Settings, steps: int) -> None:
     length = f"exactly {s.new_tokens}" if s.fixed_length else f"<= {s.new_tokens}"
     print(f"GRPO step, tiny Qwen2.5-VL, {s.prompts} prompts x G={s.group}, {length} new tokens each,")
     vision = "trained" if s.train_vision else "frozen"
-    print(
-        f"one {s.image_size}px image per prompt, KL beta {s.beta}, {s.dtype}, vision tower {vision}, 1 thread;"
-    )
+    image = f"one {s.image_size}px image per prompt"
+    print(f"{image}, KL beta {s.beta}, {s.dtype}, vision tower {vision}, one thread;")
     print(f"{steps} timed steps per engine after 1 warm-up, engines alternating step by step")
     print(f"cpu: {cpu_summary()}\n")
     head = (
@@ -179,11 +180,17 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4, help="completions per prompt (G)")
     parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per completion")
     parser.add_argument("--image-size", type=int, default=224, help="square page image, pixels")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="compute dtype of both engines (bfloat16 keeps fp32 master weights)")  # fmt: skip
+    parser.add_argument(
+        "--dtype", choices=["float32", "bfloat16"], default="float32",
+        help="compute dtype of both engines (bfloat16 keeps fp32 master weights)",
+    )  # fmt: skip
     parser.add_argument(
         "--train-vision", action="store_true", help="train the vision tower too (both engines)"
     )
+    parser.add_argument(
+        "--sampled-lengths", action="store_true",
+        help="let completions end at end-of-turn: each engine's own sampled lengths (unequal work)",
+    )  # fmt: skip
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -193,7 +200,7 @@ def main() -> None:
     if args.steps < 1:
         parser.error("--steps must be >= 1")
     s = replace(
-        Settings(fixed_length=True, dtype=args.dtype, train_vision=args.train_vision),
+        Settings(fixed_length=not args.sampled_lengths, dtype=args.dtype, train_vision=args.train_vision),
         prompts=args.prompts, group=args.group, new_tokens=args.new_tokens, image_size=args.image_size,
         micro_batch=args.prompts * args.group,
     )  # fmt: skip

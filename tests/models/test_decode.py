@@ -153,7 +153,8 @@ def test_min_new_tokens_holds_end_of_turn_back(tiny_vlms: dict[str, Any], engine
     contexts = _contexts(vlm, True)
     handle = vlm.model.get_output_embeddings().register_forward_hook(favour_eos)
     try:
-        free = generate_contexts(vlm, contexts, SamplingParams(max_new_tokens=8, temperature=0), engine=engine)
+        greedy = SamplingParams(max_new_tokens=8, temperature=0)
+        free = generate_contexts(vlm, contexts, greedy, engine=engine)
         held = SamplingParams(max_new_tokens=8, temperature=0, min_new_tokens=3)
         late = generate_contexts(vlm, contexts, held, engine=engine)
         fixed = SamplingParams(max_new_tokens=8, temperature=1.0, min_new_tokens=8, seed=0)
@@ -174,5 +175,5 @@ def test_min_new_tokens_is_checked_and_capped() -> None:
         SamplingParams(min_new_tokens=-1)
     params = SamplingParams(max_new_tokens=8, min_new_tokens=20)
     assert params.min_tokens == 8
-    assert sampling_kwargs(params, (1,), 0, max_tokens=5)["min_tokens"] == 5  # vLLM's name, within the row's cap
+    assert sampling_kwargs(params, (1,), 0, max_tokens=5)["min_tokens"] == 5  # vLLM's name, row's cap
     assert "min_tokens" not in sampling_kwargs(SamplingParams(), (1,), 0)

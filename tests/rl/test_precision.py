@@ -139,4 +139,3 @@ def test_the_trainer_records_the_dtype_auto_chose(tmp_path: Path, cpu_profile: A
     trainer = _trainer(tmp_path, "auto")
     assert trainer.cfg.model.dtype == "float32" and not trainer.precision.mixed
     assert "dtype: float32" in (tmp_path / "config.yaml").read_text()  # what export and resume read
-

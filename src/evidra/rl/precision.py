@@ -28,13 +28,11 @@ bf16 hardware path. An explicit ``bfloat16`` on such a CPU is kept, with a warni
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
-
-import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any, Literal, cast
 
 from evidra.errors import ConfigError
 from evidra.rl.config import ModelConfig
@@ -79,7 +77,10 @@ class Precision:
         return count
 
 
-def auto_dtype(device: Any, *, features: Any = None, probe: Any = None) -> str:
+Dtype = Literal["float32", "bfloat16"]
+
+
+def auto_dtype(device: Any, *, features: Any = None, probe: Any = None) -> Dtype:
     """The compute dtype ``model.dtype: auto`` stands for on ``device`` (a name or torch device).
 
     ``features`` (``compute.CpuFeatures``) and ``probe`` (device -> GEMM rates) replace this
@@ -94,7 +95,7 @@ def auto_dtype(device: Any, *, features: Any = None, probe: Any = None) -> str:
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
     if dev.type != "cpu":
         return "float32"
-    return compute.resolve("auto", dev, probe, exclude=("float16",), features=features)
+    return cast(Dtype, compute.resolve("auto", dev, probe, exclude=("float16",), features=features))
 
 
 def default_device() -> str:

@@ -126,7 +126,10 @@ class RLTrainer:
     def _rollout(self, samples: list[Sample]) -> list[Group]:
         r = self.cfg.rollout
         params = SamplingParams(
-            max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
             min_new_tokens=r.min_new_tokens,
         )
         limits = r.limits()
