@@ -65,11 +65,13 @@ class EngineResult:
 
 @dataclass(frozen=True)
 class StepFigures:
-    """One step as it ends: wall seconds, completion tokens, seconds spent generating them."""
+    """One step as it ends: wall seconds, completion tokens, seconds spent generating them, and
+    the CPU seconds the process used (time slices taken by other processes do not count)."""
 
     step_s: float
     tokens: int
     gen_s: float
+    cpu_s: float = 0.0
 
 
 class Pacer(Protocol):
@@ -170,11 +172,11 @@ def run_evidra(
     for _ in range(steps + 1):  # step() alone: the step is timed, not the checkpoint that train() ends with
         if pacer is not None:
             pacer.wait()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         metrics = trainer.step()
-        episodes = s.prompts * s.group
-        tokens = round(metrics.get("episode/policy_tokens", 0.0) * episodes)
-        figures.append(StepFigures(time.perf_counter() - start, tokens, metrics.get("time/rollout_s", 0.0)))
+        step_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        tokens = round(metrics.get("episode/policy_tokens", 0.0) * s.prompts * s.group)
+        figures.append(StepFigures(step_s, tokens, metrics.get("time/rollout_s", 0.0), cpu_s))
         if pacer is not None:
             pacer.done(figures[-1])
     return _result("evidra", figures[1:], peak_mb(s.device))
@@ -285,13 +287,13 @@ def run_trl(
         def on_step_begin(self, *a: Any, **k: Any) -> None:
             if pacer is not None:
                 pacer.wait()
-            self.last = time.perf_counter()
+            self.last, self.cpu = time.perf_counter(), time.process_time()
             self.generated = len(gen)
 
         def on_step_end(self, *a: Any, **k: Any) -> None:
-            step_s = time.perf_counter() - self.last
+            step_s, cpu_s = time.perf_counter() - self.last, time.process_time() - self.cpu
             gen_s = sum(gen[self.generated :]) if gen else -1.0  # -1: TRL renamed _generate
-            figures.append(StepFigures(step_s, tokens[-1] if tokens else 0, gen_s))
+            figures.append(StepFigures(step_s, tokens[-1] if tokens else 0, gen_s, cpu_s))
             if pacer is not None:
                 pacer.done(figures[-1])
 

@@ -140,35 +140,44 @@ def report(workers: dict[str, Worker], s: Settings, steps: int) -> None:
     print(f"{image}, KL beta {s.beta}, {s.dtype}, vision tower {vision}, one thread;")
     print(f"{steps} timed steps per engine after 1 warm-up, engines alternating step by step")
     print(f"cpu: {cpu_summary()}\n")
-    head = (
-        "engine",
-        "tokens/step",
-        "generation s",
-        "update s",
-        "step s",
-        "min-max s",
-        "tokens/s",
-        "peak RSS MB",
-    )
-    print("| " + " | ".join(head) + " |")
-    print("|" + "|".join("---" for _ in head) + "|")
-    for engine, w in workers.items():
-        step = median(f.step_s for f in w.steps)
-        gen = median(f.gen_s for f in w.steps)
-        tokens = median(f.tokens for f in w.steps)
-        low, high = min(f.step_s for f in w.steps), max(f.step_s for f in w.steps)
-        cells = (engine, f"{tokens:.0f}", f"{gen:.3f}", f"{step - gen:.3f}", f"{step:.3f}",
-                 f"{low:.3f}-{high:.3f}", f"{tokens / step:.0f}", f"{w.result['peak_mb']:.0f}")  # fmt: skip
-        print("| " + " | ".join(cells) + " |")
+    table(workers)
     ev, trl = workers["evidra"], workers["trl"]
     equal = all(f.tokens == cap for w in workers.values() for f in w.steps)
     rounds = [t.step_s / e.step_s for e, t in zip(ev.steps, trl.steps, strict=True)]
     speedup = median(f.step_s for f in trl.steps) / median(f.step_s for f in ev.steps)
+    cpu = median(f.cpu_s for f in trl.steps) / median(f.cpu_s for f in ev.steps)
     memory = ev.result["peak_mb"] / trl.result["peak_mb"]
     print(f"\nwork: {'equal' if equal else 'NOT equal'} ({cap} completion tokens per step expected)")
-    print(f"TRL / evidra median step time: {speedup:.2f}x; median of the per-round ratios "
-          f"{median(rounds):.2f}x (range {min(rounds):.2f}-{max(rounds):.2f})")  # fmt: skip
+    print(f"TRL / evidra: median step time {speedup:.2f}x, median CPU time {cpu:.2f}x,")
+    spread = f"range {min(rounds):.2f}-{max(rounds):.2f}"
+    print(f"median of the per-round step time ratios {median(rounds):.2f}x ({spread})")
     print(f"RESULT speedup_vs_trl={speedup:.2f} memory_vs_trl={memory:.2f}")
+
+
+HEAD = (
+    "engine",
+    "tokens/step",
+    "generation s",
+    "update s",
+    "step s",
+    "min-max s",
+    "CPU s",
+    "tokens/s",
+    "peak RSS MB",
+)
+
+
+def table(workers: dict[str, Worker]) -> None:
+    """Each engine's medians over its timed steps (update: step less generation; CPU: process time)."""
+    print("| " + " | ".join(HEAD) + " |")
+    print("|" + "|".join("---" for _ in HEAD) + "|")
+    for engine, w in workers.items():
+        step, gen = median(f.step_s for f in w.steps), median(f.gen_s for f in w.steps)
+        tokens, cpu = median(f.tokens for f in w.steps), median(f.cpu_s for f in w.steps)
+        low, high = min(f.step_s for f in w.steps), max(f.step_s for f in w.steps)
+        times = (f"{gen:.3f}", f"{step - gen:.3f}", f"{step:.3f}", f"{low:.3f}-{high:.3f}", f"{cpu:.3f}")
+        cells = (engine, f"{tokens:.0f}", *times, f"{tokens / step:.0f}", f"{w.result['peak_mb']:.0f}")
+        print("| " + " | ".join(cells) + " |")
 
 
 def main() -> None:

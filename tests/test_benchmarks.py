@@ -94,11 +94,13 @@ def test_grpo_step_benchmark_compares_equal_work(
         low, high = (float(x) for x in cells[6].split("-"))
         assert tokens == 2 * 2 * 6  # no completion ended early: equal work
         assert 0 < gen < step and update == pytest.approx(step - gen, abs=2e-3) and low <= step <= high
-        assert float(cells[7]) == pytest.approx(tokens / step, rel=0.01) and float(cells[8]) > 0
+        assert float(cells[7]) > 0 and float(cells[8]) == pytest.approx(tokens / step, rel=0.01)
+        assert float(cells[9]) > 0  # peak RSS MB
     assert "work: equal (24 completion tokens per step expected)" in out
     speedup = re.search(r"^RESULT speedup_vs_trl=(\d+\.\d\d) memory_vs_trl=(\d+\.\d\d)$", out, re.M)
     assert speedup is not None and float(speedup.group(1)) > 0 and float(speedup.group(2)) > 0
-    assert re.search(r"median of the per-round ratios \d+\.\d\dx \(range", out)
+    assert re.search(r"TRL / evidra: median step time \d+\.\d\dx, median CPU time \d+\.\d\dx", out)
+    assert re.search(r"median of the per-round step time ratios \d+\.\d\dx \(range", out)
 
 
 @pytest.mark.slow
