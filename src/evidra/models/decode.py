@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.models import fused_step
 from evidra.models.context import Context, collate_left
 from evidra.models.prefix import _rope_owner, cache_kwargs, output_cache
 
@@ -216,7 +215,6 @@ class _TextStack:
     text: Any  # the *TextModel: embed_tokens, rotary_emb, layers, norm
     head: Any  # lm_head
     cache_kwarg: str = "past_key_values"  # the layers' cache argument ("cache" from transformers 5.24)
-    lean: bool = False  # stock layers with sdpa attention: computed by ``fused_step.lean_layer``
 
     @staticmethod
     def find(model: Any) -> _TextStack | None:
@@ -232,20 +230,15 @@ class _TextStack:
         if not usable or text is None:
             return None
         params = inspect.signature(text.layers[0].forward).parameters
-        return _TextStack(text, head, "cache" if "cache" in params else "past_key_values", fused_step.usable(text))
+        return _TextStack(text, head, "cache" if "cache" in params else "past_key_values")
 
     def step(self, token: Any, pos: Any, *, cache: _SlotCache) -> Any:
         """Logits ``(B, V)`` after feeding ``token`` (B,) at text positions ``pos`` (B,)."""
         hidden = self.text.embed_tokens(token[:, None])  # (B, 1, H)
-        rope = self.text.rotary_emb(hidden, pos.view(1, -1, 1).expand(3, -1, -1))  # cos, sin (B, 1, d)
+        rope = self.text.rotary_emb(hidden, pos.view(1, -1, 1).expand(3, -1, -1))
         mask = cache.mask[..., : cache.length + 1]
-        if self.lean:
-            cos, sin = fused_step.signed_rotary(*rope)
-            for layer in self.text.layers:
-                hidden = fused_step.lean_layer(layer, hidden, cos, sin, mask, cache)
-        else:
-            for layer in self.text.layers:
-                hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, **{self.cache_kwarg: cache})
+        for layer in self.text.layers:
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, **{self.cache_kwarg: cache})
         cache.length += 1
         return self.head(self.text.norm(hidden)[:, -1])
 
