@@ -122,6 +122,13 @@ def test_auto_dtype_takes_injected_flags_and_rates() -> None:
     assert auto_dtype("meta") == "float32"  # neither GPU nor CPU: fp32 is exact everywhere
 
 
+@pytest.mark.parametrize("bf16", [True, False])
+def test_auto_dtype_on_a_gpu_follows_its_bf16_support(monkeypatch: pytest.MonkeyPatch, bf16: bool) -> None:
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert auto_dtype("cuda") == ("bfloat16" if bf16 else "float32")
+    assert auto_dtype(torch.device("cuda", 0)) == ("bfloat16" if bf16 else "float32")
+
+
 @pytest.mark.parametrize(("profile", "warns"), [("avx512", True), ("avx2", True), ("amx", False)])
 def test_explicit_bf16_on_a_cpu_without_bf16_hardware_warns(
     cpu_profile: Any, caplog: pytest.LogCaptureFixture, profile: str, warns: bool
