@@ -166,11 +166,11 @@ def reference_logprobs(
     import torch
 
     out = []
-    with torch.no_grad(), reference.active() as model:
+    with engine.no_autograd() if engine is not None else torch.no_grad(), reference.active() as model:
         for mb in batches:
             with engine.autocast() if engine is not None else nullcontext():
                 out.append(mb.logprobs(model, temperature).float())
-    return out
+    return [lp.clone() for lp in out]  # normal tensors: the KL term uses them under autograd
 
 
 @dataclass(frozen=True)
