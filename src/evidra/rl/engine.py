@@ -204,7 +204,7 @@ class Engine:
 
     def no_autograd(self) -> AbstractContextManager[None]:
         """Forward passes whose results never meet autograd: ``torch.inference_mode`` on an
-        unsharded model (it skips autograd's per-operation bookkeeping: about 15% of a tiny
+        unsharded model (it skips autograd's per-operation bookkeeping: about 12% of a tiny
         model's sampling time), ``torch.no_grad`` where FSDP2 or ZeRO-3 manage the parameters
         (their hooks create tensors that later training passes reuse). Tensors made inside are
         inference tensors: copy one (``clone``) before autograd sees it."""
