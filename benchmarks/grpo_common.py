@@ -4,7 +4,12 @@
 run evidra's ``RLTrainer`` and TRL's ``GRPOTrainer`` on the same prompts, images, reward and
 hyper-parameters, each engine in its own process (``run_worker``) so peak memory is its own.
 Each runner returns the wall time of every step (the first one is warm-up and dropped), the
-completion tokens generated per step and the time spent generating them.
+completion tokens generated per step and the time spent generating them. With
+``Settings.fixed_length`` both engines sample exactly ``new_tokens`` per completion (no
+end-of-turn token before that: evidra's ``rollout.min_new_tokens``, transformers'
+``min_new_tokens``, vLLM's ``min_tokens``), so their steps do the same work. A ``Pacer`` lets a
+caller start each step and read its figures as it ends (``grpo_step.py`` alternates the engines
+step by step, so a busy spell on a shared machine slows both).
 
 Not a script: imported by the two benchmarks (which run with ``benchmarks/`` on ``sys.path``).
 """
@@ -17,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 TASK = "bench.image_length"
 
@@ -42,6 +47,7 @@ class Settings:
     vllm: bool = False  # generate with a colocated vLLM engine (both engines), else transformers
     vllm_memory: float = 0.25  # the share of GPU memory the colocated engine may take
     vllm_max_len: int = 2048  # its longest sequence (prompt + completion)
+    fixed_length: bool = False  # every completion exactly new_tokens long (end-of-turn suppressed)
 
     @property
     def accumulation(self) -> int:
@@ -55,6 +61,25 @@ class EngineResult:
     tokens: list[int]  # completion tokens generated per timed step
     gen_times: list[float]  # seconds spent generating, per timed step (empty: not measured)
     peak_mb: float  # peak GPU memory allocated (cuda) or peak RSS (cpu)
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """One step as it ends: wall seconds, completion tokens, seconds spent generating them, and
+    the CPU seconds the process used (time slices taken by other processes do not count)."""
+
+    step_s: float
+    tokens: int
+    gen_s: float
+    cpu_s: float = 0.0
+
+
+class Pacer(Protocol):
+    """Starts each step (``wait`` returns when it may run) and hears how it went (``done``)."""
+
+    def wait(self) -> None: ...
+
+    def done(self, figures: StepFigures) -> None: ...
 
 
 def question(i: int) -> str:
@@ -79,7 +104,9 @@ def write_images(workdir: Path, n: int, size: int) -> list[Path]:
     return paths
 
 
-def run_evidra(model: Path, images: list[Path], workdir: Path, steps: int, s: Settings) -> EngineResult:
+def run_evidra(
+    model: Path, images: list[Path], workdir: Path, steps: int, s: Settings, pacer: Pacer | None = None
+) -> EngineResult:
     """``steps`` timed GRPO steps of evidra's ``RLTrainer`` after one warm-up step."""
     from evidra.config import load_config
     from evidra.env import SingleTurnEnv
@@ -127,6 +154,7 @@ def run_evidra(model: Path, images: list[Path], workdir: Path, steps: int, s: Se
             f"run.micro_batch_size={s.micro_batch}",
             f"rollout.group_size={s.group}",
             f"rollout.max_new_tokens={s.new_tokens}",
+            f"rollout.min_new_tokens={s.new_tokens if s.fixed_length else 0}",
             f"rollout.max_response_tokens={s.new_tokens}",
             f"rollout.temperature={s.temperature}",
             *kl.split(),
@@ -139,24 +167,24 @@ def run_evidra(model: Path, images: list[Path], workdir: Path, steps: int, s: Se
             *(vllm if s.vllm else []),
         ],
     )
-    times: list[float] = []
-    tokens: list[int] = []
-    gen: list[float] = []
-    last = time.perf_counter()
-
-    def on_step(step: int, metrics: dict[str, float]) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        times.append(now - last)
-        tokens.append(round(metrics.get("episode/policy_tokens", 0.0) * s.prompts * s.group))
-        gen.append(metrics.get("time/rollout_s", 0.0))
-        last = now
-
+    figures: list[StepFigures] = []
     trainer = RLTrainer(cfg)
     for _ in range(steps + 1):  # step() alone: the step is timed, not the checkpoint that train() ends with
+        if pacer is not None:
+            pacer.wait()
+        start, cpu = time.perf_counter(), time.process_time()
         metrics = trainer.step()
-        on_step(trainer.state.step, metrics)
-    return EngineResult("evidra", times[1:], tokens[1:], gen[1:], peak_mb(s.device))
+        step_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        tokens = round(metrics.get("episode/policy_tokens", 0.0) * s.prompts * s.group)
+        figures.append(StepFigures(step_s, tokens, metrics.get("time/rollout_s", 0.0), cpu_s))
+        if pacer is not None:
+            pacer.done(figures[-1])
+    return _result("evidra", figures[1:], peak_mb(s.device))
+
+
+def _result(engine: str, figures: list[StepFigures], peak: float) -> EngineResult:
+    times, tokens, gen = ([getattr(f, k) for f in figures] for k in ("step_s", "tokens", "gen_s"))
+    return EngineResult(engine, times, tokens, [g for g in gen if g >= 0], peak)
 
 
 def _trl_policy(model: Path, s: Settings) -> Any:
@@ -206,6 +234,10 @@ def _trl_args(workdir: Path, steps: int, s: Settings) -> Any:
         dataloader_num_workers=0,
         use_vllm=s.vllm,
         **(_trl_vllm_args(s) if s.vllm else {}),
+        # fixed lengths: no end-of-turn token before new_tokens (transformers' name, vLLM's name)
+        generation_kwargs={"min_tokens" if s.vllm else "min_new_tokens": s.new_tokens}
+        if s.fixed_length
+        else None,
     )
 
 
@@ -219,7 +251,9 @@ def _trl_vllm_args(s: Settings) -> dict[str, Any]:
     }
 
 
-def run_trl(model: Path, images: list[Path], workdir: Path, steps: int, s: Settings) -> EngineResult:
+def run_trl(
+    model: Path, images: list[Path], workdir: Path, steps: int, s: Settings, pacer: Pacer | None = None
+) -> EngineResult:
     """``steps`` timed GRPO steps of TRL's ``GRPOTrainer`` after one warm-up step."""
     from datasets import Dataset
     from PIL import Image
@@ -246,14 +280,22 @@ def run_trl(model: Path, images: list[Path], workdir: Path, steps: int, s: Setti
         texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
         return [length_reward(t) for t in texts]
 
-    times: list[float] = []
+    figures: list[StepFigures] = []
+    gen: list[float] = []  # seconds of each _generate call
 
     class Timer(TrainerCallback):  # type: ignore[misc]
         def on_step_begin(self, *a: Any, **k: Any) -> None:
-            self.last = time.perf_counter()
+            if pacer is not None:
+                pacer.wait()
+            self.last, self.cpu = time.perf_counter(), time.process_time()
+            self.generated = len(gen)
 
         def on_step_end(self, *a: Any, **k: Any) -> None:
-            times.append(time.perf_counter() - self.last)
+            step_s, cpu_s = time.perf_counter() - self.last, time.process_time() - self.cpu
+            gen_s = sum(gen[self.generated :]) if gen else -1.0  # -1: TRL renamed _generate
+            figures.append(StepFigures(step_s, tokens[-1] if tokens else 0, gen_s, cpu_s))
+            if pacer is not None:
+                pacer.done(figures[-1])
 
     peft = None
     if s.lora:
@@ -271,17 +313,17 @@ def run_trl(model: Path, images: list[Path], workdir: Path, steps: int, s: Setti
         callbacks=[Timer()],
         peft_config=peft,
     )
-    gen = _time_generation(trainer)
+    _time_generation(trainer, gen)
     trainer.train()
-    return EngineResult("trl", times[1:], tokens[1:], gen[1:], peak_mb(s.device))
+    return _result("trl", figures[1:], peak_mb(s.device))
 
 
-def _time_generation(trainer: Any) -> list[float]:
-    """Seconds of each call of TRL's (private) ``_generate``; stays empty if TRL renamed it."""
-    out: list[float] = []
+def _time_generation(trainer: Any, out: list[float]) -> None:
+    """Append the seconds of each call of TRL's (private) ``_generate`` to ``out``; it stays empty
+    if TRL renamed it."""
     inner = getattr(trainer, "_generate", None)
     if inner is None:
-        return out
+        return
 
     def timed(*a: Any, **k: Any) -> Any:
         start = time.perf_counter()
@@ -291,7 +333,6 @@ def _time_generation(trainer: Any) -> list[float]:
             out.append(time.perf_counter() - start)
 
     trainer._generate = timed
-    return out
 
 
 def peak_mb(device: str) -> float:

@@ -128,6 +128,33 @@ def test_maxsim_benchmark_on_cuda_says_when_cuda_is_absent(
 
 
 @pytest.mark.slow
+def test_grpo_step_benchmark_compares_equal_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both engines generate exactly the same tokens per step, alternate step by step, and the table
+    gives each one's tokens, generation, update and step seconds, tokens/s and peak memory."""
+    pytest.importorskip("trl")
+    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling grpo_common
+    argv = ["--steps", "2", "--prompts", "2", "--group", "2", "--new-tokens", "6", "--image-size", "56"]
+    out = _run("grpo_step", argv, monkeypatch, capsys)
+    assert "exactly 6 new tokens each" in out and "engines alternating step by step" in out
+    assert re.search(r"^cpu: .*avx512_bf16 (yes|no)", out, re.M)
+    for engine in ("evidra", "trl"):
+        cells = _cells(out, engine)
+        tokens, gen, update, step = float(cells[2]), float(cells[3]), float(cells[4]), float(cells[5])
+        low, high = (float(x) for x in cells[6].split("-"))
+        assert tokens == 2 * 2 * 6  # no completion ended early: equal work
+        assert 0 < gen < step and update == pytest.approx(step - gen, abs=2e-3) and low <= step <= high
+        assert float(cells[7]) > 0 and float(cells[8]) == pytest.approx(tokens / step, rel=0.01)
+        assert float(cells[9]) > 0  # peak RSS MB
+    assert "work: equal (24 completion tokens per step expected)" in out
+    speedup = re.search(r"^RESULT speedup_vs_trl=(\d+\.\d\d) memory_vs_trl=(\d+\.\d\d)$", out, re.M)
+    assert speedup is not None and float(speedup.group(1)) > 0 and float(speedup.group(2)) > 0
+    assert re.search(r"TRL / evidra: median step time \d+\.\d\dx, median CPU time \d+\.\d\dx", out)
+    assert re.search(r"median of the per-round step time ratios \d+\.\d\dx \(range", out)
+
+
+@pytest.mark.slow
 def test_grpo_step_gpu_benchmark_smoke_on_cpu(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

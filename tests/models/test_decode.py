@@ -136,3 +136,44 @@ def test_inverse_cdf_draws_follow_the_probabilities(monkeypatch: pytest.MonkeyPa
     edge = torch.tensor([[0.25, 0.75, 0.0]])
     monkeypatch.setattr(torch, "rand", lambda *shape, **kw: torch.ones(*shape))  # u = 1 exactly
     assert _inverse_cdf(edge).tolist() == [1]
+
+
+@pytest.mark.parametrize("engine", ["auto", "hf"])
+def test_min_new_tokens_holds_end_of_turn_back(tiny_vlms: dict[str, Any], engine: str) -> None:
+    """With the end-of-turn token made the likeliest, a free run ends at once; ``min_new_tokens``
+    keeps it out for that many tokens (equal to the cap: every row exactly that long)."""
+    vlm = tiny_vlms["qwen2_5_vl"]
+    eos = vlm.eos_token_ids[0]
+
+    def favour_eos(module: Any, args: Any, out: Any) -> Any:
+        out = out.clone()
+        out[..., eos] += 50.0
+        return out
+
+    contexts = _contexts(vlm, True)
+    handle = vlm.model.get_output_embeddings().register_forward_hook(favour_eos)
+    try:
+        greedy = SamplingParams(max_new_tokens=8, temperature=0)
+        free = generate_contexts(vlm, contexts, greedy, engine=engine)
+        held = SamplingParams(max_new_tokens=8, temperature=0, min_new_tokens=3)
+        late = generate_contexts(vlm, contexts, held, engine=engine)
+        fixed = SamplingParams(max_new_tokens=8, temperature=1.0, min_new_tokens=8, seed=0)
+        full = generate_contexts(vlm, contexts, fixed, engine=engine)
+    finally:
+        handle.remove()
+    assert all(g.token_ids == (eos,) and g.finish_reason == "eos" for g in free)
+    assert all(len(g.token_ids) == 4 and g.token_ids[-1] == eos and eos not in g.token_ids[:3] for g in late)
+    assert all(len(g.token_ids) == 8 and eos not in g.token_ids and g.finish_reason == "length" for g in full)
+    assert all(len(g.logprobs) == 8 for g in full)
+
+
+def test_min_new_tokens_is_checked_and_capped() -> None:
+    from evidra.errors import InvalidInputError
+    from evidra.models.vllm_backend import sampling_kwargs
+
+    with pytest.raises(InvalidInputError, match="min_new_tokens"):
+        SamplingParams(min_new_tokens=-1)
+    params = SamplingParams(max_new_tokens=8, min_new_tokens=20)
+    assert params.min_tokens == 8
+    assert sampling_kwargs(params, (1,), 0, max_tokens=5)["min_tokens"] == 5  # vLLM's name, row's cap
+    assert "min_tokens" not in sampling_kwargs(SamplingParams(), (1,), 0)

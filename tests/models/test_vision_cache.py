@@ -59,3 +59,24 @@ def test_fingerprint_is_float32_under_bf16_autocast() -> None:
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
         key = cache._key(x, grid)  # bf16 matmuls would fail in numpy and round the forms
     assert key == cache._key(x, grid)
+
+
+def test_features_cached_under_inference_mode_serve_a_later_training_pass(tiny_vlms: dict[str, Any]) -> None:
+    """Sampling runs under ``torch.inference_mode``; the features it caches are stored as normal
+    tensors, so the policy's forward and backward (under autograd) can use them."""
+    vlm = tiny_vlms["qwen2_5_vl"]
+    inputs = collate_left([_ctx(vlm, 0), _ctx(vlm, 1)], vlm.pad_token_id, vlm.image_token_id)
+    for p in vlm.model.model.visual.parameters():
+        p.requires_grad_(False)
+    try:
+        cache = VisionFeatureCache([vlm.model])
+        with cache.active():
+            with torch.inference_mode():
+                vlm.model(**inputs)
+            assert cache._store and not any(f.is_inference() for f in cache._store.values())
+            vlm.model(**inputs).logits.sum().backward()  # served from the cache, under autograd
+            assert (cache.misses, cache.hits) == (2, 2)
+    finally:
+        vlm.model.zero_grad(set_to_none=True)
+        for p in vlm.model.model.visual.parameters():
+            p.requires_grad_(True)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from evidra.config import load_config
 from evidra.errors import ConfigError
-from evidra.rl.config import ModelConfig, RLConfig
-from evidra.rl.precision import training_precision
+from evidra.rl.config import LoraConfig, ModelConfig, RLConfig
+from evidra.rl.precision import auto_dtype, resolve_model_dtype, training_precision
 from evidra.rl.trainer import RLTrainer
 
 
@@ -92,3 +94,55 @@ def test_bf16_reports_the_sampler_trainer_mismatch(tmp_path: Path) -> None:
     bf16 kernels on both sides: the gap is at most rounding)."""
     (metrics,) = _trainer(tmp_path, "bfloat16", "run.steps=1").train()
     assert 0 <= metrics["mismatch/logp_abs_mean"] <= metrics["mismatch/logp_abs_max"] < 1e-2
+
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [("amx", "bfloat16"), ("avx512_bf16", "bfloat16"), ("avx512", "float32"), ("avx2", "float32")],
+)
+def test_auto_dtype_follows_the_cpu(cpu_profile: Any, profile: str, expected: str) -> None:
+    """``model.dtype: auto`` computes in bf16 only on CPUs with a bf16 hardware path (AMX, AVX-512
+    BF16); a Xeon with plain AVX-512 (bf16 GEMMs ~4x slower than fp32) or AVX2 trains in fp32."""
+    cpu_profile(profile)
+    assert auto_dtype("cpu") == expected
+    lora_off = ModelConfig(dtype="auto", lora=LoraConfig(enabled=False))
+    precision = training_precision(lora_off, "cpu")
+    assert (precision.load, precision.compute) == ("float32", expected)
+    assert resolve_model_dtype(lora_off, "cpu").dtype == expected
+
+
+def test_auto_dtype_takes_injected_flags_and_rates() -> None:
+    from evidra.retrieval.compute import PROFILES
+
+    amx = PROFILES["amx"]
+    assert auto_dtype("cpu", features=amx.features, probe=amx.probe) == "bfloat16"
+    # flags with a bf16 path but a probe where bf16 is not clearly faster: the more precise fp32
+    even = {"float32": 200.0, "bfloat16": 220.0}
+    assert auto_dtype("cpu", features=amx.features, probe=lambda device: even) == "float32"
+    assert auto_dtype("meta") == "float32"  # neither GPU nor CPU: fp32 is exact everywhere
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_auto_dtype_on_a_gpu_follows_its_bf16_support(monkeypatch: pytest.MonkeyPatch, bf16: bool) -> None:
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert auto_dtype("cuda") == ("bfloat16" if bf16 else "float32")
+    assert auto_dtype(torch.device("cuda", 0)) == ("bfloat16" if bf16 else "float32")
+
+
+@pytest.mark.parametrize(("profile", "warns"), [("avx512", True), ("avx2", True), ("amx", False)])
+def test_explicit_bf16_on_a_cpu_without_bf16_hardware_warns(
+    cpu_profile: Any, caplog: pytest.LogCaptureFixture, profile: str, warns: bool
+) -> None:
+    cpu_profile(profile)
+    cfg = ModelConfig(dtype="bfloat16")
+    with caplog.at_level(logging.WARNING, logger="evidra.rl.precision"):
+        assert resolve_model_dtype(cfg, "cpu") is cfg  # kept as asked
+    assert ("model.dtype=auto or float32" in caplog.text) is warns
+    assert resolve_model_dtype(ModelConfig(dtype="float32"), "cpu").dtype == "float32"
+
+
+def test_the_trainer_records_the_dtype_auto_chose(tmp_path: Path, cpu_profile: Any) -> None:
+    cpu_profile("avx512")
+    trainer = _trainer(tmp_path, "auto")
+    assert trainer.cfg.model.dtype == "float32" and not trainer.precision.mixed
+    assert "dtype: float32" in (tmp_path / "config.yaml").read_text()  # what export and resume read

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from evidra.config import load_config
+from evidra.errors import ConfigError
 from evidra.rl.checkpoint import list_checkpoints
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
@@ -230,3 +231,57 @@ def test_reward_guards_cap_a_spammed_answer_in_training(tmp_path: Path, guards: 
         assert all(r.total <= 0.0 and r.components["guard:many_candidates"] == 1.0 for r in results)
     else:
         assert all(not any(k.startswith("guard:") for k in r.components) for r in results)
+
+
+def test_rollout_min_new_tokens_is_validated_before_loading(tmp_path: Path) -> None:
+    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "data.task=toy.length",
+            "rollout.max_new_tokens=6", "rollout.min_new_tokens=7"]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"rollout.min_new_tokens must be in \[0, max_new_tokens\], got 7"):
+        RLTrainer(load_config(RLConfig, None, over))
+    assert not (tmp_path / "models").exists()  # refused before the model was built
+
+
+def _image_task(folder: Path) -> Any:
+    """Two samples of one random 56x56 page each, rewarded for longer answers."""
+    import numpy as np
+    from PIL import Image
+
+    from evidra.env import SingleTurnEnv
+    from evidra.paradigms import Direct
+    from evidra.rewards.base import RewardResult
+    from evidra.rl.tasks import Task
+    from evidra.types import Page, Parsed, Sample
+
+    samples = []
+    for i in range(2):
+        path = folder / f"page{i}.png"
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (56, 56, 3), dtype=np.uint8)).save(path)
+        samples.append(
+            Sample(id=f"s{i}", question=f"What is on page {i}?", pages=(Page(f"p{i}", str(path), 56, 56),))
+        )
+    return Task(
+        name="test.pages",
+        samples=lambda cfg: samples,
+        make_env=lambda sample: SingleTurnEnv(Direct()),
+        parse=lambda text: Parsed(text=text),
+        reward=lambda parsed, sample, traj=None: RewardResult(total=min(1.0, len(parsed.text) / 20)),
+    )
+
+
+@pytest.mark.parametrize("vision", ["frozen", "trained"])
+def test_sampling_without_autograd_feeds_the_update(tmp_path: Path, vision: str) -> None:
+    """An unsharded trainer samples and scores the reference under ``torch.inference_mode``; the
+    pixels, features and reference log-probs it makes still serve the update under autograd,
+    with the vision tower frozen (cached features) or trained (pixels through the tower)."""
+    over = ["model.lora.enabled=false", f"model.freeze_vision={vision == 'frozen'}", "algo.kl=loss",
+            "algo.kl_coef=0.1", "rollout.min_new_tokens=6"]  # fmt: skip
+    trainer = RLTrainer(_cfg(tmp_path / "run", *over), task=_image_task(tmp_path))
+    assert isinstance(trainer.engine.no_autograd(), torch.inference_mode)
+    before = {n: p.detach().clone() for n, p in trainer.vlm.model.named_parameters() if p.requires_grad}
+    metrics = trainer.step()
+    assert metrics["episode/policy_tokens"] == 6 and not metrics.get("update/nonfinite_skips")
+    moved = {
+        n for n, p in trainer.vlm.model.named_parameters() if n in before and not torch.equal(p, before[n])
+    }
+    assert any(".visual." in f".{n}" for n in moved) is (vision == "trained")
+    assert any(".visual." not in f".{n}" for n in moved)

@@ -212,7 +212,7 @@ def _sampling(cfg: Any) -> tuple[Any, Any]:
 
     r = cfg.rollout
     params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
-                            top_k=r.top_k)  # fmt: skip
+                            top_k=r.top_k, min_new_tokens=r.min_new_tokens)  # fmt: skip
     return params, r.limits()
 
 

@@ -84,7 +84,8 @@ def decode(
 ) -> tuple[Any, Any]:  # fmt: skip
     """Sample after each context; returns ``(tokens (B, T), logprobs (B, T))`` padded after EOS.
 
-    Rows stop at an EOS token, or (checked every ``check_every`` tokens) once ``stopped`` says
+    Rows stop at an EOS token (never sampled before ``params.min_tokens`` new tokens), or
+    (checked every ``check_every`` tokens) once ``stopped`` says
     their tokens so far contain a stop string; the caller cuts at the exact stop position
     (generation is autoregressive, so the tokens before the cut are what an immediate stop
     would have kept; this check only saves the work after it).
@@ -123,9 +124,11 @@ def decode(
     temperature = 1.0 if params.greedy else params.temperature
     eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
     done = torch.zeros(len(rows), dtype=torch.bool, device=device)
-    tokens, logprobs = [], []
+    tokens: list[Any] = []
+    logprobs: list[Any] = []
+    early = (*suppress, *eos_ids)  # before min_new_tokens: end-of-turn tokens are not sampled either
     for _ in range(params.max_new_tokens):
-        token = _choose(logits, params, suppress)  # (B,)
+        token = _choose(logits, params, early if len(tokens) < params.min_tokens else suppress)  # (B,)
         token = torch.where(done, torch.full_like(token, pad_id), token)
         lp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, token[:, None]).squeeze(-1)
         tokens.append(token)

@@ -34,10 +34,16 @@ class SamplingParams:
     top_k: int = 0  # 0 disables top-k
     stop: tuple[str, ...] = ()  # stop after the first occurrence of any of these strings
     seed: int | None = None
+    # end-of-turn tokens are not sampled before this many new tokens (capped at max_new_tokens):
+    # equal to max_new_tokens, every completion has exactly that length (equal work in benchmarks);
+    # stop strings still stop. Log-probs stay those of the untruncated distribution.
+    min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise InvalidInputError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.min_new_tokens < 0:
+            raise InvalidInputError(f"min_new_tokens must be >= 0, got {self.min_new_tokens}")
         if self.temperature < 0:
             raise InvalidInputError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -47,6 +53,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def min_tokens(self) -> int:
+        """New tokens sampled before an end-of-turn token may be: ``min_new_tokens`` within the cap."""
+        return min(self.min_new_tokens, self.max_new_tokens)
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,7 @@ def _generation_config(vlm: VLM, params: SamplingParams) -> Any:
         sampling["top_k"] = params.top_k  # 0 disables it (None would mean transformers' default of 50)
     return GenerationConfig(
         max_new_tokens=params.max_new_tokens,
+        min_new_tokens=params.min_tokens or None,
         eos_token_id=list(vlm.eos_token_ids),
         pad_token_id=vlm.pad_token_id,
         repetition_penalty=1.0,

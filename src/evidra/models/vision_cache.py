@@ -81,7 +81,7 @@ class VisionFeatureCache:
                 idx = [keys.index(k) for k in missing]
                 out = original(torch.cat([chunks[i] for i in idx]), image_grid_thw[idx], **kwargs)
                 for key, feats in zip(missing, out.pooler_output, strict=True):
-                    self._store[key] = feats.detach()
+                    self._store[key] = _normal(feats.detach())
             self.misses += len(missing)
             self.hits += len(keys) - len(missing)
             return BaseModelOutputWithPooling(pooler_output=tuple(self._store[k] for k in keys))
@@ -101,3 +101,14 @@ class VisionFeatureCache:
                 yield self
             finally:
                 self._store.clear()
+
+
+def _normal(tensor: Any) -> Any:
+    """``tensor``, or a normal copy of it if it was made under ``torch.inference_mode`` (sampling
+    runs there): a later policy forward uses the features under autograd."""
+    import torch
+
+    if not tensor.is_inference():
+        return tensor
+    with torch.inference_mode(False):
+        return tensor.clone()

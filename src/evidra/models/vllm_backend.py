@@ -114,9 +114,12 @@ def sampling_kwargs(
     """vLLM ``SamplingParams`` (or ``/v1/completions`` fields) for one row; ``suppress``: never
     sampled; ``max_tokens``: this row's own cap, below ``params.max_new_tokens``."""
     extra: dict[str, Any] = {"logit_bias": {int(t): -100.0 for t in suppress}} if suppress else {}
+    cap = params.max_new_tokens if max_tokens is None else min(max_tokens, params.max_new_tokens)
+    if params.min_new_tokens:  # vLLM's name; its stop strings, like transformers', still stop
+        extra["min_tokens"] = min(params.min_new_tokens, cap)
     return {
         "n": 1,
-        "max_tokens": params.max_new_tokens if max_tokens is None else min(max_tokens, params.max_new_tokens),
+        "max_tokens": cap,
         "temperature": params.temperature,
         "top_p": params.top_p,
         "top_k": params.top_k,  # 0 disables it in vLLM as here

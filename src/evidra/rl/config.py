@@ -31,7 +31,9 @@ class LoraConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     path: str = ""  # a checkpoint directory, a hub id (org/name[@rev]) or tiny:qwen2_5_vl (tiny, offline)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # auto: bfloat16 where the device computes it fast (a GPU, a CPU with AVX-512 BF16 or AMX), else
+    # float32 (evidra.rl.precision.auto_dtype)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
     min_pixels: int | None = None
     max_pixels: int | None = None
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -78,6 +80,9 @@ class RolloutConfig:
     top_k: int = 0  # 0: no top-k truncation
     max_turns: int = 1
     max_new_tokens: int = 64  # per turn
+    # no end-of-turn token before this many new tokens per turn (0: none); = max_new_tokens: every
+    # turn has exactly that length, e.g. to time equal work (benchmarks/grpo_step.py)
+    min_new_tokens: int = 0
     # per episode: everything after the prompt (observations included), or with max_context_tokens
     # > 0 the policy's own tokens only
     max_response_tokens: int = 512

@@ -14,17 +14,30 @@ against 77% in fp32). So:
 
 With FSDP2 (``run.sharding=fsdp2``) the same split is FSDP's ``MixedPrecisionPolicy``: fp32
 sharded parameters, bf16 all-gathered compute copies, fp32 gradient reduction.
+
+Which compute dtype is fast depends on the hardware. A GPU with bf16 support runs it on its
+tensor cores. A CPU runs bf16 matmuls fast only with a hardware path for them (AVX-512 BF16 or
+AMX): an Intel Xeon with AVX-512 but neither ran a GEMM at 40-51 GFLOP/s in bf16 against 157-235
+in fp32, and on this project's GRPO step benchmark (oneDNN held to plain AVX-512 on a Xeon to
+reproduce that machine) bf16 autocast made evidra's step 1.8x slower than fp32. So
+``model.dtype: auto`` (``auto_dtype``) picks bfloat16 on a GPU that supports it and, on a CPU,
+whichever of float32 and bfloat16 the CPU's flags and a GEMM probe choose (the same choice
+``evidra.retrieval.compute`` makes for exact search, fp16 excluded): float32 on CPUs without a
+bf16 hardware path. An explicit ``bfloat16`` on such a CPU is kept, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal, cast
 
 from evidra.errors import ConfigError
 from evidra.rl.config import ModelConfig
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -64,8 +77,60 @@ class Precision:
         return count
 
 
-def training_precision(cfg: ModelConfig) -> Precision:
-    """The precision a training run uses for ``cfg`` (see the module docstring)."""
+Dtype = Literal["float32", "bfloat16"]
+
+
+def auto_dtype(device: Any, *, features: Any = None, probe: Any = None) -> Dtype:
+    """The compute dtype ``model.dtype: auto`` stands for on ``device`` (a name or torch device).
+
+    ``features`` (``compute.CpuFeatures``) and ``probe`` (device -> GEMM rates) replace this
+    machine's CPU flags and measured rates; by default ``evidra.retrieval.compute`` reads them.
+    """
+    import torch
+
+    from evidra.retrieval import compute
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    if dev.type != "cpu":
+        return "float32"
+    return cast(Dtype, compute.resolve("auto", dev, probe, exclude=("float16",), features=features))
+
+
+def default_device() -> str:
+    """Where a run without an accelerator of its own trains: the GPU if there is one."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_model_dtype(cfg: ModelConfig, device: Any) -> ModelConfig:
+    """``cfg`` with ``dtype: auto`` replaced by ``auto_dtype(device)``; an explicit bfloat16 on a
+    CPU without a bf16 hardware path is kept, with a warning that names the faster choice."""
+    import torch
+
+    from evidra.retrieval import compute
+
+    dev = torch.device(device)
+    if cfg.dtype == "auto":
+        chosen = auto_dtype(dev)
+        logger.info("model.dtype=auto: computing in %s on %s", chosen, dev)
+        return replace(cfg, dtype=chosen)
+    if cfg.dtype == "bfloat16" and dev.type == "cpu" and "bfloat16" not in compute.candidates(dev):
+        logger.warning(
+            "model.dtype=bfloat16 on a CPU without a bf16 hardware path (%s): bf16 matmuls run several "
+            "times slower than fp32 here; set model.dtype=auto or float32",
+            compute.cpu_features().summary(),
+        )
+    return cfg
+
+
+def training_precision(cfg: ModelConfig, device: Any = None) -> Precision:
+    """The precision a training run uses for ``cfg`` (see the module docstring); ``dtype: auto``
+    resolves for ``device`` (default: ``default_device()``)."""
+    if cfg.dtype == "auto":
+        cfg = replace(cfg, dtype=auto_dtype(device if device is not None else default_device()))
     if cfg.dtype == "float16":
         raise ConfigError(
             "model.dtype=float16 is not supported for training (it needs loss scaling and Qwen-VL "

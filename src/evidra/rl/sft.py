@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import SFTConfig
 from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
-from evidra.rl.precision import training_precision
+from evidra.rl.precision import default_device, resolve_model_dtype, training_precision
 from evidra.rl.sft_data import SFTData, read_sft_data
 from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
@@ -117,6 +117,8 @@ class SFTTrainer:
         validate_sft_config(cfg)
         if task is None and examples is None and not cfg.data.trajectories:
             task = config_task(cfg.method, cfg.data, "sft_trainer")  # a method's is passed in
+        device = accelerator.device if accelerator is not None else default_device()
+        cfg = replace(cfg, model=resolve_model_dtype(cfg.model, device))  # dtype: auto -> this hardware's
         self.cfg = cfg
         self.engine = Engine(cfg.run, training_precision(cfg.model), accelerator)
         self.local_batch = local_batch_size(cfg, self.engine.num_processes)

@@ -37,7 +37,7 @@ from evidra.rl.engine import Engine, empty_like, pad_microbatches
 from evidra.rl.filtering import DynamicSampler, Round, group_filter
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
-from evidra.rl.precision import training_precision
+from evidra.rl.precision import default_device, resolve_model_dtype, training_precision
 from evidra.rl.scoring import score_episodes
 from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.update import (
@@ -69,6 +69,8 @@ class RLTrainer:
 
         task = task if task is not None else config_task(cfg.method, cfg.data, "rl_trainer")
         validate_rl_config(cfg, task)  # every name and option, before anything heavy loads
+        device = accelerator.device if accelerator is not None else default_device()
+        cfg = replace(cfg, model=resolve_model_dtype(cfg.model, device))  # dtype: auto -> this hardware's
         self.cfg = cfg
         self.precision = training_precision(cfg.model)
         self.engine = Engine(cfg.run, self.precision, accelerator)
@@ -124,7 +126,11 @@ class RLTrainer:
     def _rollout(self, samples: list[Sample]) -> list[Group]:
         r = self.cfg.rollout
         params = SamplingParams(
-            max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            min_new_tokens=r.min_new_tokens,
         )
         limits = r.limits()
         self.vlm.model.eval()

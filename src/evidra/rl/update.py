@@ -166,11 +166,11 @@ def reference_logprobs(
     import torch
 
     out = []
-    with torch.no_grad(), reference.active() as model:
+    with engine.no_autograd() if engine is not None else torch.no_grad(), reference.active() as model:
         for mb in batches:
             with engine.autocast() if engine is not None else nullcontext():
                 out.append(mb.logprobs(model, temperature).float())
-    return out
+    return [lp.clone() for lp in out]  # normal tensors: the KL term uses them under autograd
 
 
 @dataclass(frozen=True)
@@ -220,14 +220,14 @@ def recompute_old_logprobs(
     generation engine. The sampler's stay in ``sampler_logprobs`` for the mismatch metrics and
     the truncated importance-sampling correction.
     """
-    import torch
-
-    with torch.no_grad():
+    computed = []
+    with engine.no_autograd():
         for batches in minibatches:
             for mb in batches:
                 with engine.autocast():
-                    logp = mb.logprobs(model, temperature)  # (b, R)
-                mb.old_logprobs = (logp.float() * mb.loss_mask).detach()
+                    computed.append((mb, mb.logprobs(model, temperature)))  # (b, R)
+    for mb, logp in computed:  # outside: normal tensors, which the loss uses under autograd
+        mb.old_logprobs = (logp.float() * mb.loss_mask).detach()
 
 
 def mismatch_stats(batches: Sequence[Sequence[MicroBatch]]) -> dict[str, float]:

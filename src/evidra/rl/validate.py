@@ -88,6 +88,8 @@ def _check_rollout(r: RolloutConfig) -> None:
     _check(r.top_k >= 0, f"rollout.top_k must be >= 0 (0: off), got {r.top_k}")
     _check(r.max_turns >= 1, f"rollout.max_turns must be >= 1, got {r.max_turns}")
     _check(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
+    m = r.min_new_tokens
+    _check(0 <= m <= r.max_new_tokens, f"rollout.min_new_tokens must be in [0, max_new_tokens], got {m}")
     n = r.max_response_tokens
     _check(n >= 1, f"rollout.max_response_tokens must be >= 1, got {n}")
     c = r.max_context_tokens
