@@ -271,7 +271,8 @@ def test_gpu_suite_dry_run_runs_every_row_on_the_cpu(tmp_path: Path) -> None:
     result = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
     assert result is not None
     values = dict(kv.split("=") for kv in result.group(1).split())
-    assert values["fsdp2_ok"] == "1" and values["maxsim_agreement"] == "1.000"
+    # fp16 products may swap a near tie in a top 10 (the H100 run gave 0.997): the suite's own bar
+    assert values["fsdp2_ok"] == "1" and float(values["maxsim_agreement"]) >= 0.95
     assert float(values["maxsim_triton_vs_torch"]) > 0  # the interpreter is slow: a ratio, not a speed-up
     saved = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert saved["mode"] == "dry-run" and saved["result"] == values
