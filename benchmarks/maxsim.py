@@ -589,11 +589,17 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--pages-kind", choices=["iid", "smooth", "document"], default="iid")
     ap.add_argument(
-        "--candidates", type=int, nargs="+", default=[256, 1024], help="two-stage: pages re-ranked per query"
+        "--candidates",
+        type=int,
+        nargs="+",
+        default=[256],
+        help="two-stage: pages re-ranked per query (docs: 256 1024)",
     )
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--recall-queries", type=int, default=320, help="planted queries for the recall row")
+    ap.add_argument(
+        "--recall-queries", type=int, default=128, help="planted queries for the recall row (docs: 320)"
+    )
     ap.add_argument("--roofline", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32], help="batch sizes")
     ap.add_argument("--single", type=int, default=5, help="queries timed one at a time")
     ap.add_argument(
