@@ -35,8 +35,8 @@ fp32 and the compute bound uses the fp32 rate. The last line is
 ``RESULT single_vs_score_retrieval=<x> batched_vs_roofline=<y> agreement=<z> single_vs_roofline=<s>``
 for the largest size: our store's speed-up over score_retrieval for one query, its batched time
 per query over the roofline of a batch, its top-10 agreement with fp32, and one query's time
-over the roofline of one query. The defaults finish in a few minutes on 2 cores; the slow peers
-are opt-in. Run::
+over the roofline of one query. The slow peers are opt-in, and the defaults run one candidate
+count and 128 planted queries (the docs' figures: ``--candidates 256 1024 --recall-queries 320``). Run::
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/maxsim.py              # 1k and 10k pages
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/maxsim.py --compute-dtype float32
