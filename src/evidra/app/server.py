@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from evidra.app.http import API_KEY_ENV, ServeOptions
-from evidra.retrieval.server import ServiceError, bind_tcp, is_loopback
+from evidra.retrieval.server import ServiceError, bind_tcp, is_loopback, on_a_thread
 
 if TYPE_CHECKING:
     import socket
@@ -21,7 +19,6 @@ if TYPE_CHECKING:
     from evidra.app.workspace import Workspace
 
 logger = logging.getLogger(__name__)
-STOP_S = 60
 
 
 def _listen(host: str, port: int, options: ServeOptions) -> tuple[socket.socket, str]:
@@ -73,17 +70,5 @@ def running(
 ) -> Iterator[str]:
     """The app on a background thread; yields its base URL, stops on exit (tests, notebooks)."""
     sock, url = _listen(host, port, options)
-    server = _server(workspace, options, host)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="evidra-serve", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise ServiceError(f"evidra serve on {url} did not start; its log says why")
-            time.sleep(0.005)
+    with on_a_thread(_server(workspace, options, host), sock, url, "evidra serve"):
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=STOP_S)
-        sock.close()

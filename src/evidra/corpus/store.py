@@ -32,7 +32,7 @@ import os
 import shlex
 import sqlite3
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -370,7 +370,7 @@ class PageStore:
             r[0] for r in self._conn.execute("SELECT source FROM files WHERE file_hash = ?", (file_hash,))
         ]
         ids = self.page_ids_for_hash(file_hash)
-        pngs = self._pngs_of(file_hash)
+        pngs = self._pngs_of(ids)
         with self._conn:
             if rest:
                 self._conn.execute("UPDATE pages SET source = ? WHERE file_hash = ?", (min(rest), file_hash))
@@ -389,14 +389,11 @@ class PageStore:
             inside(self.root / PAGES_DIR, f"{page_id}.png", where, CorpusError)
             inside(self.root, str(rel), where, CorpusError)
 
-    def _pngs_of(self, file_hash: str) -> list[Path]:
-        """The image files of the pages of ``file_hash``: ids read from the database, so each is
-        checked to stay inside ``pages/`` (``CorpusError`` naming the first that does not)."""
+    def _pngs_of(self, page_ids: Sequence[str]) -> list[Path]:
+        """The image files of ``page_ids``: ids read from the database, so each is checked to stay
+        inside ``pages/`` (``CorpusError`` naming the first that does not)."""
         where = f"a page id in {self.root / DB_NAME}"
-        return [
-            inside(self.root / PAGES_DIR, f"{p}.png", where, CorpusError)
-            for p in self.page_ids_for_hash(file_hash)
-        ]
+        return [inside(self.root / PAGES_DIR, f"{p}.png", where, CorpusError) for p in page_ids]
 
     def __repr__(self) -> str:
         return f"PageStore({str(self.root)!r}, pages={len(self)})"

@@ -319,22 +319,28 @@ class SearchService:
     def running(self, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
         """Run the service on a background thread; yields its base URL, stops on exit."""
         sock, url = self._listen(host, port)
-        server = self._server()
-        thread = threading.Thread(
-            target=server.run, kwargs={"sockets": [sock]}, name="evidra-search-loop", daemon=True
-        )
-        thread.start()
-        try:
-            deadline = time.monotonic() + 30
-            while not server.started:
-                if not thread.is_alive() or time.monotonic() > deadline:
-                    raise ServiceError(f"the search service on {url} did not start; its log says why")
-                time.sleep(0.005)
+        with on_a_thread(self._server(), sock, url, "the search service"):
             yield url
-        finally:
-            server.should_exit = True
-            thread.join(timeout=STOP_S)
-            sock.close()
+
+
+@contextlib.contextmanager
+def on_a_thread(server: Any, sock: socket.socket, url: str, what: str) -> Iterator[None]:
+    """Run a uvicorn ``server`` on ``sock`` in a background thread until the block ends; ``what``
+    names it in the error when it does not start within 30 s."""
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="evidra-server")
+    thread.daemon = True
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise ServiceError(f"{what} on {url} did not start; its log says why")
+            time.sleep(0.005)
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=STOP_S)
+        sock.close()
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:

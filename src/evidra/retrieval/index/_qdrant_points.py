@@ -17,6 +17,7 @@ Their filter classes are spelled alike (``Filter``, ``FieldCondition``, ``MatchV
 from __future__ import annotations
 
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
@@ -96,3 +97,33 @@ def payload_filter(models: Any, skip: Collection[str], where: Mapping[str, Any] 
 def hit_of(payload: Mapping[str, Any] | None, score: float) -> Hit:
     payload = payload or {}
     return Hit(str(payload.get("page_id", "")), float(score), str(payload.get("image_path", "")))
+
+
+class AddByUpdate(ABC):
+    """``add`` of both Qdrant indexes: refuse pages already present, then ``update``."""
+
+    @abstractmethod
+    def _present(self, page_ids: Sequence[str]) -> list[str]: ...
+
+    @abstractmethod
+    def update(
+        self,
+        page_ids: Sequence[str],
+        embeddings: Sequence[Tensor],
+        image_paths: Sequence[str] | None = None,
+        payloads: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None: ...
+
+    def add(
+        self,
+        page_ids: Sequence[str],
+        embeddings: Sequence[Tensor],
+        image_paths: Sequence[str] | None = None,
+        payloads: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        present = self._present(page_ids)
+        if present:
+            raise InvalidInputError(
+                f"pages already in the index: {present[:5]}; use update() to replace them"
+            )
+        self.update(page_ids, embeddings, image_paths, payloads)

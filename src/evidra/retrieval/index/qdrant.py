@@ -34,10 +34,11 @@ from typing import Any, Literal
 
 from torch import Tensor
 
-from evidra.errors import CorpusError, InvalidInputError, require
+from evidra.errors import CorpusError, require
 from evidra.retrieval.base import Exclude, Hit, PageBatch, check_exclude, check_k
 from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.index._qdrant_points import (
+    AddByUpdate,
     Pooling,
     check_pooling,
     check_queries,
@@ -87,7 +88,7 @@ def check_server(url: str, *, api_key: str | None = None, prefer_grpc: bool = Fa
     client.close()
 
 
-class QdrantIndex:
+class QdrantIndex(AddByUpdate):
     """A ``VectorIndex`` stored in a Qdrant collection; see the module docstring."""
 
     kind: Literal["multi"] = "multi"
@@ -201,20 +202,6 @@ class QdrantIndex:
             self.client.create_payload_index(self.collection, "page_id", models.PayloadSchemaType.KEYWORD)
 
     # -- writing -------------------------------------------------------------------------------
-
-    def add(
-        self,
-        page_ids: Sequence[str],
-        embeddings: Sequence[Tensor],
-        image_paths: Sequence[str] | None = None,
-        payloads: Sequence[Mapping[str, Any]] | None = None,
-    ) -> None:
-        present = self._present(page_ids)
-        if present:
-            raise InvalidInputError(
-                f"pages already in the index: {present[:5]}; use update() to replace them"
-            )
-        self.update(page_ids, embeddings, image_paths, payloads)
 
     def update(
         self,

@@ -37,6 +37,7 @@ from evidra.errors import CorpusError, InvalidInputError, require
 from evidra.retrieval.base import Exclude, Hit, PageBatch, check_exclude, check_k
 from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.index._qdrant_points import (
+    AddByUpdate,
     Pooling,
     check_pooling,
     check_queries,
@@ -143,7 +144,7 @@ def _config(dim: int, on_disk: bool) -> qdrant_edge.EdgeConfig:
     return qe.EdgeConfig(vectors={"multi": multi, "pooled": pooled})
 
 
-class EdgeQdrantIndex:
+class EdgeQdrantIndex(AddByUpdate):
     """A ``VectorIndex`` in a Qdrant Edge shard folder; see the module docstring."""
 
     kind: Literal["multi"] = "multi"
@@ -216,20 +217,6 @@ class EdgeQdrantIndex:
         self.close()
 
     # -- writing -------------------------------------------------------------------------------
-
-    def add(
-        self,
-        page_ids: Sequence[str],
-        embeddings: Sequence[Tensor],
-        image_paths: Sequence[str] | None = None,
-        payloads: Sequence[Mapping[str, Any]] | None = None,
-    ) -> None:
-        present = self._present(page_ids)
-        if present:
-            raise InvalidInputError(
-                f"pages already in the index: {present[:5]}; use update() to replace them"
-            )
-        self.update(page_ids, embeddings, image_paths, payloads)
 
     def update(
         self,
