@@ -253,6 +253,7 @@ class Ours:
     """One run of our exact store: latencies, memory per page and top-10 rows."""
 
     dtype: str
+    kernel: str
     single: float
     batched: float
     mem: float
@@ -266,7 +267,12 @@ def bench_ours(case: Case, root: Path, options: MaxSimOptions, queries: int = Q)
     t_single = time_each(lambda q: index.search([q], k=K), sub[: min(case.args.single, queries)])
     t_batch, hits = timed(lambda: index.search(sub, k=K), case.args.repeats if queries == Q else 1)
     return Ours(
-        index.compute_dtype, t_single, t_batch / len(sub), index.memory_bytes() / case.n, case.rows_of(hits)
+        index.compute_dtype,
+        index.kernel,
+        t_single,
+        t_batch / len(sub),
+        index.memory_bytes() / case.n,
+        case.rows_of(hits),
     )
 
 
@@ -278,8 +284,16 @@ def exact_rows(case: Case, root: Path) -> tuple[list[Row | str], Ours]:
     auto = bench_ours(case, root, base)
     label = "(auto)" if chosen == "auto" else "(forced)"
     rows: list[Row | str] = [
-        case.row(f"ours exact {auto.dtype} {label}", auto.single, auto.batched, auto.mem, auto.ids)
+        case.row(
+            f"ours exact {auto.dtype} {label}", auto.single, auto.batched, auto.mem, auto.ids, auto.kernel
+        )
     ]
+    if auto.kernel != "torch":  # the fused kernel's peer: the same dtype scored chunked in torch
+        peer = bench_ours(case, root, case.options(kernel="torch"))
+        note = f"torch kernel; {auto.kernel} is {peer.single / auto.single:.1f}x faster single"
+        rows.append(
+            case.row(f"ours exact {peer.dtype} torch", peer.single, peer.batched, peer.mem, peer.ids, note)
+        )
     best_rate = max(case.machine.rates.values())
     for name in compute.DTYPES:
         if name == auto.dtype:

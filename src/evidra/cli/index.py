@@ -185,9 +185,11 @@ def scoring_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--maxsim-kernel",
-        choices=("auto", "torch", "triton"),
+        choices=("auto", "torch", "triton", "avx512"),
         default="auto",
-        help="exact store: auto (the fused Triton kernel on CUDA when installed, else torch), torch, triton",
+        help="exact store: auto (the fused Triton kernel on CUDA when installed; for float32 on an "
+        "AVX-512 CPU the fused C kernel, built with the system compiler at first use; else torch), "
+        "torch, triton, avx512",
     )
 
 

@@ -1,17 +1,21 @@
-"""Which function scores exact MaxSim: the chunked torch scorer or the fused Triton kernel.
+"""Which function scores exact MaxSim: the chunked torch scorer or a fused kernel.
 
-Both take the same input (packed ``Block`` s of page vectors) and give the same ``(Q, N)`` float32
+All take the same input (packed ``Block`` s of page vectors) and give the same ``(Q, N)`` float32
 scores; they differ in what they write to memory. ``torch`` (``maxsim.score_blocks``) runs on any
 device and materialises a block's ``tokens x pages x patches`` similarities, bounded by
 ``max_elements``; on the CPU it is the reference. ``triton`` (``maxsim_triton``) is one fused CUDA
 kernel that keeps the running max per query token in registers and writes only the scores.
+``avx512`` (``maxsim_avx512``) does the same on AVX-512 CPUs for fp32 scoring, reading pages
+held in 16 bits without widening them into memory; calls it cannot take go to ``torch``.
 
-``auto`` picks ``triton`` where the index lives on CUDA and Triton is installed (the ``gpu`` extra),
-else ``torch``. Forcing ``triton`` without Triton is an error naming the extra; forcing it off
-CUDA is an error unless Triton's interpreter is on (``TRITON_INTERPRET=1``, which runs the kernel on
-CPU tensors with numpy, slowly: a way to test the kernel, not to search).
+``auto`` picks ``triton`` where the index lives on CUDA and Triton is installed (the ``gpu`` extra);
+on the CPU, ``avx512`` where the index scores in fp32 on a CPU with AVX-512F and a C compiler built
+the kernel; else ``torch``. Forcing ``triton`` without Triton is an error naming the extra; forcing
+it off CUDA is an error unless Triton's interpreter is on (``TRITON_INTERPRET=1``, which runs the
+kernel on CPU tensors with numpy, slowly: a way to test the kernel, not to search). Forcing
+``avx512`` where it cannot run is an error saying why.
 
->>> resolve("auto", torch.device("cpu"))
+>>> resolve("auto", torch.device("cpu"), torch.bfloat16)
 'torch'
 """
 
@@ -28,12 +32,12 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError, MissingDependencyError
 from evidra.registry import Registry
-from evidra.retrieval import maxsim
+from evidra.retrieval import compute, maxsim, maxsim_avx512
 from evidra.retrieval.maxsim import Block
 
 logger = logging.getLogger(__name__)
 
-KernelName = Literal["auto", "torch", "triton"]
+KernelName = Literal["auto", "torch", "triton", "avx512"]
 
 
 class BlockScorer(Protocol):
@@ -82,6 +86,19 @@ def score_triton(
     return maxsim_triton.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
 
 
+@KERNELS.register("avx512")
+def score_avx512(
+    queries: Sequence[Tensor],
+    blocks: Sequence[Block],
+    n_rows: int,
+    *,
+    max_elements: int = 1 << 25,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """The fused AVX-512 C kernel (``maxsim_avx512``) for fp32 scoring; anything else in torch."""
+    return maxsim_avx512.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
+
+
 CHOICES: tuple[str, ...] = ("auto", *KERNELS)
 
 
@@ -96,9 +113,12 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def resolve(name: str, device: torch.device) -> str:
-    """The kernel that scores on ``device``: ``name`` itself (checked), or ``auto``'s choice."""
+def resolve(name: str, device: torch.device, dtype: torch.dtype | None = None) -> str:
+    """The kernel that scores in ``dtype`` (None: not known yet) on ``device``: ``name`` itself
+    (checked), or ``auto``'s choice."""
     if check_name(name) == "auto":
+        if device.type == "cpu":
+            return "avx512" if dtype == torch.float32 and avx512_ready() else "torch"
         if device.type != "cuda":
             return "torch"
         if triton_installed():
@@ -116,7 +136,28 @@ def resolve(name: str, device: torch.device) -> str:
                 f"MaxSim kernel 'triton' runs on CUDA devices, but the index is on {device}; "
                 "use kernel 'torch' or 'auto' (or set TRITON_INTERPRET=1 to test it on the CPU)"
             )
+    if name == "avx512":
+        why = avx512_unfit(device)
+        if why:
+            raise InvalidInputError(f"MaxSim kernel 'avx512' {why}; use kernel 'torch' or 'auto'")
     return name
+
+
+def avx512_ready() -> bool:
+    """Whether ``auto`` may pick the AVX-512 kernel: the CPU ``auto`` decides for
+    (``compute.cpu_features``, which a test may stand in for) has AVX-512F, and the kernel runs here."""
+    return "avx512f" in compute.cpu_features().flags and maxsim_avx512.available()
+
+
+def avx512_unfit(device: torch.device) -> str:
+    """Why the AVX-512 kernel cannot score on ``device`` here ("" when it can)."""
+    if device.type != "cpu":
+        return f"runs on the CPU, but the index is on {device}"
+    if not maxsim_avx512.cpu_has_avx512():
+        return "needs a CPU with AVX-512F, which this one lacks"
+    if not maxsim_avx512.available():
+        return "could not be built: it needs a C compiler (cc, or $CC)"
+    return ""
 
 
 def interpreting() -> bool:

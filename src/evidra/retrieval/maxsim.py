@@ -47,16 +47,25 @@ class Block:
     ``pad`` is a ``(C, L)`` mask that is True on filler positions, or None when every page in the
     block has length ``L``. ``build_blocks`` makes the blocks of one call views of one flat
     ``(R, D)`` array, which the fused GPU kernel (``maxsim_triton``) scores in one launch.
+    A ``tiled`` block holds the same values as ``(C, L/16, D, 16)``, 16 vectors at a time with one
+    dimension's 16 values together (``L`` a multiple of 16): the layout the fused AVX-512 kernel
+    reads (``maxsim_avx512.tile``); only that kernel takes it.
     """
 
-    vectors: Tensor  # (C, L, D)
+    vectors: Tensor  # (C, L, D), or (C, L/16, D, 16) when tiled
     rows: Tensor  # (C,) int64, CPU
     pad: Tensor | None  # (C, L) bool
     lengths: Tensor  # (C,) int64, CPU
+    tiled: bool = False
+
+    @property
+    def length(self) -> int:
+        """``L``: vectors per page, filler included."""
+        return int(self.vectors.shape[1]) * (16 if self.tiled else 1)
 
     @property
     def n_tokens(self) -> int:
-        return int(self.vectors.shape[0] * self.vectors.shape[1])
+        return int(self.vectors.shape[0]) * self.length
 
 
 def build_blocks(
@@ -318,6 +327,8 @@ def score_blocks(
     out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32, device=device)
     if not blocks:
         return out
+    if any(b.tiled for b in blocks):
+        raise InvalidInputError("tiled blocks are scored by the AVX-512 kernel only (maxsim_avx512)")
     dtype = dtype or compute_dtype(blocks[0].vectors)
     widest = max(b.n_tokens for b in blocks)
     layout = LAYOUTS[layout_for(device, dtype)]

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels
+from evidra.retrieval import compute, kernels, maxsim_avx512
 from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
@@ -60,7 +60,7 @@ class MaxSimOptions:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compute_dtype: compute.ComputeDtype = "auto"  # auto: the fastest exact one here (module docstring)
     storage_dtype: compute.StorageDtype = "auto"  # auto: 16-bit, widened per block where scored in fp32
-    kernel: kernels.KernelName = "auto"  # auto: the fused Triton kernel on CUDA when installed, else torch
+    kernel: kernels.KernelName = "auto"  # auto: a fused kernel where one runs (kernels module), else torch
     block_tokens: int = 16384  # page vectors per scoring block
     max_elements: int = 1 << 25  # bound on one similarity matrix (Q tokens x block tokens)
     prefilter: Literal["none", "pooled", "clustered", "signbits"] = "none"
@@ -97,7 +97,7 @@ class MultiVectorIndex(ShardWrites):
         self._dtype = compute.DTYPES[self.compute_dtype]
         self.storage_dtype = compute.storage_for(options.storage_dtype, self.compute_dtype)
         self._held = compute.DTYPES[self.storage_dtype]
-        self.kernel = kernels.resolve(options.kernel, self.device)
+        self.kernel = kernels.resolve(options.kernel, self.device, self._dtype)
         self._score = kernels.KERNELS.get(self.kernel)
         logger.debug(
             "exact MaxSim on %s: %s kernel, %s held in %s",
@@ -167,9 +167,12 @@ class MultiVectorIndex(ShardWrites):
             pages, dtype = [pack_signs(_tensor(v)) for v in views], torch.uint8
         else:
             pages = [_tensor(v) for v in views]
-        return build_blocks(
+        blocks = build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
+        if self.kernel == "avx512" and maxsim_avx512.fits(blocks, self._dtype):
+            return [maxsim_avx512.tile(b) for b in blocks]  # the layout it reads without transposing
+        return blocks
 
     def _ideal_blocks(self) -> int:
         tokens = sum(b.n_tokens for b in self._blocks)
