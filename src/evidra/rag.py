@@ -222,14 +222,14 @@ class RAG:
         k = self.k if k is None else k
         check_k(k)
         allowed = self._allowed(where)
+        if allowed is not None and self.retriever.filters:  # a serve-index service filters itself
+            return self.retriever.search(question, k, where=_where(where))
         exclude = () if allowed is None else set(self.store.page_ids()) - allowed
         return self.retriever.search(question, k, exclude=exclude)
 
     def _allowed(self, where: Where | Sequence[str] | None) -> set[str] | None:
         """The page ids ``where`` accepts (None: no filter); none at all is an error naming it."""
-        from evidra.corpus.metadata import Where, parse_where
-
-        chosen = where if isinstance(where, Where) else parse_where(where)
+        chosen = _where(where)
         if not chosen:
             return None
         allowed = set(self.store.page_ids_where(chosen))
@@ -366,6 +366,12 @@ class RAG:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _where(where: Where | Sequence[str] | None) -> Where:
+    from evidra.corpus.metadata import Where, parse_where
+
+    return where if isinstance(where, Where) else parse_where(where)
 
 
 def _locations(index: str | Path | Sequence[str | Path]) -> list[str]:

@@ -114,7 +114,7 @@ def build_app(service: SearchService) -> Starlette:
     options = service.options
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "pages": service.n_pages})
+        return JSONResponse({"status": "ok", "pages": service.n_pages, "where": service.pages is not None})
 
     async def search(request: Request) -> Response:
         _check_key(request, options.api_key)
