@@ -41,7 +41,11 @@ def test_malformed_requests_get_4xx(bm25_engine: Any) -> None:
         assert http.post(client.url, content=b"{oops").status_code == 400
         assert http.get(client.url).status_code == 405
         assert http.get(url + "/nope").status_code == 404
-        assert http.get(url + "/health").json() == {"status": "ok", "pages": len(engine.index), "where": False}
+        assert http.get(url + "/health").json() == {
+            "status": "ok",
+            "pages": len(engine.index),
+            "where": False,
+        }
         status, body = _raw(
             url, b"POST /search HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999\r\nConnection: close\r\n\r\n"
         )
