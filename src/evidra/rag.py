@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from evidra.errors import InvalidInputError
 from evidra.retrieval.base import check_k
-from evidra.types import Box, CoordSpace, Page, Parsed, Sample
+from evidra.types import Box, CoordSpace, Message, Page, Parsed, Sample
 
 if TYPE_CHECKING:
     from evidra.corpus.metadata import PageMeta, Where
@@ -222,14 +222,14 @@ class RAG:
         k = self.k if k is None else k
         check_k(k)
         allowed = self._allowed(where)
+        if allowed is not None and self.retriever.filters:  # a serve-index service filters itself
+            return self.retriever.search(question, k, where=_where(where))
         exclude = () if allowed is None else set(self.store.page_ids()) - allowed
         return self.retriever.search(question, k, exclude=exclude)
 
     def _allowed(self, where: Where | Sequence[str] | None) -> set[str] | None:
         """The page ids ``where`` accepts (None: no filter); none at all is an error naming it."""
-        from evidra.corpus.metadata import Where, parse_where
-
-        chosen = where if isinstance(where, Where) else parse_where(where)
+        chosen = _where(where)
         if not chosen:
             return None
         allowed = set(self.store.page_ids_where(chosen))
@@ -251,6 +251,7 @@ class RAG:
         tau: float | None = None,
         where: Where | Sequence[str] | None = None,
         on_text: OnText | None = None,
+        history: Sequence[Message] = (),
     ) -> Answer:
         """Answer ``question`` over the top ``k`` retrieved pages (or the page ids in ``pages``).
 
@@ -259,18 +260,22 @@ class RAG:
         box's crop against the step text, ``similarity`` defaulting to the text layer's overlap).
         ``where`` keeps to the pages whose document metadata it accepts (``retrieve``).
         ``on_text`` is handed each piece of the model's text as it is generated (streaming).
+        ``history`` holds the earlier turns of a conversation (text-only user and assistant
+        messages, oldest first): retrieval searches for the question with the earlier user turns,
+        and the model reads the newest turns before the question (``evidra.conversation``).
         """
+        from evidra.conversation import recent, retrieval_query, with_history
         from evidra.models.generation import generate
 
         if verify and not self.paradigm_name.startswith("coe"):
             raise InvalidInputError(
                 f"verify checks chain-of-evidence steps; use paradigm 'coe', not {self.paradigm_name!r}"
             )
-        hits, shown = self._pages(question, k, pages, where)
+        hits, shown = self._pages(retrieval_query(question, history), k, pages, where)
         if not shown:  # nothing in the index scores for the question: say so, ask no model
             return self._no_hits(question)
         sample = Sample(id="ask", question=question, pages=tuple(shown))
-        chat = self.paradigm.build_messages(sample, shown)
+        chat = with_history(self.paradigm.build_messages(sample, shown), recent(history))
         streaming = {"on_text": on_text} if on_text is not None else {}
         (gen,) = generate(self.vlm, [chat], self.params, **streaming)
         parsed = self.paradigm.parse(gen.text)
@@ -361,6 +366,12 @@ class RAG:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _where(where: Where | Sequence[str] | None) -> Where:
+    from evidra.corpus.metadata import Where, parse_where
+
+    return where if isinstance(where, Where) else parse_where(where)
 
 
 def _locations(index: str | Path | Sequence[str | Path]) -> list[str]:

@@ -39,3 +39,24 @@ def page_sources(url: str) -> dict[str, tuple[str, int]]:
         prefix = d["first_page"].rsplit("-p", 1)[0]
         out.update({f"{prefix}-p{n:04d}": (d["source"], n) for n in range(1, d["pages"] + 1)})
     return out
+
+
+MANUAL = (  # one page each: the follow-up "And what about its return?" alone finds the third
+    "The Falcon pump moves water at forty litres per minute.",
+    "The Heron valve holds a pressure of twelve bar.",
+    "Return policy: every return is accepted within thirty days; a return needs the receipt.",
+)
+
+
+def upload_manual(url: str) -> None:
+    """``manual.pdf`` (the three ``MANUAL`` pages) uploaded and indexed."""
+    from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
+
+    pages = []
+    for text in MANUAL:
+        canvas = PdfCanvas(420, 200)
+        canvas.text(20, 60, text, 11)
+        pages.append(canvas)
+    got = httpx.post(f"{url}/api/upload", params={"name": "manual.pdf"}, content=write_pdf(pages))
+    assert got.status_code == 200 and got.json()["added"] == len(MANUAL), got.text
+    assert lines(httpx.post(f"{url}/api/index", timeout=60))[-1]["type"] == "done"

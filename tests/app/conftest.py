@@ -67,13 +67,14 @@ def oracle(monkeypatch: pytest.MonkeyPatch, corpus: SynthCorpus) -> dict[str, An
     tiny model's own text is noise, with no box to draw); everything around it is real."""
     import evidra.models.generation as generation
 
-    state: dict[str, Any] = {"question": answerable(corpus), "sources": {}, "texts": []}
+    state: dict[str, Any] = {"question": answerable(corpus), "sources": {}, "texts": [], "chats": []}
 
     def fake_generate(vlm: Any, chats: Any, params: Any, on_text: Any = None) -> list[generation.Generation]:
         images = [p for m in chats[0] for p in m.content if isinstance(p, ImagePart)]
         shown = [state["sources"].get(str(p.page_id)) for p in images]
         text = oracle_text(corpus, state["question"], shown)
         state["texts"].append(text)
+        state["chats"].append(list(chats[0]))
         for start in range(0, len(text), 12):
             if on_text is not None:
                 on_text(text[start : start + 12])

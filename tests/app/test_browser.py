@@ -136,6 +136,20 @@ def test_upload_ask_see_the_boxes_enlarge_search_and_page_through(
     driver.find_element(By.ID, "lb-close").click()
     assert not lightbox.is_displayed()
 
+    follow = driver.find_element(By.ID, "follow-question")  # a follow-up carries the conversation
+    follow.send_keys("And on which page is that?")
+    driver.find_element(By.ID, "follow-button").click()
+    assert not driver.find_element(By.ID, "follow").is_displayed()  # hidden while the answer streams
+    _wait(driver, lambda d: d.find_element(By.ID, "follow").is_displayed())
+    assert driver.find_element(By.ID, "asked").text == "And on which page is that?"
+    turns = driver.find_elements(By.CSS_SELECTOR, "#turns li")
+    assert [t.get_attribute("class") for t in turns] == ["user", "assistant"]
+    assert turns[0].text == question.question and turns[1].text.startswith(question.answers[0])
+    chat = oracle["chats"][-1]
+    assert [m.role for m in chat] == ["user", "assistant", "user"] and chat[0].plain_text == question.question
+    assert "And on which page is that?" in chat[2].plain_text
+    driver.save_screenshot(str(shots / "04b-follow-up.png"))
+
     box = driver.find_element(By.ID, "question")
     box.clear()
     box.send_keys("project budget")

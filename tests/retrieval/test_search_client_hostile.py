@@ -29,14 +29,14 @@ SECRET = "ix-0123456789SECRET"
 GOOD = {"results": [[{"page_id": "d-p0001", "score": 1.5}]]}
 
 
-def _search(url: str, sync: bool, **kw: Any) -> Any:
+def _search(url: str, sync: bool, where: list[str] | None = None, **kw: Any) -> Any:
     if sync:
         with SearchClient(url, **kw) as client:
-            return client.search(["q"], k=1)
+            return client.search(["q"], k=1, where=where)
 
     async def run() -> Any:
         async with AsyncSearchClient(url, **kw) as client:
-            return await client.search(["q"], k=1)
+            return await client.search(["q"], k=1, where=where)
 
     return asyncio.run(run())
 
@@ -54,14 +54,19 @@ HOSTILE = {  # name: (body, headers, words of the error)
 }
 
 
+@pytest.mark.parametrize("where", [None, ["file=a.pdf"]], ids=["all", "where"])
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 @pytest.mark.parametrize("name", HOSTILE)
-def test_a_hostile_reply_is_one_search_error(name: str, sync: bool, fake_judge: Any) -> None:
+def test_a_hostile_reply_is_one_search_error(
+    name: str, sync: bool, where: list[str] | None, fake_judge: Any
+) -> None:
     body, headers, words = HOSTILE[name]
     fake_judge.script = [fake_judge.Scripted(200, body, headers=headers)]
     with pytest.raises(SearchServiceError) as info:
-        _search(fake_judge.url, sync)
+        _search(fake_judge.url, sync, where)
     assert words in str(info.value) and "/v1/search" in str(info.value) and "\n" not in str(info.value)
+    sent = fake_judge.requests[-1]["body"]
+    assert sent.get("where") == ({"file": ["a.pdf"]} if where else None)
 
 
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])

@@ -41,7 +41,11 @@ def test_malformed_requests_get_4xx(bm25_engine: Any) -> None:
         assert http.post(client.url, content=b"{oops").status_code == 400
         assert http.get(client.url).status_code == 405
         assert http.get(url + "/nope").status_code == 404
-        assert http.get(url + "/health").json() == {"status": "ok", "pages": len(engine.index)}
+        assert http.get(url + "/health").json() == {
+            "status": "ok",
+            "pages": len(engine.index),
+            "where": False,
+        }
         status, body = _raw(
             url, b"POST /search HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999\r\nConnection: close\r\n\r\n"
         )
@@ -117,3 +121,63 @@ def test_hits_carry_page_metadata_and_where_filters(bm25_engine: Any, synth_stor
         response = client.post(url + "/search", json={"queries": ["a"], "where": {"file": "x.pdf"}})
         assert response.status_code == 400 and "needs page metadata" in response.json()["error"]
         client.close()
+
+
+def test_the_client_filters_with_where_and_rag_over_a_url_sends_it(
+    bm25_engine: Any, synth_store: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evidra.errors import InvalidInputError
+    from evidra.rag import RAG
+    from evidra.retrieval.attach import attach
+
+    engine, corpus = bm25_engine
+    store, _ = synth_store
+    with PageStore.open(store) as opened:
+        pages = opened.page_meta()
+    question = corpus.questions[0].question
+    with SearchService(engine.retriever, n_pages=len(engine.index), pages=pages).running() as url:
+        assert httpx.get(url + "/health").json()["where"] is True
+        with SearchClient(url, timeout=10) as client:
+            (everything,) = client.search([question], k=20)
+            files = sorted({pages[h.page_id].file for h in everything})
+            (hits,) = client.search([question], k=20, where=[f"file={files[-1]}"])
+            assert (
+                hits
+                and [h.page_id for h in hits]
+                == [h.page_id for h in everything if pages[h.page_id].file == files[-1]][: len(hits)]
+            )
+            assert {pages[h.page_id].file for h in hits} == {files[-1]}
+            assert client.search([question], k=20, where={"file": files}) == [everything]  # --where's syntax
+            with pytest.raises(InvalidInputError, match="is not KEY=VALUE"):
+                client.search([question], where=["file"])
+            with pytest.raises(InvalidInputError, match="over the search service's caps"):
+                client.search([question], where={f"key{i}": "v" for i in range(40)})
+        sent: list[dict[str, Any]] = []
+        search = SearchClient.search
+
+        def spy(self: SearchClient, *args: Any, **kw: Any) -> Any:
+            sent.append(kw)
+            return search(self, *args, **kw)
+
+        monkeypatch.setattr(SearchClient, "search", spy)
+        with PageStore.open(store) as opened:
+            rag = RAG(opened, None, attach([url], opened))  # type: ignore[arg-type]  # retrieve needs no model
+            assert rag.retriever is not None and rag.retriever.filters
+            got = rag.retrieve(question, k=20, where=[f"file={files[-1]}"])
+            rag.retriever.close()
+    assert [h.page_id for h in got] == [h.page_id for h in hits]
+    assert str(sent[-1]["where"]) == f"file={files[-1]}" and sent[-1]["exclude"] == [()]  # no page list
+    with SearchService(engine.retriever).running() as url:  # no metadata: RAG excludes the other pages
+        with (
+            SearchClient(url, timeout=10) as client,
+            pytest.raises(SearchServiceError, match="needs page metadata"),
+        ):
+            client.search([question], where=[f"file={files[-1]}"])
+        with PageStore.open(store) as opened:
+            rag = RAG(opened, None, attach([url], opened))  # type: ignore[arg-type]
+            assert rag.retriever is not None and not rag.retriever.filters
+            assert [h.page_id for h in rag.retrieve(question, k=20, where=[f"file={files[-1]}"])] == [
+                h.page_id for h in hits
+            ]
+            rag.retriever.close()
+    assert "where" not in sent[-1] and len(sent[-1]["exclude"][0]) > 0

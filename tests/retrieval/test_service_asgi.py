@@ -135,7 +135,7 @@ def test_health_answers_while_a_search_holds_the_worker() -> None:
         search.start()
         time.sleep(0.2)  # the 1 s search is running on the worker thread
         start = time.perf_counter()
-        assert httpx.get(url + "/health", timeout=10).json() == {"status": "ok", "pages": -1}
+        assert httpx.get(url + "/health", timeout=10).json() == {"status": "ok", "pages": -1, "where": False}
         answered = time.perf_counter() - start
         search.join()
     assert answered < 0.3, answered

@@ -21,7 +21,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from evidra.app.http import API_KEY_ENV, error_response
+from evidra.app.http import API_KEY_ENV
+from evidra.httpserve import error_response
 
 COOKIE = "evidra_session"
 OPEN_PATHS = ("/health", "/login", "/static/")

@@ -1,16 +1,15 @@
-"""The app's HTTP limits and refusals: options, one-line JSON errors, capped and timed bodies."""
+"""The app's HTTP limits: options, JSON bodies, questions and ``k`` (refusals: ``evidra.httpserve``)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from evidra.errors import InvalidInputError
+from evidra.httpserve import HttpError, read_body
 from evidra.retrieval.serving import MAX_CONNECTIONS
 
 API_KEY_ENV = "EVIDRA_APP_API_KEY"  # read by the CLI; required as a Bearer token (or login) when set
@@ -25,6 +24,8 @@ class ServeOptions:
     k: int = 3  # pages an answer is given
     max_k: int = 20  # pages a search or an answer may ask for
     max_question_chars: int = 4000
+    max_messages: int = 64  # messages of one chat request (or the history of one question)
+    max_chat_chars: int = 100_000  # characters of all the messages of one chat request
     max_body: int = 4 * MIB  # JSON bodies (questions, chat requests with their history)
     max_upload: int = 256 * MIB  # one uploaded document
     idle_timeout_s: float = 30.0  # a request head, and a body, must arrive within this
@@ -34,47 +35,19 @@ class ServeOptions:
     model_name: str = "evidra"  # what /v1/models lists
 
     def __post_init__(self) -> None:
-        if not 1 <= self.k <= self.max_k or min(self.max_question_chars, self.max_body, self.max_upload) < 1:
+        caps = (
+            self.max_question_chars,
+            self.max_body,
+            self.max_upload,
+            self.max_messages,
+            self.max_chat_chars,
+        )
+        if not 1 <= self.k <= self.max_k or min(caps) < 1:
             raise InvalidInputError("ServeOptions needs 1 <= k <= max_k and positive size caps")
         if self.idle_timeout_s <= 0 or self.max_connections < 1:
             raise InvalidInputError("ServeOptions needs idle_timeout_s > 0 and max_connections >= 1")
         if self.api_key is not None and not self.api_key.strip():
             raise InvalidInputError(f"the API key is empty; set {API_KEY_ENV} to a secret or leave it unset")
-
-
-class HttpError(Exception):
-    """A refusal: status and a one-line message (``close`` ends the connection after it)."""
-
-    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
-        super().__init__(message)
-        self.status, self.close = status, close
-
-
-def error_response(status: int, message: str, *, close: bool = False) -> JSONResponse:
-    headers = {"Connection": "close"} if close else {}
-    if status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-async def read_body(request: Request, limit: int, deadline_s: float) -> bytes:
-    """The body, refused with 413 once declared or grown over ``limit``, 408 when late."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise HttpError(413, f"a body of {declared[:20]} bytes exceeds the limit of {limit}", close=True)
-
-    async def collect() -> bytes:
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise HttpError(413, f"the body exceeds the limit of {limit} bytes", close=True)
-        return bytes(body)
-
-    try:
-        return await asyncio.wait_for(collect(), deadline_s)
-    except asyncio.TimeoutError:
-        raise HttpError(408, f"the body did not arrive within {deadline_s:g} s", close=True) from None
 
 
 def _depth(value: Any, limit: int) -> int:

@@ -1,7 +1,9 @@
 """The OpenAI chat-completions API over a workspace, so any OpenAI-compatible chat front end can ask.
 
-``POST /v1/chat/completions`` answers the last user message (its text parts; earlier turns are
-not retrieved over) from the store's top ``k`` pages (``k`` in the body, else the server's).
+``POST /v1/chat/completions`` answers the last user message from the store's top ``k`` pages
+(``k`` in the body, else the server's), in the conversation its earlier user and assistant
+messages hold: retrieval searches for the question with the earlier user turns, and the model
+reads the earlier turns before it (``evidra.app.messages``, ``evidra.conversation``).
 The reply's content is the model's text followed by ``Answer: ...`` and ``Sources: <document>
 p. <page> [box]``; the reply also carries ``evidence`` (each cited step: document, page, box in
 page pixels, page id) and ``pages`` (what the model was shown), fields OpenAI clients ignore and
@@ -18,6 +20,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -25,36 +28,28 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from evidra.app.citations import evidence, page_json, sources_line
-from evidra.app.http import HttpError, ServeOptions, k_of, question_of, read_json
+from evidra.app.http import ServeOptions, k_of, read_json
+from evidra.app.messages import conversation
 from evidra.app.streams import Done, Failed, Piece, answer_events
 from evidra.app.workspace import Busy
 from evidra.errors import EvidraError
+from evidra.httpserve import HttpError
 
 if TYPE_CHECKING:
     from evidra.app.workspace import Workspace
     from evidra.rag import Answer
+    from evidra.types import Message
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
 
-def question_from_messages(messages: object) -> str:
-    """The text of the last user message (string content, or its text parts joined).
+@dataclass(frozen=True)
+class Turn:
+    """One request: the question, the earlier turns of its conversation, and the pages to read."""
 
-    >>> question_from_messages([{"role": "user", "content": [{"type": "text", "text": "When?"}]}])
-    'When?'
-    """
-    if not isinstance(messages, list) or not messages:
-        raise HttpError(400, "messages must be a non-empty list of chat messages")
-    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    if not users:
-        raise HttpError(400, "messages hold no user message to answer")
-    content = users[-1].get("content")
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        content = "\n".join(p for p in parts if isinstance(p, str))
-    if not isinstance(content, str):
-        raise HttpError(400, "the last user message has no text content")
-    return content
+    question: str
+    history: tuple[Message, ...]
+    k: int
 
 
 def tail(answer: Answer) -> str:
@@ -87,7 +82,7 @@ def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
     async def completions(request: Request) -> Response:
         try:
             body = await read_json(request, options)
-            question = question_of(question_from_messages(body.get("messages")), options)
+            question, history = conversation(body.get("messages"), options)
             k = k_of(body.get("k"), options.k, options)
             if not workspace.can_answer:
                 raise HttpError(409, "this server has no model; start it with --model to answer")
@@ -98,10 +93,11 @@ def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
             "created": int(time.time()),
             "model": options.model_name,
         }
+        turn = Turn(question, history, k)
         if body.get("stream") is True:
-            return StreamingResponse(_chunks(workspace, question, k, head), media_type="text/event-stream",
+            return StreamingResponse(_chunks(workspace, turn, head), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-store"})  # fmt: skip
-        return await _whole(workspace, question, k, head)
+        return await _whole(workspace, turn, head)
 
     return [
         Route("/v1/models", models, methods=["GET"]),
@@ -109,9 +105,9 @@ def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
     ]
 
 
-async def _whole(workspace: Workspace, question: str, k: int, head: dict[str, Any]) -> Response:
+async def _whole(workspace: Workspace, turn: Turn, head: dict[str, Any]) -> Response:
     try:
-        answer = await workspace.ask(question, k)
+        answer = await workspace.ask(turn.question, turn.k, history=turn.history)
     except Busy as exc:
         return _openai_error(503, str(exc))
     except EvidraError as exc:
@@ -127,13 +123,13 @@ def _sse(record: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(record, ensure_ascii=False)}\n\n".encode()
 
 
-async def _chunks(workspace: Workspace, question: str, k: int, head: dict[str, Any]) -> AsyncIterator[bytes]:
+async def _chunks(workspace: Workspace, turn: Turn, head: dict[str, Any]) -> AsyncIterator[bytes]:
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         return _sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
-    async for event in answer_events(workspace, question, k):
+    async for event in answer_events(workspace, turn.question, turn.k, turn.history):
         if isinstance(event, Piece):
             yield chunk({"content": event.text})
         elif isinstance(event, Done):

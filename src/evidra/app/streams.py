@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from evidra.app.workspace import Workspace
     from evidra.rag import Answer
     from evidra.retrieval.base import Hit
-    from evidra.types import Page
+    from evidra.types import Message, Page
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,11 @@ Event = Found | Piece | Done | Failed
 _RUNNING: set[asyncio.Task[None]] = set()
 
 
-async def answer_events(workspace: Workspace, question: str, k: int) -> AsyncIterator[Event]:
-    """``Found``, then ``Piece``s, then ``Done`` (or ``Failed`` with a one-line message)."""
+async def answer_events(
+    workspace: Workspace, question: str, k: int, history: Sequence[Message] = ()
+) -> AsyncIterator[Event]:
+    """``Found``, then ``Piece``s, then ``Done`` (or ``Failed`` with a one-line message); ``history``
+    holds the earlier turns of the conversation (``Workspace.ask``)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
     gone = threading.Event()
@@ -74,7 +77,7 @@ async def answer_events(workspace: Workspace, question: str, k: int) -> AsyncIte
 
     async def run() -> None:
         try:
-            answer = await workspace.ask(question, k, on_text, on_pages=on_pages)
+            answer = await workspace.ask(question, k, on_text, on_pages=on_pages, history=history)
             queue.put_nowait(Done(answer, ms()))
         except StreamCancelled:
             pass

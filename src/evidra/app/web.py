@@ -4,8 +4,9 @@ Pages (Jinja2 templates under ``evidra/templates/app``, one stylesheet and one s
 step): ``/`` (documents, upload, search, ask), ``/documents/<source>?page=N`` (page through a
 document), ``/login`` (when a key is set). JSON: ``GET /api/documents``, ``GET /api/search?q=&k=``,
 ``POST /api/upload?name=<file>`` (the file as the body; ingested at once), ``POST /api/index``
-(adds new pages to the index; NDJSON progress lines), ``POST /api/ask`` (``{"question", "k"}``;
-NDJSON events: ``pages``, ``token``..., ``answer`` or ``error``), ``GET /pages/<id>/image``,
+(adds new pages to the index; NDJSON progress lines), ``POST /api/ask`` (``{"question", "k",
+"history"}``, the history being the earlier turns as chat messages; NDJSON events: ``pages``,
+``token``..., ``answer`` or ``error``), ``GET /pages/<id>/image``,
 ``GET /health``. ``/v1/models`` and ``/v1/chat/completions`` are ``evidra.app.openai_api``.
 Refusals are one-line JSON errors, as ``serve-index`` answers them.
 """
@@ -36,11 +37,13 @@ from starlette.routing import Route
 
 from evidra.app.auth import COOKIE, Guard, session_token
 from evidra.app.citations import answer_json, citation_label, matched_words, page_json
-from evidra.app.http import HttpError, ServeOptions, error_response, k_of, question_of, read_body, read_json
+from evidra.app.http import ServeOptions, k_of, question_of, read_json
+from evidra.app.messages import history_of
 from evidra.app.openai_api import chat_routes
 from evidra.app.streams import Done, Failed, Found, Piece, Report, answer_events, progress_events
 from evidra.app.workspace import Busy, NotFound
 from evidra.errors import EvidraError
+from evidra.httpserve import HttpError, error_response, read_body
 from evidra.retrieval.app import AccessLog
 from evidra.templating import render
 
@@ -129,12 +132,13 @@ class Pages:
     async def ask(self, request: Request) -> Response:
         body = await read_json(request, self.options)
         question = question_of(body.get("question"), self.options)
+        history = history_of(body.get("history"), self.options)
         k = k_of(body.get("k"), self.options.k, self.options)
         if not self.workspace.can_answer:
             raise HttpError(409, "this server has no model; start it with --model to ask questions")
 
         async def events() -> AsyncIterator[dict[str, Any]]:
-            async for event in answer_events(self.workspace, question, k):
+            async for event in answer_events(self.workspace, question, k, history):
                 yield event_json(event)
 
         return _ndjson(events())

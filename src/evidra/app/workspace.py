@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from evidra.rag import RAG, Answer
     from evidra.retrieval.base import Hit
     from evidra.retrieval.engine import Engine
-    from evidra.types import Page
+    from evidra.types import Message, Page
 
 logger = logging.getLogger(__name__)
 
@@ -158,16 +158,21 @@ class Workspace:
         on_text: OnText | None = None,
         *,
         on_pages: Callable[[list[tuple[Hit, Page]]], None] | None = None,
+        history: Sequence[Message] = (),
     ) -> Answer:
         """Retrieve the top ``k`` pages (data thread), hand them to ``on_pages``, then answer over
-        them (model thread), handing each piece of text to ``on_text`` as it is written."""
+        them (model thread), handing each piece of text to ``on_text`` as it is written.
+        ``history`` holds the earlier turns of the conversation: retrieval searches for the
+        question with the earlier user turns, the model reads them (``evidra.conversation``)."""
+        from evidra.conversation import retrieval_query
+
         if self.model is None:
             raise InvalidInputError("this server has no model; start it with --model to ask questions")
         if self._asking >= MAX_WAITING_ASKS:
             raise Busy(f"{self._asking} questions are being answered; ask again in a moment")
         self._asking += 1
         try:
-            found = await self.search(question, k)
+            found = await self.search(retrieval_query(question, history), k)
             if not found:
                 raise InvalidInputError(
                     f"no page matches {question[:80]!r}; ask with words the documents use"
@@ -175,7 +180,7 @@ class Workspace:
             if on_pages is not None:
                 on_pages(found)
             ids = [page.id for _, page in found]
-            answer = await self._on_model(self._ask, question, ids, on_text)
+            answer = await self._on_model(self._ask, question, ids, on_text, tuple(history))
         finally:
             self._asking -= 1
         where = (str(self.index_root),) if self.index_root else ()
@@ -298,6 +303,8 @@ class Workspace:
         if self._rag is not None:
             self._rag.close()
 
-    def _ask(self, question: str, page_ids: Sequence[str], on_text: OnText | None) -> Answer:
+    def _ask(
+        self, question: str, page_ids: Sequence[str], on_text: OnText | None, history: Sequence[Message]
+    ) -> Answer:
         assert self._rag is not None, "the workspace has no model"
-        return self._rag.ask(question, pages=list(page_ids), on_text=on_text)
+        return self._rag.ask(question, pages=list(page_ids), on_text=on_text, history=history)

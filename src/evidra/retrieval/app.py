@@ -15,7 +15,6 @@ is logged with status 499 and answered with nothing.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import time
@@ -31,7 +30,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval.http import MAX_HEADERS, HttpError, filtered, parse_search
+from evidra.httpserve import HttpError, error_response, read_body
+from evidra.retrieval.http import MAX_HEADERS, filtered, parse_search
 from evidra.retrieval.server import API_KEY_ENV, ClientGone
 
 if TYPE_CHECKING:
@@ -43,16 +43,9 @@ USAGE = {"/search": "use POST /search with a JSON body", "/health": "use GET /he
 CLIENT_GONE = 499  # logged (never sent) for a request whose client hung up first, as nginx does
 
 
-def _error(status: int, message: str, *, close: bool = False) -> JSONResponse:
-    headers = {"Connection": "close"} if close else {}
-    if status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HttpError)
-    return _error(exc.status, str(exc), close=exc.close)
+    return error_response(exc.status, str(exc), close=exc.close)
 
 
 async def _starlette_error(request: Request, exc: Exception) -> Response:
@@ -60,15 +53,15 @@ async def _starlette_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     path = request.url.path
     if exc.status_code == 404:
-        return _error(404, f"no endpoint {path[:80]!r}; use POST /search or GET /health")
+        return error_response(404, f"no endpoint {path[:80]!r}; use POST /search or GET /health")
     if exc.status_code == 405:
-        return _error(405, USAGE.get(path, HTTPStatus(405).phrase))
-    return _error(exc.status_code, HTTPStatus(exc.status_code).phrase)
+        return error_response(405, USAGE.get(path, HTTPStatus(405).phrase))
+    return error_response(exc.status_code, HTTPStatus(exc.status_code).phrase)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     # starlette re-raises the exception after this answer, so uvicorn logs its traceback
-    return _error(500, "internal error; the service log has the details")
+    return error_response(500, "internal error; the service log has the details")
 
 
 class AccessLog:
@@ -92,7 +85,9 @@ class AccessLog:
 
         try:
             if len(scope["headers"]) > MAX_HEADERS:
-                await _error(431, f"more than {MAX_HEADERS} headers", close=True)(scope, receive, send)
+                await error_response(431, f"more than {MAX_HEADERS} headers", close=True)(
+                    scope, receive, send
+                )
                 status = 431
             else:
                 await self.app(scope, receive, send_noting_status)
@@ -114,35 +109,16 @@ def _check_key(request: Request, key: str | None) -> None:
         raise HttpError(401, f"missing or wrong API key; send Authorization: Bearer ${API_KEY_ENV}")
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused (413) once it is declared or grows over ``limit`` bytes. (starlette's own
-    ``max_body_size`` would answer a declared oversize in plain text, not as a one-line JSON error.)"""
-    declared = request.headers.get("content-length", "")  # h11 has checked it is a plain integer
-    if declared.isdigit() and int(declared) > limit:
-        raise HttpError(413, f"a body of {declared[:20]} bytes exceeds the limit of {limit}", close=True)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HttpError(413, f"the body exceeds the limit of {limit} bytes", close=True)
-    return bytes(body)
-
-
 def build_app(service: SearchService) -> Starlette:
     """The ASGI app of ``service``: GET /health and POST /search (see the module docstring)."""
     options = service.options
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "pages": service.n_pages})
+        return JSONResponse({"status": "ok", "pages": service.n_pages, "where": service.pages is not None})
 
     async def search(request: Request) -> Response:
         _check_key(request, options.api_key)
-        try:
-            body = await asyncio.wait_for(_read_body(request, options.max_body), options.idle_timeout_s)
-        except asyncio.TimeoutError:
-            raise HttpError(
-                408, f"the body did not arrive within {options.idle_timeout_s:g} s", close=True
-            ) from None
+        body = await read_body(request, options.max_body, options.idle_timeout_s)
         parsed = filtered(parse_search(body, options.limits), service.pages)
         request.state.queries = len(parsed.queries)
         try:

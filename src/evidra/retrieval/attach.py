@@ -22,6 +22,7 @@ from evidra.errors import InvalidInputError
 from evidra.retrieval.base import Hit, Retriever
 
 if TYPE_CHECKING:
+    from evidra.corpus.metadata import Where
     from evidra.corpus.store import PageStore
 
 logger = logging.getLogger(__name__)
@@ -55,13 +56,25 @@ class StoreRetriever:
     where: tuple[str, ...]  # the index directories / URLs, as given
     retriever: Retriever
     closers: tuple[Callable[[], None], ...] = ()
+    filters: bool = False  # one serve-index URL whose service filters by metadata ("where")
 
-    def search(self, question: str, k: int, exclude: Collection[str] = ()) -> list[Hit]:
-        """The top ``k`` pages for ``question``, none of them in ``exclude``."""
-        from evidra.retrieval.client import SearchServiceError
+    def search(
+        self, question: str, k: int, exclude: Collection[str] = (), where: Where | None = None
+    ) -> list[Hit]:
+        """The top ``k`` pages for ``question``, none of them in ``exclude``; ``where`` only when
+        ``filters`` (the service keeps to the pages it accepts)."""
+        from evidra.retrieval.client import SearchClient, SearchServiceError
 
+        remote = self.retriever if self.filters and isinstance(self.retriever, SearchClient) else None
+        if where and remote is None:
+            raise InvalidInputError(
+                f"index {', '.join(self.where)} cannot filter by metadata; exclude the pages it rules out"
+            )
         try:
-            (hits,) = self.retriever.search([question], k=k, exclude=[exclude])
+            if remote is not None and where:
+                (hits,) = remote.search([question], k=k, exclude=[exclude], where=where)
+            else:
+                (hits,) = self.retriever.search([question], k=k, exclude=[exclude])
         except SearchServiceError as exc:
             raise InvalidInputError(
                 f"index {', '.join(self.where)} failed to answer ({exc}); check that `evidra serve-index` "
@@ -90,10 +103,11 @@ def attach(where: Sequence[str], store: PageStore, encoder: str = "") -> StoreRe
         raise InvalidInputError("attach needs at least one index directory or serve-index URL")
     retrievers: list[Retriever] = []
     closers: list[Callable[[], None]] = []
+    filters = False
     try:
         for location in where:
             if is_url(location):
-                retriever, close = _open_url(location)
+                retriever, close, filters = _open_url(location)
                 closers.append(close)
                 _probe(retriever, location, store)
             else:
@@ -105,12 +119,13 @@ def attach(where: Sequence[str], store: PageStore, encoder: str = "") -> StoreRe
             close()
         raise
     joined = retrievers[0] if len(retrievers) == 1 else RRFRetriever(tuple(retrievers))
-    return StoreRetriever(store, tuple(where), joined, tuple(closers))
+    return StoreRetriever(store, tuple(where), joined, tuple(closers), filters and len(retrievers) == 1)
 
 
-def _open_url(url: str) -> tuple[Retriever, Callable[[], None]]:
-    """A ``serve-index`` client, after its ``/health`` answered (so a wrong URL fails here). The
-    URL is the user's (``--index``, ``attach``'s argument): the service's key may go there."""
+def _open_url(url: str) -> tuple[Retriever, Callable[[], None], bool]:
+    """A ``serve-index`` client, after its ``/health`` answered (so a wrong URL fails here), and
+    whether the service filters by metadata. The URL is the user's (``--index``, ``attach``'s
+    argument): the service's key may go there."""
     import httpx
 
     from evidra.httpio import ERROR_BODY_BYTES, REQUEST_HEADERS, ReplyError, loads, read_capped
@@ -138,7 +153,7 @@ def _open_url(url: str) -> tuple[Retriever, Callable[[], None]]:
             "service; pass the URL that `evidra serve-index` prints"
         )
     client = SearchClient(url)
-    return client, client.close
+    return client, client.close, isinstance(health, dict) and health.get("where") is True
 
 
 def _probe(retriever: Retriever, where: str, store: PageStore) -> None:

@@ -1,8 +1,13 @@
 """Clients of the search service (``evidra serve-index``), sync and async, with timeouts.
 
 Environments (VRAG-RL's ``<search>`` action) call ``search`` with the pages an episode has already
-seen in ``exclude``. Every failure (timeout, refused connection, 4xx/5xx, a reply that is too
-large, not JSON or has no ``results``) raises ``SearchServiceError`` with one line naming the URL.
+seen in ``exclude``. ``where`` keeps to the pages whose document metadata it accepts, in the
+syntax of ``--where`` (``["file=report.pdf", "year=2024"]``, a mapping, or a ``Where``; see
+``evidra.corpus.metadata``): the service filters (it needs its page store's metadata; ``/health``
+says ``"where": true``), so a filter costs a few bytes instead of a list of every other page id.
+A filter over the service's caps is an ``InvalidInputError`` before anything is sent. Every
+failure (timeout, refused connection, 4xx/5xx, a reply that is too large, not JSON or has no
+``results``) raises ``SearchServiceError`` with one line naming the URL.
 
 * **Timeout**: ``timeout`` bounds a whole call by the wall clock (connect, send and every read),
   so a server that trickles its answer a byte at a time cannot hold an episode; the blocking
@@ -18,6 +23,7 @@ large, not JSON or has no ``results``) raises ``SearchServiceError`` with one li
 
 >>> client = SearchClient("http://127.0.0.1:8765", timeout=10)          # doctest: +SKIP
 >>> client.search(["revenue in 2019"], k=3, exclude=[{"a1b2-p0001"}])     # doctest: +SKIP
+>>> client.search(["revenue in 2019"], k=3, where=["file=report.pdf"])    # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -25,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from evidra.errors import EvidraError
+from evidra.corpus.metadata import Where, parse_where
+from evidra.errors import EvidraError, InvalidInputError
 from evidra.httpio import (
     ERROR_BODY_BYTES,
     MAX_REPLY_BYTES,
@@ -43,6 +50,7 @@ from evidra.httpio import (
 )
 from evidra.keys import KeyPolicy, redact
 from evidra.retrieval.base import Exclude, Hit
+from evidra.retrieval.http import MAX_WHERE_CHARS, MAX_WHERE_KEYS, MAX_WHERE_VALUES
 from evidra.retrieval.server import API_KEY_ENV, hits_from_json
 
 
@@ -50,10 +58,36 @@ class SearchServiceError(EvidraError, ConnectionError):
     """The search service could not be reached, rejected the request or sent a bad reply."""
 
 
-def _body(queries: Sequence[str], k: int, exclude: Exclude) -> dict[str, Any]:
+WhereFilter = Where | Sequence[str] | Mapping[str, str | Sequence[str]] | None
+
+
+def where_json(where: WhereFilter) -> dict[str, list[str]]:
+    """``where`` as the service's ``"where"`` object, refused with one line over its caps.
+
+    >>> where_json(["file=a.pdf", "file=b.pdf", "year=2024"])
+    {'file': ['a.pdf', 'b.pdf'], 'year': ['2024']}
+    """
+    chosen = where if isinstance(where, Where) else parse_where(where)
+    out = {key: sorted(values) for key, values in chosen.conditions.items()}
+    texts = [text for key, values in out.items() for text in (key, *values)]
+    if (
+        len(out) > MAX_WHERE_KEYS
+        or any(len(v) > MAX_WHERE_VALUES for v in out.values())
+        or any(len(t) > MAX_WHERE_CHARS for t in texts)
+    ):
+        raise InvalidInputError(
+            f"filter {str(chosen)[:80]!r} is over the search service's caps: at most {MAX_WHERE_KEYS} keys, "
+            f"{MAX_WHERE_VALUES} values a key, {MAX_WHERE_CHARS} characters a key or value"
+        )
+    return out
+
+
+def _body(queries: Sequence[str], k: int, exclude: Exclude, where: dict[str, list[str]]) -> dict[str, Any]:
     body: dict[str, Any] = {"queries": list(queries), "k": k}
     if exclude is not None:
         body["exclude"] = [sorted(e) for e in exclude]
+    if where:
+        body["where"] = where
     return body
 
 
@@ -108,10 +142,15 @@ class AsyncSearchClient:
             return response.status_code, await aread_capped(response, cap, truncate=not ok)
 
     async def search(
-        self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        exclude: Sequence[Collection[str]] | None = None,
+        where: WhereFilter = None,
     ) -> list[list[Hit]]:
+        body = _body(queries, k, exclude, where_json(where))
         try:
-            status, raw = await asyncio.wait_for(self._post(_body(queries, k, exclude)), self.timeout)
+            status, raw = await asyncio.wait_for(self._post(body), self.timeout)
         except asyncio.TimeoutError:
             raise SearchServiceError(
                 f"search service at {self.url} gave no complete answer within timeout={self.timeout:g} s"
@@ -159,10 +198,15 @@ class SearchClient:
             return self._runner
 
     def search(
-        self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
+        self,
+        queries: Sequence[str],
+        k: int = 10,
+        exclude: Sequence[Collection[str]] | None = None,
+        where: WhereFilter = None,
     ) -> list[list[Hit]]:
+        where_json(where)  # a bad filter fails here, on the caller's thread
         loop, client = self._open()
-        return loop.run(client.search(queries, k, exclude))
+        return loop.run(client.search(queries, k, exclude, where))
 
     def close(self) -> None:
         with self._lock:

@@ -16,20 +16,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evidra.corpus.metadata import PageMeta, parse_where
+from evidra.httpserve import HttpError
 
 MAX_BODY = 1 << 20  # bytes of one request body, Content-Length or chunked (413 above)
 MAX_HEAD = 16 << 10  # bytes of the request line and headers together (400 above, from h11)
 MAX_HEADERS = 64  # header lines of one request (431 above)
-
-
-class HttpError(Exception):
-    """An error answered with ``status`` and a JSON ``{"error": message}`` body; ``close`` ends the
-    connection after it (the rest of the request was left unread)."""
-
-    def __init__(self, status: int, message: str, *, close: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.close = close
 
 
 @dataclass(frozen=True)
@@ -119,7 +110,7 @@ def parse_search(body: bytes, limits: SearchLimits) -> SearchRequest:
     SearchRequest(queries=['red fox'], k=3, exclude=[[]], where={})
     >>> parse_search(b'{"queries": ["a", "b"]}', SearchLimits(max_queries=1))
     Traceback (most recent call last):
-    evidra.retrieval.http.HttpError: 2 queries in one request, over the cap of 1; split it
+    evidra.httpserve.HttpError: 2 queries in one request, over the cap of 1; split it
     """
     data = _json(body)
     if not isinstance(data, dict):

@@ -2,7 +2,7 @@
 
 Endpoints (JSON in, JSON out)::
 
-    GET  /health  -> {"status": "ok", "pages": N}
+    GET  /health  -> {"status": "ok", "pages": N, "where": true}   (where: it can filter by metadata)
     POST /search  {"queries": ["..."], "k": 5, "exclude": [["page-id", ...]], "where": {"file": "a.pdf"}}
                   -> {"results": [[{"page_id": ..., "score": ..., "image_path": ...}, ...]]}
 

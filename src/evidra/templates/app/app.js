@@ -141,10 +141,41 @@ function showEvidence(answer) {
   $("pages-title").hidden = answer.pages.length === 0;
 }
 
-async function ask(event) {
+// The conversation so far: earlier questions and answers, sent as the history of a follow-up.
+let conversation = [];
+
+function showTurns() {
+  const turns = $("turns");
+  turns.replaceChildren(...conversation.map((m) => el("li", {class: m.role, text: m.content})));
+  turns.hidden = conversation.length === 0;
+}
+
+function ask(event) {
   event.preventDefault();
-  const question = $("question").value.trim();
+  conversation = [];
+  return answer($("question").value.trim());
+}
+
+function followUp(event) {
+  event.preventDefault();
+  const box = $("follow-question");
+  const question = box.value.trim();
+  box.value = "";
+  return answer(question);
+}
+
+function replyText(e) {
+  // what the model reads of an earlier answer: the answer and the pages it cites
+  const labels = [...new Set(e.evidence.map((x) => x.label).filter(Boolean))];
+  return `${e.answer ?? "(no answer)"}${labels.length ? `\n\nSources: ${labels.join("; ")}` : ""}`;
+}
+
+async function answer(question) {
   if (!question) return;
+  const history = conversation.slice();
+  showTurns();
+  $("asked").textContent = question;
+  $("follow").hidden = true;
   $("results").hidden = true;
   $("hint").hidden = true;
   $("answer").hidden = false;
@@ -159,7 +190,7 @@ async function ask(event) {
   let first = null;
   try {
     const response = await fetch("/api/ask", {method: "POST", headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({question, k: Number($("k").value)})});
+      body: JSON.stringify({question, k: Number($("k").value), history})});
     if (!response.ok) throw new Error(await failure(response));
     for await (const e of ndjson(response)) {
       if (e.type === "pages") {
@@ -174,6 +205,8 @@ async function ask(event) {
         $("final").hidden = false;
         $("timing").textContent = `first token after ${first ?? "-"} ms, done after ${e.ms} ms`;
         showEvidence(e);
+        conversation = [...history, {role: "user", content: question}, {role: "assistant", content: replyText(e)}];
+        $("follow").hidden = false;
       } else if (e.type === "error") {
         throw new Error(e.error);
       }
@@ -291,6 +324,7 @@ async function addDocuments(files) {
 document.addEventListener("DOMContentLoaded", () => {
   if ($("ask-button")?.disabled) document.body.dataset.noModel = "1";
   $("ask")?.addEventListener("submit", ask);
+  $("follow")?.addEventListener("submit", followUp);
   $("search-button")?.addEventListener("click", search);
   $("files")?.addEventListener("change", (e) => addDocuments(e.target.files));
   $("folder")?.addEventListener("change", (e) => addDocuments(e.target.files));
