@@ -13,7 +13,7 @@ from evidra.cli.main import main
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import generate_documents
 from evidra.retrieval.engine import open_index
-from evidra.retrieval.hybrid import RRFRetriever
+from evidra.retrieval.hybrid import HybridRetriever
 from evidra.retrieval.server import SearchService
 
 QUESTION = "In which year was the project founded?"
@@ -139,7 +139,7 @@ def test_the_registered_index_and_hybrid_retrieval(
     assert _json(capsys)["index"] == [str(indexed["col"].resolve())]
 
     both = [str(indexed["bm25"]), str(indexed["col"])]
-    fused = RRFRetriever(tuple(open_index(i).retriever for i in both)).search([QUESTION], k=3)[0]
+    fused = HybridRetriever(tuple(open_index(i).retriever for i in both)).search([QUESTION], k=3)[0]
     assert main(_ask(indexed, tiny_dirs, "--index", both[0], "--index", both[1], "--json")) == 0
     result = _json(capsys)
     assert [h["page_id"] for h in result["retrieved"]] == [h.page_id for h in fused]

@@ -2,7 +2,8 @@
 
 evidra ask --store S --index I --model M "When was Orion founded?"      # top --k pages of index I
 evidra ask --store S --index http://localhost:8000 --model M "..."       # a running serve-index
-evidra ask --store S --index I-colqwen2 --index I-bm25 --model M "..."   # hybrid: RRF of both
+evidra ask --store S --index I-colqwen2 --index I-bm25 --model M "..."   # hybrid: both fused
+evidra ask --store S --index I1 --index I2 --fusion rrf --rrf-k 60 --model M "..."   # RRF instead
 evidra ask --store S --model M "..."     # the index `evidra index build --store S` registered
 evidra ask --store S --model M --page ID --page ID2 "..."                # pages chosen by hand
 
@@ -25,6 +26,7 @@ from evidra.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from evidra.rag import RAG
+    from evidra.retrieval.hybrid import Fusion
 
 
 def register(subparsers: Any) -> None:
@@ -42,9 +44,11 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="DIR|URL",
-        help="index directory or `evidra serve-index` URL to retrieve pages from (repeat: hybrid RRF); "
+        help="index directory or `evidra serve-index` URL to retrieve pages from (repeat: hybrid search, "
+        "fused by --fusion); "
         "default: the index registered in the store by `evidra index build --store`",
     )
+    add_fusion_args(p)
     p.add_argument(
         "--encoder",
         default="",
@@ -93,6 +97,50 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def add_fusion_args(p: argparse.ArgumentParser) -> None:
+    """The options of hybrid search over two or more ``--index`` (``evidra.retrieval.hybrid``)."""
+    from evidra.retrieval.hybrid import DEFAULT_DEPTH, DEFAULT_RRF_K, DEFAULT_RULE, FUSIONS
+
+    g = p.add_argument_group("hybrid search (two or more --index)")
+    g.add_argument("--fusion", choices=FUSIONS.names(), default=None,
+                   help=f"how the indexes' hits are fused: zscore (sum of each index's z-scores), minmax "
+                   f"or rrf (reciprocal-rank fusion) (default: {DEFAULT_RULE})")  # fmt: skip
+    g.add_argument("--fusion-depth", type=int, default=None, metavar="N",
+                   help=f"hits taken from each index before fusing; at most a serve-index's --max-k "
+                   f"(default: {DEFAULT_DEPTH})")  # fmt: skip
+    g.add_argument("--fusion-weight", type=float, action="append", default=None, metavar="W",
+                   help="weight of each --index, in their order: give one per index (default: 1 each)")
+    g.add_argument("--rrf-k", type=int, default=None, metavar="K",
+                   help=f"RRF constant k of --fusion rrf: 1 / (k + rank) (default: {DEFAULT_RRF_K})")
+
+
+def fusion_from_args(args: argparse.Namespace) -> Fusion | None:
+    """``Fusion`` of the hybrid options given; None when none is. Options that would change
+    nothing (one index, or --rrf-k without --fusion rrf) are refused, not ignored."""
+    from evidra.retrieval.hybrid import DEFAULT_FUSION, Fusion
+
+    given = {name: getattr(args, name) for name in ("fusion", "fusion_depth", "fusion_weight", "rrf_k")}
+    if all(value is None for value in given.values()):
+        return None
+    shown = ", ".join("--" + name.replace("_", "-") for name, value in given.items() if value is not None)
+    if len(args.index) < 2:
+        raise InvalidInputError(f"{shown} fuse two or more --index; pass a second --index, or drop {shown}")
+    rule = args.fusion or DEFAULT_FUSION.rule
+    if args.rrf_k is not None and rule != "rrf":
+        raise InvalidInputError(f"--rrf-k is the constant of --fusion rrf; add --fusion rrf or drop --rrf-k "
+                                f"(--fusion {rule} does not use it)")  # fmt: skip
+    if args.fusion_weight is not None and len(args.fusion_weight) != len(args.index):
+        raise InvalidInputError(
+            f"got {len(args.fusion_weight)} --fusion-weight for {len(args.index)} --index; give one per index"
+        )
+    return Fusion(
+        rule,
+        DEFAULT_FUSION.depth if args.fusion_depth is None else args.fusion_depth,
+        None if args.fusion_weight is None else tuple(args.fusion_weight),
+        DEFAULT_FUSION.rrf_k if args.rrf_k is None else args.rrf_k,
+    )
+
+
 def _similarity(retriever: str | None, device: str) -> Any:
     from evidra.rewards.embedding import ColQwen2Similarity, TextOverlapSimilarity
 
@@ -127,6 +175,7 @@ def _open(args: argparse.Namespace) -> RAG:
         )
     if args.page and args.index:
         raise InvalidInputError("pass --page (pages chosen by hand) or --index (retrieved pages), not both")
+    fusion = fusion_from_args(args)
     if args.html:
         check_output_file(args.html, "--html", "answer.html")  # before minutes of generation
     device = resolve_device(args.device)
@@ -143,6 +192,7 @@ def _open(args: argparse.Namespace) -> RAG:
         device=device,
         max_pixels=args.max_pixels,
         encoder=args.encoder,
+        fusion=fusion,
     )
 
 
