@@ -96,7 +96,9 @@ def _visual(pages: Sequence[Page], tmp: Path) -> Retriever:
     from evidra.retrieval.engine import build_index
 
     model = build_tiny("colqwen2", tmp / "tiny-colqwen2")
-    return build_index(pages, tmp / "visual", "colqwen2", model, options=EncoderOptions(batch_size=8)).retriever
+    return build_index(
+        pages, tmp / "visual", "colqwen2", model, options=EncoderOptions(batch_size=8)
+    ).retriever
 
 
 def _scores(retriever: Retriever, items: Sequence[KnownItem]) -> dict[str, float]:
@@ -118,13 +120,13 @@ def measure(
     """Single retrievers by name, and every (setting, pair) fused."""
     questions = [it.question for it in items]
     texts = {p.id: p.text for p in pages}
-    built: dict[str, Retriever] = {name: BM25Retriever.build(texts, params) for name, params in VARIANTS.items()}
+    built: dict[str, Retriever] = {
+        name: BM25Retriever.build(texts, params) for name, params in VARIANTS.items()
+    }
     built[VISUAL] = _visual(pages, tmp)
     arms = {name: Answered(r, questions) for name, r in built.items()}
     singles = {name: _scores(arm, items) for name, arm in arms.items()}
-    fused = {
-        (s.label, pair): _scores(_fused(arms, pair, s), items) for s in SETTINGS for pair in PAIRS
-    }
+    fused = {(s.label, pair): _scores(_fused(arms, pair, s), items) for s in SETTINGS for pair in PAIRS}
     return singles, fused
 
 
@@ -147,7 +149,9 @@ def _name(pair: tuple[str, str]) -> str:
     return " + ".join(pair)
 
 
-def report(singles: dict[str, dict[str, float]], fused: dict[tuple[str, tuple[str, str]], dict[str, float]]) -> None:
+def report(
+    singles: dict[str, dict[str, float]], fused: dict[tuple[str, tuple[str, str]], dict[str, float]]
+) -> None:
     print("| retriever | recall@1 | recall@5 | MRR@10 |\n|---|---|---|---|")
     for name, m in singles.items():
         print(f"| {name} | {m['r1']:.3f} | {m['r5']:.3f} | {m['mrr']:.3f} |")
@@ -167,18 +171,26 @@ def _label(fusion: Fusion) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     where = parser.add_mutually_exclusive_group()  # none given: the generated manual (--fixture)
     where.add_argument("--store", help="a page store from `evidra ingest`")
     where.add_argument("--pdfs", help="a folder of PDFs, ingested into a temporary store")
     where.add_argument("--fixture", action="store_true", help="a small generated manual (the default)")
-    parser.add_argument("--fixture-pages", type=int, default=40, help="pages of the generated manual (default: 40)")
+    parser.add_argument(
+        "--fixture-pages", type=int, default=40, help="pages of the generated manual (default: 40)"
+    )
     parser.add_argument("--dpi", type=float, default=36.0, help="render resolution for --pdfs (default: 36)")
     parser.add_argument("--per-page", type=int, default=4, help="questions per page at most (default: 4)")
-    parser.add_argument("--max-items", type=int, default=2000, help="questions in all at most (default: 2000)")
+    parser.add_argument(
+        "--max-items", type=int, default=2000, help="questions in all at most (default: 2000)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="question sampling seed (default: 0)")
     args = parser.parse_args()
-    assert _label(PREVIOUS) in {s.label for s in SETTINGS} and _label(DEFAULT_FUSION) in {s.label for s in SETTINGS}
+    assert _label(PREVIOUS) in {s.label for s in SETTINGS} and _label(DEFAULT_FUSION) in {
+        s.label for s in SETTINGS
+    }
     with tempfile.TemporaryDirectory() as tmp:  # the pages' images live here until measured
         pages = _pages(args, Path(tmp))
         items = known_items(pages, per_page=args.per_page, max_items=args.max_items, seed=args.seed)
@@ -190,10 +202,11 @@ def main() -> None:
     def mean(fusion: Fusion, pairs: Sequence[tuple[str, str]]) -> float:
         return fmean(fused[_label(fusion), p]["mrr"] for p in pairs)
 
+    chosen = f"{DEFAULT_FUSION.rule}:{DEFAULT_FUSION.depth}"
     print(
         f"RESULT single_mrr={singles[BASE]['mrr']:.3f} previous_signal_mrr={mean(PREVIOUS, signal):.3f} "
         f"default_signal_mrr={mean(DEFAULT_FUSION, signal):.3f} previous_weak_mrr={mean(PREVIOUS, WEAK):.3f} "
-        f"default_weak_mrr={mean(DEFAULT_FUSION, WEAK):.3f} default={DEFAULT_FUSION.rule}:{DEFAULT_FUSION.depth}"
+        f"default_weak_mrr={mean(DEFAULT_FUSION, WEAK):.3f} default={chosen}"
     )
 
 

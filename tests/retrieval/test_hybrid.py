@@ -37,7 +37,11 @@ def test_minmax_hand_computed() -> None:
 
 def test_rrf_rule_and_depth() -> None:
     # k 1: x 1/2 + 1/3, z 1/4 + 1/2, y 1/3
-    assert _ids_scores(fuse([A, B], Fusion("rrf", rrf_k=1))) == [("x", 0.833333), ("z", 0.75), ("y", 0.333333)]
+    assert _ids_scores(fuse([A, B], Fusion("rrf", rrf_k=1))) == [
+        ("x", 0.833333),
+        ("z", 0.75),
+        ("y", 0.333333),
+    ]
     # depth 1: only x (from A) and z (from B) take part, 1/2 each; x was seen first
     assert _ids_scores(fuse([A, B], Fusion("rrf", depth=1, rrf_k=1))) == [("x", 0.5), ("z", 0.5)]
 
@@ -72,7 +76,7 @@ def test_hybrid_retriever_default_is_zscore_over_100_hits() -> None:
     hits = HybridRetriever((a, b)).search(["q"], k=2, exclude=[{"y"}])[0]
     # without y, A is x 9, z 7 (z +1, -1) and B z +1, x -1: both sum to 0, x seen first
     assert _ids_scores(hits) == [("x", 0.0), ("z", 0.0)]
-    assert a.asked == b.asked == [100] and DEFAULT_FUSION == Fusion("zscore", 100, None, 60)
+    assert a.asked == b.asked == [100] and Fusion("zscore", 100, None, 60) == DEFAULT_FUSION
     assert HybridRetriever((a, b), Fusion(depth=1)).search(["q"], k=3)[0] != []
     assert a.asked[-1] == 3  # a cut deeper than the depth asks for k hits
 

@@ -102,16 +102,36 @@ def add_fusion_args(p: argparse.ArgumentParser) -> None:
     from evidra.retrieval.hybrid import DEFAULT_DEPTH, DEFAULT_RRF_K, DEFAULT_RULE, FUSIONS
 
     g = p.add_argument_group("hybrid search (two or more --index)")
-    g.add_argument("--fusion", choices=FUSIONS.names(), default=None,
-                   help=f"how the indexes' hits are fused: zscore (sum of each index's z-scores), minmax "
-                   f"or rrf (reciprocal-rank fusion) (default: {DEFAULT_RULE})")  # fmt: skip
-    g.add_argument("--fusion-depth", type=int, default=None, metavar="N",
-                   help=f"hits taken from each index before fusing; at most a serve-index's --max-k "
-                   f"(default: {DEFAULT_DEPTH})")  # fmt: skip
-    g.add_argument("--fusion-weight", type=float, action="append", default=None, metavar="W",
-                   help="weight of each --index, in their order: give one per index (default: 1 each)")
-    g.add_argument("--rrf-k", type=int, default=None, metavar="K",
-                   help=f"RRF constant k of --fusion rrf: 1 / (k + rank) (default: {DEFAULT_RRF_K})")
+    g.add_argument(
+        "--fusion",
+        choices=FUSIONS.names(),
+        default=None,
+        help="how the indexes' hits are fused: zscore (sum of each index's z-scores), minmax or rrf "
+        f"(reciprocal-rank fusion) (default: {DEFAULT_RULE})",
+    )
+    g.add_argument(
+        "--fusion-depth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="hits taken from each index before fusing; at most a serve-index's --max-k "
+        f"(default: {DEFAULT_DEPTH})",
+    )
+    g.add_argument(
+        "--fusion-weight",
+        type=float,
+        action="append",
+        default=None,
+        metavar="W",
+        help="weight of each --index, in their order: give one per index (default: 1 each)",
+    )
+    g.add_argument(
+        "--rrf-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"RRF constant k of --fusion rrf: 1 / (k + rank) (default: {DEFAULT_RRF_K})",
+    )
 
 
 def fusion_from_args(args: argparse.Namespace) -> Fusion | None:
@@ -124,11 +144,16 @@ def fusion_from_args(args: argparse.Namespace) -> Fusion | None:
         return None
     shown = ", ".join("--" + name.replace("_", "-") for name, value in given.items() if value is not None)
     if len(args.index) < 2:
-        raise InvalidInputError(f"{shown} fuse two or more --index; pass a second --index, or drop {shown}")
+        got = len(args.index)
+        raise InvalidInputError(
+            f"{shown} apply to two or more --index (got {got}); pass another --index or drop {shown}"
+        )
     rule = args.fusion or DEFAULT_FUSION.rule
     if args.rrf_k is not None and rule != "rrf":
-        raise InvalidInputError(f"--rrf-k is the constant of --fusion rrf; add --fusion rrf or drop --rrf-k "
-                                f"(--fusion {rule} does not use it)")  # fmt: skip
+        raise InvalidInputError(
+            f"--rrf-k is the constant of --fusion rrf; add --fusion rrf or drop --rrf-k "
+            f"(--fusion {rule} does not use it)"
+        )
     if args.fusion_weight is not None and len(args.fusion_weight) != len(args.index):
         raise InvalidInputError(
             f"got {len(args.fusion_weight)} --fusion-weight for {len(args.index)} --index; give one per index"

@@ -70,12 +70,16 @@ class Fusion:
         if self.weights is None:
             return (1.0,) * n
         if len(self.weights) != n:
-            raise InvalidInputError(f"got {len(self.weights)} fusion weights for {n} retrievers; give one each")
+            raise InvalidInputError(
+                f"got {len(self.weights)} fusion weights for {n} retrievers; give one each"
+            )
         return self.weights
 
 
 class FusionRule(Protocol):
-    def __call__(self, rankings: Sequence[Sequence[Hit]], weights: Sequence[float], fusion: Fusion) -> list[Hit]:
+    def __call__(
+        self, rankings: Sequence[Sequence[Hit]], weights: Sequence[float], fusion: Fusion
+    ) -> list[Hit]:
         """Fuse ranked hit lists of one query (one list per retriever) into one list, best first."""
 
 
