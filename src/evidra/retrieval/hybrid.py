@@ -12,8 +12,8 @@ those lists into one:
 
 A list whose hits all score the same (or hold one hit) gives each of them 1 and a missing page 0.
 Ties keep the order in which pages were first seen, retriever by retriever. Why z-scores by
-default: docs/retrieval.md (on real manuals they help as much as RRF when both retrievers carry
-signal, and lose a third as much when one of them ranks at random).
+default: docs/retrieval.md (on real manuals they come within 0.01 MRR of RRF when both retrievers
+carry signal, and lose a third as much as RRF when one of them ranks at random).
 
 >>> from evidra.retrieval.encoders.bm25 import BM25Retriever
 >>> a = BM25Retriever.build({"x": "red fox", "y": "red whale"})
