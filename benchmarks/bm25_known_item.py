@@ -27,7 +27,7 @@ docs/retrieval.md: the PDF manuals that Debian's ``libtasn1-doc``, ``libidn2-doc
     OMP_NUM_THREADS=1 python benchmarks/bm25_known_item.py --pdfs pdfs/ --max-items 600
 
 The last line is ``RESULT plain_mrr=<a> default_mrr=<b> plain_r1=<c> default_r1=<d>`` (default:
-stop words, no stemming).
+stop words, no stemming). ``hybrid_known_item.py`` asks the same known items of fused retrievers.
 """
 
 from __future__ import annotations

@@ -352,6 +352,31 @@ def test_rewards_benchmark_scores_every_reward_and_prints_the_result(
     assert result is not None and int(result.group(1)) > 0
 
 
+def test_hybrid_known_item_default_fusion_is_no_worse_than_the_previous_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the generated 40-page manual, fused with a second BM25 analyzer (both carry signal) and
+    with a random tiny visual index (one near random), z-scores over 100 hits lose nothing to RRF
+    k 60 over 100 hits, evidra's previous default."""
+    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling bm25_known_item
+    out = _run("hybrid_known_item", [], monkeypatch, capsys)  # no documents named: the generated manual
+    assert re.search(r"40 pages, \d+ known items", out)
+    for setting in ("rrf k=60 depth=100", "zscore depth=100", "minmax depth=10", "rrf k=1 depth=100"):
+        for pair in ("stop words + plain", "tiny visual + stop words", "stop words + tiny visual"):
+            recall1, recall5, mrr = (float(c) for c in _cells(out, f"{setting} | {pair}")[3:6])
+            assert 0.0 <= recall1 <= recall5 <= 1.0 and recall1 <= mrr <= 1.0
+    result = re.search(
+        r"^RESULT single_mrr=([\d.]+) previous_signal_mrr=([\d.]+) default_signal_mrr=([\d.]+) "
+        r"previous_weak_mrr=([\d.]+) default_weak_mrr=([\d.]+) default=zscore:100$",
+        out,
+        re.M,
+    )
+    assert result is not None, out[-400:]
+    single, previous_signal, default_signal, previous_weak, default_weak = map(float, result.groups())
+    assert default_signal >= previous_signal and default_weak >= previous_weak
+    assert default_weak < single  # a random index still costs something: the fixture can tell
+
+
 def test_known_items_ask_for_text_of_one_page_only() -> None:
     """The question generator of the benchmark: every question's words are on its gold page and
     the heading or stretch it quotes is on no other page."""

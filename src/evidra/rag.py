@@ -5,8 +5,8 @@
 >>> answer.text, [(s.page_id, s.box) for s in answer.steps], answer.retrieved  # doctest: +SKIP
 
 ``RAG.load(store, index, model=...)`` opens what ``evidra ingest`` and ``evidra index build``
-wrote: ``index`` is an index directory, a ``serve-index`` URL, several of them (fused by
-reciprocal-rank fusion: hybrid retrieval), or None for the index registered in the store.
+wrote: ``index`` is an index directory, a ``serve-index`` URL, several of them (fused, by default
+by the z-scores of each one's hits: hybrid retrieval), or None for the index registered in the store.
 ``from_documents`` ingests a folder and builds (or updates) the index first. Each ``ask``
 retrieves the top ``k`` pages, shows them to the model in the paradigm's format (LAT's chain of
 evidence by default, whose every step cites a page and a box) and returns a frozen ``Answer``.
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from evidra.models.streaming import OnText
     from evidra.retrieval.attach import StoreRetriever
     from evidra.retrieval.base import Hit
+    from evidra.retrieval.hybrid import Fusion
     from evidra.rewards.embedding import StepSimilarity, StepVerdict
 
 logger = logging.getLogger(__name__)
@@ -126,9 +127,11 @@ class RAG:
         max_pixels: int | None = None,
         keep: tempfile.TemporaryDirectory[str] | None = None,
         encoder: str | Path = "",
+        fusion: Fusion | None = None,
     ) -> RAG:
         """Open ``store`` and ``index`` (None: the store's registered index, if any), load ``model``.
-        ``encoder`` replaces the checkpoint a visual index recorded (the same weights, moved).
+        ``encoder`` replaces the checkpoint a visual index recorded (the same weights, moved);
+        ``fusion`` fuses several indexes (None: z-scores over each one's top 100 hits).
 
         The paradigm and index are checked before the model loads; ``model`` is a directory, a hub
         id, ``tiny:ARCH``, or a training run or checkpoint folder (exported once, as ``evidra ask``
@@ -147,7 +150,7 @@ class RAG:
         retriever = None
         try:
             where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
-            retriever = attach(where, opened, str(encoder)) if where else None
+            retriever = attach(where, opened, str(encoder), fusion) if where else None
             device = resolve_device(device)
             vlm = load_vlm(
                 resolve_trained_model(model),

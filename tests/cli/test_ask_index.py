@@ -13,7 +13,7 @@ from evidra.cli.main import main
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import generate_documents
 from evidra.retrieval.engine import open_index
-from evidra.retrieval.hybrid import RRFRetriever
+from evidra.retrieval.hybrid import Fusion, HybridRetriever
 from evidra.retrieval.server import SearchService
 
 QUESTION = "In which year was the project founded?"
@@ -139,11 +139,21 @@ def test_the_registered_index_and_hybrid_retrieval(
     assert _json(capsys)["index"] == [str(indexed["col"].resolve())]
 
     both = [str(indexed["bm25"]), str(indexed["col"])]
-    fused = RRFRetriever(tuple(open_index(i).retriever for i in both)).search([QUESTION], k=3)[0]
+    fused = HybridRetriever(tuple(open_index(i).retriever for i in both)).search([QUESTION], k=3)[0]
     assert main(_ask(indexed, tiny_dirs, "--index", both[0], "--index", both[1], "--json")) == 0
     result = _json(capsys)
     assert [h["page_id"] for h in result["retrieved"]] == [h.page_id for h in fused]
     assert result["index"] == both and len(result["pages"]) == 3  # --k defaults to 3
+
+    rrf = Fusion("rrf", rrf_k=1, weights=(1.0, 0.5))
+    fused = HybridRetriever(tuple(open_index(i).retriever for i in both), rrf).search([QUESTION], k=3)[0]
+    options = ["--fusion", "rrf", "--rrf-k", "1", "--fusion-weight", "1", "--fusion-weight", "0.5"]
+    assert main(_ask(indexed, tiny_dirs, "--index", both[0], "--index", both[1], *options, "--json")) == 0
+    retrieved = _json(capsys)["retrieved"]
+    assert [(h["page_id"], h["score"]) for h in retrieved] == [
+        (h.page_id, pytest.approx(h.score)) for h in fused
+    ]
+    assert retrieved[0]["score"] <= 1 / 2 + 0.5 / 2  # RRF with k 1: at most w / (1 + 1) per index
 
 
 def test_ask_through_a_running_serve_index(

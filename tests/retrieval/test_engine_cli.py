@@ -11,7 +11,7 @@ from evidra.corpus import PageStore
 from evidra.errors import InvalidInputError
 from evidra.eval.retrieval import evaluate
 from evidra.retrieval.engine import build_index, open_index
-from evidra.retrieval.hybrid import RRFRetriever
+from evidra.retrieval.hybrid import HybridRetriever
 
 
 def _qrels(corpus: Any, out: Path) -> tuple[Path, Path]:
@@ -88,7 +88,7 @@ def test_colqwen2_engine_roundtrip_and_hybrid(
     )
     assert direct[0] == hits
     bm25 = build_index(pages, tmp_path / "bm25", "bm25").retriever
-    hybrid = RRFRetriever((again.retriever, bm25))
+    hybrid = HybridRetriever((again.retriever, bm25))
     queries, qrels = _qrels(corpus, tmp_path)
     from evidra.eval.retrieval import load_qrels, load_queries
 

@@ -9,7 +9,7 @@ import pytest
 from evidra.errors import InvalidInputError
 from evidra.eval.retrieval import evaluate, judged, load_qrels, load_queries, score_rankings
 from evidra.retrieval.base import Exclude, Hit
-from evidra.retrieval.hybrid import RRFRetriever, rrf_fuse
+from evidra.retrieval.hybrid import Fusion, HybridRetriever, rrf_fuse
 
 
 class Fixed:
@@ -38,12 +38,12 @@ def test_rrf_hand_computed() -> None:
 
 
 def test_rrf_retriever_passes_exclusions_and_cuts_k() -> None:
-    rrf = RRFRetriever((Fixed(["a", "b", "c"]), Fixed(["c", "b", "a"])), depth=2)
+    rrf = HybridRetriever((Fixed(["a", "b", "c"]), Fixed(["c", "b", "a"])), Fusion("rrf", depth=2))
     hits = rrf.search(["q"], k=2, exclude=[{"b"}])[0]
     # without b each list is [a, c] / [c, a]: a = c = 1/61 + 1/62; first seen (a) wins the tie
     assert [h.page_id for h in hits] == ["a", "c"] and hits[0].image_path == "a.png"
     with pytest.raises(InvalidInputError, match="two or more"):
-        RRFRetriever((Fixed(["a"]),))
+        HybridRetriever((Fixed(["a"]),))
 
 
 def test_metrics_hand_computed() -> None:
@@ -83,7 +83,7 @@ def test_package_exports_are_lazy_and_complete() -> None:
     import evidra.retrieval as retrieval
     from evidra.retrieval import base, hybrid
 
-    assert retrieval.Hit is base.Hit and retrieval.RRFRetriever is hybrid.RRFRetriever
+    assert retrieval.Hit is base.Hit and retrieval.HybridRetriever is hybrid.HybridRetriever
     assert all(getattr(retrieval, name) is not None for name in retrieval.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = retrieval.nope

@@ -2,7 +2,8 @@
 
 evidra ask --store S --index I --model M "When was Orion founded?"      # top --k pages of index I
 evidra ask --store S --index http://localhost:8000 --model M "..."       # a running serve-index
-evidra ask --store S --index I-colqwen2 --index I-bm25 --model M "..."   # hybrid: RRF of both
+evidra ask --store S --index I-colqwen2 --index I-bm25 --model M "..."   # hybrid: both fused
+evidra ask --store S --index I1 --index I2 --fusion rrf --rrf-k 60 --model M "..."   # RRF instead
 evidra ask --store S --model M "..."     # the index `evidra index build --store S` registered
 evidra ask --store S --model M --page ID --page ID2 "..."                # pages chosen by hand
 
@@ -21,6 +22,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
+from evidra.cli._fusion import add_fusion_args, fusion_from_args
 from evidra.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -42,9 +44,11 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="DIR|URL",
-        help="index directory or `evidra serve-index` URL to retrieve pages from (repeat: hybrid RRF); "
+        help="index directory or `evidra serve-index` URL to retrieve pages from (repeat: hybrid search, "
+        "fused by --fusion); "
         "default: the index registered in the store by `evidra index build --store`",
     )
+    add_fusion_args(p)
     p.add_argument(
         "--encoder",
         default="",
@@ -127,6 +131,7 @@ def _open(args: argparse.Namespace) -> RAG:
         )
     if args.page and args.index:
         raise InvalidInputError("pass --page (pages chosen by hand) or --index (retrieved pages), not both")
+    fusion = fusion_from_args(args)
     if args.html:
         check_output_file(args.html, "--html", "answer.html")  # before minutes of generation
     device = resolve_device(args.device)
@@ -143,6 +148,7 @@ def _open(args: argparse.Namespace) -> RAG:
         device=device,
         max_pixels=args.max_pixels,
         encoder=args.encoder,
+        fusion=fusion,
     )
 
 

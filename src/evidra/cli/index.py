@@ -11,6 +11,7 @@ evidra index search --index I -k 5 "When was Orion founded?"
 evidra index eval --index I --queries queries.jsonl --qrels qrels.tsv -k 1 5 10
 evidra index eval --index I --benchmark data/esg_reports_v2/ -k 1 5 10
 evidra index eval --index I --dataset slidevqa --data data/slidevqa/test.jsonl   # gold pages as qrels
+evidra index eval --index I1 --index I2 --queries q.jsonl --qrels r.tsv --fusion rrf   # a hybrid's figures
 
 ``--corpus`` indexes a retrieval benchmark folder instead of a page store: the BEIR layout of
 ViDoRe v2 and VisRAG (``corpus``/``queries``/``qrels``), or ViDoRe v1's QA rows; page ids are the
@@ -29,15 +30,14 @@ usual.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from evidra.cli._fusion import add_fusion_args
 from evidra.cli._progress import LazyBar
 
 if TYPE_CHECKING:
-    from evidra.eval.retrieval import Layout, Qrels
+    from evidra.eval.retrieval import Layout
     from evidra.types import Page, Sample
 
 _FORMATS = ("auto", "beir", "vidore_v1")
@@ -144,7 +144,12 @@ def register(subparsers: Any) -> None:
     s.set_defaults(func=_run_search)
 
     e = sub.add_parser("eval", help="Recall@k, MRR@k, nDCG@k from queries + qrels or a benchmark")
-    e.add_argument("--index", required=True, help="index directory")
+    e.add_argument(
+        "--index",
+        required=True,
+        action="append",
+        help="index directory (repeat: hybrid search, fused by --fusion, to measure a fusion)",
+    )
     e.add_argument("--queries", help="JSONL/TSV of (query id, text)")
     e.add_argument("--qrels", help="JSONL/TSV of (query-id, corpus-id, score)")
     e.add_argument("--benchmark", help="benchmark folder instead of --queries/--qrels")
@@ -157,7 +162,8 @@ def register(subparsers: Any) -> None:
     e.add_argument("-k", type=int, nargs="+", default=[1, 5, 10], help="cut-offs of the metrics")
     e.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     _model_options(e)
-    e.set_defaults(func=run_eval)
+    add_fusion_args(e)
+    e.set_defaults(func=_run_eval)
 
 
 def _model_options(p: argparse.ArgumentParser) -> None:
@@ -372,62 +378,7 @@ def _run_search(args: argparse.Namespace) -> int:
     return run_search(args)
 
 
-def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
-    from evidra.eval.retrieval import check_judged
+def _run_eval(args: argparse.Namespace) -> int:
+    from evidra.cli._index_eval import run_eval
 
-    queries, qrels, source = _read_eval_inputs(args)
-    check_judged(queries, qrels, source)
-    return queries, qrels
-
-
-def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, str]:
-    from evidra.errors import InvalidInputError
-    from evidra.eval.retrieval import benchmark_queries, load_qrels, load_queries
-
-    given = [
-        args.benchmark is not None,
-        args.dataset is not None,
-        args.queries is not None or args.qrels is not None,
-    ]
-    if sum(given) != 1:
-        raise InvalidInputError(
-            "pass one of --benchmark (a benchmark folder), --dataset NAME --data PATH (a loader's "
-            "questions and gold pages) or --queries with --qrels"
-        )
-    if args.benchmark is not None:
-        queries, qrels = benchmark_queries(args.benchmark, _layout(args.benchmark, args.benchmark_format))
-        return queries, qrels, f"benchmark {args.benchmark}"
-    if args.dataset is not None:
-        samples = [s for s in _load_dataset(args) if s.gold_pages]  # unanswerable ones have no qrels
-        queries = {s.id: s.question for s in samples}
-        return queries, {s.id: dict.fromkeys(s.gold_pages, 1.0) for s in samples}, f"--dataset {args.dataset}"
-    if args.queries is None or args.qrels is None:
-        raise InvalidInputError(
-            "--queries and --qrels go together (or pass --benchmark DIR or --dataset NAME)"
-        )
-    return load_queries(args.queries), load_qrels(args.qrels), f"{args.queries} and {args.qrels}"
-
-
-def run_eval(args: argparse.Namespace) -> int:
-    from evidra.eval.retrieval import evaluate, judged, missing_relevant
-    from evidra.retrieval.engine import open_index
-
-    queries, qrels = _eval_inputs(args)
-    enc_opts, maxsim = _options(args)
-    with open_index(args.index, options=enc_opts, maxsim=maxsim) as engine:
-        missing = missing_relevant(queries, qrels, engine.index.page_ids())
-        if missing:
-            print(
-                f"evidra index eval: warning: {len(missing)} relevant corpus id(s) of the qrels are not in "
-                f"the index (e.g. {', '.join(sorted(missing)[:3])}); they count as misses",
-                file=sys.stderr,
-            )
-        with LazyBar(total=len(judged(queries, qrels)), unit="query", desc="searching") as progress:
-            report = evaluate(engine.retriever, queries, qrels, ks=args.k, progress=progress)
-    if args.json:
-        print(json.dumps({"n_queries": report.n_queries, "n_skipped": report.n_skipped, **report.metrics}))
-        return 0
-    print(f"{report.n_queries} judged queries ({report.n_skipped} skipped)")
-    for name, value in report.metrics.items():
-        print(f"  {name:<10} {value:.4f}")
-    return 0
+    return run_eval(args)

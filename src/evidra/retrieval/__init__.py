@@ -4,7 +4,8 @@
   text, BM25 over the text layer; ``ocr.py`` reads image-only pages with tesseract.
 * ``index/``     exact MaxSim over fp16 shards (embedded default), exact dense, Qdrant (a server or
   cluster, or Qdrant Edge inside the process).
-* ``hybrid.py``  reciprocal-rank fusion (benchmark evaluation of retrieval: ``evidra.eval.retrieval``).
+* ``hybrid.py``  hybrid search: z-score, min-max or reciprocal-rank fusion of retrievers
+  (benchmark evaluation of retrieval: ``evidra.eval.retrieval``).
 * ``engine.py``  an index directory that knows its encoder (what ``evidra index`` builds).
 * ``server.py`` / ``client.py``  ``evidra serve-index`` (batching; its starlette app in ``app.py``,
   uvicorn in ``serving.py``, request checks in ``http.py``) and the clients environments use.
@@ -35,7 +36,8 @@ _EXPORTS = {
     "DenseIndex": "evidra.retrieval.index.dense",
     "MaxSimOptions": "evidra.retrieval.index.multivector",
     "MultiVectorIndex": "evidra.retrieval.index.multivector",
-    "RRFRetriever": "evidra.retrieval.hybrid",
+    "Fusion": "evidra.retrieval.hybrid",
+    "HybridRetriever": "evidra.retrieval.hybrid",
     "Engine": "evidra.retrieval.engine",
     "build_index": "evidra.retrieval.engine",
     "open_index": "evidra.retrieval.engine",

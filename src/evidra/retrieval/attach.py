@@ -2,8 +2,9 @@
 
 ``evidra ask`` and ``evidra.RAG`` retrieve page ids and then read the pages from a store, so an
 index must have been built over that store's pages. ``attach`` opens each location, checks it
-against the store before any answer is attempted, and fuses several by reciprocal-rank fusion
-(e.g. a ColQwen2 index and a BM25 index: hybrid retrieval). Every failure names the location
+against the store before any answer is attempted, and fuses several (e.g. a ColQwen2 index and
+a BM25 index: hybrid retrieval) by ``hybrid.Fusion``: z-scores over each index's top 100 hits by
+default. Every failure names the location
 and the fix: a directory that is missing or holds no index, an index built over another store,
 a URL with no service behind it.
 
@@ -24,6 +25,7 @@ from evidra.retrieval.base import Hit, Retriever
 if TYPE_CHECKING:
     from evidra.corpus.metadata import Where
     from evidra.corpus.store import PageStore
+    from evidra.retrieval.hybrid import Fusion
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +96,21 @@ class StoreRetriever:
             close()
 
 
-def attach(where: Sequence[str], store: PageStore, encoder: str = "") -> StoreRetriever:
-    """Open every location in ``where`` for ``store``; two or more are fused by RRF. ``encoder``
+def attach(
+    where: Sequence[str], store: PageStore, encoder: str = "", fusion: Fusion | None = None
+) -> StoreRetriever:
+    """Open every location in ``where`` for ``store``; two or more are fused by ``fusion`` (None:
+    ``hybrid.DEFAULT_FUSION``), whose weights, if given, follow the order of ``where``. ``encoder``
     replaces the checkpoint recorded by a visual index directory (the same weights, moved)."""
-    from evidra.retrieval.hybrid import RRFRetriever
+    from evidra.retrieval.hybrid import DEFAULT_FUSION, HybridRetriever
 
     if not where:
         raise InvalidInputError("attach needs at least one index directory or serve-index URL")
+    fusion = fusion or DEFAULT_FUSION
+    if fusion.weights is not None and len(fusion.weights) != len(where):
+        raise InvalidInputError(
+            f"got {len(fusion.weights)} fusion weights for {len(where)} indexes; give one per index, in order"
+        )
     retrievers: list[Retriever] = []
     closers: list[Callable[[], None]] = []
     filters = False
@@ -118,7 +128,7 @@ def attach(where: Sequence[str], store: PageStore, encoder: str = "") -> StoreRe
         for close in closers:
             close()
         raise
-    joined = retrievers[0] if len(retrievers) == 1 else RRFRetriever(tuple(retrievers))
+    joined = retrievers[0] if len(retrievers) == 1 else HybridRetriever(tuple(retrievers), fusion)
     return StoreRetriever(store, tuple(where), joined, tuple(closers), filters and len(retrievers) == 1)
 
 
