@@ -175,8 +175,8 @@ class MultiVectorIndex(ShardWrites):
         return blocks
 
     def _ideal_blocks(self) -> int:
-        tokens = sum(b.n_tokens for b in self._blocks)
-        return -(-tokens // self.options.block_tokens)
+        vectors = sum(int(b.lengths.sum()) for b in self._blocks)  # real ones: no filler, no tiling
+        return -(-vectors // self.options.block_tokens)
 
     @property
     def dim(self) -> int:
