@@ -12,7 +12,9 @@ which is what clustering relies on. Everything runs in one process on the same q
                        dtype (the store's own first: ``auto``'s pick, or ``--compute-dtype``); a
                        dtype whose GEMM is 8x slower than the best runs only ``--sr-queries``
                        queries; fp16 on a CPU without an fp16 hardware path (~1-6 GFLOP/s) runs
-                       only with ``--with-fp16``
+                       only with ``--with-fp16``; the note names the kernel that scored
+* ``ours exact <dtype> torch``  where the store's own row ran a fused kernel (AVX-512 for fp32):
+                       the same dtype scored chunked in torch, the fused kernel's peer
 * ``ours pooled``      two-stage: mean-pooled x4 prefilter, exact re-rank of the candidates
 * ``ours clustered``   two-stage: k-means-pooled x4 prefilter (same memory), exact re-rank
 * ``ours sign bits``   two-stage: 1-bit-per-dimension codes scored asymmetrically, exact re-rank
@@ -305,6 +307,7 @@ def exact_rows(case: Case, root: Path) -> tuple[list[Row | str], Ours]:
         opts = MaxSimOptions(device="cpu", verify=False, compute_dtype=name)  # type: ignore[arg-type]
         run = bench_ours(case, root, opts, case.args.sr_queries if slow else Q)
         note = f"{len(run.ids)} queries: GEMM {case.machine.rates[name]:.0f} GFLOP/s" if slow else ""
+        note = f"{note}; {run.kernel}" if note else run.kernel
         rows.append(case.row(f"ours exact {name}", run.single, run.batched, run.mem, run.ids, note))
     return rows, auto
 

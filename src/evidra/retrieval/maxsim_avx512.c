@@ -80,6 +80,17 @@ static inline void widen_tile(const void *src, int64_t first, int n, int64_t dim
     }
 }
 
+/* Software prefetch of the tile AHEAD tiles on, into L2 (prefetcht2): one query reads pages faster
+ * than the hardware prefetcher alone brings them in. Measured on 2 Xeon cores, 10k pages of
+ * 256 x 128 in fp16, 20 query tokens: 103 ms without it, 65 ms with it (AHEAD 2 to 16 alike); a
+ * non-temporal prefetch made it slower (125 ms) */
+#define AHEAD 4
+static inline void prefetch_tile(const void *src, int64_t at, int64_t dim, int kind) {
+    int64_t size = kind == F32 ? 4 : 2;
+    const char *base = (const char *)src + (at + AHEAD * 16 * dim) * size;
+    for (int64_t b = 0; b < 16 * dim * size; b += 64) __builtin_prefetch(base + b, 0, 1);
+}
+
 /* best[j] = max(best[j], tile . query token j) over the tile's valid vectors, for NQ tokens; the
  * tile's row k (16 vectors' k-th values) is at src[at + k * 16] in `kind` */
 static inline __attribute__((always_inline)) void group_kernel(
@@ -144,6 +155,7 @@ int evidra_maxsim_block(const void *pages, int kind, int tiled, int64_t length, 
             const void *src = pages;
             int64_t at = (p * length + t0) * dim;
             int src_kind = kind;
+            prefetch_tile(pages, at, dim, kind);
             if (!tiled) {
                 widen_tile(pages, at, rows, dim, kind, tile);
                 src = tile, at = 0, src_kind = F32;
