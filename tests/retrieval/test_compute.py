@@ -245,7 +245,7 @@ def test_each_cpu_profile_picks_its_dtype_and_holds_16_bits(
     assert index.store.meta()["storage_dtype"] == index.storage_dtype
     assert index.store.meta()["compute_dtype"] == want
     reference = _store(tmp_path / "ref", PAGES, compute_dtype="float32", storage_dtype="float32")
-    assert reference.memory_bytes() == sum(b.vectors.numel() for b in reference._blocks) * 4  # twice per value
+    assert reference.memory_bytes() == sum(b.vectors.numel() for b in reference._blocks) * 4  # 2x per value
     if not any(b.tiled for b in (*index._blocks, *reference._blocks)):  # same layout: half the bytes
         assert reference.memory_bytes() == 2 * index.memory_bytes()
     for row, ref_row in zip(index.search(QUERIES, k=10), reference.search(QUERIES, k=10), strict=True):
