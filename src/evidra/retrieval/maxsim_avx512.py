@@ -78,6 +78,7 @@ def compile_kernel(compiler: str | None = None, folder: Path | None = None) -> P
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    logger.info("building the fused AVX-512 MaxSim kernel with %s (once, a few seconds): %s", cc, target)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         src = Path(tmp) / "maxsim_avx512.c"
         src.write_text(text)
