@@ -177,3 +177,25 @@ def test_an_fp32_index_searches_with_it_and_ranks_like_torch(tmp_path: Path) -> 
         tmp_path / "idx", options=MaxSimOptions(device="cpu", compute_dtype="float32")
     )
     assert auto.kernel == ("avx512" if "avx512f" in maxsim_avx512.compute.cpu_features().flags else "torch")
+
+
+@runs_here
+def test_a_build_planted_in_a_shared_folder_is_never_loaded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = maxsim_avx512.compile_kernel(folder=tmp_path)  # learn the name a build of this source has
+    shared = tmp_path / "shared"
+    (shared / "kernels").mkdir(parents=True)
+    (shared / "kernels").chmod(0o777)  # anyone may write here
+    planted = shared / "kernels" / first.name
+    planted.write_bytes(b"not a library")
+    with caplog.at_level(logging.WARNING, logger="evidra.retrieval.maxsim_avx512"):
+        built = maxsim_avx512.compile_kernel(folder=shared)
+    assert built != planted and built.read_bytes() != b"not a library"
+    assert "is not private to this user" in caplog.text
+    group_writable = tmp_path / "own" / "kernels"
+    group_writable.mkdir(parents=True)
+    (group_writable / first.name).write_bytes(b"not a library")
+    (group_writable / first.name).chmod(0o666)
+    rebuilt = maxsim_avx512.compile_kernel(folder=tmp_path / "own")
+    assert rebuilt == group_writable / first.name and rebuilt.read_bytes() != b"not a library"

@@ -19,6 +19,7 @@ sign-bit codes, a dimension that is not a multiple of 16 or above 256) go to the
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -69,23 +70,43 @@ def source() -> str:
 
 def compile_kernel(compiler: str | None = None, folder: Path | None = None) -> Path:
     """The compiled kernel's path, building it when no build of this source and these flags exists.
-    Raises ``OSError`` / ``subprocess.SubprocessError`` when the compiler is missing or fails."""
+    Raises ``OSError`` / ``subprocess.SubprocessError`` when the compiler is missing or fails.
+
+    A cached build is loaded only from a folder that this user owns and nobody else may write to
+    (a shared ``$XDG_CACHE_HOME`` could otherwise hand this process someone else's code); where
+    that does not hold, the kernel is built into a private temporary folder for this process."""
     cc = compiler or os.environ.get("CC") or "cc"
     text = source()
     key = hashlib.sha256("\0".join((text, cc, *FLAGS)).encode()).hexdigest()[:16]
     folder = (folder or cache_dir()) / "kernels"
-    target = folder / f"maxsim_avx512-{key}.so"
-    if target.is_file():
+    name = f"maxsim_avx512-{key}.so"
+    with contextlib.suppress(OSError):  # unwritable: a private folder below
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not _private(folder):
+        logger.warning(
+            "%s is not private to this user: the MaxSim kernel is built for this process only", folder
+        )
+        folder = Path(tempfile.mkdtemp(prefix="evidra-kernels-"))
+    target = folder / name
+    if target.is_file() and _private(target):
         return target
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     logger.info("building the fused AVX-512 MaxSim kernel with %s (once, a few seconds): %s", cc, target)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         src = Path(tmp) / "maxsim_avx512.c"
         src.write_text(text)
-        built = Path(tmp) / target.name
+        built = Path(tmp) / name
         subprocess.run([cc, *FLAGS, "-o", str(built), str(src)], check=True, capture_output=True, timeout=300)
         os.replace(built, target)  # atomic: a concurrent build of the same key writes the same file
     return target
+
+
+def _private(path: Path) -> bool:
+    """Whether ``path`` belongs to this user and no group or other user may write to it."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022 and not path.is_symlink()
 
 
 @functools.cache
