@@ -170,3 +170,70 @@ int evidra_maxsim_block(const void *pages, int kind, int tiled, int64_t length, 
     }
     return 0;
 }
+
+/* ---- bf16 products (AVX-512 BF16): where the index scores in bf16 ------------------------------
+ * vdpbf16ps multiplies pairs of bf16 values and adds both products to an fp32 lane: twice the
+ * multiply-adds of an fp32 FMA per instruction. A page tile is held as (dim / 2, 16, 2) bf16: row
+ * kp holds dimensions 2kp and 2kp + 1 of 16 page vectors, one 64-byte load; a query token's pair
+ * of bf16 values is broadcast as one 32-bit word. Products of bf16 values are exact in fp32 and
+ * sums stay fp32, as in a bf16 GEMM with fp32 accumulation (without rounding the similarities
+ * back to bf16). */
+#define BF16_TARGET __attribute__((target("avx512f,avx512bf16")))
+
+static inline __attribute__((always_inline)) BF16_TARGET void pair_kernel(
+    const int NQ, const uint16_t *src, const uint32_t *q, int64_t half, __mmask16 valid, __m512 *best) {
+    __m512 acc[GROUP];
+#pragma GCC unroll 24
+    for (int j = 0; j < NQ; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t kp = 0; kp < half; kp++) {
+        __m512bh row = (__m512bh)_mm512_loadu_si512((const void *)(src + kp * 32));
+        const uint32_t *qk = q + kp * GROUP;
+#pragma GCC unroll 24
+        for (int j = 0; j < NQ; j++)
+            acc[j] = _mm512_dpbf16_ps(acc[j], row, (__m512bh)_mm512_set1_epi32((int)qk[j]));
+    }
+#pragma GCC unroll 24
+    for (int j = 0; j < NQ; j++) best[j] = _mm512_mask_max_ps(best[j], valid, best[j], acc[j]);
+}
+
+#define PCASE(n) \
+    case n: pair_kernel(n, src, q, half, valid, best); break;
+
+static BF16_TARGET void pair_dispatch(int nq, const uint16_t *src, const uint32_t *q, int64_t half,
+                                      __mmask16 valid, __m512 *best) {
+    switch (nq) {
+        PCASE(1) PCASE(2) PCASE(3) PCASE(4) PCASE(5) PCASE(6) PCASE(7) PCASE(8) PCASE(9) PCASE(10)
+        PCASE(11) PCASE(12) PCASE(13) PCASE(14) PCASE(15) PCASE(16) PCASE(17) PCASE(18) PCASE(19)
+        PCASE(20) PCASE(21) PCASE(22) PCASE(23) PCASE(24)
+        default: break;
+    }
+}
+
+/* Scores pages [begin, end) of one block held as bf16 pairs.
+ *   pages   (C, L / 16, dim / 2, 16, 2) bf16 (L a multiple of 16); lengths (C,)
+ *   queries (groups, dim / 2, GROUP) 32-bit words, each two bf16 values of one token, zero-padded
+ *   best, out as for evidra_maxsim_block. Returns 0, or -1 on a shape it cannot take. */
+BF16_TARGET int evidra_maxsim_block_bf16(const uint16_t *pages, int64_t length, int64_t dim,
+                                         const int64_t *lengths, int64_t begin, int64_t end,
+                                         const uint32_t *queries, int64_t tokens, float *best, float *out) {
+    if (dim % 16 != 0 || dim > MAX_DIM || dim <= 0 || length % 16 != 0) return -1;
+    int64_t half = dim / 2;
+    __m512 *runs = (__m512 *)best;
+    const __m512 floor = _mm512_set1_ps(-INFINITY);
+    for (int64_t p = begin; p < end; p++) {
+        int64_t n = lengths[p] < length ? lengths[p] : length;
+        for (int64_t j = 0; j < tokens; j++) runs[j] = floor;
+        for (int64_t t0 = 0; t0 < n; t0 += 16) {
+            int rows = n - t0 < 16 ? (int)(n - t0) : 16;
+            __mmask16 valid = (__mmask16)((1u << rows) - 1u);
+            int64_t at = (p * length + t0) * dim;
+            prefetch_tile(pages, at, dim, BF16);
+            for (int64_t g = 0; g * GROUP < tokens; g++) {
+                int64_t nq = tokens - g * GROUP < GROUP ? tokens - g * GROUP : GROUP;
+                pair_dispatch((int)nq, pages + at, queries + g * GROUP * half, half, valid, runs + g * GROUP);
+            }
+        }
+        for (int64_t j = 0; j < tokens; j++) out[p * tokens + j] = _mm512_reduce_max_ps(runs[j]);
+    }
+    return 0;
+}
