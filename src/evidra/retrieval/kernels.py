@@ -6,17 +6,16 @@ device and materialises a block's ``tokens x pages x patches`` similarities, bou
 ``max_elements``; on the CPU it is the reference. ``triton`` (``maxsim_triton``) is one fused CUDA
 kernel that keeps the running max per query token in registers and writes only the scores.
 ``avx512`` (``maxsim_avx512``) does the same on AVX-512 CPUs for fp32 scoring, reading pages
-held in 16 bits without widening them into memory, and for bf16 scoring with AVX-512 BF16's
-pairwise products; calls it cannot take go to ``torch``.
+held in 16 bits without widening them into memory; calls it cannot take go to ``torch``.
 
 ``auto`` picks ``triton`` where the index lives on CUDA and Triton is installed (the ``gpu`` extra);
-on the CPU, ``avx512`` where the index scores in fp32 on a CPU with AVX-512F (or in bf16 on one
-with AVX-512 BF16) and a C compiler built the kernel; else ``torch``. Forcing ``triton`` without
-Triton is an error naming the extra; forcing it off CUDA is an error unless Triton's interpreter is
-on (``TRITON_INTERPRET=1``, which runs the kernel on CPU tensors with numpy, slowly: a way to test
-the kernel, not to search). Forcing ``avx512`` where it cannot run is an error saying why.
+on the CPU, ``avx512`` where the index scores in fp32 on a CPU with AVX-512F and a C compiler built
+the kernel; else ``torch``. Forcing ``triton`` without Triton is an error naming the extra; forcing
+it off CUDA is an error unless Triton's interpreter is on (``TRITON_INTERPRET=1``, which runs the
+kernel on CPU tensors with numpy, slowly: a way to test the kernel, not to search). Forcing
+``avx512`` where it cannot run is an error saying why.
 
->>> resolve("auto", torch.device("cpu"), torch.float16)  # 16-bit GEMMs stay in torch
+>>> resolve("auto", torch.device("cpu"), torch.bfloat16)
 'torch'
 """
 
@@ -119,7 +118,7 @@ def resolve(name: str, device: torch.device, dtype: torch.dtype | None = None) -
     (checked), or ``auto``'s choice."""
     if check_name(name) == "auto":
         if device.type == "cpu":
-            return "avx512" if dtype is not None and avx512_ready(dtype) else "torch"
+            return "avx512" if dtype == torch.float32 and avx512_ready() else "torch"
         if device.type != "cuda":
             return "torch"
         if triton_installed():
@@ -144,16 +143,10 @@ def resolve(name: str, device: torch.device, dtype: torch.dtype | None = None) -
     return name
 
 
-def avx512_ready(dtype: torch.dtype) -> bool:
-    """Whether ``auto`` may pick the AVX-512 kernel to score in ``dtype``: fp32 where the CPU ``auto``
-    decides for (``compute.cpu_features``, which a test may stand in for) has AVX-512F, bf16 where it
-    also has AVX-512 BF16; and the kernel runs here (this machine's own CPU and compiler)."""
-    flags = compute.cpu_features().flags
-    if dtype == torch.float32:
-        return "avx512f" in flags and maxsim_avx512.available(dtype)
-    if dtype == torch.bfloat16:
-        return {"avx512f", "avx512_bf16"} <= flags and maxsim_avx512.available(dtype)
-    return False
+def avx512_ready() -> bool:
+    """Whether ``auto`` may pick the AVX-512 kernel: the CPU ``auto`` decides for
+    (``compute.cpu_features``, which a test may stand in for) has AVX-512F, and the kernel runs here."""
+    return "avx512f" in compute.cpu_features().flags and maxsim_avx512.available()
 
 
 def avx512_unfit(device: torch.device) -> str:

@@ -49,28 +49,11 @@ _ARGS = (
     ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
     ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 )  # fmt: skip
-_BF16_ARGS = (
-    ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-    ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-)  # fmt: skip
-
-
-_READ_CPU = compute.cpu_features  # this machine's own reader, whatever a test later stands in for it
-
-
-@functools.cache
-def _own_flags() -> frozenset[str]:
-    return _READ_CPU(Path("/proc/cpuinfo")).flags
 
 
 def cpu_has_avx512() -> bool:
     """Whether this machine's own CPU (read from /proc/cpuinfo, never a test's stand-in) runs it."""
-    return "avx512f" in _own_flags()
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this machine's own CPU has AVX-512 BF16 (``vdpbf16ps``), read from /proc/cpuinfo."""
-    return "avx512_bf16" in _own_flags()
+    return "avx512f" in compute.cpu_features(Path("/proc/cpuinfo")).flags
 
 
 def cache_dir() -> Path:
@@ -141,52 +124,28 @@ def _library() -> ctypes.CDLL | None:
         return None
     lib.evidra_maxsim_block.restype = ctypes.c_int
     lib.evidra_maxsim_block.argtypes = _ARGS
-    lib.evidra_maxsim_block_bf16.restype = ctypes.c_int
-    lib.evidra_maxsim_block_bf16.argtypes = _BF16_ARGS
     return lib
 
 
-def available(dtype: torch.dtype = torch.float32) -> bool:
-    """Whether the kernel scores in ``dtype`` here: an AVX-512 CPU (with AVX-512 BF16 for bf16) and a
-    C compiler that built it (once per process)."""
-    if dtype == torch.bfloat16 and not cpu_has_bf16():
-        return False
-    return dtype in (torch.float32, torch.bfloat16) and _library() is not None
-
-
-def route(blocks: Sequence[Block], dtype: torch.dtype | None) -> str:
-    """Which of the kernel's paths scores ``blocks`` in ``dtype``: ``"float32"`` (pages in any held
-    dtype, row-major or tiled), ``"bfloat16"`` (pages tiled as bf16 pairs, ``tile(pairs=True)``), or
-    ``""`` when neither can (the torch scorer then does)."""
-    if not blocks:
-        return ""
-    first = blocks[0]
-    dtype = dtype or maxsim.compute_dtype(first.vectors)
-    shaped = all(b.vectors.is_contiguous() and b.lengths.is_contiguous() for b in blocks)
-    dim = _dim(first)
-    if not (shaped and first.vectors.device.type == "cpu" and dim % 16 == 0 and 0 < dim <= MAX_DIM):
-        return ""
-    paired = {_paired(b) for b in blocks}
-    if dtype == torch.float32 and paired == {False} and first.vectors.dtype in _KINDS:
-        return "float32"
-    if dtype == torch.bfloat16 and paired == {True}:
-        return "bfloat16"
-    return ""
+def available() -> bool:
+    """Whether the kernel runs here: an AVX-512 CPU and a C compiler that built it (once per process)."""
+    return _library() is not None
 
 
 def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
     """Whether the kernel can score ``blocks`` in ``dtype`` (else the torch scorer does)."""
-    return route(blocks, dtype) != ""
-
-
-def _paired(block: Block) -> bool:
-    return block.tiled and block.vectors.ndim == 5
-
-
-def _dim(block: Block) -> int:
-    if _paired(block):
-        return int(block.vectors.shape[2]) * 2
-    return int(block.vectors.shape[2] if block.tiled else block.vectors.shape[-1])
+    if not blocks or (dtype or maxsim.compute_dtype(blocks[0].vectors)) != torch.float32:
+        return False
+    first = blocks[0].vectors
+    dim = int(first.shape[2] if blocks[0].tiled else first.shape[-1])
+    shaped = all(b.vectors.is_contiguous() and b.lengths.is_contiguous() for b in blocks)
+    return (
+        first.device.type == "cpu"
+        and first.dtype in _KINDS
+        and dim % 16 == 0
+        and 0 < dim <= MAX_DIM
+        and shaped
+    )
 
 
 def score_blocks(
@@ -200,14 +159,11 @@ def score_blocks(
     """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32,
     ``-inf`` for rows in no block (``maxsim.score_blocks``'s contract)."""
     lib = _library()
-    path = route(blocks, dtype) if lib is not None else ""
-    if path == "bfloat16" and not cpu_has_bf16():
-        path = ""
-    if lib is None or not path:
+    if lib is None or not fits(blocks, dtype):
         rows = [untile(b) for b in blocks]
         return maxsim.score_blocks(queries, rows, n_rows, max_elements=max_elements, dtype=dtype)
     tokens, owner = maxsim.pack_queries(queries)  # (T, D) fp32
-    arranged = _arrange(tokens) if path == "float32" else _arrange_pairs(tokens)
+    arranged = _arrange(tokens)
     best = [torch.empty(b.vectors.shape[0], tokens.shape[0], dtype=torch.float32) for b in blocks]
     parts = _split(blocks, torch.get_num_threads())
     run = functools.partial(_run, lib, blocks, arranged, int(tokens.shape[0]), best)
@@ -225,11 +181,9 @@ def score_blocks(
     return out
 
 
-def tile(block: Block, pairs: bool = False) -> Block:
-    """``block`` in a layout this kernel reads without transposing, ``L'`` the block's length
-    rounded up to 16 (the extra vectors are zeros past every page's length): ``(C, L'/16, D, 16)``
-    for fp32 scoring, or with ``pairs`` ``(C, L'/16, D/2, 16, 2)`` for bf16 products (the block
-    held in bf16: two dimensions of a vector side by side, as ``vdpbf16ps`` multiplies them)."""
+def tile(block: Block) -> Block:
+    """``block`` in the layout this kernel reads without transposing: ``(C, L'/16, D, 16)``, ``L'``
+    the block's length rounded up to 16 (the extra vectors are zeros past every page's length)."""
     if block.tiled:
         return block
     c, length, dim = block.vectors.shape
@@ -237,24 +191,19 @@ def tile(block: Block, pairs: bool = False) -> Block:
     vectors = block.vectors
     if padded != length:
         vectors = torch.cat([vectors, vectors.new_zeros(c, padded - length, dim)], dim=1)
-    if pairs:
-        grouped = vectors.view(c, padded // 16, 16, dim // 2, 2).permute(0, 1, 3, 2, 4)
-    else:
-        grouped = vectors.view(c, padded // 16, 16, dim).transpose(2, 3)
+    tiles = vectors.view(c, padded // 16, 16, dim).transpose(2, 3).contiguous()  # (C, L'/16, D, 16)
     pad = block.pad
     if padded != length:
         pad = torch.arange(padded).unsqueeze(0) >= block.lengths.unsqueeze(1)  # (C, L')
-    return Block(vectors=grouped.contiguous(), rows=block.rows, pad=pad, lengths=block.lengths, tiled=True)
+    return Block(vectors=tiles, rows=block.rows, pad=pad, lengths=block.lengths, tiled=True)
 
 
 def untile(block: Block) -> Block:
     """A tiled ``block`` back in the row-major ``(C, L', D)`` layout every scorer reads (a copy)."""
     if not block.tiled:
         return block
-    c, n_tiles = int(block.vectors.shape[0]), int(block.vectors.shape[1])
-    # (C, L'/16, 16, D/2, 2) or (C, L'/16, 16, D)
-    rows = block.vectors.permute(0, 1, 3, 2, 4) if _paired(block) else block.vectors.transpose(2, 3)
-    vectors = rows.reshape(c, n_tiles * 16, _dim(block))
+    c, n_tiles, dim, _ = block.vectors.shape
+    vectors = block.vectors.transpose(2, 3).reshape(c, n_tiles * 16, dim)
     return Block(vectors=vectors, rows=block.rows, pad=block.pad, lengths=block.lengths)
 
 
@@ -265,17 +214,6 @@ def _arrange(tokens: Tensor) -> Tensor:
     padded = torch.zeros(groups * GROUP, dim, dtype=torch.float32)
     padded[:t] = tokens
     return padded.view(groups, GROUP, dim).transpose(1, 2).contiguous()
-
-
-def _arrange_pairs(tokens: Tensor) -> Tensor:
-    """Query tokens ``(T, D)`` rounded to bf16, as the bf16 path reads them: ``(groups, D/2, GROUP)``
-    32-bit words, each the two bf16 values of dimensions ``2k, 2k + 1`` of one token."""
-    t, dim = tokens.shape
-    groups = -(-t // GROUP)
-    padded = torch.zeros(groups * GROUP, dim, dtype=torch.bfloat16)
-    padded[:t] = tokens.to(torch.bfloat16)
-    words = padded.view(groups, GROUP, dim // 2, 2).permute(0, 2, 1, 3).contiguous()  # (G, D/2, GROUP, 2)
-    return words.view(torch.int32).view(groups, dim // 2, GROUP)
 
 
 Part = list[tuple[int, int, int]]  # (block, first page, end page) ranges one thread scores
@@ -310,19 +248,14 @@ def _run(
     for i, begin, end in part:
         block = blocks[i]
         vectors = block.vectors
-        if _paired(block):
-            rc = lib.evidra_maxsim_block_bf16(
-                vectors.data_ptr(), block.length, _dim(block), block.lengths.data_ptr(), begin, end,
-                queries.data_ptr(), tokens, runs.data_ptr(), best[i].data_ptr(),
-            )  # fmt: skip
-        else:
-            rc = lib.evidra_maxsim_block(
-                vectors.data_ptr(), _KINDS[vectors.dtype], int(block.tiled), block.length, _dim(block),
-                block.lengths.data_ptr(), begin, end, queries.data_ptr(), tokens, runs.data_ptr(),
-                best[i].data_ptr(),
-            )  # fmt: skip
+        dim = int(vectors.shape[2] if block.tiled else vectors.shape[-1])
+        rc = lib.evidra_maxsim_block(
+            vectors.data_ptr(), _KINDS[vectors.dtype], int(block.tiled), block.length, dim,
+            block.lengths.data_ptr(), begin, end, queries.data_ptr(), tokens, runs.data_ptr(),
+            best[i].data_ptr(),
+        )  # fmt: skip
         if rc != 0:
-            raise RuntimeError(f"the AVX-512 MaxSim kernel refused a block of shape {tuple(vectors.shape)}")
+            raise RuntimeError(f"the AVX-512 MaxSim kernel refused dim {dim}")  # fits() rules this out
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}

@@ -170,11 +170,8 @@ class MultiVectorIndex(ShardWrites):
         blocks = build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
-        if self.kernel == "avx512" and maxsim_avx512.available(self._dtype):
-            pairs = self._dtype == torch.bfloat16
-            tiled = [maxsim_avx512.tile(b, pairs=pairs) for b in blocks]  # what it reads untransposed
-            if maxsim_avx512.fits(tiled, self._dtype):
-                return tiled
+        if self.kernel == "avx512" and maxsim_avx512.fits(blocks, self._dtype):
+            return [maxsim_avx512.tile(b) for b in blocks]  # the layout it reads without transposing
         return blocks
 
     def _ideal_blocks(self) -> int:
