@@ -15,7 +15,7 @@ it off CUDA is an error unless Triton's interpreter is on (``TRITON_INTERPRET=1`
 kernel on CPU tensors with numpy, slowly: a way to test the kernel, not to search). Forcing
 ``avx512`` where it cannot run is an error saying why.
 
->>> resolve("auto", torch.device("cpu"), torch.bfloat16)
+>>> resolve("auto", torch.device("cpu"), torch.float16)  # 16-bit GEMMs stay in torch
 'torch'
 """
 

@@ -51,9 +51,13 @@ _ARGS = (
 )  # fmt: skip
 
 
+_READ_CPU = compute.cpu_features  # this machine's own reader, whatever a test later stands in for it
+
+
+@functools.cache
 def cpu_has_avx512() -> bool:
     """Whether this machine's own CPU (read from /proc/cpuinfo, never a test's stand-in) runs it."""
-    return "avx512f" in compute.cpu_features(Path("/proc/cpuinfo")).flags
+    return "avx512f" in _READ_CPU(Path("/proc/cpuinfo")).flags
 
 
 def cache_dir() -> Path:
