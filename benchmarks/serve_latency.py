@@ -143,9 +143,7 @@ async def inprocess_search(workspace: Workspace, query: str) -> float:
     return time.perf_counter() - start
 
 
-def _timed_lines(
-    client: httpx.Client, path: str, body: dict[str, Any]
-) -> Iterator[tuple[float, str]]:
+def _timed_lines(client: httpx.Client, path: str, body: dict[str, Any]) -> Iterator[tuple[float, str]]:
     start = time.perf_counter()
     with client.stream("POST", path, json=body) as response:
         response.raise_for_status()
@@ -205,35 +203,51 @@ def http_chat(client: httpx.Client, question: str, k: int) -> Streamed:
 # -- the runs ----------------------------------------------------------------------------------
 
 
-def measure(
-    client: httpx.Client, runner: asyncio.Runner, workspace: Workspace, questions: list[str], args: argparse.Namespace
-) -> tuple[list[Row], list[float], list[int]]:
-    """The table's rows, the server's own search times (ms) and the pieces of each HTTP answer."""
+@dataclass(frozen=True)
+class Bench:
+    """The keep-alive client of the running app, and this thread's event loop for the peers."""
+
+    client: httpx.Client
+    runner: asyncio.Runner
+    workspace: Workspace
+    k: int  # pages an answer is given
+
+
+def time_searches(bench: Bench, questions: list[str], n: int) -> tuple[Row, list[float]]:
+    """``n`` searches each way, in turns; and the server's own time for each (ms)."""
     for q in questions[:WARMUP_SEARCHES]:
-        http_search(client, q), runner.run(inprocess_search(workspace, q))
-    for q in questions[:WARMUP_ANSWERS]:
-        http_answer(client, q, args.k), runner.run(inprocess_answer(workspace, q, args.k))
-        http_chat(client, q, args.k)
-    search_http, search_peer, inside = [], [], []
-    for i in range(args.searches):
+        http_search(bench.client, q)
+        bench.runner.run(inprocess_search(bench.workspace, q))
+    http, peer, inside = [], [], []
+    for i in range(n):
         q = questions[i % len(questions)]
-        took, ms = http_search(client, q)
-        search_http.append(took), inside.append(ms)
-        search_peer.append(runner.run(inprocess_search(workspace, q)))
+        took, ms = http_search(bench.client, q)
+        http.append(took)
+        inside.append(ms)
+        peer.append(bench.runner.run(inprocess_search(bench.workspace, q)))
+    return Row(f"search (k={SEARCH_K}, no model)", http, peer), inside
+
+
+def time_answers(bench: Bench, questions: list[str], n: int) -> tuple[list[Row], list[int]]:
+    """``n`` questions each way (``/api/ask``, the generator, the chat API) in turns; and the
+    pieces of text of each ``/api/ask`` answer."""
     answers, peers, chats = [], [], []
-    for i in range(args.repeats):
+    for i in range(-WARMUP_ANSWERS, n):
         q = questions[i % len(questions)]
-        answers.append(http_answer(client, q, args.k))
-        peers.append(runner.run(inprocess_answer(workspace, q, args.k)))
-        chats.append(http_chat(client, q, args.k))
+        answer = http_answer(bench.client, q, bench.k)
+        peer = bench.runner.run(inprocess_answer(bench.workspace, q, bench.k))
+        chat = http_chat(bench.client, q, bench.k)
+        if i >= 0:
+            answers.append(answer)
+            peers.append(peer)
+            chats.append(chat)
     rows = [
-        Row(f"search (k={SEARCH_K}, no model)", search_http, search_peer),
         Row("answer: first token", [a.first_s for a in answers], [p.first_s for p in peers]),
         Row("answer: whole", [a.end_s for a in answers], [p.end_s for p in peers]),
         Row("chat stream: first content", [c.first_s for c in chats], None),
         Row("chat stream: [DONE]", [c.end_s for c in chats], None),
     ]
-    return rows, inside, [a.pieces for a in answers]
+    return rows, [a.pieces for a in answers]
 
 
 def _ms(x: float) -> str:
@@ -241,11 +255,11 @@ def _ms(x: float) -> str:
 
 
 def table(rows: list[Row]) -> list[str]:
+    """A markdown table: HTTP and in-process medians and p90s (ms), and the ratio of the medians."""
     lines = [
-        f"{'what':<32} | {'n':>4} | HTTP median ms | HTTP p90 ms | in-process median ms "
-        "| in-process p90 ms | HTTP / in-process",
-        f"{'-' * 32}-|------|----------------|-------------|----------------------|"
-        "-------------------|------------------",
+        f"| {'what':<26} | {'n':>4} | HTTP median ms | HTTP p90 ms | in-process median ms "
+        "| in-process p90 ms | HTTP / in-process |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         peer = ("-", "-", "-")
@@ -253,8 +267,8 @@ def table(rows: list[Row]) -> list[str]:
             ratio = statistics.median(row.http) / statistics.median(row.peer)
             peer = (_ms(statistics.median(row.peer)), _ms(_p(row.peer, 0.9)), f"{ratio:.2f}")
         lines.append(
-            f"{row.label:<32} | {len(row.http):>4} | {_ms(statistics.median(row.http)):>14} | "
-            f"{_ms(_p(row.http, 0.9)):>11} | {peer[0]:>20} | {peer[1]:>17} | {peer[2]:>17}"
+            f"| {row.label:<26} | {len(row.http):>4} | {_ms(statistics.median(row.http)):>14} | "
+            f"{_ms(_p(row.http, 0.9)):>11} | {peer[0]:>20} | {peer[1]:>17} | {peer[2]:>17} |"
         )
     return lines
 
@@ -275,7 +289,7 @@ def result_line(rows: list[Row]) -> str:
     )
 
 
-def header(args: argparse.Namespace, threads: int, tokens: list[int]) -> list[str]:
+def header(args: argparse.Namespace, threads: int, pieces: list[int]) -> list[str]:
     cpu = cpu_features().model or "unknown CPU"
     index = "BM25" if args.index == "bm25" else "tiny random ColQwen2 (visual)"
     return [
@@ -283,7 +297,7 @@ def header(args: argparse.Namespace, threads: int, tokens: list[int]) -> list[st
         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
         f"pages {args.pages} (one generated page per PDF) at {args.dpi:g} dpi; index {index}",
         f"model tiny random Qwen2.5-VL (evidra.models.tiny), greedy, max {args.max_new_tokens} new "
-        f"tokens, {args.k} pages shown; text pieces per answer: median {statistics.median(tokens):g}",
+        f"tokens, {args.k} pages shown; text pieces per answer: median {statistics.median(pieces):g}",
     ]
 
 
@@ -301,6 +315,8 @@ def main() -> None:
     args = ap.parse_args()
     if min(args.pages, args.searches, args.repeats, args.threads, args.max_new_tokens) < 1:
         ap.error("--pages, --searches, --repeats, --threads and --max-new-tokens must be at least 1")
+    if not 1 <= args.k <= ServeOptions().max_k:
+        ap.error(f"--k must be 1 to {ServeOptions().max_k} (the app's cap)")
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))  # before torch is first imported
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -310,12 +326,18 @@ def main() -> None:
         workspace, questions = build(Path(tmp), args)
         try:
             options = ServeOptions(access_log=False, k=args.k)
-            with running(workspace, options) as url, httpx.Client(base_url=url, timeout=120) as client:
-                with asyncio.Runner() as runner:
-                    rows, inside, tokens = measure(client, runner, workspace, questions, args)
+            with (
+                running(workspace, options) as url,
+                httpx.Client(base_url=url, timeout=120) as client,
+                asyncio.Runner() as runner,
+            ):
+                bench = Bench(client, runner, workspace, args.k)
+                search, inside = time_searches(bench, questions, args.searches)
+                answers, pieces = time_answers(bench, questions, args.repeats)
         finally:
             workspace.close()
-    print("\n".join(header(args, torch.get_num_threads(), tokens)))
+    print("\n".join(header(args, torch.get_num_threads(), pieces)))
+    rows = [search, *answers]
     print("\n".join(table(rows)))
     print(f"search inside the server (its own ms field): median {statistics.median(inside):.2f} ms")
     print(result_line(rows))
