@@ -26,7 +26,7 @@ HTTP figures, as it is for any client in the same process. The last line is ``RE
 search_ms=<median> search_vs_inprocess=<r> first_token_ms=<median> first_token_vs_inprocess=<r>
 chat_first_chunk_ms=<median>``, each ratio the HTTP median over the in-process median. Run::
 
-    OMP_NUM_THREADS=2 python benchmarks/serve_latency.py               # 8 pages, 150 dpi, ~30 s
+    OMP_NUM_THREADS=2 python benchmarks/serve_latency.py               # 8 pages, 150 dpi, under 1 min
     python benchmarks/serve_latency.py --pages 64 --index visual --max-new-tokens 128 --repeats 20
 """
 
