@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import signal
@@ -411,3 +412,41 @@ def test_known_items_ask_for_text_of_one_page_only() -> None:
     assert not any("Chapter 4" in it.question for it in items)
     endings = ("asn1_der_decoding do?", "asn1_der_decoding?", "asn1_der_decoding return?")
     assert any(it.question.endswith(endings) for it in items)
+
+
+@pytest.mark.slow
+def test_serve_latency_benchmark_times_every_request_against_its_peer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("uvicorn", reason="the web app is in the app extra")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = ["--pages", "2", "--dpi", "72", "--searches", "4", "--repeats", "2", "--max-new-tokens", "6"]
+    out = _run("serve_latency", [*argv, "--threads", "1"], monkeypatch, capsys)
+    assert re.search(r"^cpu: .+; \d+ cores; torch threads 1;", out, re.M)
+    assert "pages 2 (one generated page per PDF) at 72 dpi; index BM25" in out
+    times = {}
+    for label, n, peer in (
+        ("search (k=10, no model)", "4", True),
+        ("answer: first token", "2", True),
+        ("answer: whole", "2", True),
+        ("chat stream: first content", "2", False),
+        ("chat stream: [DONE]", "2", False),
+    ):
+        cells = _cells(out, label)
+        assert cells[2] == n, cells
+        assert (cells[5] != "-") == peer and (cells[7] != "-") == peer, cells
+        times[label] = [float(c) for c in cells[3:7] if c != "-"]
+        assert all(0 < t < 60_000 for t in times[label]), cells
+    for first, whole in zip(times["answer: first token"], times["answer: whole"], strict=True):
+        assert first <= whole  # the first piece of text comes before the end of the same answers
+    result = re.search(
+        r"^RESULT search_ms=(\S+) search_vs_inprocess=(\S+) first_token_ms=(\S+) "
+        r"first_token_vs_inprocess=(\S+) chat_first_chunk_ms=(\S+)$",
+        out,
+        re.M,
+    )
+    assert result is not None, out
+    values = [float(v) for v in result.groups()]
+    assert all(math.isfinite(v) and v > 0 for v in values), values
+    assert values[0] == float(_cells(out, "search (k=10, no model)")[3])
