@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from evidra.app.http import API_KEY_ENV, ServeOptions
-from evidra.retrieval.server import ServiceError, bind_tcp, is_loopback, on_a_thread
+from evidra.retrieval.server import is_loopback, listen, on_a_thread
 
 if TYPE_CHECKING:
     import socket
@@ -22,22 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 def _listen(host: str, port: int, options: ServeOptions) -> tuple[socket.socket, str]:
-    try:
-        sock = bind_tcp(host, port)
-    except OSError as exc:
-        raise ServiceError(
-            f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port"
-        ) from None
-    bound = int(sock.getsockname()[1])
-    url = f"http://[{host}]:{bound}" if ":" in host else f"http://{host}:{bound}"
-    if not is_loopback(host):
-        guard = (
-            "requests need the API key, which travels unencrypted (put a TLS proxy in front)"
-            if options.api_key
-            else f"anyone who can reach it can read and add documents; set {API_KEY_ENV} to require a key"
-        )
-        logger.warning("evidra serve bound to %s is reachable from other machines: %s", host, guard)
-    return sock, url
+    return listen(host, port, "evidra serve", options.api_key, "read and add documents", key_env=API_KEY_ENV)
 
 
 def _server(workspace: Workspace, options: ServeOptions, host: str) -> uvicorn.Server:

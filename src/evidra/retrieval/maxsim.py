@@ -172,7 +172,12 @@ def score_block(
     dtype = dtype or compute_dtype(block.vectors)
     q = tokens.to(dtype)  # no-op when already converted
     layout = LAYOUTS[layout_for(block.vectors.device, dtype)]
-    best = layout.best(q, block, buffer, widened)  # (T, C)
+    return per_query(layout.best(q, block, buffer, widened), owner, n_queries)
+
+
+def per_query(best: Tensor, owner: Tensor, n_queries: int) -> Tensor:
+    """MaxSim scores ``(Q, C)`` from each query token's best similarity per page ``(T, C)``: the sum
+    over each query's tokens (``owner``: the query of each token, ``pack_queries``)."""
     if n_queries == 1:
         return best.sum(dim=0, keepdim=True)  # (1, C)
     result = torch.zeros(n_queries, best.shape[1], dtype=torch.float32, device=best.device)  # (Q, C)

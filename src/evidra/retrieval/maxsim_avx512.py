@@ -141,7 +141,7 @@ def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
     if not blocks or (dtype or maxsim.compute_dtype(blocks[0].vectors)) != torch.float32:
         return False
     first = blocks[0].vectors
-    dim = int(first.shape[2] if blocks[0].tiled else first.shape[-1])
+    dim = _dim(blocks[0])
     shaped = all(b.vectors.is_contiguous() and b.lengths.is_contiguous() for b in blocks)
     return (
         first.device.type == "cpu"
@@ -175,11 +175,7 @@ def score_blocks(
         run(parts[0])
     else:
         list(_pool(len(parts)).map(run, parts))
-    per_token = torch.cat(best).T  # (T, sum C)
-    if len(queries) == 1:
-        scores = per_token.sum(dim=0, keepdim=True)
-    else:
-        scores = torch.zeros(len(queries), per_token.shape[1]).index_add_(0, owner, per_token)
+    scores = maxsim.per_query(torch.cat(best).T, owner, len(queries))  # (Q, sum C)
     out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32)
     out[:, torch.cat([b.rows for b in blocks])] = scores
     return out
@@ -209,6 +205,11 @@ def untile(block: Block) -> Block:
     c, n_tiles, dim, _ = block.vectors.shape
     vectors = block.vectors.transpose(2, 3).reshape(c, n_tiles * 16, dim)
     return Block(vectors=vectors, rows=block.rows, pad=block.pad, lengths=block.lengths)
+
+
+def _dim(block: Block) -> int:
+    """``D``: the vectors' dimension, in either layout."""
+    return int(block.vectors.shape[2] if block.tiled else block.vectors.shape[-1])
 
 
 def _arrange(tokens: Tensor) -> Tensor:
@@ -252,14 +253,13 @@ def _run(
     for i, begin, end in part:
         block = blocks[i]
         vectors = block.vectors
-        dim = int(vectors.shape[2] if block.tiled else vectors.shape[-1])
         rc = lib.evidra_maxsim_block(
-            vectors.data_ptr(), _KINDS[vectors.dtype], int(block.tiled), block.length, dim,
+            vectors.data_ptr(), _KINDS[vectors.dtype], int(block.tiled), block.length, _dim(block),
             block.lengths.data_ptr(), begin, end, queries.data_ptr(), tokens, runs.data_ptr(),
             best[i].data_ptr(),
         )  # fmt: skip
         if rc != 0:
-            raise RuntimeError(f"the AVX-512 MaxSim kernel refused dim {dim}")  # fits() rules this out
+            raise RuntimeError(f"the AVX-512 MaxSim kernel refused dim {_dim(block)}")  # fits() rules it out
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}

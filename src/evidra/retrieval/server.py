@@ -286,22 +286,8 @@ class SearchService:
 
     def _listen(self, host: str, port: int) -> tuple[socket.socket, str]:
         """A socket bound to ``host:port`` (``port=0`` picks a free one) and its base URL."""
-        try:
-            sock = bind_tcp(host, port)
-        except OSError as exc:
-            raise ServiceError(
-                f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port"
-            ) from None
-        bound = int(sock.getsockname()[1])
-        url = f"http://[{host}]:{bound}" if ":" in host else f"http://{host}:{bound}"
+        sock, url = listen(host, port, "search service", self.options.api_key, "search")
         logger.info("search service on %s", url)
-        if not is_loopback(host):
-            guard = (
-                "requests need the API key, which travels unencrypted (put a TLS proxy in front)"
-                if self.options.api_key
-                else f"anyone who can reach it can search; set {API_KEY_ENV} to require a key"
-            )
-            logger.warning("search service bound to %s is reachable from other machines: %s", host, guard)
         return sock, url
 
     def serve_forever(
@@ -341,6 +327,31 @@ def on_a_thread(server: Any, sock: socket.socket, url: str, what: str) -> Iterat
         server.should_exit = True
         thread.join(timeout=STOP_S)
         sock.close()
+
+
+def listen(
+    host: str, port: int, what: str, api_key: str | None, open_to: str, key_env: str = API_KEY_ENV
+) -> tuple[socket.socket, str]:
+    """A socket bound to ``host:port`` (``port=0`` picks a free one) and its base URL; a host
+    other machines can reach gets one warning naming ``what`` and what anyone could then do
+    (``open_to``: "search", "read and add documents") unless ``api_key`` guards it (``key_env``:
+    the variable that sets it)."""
+    try:
+        sock = bind_tcp(host, port)
+    except OSError as exc:
+        raise ServiceError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --host or --port"
+        ) from None
+    bound = int(sock.getsockname()[1])
+    url = f"http://[{host}]:{bound}" if ":" in host else f"http://{host}:{bound}"
+    if not is_loopback(host):
+        guard = (
+            "requests need the API key, which travels unencrypted (put a TLS proxy in front)"
+            if api_key
+            else f"anyone who can reach it can {open_to}; set {key_env} to require a key"
+        )
+        logger.warning("%s bound to %s is reachable from other machines: %s", what, host, guard)
+    return sock, url
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:
