@@ -11,8 +11,8 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from evidra.cli._fusion import fusion_from_args
+from evidra.cli._index_common import _layout, _load_dataset, _options
 from evidra.cli._progress import LazyBar
-from evidra.cli.index import _layout, _load_dataset, _options
 
 if TYPE_CHECKING:
     from evidra.eval.retrieval import Qrels

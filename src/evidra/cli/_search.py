@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evidra.cli.index import _options
+from evidra.cli._index_common import _options
 
 
 def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:

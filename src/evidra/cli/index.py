@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from evidra.cli._fusion import add_fusion_args
+from evidra.cli._index_common import _layout, _load_dataset, _options
 from evidra.cli._progress import LazyBar
 
 if TYPE_CHECKING:
-    from evidra.eval.retrieval import Layout
-    from evidra.types import Page, Sample
+    from evidra.types import Page
 
 _FORMATS = ("auto", "beir", "vidore_v1")
 
@@ -199,27 +199,6 @@ def scoring_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _options(args: argparse.Namespace) -> tuple[Any, Any]:
-    from evidra.devices import resolve_device
-    from evidra.retrieval.base import EncoderOptions
-    from evidra.retrieval.index import MaxSimOptions
-
-    device = resolve_device(args.device)
-    maxsim = MaxSimOptions(
-        device=device,
-        compute_dtype=args.compute_dtype,
-        storage_dtype=args.storage_dtype,
-        kernel=args.maxsim_kernel,
-    )
-    return EncoderOptions(args.batch_size, device, args.dtype), maxsim
-
-
-def _layout(path: str, fmt: str) -> Layout:
-    from evidra.eval.retrieval import detect_layout
-
-    return detect_layout(path) if fmt == "auto" else cast("Layout", fmt)  # argparse checked the choice
-
-
 def _build_pages(args: argparse.Namespace) -> list[Page]:
     from evidra.corpus import PageStore
     from evidra.errors import InvalidInputError
@@ -251,18 +230,6 @@ def _build_pages(args: argparse.Namespace) -> list[Page]:
             f"the pages of {source} are images without a text layer; bm25 needs --ocr (evidra[ocr])"
         )
     return pages
-
-
-def _load_dataset(args: argparse.Namespace) -> list[Sample]:
-    from evidra.data.loaders import load, parse_options
-    from evidra.errors import InvalidInputError
-
-    if not args.data:
-        raise InvalidInputError(f"--dataset {args.dataset} needs --data: the benchmark's files")
-    bad = [o for o in args.option if "=" not in o]
-    if bad:
-        raise InvalidInputError(f"--option takes KEY=VALUE, got {bad[0]!r}")
-    return load(args.dataset, args.data, **parse_options(dict(o.split("=", 1) for o in args.option)))
 
 
 def _dataset_pages(args: argparse.Namespace) -> list[Page]:

@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evidra.cli.index import _options
+    from evidra.cli._index_common import _options
     from evidra.retrieval.engine import open_index
     from evidra.retrieval.server import API_KEY_ENV, SearchService, ServiceOptions
 
