@@ -78,6 +78,9 @@ def _engine_row(ctx: Ctx, engine: str, vllm: bool) -> RowOutput:
     tokens = median(result.tokens) if result.tokens else float("nan")
     gen = median(result.gen_times) if result.gen_times else float("nan")
     name = f"grpo {engine} {'vllm' if vllm else 'hf'}"
+    phases = "".join(
+        f"; {key.split('/')[1].replace('_peak_gb', '')} peak {gb:.1f} GB" for key, gb in result.phases.items()
+    )
     entry = Entry(
         name,
         device_name(ctx.device),
@@ -85,7 +88,7 @@ def _engine_row(ctx: Ctx, engine: str, vllm: bool) -> RowOutput:
         tok_s=tokens / gen,
         peak_mb=memory.peak_mb,
         check=f"{tokens:.0f} tokens/step (cap {s.prompts * s.group * s.new_tokens})",
-        note=f"step tok/s {tokens / step:.0f}; torch peak allocated {result.peak_mb:.0f} MB; "
+        note=f"step tok/s {tokens / step:.0f}; torch peak allocated {result.peak_mb:.0f} MB{phases}; "
         f"{s.prompts}x{s.group}, {s.new_tokens} new, {s.image_size}px, {steps} timed steps",
     )
     return RowOutput([entry], {"s_step": round(step, 4), "tok_s": round(tokens / gen, 1)})

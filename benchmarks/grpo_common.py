@@ -20,7 +20,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,6 +61,7 @@ class EngineResult:
     tokens: list[int]  # completion tokens generated per timed step
     gen_times: list[float]  # seconds spent generating, per timed step (empty: not measured)
     peak_mb: float  # peak GPU memory allocated (cuda) or peak RSS (cpu)
+    phases: dict[str, float] = field(default_factory=dict)  # evidra on a GPU: peak GB per phase
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ def run_evidra(
         ],
     )
     figures: list[StepFigures] = []
+    phases: dict[str, float] = {}  # the trainer's per-phase peaks (GPU): it resets torch's peak each step
     trainer = RLTrainer(cfg)
     for _ in range(steps + 1):  # step() alone: the step is timed, not the checkpoint that train() ends with
         if pacer is not None:
@@ -177,14 +179,20 @@ def run_evidra(
         step_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
         tokens = round(metrics.get("episode/policy_tokens", 0.0) * s.prompts * s.group)
         figures.append(StepFigures(step_s, tokens, metrics.get("time/rollout_s", 0.0), cpu_s))
+        for key in ("memory/rollout_peak_gb", "memory/update_peak_gb"):
+            if key in metrics:
+                phases[key] = max(phases.get(key, 0.0), metrics[key])
         if pacer is not None:
             pacer.done(figures[-1])
-    return _result("evidra", figures[1:], peak_mb(s.device))
+    peak = max([peak_mb(s.device), *(gb * 1e9 / 2**20 for gb in phases.values())])
+    return _result("evidra", figures[1:], peak, phases)
 
 
-def _result(engine: str, figures: list[StepFigures], peak: float) -> EngineResult:
+def _result(
+    engine: str, figures: list[StepFigures], peak: float, phases: dict[str, float] | None = None
+) -> EngineResult:
     times, tokens, gen = ([getattr(f, k) for f in figures] for k in ("step_s", "tokens", "gen_s"))
-    return EngineResult(engine, times, tokens, [g for g in gen if g >= 0], peak)
+    return EngineResult(engine, times, tokens, [g for g in gen if g >= 0], peak, phases or {})
 
 
 def _trl_policy(model: Path, s: Settings) -> Any:

@@ -8,6 +8,8 @@ Every place that picks a device accepts ``auto`` and resolves it here, when the 
 
 from __future__ import annotations
 
+from typing import Any
+
 AUTO = "auto"
 
 
@@ -33,3 +35,17 @@ def resolve_dtype(dtype: str, device: str) -> str:
     if dtype != AUTO:
         return dtype
     return "bfloat16" if resolve_device(device).startswith("cuda") else "float32"
+
+
+def peak_memory_gb(device: Any, *, reset: bool = True) -> float | None:
+    """The most memory torch held allocated on ``device`` (a CUDA device) since the last reset, in
+    GB, then reset; None elsewhere (a CPU process's peak is its resident set, not torch's)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return None
+    peak = torch.cuda.max_memory_allocated(dev) / 1e9
+    if reset:
+        torch.cuda.reset_peak_memory_stats(dev)
+    return peak

@@ -78,3 +78,24 @@ def test_gspo_with_dual_clip_is_refused(tmp_path: Path) -> None:
             "algo.dual_clip=3.0"]  # fmt: skip
     with pytest.raises(ConfigError, match="gspo has no dual clip"):
         RLTrainer(load_config(RLConfig, None, over))
+
+
+def test_adamw_is_fused_on_plain_tensors_and_matches_the_default_update() -> None:
+    from evidra.rl.common import fused_adamw
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    twin = torch.nn.Linear(8, 4)
+    twin.load_state_dict(model.state_dict())
+    optimizer, _ = make_optimizer(model, OptimConfig(lr=0.1))
+    assert optimizer.defaults["fused"] is True
+    plain = torch.optim.AdamW(twin.parameters(), lr=0.1, betas=(0.9, 0.999), weight_decay=0.0)
+    for opt, m in ((optimizer, model), (plain, twin)):
+        for _ in range(3):
+            opt.zero_grad()
+            m(torch.ones(2, 8)).square().sum().backward()
+            opt.step()
+    assert torch.allclose(model.weight, twin.weight, atol=1e-6)
+    # a parameter on no CPU or CUDA device keeps torch's default path
+    assert not fused_adamw([torch.nn.Parameter(torch.zeros(2, device="meta"))])
+    assert not fused_adamw([])

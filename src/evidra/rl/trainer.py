@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evidra.config import to_dict
+from evidra.devices import peak_memory_gb
 from evidra.errors import TrainingError
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
@@ -182,6 +183,7 @@ class RLTrainer:
         import torch
 
         start = time.perf_counter()
+        peak_memory_gb(self.engine.device)  # the step's peaks count from here
         groups, stats = self._collect()
         n_mini = self._minibatch_count(len(groups))
         if n_mini == 0:
@@ -194,6 +196,7 @@ class RLTrainer:
         episodes = [ep for eps, _ in groups for ep in eps]
         results = [res for _, rs in groups for res in rs]
         rollout_s = time.perf_counter() - start
+        memory = {"memory/rollout_peak_gb": peak_memory_gb(self.engine.device)}
         self.backend.release()  # vLLM on a GPU: free its memory for the update
         minibatches = self._minibatches(groups, n_mini)
         flat = [mb for mini in minibatches for mb in mini]
@@ -217,7 +220,9 @@ class RLTrainer:
         self.scheduler.step()
         self.backend.sync(self.engine.unwrap(self.model))  # the rollout engine takes the new weights
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
+        memory["memory/update_peak_gb"] = peak_memory_gb(self.engine.device)
         return {
+            **{k: v for k, v in memory.items() if v is not None},  # on a GPU: where the memory goes
             **_reward_metrics(results, rewards, advantages),
             **_episode_metrics(episodes),
             **update,
