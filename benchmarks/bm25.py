@@ -251,12 +251,12 @@ def main() -> None:
     batch = make_queries(texts, args.batch, args.seed + 2)
     print(f"{args.pages} pages ({args.text}), {tokens / args.pages:.0f} tokens per page; "
           f"{args.single} single queries, a batch of {args.batch}; k={K}")  # fmt: skip
-    print(f"{'engine':<16} | build s | 1q p50 ms | 1q p99 ms | batch q/s | disk MB | load s | agr@10 | same")
+    print(f"{'engine':<16} | build ms | 1q p50 ms | 1q p99 ms | batch q/s | disk MB | load s | agr@10 | same")
     rows = [measure(name, texts, single, batch) for name in ENGINES]
     base = rows[0]
     for row in rows:
         agr, same = agreement(row.results, base.results)
-        print(f"{row.name:<16} | {row.build_s:7.2f} | {row.p50_ms:9.3f} | {row.p99_ms:9.3f} | "
+        print(f"{row.name:<16} | {row.build_s * 1e3:8.1f} | {row.p50_ms:9.3f} | {row.p99_ms:9.3f} | "
               f"{row.batched_qps:9.0f} | {row.size_mb:7.1f} | {row.load_s:6.2f} | "
               f"{agr:6.3f} | {same:5.3f}")  # fmt: skip
     new = rows[1]
