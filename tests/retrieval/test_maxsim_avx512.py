@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import kernels, maxsim, maxsim_avx512
+from evidra.retrieval import compute, kernels, maxsim, maxsim_avx512, native
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 
 CPU = torch.device("cpu")
@@ -64,7 +64,7 @@ def test_pages_are_split_between_threads_without_gaps_or_overlaps() -> None:
     pages = _pages(97, 16, seed=3)
     blocks = maxsim.build_blocks(pages, list(range(97)), max_tokens=1000, dtype=torch.float16)
     for threads in (1, 2, 3, 8, 200):
-        parts = maxsim_avx512._split(blocks, threads)
+        parts = native.split(blocks, threads)
         assert 1 <= len(parts) <= threads
         seen = [(b, p) for part in parts for b, lo, hi in part for p in range(lo, hi)]
         expected = [(b, p) for b, block in enumerate(blocks) for p in range(block.vectors.shape[0])]
@@ -137,7 +137,7 @@ def test_without_a_compiler_search_stays_in_torch(
     monkeypatch.setattr(maxsim_avx512, "cpu_has_avx512", lambda: True)
     maxsim_avx512._library.cache_clear()
     try:
-        with caplog.at_level(logging.INFO, logger="evidra.retrieval.maxsim_avx512"):
+        with caplog.at_level(logging.INFO, logger="evidra.retrieval.native"):
             assert not maxsim_avx512.available()
         assert "could not be built" in caplog.text and "scores in torch" in caplog.text
         blocks = maxsim.build_blocks(_pages(5, 16, 6), list(range(5)))
@@ -176,7 +176,7 @@ def test_an_fp32_index_searches_with_it_and_ranks_like_torch(tmp_path: Path) -> 
     auto = MultiVectorIndex.open(
         tmp_path / "idx", options=MaxSimOptions(device="cpu", compute_dtype="float32")
     )
-    assert auto.kernel == ("avx512" if "avx512f" in maxsim_avx512.compute.cpu_features().flags else "torch")
+    assert auto.kernel == ("avx512" if "avx512f" in compute.cpu_features().flags else "torch")
 
 
 @runs_here
@@ -189,7 +189,7 @@ def test_a_build_planted_in_a_shared_folder_is_never_loaded(
     (shared / "kernels").chmod(0o777)  # anyone may write here
     planted = shared / "kernels" / first.name
     planted.write_bytes(b"not a library")
-    with caplog.at_level(logging.WARNING, logger="evidra.retrieval.maxsim_avx512"):
+    with caplog.at_level(logging.WARNING, logger="evidra.retrieval.native"):
         built = maxsim_avx512.compile_kernel(folder=shared)
     assert built != planted and built.read_bytes() != b"not a library"
     assert "is not private to this user" in caplog.text
