@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from evidra.retrieval import maxsim, maxsim_avx512, native
+from evidra.retrieval import maxsim_avx512, native
 from evidra.retrieval.maxsim import Block
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ _ARGS = (
 
 def cpu_has_amx() -> bool:
     """Whether this machine's own CPU (never a test's stand-in) has AMX tiles with bf16."""
-    return NEEDS <= native.cpu_flags()
+    return native.cpu_flags() >= NEEDS
 
 
 @functools.cache
@@ -77,7 +77,13 @@ def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
     first = blocks[0].vectors
     dim = int(first.shape[-1])
     shaped = all(not b.tiled and b.vectors.is_contiguous() and b.lengths.is_contiguous() for b in blocks)
-    return first.device.type == "cpu" and first.dtype == torch.bfloat16 and dim % 32 == 0 and dim <= MAX_DIM and shaped
+    return (
+        first.device.type == "cpu"
+        and first.dtype == torch.bfloat16
+        and dim % 32 == 0
+        and dim <= MAX_DIM
+        and shaped
+    )
 
 
 def score_blocks(
@@ -143,5 +149,4 @@ def _run(
             queries.data_ptr(), tokens, runs.data_ptr(), best[i].data_ptr(),
         )  # fmt: skip
         if rc != 0:
-            raise RuntimeError(f"the AMX MaxSim kernel refused dim {vectors.shape[-1]}")  # fits() rules it out
-
+            raise RuntimeError(f"the AMX kernel refused dim {vectors.shape[-1]}")  # fits() rules it out

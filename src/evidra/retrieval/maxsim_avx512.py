@@ -100,6 +100,11 @@ def score_blocks(
     return native.score_split(queries, blocks, n_rows, _arrange, run)
 
 
+def hold(blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
+    """``blocks`` as the index holds them for this kernel: tiled where it scores them in ``dtype``."""
+    return [tile(b) for b in blocks] if fits(blocks, dtype) else list(blocks)
+
+
 def tile(block: Block) -> Block:
     """``block`` in the layout this kernel reads without transposing: ``(C, L'/16, D, 16)``, ``L'``
     the block's length rounded up to 16 (the extra vectors are zeros past every page's length)."""

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels, maxsim_avx512
+from evidra.retrieval import compute, kernels
 from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
@@ -170,9 +170,7 @@ class MultiVectorIndex(ShardWrites):
         blocks = build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
-        if self.kernel == "avx512" and maxsim_avx512.fits(blocks, self._dtype):
-            return [maxsim_avx512.tile(b) for b in blocks]  # the layout it reads without transposing
-        return blocks
+        return kernels.hold(self.kernel, blocks, self._dtype)  # the layout the kernel reads fastest
 
     def _ideal_blocks(self) -> int:
         vectors = sum(int(b.lengths.sum()) for b in self._blocks)  # real ones: no filler, no tiling
