@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels, maxsim, maxsim_avx512, native
+from evidra.retrieval import compute, kernels, maxsim, maxsim_avx512
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 
 CPU = torch.device("cpu")
@@ -58,20 +58,6 @@ def test_every_thread_count_scores_every_page_once(threads: int, monkeypatch: py
     query = [torch.randn(20, 64)]
     fused = maxsim_avx512.score_blocks(query, blocks, 41, dtype=torch.float32)
     torch.testing.assert_close(fused, maxsim.score_blocks(query, blocks, 41, dtype=torch.float32))
-
-
-def test_pages_are_split_between_threads_without_gaps_or_overlaps() -> None:
-    pages = _pages(97, 16, seed=3)
-    blocks = maxsim.build_blocks(pages, list(range(97)), max_tokens=1000, dtype=torch.float16)
-    for threads in (1, 2, 3, 8, 200):
-        parts = native.split(blocks, threads)
-        assert 1 <= len(parts) <= threads
-        seen = [(b, p) for part in parts for b, lo, hi in part for p in range(lo, hi)]
-        expected = [(b, p) for b, block in enumerate(blocks) for p in range(block.vectors.shape[0])]
-        assert sorted(seen) == expected  # every page of every block once
-        if threads == 2:
-            sizes = [sum((hi - lo) * blocks[b].vectors.shape[1] for b, lo, hi in part) for part in parts]
-            assert max(sizes) <= 1.2 * min(sizes)  # balanced by vectors, not by pages
 
 
 def test_tiles_hold_the_same_vectors_and_only_this_kernel_takes_them() -> None:
@@ -149,15 +135,6 @@ def test_without_a_compiler_search_stays_in_torch(
 
 
 @runs_here
-def test_the_build_is_cached_by_source_and_flags(tmp_path: Path) -> None:
-    first = maxsim_avx512.compile_kernel(folder=tmp_path)
-    stamp = first.stat().st_mtime_ns
-    again = maxsim_avx512.compile_kernel(folder=tmp_path)
-    assert again == first and again.stat().st_mtime_ns == stamp  # not rebuilt
-    assert first.parent == tmp_path / "kernels" and list(first.parent.iterdir()) == [first]  # no temp left
-
-
-@runs_here
 def test_an_fp32_index_searches_with_it_and_ranks_like_torch(tmp_path: Path) -> None:
     pages = _pages(30, 32, seed=7)
     ids = [f"p{i}" for i in range(30)]
@@ -177,25 +154,3 @@ def test_an_fp32_index_searches_with_it_and_ranks_like_torch(tmp_path: Path) -> 
         tmp_path / "idx", options=MaxSimOptions(device="cpu", compute_dtype="float32")
     )
     assert auto.kernel == ("avx512" if "avx512f" in compute.cpu_features().flags else "torch")
-
-
-@runs_here
-def test_a_build_planted_in_a_shared_folder_is_never_loaded(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    first = maxsim_avx512.compile_kernel(folder=tmp_path)  # learn the name a build of this source has
-    shared = tmp_path / "shared"
-    (shared / "kernels").mkdir(parents=True)
-    (shared / "kernels").chmod(0o777)  # anyone may write here
-    planted = shared / "kernels" / first.name
-    planted.write_bytes(b"not a library")
-    with caplog.at_level(logging.WARNING, logger="evidra.retrieval.native"):
-        built = maxsim_avx512.compile_kernel(folder=shared)
-    assert built != planted and built.read_bytes() != b"not a library"
-    assert "is not private to this user" in caplog.text
-    group_writable = tmp_path / "own" / "kernels"
-    group_writable.mkdir(parents=True)
-    (group_writable / first.name).write_bytes(b"not a library")
-    (group_writable / first.name).chmod(0o666)
-    rebuilt = maxsim_avx512.compile_kernel(folder=tmp_path / "own")
-    assert rebuilt == group_writable / first.name and rebuilt.read_bytes() != b"not a library"
