@@ -126,10 +126,15 @@ static inline void prefetch_vectors(const uint16_t *at, int64_t count, int64_t d
  *   queries  (tiles, dim / 32, 16, 32) bf16: token tile j, dimensions [32 s, 32 s + 32) as a B tile
  *            (row r holds dims 32 s + 2 r, 32 s + 2 r + 1 of the tile's 16 tokens, interleaved);
  *            tokens past `tokens` are zeros
- *   runs     (tiles, 16) fp32 scratch, 64-byte aligned; out (C, tokens) fp32: each token's max
+ *   owner    (tokens,) the query of each token, 0 .. n_queries - 1
+ *   runs     (tiles, 16) fp32 scratch, 64-byte aligned
+ *   out      (C, n_queries) fp32: each query's score, the sum of its tokens' maxima (only a query's
+ *            score per page leaves the kernel: 32 queries of 20 tokens write 128 bytes per page, not
+ *            the 2.5 KB of every token's max)
  * Returns 0, or -1 when dim is not a multiple of 32 or exceeds MAX_DIM. */
 int evidra_maxsim_amx(const uint16_t *pages, int64_t length, int64_t dim, const int64_t *lengths, int64_t begin,
-                      int64_t end, const uint16_t *queries, int64_t tokens, float *runs, float *out) {
+                      int64_t end, const uint16_t *queries, int64_t tokens, const int32_t *owner, int64_t n_queries,
+                      float *runs, float *out) {
     if (dim % 32 != 0 || dim > MAX_DIM || dim <= 0) return -1;
     float c[4 * 256] __attribute__((aligned(64)));
     uint16_t edge[32 * MAX_DIM] __attribute__((aligned(64))); /* a tile pair that would read past the page */
@@ -156,7 +161,9 @@ int evidra_maxsim_amx(const uint16_t *pages, int64_t length, int64_t dim, const 
                 token_tiles(0, a, stride, queries, tiles, slices, rows0, 0, c, best);
             }
         }
-        memcpy(out + p * tokens, runs, sizeof(float) * tokens);
+        float *scores = out + p * n_queries;
+        for (int64_t q = 0; q < n_queries; q++) scores[q] = 0.0f;
+        for (int64_t t = 0; t < tokens; t++) scores[owner[t]] += runs[t];
     }
     _tile_release();
     return 0;

@@ -41,7 +41,7 @@ KERNEL = native.Kernel("maxsim_amx.c", FLAGS, "AMX")
 NEEDS = frozenset({"amx_tile", "amx_bf16", "avx512f"})  # CPU flags it runs on
 _ARGS = (
     ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-    ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+    ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 )  # fmt: skip
 
 
@@ -99,7 +99,8 @@ def score_blocks(
     lib = _library()
     if lib is None or not fits(blocks, dtype):
         return maxsim_avx512.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
-    return native.score_split(queries, blocks, n_rows, arrange, functools.partial(_run, lib, blocks))
+    run = functools.partial(_run, lib, blocks)
+    return native.score_split(queries, blocks, n_rows, arrange, run, summed=True)
 
 
 def hold(blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
@@ -133,20 +134,16 @@ def arrange(tokens: Tensor) -> Tensor:
 
 
 def _run(
-    lib: ctypes.CDLL,
-    blocks: Sequence[Block],
-    queries: Tensor,
-    tokens: int,
-    best: list[Tensor],
-    part: native.Part,
+    lib: ctypes.CDLL, blocks: Sequence[Block], queries: native.Packed, scores: list[Tensor], part: native.Part
 ) -> None:
-    runs = native.aligned(-(-tokens // 16) * 16)  # running maxima, one AVX-512 register per 16 tokens
+    runs = native.aligned(queries.tokens.shape[0] * 16)  # running maxima, one register per 16 tokens
     for i, begin, end in part:
         block = blocks[i]
         vectors = block.vectors
         rc = lib.evidra_maxsim_amx(
             vectors.data_ptr(), block.length, int(vectors.shape[-1]), block.lengths.data_ptr(), begin, end,
-            queries.data_ptr(), tokens, runs.data_ptr(), best[i].data_ptr(),
+            queries.tokens.data_ptr(), queries.count, queries.owner.data_ptr(), queries.queries,
+            runs.data_ptr(), scores[i].data_ptr(),
         )  # fmt: skip
         if rc != 0:
             raise RuntimeError(f"the AMX kernel refused dim {vectors.shape[-1]}")  # fits() rules it out

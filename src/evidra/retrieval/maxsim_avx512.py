@@ -146,20 +146,15 @@ def _arrange(tokens: Tensor) -> Tensor:
 
 
 def _run(
-    lib: ctypes.CDLL,
-    blocks: Sequence[Block],
-    queries: Tensor,
-    tokens: int,
-    best: list[Tensor],
-    part: native.Part,
+    lib: ctypes.CDLL, blocks: Sequence[Block], queries: native.Packed, best: list[Tensor], part: native.Part
 ) -> None:
-    runs = native.aligned(tokens * 16)  # running maxima, one AVX-512 register per token
+    runs = native.aligned(queries.count * 16)  # running maxima, one AVX-512 register per token
     for i, begin, end in part:
         block = blocks[i]
         vectors = block.vectors
         rc = lib.evidra_maxsim_block(
             vectors.data_ptr(), _KINDS[vectors.dtype], int(block.tiled), block.length, _dim(block),
-            block.lengths.data_ptr(), begin, end, queries.data_ptr(), tokens, runs.data_ptr(),
+            block.lengths.data_ptr(), begin, end, queries.tokens.data_ptr(), queries.count, runs.data_ptr(),
             best[i].data_ptr(),
         )  # fmt: skip
         if rc != 0:
