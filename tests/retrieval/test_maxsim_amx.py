@@ -88,6 +88,7 @@ def test_filler_and_the_next_page_never_win(length: int) -> None:
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_every_thread_count_scores_every_page_once(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(native, "MIN_PART", 64)  # many parts, taken by the threads as they finish
     pages = _pages(41, 64, seed=threads)
     blocks = maxsim_amx.hold(maxsim.build_blocks(pages, list(range(41)), max_tokens=900, dtype=BF16), BF16)
     queries = [torch.randn(20, 64), torch.randn(7, 64)]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels, maxsim, maxsim_avx512
+from evidra.retrieval import compute, kernels, maxsim, maxsim_avx512, native
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 
 CPU = torch.device("cpu")
@@ -53,6 +53,7 @@ def test_scores_equal_the_torch_scorer(held: torch.dtype, dim: int) -> None:
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_every_thread_count_scores_every_page_once(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(native, "MIN_PART", 64)  # many parts, taken by the threads as they finish
     pages = _pages(41, 64, seed=threads)
     blocks = maxsim.build_blocks(pages, list(range(41)), max_tokens=900, dtype=torch.float16)
     query = [torch.randn(20, 64)]

@@ -3,6 +3,7 @@ and the refusal to load a build that someone else could have written."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import subprocess
 from pathlib import Path
@@ -37,6 +38,24 @@ def test_pages_are_split_between_threads_without_gaps_or_overlaps() -> None:
         if threads == 2:
             sizes = [sum((hi - lo) * blocks[b].vectors.shape[1] for b, lo, hi in part) for part in parts]
             assert max(sizes) <= 1.2 * min(sizes)  # balanced by vectors, not by pages
+
+
+def test_pages_in_place_are_cut_into_consecutive_spans() -> None:
+    lengths = torch.tensor([256] * 10 + [1, 1, 700, 3])
+    for parts in (1, 2, 3, 5, 40):
+        spans = native.spans(lengths, parts)
+        assert 1 <= len(spans) <= parts and spans[0][0] == 0 and spans[-1][1] == len(lengths)
+        assert all(a < b for a, b in spans) and all(x[1] == y[0] for x, y in itertools.pairwise(spans))
+    assert native.spans(torch.tensor([256] * 8), 2) == [(0, 4), (4, 8)]  # equal vector counts
+
+
+def test_a_call_is_cut_into_parts_the_threads_take_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert native.shares(100) == 1  # too little work to share
+    assert native.shares(10 * native.MIN_PART) == 2 * native.PARTS_PER_THREAD
+    done: list[int] = []
+    native.run_each(done.append, list(range(9)))
+    assert sorted(done) == list(range(9))
 
 
 def test_aligned_buffers_start_on_a_cache_line() -> None:

@@ -212,6 +212,22 @@ def cpu_unfit(name: str, device: torch.device) -> str:
     return ""
 
 
+def score_in_place(
+    name: str,
+    queries: Sequence[Tensor],
+    pages: Sequence[Tensor],
+    rows: Sequence[int],
+    n_rows: int,
+    dtype: torch.dtype,
+) -> Tensor | None:
+    """``(Q, n_rows)`` scores of ``pages`` (``(L_i, D)`` each, e.g. views of the shards) read where
+    they are, where kernel ``name`` can (fp32 on the AVX-512 kernel, which the AMX kernel passes
+    fp32 to); None elsewhere, and the caller copies the pages into blocks."""
+    if name not in CPU_KERNELS:
+        return None
+    return maxsim_avx512.score_pages(queries, pages, rows, n_rows, dtype)
+
+
 def hold(name: str, blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
     """``blocks`` in the layout kernel ``name`` reads fastest when it scores them in ``dtype`` (the
     blocks themselves for a kernel without one)."""

@@ -38,6 +38,10 @@ _ARGS = (
     ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
     ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 )  # fmt: skip
+_PAGE_ARGS = (
+    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p,
+    ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+)  # fmt: skip
 
 
 def cpu_has_avx512() -> bool:
@@ -58,6 +62,8 @@ def _library() -> ctypes.CDLL | None:
     if lib is not None:
         lib.evidra_maxsim_block.restype = ctypes.c_int
         lib.evidra_maxsim_block.argtypes = _ARGS
+        lib.evidra_maxsim_pages.restype = ctypes.c_int
+        lib.evidra_maxsim_pages.argtypes = _PAGE_ARGS
     return lib
 
 
@@ -98,6 +104,55 @@ def score_blocks(
         return maxsim.score_blocks(queries, rows, n_rows, max_elements=max_elements, dtype=dtype)
     run = functools.partial(_run, lib, blocks)
     return native.score_split(queries, blocks, n_rows, _arrange, run)
+
+
+def score_pages(
+    queries: Sequence[Tensor], pages: Sequence[Tensor], rows: Sequence[int], n_rows: int, dtype: torch.dtype
+) -> Tensor | None:
+    """Exact fp32 MaxSim of every query against ``pages`` (each ``(L_i, D)``, e.g. views of the
+    index's memory-mapped shards), read where they are: no copy into blocks, which for the few
+    pages of a re-score costs more than scoring them. ``(Q, n_rows)`` float32, ``-inf`` for rows
+    not in ``rows``; None where this kernel cannot score them (the caller builds blocks)."""
+    lib = _library()
+    if lib is None or dtype != torch.float32 or not _fit_pages(pages):
+        return None
+    tokens, owner = maxsim.pack_queries(queries)  # (T, D)
+    t = int(tokens.shape[0])
+    arranged = _arrange(tokens)
+    lengths = torch.tensor([p.shape[0] for p in pages], dtype=torch.int64)
+    pointers = (ctypes.c_void_p * len(pages))(*[p.data_ptr() for p in pages])
+    best = torch.empty(len(pages), t, dtype=torch.float32)  # (C, T)
+    size, kind, dim = ctypes.sizeof(ctypes.c_void_p), _KINDS[pages[0].dtype], int(pages[0].shape[1])
+
+    def job(span: tuple[int, int]) -> None:
+        begin, end = span
+        runs = native.aligned(t * 16)
+        lib.evidra_maxsim_pages(
+            ctypes.addressof(pointers) + begin * size, lengths[begin:].data_ptr(), end - begin, kind, dim,
+            arranged.data_ptr(), t, runs.data_ptr(), best[begin:].data_ptr(),
+        )  # fmt: skip
+
+    spans = native.spans(lengths, native.shares(int(lengths.sum())))
+    native.run_each(job, spans)
+    out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32)
+    out[:, torch.as_tensor(list(rows), dtype=torch.int64)] = maxsim.per_query(best.T, owner, len(queries))
+    return out
+
+
+def _fit_pages(pages: Sequence[Tensor]) -> bool:
+    if not pages:
+        return False
+    first = pages[0]
+    dim = int(first.shape[-1]) if first.ndim == 2 else 0
+    return (
+        first.dtype in _KINDS
+        and dim % 16 == 0
+        and 0 < dim <= MAX_DIM
+        and all(
+            p.ndim == 2 and p.shape[1] == dim and p.dtype == first.dtype and p.device.type == "cpu"
+            and p.is_contiguous() for p in pages
+        )
+    )  # fmt: skip
 
 
 def hold(blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:

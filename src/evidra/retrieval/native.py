@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import subprocess
@@ -28,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -165,36 +167,69 @@ def score_split(
     packed = Packed(arrange(tokens), owner.to(torch.int32), t, len(queries))
     sizes = [int(b.vectors.shape[0]) for b in blocks]
     best = torch.empty(sum(sizes), len(queries) if summed else t, dtype=torch.float32)  # (sum C, Q or T)
-    parts = split(blocks, torch.get_num_threads())
-    job = functools.partial(run, packed, list(best.split(sizes)))
-    if len(parts) == 1:
-        job(parts[0])
-    else:
-        list(_pool(len(parts)).map(job, parts))
+    parts = split(blocks, shares(sum(b.n_tokens for b in blocks)))
+    run_each(functools.partial(run, packed, list(best.split(sizes))), parts)
     scores = best.T if summed else maxsim.per_query(best.T, owner, len(queries))  # (Q, sum C)
     out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32)
     out[:, torch.cat([b.rows for b in blocks])] = scores
     return out
 
 
-def split(blocks: Sequence[Block], threads: int) -> list[Part]:
-    """Cut the blocks' pages into ``threads`` ranges of about equal vector counts."""
+def split(blocks: Sequence[Block], parts: int) -> list[Part]:
+    """Cut the blocks' pages into ``parts`` ranges of about equal vector counts."""
     total = sum(b.n_tokens for b in blocks)
-    share = max(1, -(-total // max(1, threads)))
-    parts: list[Part] = [[]]
+    share = max(1, -(-total // max(1, parts)))
+    cut: list[Part] = [[]]
     room = share
     for i, block in enumerate(blocks):
         c, length = int(block.vectors.shape[0]), block.length
         start = 0
         while start < c:
             take = min(c - start, max(1, room // max(1, length)))
-            parts[-1].append((i, start, start + take))
+            cut[-1].append((i, start, start + take))
             start += take
             room -= take * length
-            if room <= 0 and len(parts) < threads:
-                parts.append([])
+            if room <= 0 and len(cut) < parts:
+                cut.append([])
                 room = share
-    return [p for p in parts if p]
+    return [p for p in cut if p]
+
+
+T = TypeVar("T")
+
+
+def shares(vectors: int) -> int:
+    """Into how many parts to cut a call over ``vectors`` page vectors: ``PARTS_PER_THREAD`` per
+    thread, each of at least ``MIN_PART`` vectors. Threads take the next part when done with one,
+    so a thread that shares its core with another process (a busy machine) takes fewer parts
+    instead of holding up the call: with one part per thread, one such thread made a search wait
+    for it at half speed."""
+    return max(1, min(torch.get_num_threads() * PARTS_PER_THREAD, vectors // MIN_PART))
+
+
+PARTS_PER_THREAD = 4
+MIN_PART = 8192  # 32 pages of 256 vectors; a part costs ~20 us of Python and ctypes
+
+
+def run_each(job: Callable[[T], None], parts: Sequence[T]) -> None:
+    """``job`` on every part, on ``torch.get_num_threads()`` threads that each take the next part
+    when done (this thread alone for a single part or thread)."""
+    threads = min(torch.get_num_threads(), len(parts))
+    if threads <= 1:
+        for part in parts:
+            job(part)
+    else:
+        list(_pool(threads).map(job, parts))
+
+
+def spans(lengths: Tensor, parts: int) -> list[tuple[int, int]]:
+    """Cut pages of ``lengths`` vectors into at most ``parts`` consecutive ``(begin, end)`` index
+    ranges of about equal vector counts."""
+    ends = torch.cumsum(lengths, 0)  # (C,)
+    total = int(ends[-1]) if len(ends) else 0
+    cuts = [int(torch.searchsorted(ends, total * k // parts, right=True)) for k in range(1, parts)]
+    bounds = sorted({0, *cuts, len(lengths)})
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def aligned(numel: int, dtype: torch.dtype = torch.float32) -> Tensor:

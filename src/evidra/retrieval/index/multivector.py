@@ -288,6 +288,10 @@ class MultiVectorIndex(ShardWrites):
     def _exact(self, queries: Sequence[Tensor], rows: Sequence[int], dtype: torch.dtype) -> Tensor:
         """Exact MaxSim of ``queries`` against the full vectors of ``rows``: ``(Q, N)``."""
         pages = [_tensor(self._views[r]) for r in rows]
+        if self.device.type == "cpu":
+            scores = kernels.score_in_place(self.kernel, queries, pages, rows, len(self._ids), dtype)
+            if scores is not None:
+                return scores
         blocks = build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
