@@ -155,3 +155,22 @@ def test_an_fp32_index_searches_with_it_and_ranks_like_torch(tmp_path: Path) -> 
         tmp_path / "idx", options=MaxSimOptions(device="cpu", compute_dtype="float32")
     )
     assert auto.kernel == ("avx512" if "avx512f" in compute.cpu_features().flags else "torch")
+
+
+@runs_here
+@pytest.mark.parametrize("held", [torch.float16, torch.bfloat16, torch.float32])
+def test_pages_scored_in_place_equal_the_torch_scorer(
+    held: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native, "MIN_PART", 64)  # several parts, as a large re-score is cut
+    pages = [p.to(held) for p in _pages(23, 32, seed=9)]
+    rows = list(range(5, 28))
+    queries = [torch.randn(20, 32), torch.randn(1, 32), torch.randn(30, 32)]
+    out = maxsim_avx512.score_pages(queries, pages, rows, 30, torch.float32)
+    assert out is not None and torch.isinf(out[:, [0, 4, 28, 29]]).all()
+    blocks = maxsim.build_blocks(pages, rows, max_tokens=500, dtype=held)
+    torch.testing.assert_close(
+        out, maxsim.score_blocks(queries, blocks, 30, dtype=torch.float32), rtol=1e-5, atol=1e-4
+    )
+    assert maxsim_avx512.score_pages(queries, pages, rows, 30, torch.bfloat16) is None  # fp32 only
+    assert maxsim_avx512.score_pages(queries, [p[:, :24] for p in pages], rows, 30, torch.float32) is None
