@@ -210,7 +210,8 @@ def test_where_it_cannot_run_search_stays_in_torch(
 def test_a_bf16_index_searches_with_it_and_ranks_like_torch(tmp_path: Path) -> None:
     pages = [*_pages(29, 64, seed=7), torch.randn(81, 64)]  # the longest page: 81 vectors
     ids = [f"p{i}" for i in range(30)]
-    MultiVectorIndex.create(tmp_path / "idx", 64).add(ids, pages)
+    opts = MaxSimOptions(device="cpu", compute_dtype="bfloat16", kernel="amx")
+    MultiVectorIndex.create(tmp_path / "idx", 64, options=opts).add(ids, pages)
     queries = [
         _unit(9, 64, torch.Generator().manual_seed(9)),
         _unit(30, 64, torch.Generator().manual_seed(10)),
@@ -225,3 +226,4 @@ def test_a_bf16_index_searches_with_it_and_ranks_like_torch(tmp_path: Path) -> N
             [h.page_id for h in hits] for hits in index.search(queries, k=10, exclude=[["p3"], []])
         ]
     assert found["amx"] == found["torch"] and "p3" not in found["amx"][0]
+    assert index.store.meta()["maxsim_kernel"] == "amx"  # the writer's kernel, and so its layout

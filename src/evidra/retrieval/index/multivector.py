@@ -11,7 +11,8 @@ What the in-memory blocks are held in is a separate choice, ``MaxSimOptions.stor
 ``auto`` keeps them 16-bit everywhere (the compute dtype where that is 16-bit, else fp16, widened
 to fp32 block by block into one reused buffer while scoring), so a CPU without fast 16-bit GEMMs
 holds the same memory as one with them; ``float32`` doubles the memory to skip the widening. The
-index records both under the metadata keys ``compute_dtype`` and ``storage_dtype``.
+index records both under the metadata keys ``compute_dtype`` and ``storage_dtype``, and the
+MaxSim kernel, which decides the blocks' layout in memory, under ``maxsim_kernel``.
 
 Exact search scores every live page (``evidra.retrieval.maxsim``), on CUDA by default with one fused
 Triton kernel that never writes the similarity matrix (``MaxSimOptions.kernel``,
@@ -199,7 +200,13 @@ class MultiVectorIndex(ShardWrites):
     # -- writing -------------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, str]:
-        return {"compute_dtype": self.compute_dtype, "storage_dtype": self.storage_dtype}
+        # the kernel decides how blocks are held in memory (kernels.hold): tiled for avx512, rounded
+        # up to 16 vectors for amx, as built for torch and triton
+        return {
+            "compute_dtype": self.compute_dtype,
+            "storage_dtype": self.storage_dtype,
+            "maxsim_kernel": self.kernel,
+        }
 
     def _attach(self, records: Sequence[PageRecord], superseded: Sequence[str]) -> None:
         for pid in superseded:
