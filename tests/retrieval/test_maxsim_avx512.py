@@ -174,3 +174,17 @@ def test_pages_scored_in_place_equal_the_torch_scorer(
     )
     assert maxsim_avx512.score_pages(queries, pages, rows, 30, torch.bfloat16) is None  # fp32 only
     assert maxsim_avx512.score_pages(queries, [p[:, :24] for p in pages], rows, 30, torch.float32) is None
+
+
+@runs_here
+def test_each_query_scores_its_own_pages_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # the queries side by side
+    pages = _pages(12, 32, seed=11)
+    queries = [torch.randn(20, 32), torch.randn(3, 32), torch.randn(1, 32)]
+    own = [pages[:5], [], pages[4:]]  # the second query has no candidates
+    each = maxsim_avx512.score_each(queries, own, torch.float32)
+    assert each is not None and [s.shape[0] for s in each] == [5, 0, 8]
+    for query, mine, scores in zip(queries, own, each, strict=True):
+        expected = [float(maxsim.maxsim(query, p)) for p in mine]
+        torch.testing.assert_close(scores, torch.tensor(expected), rtol=1e-5, atol=1e-4)
+    assert maxsim_avx512.score_each(queries, own, torch.bfloat16) is None

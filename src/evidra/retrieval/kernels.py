@@ -228,6 +228,16 @@ def score_in_place(
     return maxsim_avx512.score_pages(queries, pages, rows, n_rows, dtype)
 
 
+def score_each_in_place(
+    name: str, queries: Sequence[Tensor], pages: Sequence[Sequence[Tensor]], dtype: torch.dtype
+) -> list[Tensor] | None:
+    """Each query's ``(C_i,)`` scores against its own ``pages``, read where they are, where kernel
+    ``name`` can (as ``score_in_place``); None elsewhere."""
+    if name not in CPU_KERNELS:
+        return None
+    return maxsim_avx512.score_each(queries, pages, dtype)
+
+
 def hold(name: str, blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
     """``blocks`` in the layout kernel ``name`` reads fastest when it scores them in ``dtype`` (the
     blocks themselves for a kernel without one)."""

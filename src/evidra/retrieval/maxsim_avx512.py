@@ -117,26 +117,55 @@ def score_pages(
     if lib is None or dtype != torch.float32 or not _fit_pages(pages):
         return None
     tokens, owner = maxsim.pack_queries(queries)  # (T, D)
-    t = int(tokens.shape[0])
-    arranged = _arrange(tokens)
-    lengths = torch.tensor([p.shape[0] for p in pages], dtype=torch.int64)
-    pointers = (ctypes.c_void_p * len(pages))(*[p.data_ptr() for p in pages])
-    best = torch.empty(len(pages), t, dtype=torch.float32)  # (C, T)
-    size, kind, dim = ctypes.sizeof(ctypes.c_void_p), _KINDS[pages[0].dtype], int(pages[0].shape[1])
-
-    def job(span: tuple[int, int]) -> None:
-        begin, end = span
-        runs = native.aligned(t * 16)
-        lib.evidra_maxsim_pages(
-            ctypes.addressof(pointers) + begin * size, lengths[begin:].data_ptr(), end - begin, kind, dim,
-            arranged.data_ptr(), t, runs.data_ptr(), best[begin:].data_ptr(),
-        )  # fmt: skip
-
-    spans = native.spans(lengths, native.shares(int(lengths.sum())))
-    native.run_each(job, spans)
+    held = _InPlace(lib, pages, _arrange(tokens), int(tokens.shape[0]))
+    native.run_each(held.score, native.spans(held.lengths, native.shares(int(held.lengths.sum()))))
     out = torch.full((len(queries), n_rows), float("-inf"), dtype=torch.float32)
-    out[:, torch.as_tensor(list(rows), dtype=torch.int64)] = maxsim.per_query(best.T, owner, len(queries))
+    out[:, torch.as_tensor(list(rows), dtype=torch.int64)] = maxsim.per_query(
+        held.best.T, owner, len(queries)
+    )
     return out
+
+
+def score_each(
+    queries: Sequence[Tensor], pages: Sequence[Sequence[Tensor]], dtype: torch.dtype
+) -> list[Tensor] | None:
+    """Exact fp32 MaxSim of each query against its own ``pages`` (read where they are, as in
+    ``score_pages``): ``(C_i,)`` float32 per query, the queries scored side by side on
+    ``torch.get_num_threads()`` threads. None where this kernel cannot score them."""
+    lib = _library()
+    if lib is None or dtype != torch.float32 or not all(_fit_pages(p) for p in pages if p):
+        return None
+    scores = [torch.empty(0, dtype=torch.float32) for _ in pages]
+
+    def one(i: int) -> None:
+        tokens = queries[i].float()  # (T_i, D)
+        held = _InPlace(lib, pages[i], _arrange(tokens), int(tokens.shape[0]))
+        held.score((0, len(pages[i])))
+        scores[i] = held.best.sum(dim=1)  # (C_i,)
+
+    native.run_each(one, [i for i, p in enumerate(pages) if p])
+    return scores
+
+
+class _InPlace:
+    """Pages scored where they are: their addresses and lengths, and each token's best (C, T)."""
+
+    def __init__(self, lib: ctypes.CDLL, pages: Sequence[Tensor], queries: Tensor, tokens: int) -> None:
+        self.lib, self.queries, self.tokens = lib, queries, tokens
+        self.lengths = torch.tensor([p.shape[0] for p in pages], dtype=torch.int64)
+        self.pointers = (ctypes.c_void_p * len(pages))(*[p.data_ptr() for p in pages])
+        self.kind, self.dim = _KINDS[pages[0].dtype], int(pages[0].shape[1])
+        self.best = torch.empty(len(pages), tokens, dtype=torch.float32)  # (C, T)
+
+    def score(self, span: tuple[int, int]) -> None:
+        """Pages ``[begin, end)`` (one call, the GIL released)."""
+        begin, end = span
+        runs = native.aligned(self.tokens * 16)
+        at = ctypes.addressof(self.pointers) + begin * ctypes.sizeof(ctypes.c_void_p)
+        self.lib.evidra_maxsim_pages(
+            at, self.lengths[begin:].data_ptr(), end - begin, self.kind, self.dim, self.queries.data_ptr(),
+            self.tokens, runs.data_ptr(), self.best[begin:].data_ptr(),
+        )  # fmt: skip
 
 
 def _fit_pages(pages: Sequence[Tensor]) -> bool:

@@ -274,11 +274,20 @@ class MultiVectorIndex(ShardWrites):
         query against its own candidates (less compute, more copying). With 32 queries x 256
         candidates on 10k pages the union covers most of the corpus, which would undo the
         prefilter; on 1k pages the union is cheaper. We pick by a rough cost model in which
-        scoring one page for one query costs ``_SCORE_PER_COPY`` times copying it.
+        scoring one page for one query costs ``_SCORE_PER_COPY`` times copying it. Where the kernel
+        reads the pages in place from the shards (fp32 on the AVX-512 kernel) nothing is copied, and
+        each query scores its own candidates, the queries side by side on the threads.
         """
         n_cand = min(n_cand, first.shape[1])
         values, rows = first.topk(n_cand, dim=1)  # (Q, C)
         valid = values > float("-inf")
+        cands = [rows[i][valid[i]].tolist() for i in range(len(queries))]
+        in_place = self._in_place_each(queries, cands, dtype)
+        if in_place is not None:
+            out = torch.full_like(first, float("-inf"))  # (Q, N)
+            for i, scores in enumerate(in_place):
+                out[i, cands[i]] = scores.to(out.device)
+            return out
         union = sorted(set(rows[valid].tolist()))
         q = len(queries)
         if len(union) * (1 + q * _SCORE_PER_COPY) <= int(valid.sum()) * (1 + _SCORE_PER_COPY):
@@ -287,10 +296,19 @@ class MultiVectorIndex(ShardWrites):
             return exact.masked_fill(~keep.to(exact.device), float("-inf"))
         out = torch.full_like(first, float("-inf"))  # (Q, N)
         for i, query in enumerate(queries):
-            cand = rows[i][valid[i]].tolist()
-            if cand:
-                out[i] = self._exact([query], cand, dtype)[0]
+            if cands[i]:
+                out[i] = self._exact([query], cands[i], dtype)[0]
         return out
+
+    def _in_place_each(
+        self, queries: Sequence[Tensor], cands: Sequence[Sequence[int]], dtype: torch.dtype
+    ) -> list[Tensor] | None:
+        """Each query's exact MaxSim in ``dtype`` against its ``cands`` rows, read in place from the
+        shards, ``(C_i,)`` each; None where the kernel cannot (then pages are copied into blocks)."""
+        if self.device.type != "cpu":
+            return None
+        pages = [[_tensor(self._views[r]) for r in rows] for rows in cands]
+        return kernels.score_each_in_place(self.kernel, queries, pages, dtype)
 
     def _exact(self, queries: Sequence[Tensor], rows: Sequence[int], dtype: torch.dtype) -> Tensor:
         """Exact MaxSim of ``queries`` against the full vectors of ``rows``: ``(Q, N)``."""
