@@ -113,16 +113,29 @@ def test_query_tokens_are_laid_out_as_vnni_tiles() -> None:
     assert not arranged[2, :, :, 5:].any()  # padding tokens are zeros
 
 
-def test_held_blocks_round_lengths_up_and_score_the_same_in_torch() -> None:
-    pages = _pages(12, 32, seed=2)
+def test_tiles_hold_the_same_vectors_and_only_this_kernel_takes_them() -> None:
+    pages = _pages(12, 64, seed=2)
     blocks = maxsim.build_blocks(pages, list(range(12)), max_tokens=200, dtype=BF16)
     held = maxsim_amx.hold(blocks, BF16)
     assert [b.length for b in held] == [-(-b.length // 16) * 16 for b in blocks]
     for before, after in zip(blocks, held, strict=True):
-        assert torch.equal(after.vectors[:, : before.length], before.vectors)
-        assert not after.vectors[:, before.length :].any() and not after.tiled
-    query = [torch.randn(9, 32)]
-    torch.testing.assert_close(maxsim.score_blocks(query, held, 12), maxsim.score_blocks(query, blocks, 12))
+        assert after.layout == "amx" and after.vectors.shape[2:] == (2, 16, 32)
+        # tile (i, s) row r: dimensions 32 s .. 32 s + 31 of vector 16 i + r
+        assert torch.equal(after.vectors[:, 0, 1, 3], before.vectors[:, 3, 32:64])
+        back = maxsim_amx.untile(after)
+        assert torch.equal(back.vectors[:, : before.length], before.vectors)
+        assert not back.vectors[:, before.length :].any() and not back.tiled
+    query = [torch.randn(9, 64)]
+    with pytest.raises(InvalidInputError, match="scored by the fused CPU kernel that tiled them"):
+        maxsim.score_blocks(query, held, 12)
+    assert not maxsim_avx512.fits(held, torch.float32)  # not the AVX-512 kernel's tiles
+    # fp32 scoring of the kernel's tiles goes on to the other scorers, untiled
+    torch.testing.assert_close(
+        kernels.score_amx(query, held, 12, dtype=torch.float32),
+        maxsim.score_blocks(query, blocks, 12, dtype=torch.float32),
+        rtol=1e-5,
+        atol=1e-4,
+    )
     assert maxsim_amx.hold(blocks, torch.float32) == blocks  # not the kernel's dtype: untouched
 
 

@@ -70,7 +70,7 @@ def test_tiles_hold_the_same_vectors_and_only_this_kernel_takes_them() -> None:
     assert torch.equal(back.vectors[:, : block.length], block.vectors)
     assert not back.vectors[:, block.length :].any()  # rounding up to 16 adds zero vectors only
     assert tiled.pad is not None and torch.equal(tiled.pad[:, : block.length], block.pad)
-    with pytest.raises(InvalidInputError, match="scored by the AVX-512 kernel only"):
+    with pytest.raises(InvalidInputError, match="scored by the fused CPU kernel that tiled them"):
         maxsim.score_blocks([torch.randn(3, 32)], [tiled], 9)
     query = [torch.randn(7, 32)]  # a 16-bit score of tiled blocks goes to torch, untiled
     torch.testing.assert_close(

@@ -4,8 +4,9 @@
  *
  * Operands. AMX multiplies A (16 rows x 32 bf16) by B (16 rows x 16 pairs of bf16: 32 x 16 in
  * "VNNI" order, two consecutive k of one column side by side) into C (16 x 16 fp32). Page vectors
- * are A: 16 consecutive vectors of a page are 16 rows of D bf16, read in place from the block's
- * ordinary (C, L, D) layout with a row stride of D, 32 dimensions per tile. Query tokens are B,
+ * are A: 16 consecutive vectors of a page, 32 dimensions per tile, either from a block the index
+ * holds tiled, (C, L / 16, D / 32, 16, 32), each tile 1 KB in one piece, or in place from an
+ * ordinary (C, L, D) block, 16 rows with a stride of D values. Query tokens are B,
  * arranged once per call (caller): token tile j, dimension slice s is one 1 KB tile, 16 tokens per
  * row. So C holds 16 page vectors x 16 tokens, and the max over a page's vectors is an element-wise
  * max of C's rows: one AVX-512 register per 16 tokens, no reduction across lanes, and a tile's rows
@@ -66,15 +67,21 @@ static inline __m512 max_rows(const float *c, int rows, __m512 m) {
 /* Page vectors [v, v + 32) (or [v, v + 16) without `two_a`) against token tiles j, j + 1 (or j alone
  * without `two_b`): C = A . B over all `slices` slices of 32 dimensions, then the running maxima
  * runs[j] (and runs[j + 1]) take the max over the tile rows that are real vectors. */
+struct layout {
+    int64_t stride; /* bytes from one row of an A tile to the next */
+    int64_t slice;  /* values from one A tile to the next 32 dimensions of the same vectors */
+    int64_t next;   /* values from one A tile to the next 16 vectors */
+};
+
 static inline __attribute__((always_inline)) void block_2x2(
-    const int two_a, const int two_b, const uint16_t *a, int64_t stride, const uint16_t *b, int64_t slices,
+    const int two_a, const int two_b, const uint16_t *a, struct layout at, const uint16_t *b, int64_t slices,
     int rows0, int rows1, float *c, __m512 *runs) {
     _tile_zero(0);
     if (two_b) _tile_zero(1);
     if (two_a) _tile_zero(2);
     if (two_a && two_b) _tile_zero(3);
     for (int64_t s = 0; s < slices; s++) {
-        _tile_loadd(4, a + 32 * s, stride);
+        _tile_loadd(4, a + at.slice * s, at.stride);
         _tile_loadd(6, b + 512 * s, 64);
         _tile_dpbf16ps(0, 4, 6);
         if (two_b) {
@@ -82,7 +89,7 @@ static inline __attribute__((always_inline)) void block_2x2(
             _tile_dpbf16ps(1, 4, 7);
         }
         if (two_a) {
-            _tile_loadd(5, a + 16 * stride / 2 + 32 * s, stride);
+            _tile_loadd(5, a + at.next + at.slice * s, at.stride);
             _tile_dpbf16ps(2, 5, 6);
             if (two_b) _tile_dpbf16ps(3, 5, 7);
         }
@@ -101,27 +108,19 @@ static inline __attribute__((always_inline)) void block_2x2(
 
 /* every token tile against page vectors [v, v + 32) (`two_a`) or [v, v + 16) */
 static inline __attribute__((always_inline)) void token_tiles(
-    const int two_a, const uint16_t *a, int64_t stride, const uint16_t *queries, int64_t tiles, int64_t slices,
+    const int two_a, const uint16_t *a, struct layout at, const uint16_t *queries, int64_t tiles, int64_t slices,
     int rows0, int rows1, float *c, __m512 *runs) {
     int64_t j = 0;
     for (; j + 1 < tiles; j += 2) {
-        block_2x2(two_a, 1, a, stride, queries + j * slices * 512, slices, rows0, rows1, c, runs + j);
+        block_2x2(two_a, 1, a, at, queries + j * slices * 512, slices, rows0, rows1, c, runs + j);
     }
-    if (j < tiles) block_2x2(two_a, 0, a, stride, queries + j * slices * 512, slices, rows0, rows1, c, runs + j);
-}
-
-/* Software prefetch of the 32 page vectors about to be read, in address order, just before the tile
- * loads: a tile load touches 16 lines 4 lines apart (row stride D * 2 = 256 bytes at D 128), a
- * pattern the hardware prefetcher follows poorly. Measured on one Xeon core, 5,000 pages of
- * 256 x 128, 20 tokens: 30 ms with it, 35 ms without, 35-42 ms prefetching 32 to 512 vectors ahead
- * into L2 (a batch of 640 tokens ran at the same rate either way: it is bound by the tiles). */
-static inline void prefetch_vectors(const uint16_t *at, int64_t count, int64_t dim) {
-    const char *from = (const char *)at, *to = from + count * dim * 2;
-    for (const char *line = from; line < to; line += 64) _mm_prefetch(line, _MM_HINT_T0);
+    if (j < tiles) block_2x2(two_a, 0, a, at, queries + j * slices * 512, slices, rows0, rows1, c, runs + j);
 }
 
 /* Scores pages [begin, end) of one block.
- *   pages    (C, L, dim) bf16, row-major, zero-filled past each page's length
+ *   pages    (C, L, dim) bf16, row-major, zero-filled past each page's length, or with `tiled`
+ *            (C, L / 16, dim / 32, 16, 32): tile (i, s) holds dims [32 s, 32 s + 32) of vectors
+ *            [16 i, 16 i + 16), L a multiple of 16
  *   lengths  (C,) real vectors per page
  *   queries  (tiles, dim / 32, 16, 32) bf16: token tile j, dimensions [32 s, 32 s + 32) as a B tile
  *            (row r holds dims 32 s + 2 r, 32 s + 2 r + 1 of the tile's 16 tokens, interleaved);
@@ -131,14 +130,20 @@ static inline void prefetch_vectors(const uint16_t *at, int64_t count, int64_t d
  *   out      (C, n_queries) fp32: each query's score, the sum of its tokens' maxima (only a query's
  *            score per page leaves the kernel: 32 queries of 20 tokens write 128 bytes per page, not
  *            the 2.5 KB of every token's max)
- * Returns 0, or -1 when dim is not a multiple of 32 or exceeds MAX_DIM. */
-int evidra_maxsim_amx(const uint16_t *pages, int64_t length, int64_t dim, const int64_t *lengths, int64_t begin,
+ * Returns 0, or -1 when dim is not a multiple of 32 or exceeds MAX_DIM, or a tiled L is not a
+ * multiple of 16.
+ *
+ * No software prefetch: on tiled pages the hardware prefetcher kept up (one query over 5,000
+ * pages on one core: 27 ms either way); asking for pages 1 to 8 pairs of tiles ahead made it
+ * slower (36-41 ms). */
+int evidra_maxsim_amx(const uint16_t *pages, int tiled, int64_t length, int64_t dim, const int64_t *lengths, int64_t begin,
                       int64_t end, const uint16_t *queries, int64_t tokens, const int32_t *owner, int64_t n_queries,
                       float *runs, float *out) {
-    if (dim % 32 != 0 || dim > MAX_DIM || dim <= 0) return -1;
+    if (dim % 32 != 0 || dim > MAX_DIM || dim <= 0 || (tiled && length % 16 != 0)) return -1;
     float c[4 * 256] __attribute__((aligned(64)));
     uint16_t edge[32 * MAX_DIM] __attribute__((aligned(64))); /* a tile pair that would read past the page */
-    const int64_t tiles = (tokens + 15) / 16, slices = dim / 32, stride = dim * 2;
+    const int64_t tiles = (tokens + 15) / 16, slices = dim / 32;
+    const struct layout row_major = {dim * 2, 32, 16 * dim}, in_tiles = {64, 512, 512 * slices};
     __m512 *best = (__m512 *)runs;
     configure();
     for (int64_t p = begin; p < end; p++) {
@@ -148,17 +153,17 @@ int evidra_maxsim_amx(const uint16_t *pages, int64_t length, int64_t dim, const 
         for (int64_t v = 0; v < n; v += 32) {
             int rows0 = n - v < 16 ? (int)(n - v) : 16;
             int rows1 = n - v - 16 < 16 ? (int)(n - v - 16) : 16;
-            const uint16_t *a = page + v * dim;
-            prefetch_vectors(a, n - v < 32 ? n - v : 32, dim);
-            if (v + (rows1 > 0 ? 32 : 16) > length) { /* the tiles would read past this page's slot */
+            const uint16_t *a = page + v * dim; /* the same offset in both layouts */
+            struct layout at = tiled ? in_tiles : row_major;
+            if (!tiled && v + (rows1 > 0 ? 32 : 16) > length) { /* the tiles would read past the page */
                 memset(edge, 0, sizeof(uint16_t) * 32 * dim);
                 memcpy(edge, a, sizeof(uint16_t) * (n - v) * dim);
                 a = edge;
             }
             if (rows1 > 0) {
-                token_tiles(1, a, stride, queries, tiles, slices, rows0, rows1, c, best);
+                token_tiles(1, a, at, queries, tiles, slices, rows0, rows1, c, best);
             } else {
-                token_tiles(0, a, stride, queries, tiles, slices, rows0, 0, c, best);
+                token_tiles(0, a, at, queries, tiles, slices, rows0, 0, c, best);
             }
         }
         float *scores = out + p * n_queries;

@@ -78,7 +78,10 @@ def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
         return False
     first = blocks[0].vectors
     dim = _dim(blocks[0])
-    shaped = all(b.vectors.is_contiguous() and b.lengths.is_contiguous() for b in blocks)
+    shaped = all(
+        b.layout in ("rows", "avx512") and b.vectors.is_contiguous() and b.lengths.is_contiguous()
+        for b in blocks
+    )
     return (
         first.device.type == "cpu"
         and first.dtype in _KINDS
@@ -194,21 +197,15 @@ def tile(block: Block) -> Block:
     the block's length rounded up to 16 (the extra vectors are zeros past every page's length)."""
     if block.tiled:
         return block
+    block = maxsim.round_up(block)
     c, length, dim = block.vectors.shape
-    padded = -(-length // 16) * 16
-    vectors = block.vectors
-    if padded != length:
-        vectors = torch.cat([vectors, vectors.new_zeros(c, padded - length, dim)], dim=1)
-    tiles = vectors.view(c, padded // 16, 16, dim).transpose(2, 3).contiguous()  # (C, L'/16, D, 16)
-    pad = block.pad
-    if padded != length:
-        pad = torch.arange(padded).unsqueeze(0) >= block.lengths.unsqueeze(1)  # (C, L')
-    return Block(vectors=tiles, rows=block.rows, pad=pad, lengths=block.lengths, tiled=True)
+    tiles = block.vectors.view(c, length // 16, 16, dim).transpose(2, 3).contiguous()  # (C, L'/16, D, 16)
+    return Block(vectors=tiles, rows=block.rows, pad=block.pad, lengths=block.lengths, layout="avx512")
 
 
 def untile(block: Block) -> Block:
     """A tiled ``block`` back in the row-major ``(C, L', D)`` layout every scorer reads (a copy)."""
-    if not block.tiled:
+    if block.layout != "avx512":
         return block
     c, n_tiles, dim, _ = block.vectors.shape
     vectors = block.vectors.transpose(2, 3).reshape(c, n_tiles * 16, dim)
@@ -217,7 +214,7 @@ def untile(block: Block) -> Block:
 
 def _dim(block: Block) -> int:
     """``D``: the vectors' dimension, in either layout."""
-    return int(block.vectors.shape[2] if block.tiled else block.vectors.shape[-1])
+    return int(block.vectors.shape[2] if block.layout == "avx512" else block.vectors.shape[-1])
 
 
 def _arrange(tokens: Tensor) -> Tensor:
