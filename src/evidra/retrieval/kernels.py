@@ -136,6 +136,7 @@ class CpuKernel:
     build: str  # what is missing where available() is False
 
 
+# the lambdas look the modules' functions up at each call, where a test may have stood in for them
 CPU_KERNELS: dict[str, CpuKernel] = {
     "avx512": CpuKernel(
         torch.float32, frozenset({"avx512f"}), lambda: maxsim_avx512.cpu_has_avx512(),
