@@ -49,7 +49,7 @@ def test_forced_kernels_are_honoured_or_refused_with_the_fix(monkeypatch: pytest
 
 
 def test_unknown_kernel_names_fail_before_anything_loads() -> None:
-    assert set(kernels.CHOICES) == {"auto", "torch", "triton", "avx512"}
+    assert set(kernels.CHOICES) == {"auto", "torch", "triton", "avx512", "amx"}
     with pytest.raises(InvalidInputError, match="MaxSim kernel 'cuda': use one of auto, "):
         MaxSimOptions(kernel="cuda")  # type: ignore[arg-type]
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import kernels, maxsim, maxsim_avx512
+from evidra.retrieval import compute, kernels, maxsim, maxsim_avx512, native
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 
 CPU = torch.device("cpu")
@@ -53,25 +53,12 @@ def test_scores_equal_the_torch_scorer(held: torch.dtype, dim: int) -> None:
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_every_thread_count_scores_every_page_once(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(native, "MIN_PART", 64)  # many parts, taken by the threads as they finish
     pages = _pages(41, 64, seed=threads)
     blocks = maxsim.build_blocks(pages, list(range(41)), max_tokens=900, dtype=torch.float16)
     query = [torch.randn(20, 64)]
     fused = maxsim_avx512.score_blocks(query, blocks, 41, dtype=torch.float32)
     torch.testing.assert_close(fused, maxsim.score_blocks(query, blocks, 41, dtype=torch.float32))
-
-
-def test_pages_are_split_between_threads_without_gaps_or_overlaps() -> None:
-    pages = _pages(97, 16, seed=3)
-    blocks = maxsim.build_blocks(pages, list(range(97)), max_tokens=1000, dtype=torch.float16)
-    for threads in (1, 2, 3, 8, 200):
-        parts = maxsim_avx512._split(blocks, threads)
-        assert 1 <= len(parts) <= threads
-        seen = [(b, p) for part in parts for b, lo, hi in part for p in range(lo, hi)]
-        expected = [(b, p) for b, block in enumerate(blocks) for p in range(block.vectors.shape[0])]
-        assert sorted(seen) == expected  # every page of every block once
-        if threads == 2:
-            sizes = [sum((hi - lo) * blocks[b].vectors.shape[1] for b, lo, hi in part) for part in parts]
-            assert max(sizes) <= 1.2 * min(sizes)  # balanced by vectors, not by pages
 
 
 def test_tiles_hold_the_same_vectors_and_only_this_kernel_takes_them() -> None:
@@ -83,7 +70,7 @@ def test_tiles_hold_the_same_vectors_and_only_this_kernel_takes_them() -> None:
     assert torch.equal(back.vectors[:, : block.length], block.vectors)
     assert not back.vectors[:, block.length :].any()  # rounding up to 16 adds zero vectors only
     assert tiled.pad is not None and torch.equal(tiled.pad[:, : block.length], block.pad)
-    with pytest.raises(InvalidInputError, match="scored by the AVX-512 kernel only"):
+    with pytest.raises(InvalidInputError, match="scored by the fused CPU kernel that tiled them"):
         maxsim.score_blocks([torch.randn(3, 32)], [tiled], 9)
     query = [torch.randn(7, 32)]  # a 16-bit score of tiled blocks goes to torch, untiled
     torch.testing.assert_close(
@@ -137,7 +124,7 @@ def test_without_a_compiler_search_stays_in_torch(
     monkeypatch.setattr(maxsim_avx512, "cpu_has_avx512", lambda: True)
     maxsim_avx512._library.cache_clear()
     try:
-        with caplog.at_level(logging.INFO, logger="evidra.retrieval.maxsim_avx512"):
+        with caplog.at_level(logging.INFO, logger="evidra.retrieval.native"):
             assert not maxsim_avx512.available()
         assert "could not be built" in caplog.text and "scores in torch" in caplog.text
         blocks = maxsim.build_blocks(_pages(5, 16, 6), list(range(5)))
@@ -146,15 +133,6 @@ def test_without_a_compiler_search_stays_in_torch(
         torch.testing.assert_close(out, maxsim.score_blocks(query, blocks, 5, dtype=torch.float32))
     finally:
         maxsim_avx512._library.cache_clear()
-
-
-@runs_here
-def test_the_build_is_cached_by_source_and_flags(tmp_path: Path) -> None:
-    first = maxsim_avx512.compile_kernel(folder=tmp_path)
-    stamp = first.stat().st_mtime_ns
-    again = maxsim_avx512.compile_kernel(folder=tmp_path)
-    assert again == first and again.stat().st_mtime_ns == stamp  # not rebuilt
-    assert first.parent == tmp_path / "kernels" and list(first.parent.iterdir()) == [first]  # no temp left
 
 
 @runs_here
@@ -176,26 +154,37 @@ def test_an_fp32_index_searches_with_it_and_ranks_like_torch(tmp_path: Path) -> 
     auto = MultiVectorIndex.open(
         tmp_path / "idx", options=MaxSimOptions(device="cpu", compute_dtype="float32")
     )
-    assert auto.kernel == ("avx512" if "avx512f" in maxsim_avx512.compute.cpu_features().flags else "torch")
+    assert auto.kernel == ("avx512" if "avx512f" in compute.cpu_features().flags else "torch")
 
 
 @runs_here
-def test_a_build_planted_in_a_shared_folder_is_never_loaded(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("held", [torch.float16, torch.bfloat16, torch.float32])
+def test_pages_scored_in_place_equal_the_torch_scorer(
+    held: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = maxsim_avx512.compile_kernel(folder=tmp_path)  # learn the name a build of this source has
-    shared = tmp_path / "shared"
-    (shared / "kernels").mkdir(parents=True)
-    (shared / "kernels").chmod(0o777)  # anyone may write here
-    planted = shared / "kernels" / first.name
-    planted.write_bytes(b"not a library")
-    with caplog.at_level(logging.WARNING, logger="evidra.retrieval.maxsim_avx512"):
-        built = maxsim_avx512.compile_kernel(folder=shared)
-    assert built != planted and built.read_bytes() != b"not a library"
-    assert "is not private to this user" in caplog.text
-    group_writable = tmp_path / "own" / "kernels"
-    group_writable.mkdir(parents=True)
-    (group_writable / first.name).write_bytes(b"not a library")
-    (group_writable / first.name).chmod(0o666)
-    rebuilt = maxsim_avx512.compile_kernel(folder=tmp_path / "own")
-    assert rebuilt == group_writable / first.name and rebuilt.read_bytes() != b"not a library"
+    monkeypatch.setattr(native, "MIN_PART", 64)  # several parts, as a large re-score is cut
+    pages = [p.to(held) for p in _pages(23, 32, seed=9)]
+    rows = list(range(5, 28))
+    queries = [torch.randn(20, 32), torch.randn(1, 32), torch.randn(30, 32)]
+    out = maxsim_avx512.score_pages(queries, pages, rows, 30, torch.float32)
+    assert out is not None and torch.isinf(out[:, [0, 4, 28, 29]]).all()
+    blocks = maxsim.build_blocks(pages, rows, max_tokens=500, dtype=held)
+    torch.testing.assert_close(
+        out, maxsim.score_blocks(queries, blocks, 30, dtype=torch.float32), rtol=1e-5, atol=1e-4
+    )
+    assert maxsim_avx512.score_pages(queries, pages, rows, 30, torch.bfloat16) is None  # fp32 only
+    assert maxsim_avx512.score_pages(queries, [p[:, :24] for p in pages], rows, 30, torch.float32) is None
+
+
+@runs_here
+def test_each_query_scores_its_own_pages_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # the queries side by side
+    pages = _pages(12, 32, seed=11)
+    queries = [torch.randn(20, 32), torch.randn(3, 32), torch.randn(1, 32)]
+    own = [pages[:5], [], pages[4:]]  # the second query has no candidates
+    each = maxsim_avx512.score_each(queries, own, torch.float32)
+    assert each is not None and [s.shape[0] for s in each] == [5, 0, 8]
+    for query, mine, scores in zip(queries, own, each, strict=True):
+        expected = [float(maxsim.maxsim(query, p)) for p in mine]
+        torch.testing.assert_close(scores, torch.tensor(expected), rtol=1e-5, atol=1e-4)
+    assert maxsim_avx512.score_each(queries, own, torch.bfloat16) is None

@@ -191,11 +191,11 @@ def scoring_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--maxsim-kernel",
-        choices=("auto", "torch", "triton", "avx512"),
+        choices=("auto", "torch", "triton", "avx512", "amx"),
         default="auto",
-        help="exact store: auto (the fused Triton kernel on CUDA when installed; for float32 on an "
-        "AVX-512 CPU the fused C kernel, built with the system compiler at first use; else torch), "
-        "torch, triton, avx512",
+        help="exact store: auto (the fused Triton kernel on CUDA when installed; a fused C kernel, "
+        "built with the system compiler at first use, for float32 on an AVX-512 CPU (avx512) and for "
+        "bfloat16 on a CPU with AMX (amx); else torch), torch, triton, avx512, amx",
     )
 
 

@@ -277,7 +277,8 @@ PROFILES: dict[str, CpuProfile] = {
         CpuProfile(
             "amx",
             CpuFeatures(
-                "Intel Xeon (AMX)", _X86 | {"avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16"}
+                "Intel Xeon (AMX)",
+                _X86 | {"avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16"},
             ),
             {"float32": 215.0, "bfloat16": 733.0, "float16": 31.0},
         ),

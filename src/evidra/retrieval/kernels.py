@@ -6,14 +6,19 @@ device and materialises a block's ``tokens x pages x patches`` similarities, bou
 ``max_elements``; on the CPU it is the reference. ``triton`` (``maxsim_triton``) is one fused CUDA
 kernel that keeps the running max per query token in registers and writes only the scores.
 ``avx512`` (``maxsim_avx512``) does the same on AVX-512 CPUs for fp32 scoring, reading pages
-held in 16 bits without widening them into memory; calls it cannot take go to ``torch``.
+held in 16 bits without widening them into memory; calls it cannot take go to ``torch``. ``amx``
+(``maxsim_amx``) does it for bf16 scoring on CPUs with AMX, on the matrix units; calls it cannot
+take go to ``avx512``.
 
 ``auto`` picks ``triton`` where the index lives on CUDA and Triton is installed (the ``gpu`` extra);
-on the CPU, ``avx512`` where the index scores in fp32 on a CPU with AVX-512F and a C compiler built
-the kernel; else ``torch``. Forcing ``triton`` without Triton is an error naming the extra; forcing
-it off CUDA is an error unless Triton's interpreter is on (``TRITON_INTERPRET=1``, which runs the
-kernel on CPU tensors with numpy, slowly: a way to test the kernel, not to search). Forcing
-``avx512`` where it cannot run is an error saying why.
+on the CPU, the fused kernel of the compute dtype (``CPU_KERNELS``: ``avx512`` for fp32 on a CPU
+with AVX-512F, ``amx`` for bf16 on a CPU with AMX tiles and bf16) where a C compiler built it;
+else ``torch``. Whether the CPU has the flags is read from ``compute.cpu_features`` (what a test's
+CPU profile stands in for); whether the kernel runs, from this machine's own CPU. Forcing
+``triton`` without Triton is an error naming the extra; forcing it off CUDA is an error unless
+Triton's interpreter is on (``TRITON_INTERPRET=1``, which runs the kernel on CPU tensors with
+numpy, slowly: a way to test the kernel, not to search). Forcing a CPU kernel where it cannot run
+is an error saying why.
 
 >>> resolve("auto", torch.device("cpu"), torch.float16)  # 16-bit GEMMs stay in torch
 'torch'
@@ -24,7 +29,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import torch
@@ -32,12 +38,12 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError, MissingDependencyError
 from evidra.registry import Registry
-from evidra.retrieval import compute, maxsim, maxsim_avx512
+from evidra.retrieval import compute, maxsim, maxsim_amx, maxsim_avx512
 from evidra.retrieval.maxsim import Block
 
 logger = logging.getLogger(__name__)
 
-KernelName = Literal["auto", "torch", "triton", "avx512"]
+KernelName = Literal["auto", "torch", "triton", "avx512", "amx"]
 
 
 class BlockScorer(Protocol):
@@ -99,7 +105,51 @@ def score_avx512(
     return maxsim_avx512.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
 
 
+@KERNELS.register("amx")
+def score_amx(
+    queries: Sequence[Tensor],
+    blocks: Sequence[Block],
+    n_rows: int,
+    *,
+    max_elements: int = 1 << 25,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """The fused AMX C kernel (``maxsim_amx``) for bf16 scoring; anything else to ``avx512``."""
+    return maxsim_amx.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
+
+
 CHOICES: tuple[str, ...] = ("auto", *KERNELS)
+
+
+@dataclass(frozen=True)
+class CpuKernel:
+    """A fused CPU kernel: the compute dtype it scores, the CPU flags it needs, whether it runs on
+    this machine (its own CPU and a compiler), how the index holds blocks for it, and its name in
+    errors (``"needs a CPU with ..."``)."""
+
+    dtype: torch.dtype
+    flags: frozenset[str]
+    runs_here: Callable[[], bool]  # this machine's own CPU has the flags (never a test's stand-in)
+    available: Callable[[], bool]  # ... and the kernel was built (and, for AMX, enabled)
+    hold: Callable[[Sequence[Block], torch.dtype], list[Block]]
+    needs: str  # what the CPU lacks where runs_here() is False
+    build: str  # what is missing where available() is False
+
+
+# the lambdas look the modules' functions up at each call, where a test may have stood in for them
+CPU_KERNELS: dict[str, CpuKernel] = {
+    "avx512": CpuKernel(
+        torch.float32, frozenset({"avx512f"}), lambda: maxsim_avx512.cpu_has_avx512(),
+        lambda: maxsim_avx512.available(), lambda b, d: maxsim_avx512.hold(b, d),
+        "a CPU with AVX-512F", "a C compiler (cc, or $CC)",
+    ),
+    "amx": CpuKernel(
+        torch.bfloat16, maxsim_amx.NEEDS, lambda: maxsim_amx.cpu_has_amx(),
+        lambda: maxsim_amx.available(), lambda b, d: maxsim_amx.hold(b, d),
+        "a CPU with AMX (amx_tile, amx_bf16)",
+        "a C compiler with AMX support (gcc 11, clang 12 or later) and Linux 5.16 or later",
+    ),
+}  # fmt: skip
 
 
 def check_name(name: str) -> str:
@@ -118,7 +168,7 @@ def resolve(name: str, device: torch.device, dtype: torch.dtype | None = None) -
     (checked), or ``auto``'s choice."""
     if check_name(name) == "auto":
         if device.type == "cpu":
-            return "avx512" if dtype == torch.float32 and avx512_ready() else "torch"
+            return next((k for k in CPU_KERNELS if dtype is not None and cpu_ready(k, dtype)), "torch")
         if device.type != "cuda":
             return "torch"
         if triton_installed():
@@ -136,28 +186,64 @@ def resolve(name: str, device: torch.device, dtype: torch.dtype | None = None) -
                 f"MaxSim kernel 'triton' runs on CUDA devices, but the index is on {device}; "
                 "use kernel 'torch' or 'auto' (or set TRITON_INTERPRET=1 to test it on the CPU)"
             )
-    if name == "avx512":
-        why = avx512_unfit(device)
+    if name in CPU_KERNELS:
+        why = cpu_unfit(name, device)
         if why:
-            raise InvalidInputError(f"MaxSim kernel 'avx512' {why}; use kernel 'torch' or 'auto'")
+            raise InvalidInputError(f"MaxSim kernel {name!r} {why}; use kernel 'torch' or 'auto'")
     return name
 
 
-def avx512_ready() -> bool:
-    """Whether ``auto`` may pick the AVX-512 kernel: the CPU ``auto`` decides for
-    (``compute.cpu_features``, which a test may stand in for) has AVX-512F, and the kernel runs here."""
-    return "avx512f" in compute.cpu_features().flags and maxsim_avx512.available()
+def cpu_ready(name: str, dtype: torch.dtype) -> bool:
+    """Whether ``auto`` may pick CPU kernel ``name`` for scoring in ``dtype``: the CPU ``auto``
+    decides for (``compute.cpu_features``, which a test may stand in for) has its flags, and the
+    kernel runs here."""
+    kernel = CPU_KERNELS[name]
+    return dtype == kernel.dtype and kernel.flags <= compute.cpu_features().flags and kernel.available()
 
 
-def avx512_unfit(device: torch.device) -> str:
-    """Why the AVX-512 kernel cannot score on ``device`` here ("" when it can)."""
+def cpu_unfit(name: str, device: torch.device) -> str:
+    """Why CPU kernel ``name`` cannot score on ``device`` here ("" when it can)."""
+    kernel = CPU_KERNELS[name]
     if device.type != "cpu":
         return f"runs on the CPU, but the index is on {device}"
-    if not maxsim_avx512.cpu_has_avx512():
-        return "needs a CPU with AVX-512F, which this one lacks"
-    if not maxsim_avx512.available():
-        return "could not be built: it needs a C compiler (cc, or $CC)"
+    if not kernel.runs_here():
+        return f"needs {kernel.needs}, which this one lacks"
+    if not kernel.available():
+        return f"could not be built: it needs {kernel.build}"
     return ""
+
+
+def score_in_place(
+    name: str,
+    queries: Sequence[Tensor],
+    pages: Sequence[Tensor],
+    rows: Sequence[int],
+    n_rows: int,
+    dtype: torch.dtype,
+) -> Tensor | None:
+    """``(Q, n_rows)`` scores of ``pages`` (``(L_i, D)`` each, e.g. views of the shards) read where
+    they are, where kernel ``name`` can (fp32 on the AVX-512 kernel, which the AMX kernel passes
+    fp32 to); None elsewhere, and the caller copies the pages into blocks."""
+    if name not in CPU_KERNELS:
+        return None
+    return maxsim_avx512.score_pages(queries, pages, rows, n_rows, dtype)
+
+
+def score_each_in_place(
+    name: str, queries: Sequence[Tensor], pages: Sequence[Sequence[Tensor]], dtype: torch.dtype
+) -> list[Tensor] | None:
+    """Each query's ``(C_i,)`` scores against its own ``pages``, read where they are, where kernel
+    ``name`` can (as ``score_in_place``); None elsewhere."""
+    if name not in CPU_KERNELS:
+        return None
+    return maxsim_avx512.score_each(queries, pages, dtype)
+
+
+def hold(name: str, blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
+    """``blocks`` in the layout kernel ``name`` reads fastest when it scores them in ``dtype`` (the
+    blocks themselves for a kernel without one)."""
+    kernel = CPU_KERNELS.get(name)
+    return kernel.hold(blocks, dtype) if kernel else list(blocks)
 
 
 def interpreting() -> bool:

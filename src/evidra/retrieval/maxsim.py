@@ -47,16 +47,22 @@ class Block:
     ``pad`` is a ``(C, L)`` mask that is True on filler positions, or None when every page in the
     block has length ``L``. ``build_blocks`` makes the blocks of one call views of one flat
     ``(R, D)`` array, which the fused GPU kernel (``maxsim_triton``) scores in one launch.
-    A ``tiled`` block holds the same values as ``(C, L/16, D, 16)``, 16 vectors at a time with one
-    dimension's 16 values together (``L`` a multiple of 16): the layout the fused AVX-512 kernel
-    reads (``maxsim_avx512.tile``); only that kernel takes it.
+    A tiled block holds the same values as the fused CPU kernel of its ``layout`` reads them, 16
+    vectors at a time (``L`` a multiple of 16): ``"avx512"`` ``(C, L/16, D, 16)``, one dimension's
+    16 values together (``maxsim_avx512.tile``); ``"amx"`` ``(C, L/16, D/32, 16, 32)``, one AMX
+    tile of 16 vectors x 32 dimensions after another (``maxsim_amx.tile``). Only that kernel
+    takes it.
     """
 
-    vectors: Tensor  # (C, L, D), or (C, L/16, D, 16) when tiled
+    vectors: Tensor  # (C, L, D), or tiled as ``layout`` says
     rows: Tensor  # (C,) int64, CPU
     pad: Tensor | None  # (C, L) bool
     lengths: Tensor  # (C,) int64, CPU
-    tiled: bool = False
+    layout: str = "rows"  # "rows" (C, L, D), or the kernel whose tiles it holds: "avx512", "amx"
+
+    @property
+    def tiled(self) -> bool:
+        return self.layout != "rows"
 
     @property
     def length(self) -> int:
@@ -133,6 +139,17 @@ def _block(pages: Sequence[Tensor], rows: Sequence[int], out: Tensor) -> Block:
         pad=pad.to(out.device) if bool(pad.any()) else None,
         lengths=length - pad.sum(dim=1),
     )
+
+
+def round_up(block: Block, multiple: int = 16) -> Block:
+    """``block`` with its length rounded up to ``multiple`` (zero vectors, marked filler)."""
+    c, length, dim = block.vectors.shape
+    padded = -(-length // multiple) * multiple
+    if padded == length:
+        return block
+    vectors = torch.cat([block.vectors, block.vectors.new_zeros(c, padded - length, dim)], dim=1)
+    pad = torch.arange(padded).unsqueeze(0) >= block.lengths.unsqueeze(1)  # (C, L')
+    return Block(vectors=vectors, rows=block.rows, pad=pad, lengths=block.lengths)
 
 
 def pack_queries(queries: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
@@ -333,7 +350,7 @@ def score_blocks(
     if not blocks:
         return out
     if any(b.tiled for b in blocks):
-        raise InvalidInputError("tiled blocks are scored by the AVX-512 kernel only (maxsim_avx512)")
+        raise InvalidInputError("tiled blocks are scored by the fused CPU kernel that tiled them only")
     dtype = dtype or compute_dtype(blocks[0].vectors)
     widest = max(b.n_tokens for b in blocks)
     layout = LAYOUTS[layout_for(device, dtype)]

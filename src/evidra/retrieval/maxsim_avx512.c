@@ -131,6 +131,33 @@ static void group_dispatch(int nq, const void *src, int64_t at, int kind, const 
     }
 }
 
+/* Scores one page of n vectors at `page` (row-major, or `tiled` with n a multiple of 16 or zero
+ * filler up to it) into out[0 .. tokens): each token's max. */
+static void score_page(const void *page, int64_t n, int kind, int tiled, int64_t dim, const float *queries,
+                       int64_t tokens, float *best, float *out) {
+    float tile[MAX_DIM * 16] __attribute__((aligned(64)));
+    __m512 *runs = (__m512 *)best;
+    const __m512 floor = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < tokens; j++) runs[j] = floor;
+    for (int64_t t0 = 0; t0 < n; t0 += 16) {
+        int rows = n - t0 < 16 ? (int)(n - t0) : 16;
+        __mmask16 valid = (__mmask16)((1u << rows) - 1u);
+        const void *src = page;
+        int64_t at = t0 * dim;
+        int src_kind = kind;
+        prefetch_tile(page, at, dim, kind); /* past the page: the next one's (a prefetch never faults) */
+        if (!tiled) {
+            widen_tile(page, at, rows, dim, kind, tile);
+            src = tile, at = 0, src_kind = F32;
+        }
+        for (int64_t g = 0; g * GROUP < tokens; g++) {
+            int64_t nq = tokens - g * GROUP < GROUP ? tokens - g * GROUP : GROUP;
+            group_dispatch((int)nq, src, at, src_kind, queries + g * GROUP * dim, dim, valid, runs + g * GROUP);
+        }
+    }
+    for (int64_t j = 0; j < tokens; j++) out[j] = _mm512_reduce_max_ps(runs[j]);
+}
+
 /* Scores pages [begin, end) of one block.
  *   pages   (C, L, dim) in `kind`, row-major, or with `tiled` (C, L / 16, dim, 16): 16 vectors at a
  *           time, dimension-major (L a multiple of 16), which needs no transposing here
@@ -143,30 +170,23 @@ int evidra_maxsim_block(const void *pages, int kind, int tiled, int64_t length, 
                         const int64_t *lengths, int64_t begin, int64_t end, const float *queries,
                         int64_t tokens, float *best, float *out) {
     if (dim % 16 != 0 || dim > MAX_DIM || dim <= 0 || (tiled && length % 16 != 0)) return -1;
-    float tile[MAX_DIM * 16] __attribute__((aligned(64)));
-    __m512 *runs = (__m512 *)best;
-    const __m512 floor = _mm512_set1_ps(-INFINITY);
+    int64_t size = kind == F32 ? 4 : 2;
     for (int64_t p = begin; p < end; p++) {
         int64_t n = lengths[p] < length ? lengths[p] : length;
-        for (int64_t j = 0; j < tokens; j++) runs[j] = floor;
-        for (int64_t t0 = 0; t0 < n; t0 += 16) {
-            int rows = n - t0 < 16 ? (int)(n - t0) : 16;
-            __mmask16 valid = (__mmask16)((1u << rows) - 1u);
-            const void *src = pages;
-            int64_t at = (p * length + t0) * dim;
-            int src_kind = kind;
-            prefetch_tile(pages, at, dim, kind);
-            if (!tiled) {
-                widen_tile(pages, at, rows, dim, kind, tile);
-                src = tile, at = 0, src_kind = F32;
-            }
-            for (int64_t g = 0; g * GROUP < tokens; g++) {
-                int64_t nq = tokens - g * GROUP < GROUP ? tokens - g * GROUP : GROUP;
-                group_dispatch((int)nq, src, at, src_kind, queries + g * GROUP * dim, dim, valid,
-                               runs + g * GROUP);
-            }
-        }
-        for (int64_t j = 0; j < tokens; j++) out[p * tokens + j] = _mm512_reduce_max_ps(runs[j]);
+        const char *page = (const char *)pages + p * length * dim * size;
+        score_page(page, n, kind, tiled, dim, queries, tokens, best, out + p * tokens);
+    }
+    return 0;
+}
+
+/* Scores `count` row-major pages wherever they are (pages[i]: lengths[i] vectors of dim values in
+ * `kind`, e.g. pages of the index's memory-mapped shards, read in place); out (count, tokens).
+ * Returns 0, or -1 when dim is not a multiple of 16 or exceeds MAX_DIM. */
+int evidra_maxsim_pages(const void *const *pages, const int64_t *lengths, int64_t count, int kind, int64_t dim,
+                        const float *queries, int64_t tokens, float *best, float *out) {
+    if (dim % 16 != 0 || dim > MAX_DIM || dim <= 0) return -1;
+    for (int64_t i = 0; i < count; i++) {
+        score_page(pages[i], lengths[i], kind, 0, dim, queries, tokens, best, out + i * tokens);
     }
     return 0;
 }

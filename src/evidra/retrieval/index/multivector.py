@@ -11,7 +11,8 @@ What the in-memory blocks are held in is a separate choice, ``MaxSimOptions.stor
 ``auto`` keeps them 16-bit everywhere (the compute dtype where that is 16-bit, else fp16, widened
 to fp32 block by block into one reused buffer while scoring), so a CPU without fast 16-bit GEMMs
 holds the same memory as one with them; ``float32`` doubles the memory to skip the widening. The
-index records both under the metadata keys ``compute_dtype`` and ``storage_dtype``.
+index records both under the metadata keys ``compute_dtype`` and ``storage_dtype``, and the
+MaxSim kernel, which decides the blocks' layout in memory, under ``maxsim_kernel``.
 
 Exact search scores every live page (``evidra.retrieval.maxsim``), on CUDA by default with one fused
 Triton kernel that never writes the similarity matrix (``MaxSimOptions.kernel``,
@@ -41,7 +42,7 @@ import torch
 from torch import Tensor
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels, maxsim_avx512
+from evidra.retrieval import compute, kernels
 from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
@@ -170,9 +171,7 @@ class MultiVectorIndex(ShardWrites):
         blocks = build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
-        if self.kernel == "avx512" and maxsim_avx512.fits(blocks, self._dtype):
-            return [maxsim_avx512.tile(b) for b in blocks]  # the layout it reads without transposing
-        return blocks
+        return kernels.hold(self.kernel, blocks, self._dtype)  # the layout the kernel reads fastest
 
     def _ideal_blocks(self) -> int:
         vectors = sum(int(b.lengths.sum()) for b in self._blocks)  # real ones: no filler, no tiling
@@ -201,7 +200,13 @@ class MultiVectorIndex(ShardWrites):
     # -- writing -------------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, str]:
-        return {"compute_dtype": self.compute_dtype, "storage_dtype": self.storage_dtype}
+        # the kernel decides how blocks are held in memory (kernels.hold): tiled for avx512, rounded
+        # up to 16 vectors for amx, as built for torch and triton
+        return {
+            "compute_dtype": self.compute_dtype,
+            "storage_dtype": self.storage_dtype,
+            "maxsim_kernel": self.kernel,
+        }
 
     def _attach(self, records: Sequence[PageRecord], superseded: Sequence[str]) -> None:
         for pid in superseded:
@@ -269,11 +274,20 @@ class MultiVectorIndex(ShardWrites):
         query against its own candidates (less compute, more copying). With 32 queries x 256
         candidates on 10k pages the union covers most of the corpus, which would undo the
         prefilter; on 1k pages the union is cheaper. We pick by a rough cost model in which
-        scoring one page for one query costs ``_SCORE_PER_COPY`` times copying it.
+        scoring one page for one query costs ``_SCORE_PER_COPY`` times copying it. Where the kernel
+        reads the pages in place from the shards (fp32 on the AVX-512 kernel) nothing is copied, and
+        each query scores its own candidates, the queries side by side on the threads.
         """
         n_cand = min(n_cand, first.shape[1])
         values, rows = first.topk(n_cand, dim=1)  # (Q, C)
         valid = values > float("-inf")
+        cands = [rows[i][valid[i]].tolist() for i in range(len(queries))]
+        in_place = self._in_place_each(queries, cands, dtype)
+        if in_place is not None:
+            out = torch.full_like(first, float("-inf"))  # (Q, N)
+            for i, scores in enumerate(in_place):
+                out[i, cands[i]] = scores.to(out.device)
+            return out
         union = sorted(set(rows[valid].tolist()))
         q = len(queries)
         if len(union) * (1 + q * _SCORE_PER_COPY) <= int(valid.sum()) * (1 + _SCORE_PER_COPY):
@@ -282,14 +296,27 @@ class MultiVectorIndex(ShardWrites):
             return exact.masked_fill(~keep.to(exact.device), float("-inf"))
         out = torch.full_like(first, float("-inf"))  # (Q, N)
         for i, query in enumerate(queries):
-            cand = rows[i][valid[i]].tolist()
-            if cand:
-                out[i] = self._exact([query], cand, dtype)[0]
+            if cands[i]:
+                out[i] = self._exact([query], cands[i], dtype)[0]
         return out
+
+    def _in_place_each(
+        self, queries: Sequence[Tensor], cands: Sequence[Sequence[int]], dtype: torch.dtype
+    ) -> list[Tensor] | None:
+        """Each query's exact MaxSim in ``dtype`` against its ``cands`` rows, read in place from the
+        shards, ``(C_i,)`` each; None where the kernel cannot (then pages are copied into blocks)."""
+        if self.device.type != "cpu":
+            return None
+        pages = [[_tensor(self._views[r]) for r in rows] for rows in cands]
+        return kernels.score_each_in_place(self.kernel, queries, pages, dtype)
 
     def _exact(self, queries: Sequence[Tensor], rows: Sequence[int], dtype: torch.dtype) -> Tensor:
         """Exact MaxSim of ``queries`` against the full vectors of ``rows``: ``(Q, N)``."""
         pages = [_tensor(self._views[r]) for r in rows]
+        if self.device.type == "cpu":
+            scores = kernels.score_in_place(self.kernel, queries, pages, rows, len(self._ids), dtype)
+            if scores is not None:
+                return scores
         blocks = build_blocks(
             pages, rows, max_tokens=self.options.block_tokens, dtype=dtype, device=self.device
         )
