@@ -68,14 +68,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import maxsim_cuda  # the sibling files: python puts a script's folder on sys.path
 import torch
+from maxsim_common import LQ, K, Q, agreement, make_pages, make_queries, recall, topk_ids
 
 from evidra.retrieval import compute
 from evidra.retrieval.base import PageBatch
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 from evidra.retrieval.maxsim import build_blocks, score_blocks
 
-Q, LQ, K = 32, 20, 10
 AGREE = 0.99  # a dtype that ranks the top 10 like fp32 at least this well may set the compute bound
 SLOW = 8.0  # a dtype this much slower than the best runs only --sr-queries queries
 CPU = torch.device("cpu")
@@ -97,42 +98,6 @@ def time_each(fn: Callable[[torch.Tensor], Any], queries: list[torch.Tensor]) ->
     return statistics.median(timed(functools.partial(fn, q), 1)[0] for q in queries)
 
 
-def make_pages(n: int, length: int, dim: int, kind: str, seed: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    blank = torch.nn.functional.normalize(torch.randn(4, dim, generator=g), dim=-1)  # shared "white space"
-    pages = []
-    for _ in range(n):
-        if kind == "smooth":  # runs of 4 patches around a shared base vector (cosine ~0.9)
-            base = torch.randn(-(-length // 4), dim, generator=g).repeat_interleave(4, dim=0)[:length]
-            page = base + 0.35 * torch.randn(length, dim, generator=g)
-        elif kind == "document":  # 60% near-copies of 4 corpus-wide blank vectors, scattered
-            is_blank = torch.rand(length, generator=g) < 0.6
-            back = blank[torch.randint(4, (length,), generator=g)] + 0.05 * torch.randn(
-                length, dim, generator=g
-            )
-            page = torch.where(is_blank[:, None], back, torch.randn(length, dim, generator=g))
-        else:
-            page = torch.randn(length, dim, generator=g)
-        pages.append(torch.nn.functional.normalize(page, dim=-1).half())
-    return pages
-
-
-def make_queries(
-    pages: list[torch.Tensor], seed: int, count: int = Q
-) -> tuple[list[torch.Tensor], list[int]]:
-    g = torch.Generator().manual_seed(seed + 1)
-    gold = torch.randint(len(pages), (count,), generator=g).tolist()
-    queries = []
-    dim = pages[0].shape[1]
-    for page in gold:
-        tokens = torch.randn(LQ, dim, generator=g)
-        picks = torch.randint(pages[page].shape[0], (LQ // 2,), generator=g)
-        noise = torch.nn.functional.normalize(torch.randn(LQ // 2, dim, generator=g), dim=-1)
-        tokens[: LQ // 2] = pages[page][picks].float() + 1.33 * noise  # cosine ~0.6 to a gold patch
-        queries.append(torch.nn.functional.normalize(tokens, dim=-1))
-    return queries, gold
-
-
 def bandwidth_gbs() -> tuple[float, float]:
     """Read bandwidth (bytes read / s) from a 1 GiB copy and from a sum over 1 GiB of fp32."""
     src = torch.ones(1 << 28, dtype=torch.float32)
@@ -149,18 +114,6 @@ def gemm_rates(repeats: int = 2) -> dict[str, float]:
         name: compute.gemm_gflops(dtype, CPU, rows=16384, tokens=Q * LQ, dim=128, repeats=repeats)
         for name, dtype in compute.DTYPES.items()
     }
-
-
-def topk_ids(scores: torch.Tensor, k: int) -> list[list[int]]:
-    return scores.float().topk(k, dim=1).indices.tolist()
-
-
-def agreement(a: list[list[int]], b: list[list[int]]) -> float:
-    return statistics.mean(len(set(x) & set(y)) / len(y) for x, y in zip(a, b, strict=True))
-
-
-def recall(ids: list[list[int]], gold: list[int], k: int) -> float:
-    return statistics.mean(float(g in row[:k]) for row, g in zip(ids, gold, strict=True))
 
 
 @dataclass
@@ -639,8 +592,6 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.device == "cuda":
-        import maxsim_cuda  # the sibling file; python puts this script's folder on sys.path
-
         maxsim_cuda.main(args)
         return
     from evidra.models.loading import load_colqwen2

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from maxsim import K, Q, agreement, make_pages, make_queries, topk_ids
+from maxsim_common import K, Q, agreement, make_pages, make_queries, topk_ids
 
 from evidra.retrieval import maxsim
 

@@ -1,8 +1,8 @@
 """Qdrant without a server, head to head: Qdrant Edge vs qdrant-client's local mode.
 
-Both engines get the same synthetic pages (``maxsim.make_pages``: unit-norm fp16, N x L x D) laid
+Both engines get the same synthetic pages (``maxsim_common.make_pages``: unit-norm fp16, N x L x D) laid
 out as evidra lays them out (``multi`` full vectors, ``pooled`` vectors pooled 4 to one), and the
-same 20-token planted queries (``maxsim.make_queries``). Every measurement alternates the engines
+same 20-token planted queries (``maxsim_common.make_queries``). Every measurement alternates the engines
 (a chunk of pages into one, the same chunk into the other; one query on one, the same query on the
 other), so a machine shared with other work slows both alike and the ratios hold. Rows:
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from maxsim import agreement, make_pages, make_queries, recall, topk_ids  # the sibling benchmark
+from maxsim_common import agreement, make_pages, make_queries, recall, topk_ids  # the sibling file
 
 from evidra.retrieval.index.qdrant import QdrantIndex
 from evidra.retrieval.index.qdrant_edge import EdgeQdrantIndex

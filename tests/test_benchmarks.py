@@ -21,6 +21,7 @@ BENCH = Path(__file__).parents[1] / "benchmarks"
 def _run(
     script: str, argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> str:
+    monkeypatch.syspath_prepend(str(BENCH))  # a benchmark imports its sibling files, as a script does
     spec = importlib.util.spec_from_file_location(f"bench_{script}", BENCH / f"{script}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -77,7 +78,6 @@ def test_qdrant_local_benchmark_times_both_engines_on_the_same_pages(
 ) -> None:
     pytest.importorskip("qdrant_edge")
     pytest.importorskip("qdrant_client")
-    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling maxsim
     argv = ["--pages", "60", "--length", "24", "--queries", "2", "--batch", "4", "--repeats", "1"]
     out = _run("qdrant_local", [*argv, "--candidates", "20", "--threads", "1"], monkeypatch, capsys)
     # exhaustive: the exact top 10 (Qdrant Edge rounds the query to fp16, which may swap a near tie)
@@ -123,7 +123,6 @@ def test_maxsim_benchmark_on_cuda_says_when_cuda_is_absent(
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the CUDA benchmark would run for real")
-    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling maxsim_cuda
     out = _run("maxsim", ["--device", "cuda"], monkeypatch, capsys)
     assert out.startswith("CUDA is absent: torch ") and "RESULT" not in out
 
@@ -135,7 +134,6 @@ def test_grpo_step_benchmark_compares_equal_work(
     """Both engines generate exactly the same tokens per step, alternate step by step, and the table
     gives each one's tokens, generation, update and step seconds, tokens/s and peak memory."""
     pytest.importorskip("trl")
-    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling grpo_common
     argv = ["--steps", "2", "--prompts", "2", "--group", "2", "--new-tokens", "6", "--image-size", "56"]
     out = _run("grpo_step", argv, monkeypatch, capsys)
     assert "exactly 6 new tokens each" in out and "engines alternating step by step" in out
@@ -160,7 +158,6 @@ def test_grpo_step_gpu_benchmark_smoke_on_cpu(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The real-size GRPO benchmark in its tiny CPU mode: every engine's row, the versions, the ratios."""
-    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling grpo_common
     out = _run("grpo_step_gpu", ["--device", "cpu"], monkeypatch, capsys)  # on a CPU: tiny by default
     assert "note: running on CPU" in out
     assert re.search(r"device: CPU .*; torch \S+, transformers \S+, trl \S+", out)
@@ -359,7 +356,6 @@ def test_hybrid_known_item_default_fusion_is_no_worse_than_the_previous_one(
     """On the generated 40-page manual, fused with a second BM25 analyzer (both carry signal) and
     with a random tiny visual index (one near random), z-scores over 100 hits lose nothing to RRF
     k 60 over 100 hits, evidra's previous default."""
-    monkeypatch.syspath_prepend(str(BENCH))  # the benchmark imports its sibling bm25_known_item
     out = _run("hybrid_known_item", [], monkeypatch, capsys)  # no documents named: the generated manual
     assert re.search(r"40 pages, \d+ known items", out)
     for setting in ("rrf k=60 depth=100", "zscore depth=100", "minmax depth=10", "rrf k=1 depth=100"):
