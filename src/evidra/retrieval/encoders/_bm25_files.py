@@ -27,15 +27,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 
+from evidra.retrieval.encoders._bm25_params import BM25Params
 from evidra.retrieval.encoders._bm25_terms import IDF_METHOD, METHOD, TermCounts, bm25s_module
 from evidra.retrieval.encoders._bm25_text import LANGUAGES
-
-if TYPE_CHECKING:
-    from evidra.retrieval.encoders.bm25 import BM25Params
 from evidra.staging import fsync_path
 
 MANIFEST = "bm25.index.json"
@@ -162,8 +160,6 @@ def _read_folder(root: Path, folder: Path) -> Stored:
 
 def _params(pages: dict[str, Any], k1: float, b: float) -> BM25Params:
     """The parameters ``pages.json`` records; an index without an analyzer used plain tokens."""
-    from evidra.retrieval.encoders.bm25 import BM25Params
-
     language, stopwords, stem = pages.get("language", "none"), pages.get("stopwords"), pages.get("stem")
     if not isinstance(language, str) or language not in LANGUAGES:
         raise IndexFileError(f"pages.json names an unknown language {str(language)[:40]!r}")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,29 +40,13 @@ from evidra.errors import CorpusError, InvalidInputError
 from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.encoders._batching import check_texts
 from evidra.retrieval.encoders._bm25_files import IndexFileError, read_index, write_index
+from evidra.retrieval.encoders._bm25_params import BM25Params
 from evidra.retrieval.encoders._bm25_terms import TermCounts, build_engine, top_rows
-from evidra.retrieval.encoders._bm25_text import LANGUAGES, Analyzer
+
+__all__ = ["BM25Params", "BM25Retriever"]
 
 # what reading a damaged or foreign index folder raises (json, numpy, zipfile, bm25s)
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, ImportError, IndexFileError, zipfile.BadZipFile)
-
-
-@dataclass(frozen=True)
-class BM25Params:
-    k1: float = 1.5
-    b: float = 0.75
-    language: str = "en"  # a name in LANGUAGES: its stop words and stemmer; "none": plain tokens
-    stopwords: bool = True
-    stem: bool = False  # Snowball stemming: off by default (see _bm25_text: it lowered known-item MRR)
-
-    def __post_init__(self) -> None:
-        if self.k1 < 0 or not 0.0 <= self.b <= 1.0:
-            raise InvalidInputError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
-        LANGUAGES.get(self.language)
-
-    @property
-    def analyzer(self) -> Analyzer:
-        return Analyzer(self.language, self.stopwords, self.stem)
 
 
 class BM25Retriever:
@@ -73,7 +56,7 @@ class BM25Retriever:
         self,
         ids: Sequence[str],
         counts: TermCounts,
-        params: BM25Params = BM25Params(),
+        params: BM25Params = BM25Params(),  # noqa: B008 (frozen)
         images: Sequence[str] | None = None,
         *,
         engine: Any = None,
@@ -96,7 +79,7 @@ class BM25Retriever:
     def build(
         cls,
         texts: Mapping[str, str],
-        params: BM25Params = BM25Params(),
+        params: BM25Params = BM25Params(),  # noqa: B008 (frozen)
         images: Mapping[str, str] | None = None,
     ) -> BM25Retriever:
         """Index ``page_id -> text``; ``images`` optionally maps page ids to image paths."""
