@@ -22,8 +22,8 @@ from evidra.integrations.frameworks import (
     as_trl_reward,
     as_verl_compute_score,
     method_reward,
-    sample_from_fields,
 )
+from evidra.integrations.samples import sample_from_fields
 from evidra.integrations.trl_env import (
     BBOX_TOOL,
     SEARCH_TOOL,

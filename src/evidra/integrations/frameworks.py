@@ -15,33 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from evidra.errors import ConfigError, RegistryError
+from evidra.integrations.samples import as_strings, message_text, sample_from_fields
+from evidra.integrations.trl_env import Episode, episode_parsed
 from evidra.rewards.base import REWARDS, RewardFn, RewardResult
-from evidra.types import Parsed, Sample
+from evidra.types import Parsed
 
 Parser = Callable[[str], Parsed]
-
-ANSWER_KEYS = ("answers", "answer", "ground_truth", "reference_answer", "short_answer", "label")
-QUESTION_KEYS = ("question", "query", "problem")
 
 
 def _plain_parse(text: str) -> Parsed:
     return Parsed(text=text)
-
-
-def _text(value: Any) -> str:
-    """Text of a prompt or completion in TRL's shapes: a string, a message list (the last
-    message's content), a message, or a list of content parts (their text parts joined)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        if "content" in value:
-            return _text(value["content"])
-        return str(value.get("text", ""))
-    if isinstance(value, Sequence) and value:
-        if all(isinstance(v, Mapping) and "role" in v for v in value):
-            return _text(value[-1])
-        return "".join(_text(v) for v in value)
-    return "" if value is None or isinstance(value, Sequence) else str(value)
 
 
 def _last_assistant_text(completion: Any) -> str:
@@ -50,35 +33,9 @@ def _last_assistant_text(completion: Any) -> str:
     if isinstance(completion, Sequence) and not isinstance(completion, str):
         for message in reversed(completion):
             if isinstance(message, Mapping) and message.get("role") == "assistant":
-                return _text(message)
+                return message_text(message)
         return ""
-    return _text(completion)
-
-
-def _answers(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, Sequence):
-        return tuple(str(v) for v in value)
-    return (str(value),)
-
-
-def sample_from_fields(fields: Mapping[str, Any], *, index: int = 0, prompt: Any = None) -> Sample:
-    """An evidra ``Sample`` from one dataset row's fields (TRL columns or verl ``extra_info``).
-
-    The question comes from ``question``/``query``/``problem`` or else the prompt's last user
-    text; answers from ``answers``/``answer``/``ground_truth``...; every other field is kept in
-    ``Sample.extras`` (page indices, gold boxes...) for rewards that read them.
-    """
-    question = next((str(fields[k]) for k in QUESTION_KEYS if fields.get(k)), "") or _text(prompt) or "(none)"
-    answers = next((_answers(fields[k]) for k in ANSWER_KEYS if k in fields), ())
-    answerable = bool(fields.get("answerable", True))
-    sid = str(fields.get("id", fields.get("sample_id", index)))
-    gold, source = _answers(fields.get("gold_pages")), str(fields.get("data_source", ""))
-    return Sample(id=sid or str(index), question=question, answers=answers, answerable=answerable,
-                  gold_pages=gold, dataset=source, extras=dict(fields))  # fmt: skip
+    return message_text(completion)
 
 
 def _usable(reward: RewardFn) -> None:
@@ -137,8 +94,6 @@ def as_trl_reward(
     that cannot score at all (a missing service) is refused here, not discovered as all-None
     rewards. ``reward`` may be a registered reward's name (``registered_reward``).
     """
-    from evidra.integrations.trl_env import Episode, episode_parsed
-
     if isinstance(reward, str):
         name = name or reward
     reward = registered_reward(reward)
@@ -155,7 +110,7 @@ def as_trl_reward(
         columns = {k: v for k, v in columns.items() if k not in framework_keys}
         out: list[float | None] = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
-            text = _text(completion)
+            text = message_text(completion)
             episode = getattr(environments[i], "evidra_episode", None) if i < len(environments) else None
             if isinstance(episode, Episode):
                 text = _last_assistant_text(completion)
@@ -205,7 +160,7 @@ def as_verl_compute_score(
         fields = {**dict(extra_info or {}), "answers": ground_truth, "data_source": data_source}
         parsed = parse(solution_str)
         if not parsed.retrieved:
-            parsed = dataclasses.replace(parsed, retrieved=_answers(fields.get(RETRIEVED_FIELD)))
+            parsed = dataclasses.replace(parsed, retrieved=as_strings(fields.get(RETRIEVED_FIELD)))
         result: RewardResult = reward(parsed, sample_from_fields(fields), None)
         total = result.total if result.scored else 0.0
         out: dict[str, Any] = {"score": total, "scored": float(result.scored)}

@@ -44,6 +44,7 @@ from typing import Any
 from evidra import imagefiles
 from evidra.env.base import Environment, StepInfo, StepResult
 from evidra.errors import ConfigError
+from evidra.integrations.samples import sample_from_fields
 from evidra.types import ImagePart, Message, Parsed, Sample, Span, TextPart, Trajectory
 
 EnvMaker = Callable[[Sample], Environment]
@@ -230,8 +231,6 @@ def as_trl_environment(
     Reward functions made by ``as_trl_reward`` read each rollout's episode (its sample, actions
     and step infos, e.g. the pages VRAG-RL's search retrieved).
     """
-    from evidra.integrations.frameworks import sample_from_fields
-
     if not tools:
         raise ConfigError("as_trl_environment needs at least one tool (TRL ends a rollout without one)")
     names = [t.name for t in tools]

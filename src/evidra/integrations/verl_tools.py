@@ -55,7 +55,7 @@ from evidra.integrations._verl_compat import (
     schema_dict,
     schema_object,
 )
-from evidra.integrations.frameworks import sample_from_fields
+from evidra.integrations.samples import sample_from_fields
 from evidra.integrations.trl_env import BBOX_TOOL, ENDED, SEARCH_TOOL, ZOOM_TOOL, Episode, ToolSpec
 from evidra.types import ImagePart, Message, Page, Sample, TextPart
 
