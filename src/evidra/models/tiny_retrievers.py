@@ -1,15 +1,16 @@
 """Tiny offline late-interaction retrievers (ColQwen2, ColPali) for tests and benchmarks.
 
-Same idea as ``evidra.models.tiny``: a locally trained tokenizer, a random model of a few hundred
-thousand parameters built from a config, saved in a released checkpoint's layout and loaded back
-through transformers' own ``ColQwen2ForRetrieval`` / ``ColPaliForRetrieval`` classes.
+Same idea as ``evidra.models.tiny``, from the same parts (``tiny_parts``): a locally trained
+tokenizer, a random model of a few hundred thousand parameters built from a config, saved in a
+released checkpoint's layout and loaded back through transformers' own ``ColQwen2ForRetrieval`` /
+``ColPaliForRetrieval`` classes. ``build_tiny("colqwen2" | "colpali", ...)`` builds them by name.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evidra.models.tiny import build_tokenizer, own_random_stream, tiny_config, tiny_image_processor
+from evidra.models.tiny_parts import build_tokenizer, own_random_stream, tiny_config, tiny_image_processor
 
 
 def build_tiny_colqwen2(
