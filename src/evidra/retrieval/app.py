@@ -18,8 +18,10 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,18 +31,39 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from evidra.corpus.metadata import PageMeta
 from evidra.errors import InvalidInputError
 from evidra.httpserve import HttpError, error_response, read_body
-from evidra.retrieval.http import MAX_HEADERS, filtered, parse_search
-from evidra.retrieval.server import API_KEY_ENV, ClientGone
-
-if TYPE_CHECKING:
-    from evidra.retrieval.server import SearchService
+from evidra.retrieval.base import Hit
+from evidra.retrieval.http import (
+    API_KEY_ENV,
+    MAX_HEADERS,
+    ClientGone,
+    SearchRequest,
+    ServiceOptions,
+    filtered,
+    parse_search,
+)
 
 access_logger = logging.getLogger("evidra.retrieval.access")
 
 USAGE = {"/search": "use POST /search with a JSON body", "/health": "use GET /health"}
 CLIENT_GONE = 499  # logged (never sent) for a request whose client hung up first, as nginx does
+
+
+class Service(Protocol):
+    """What the app serves (``evidra.retrieval.server.SearchService``): a batching search over one
+    index, its page count and page store, and the lifespan that runs the batcher."""
+
+    options: ServiceOptions
+    n_pages: int
+    pages: Mapping[str, PageMeta] | None
+
+    async def search(self, request: SearchRequest, receive: Receive) -> list[list[Hit]]:
+        """The request's hits; raises ``ClientGone`` once ``receive`` says its client left."""
+        ...
+
+    def lifespan(self, app: object) -> AbstractAsyncContextManager[None]: ...
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -109,7 +132,7 @@ def _check_key(request: Request, key: str | None) -> None:
         raise HttpError(401, f"missing or wrong API key; send Authorization: Bearer ${API_KEY_ENV}")
 
 
-def build_app(service: SearchService) -> Starlette:
+def build_app(service: Service) -> Starlette:
     """The ASGI app of ``service``: GET /health and POST /search (see the module docstring)."""
     options = service.options
 

@@ -50,8 +50,8 @@ from evidra.httpio import (
 )
 from evidra.keys import KeyPolicy, redact
 from evidra.retrieval.base import Exclude, Hit
-from evidra.retrieval.http import MAX_WHERE_CHARS, MAX_WHERE_KEYS, MAX_WHERE_VALUES
-from evidra.retrieval.server import API_KEY_ENV, hits_from_json
+from evidra.retrieval.http import API_KEY_ENV, MAX_WHERE_CHARS, MAX_WHERE_KEYS, MAX_WHERE_VALUES
+from evidra.retrieval.server import hits_from_json
 
 
 class SearchServiceError(EvidraError, ConnectionError):

@@ -1,11 +1,13 @@
-"""What a /search request may ask for, and the checks of its JSON body.
+"""The search service's terms, light enough for its clients: what it is configured with
+(``ServiceOptions``), what a /search request may ask for, and the checks of its JSON body.
 
 Every refusal is an ``HttpError`` with a 4xx status and a one-line message that never repeats
 Python's exception text: a body that is not JSON, is nested too deeply or holds a number too
 long to convert (400), and a /search body over the caps of ``SearchLimits`` (413) or otherwise
 malformed (400). The HTTP framing before it (request line, headers, Content-Length, chunked
 bodies) is uvicorn's h11 parser's job, and the body size cap is starlette's; see
-``evidra.retrieval.app``. This module needs neither, so the clients import it cheaply.
+``evidra.retrieval.app``. This module needs neither, so the clients import it cheaply; the
+service (``evidra.retrieval.server``) and its app both build on it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evidra.corpus.metadata import PageMeta, parse_where
+from evidra.errors import InvalidInputError
 from evidra.httpserve import HttpError
 
 MAX_BODY = 1 << 20  # bytes of one request body, Content-Length or chunked (413 above)
 MAX_HEAD = 16 << 10  # bytes of the request line and headers together (400 above, from h11)
 MAX_HEADERS = 64  # header lines of one request (431 above)
+API_KEY_ENV = "EVIDRA_INDEX_API_KEY"  # read by the CLI and the clients, never by SearchService
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,42 @@ class SearchRequest:
     k: int
     exclude: list[list[str]]
     where: dict[str, list[str]] = field(default_factory=dict)  # metadata filter: key -> accepted values
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """How a ``SearchService`` batches its searches and what it accepts over HTTP."""
+
+    max_batch: int = 32  # queries per retriever call
+    max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
+    max_k: int = 100
+    idle_timeout_s: float = 30.0  # keep-alive connections idle this long are closed; also the body's deadline
+    max_queries: int = 256  # queries per request (413 above)
+    max_query_chars: int = 4096  # characters per query (413 above)
+    max_body: int = MAX_BODY  # bytes per request body, declared or chunked (413 above)
+    api_key: str | None = field(default=None, repr=False)  # required as a Bearer token when set
+    access_log: bool = True  # one INFO line per request on the evidra.retrieval.access logger
+    max_connections: int = 512  # open connections; at the cap the longest idle one is closed
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_k < 1:
+            raise InvalidInputError("ServiceOptions needs max_batch >= 1, max_wait_ms >= 0, max_k >= 1")
+        if min(self.max_queries, self.max_query_chars, self.max_body, self.max_connections) < 1:
+            raise InvalidInputError(
+                "ServiceOptions needs max_queries, max_query_chars, max_body and max_connections >= 1"
+            )
+        if self.idle_timeout_s <= 0:
+            raise InvalidInputError(f"ServiceOptions needs idle_timeout_s > 0, got {self.idle_timeout_s}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise InvalidInputError(f"the API key is empty; set {API_KEY_ENV} to a secret or leave it unset")
+
+    @property
+    def limits(self) -> SearchLimits:
+        return SearchLimits(self.max_k, self.max_queries, self.max_query_chars)
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready."""
 
 
 MAX_WHERE_KEYS, MAX_WHERE_VALUES, MAX_WHERE_CHARS = 32, 64, 1024

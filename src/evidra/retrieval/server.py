@@ -44,9 +44,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evidra.errors import EvidraError, InvalidInputError
+from evidra.errors import EvidraError
 from evidra.retrieval.base import Hit, Retriever
-from evidra.retrieval.http import MAX_BODY, MAX_HEAD, MAX_HEADERS, HttpError, SearchLimits, SearchRequest
+from evidra.retrieval.http import (
+    API_KEY_ENV,
+    MAX_BODY,
+    MAX_HEAD,
+    MAX_HEADERS,
+    ClientGone,
+    HttpError,
+    SearchRequest,
+    ServiceOptions,
+)
 
 if TYPE_CHECKING:
     import uvicorn
@@ -54,6 +63,7 @@ if TYPE_CHECKING:
     from evidra.corpus.metadata import PageMeta
 
 __all__ = [
+    "API_KEY_ENV",
     "MAX_BODY",
     "MAX_HEAD",
     "MAX_HEADERS",
@@ -66,49 +76,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-API_KEY_ENV = "EVIDRA_INDEX_API_KEY"  # read by the CLI and the clients, never by SearchService
 BATCH_RECORD = 1000  # retriever calls remembered in SearchService.batches
 STOP_S = 60  # how long stopping may take (uvicorn cancels requests still in flight after 5 s)
 
 Receive = Callable[[], Awaitable[Any]]  # an ASGI receive channel
 
 
-@dataclass(frozen=True)
-class ServiceOptions:
-    max_batch: int = 32  # queries per retriever call
-    max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
-    max_k: int = 100
-    idle_timeout_s: float = 30.0  # keep-alive connections idle this long are closed; also the body's deadline
-    max_queries: int = 256  # queries per request (413 above)
-    max_query_chars: int = 4096  # characters per query (413 above)
-    max_body: int = MAX_BODY  # bytes per request body, declared or chunked (413 above)
-    api_key: str | None = field(default=None, repr=False)  # required as a Bearer token when set
-    access_log: bool = True  # one INFO line per request on the evidra.retrieval.access logger
-    max_connections: int = 512  # open connections; at the cap the longest idle one is closed
-
-    def __post_init__(self) -> None:
-        if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_k < 1:
-            raise InvalidInputError("ServiceOptions needs max_batch >= 1, max_wait_ms >= 0, max_k >= 1")
-        if min(self.max_queries, self.max_query_chars, self.max_body, self.max_connections) < 1:
-            raise InvalidInputError(
-                "ServiceOptions needs max_queries, max_query_chars, max_body and max_connections >= 1"
-            )
-        if self.idle_timeout_s <= 0:
-            raise InvalidInputError(f"ServiceOptions needs idle_timeout_s > 0, got {self.idle_timeout_s}")
-        if self.api_key is not None and not self.api_key.strip():
-            raise InvalidInputError(f"the API key is empty; set {API_KEY_ENV} to a secret or leave it unset")
-
-    @property
-    def limits(self) -> SearchLimits:
-        return SearchLimits(self.max_k, self.max_queries, self.max_query_chars)
-
-
 class ServiceError(EvidraError):
     """The search service could not start (the port is taken, the address is not this machine's)."""
-
-
-class ClientGone(Exception):
-    """The client closed its connection before its answer was ready."""
 
 
 @dataclass
