@@ -39,6 +39,11 @@ def _cfg(out: Path, *extra: str) -> RLConfig:
     return load_config(RLConfig, None, [*over, *extra])
 
 
+# the schedule follows skipped steps without torch's scheduler-before-optimizer warning
+QUIET_SCHEDULE = "error:Detected call of `lr_scheduler.step:UserWarning"
+
+
+@pytest.mark.filterwarnings(QUIET_SCHEDULE)
 def test_a_step_whose_samples_are_all_unscored_is_skipped(tmp_path: Path) -> None:
     task = _task("test.unscored", RewardResult.unscored("judge"))
     trainer = RLTrainer(_cfg(tmp_path, f"data.task={task}", "run.steps=2"))
@@ -58,6 +63,7 @@ def test_a_non_finite_reward_is_excluded_not_trained_on(tmp_path: Path) -> None:
     assert metrics["reward/nonfinite"] == 4 and metrics["update/empty_minibatches"] == 1
 
 
+@pytest.mark.filterwarnings(QUIET_SCHEDULE)
 def test_non_finite_updates_are_skipped_then_stop_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

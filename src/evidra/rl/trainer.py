@@ -189,9 +189,7 @@ class RLTrainer:
         if n_mini == 0:
             logger.warning("step %d: every group was filtered out; skipping the update", self.state.step)
             self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
-            with warnings.catch_warnings():  # the schedule follows steps, updated or not
-                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
-                self.scheduler.step()
+            self._advance_schedule()
             return {"skipped": 1.0, **stats}
         episodes = [ep for eps, _ in groups for ep in eps]
         results = [res for _, rs in groups for res in rs]
@@ -217,7 +215,7 @@ class RLTrainer:
         self.model.train()
         kl_ref = ref if self.cfg.algo.kl == "loss" else None
         update = policy_update(self.model, self.optimizer, self.engine, minibatches, valid, kl_ref, settings)
-        self.scheduler.step()
+        self._advance_schedule()
         self.backend.sync(self.engine.unwrap(self.model))  # the rollout engine takes the new weights
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
         memory["memory/update_peak_gb"] = peak_memory_gb(self.engine.device)
@@ -233,6 +231,14 @@ class RLTrainer:
             "throughput/policy_tokens_per_s": sum(e.trajectory.num_policy_tokens for e in episodes)
             / max(1e-9, time.perf_counter() - start),
         }
+
+    def _advance_schedule(self) -> None:
+        """One step of the learning-rate schedule, which follows steps whether or not the optimizer
+        stepped (a step whose update was skipped, non-finite or all filtered, still counts); torch's
+        warning about a scheduler stepping before its optimizer says nothing here."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+            self.scheduler.step()
 
     def _minibatch_count(self, local_groups: int) -> int:
         """Optimizer steps per pass: ``batch_size / mini_batch_size``, fewer if some process holds
