@@ -105,6 +105,7 @@ def test_the_timeout_bounds_a_whole_trickling_call(sync: bool, fake_judge: Any) 
 def test_the_sync_client_is_shared_by_threads_and_closes_its_loop(fake_judge: Any) -> None:
     fake_judge.delay_s = 0.2
     fake_judge.script = [fake_judge.Scripted(200, GOOD) for _ in range(4)]
+    earlier = set(threading.enumerate())  # other tests' clients may still have their loops
     client = SearchClient(fake_judge.url)
     found: list[str] = []
     threads = [threading.Thread(target=lambda: found.append(client.search(["q"], k=1)[0][0].page_id))
@@ -114,9 +115,10 @@ def test_the_sync_client_is_shared_by_threads_and_closes_its_loop(fake_judge: An
     for t in threads:
         t.join()
     assert found == ["d-p0001"] * 4 and fake_judge.max_in_flight >= 3  # one loop, overlapping calls
-    before = threading.active_count()
+    loops = [t for t in set(threading.enumerate()) - earlier if t.name == "evidra-search-client"]
+    assert len(loops) == 1  # one loop thread served the four threads
     client.close()
-    assert threading.active_count() == before - 1
+    assert not loops[0].is_alive()  # its loop thread is gone (other tests' threads may come and go)
 
 
 # --- keys -------------------------------------------------------------------------------------

