@@ -260,6 +260,11 @@ def report(results: dict[str, dict[str, Any]], arch: str, s: Settings, steps: in
     rows = {engine: _row(r) for engine, r in results.items()}
     for engine, (step, gen, tok, peak) in rows.items():
         print(f"| {engine} | {step:.3f} | {gen:.1f} | {tok:.1f} | {peak:.0f} |")
+    for engine, r in results.items():  # evidra on a GPU: which pass holds the peak
+        if r.get("phases"):
+            names = {k: k.split("/")[1].removesuffix("_peak_gb") for k in r["phases"]}
+            phases = ", ".join(f"{names[k]} {v:.1f}" for k, v in r["phases"].items())
+            print(f"{engine} peak GB by phase: {phases}")
     if "trl" in rows and "evidra" in rows:
         (es, eg, _, em), (ts, tg, _, tm) = rows["evidra"], rows["trl"]
         print(

@@ -327,6 +327,20 @@ def test_real_size_qwen2_5_vl_3b_config_is_the_published_one(monkeypatch: pytest
     assert g.count_parameters("qwen2.5-vl-3b") == 3_754_622_976
 
 
+def test_grpo_step_gpu_report_shows_evidra_peak_memory_by_phase(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import grpo_step_gpu as g
+    from grpo_common import Settings
+
+    row = {"times": [2.0], "tokens": [8], "gen_times": [1.0], "peak_mb": 100.0}
+    phases = {"memory/rollout_peak_gb": 51.8, "memory/update_peak_gb": 52.2}
+    g.report({"evidra": {**row, "phases": phases}, "trl": row}, "tiny", Settings(), 1, [])
+    out = capsys.readouterr().out
+    assert "evidra peak GB by phase: rollout 51.8, update 52.2" in out and "trl peak GB" not in out
+
+
 def test_bm25_known_item_runs_on_the_generated_manual(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
