@@ -64,17 +64,12 @@ class BlockScorer(Protocol):
 KERNELS: Registry[BlockScorer] = Registry("MaxSim kernel")
 
 
-@KERNELS.register("torch")
-def score_torch(
-    queries: Sequence[Tensor],
-    blocks: Sequence[Block],
-    n_rows: int,
-    *,
-    max_elements: int = 1 << 25,
-    dtype: torch.dtype | None = None,
-) -> Tensor:
-    """Chunked torch: one similarity matrix of at most ``max_elements`` entries at a time."""
-    return maxsim.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
+# The chunked torch scorer and the fused C kernels have this signature themselves; Triton's is
+# imported only when its kernel runs.
+score_torch = maxsim.score_blocks  # one similarity matrix of at most ``max_elements`` entries at a time
+score_avx512 = maxsim_avx512.score_blocks  # fp32 scoring; anything else in torch
+score_amx = maxsim_amx.score_blocks  # bf16 scoring; anything else to ``avx512``
+KERNELS.add("torch", score_torch)
 
 
 @KERNELS.register("triton")
@@ -92,30 +87,8 @@ def score_triton(
     return maxsim_triton.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
 
 
-@KERNELS.register("avx512")
-def score_avx512(
-    queries: Sequence[Tensor],
-    blocks: Sequence[Block],
-    n_rows: int,
-    *,
-    max_elements: int = 1 << 25,
-    dtype: torch.dtype | None = None,
-) -> Tensor:
-    """The fused AVX-512 C kernel (``maxsim_avx512``) for fp32 scoring; anything else in torch."""
-    return maxsim_avx512.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
-
-
-@KERNELS.register("amx")
-def score_amx(
-    queries: Sequence[Tensor],
-    blocks: Sequence[Block],
-    n_rows: int,
-    *,
-    max_elements: int = 1 << 25,
-    dtype: torch.dtype | None = None,
-) -> Tensor:
-    """The fused AMX C kernel (``maxsim_amx``) for bf16 scoring; anything else to ``avx512``."""
-    return maxsim_amx.score_blocks(queries, blocks, n_rows, max_elements=max_elements, dtype=dtype)
+KERNELS.add("avx512", score_avx512)
+KERNELS.add("amx", score_amx)
 
 
 CHOICES: tuple[str, ...] = ("auto", *KERNELS)

@@ -77,19 +77,7 @@ def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
     """Whether the kernel can score ``blocks`` in ``dtype`` (else the AVX-512 or torch scorer does)."""
     if not blocks or (dtype or blocks[0].vectors.dtype) != torch.bfloat16:
         return False
-    first = blocks[0].vectors
-    dim = _dim(blocks[0])
-    shaped = all(
-        b.layout in ("rows", "amx") and b.vectors.is_contiguous() and b.lengths.is_contiguous()
-        for b in blocks
-    )
-    return (
-        first.device.type == "cpu"
-        and first.dtype == torch.bfloat16
-        and dim % 32 == 0
-        and dim <= MAX_DIM
-        and shaped
-    )
+    return native.fit_blocks(blocks, "amx", (torch.bfloat16,), _dim(blocks[0]), 32, MAX_DIM)
 
 
 def score_blocks(

@@ -76,19 +76,7 @@ def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
     """Whether the kernel can score ``blocks`` in ``dtype`` (else the torch scorer does)."""
     if not blocks or (dtype or maxsim.compute_dtype(blocks[0].vectors)) != torch.float32:
         return False
-    first = blocks[0].vectors
-    dim = _dim(blocks[0])
-    shaped = all(
-        b.layout in ("rows", "avx512") and b.vectors.is_contiguous() and b.lengths.is_contiguous()
-        for b in blocks
-    )
-    return (
-        first.device.type == "cpu"
-        and first.dtype in _KINDS
-        and dim % 16 == 0
-        and 0 < dim <= MAX_DIM
-        and shaped
-    )
+    return native.fit_blocks(blocks, "avx512", _KINDS, _dim(blocks[0]), 16, MAX_DIM)
 
 
 def score_blocks(

@@ -24,7 +24,7 @@ import os
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
@@ -145,6 +145,30 @@ class Packed:
 
 # scores one thread's part: packed queries, per-block (C, T) maxima or (C, Q) sums, the part
 RunPart = Callable[[Packed, list[Tensor], Part], None]
+
+
+def fit_blocks(
+    blocks: Sequence[Block],
+    layout: str,
+    storage: Collection[torch.dtype],
+    dim: int,
+    multiple: int,
+    max_dim: int,
+) -> bool:
+    """Whether a fused CPU kernel can read ``blocks``: on the CPU, held in one of ``storage``, each
+    row-major or in the kernel's own ``layout``, contiguous, of dimension ``dim``, a positive
+    multiple of ``multiple`` up to ``max_dim``."""
+    first = blocks[0].vectors
+    return (
+        first.device.type == "cpu"
+        and first.dtype in storage
+        and 0 < dim <= max_dim
+        and dim % multiple == 0
+        and all(
+            b.layout in ("rows", layout) and b.vectors.is_contiguous() and b.lengths.is_contiguous()
+            for b in blocks
+        )
+    )
 
 
 def score_split(
