@@ -22,8 +22,10 @@ zooms: the peer's time over evidra's packed forward per episode, and over 8 epis
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
+import shutil
 import statistics
 import tempfile
 import time
@@ -175,6 +177,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     root = Path(tempfile.mkdtemp(prefix="cave-bench-"))
+    atexit.register(shutil.rmtree, root, True)  # checkpoints and data of this run only
     vlm = load_vlm(build_tiny("qwen2_5_vl", root / "tiny"))
     print(f"tiny Qwen2.5-VL, {args.episodes} episodes per group, torch threads {torch.get_num_threads()}")
     print("| zooms | states x targets | method | forward calls | sequences | seconds (median) | vs peer |")

@@ -10,8 +10,10 @@ checkpoint, before the first checkpoint exists. Prints how many kills the run su
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="evidra-kills-"))
+    atexit.register(shutil.rmtree, root, True)  # checkpoints and data of this run only
     start = time.perf_counter()
     whole = _launch(root / "whole", args.steps)
     assert whole.wait() == 0, whole.stderr.read().decode()[-2000:] if whole.stderr else ""

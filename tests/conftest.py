@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# the recipes' synthetic-corpus caches go to a private folder of this test session, not ~/.cache
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="evidra-test-cache-")
-# hub ids resolve against an empty hub cache of this session, never the user's own
-os.environ["HF_HUB_CACHE"] = tempfile.mkdtemp(prefix="evidra-test-hub-")
-
+import atexit
 import ipaddress
 import json
+import os
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +16,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every cache this session writes lives in one private folder, removed when the session ends (CI's
+# disk is small): the recipes' synthetic corpora and compiled kernels (not ~/.cache), an empty hub
+# cache (hub ids never resolve against the user's own) and torch's and Triton's compile caches.
+_SESSION_DIR = tempfile.mkdtemp(prefix="evidra-test-session-")
+_SESSION_PID = os.getpid()
+
+
+@atexit.register
+def _remove_session_dir() -> None:
+    if os.getpid() == _SESSION_PID:  # a forked child that exits normally leaves it to its parent
+        shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
+for _name, _sub in (("XDG_CACHE_HOME", "cache"), ("HF_HUB_CACHE", "hub"),
+                    ("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):  # fmt: skip
+    os.environ[_name] = os.path.join(_SESSION_DIR, _sub)
+    os.makedirs(os.environ[_name], mode=0o700)
+
 
 _real_connect = socket.socket.connect
 
