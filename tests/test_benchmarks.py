@@ -460,3 +460,19 @@ def test_serve_latency_benchmark_times_every_request_against_its_peer(
     values = [float(v) for v in result.groups()]
     assert all(math.isfinite(v) and v > 0 for v in values), values
     assert values[0] == float(_cells(out, "search (k=10, no model)")[3])
+
+
+@pytest.mark.slow
+def test_token_logprobs_benchmark_compares_every_way_on_the_same_numbers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--completions", "2", "--tokens", "8", "--vocab", "500", "--repeats", "1", "--device", "cpu"]
+    out = _run("token_logprobs", argv, monkeypatch, capsys)
+    for way in ("evidra", "plain", "trl"):  # each way's checksum was compared with evidra's
+        assert len(_cells(out, way)) == 6, out
+    assert re.search(
+        r"^RESULT memory_plain_vs_evidra=\S+ memory_trl_vs_evidra=\S+ time_plain_vs_evidra=\S+ "
+        r"time_trl_vs_evidra=\S+$",
+        out,
+        re.M,
+    )

@@ -232,18 +232,15 @@ def forward_logprobs(
     logits are materialised (``logits_to_keep``), so memory does not grow with the prompt.
     ``with_entropy`` also returns the (detached) entropy of each position's distribution.
     """
-    import torch
+    from evidra.models.token_logprobs import token_entropy, token_logprobs
 
     width = response_ids.shape[1]
     out = model(**inputs, logits_to_keep=width + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float() / temperature  # (B, R, V): position t predicts t + 1
-    logp_all = torch.log_softmax(logits, dim=-1)  # (B, R, V)
-    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)  # (B, R)
+    logits = out.logits[:, :-1, :]  # (B, R, V): position t predicts t + 1
+    logp = token_logprobs(logits, response_ids, temperature)  # (B, R), fp32 without an fp32 copy
     if not with_entropy:
         return logp
-    with torch.no_grad():
-        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, R)
-    return logp, entropy
+    return logp, token_entropy(logits, temperature)  # (B, R)
 
 
 def teacher_forcing_batch(

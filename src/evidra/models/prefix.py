@@ -87,6 +87,8 @@ def prefix_logprobs(
     (and the detached entropies ``(B, R)`` with ``with_entropy``, as ``forward_logprobs``)."""
     import torch
 
+    from evidra.models.token_logprobs import token_entropy, token_logprobs
+
     device = batch.response_ids.device
     prompt = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.prompt_inputs.items()}
     index = batch.prompt_index.to(device)
@@ -114,13 +116,10 @@ def prefix_logprobs(
         use_cache=True,
     )
     first = head.logits.index_select(0, index)  # (B, 1, V): predicts response token 0
-    logits = torch.cat([first, tail.logits[:, :-1]], dim=1).float() / temperature  # (B, R, V)
+    logits = torch.cat([first, tail.logits[:, :-1]], dim=1)  # (B, R, V)
     if owner is not None:
         owner.rope_deltas = None  # never leak offsets into the next, unrelated forward
-    logp_all = torch.log_softmax(logits, dim=-1)  # (B, R, V)
-    logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)  # (B, R)
+    logp = token_logprobs(logits, batch.response_ids, temperature)  # (B, R)
     if not with_entropy:
         return logp
-    with torch.no_grad():
-        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (B, R)
-    return logp, entropy
+    return logp, token_entropy(logits, temperature)  # (B, R)
