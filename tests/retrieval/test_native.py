@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -77,9 +78,11 @@ def test_the_build_is_cached_by_source_and_flags(kernel: native.Kernel, tmp_path
 
 @KINDS
 def test_a_build_planted_in_a_shared_folder_is_never_loaded(
-    kernel: native.Kernel, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    kernel: native.Kernel, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = _builds(kernel, tmp_path)  # learn the name a build of this source has
+    at_exit: list[tuple[object, ...]] = []
+    monkeypatch.setattr(native.atexit, "register", lambda *call: at_exit.append(call))
     shared = tmp_path / "shared"
     (shared / "kernels").mkdir(parents=True)
     (shared / "kernels").chmod(0o777)  # anyone may write here
@@ -89,6 +92,8 @@ def test_a_build_planted_in_a_shared_folder_is_never_loaded(
         built = native.compile_kernel(kernel, folder=shared)
     assert built != planted and built.read_bytes() != b"not a library"
     assert "is not private to this user" in caplog.text
+    assert at_exit == [(shutil.rmtree, built.parent, True)]  # the private build goes at exit
+    shutil.rmtree(built.parent)
     group_writable = tmp_path / "own" / "kernels"
     group_writable.mkdir(parents=True)
     (group_writable / first.name).write_bytes(b"not a library")

@@ -14,8 +14,9 @@ step changes the values at both ends). Reading a few MiB keeps opening a multi-G
 fast. ``tiny:ARCH`` and hub ids resolve to their folders like any other reference.
 
 >>> import tempfile, pathlib
->>> d = pathlib.Path(tempfile.mkdtemp()); _ = (d / "config.json").write_text("{}")
->>> a = fingerprint(d); _ = (d / "config.json").write_text('{"x": 1}'); a == fingerprint(d)
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     d = pathlib.Path(tmp); _ = (d / "config.json").write_text("{}")
+...     a = fingerprint(d); _ = (d / "config.json").write_text('{"x": 1}'); a == fingerprint(d)
 False
 """
 

@@ -14,6 +14,7 @@ sums the tokens' maxima per query.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
@@ -21,6 +22,7 @@ import hashlib
 import itertools
 import logging
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -92,6 +94,7 @@ def compile_kernel(kernel: Kernel, compiler: str | None = None, folder: Path | N
             "%s is not private to this user: the MaxSim kernel is built for this process only", folder
         )
         folder = Path(tempfile.mkdtemp(prefix="evidra-kernels-"))
+        atexit.register(shutil.rmtree, folder, True)  # loaded libraries stay mapped; the files go
     target = folder / name
     if target.is_file() and _private(target):
         return target

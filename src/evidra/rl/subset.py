@@ -38,9 +38,10 @@ def read_subset(path: str | Path) -> list[str]:
     """The kept sample ids of a subset file, in file order; a ``ConfigError`` names a bad file or line.
 
     >>> import tempfile, os
-    >>> f = os.path.join(tempfile.mkdtemp(), "keep.jsonl")
-    >>> _ = write_subset([SubsetRow("a", 8, 8, False), SubsetRow("b", 3, 8, True)], f)
-    >>> read_subset(f)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     f = os.path.join(tmp, "keep.jsonl")
+    ...     _ = write_subset([SubsetRow("a", 8, 8, False), SubsetRow("b", 3, 8, True)], f)
+    ...     read_subset(f)
     ['b']
     """
     ids: list[str] = []
