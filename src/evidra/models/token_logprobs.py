@@ -86,16 +86,16 @@ class _TokenLogprobs(torch.autograd.Function):
 
 
 def token_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Tensor:
-    """Log-probs ``(...,)`` in fp32 (fp64 for fp64 logits) of ``ids`` ``(...,)`` under ``logits / temperature`` ``(..., V)``.
-
-    Differentiable in ``logits`` (any float dtype; the gradient comes back in that dtype)."""
+    """Log-probs ``(...,)`` of ``ids`` ``(...,)`` under ``logits / temperature`` ``(..., V)``, in fp32
+    (fp64 for fp64 logits). Differentiable in ``logits`` (any float dtype; the gradient comes back in
+    that dtype)."""
     return _TokenLogprobs.apply(logits, ids, float(temperature))
 
 
 @torch.no_grad()
 def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """Entropy ``(...,)`` in fp32 (as ``token_logprobs``) of each position's distribution ``softmax(logits / temperature)``,
-    chunk by chunk as ``token_logprobs`` (never differentiable)."""
+    """Entropy ``(...,)`` of each position's distribution ``softmax(logits / temperature)``, chunk by
+    chunk and in the dtype of ``token_logprobs`` (never differentiable)."""
     z3 = _as_3d(logits, 1)  # (B, R, V)
     out = torch.empty(z3.shape[:-1], dtype=_work_dtype(logits), device=logits.device)  # (B, R)
     for b, r in _chunks(z3):
