@@ -54,7 +54,8 @@ test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 # evidra's verl tools against verl's own classes, in a venv of their own (verl pins ray, its own
-# transformers and more); the test runs that venv's python in a subprocess and is skipped without it
+# transformers and more); the test file runs in that venv (verl's classes are the ones it checks), and
+# its verl test also runs under `make test-slow` where the venv exists
 $(VERL_STAMP): pyproject.toml
 	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/python -m pip install --quiet --upgrade pip
@@ -62,11 +63,11 @@ $(VERL_STAMP): pyproject.toml
 	$(VERL_VENV)/bin/python -m pip install --quiet verl==0.9.1  # the API the tools were checked against
 	# the tool agent loop imports these; verl 0.9.1 does not declare them
 	$(VERL_VENV)/bin/python -m pip install --quiet cachetools uvicorn fastapi
-	$(VERL_VENV)/bin/python -m pip install --quiet -e .
+	$(VERL_VENV)/bin/python -m pip install --quiet -e . "pytest>=8"
 	touch $(VERL_STAMP)
 
-test-verl: install $(VERL_STAMP)
-	$(BIN)/python -m pytest -q tests/integrations/test_verl_tools.py
+test-verl: $(VERL_STAMP)
+	$(VERL_VENV)/bin/python -m pytest -q tests/integrations/test_verl_tools.py
 
 test-all: install
 	$(BIN)/python -m pytest -q

@@ -60,3 +60,45 @@ def test_responses_with_images_are_refused(tiny_vlms: dict[str, Any]) -> None:
     vlm = tiny_vlms["qwen2_5_vl"]
     with pytest.raises(InvalidInputError, match="collate_split"):
         build_prefix_batch([_prompt(vlm, 0, 2, True)], [0], [[5, vlm.image_token_id]], 0, vlm.image_token_id)
+
+
+@pytest.mark.parametrize("image", [True, False], ids=["images", "text-only"])
+def test_log_probs_in_chunks_equal_the_whole_through_both_paths(
+    tiny_vlms: dict[str, Any], image: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past one chunk the log-probs run chunk by chunk (``evidra.models.token_logprobs``): through the
+    plain and the shared-prompt forward, values and weight gradients equal the one-call numbers."""
+    from evidra.models import token_logprobs as tl
+
+    vlm = tiny_vlms["qwen2_5_vl"]
+    prompts = [_prompt(vlm, 0, 3, image), _prompt(vlm, 1, 9, image)]
+    index = [0, 0, 1, 1]
+    rng = np.random.default_rng(1)
+    responses = [rng.integers(20, 400, size=n).tolist() for n in (6, 2, 9, 4)]
+    params = [p for p in vlm.model.parameters() if p.requires_grad]
+    full = [prompts[i].append_ids(r) for i, r in zip(index, responses, strict=True)]
+    inputs, ids, mask = collate_split(
+        full, [len(prompts[i]) for i in index], vlm.pad_token_id, vlm.image_token_id
+    )
+    batch = build_prefix_batch(prompts, index, responses, vlm.pad_token_id, vlm.image_token_id)
+
+    masks = {False: mask, True: batch.response_mask}
+
+    def run(shared: bool) -> tuple[Any, list[Any]]:
+        if shared:
+            lp = prefix_logprobs(vlm.model, batch, 0.8)
+        else:
+            lp = forward_logprobs(vlm.model, inputs, ids, 0.8)
+        loss = (lp * masks[shared]).sum()
+        grads = torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True)
+        return lp.detach(), [g.clone() for g in grads]
+
+    whole = {shared: run(shared) for shared in (False, True)}
+    vocab = vlm.model.config.get_text_config().vocab_size
+    monkeypatch.setattr(tl, "CHUNK_BYTES", 3 * vocab * 4)  # 3 positions per chunk
+    for shared in (False, True):
+        lp, grads = run(shared)
+        m = masks[shared].bool()
+        assert torch.allclose(lp[m], whole[shared][0][m], atol=1e-5)
+        for a, b in zip(grads, whole[shared][1], strict=True):
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)

@@ -49,7 +49,8 @@ def test_equals_the_plain_log_softmax_on_a_sliced_batch_across_chunks(
     assert torch.equal(ours.detach(), full)  # the logits are read, never written
 
 
-def test_gradcheck_in_double_for_one_and_two_leading_dimensions() -> None:
+def test_gradcheck_in_double_for_one_and_two_leading_dimensions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tl, "CHUNK_BYTES", 2 * 7 * 4)  # 2 positions per chunk
     torch.manual_seed(1)
     for shape in [(5, 7), (2, 3, 7)]:
         z = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
@@ -57,7 +58,9 @@ def test_gradcheck_in_double_for_one_and_two_leading_dimensions() -> None:
         assert torch.autograd.gradcheck(lambda x, ids=ids: token_logprobs(x, ids, 0.8), (z,))
 
 
-def test_entropy_and_no_grad_use() -> None:
+@pytest.mark.parametrize("chunk_bytes", [5 * 11 * 4, tl.CHUNK_BYTES])
+def test_entropy_and_no_grad_use(chunk_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tl, "CHUNK_BYTES", chunk_bytes)  # 5 positions per chunk, or all in one
     torch.manual_seed(2)
     z = torch.randn(3, 4, 11)
     ids = torch.randint(0, 11, (3, 4))
@@ -85,10 +88,27 @@ def _saved_bytes_beyond(inputs: torch.Tensor, run: object) -> int:
     return sum(kept.values())
 
 
-def test_keeps_for_backward_only_the_logits_and_a_normaliser_per_position() -> None:
+def test_keeps_for_backward_only_the_logits_and_a_normaliser_per_position(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tl, "CHUNK_BYTES", 16 * 1000 * 4)  # past 16 positions: chunks
     logits = torch.randn(2, 64, 1000, dtype=torch.bfloat16, requires_grad=True)
     ids = torch.randint(0, 1000, (2, 64))
     ours = _saved_bytes_beyond(logits, lambda: token_logprobs(logits, ids))
     plain = _saved_bytes_beyond(logits, lambda: _plain(logits, ids, 1.0))
     assert ours <= 2 * 64 * (4 + 8)  # one fp32 normaliser per position (+ the int64 ids)
     assert plain >= 2 * 64 * 1000 * 4  # the plain way keeps an fp32 log-softmax: twice the logits
+
+
+def test_logits_within_one_chunk_take_the_plain_log_softmax_bit_for_bit() -> None:
+    """Small logits (a tiny model's) give exactly the numbers of the plain way, value and gradient."""
+    torch.manual_seed(3)
+    full = torch.randn(3, 6, 50)
+    ids = torch.randint(0, 50, (3, 5))
+    ours, theirs = full.clone().requires_grad_(), full.clone().requires_grad_()
+    got, want = token_logprobs(ours[:, :-1], ids, 0.9), _plain(theirs[:, :-1], ids, 0.9)
+    assert torch.equal(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    assert ours.grad is not None and theirs.grad is not None
+    assert torch.equal(ours.grad, theirs.grad)

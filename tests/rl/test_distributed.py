@@ -50,10 +50,14 @@ def test_sharded_training_on_two_cpu_processes_resumes_exactly_and_matches_ddp(
     assert set(r["cut_weights"]) == set(r["full_weights"])
     for name, value in r["full_weights"].items():
         assert torch.equal(value, r["cut_weights"][name]), name
-    # one fp32 step sharded equals the DDP step up to float summation order
+    # One fp32 step sharded equals the DDP step up to float summation order. AdamW's first step
+    # moves each weight by lr * g / (|g| + eps) (lr 1e-2 here): where |g| is near eps (1e-8, the
+    # attention biases), the processes' different summation orders move it by up to ~1e-5 (seen:
+    # 6.5e-6 and 1.1e-5 for two ways of taking the log-probs); a wrong sign or a missing gradient
+    # anywhere moves it by ~1e-2.
     moved = 0
     for name, value in r["ddp_weights"].items():
-        assert torch.allclose(value, r["sharded_weights"][name], atol=1e-5), name
+        assert torch.allclose(value, r["sharded_weights"][name], atol=1e-4, rtol=0), name
         moved += int(not torch.equal(value, r["start_weights"][name]))
     assert moved > len(r["ddp_weights"]) // 2, "the step must change the weights"
     assert len(r["sft"]) == 2 and r["sft"][1] < r["sft"][0]

@@ -3,10 +3,10 @@
 The plain way, ``log_softmax(logits.float() / T).gather(ids)``, holds the 16-bit logits, their fp32
 copy, the scaled copy and the fp32 log-softmax at once, and keeps the last for the backward pass: at
 4 completions x 256 tokens x a 152k vocabulary that is about 2.2 GB at the forward's peak and 0.6 GB
-kept per micro-batch, where the logits themselves are 0.3 GB. ``token_logprobs`` computes the same
-numbers chunk by chunk in fp32 and keeps only the logits (which it does not copy) and one fp32
-log-normaliser per position; the backward pass rebuilds each chunk's softmax from them and writes the
-gradient in the logits' dtype:
+kept per micro-batch, where the logits themselves are 0.3 GB. Past one chunk (64 MB in fp32),
+``token_logprobs`` computes the same numbers chunk by chunk in fp32 and keeps only the logits
+(which it does not copy) and one fp32 log-normaliser per position; the backward pass rebuilds each
+chunk's softmax from them and writes the gradient in the logits' dtype:
 
     d log p(y_t) / d z_t = (onehot(y_t) - softmax(z_t / T)) / T
 
@@ -33,6 +33,12 @@ def _chunks(logits: Tensor) -> list[tuple[int, slice]]:
     """(row, positions) chunks of ``logits`` seen as ``(B, R, V)``, each under ``CHUNK_BYTES`` in fp32."""
     step = max(1, CHUNK_BYTES // (4 * max(1, logits.shape[-1])))
     return [(b, slice(r, r + step)) for b in range(logits.shape[0]) for r in range(0, logits.shape[1], step)]
+
+
+def _one_chunk(logits: Tensor) -> bool:
+    """Whether all of ``logits`` in fp32 fits in one chunk: then the plain log-softmax of the whole
+    costs no more memory, runs as one call, and gives the numbers recorded runs were made with."""
+    return logits.numel() * 4 <= CHUNK_BYTES
 
 
 def _as_3d(x: Tensor, trailing: int) -> Tensor:
@@ -89,6 +95,9 @@ def token_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Ten
     """Log-probs ``(...,)`` of ``ids`` ``(...,)`` under ``logits / temperature`` ``(..., V)``, in fp32
     (fp64 for fp64 logits). Differentiable in ``logits`` (any float dtype; the gradient comes back in
     that dtype)."""
+    if _one_chunk(logits):  # small logits: one log-softmax, the plain arithmetic and its numbers
+        logp = torch.log_softmax(logits.to(_work_dtype(logits)) / temperature, dim=-1)
+        return logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     return _TokenLogprobs.apply(logits, ids, float(temperature))
 
 
@@ -96,6 +105,9 @@ def token_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Ten
 def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """Entropy ``(...,)`` of each position's distribution ``softmax(logits / temperature)``, chunk by
     chunk and in the dtype of ``token_logprobs`` (never differentiable)."""
+    if _one_chunk(logits):
+        logp = torch.log_softmax(logits.to(_work_dtype(logits)) / temperature, dim=-1)
+        return -(logp.exp() * logp).sum(-1)
     z3 = _as_3d(logits, 1)  # (B, R, V)
     out = torch.empty(z3.shape[:-1], dtype=_work_dtype(logits), device=logits.device)  # (B, R)
     for b, r in _chunks(z3):
