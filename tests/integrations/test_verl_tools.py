@@ -112,10 +112,20 @@ def test_schemas_and_the_tool_config_verl_reads(tmp_path: Path) -> None:
     renamed = {**openai_schema(CropTool.spec)}
     renamed["function"] = {
         **renamed["function"],
-        "parameters": {"type": "object", "properties": {"bbox": {}}},
+        "parameters": {"type": "object", "properties": {"bbox": {"type": "array"}}},
     }
     with pytest.raises(ConfigError, match=r"parameters \['bbox'\] must be \['box'\]"):
         CropTool({"type": "native"}, renamed)
+    # a hand-written schema that is not one: one line naming it, with verl installed or not
+    untyped = {**renamed, "function": {**renamed["function"], "parameters": {"properties": {"box": {}}}}}
+    no_type = {k: v for k, v in renamed.items() if k != "type"}
+    no_description = {
+        **renamed,
+        "function": {k: v for k, v in renamed["function"].items() if k != "description"},
+    }
+    for bad in (untyped, no_type, no_description, {"type": "function"}, {"function": {"name": 3}}):
+        with pytest.raises(ConfigError, match=r"^tool_schema.*openai_schema\(Tool\.spec\)"):
+            CropTool({"type": "native"}, bad)
 
 
 @pytest.mark.skipif(VERL_AVAILABLE, reason="the plain classes are used only where verl is not installed")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from evidra.errors import ConfigError
 from evidra.integrations.trl_env import ToolSpec
 
 VERL_AVAILABLE = importlib.util.find_spec("verl") is not None
@@ -89,10 +90,41 @@ def openai_schema(spec: ToolSpec) -> dict[str, Any]:
 
 
 def schema_object(schema: Mapping[str, Any]) -> Any:
-    """verl's ``OpenAIFunctionToolSchema`` of a schema dict (a ``PlainToolSchema`` without verl)."""
-    return (
-        OpenAIFunctionToolSchema.model_validate(dict(schema)) if VERL_AVAILABLE else PlainToolSchema(schema)
-    )
+    """verl's ``OpenAIFunctionToolSchema`` of a schema dict (a ``PlainToolSchema`` without verl);
+    a ``ConfigError`` in one line, with verl or without, where the dict is not such a schema."""
+    _check_schema(schema)
+    if not VERL_AVAILABLE:
+        return PlainToolSchema(schema)
+    from pydantic import ValidationError
+
+    try:
+        return OpenAIFunctionToolSchema.model_validate(dict(schema))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ConfigError(f"tool_schema is not a function tool schema verl reads: {where}: {first['msg']} "
+                          f"({exc.error_count()} problem(s)); {_HOW}") from None  # fmt: skip
+
+
+_HOW = "write it as evidra.integrations.verl_tools.openai_schema(Tool.spec) does"
+
+
+def _check_schema(schema: Mapping[str, Any]) -> None:
+    """What verl's ``OpenAIFunctionToolSchema`` requires of the parts evidra reads."""
+    function = schema.get("function")
+    if not isinstance(schema.get("type"), str) or not isinstance(function, Mapping):
+        raise ConfigError(f"tool_schema needs a string 'type' and a 'function' object; {_HOW}")
+    if not isinstance(function.get("name"), str) or not isinstance(function.get("description"), str):
+        raise ConfigError(f"tool_schema needs a string 'name' and 'description' in its 'function'; {_HOW}")
+    parameters = function.get("parameters", {})
+    properties = parameters.get("properties", {}) if isinstance(parameters, Mapping) else None
+    if not isinstance(properties, Mapping) or not all(
+        isinstance(p, Mapping) and isinstance(p.get("type"), str) for p in properties.values()
+    ):
+        raise ConfigError(
+            "tool_schema: function.parameters.properties must map each parameter to an object with a "
+            f"string 'type'; {_HOW}"
+        )
 
 
 def schema_dict(schema: Any) -> dict[str, Any]:
