@@ -70,6 +70,9 @@ def test_entropy_and_no_grad_use(chunk_bytes: int, monkeypatch: pytest.MonkeyPat
         lp = token_logprobs(z, ids, 1.3)
     assert not lp.requires_grad
     torch.testing.assert_close(lp, _plain(z, ids, 1.3))
+    with torch.inference_mode():  # how the reference and sampling passes call it
+        again = token_logprobs(z, ids, 1.3)
+    assert again.is_inference() and torch.equal(again, lp)
 
 
 def _saved_bytes_beyond(inputs: torch.Tensor, run: object) -> int:
