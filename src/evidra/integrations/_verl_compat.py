@@ -89,6 +89,9 @@ def openai_schema(spec: ToolSpec) -> dict[str, Any]:
                                              "parameters": parameters}}  # fmt: skip
 
 
+_HOW = "write it as evidra.integrations.verl_tools.openai_schema(Tool.spec) does"
+
+
 def schema_object(schema: Mapping[str, Any]) -> Any:
     """verl's ``OpenAIFunctionToolSchema`` of a schema dict (a ``PlainToolSchema`` without verl);
     a ``ConfigError`` in one line, with verl or without, where the dict is not such a schema."""
@@ -104,9 +107,6 @@ def schema_object(schema: Mapping[str, Any]) -> Any:
         where = ".".join(str(part) for part in first["loc"])
         raise ConfigError(f"tool_schema is not a function tool schema verl reads: {where}: {first['msg']} "
                           f"({exc.error_count()} problem(s)); {_HOW}") from None  # fmt: skip
-
-
-_HOW = "write it as evidra.integrations.verl_tools.openai_schema(Tool.spec) does"
 
 
 def _check_schema(schema: Mapping[str, Any]) -> None:

@@ -62,6 +62,11 @@ def _fp32(z: Tensor, temperature: float) -> Tensor:
     return z.to(_work_dtype(z), copy=True).div_(temperature)
 
 
+def _log_softmax(z: Tensor, temperature: float) -> Tensor:
+    """The log-softmax of ``z / temperature`` in at least fp32, over the last dimension."""
+    return torch.log_softmax(_fp32(z, temperature), dim=-1)
+
+
 class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, logits: Tensor, ids: Tensor, temperature: float) -> Tensor:
@@ -96,8 +101,7 @@ def token_logprobs(logits: Tensor, ids: Tensor, temperature: float = 1.0) -> Ten
     (fp64 for fp64 logits). Differentiable in ``logits`` (any float dtype; the gradient comes back in
     that dtype)."""
     if _one_chunk(logits):  # small logits: one log-softmax, the plain arithmetic and its numbers
-        logp = torch.log_softmax(logits.to(_work_dtype(logits)) / temperature, dim=-1)
-        return logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        return _log_softmax(logits, temperature).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
     return _TokenLogprobs.apply(logits, ids, float(temperature))
 
 
@@ -106,11 +110,13 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """Entropy ``(...,)`` of each position's distribution ``softmax(logits / temperature)``, chunk by
     chunk and in the dtype of ``token_logprobs`` (never differentiable)."""
     if _one_chunk(logits):
-        logp = torch.log_softmax(logits.to(_work_dtype(logits)) / temperature, dim=-1)
-        return -(logp.exp() * logp).sum(-1)
+        return _entropy(_log_softmax(logits, temperature))
     z3 = _as_3d(logits, 1)  # (B, R, V)
     out = torch.empty(z3.shape[:-1], dtype=_work_dtype(logits), device=logits.device)  # (B, R)
     for b, r in _chunks(z3):
-        logp = torch.log_softmax(_fp32(z3[b, r], temperature), dim=-1)
-        out[b, r] = -(logp.exp() * logp).sum(-1)
+        out[b, r] = _entropy(_log_softmax(z3[b, r], temperature))
     return out.view(logits.shape[:-1])
+
+
+def _entropy(logp: Tensor) -> Tensor:
+    return -(logp.exp() * logp).sum(-1)
