@@ -17,14 +17,14 @@ _MODES = {
         "Supervised fine-tuning (the cold start before RL): the recipe's task oracle answers, or the "
         "trajectories of --data, with the policy's chat template. Dotted overrides such as "
         "optim.lr=1e-5 follow the recipe. A run resumes from the newest complete checkpoint in its "
-        "output folder.",
+        "output folder; a folder of another base model, method or config is refused.",
     ),
     "rl": (
         "reinforcement learning (GRPO family) with the recipe's method",
         "Reinforcement learning with the recipe's method (LAT, EVisRAG, Lang2Act, VRAG-RL, CAVE): "
         "rollouts, rewards, advantages and policy updates. Dotted overrides such as "
         "rollout.group_size=8 follow the recipe. A run resumes from the newest complete checkpoint in "
-        "its output folder.",
+        "its output folder; a folder of another base model, method or config is refused.",
     ),
 }
 

@@ -25,12 +25,13 @@ from evidra.errors import ConfigError, InvalidInputError
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
-from evidra.rl.checkpoint import TrainState, dump_run_config, resume_newest, save_and_prune
+from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import SFTConfig
 from evidra.rl.engine import Engine
 from evidra.rl.policy import load_policy
 from evidra.rl.precision import default_device, resolve_model_dtype, training_precision
+from evidra.rl.run_folder import RunFolder
 from evidra.rl.sft_data import SFTData, read_sft_data
 from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
@@ -120,6 +121,7 @@ class SFTTrainer:
         device = accelerator.device if accelerator is not None else default_device()
         cfg = replace(cfg, model=resolve_model_dtype(cfg.model, device))  # dtype: auto -> this hardware's
         self.cfg = cfg
+        self.folder = RunFolder.open(cfg, "sft")  # another run's base, method or config: before any load
         self.engine = Engine(cfg.run, training_precision(cfg.model), accelerator)
         self.local_batch = local_batch_size(cfg, self.engine.num_processes)
         self.out = Path(cfg.run.output_dir)
@@ -134,8 +136,9 @@ class SFTTrainer:
             else:
                 assert task is not None
                 conversations = _task_conversations(cfg, task)
+            base = self.folder.base_folder(self.out / "models")  # its fingerprint checked
             self.vlm = load_policy(
-                cfg.model,
+                replace(cfg.model, path=str(base)),
                 self.out / "models",
                 str(self.engine.device),
                 cast_frozen=self.engine.sharding == "none",
@@ -147,6 +150,7 @@ class SFTTrainer:
             partial(make_optimizer, cfg=cfg.optim, total_steps=self.steps),
             cfg.optim.max_grad_norm,
         )
+        self.folder.check_shapes(self.engine.unwrap(self.model))  # before any checkpoint loads or log opens
         self.cursor = DataCursor(self.examples, cfg.data.seed)
         main = self.engine.is_main_process
         run = cfg.run
@@ -159,7 +163,7 @@ class SFTTrainer:
         self.state = state or TrainState(0, 0, 0)
         self.sink.truncate_after(self.state.step)  # a killed attempt's lines past the checkpoint go
         if main:
-            dump_run_config(cfg, self.out / "config.yaml")
+            self.folder.write()  # a fresh run's config.yaml and run.json; a resumed run's stay
 
     def step(self) -> dict[str, float]:
         import torch

@@ -30,7 +30,7 @@ from evidra.rewards.base import RewardResult
 from evidra.rewards.guards import guard, tripped
 from evidra.rl.advantages import ScopedAdvantages
 from evidra.rl.backends import make_backend
-from evidra.rl.checkpoint import TrainState, dump_run_config, resume_newest, save_and_prune
+from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
@@ -39,6 +39,7 @@ from evidra.rl.filtering import DynamicSampler, Round, group_filter
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import default_device, resolve_model_dtype, training_precision
+from evidra.rl.run_folder import RunFolder
 from evidra.rl.scoring import score_episodes
 from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.update import (
@@ -73,6 +74,7 @@ class RLTrainer:
         device = accelerator.device if accelerator is not None else default_device()
         cfg = replace(cfg, model=resolve_model_dtype(cfg.model, device))  # dtype: auto -> this hardware's
         self.cfg = cfg
+        self.folder = RunFolder.open(cfg, "rl")  # another run's base, method or config: before any load
         self.precision = training_precision(cfg.model)
         self.engine = Engine(cfg.run, self.precision, accelerator)
         self.acc = self.engine.acc
@@ -82,8 +84,9 @@ class RLTrainer:
         self.task = task
         with self.acc.main_process_first():  # files (inline benchmark images, a tiny model) written once
             self.samples = task_samples(self.task, cfg.data)
+            base = self.folder.base_folder(self.out / "models")  # its fingerprint checked
             self.vlm = load_policy(
-                cfg.model,
+                replace(cfg.model, path=str(base)),
                 self.out / "models",
                 device=str(self.acc.device),
                 cast_frozen=self.engine.sharding == "none",
@@ -98,6 +101,7 @@ class RLTrainer:
             partial(make_optimizer, cfg=cfg.optim, total_steps=cfg.run.steps),
             cfg.optim.max_grad_norm,
         )
+        self.folder.check_shapes(self.engine.unwrap(self.model))  # before any checkpoint loads or log opens
         ref_model = [self.reference.model] if self.reference is not None and not self.reference.lora else []
         self.vision_cache = VisionFeatureCache([self.vlm.model, *ref_model])
         self.sink = MetricsSink(
@@ -114,7 +118,7 @@ class RLTrainer:
         if self.state.step:
             self.backend.sync(self.vlm.model)
         if self.acc.is_main_process:
-            dump_run_config(cfg, self.out / "config.yaml")
+            self.folder.write()  # a fresh run's config.yaml and run.json; a resumed run's stay
 
     def next_samples(self) -> list[Sample]:
         """This rank's prompts for the next step; the position is saved in checkpoints."""
