@@ -124,14 +124,17 @@ def _questions(n_docs: int, seed: int, out: Path) -> tuple[list[Sample], Path]:
 def _display_images(samples: Sequence[Sample], docs_dir: Path, out: Path) -> dict[str, str]:
     """Each page re-rendered from its PDF at ``DISPLAY_DPI`` into ``out/images`` (readable when
     enlarged; boxes stay in the task's page pixels, the viewer scales them)."""
-    from evidra.corpus.pdf import render_pdf
+    from evidra.corpus import Limits, shared_pool
 
     folder = out / "images"
     folder.mkdir(exist_ok=True)
     wanted = {(p.source, p.page_number): p.id for s in samples for p in s.pages}
     paths: dict[str, str] = {}
+    limits = Limits()
+    workers = shared_pool(limits.max_worker_bytes)  # PDFium runs capped in a worker, as for ingest
     for source in sorted({src for src, _ in wanted}):
-        for rendered in render_pdf((docs_dir / source).read_bytes(), DISPLAY_DPI, source):
+        data = (docs_dir / source).read_bytes()
+        for rendered in workers.render("pdf", data, source, DISPLAY_DPI, limits):
             page_id = wanted.get((source, rendered.page_number))
             if page_id is not None:
                 path = folder / f"{page_id}.png"

@@ -1,8 +1,10 @@
-"""Helpers of the app tests: fill a running server with documents, read NDJSON, map page ids."""
+"""Helpers of the app tests: upload files and wait for their jobs, fill a running server with
+documents, read NDJSON, map page ids."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -14,17 +16,37 @@ def lines(response: httpx.Response) -> list[dict[str, Any]]:
     return [json.loads(line) for line in response.text.splitlines() if line.strip()]
 
 
+ENDED = ("done", "failed", "cancelled")
+
+
+def wait_job(url: str, job: dict[str, Any], timeout_s: float = 60) -> dict[str, Any]:
+    """The upload job once it has ended."""
+    deadline = time.monotonic() + timeout_s
+    while job["state"] not in ENDED:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+        job = httpx.get(f"{url}/api/uploads/{job['id']}").json()
+    return job
+
+
+def upload(url: str, name: str, data: bytes) -> dict[str, Any]:
+    """Upload one file (answered 202 with its job at once) and wait for the job to end."""
+    got = httpx.post(f"{url}/api/upload", params={"name": name}, content=data)
+    assert got.status_code == 202, got.text
+    assert got.headers["location"] == f"/api/uploads/{got.json()['id']}"
+    return wait_job(url, got.json())
+
+
 def fill(url: str, corpus: SynthCorpus) -> None:
+    """Every document of ``corpus`` uploaded under ``reports/``; each job indexes its pages."""
+    indexed = 0
     for pdf in sorted(corpus.docs_dir.glob("*.pdf")):
-        got = httpx.post(
-            f"{url}/api/upload", params={"name": f"reports/{pdf.name}"}, content=pdf.read_bytes()
-        )
-        assert got.status_code == 200 and got.json()["added"] >= 1, got.text
-    events = lines(httpx.post(f"{url}/api/index", timeout=60))
-    assert events[-1]["type"] == "done" and events[-1]["added"] == sum(
-        len(d.page_ids) for d in corpus.documents
-    )
-    assert [e["done"] for e in events if e["type"] == "progress"][-1] == events[-1]["added"]
+        job = upload(url, f"reports/{pdf.name}", pdf.read_bytes())
+        assert job["state"] == "done" and job["added"] >= 1, job
+        assert job["index_done"] == job["index_total"] == job["indexed"] == job["added"], job
+        indexed += job["indexed"]
+    assert indexed == sum(len(d.page_ids) for d in corpus.documents)
+    assert lines(httpx.post(f"{url}/api/index", timeout=60)) == [{"type": "done", "added": 0}]
 
 
 def page_sources(url: str) -> dict[str, tuple[str, int]]:
@@ -57,6 +79,5 @@ def upload_manual(url: str) -> None:
         canvas = PdfCanvas(420, 200)
         canvas.text(20, 60, text, 11)
         pages.append(canvas)
-    got = httpx.post(f"{url}/api/upload", params={"name": "manual.pdf"}, content=write_pdf(pages))
-    assert got.status_code == 200 and got.json()["added"] == len(MANUAL), got.text
-    assert lines(httpx.post(f"{url}/api/index", timeout=60))[-1]["type"] == "done"
+    job = upload(url, "manual.pdf", write_pdf(pages))
+    assert job["state"] == "done" and job["added"] == job["indexed"] == len(MANUAL), job

@@ -1,10 +1,12 @@
 """``evidra serve`` in headless Chromium (Selenium with Debian's chromium and chromium-driver):
-upload a PDF and a broken file, ask, see the cited boxes drawn, enlarge a page, search, page
-through a document. Screenshots go to $EVIDRA_TEST_ARTIFACTS (default: the test's tmp folder)."""
+upload a PDF and a broken file, follow a long upload's progress and cancel it, ask, see the cited
+boxes drawn, enlarge a page, search, page through a document; the content security policy blocks
+nothing the app does. Screenshots go to $EVIDRA_TEST_ARTIFACTS (default: the test's tmp folder)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +38,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # to read policy violations
     for flag in [*FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]:
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
@@ -96,6 +99,8 @@ def test_upload_ask_see_the_boxes_enlarge_search_and_page_through(
     assert "1 file not read" in driver.find_element(By.ID, "progress-text").text
     assert driver.find_element(By.ID, "doc-count").text == str(len(pdfs))
     driver.save_screenshot(str(shots / "02-uploaded.png"))
+    _upload_and_cancel(driver, shots, tmp_path / "long.pdf")
+    assert driver.find_element(By.ID, "doc-count").text == str(len(pdfs))
 
     oracle["sources"] = page_sources(url)
     question = oracle["question"]
@@ -169,6 +174,37 @@ def test_upload_ask_see_the_boxes_enlarge_search_and_page_through(
     _wait(driver, lambda d: d.find_element(By.ID, "where").text == f"page 2 of {pages}")
     _wait(driver, lambda d: d.execute_script("return document.querySelector('.sheet img').naturalWidth") > 0)
     driver.save_screenshot(str(shots / "06-document.png"))
+    driver.find_element(By.TAG_NAME, "body").send_keys("\ue012")  # the left arrow key: back a page
+    _wait(driver, lambda d: d.find_element(By.ID, "where").text == f"page 1 of {pages}")
+    refused = [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert refused == []  # the policy blocked nothing the app itself does
+
+
+def _upload_and_cancel(driver: Any, shots: Path, long_pdf: Path) -> None:
+    """A long PDF shows how many pages are read; Cancel stops it and adds nothing."""
+    from selenium.webdriver.common.by import By
+
+    from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
+
+    pages = []
+    for n in range(400):
+        canvas = PdfCanvas(612, 792)
+        canvas.text(72, 96, f"Page {n + 1} of a long report", 12)
+        pages.append(canvas)
+    long_pdf.write_bytes(write_pdf(pages))
+    driver.find_element(By.ID, "files").send_keys(str(long_pdf))
+    text = driver.find_element(By.ID, "progress-text")
+    _wait(driver, lambda d: re.search(r"long\.pdf: \d+ pages? read", text.text))
+    cancel = driver.find_element(By.ID, "cancel-upload")
+    assert cancel.is_displayed()
+    driver.save_screenshot(str(shots / "02b-reading.png"))
+    cancel.click()
+    _wait(driver, lambda d: text.text.startswith("Cancelled"))
+    log = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#upload-log li")]
+    assert log == ["long.pdf: cancelled, nothing added"], log
+    assert text.text == "Cancelled: 0 pages added, 0 indexed, 1 file cancelled."
+    assert not cancel.is_displayed()
+    driver.save_screenshot(str(shots / "02c-cancelled.png"))
 
 
 def question_page_size(workspace: Workspace, oracle: dict[str, Any]) -> tuple[int, int]:

@@ -16,8 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
+from app_server_helpers import upload
 
 from evidra.cli.main import main
 from evidra.data.synth.documents import generate_documents
@@ -74,11 +74,7 @@ def _serve(command: str, cwd: Path) -> subprocess.Popen[str]:
 
 def _fill(docs: Path) -> None:
     for pdf in sorted(docs.glob("*.pdf")):
-        assert (
-            httpx.post(f"{URL}/api/upload", params={"name": pdf.name}, content=pdf.read_bytes()).status_code
-            == 200
-        )
-    assert '"done"' in httpx.post(f"{URL}/api/index", timeout=60).text
+        assert upload(URL, pdf.name, pdf.read_bytes())["state"] == "done"
 
 
 async def _mcp(command: str, cwd: Path) -> list[str]:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from app_server_helpers import fill as _fill
 from app_server_helpers import lines as _lines
+from app_server_helpers import upload
 
 from evidra.app.workspace import Workspace
 from evidra.data.synth.documents import SynthCorpus
@@ -17,20 +18,19 @@ from evidra.data.synth.documents import SynthCorpus
 
 def test_upload_index_search_and_read_pages(serve: tuple[str, Workspace], corpus: SynthCorpus) -> None:
     url, _ = serve
-    bad = httpx.post(f"{url}/api/upload", params={"name": "scan.pdf"}, content=b"%PDF-1.4 cut")
-    assert bad.status_code == 200 and bad.json()["added"] == 0
-    assert (
-        bad.json()["failed"][0]["file"] == "scan.pdf"
-        and "not a readable PDF" in bad.json()["failed"][0]["reason"]
-    )
+    bad = upload(url, "scan.pdf", b"%PDF-1.4 cut")
+    assert bad["state"] == "failed" and bad["added"] == 0
+    assert bad["failed"][0]["file"] == "scan.pdf" and "not a readable PDF" in bad["failed"][0]["reason"]
     _fill(url, corpus)
-    again = httpx.post(
-        f"{url}/api/upload",
-        params={"name": "copy.pdf"},
-        content=(corpus.docs_dir / "doc_000.pdf").read_bytes(),
-    )
-    assert again.json()["added"] == 0 and again.json()["unchanged"] == len(corpus.documents[0].page_ids)
+    again = upload(url, "copy.pdf", (corpus.docs_dir / "doc_000.pdf").read_bytes())
+    assert again["state"] == "done" and again["added"] == 0
+    assert again["unchanged"] == len(corpus.documents[0].page_ids) and again["indexed"] == 0
     assert _lines(httpx.post(f"{url}/api/index"))[-1] == {"type": "done", "added": 0}
+    listed = httpx.get(f"{url}/api/uploads").json()["uploads"]
+    assert [(j["name"], j["state"]) for j in listed][:2] == [
+        ("scan.pdf", "failed"),
+        ("reports/doc_000.pdf", "done"),
+    ]
 
     docs = httpx.get(f"{url}/api/documents").json()["documents"]
     assert [d["source"] for d in docs] == [
@@ -44,6 +44,9 @@ def test_upload_index_search_and_read_pages(serve: tuple[str, Workspace], corpus
     assert found["hits"][0]["matches"]  # the boxes of the page's words that are words of the query
     image = httpx.get(f"{url}{found['hits'][0]['image']}")
     assert image.status_code == 200 and image.content.startswith(b"\x89PNG")
+    assert (
+        image.headers["content-type"] == "image/png" and image.headers["x-content-type-options"] == "nosniff"
+    )
 
     home = httpx.get(url)
     assert home.status_code == 200 and "reports/doc_000.pdf" in home.text and "<script" in home.text

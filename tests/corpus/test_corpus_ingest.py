@@ -178,8 +178,8 @@ def test_failure_mid_file_leaves_nothing_of_that_file(
 ) -> None:
     real = ingest_module._render
 
-    def fail_on_page_2(path: Path, data: bytes, source: str, dpi: float, limits: ingest_module.Limits):  # type: ignore[no-untyped-def]
-        for page in real(path, data, source, dpi, limits):
+    def fail_on_page_2(path: Path, data: bytes, source: str, *rest: object):  # type: ignore[no-untyped-def]
+        for page in real(path, data, source, *rest):
             if source == "report.pdf" and page.page_number == 2:
                 raise CorpusError("report.pdf: simulated crash on page 2")
             yield page

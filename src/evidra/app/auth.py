@@ -8,7 +8,8 @@ browser. A browser page without either is sent to ``/login``; any other request 
 
 Without a key the app binds to loopback by default; then a request must name this machine in
 its ``Host`` header (a page of another site that rebinds its DNS name to 127.0.0.1 names
-itself), and a write (POST) that carries an ``Origin`` must come from the app's own origin.
+itself), and a write (POST, DELETE) that carries an ``Origin`` must come from the app's own
+origin.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from evidra.httpserve import error_response
 COOKIE = "evidra_session"
 OPEN_PATHS = ("/health", "/login", "/static/")
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # reads: any other method writes
 
 
 def session_token(key: str) -> str:
@@ -68,7 +70,7 @@ class Guard:
         if self.loopback_only and _host_name(host) not in LOOPBACK_NAMES:
             return error_response(421, f"this server answers to localhost only, not {host[:80]!r}")
         origin = request.headers.get("origin")
-        if request.method == "POST" and origin and urlsplit(origin).netloc != host:
+        if request.method not in SAFE_METHODS and origin and urlsplit(origin).netloc != host:
             return error_response(403, f"a write from another origin ({origin[:80]}) is refused")
         path = request.url.path
         if self.key is None or path.startswith(OPEN_PATHS) or key_accepted(request, self.key):

@@ -1,16 +1,22 @@
-"""The app's HTTP limits: options, JSON bodies, questions and ``k`` (refusals: ``evidra.httpserve``)."""
+"""The app's HTTP limits: options, JSON bodies, questions and ``k`` (refusals: ``evidra.httpserve``),
+and the streamed reply that holds a question's place until it ends."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from evidra.errors import InvalidInputError
 from evidra.httpserve import HttpError, read_body
 from evidra.retrieval.serving import MAX_CONNECTIONS
+
+if TYPE_CHECKING:
+    from evidra.app.workspace import AskTicket
 
 API_KEY_ENV = "EVIDRA_APP_API_KEY"  # read by the CLI; required as a Bearer token (or login) when set
 MIB = 1 << 20
@@ -28,6 +34,7 @@ class ServeOptions:
     max_chat_chars: int = 100_000  # characters of all the messages of one chat request
     max_body: int = 4 * MIB  # JSON bodies (questions, chat requests with their history)
     max_upload: int = 256 * MIB  # one uploaded document
+    max_uploads: int = 2  # uploads received, queued or ingested at once (503 beyond)
     idle_timeout_s: float = 30.0  # a request head, and a body, must arrive within this
     max_connections: int = MAX_CONNECTIONS
     api_key: str | None = field(default=None, repr=False)
@@ -41,6 +48,7 @@ class ServeOptions:
             self.max_upload,
             self.max_messages,
             self.max_chat_chars,
+            self.max_uploads,
         )
         if not 1 <= self.k <= self.max_k or min(caps) < 1:
             raise InvalidInputError("ServeOptions needs 1 <= k <= max_k and positive size caps")
@@ -96,3 +104,18 @@ def k_of(value: object, default: int, options: ServeOptions) -> int:
     if not 1 <= k <= options.max_k:
         raise HttpError(400, f"k must be in 1..{options.max_k}, got {k}")
     return k
+
+
+class HeldStream(StreamingResponse):
+    """A streamed answer that holds its question's place (``Workspace.admit``) until the reply
+    ends, however it ends (done, the client gone, or never started)."""
+
+    def __init__(self, ticket: AskTicket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ticket = ticket
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.ticket.drop()

@@ -72,8 +72,10 @@ def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPS
     async def page(page_id: str) -> list[Any]:
         """The image of one page (from `search` or `ask`) with its citation label."""
         found = await workspace.page(page_id)
-        path = await workspace.image_file(page_id)
-        return [f"{citation_label(found)} ({found.width}x{found.height} px)", Image(path=path)]
+        image = await workspace.image_file(page_id)  # a PNG, JPEG or WebP by its first bytes
+        data = image.path.read_bytes()
+        label = f"{citation_label(found)} ({found.width}x{found.height} px)"
+        return [label, Image(data=data, format=image.media_type.removeprefix("image/"))]
 
     @server.tool()
     @_checked

@@ -11,7 +11,8 @@ evidra's own read. With ``"stream": true`` the reply is server-sent events of
 ``chat.completion.chunk`` objects: the role, each piece of text as the model writes it, then a
 last chunk with the answer and sources, ``finish_reason`` and the ``evidence``; then ``[DONE]``.
 Concatenating the streamed contents gives the content of the reply without streaming.
-Refusals are OpenAI-shaped: ``{"error": {"message", "type", "code"}}``.
+Refusals are OpenAI-shaped: ``{"error": {"message", "type", "code"}}``; a server whose model has
+``MAX_WAITING_ASKS`` questions already answers 503 (with ``Retry-After``) before any stream starts.
 """
 
 from __future__ import annotations
@@ -24,19 +25,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from evidra.app.citations import evidence, page_json, sources_line
-from evidra.app.http import ServeOptions, k_of, read_json
+from evidra.app.errors import RETRY_AFTER_S, Busy
+from evidra.app.http import HeldStream, ServeOptions, k_of, read_json
 from evidra.app.messages import conversation
 from evidra.app.streams import Done, Failed, Piece, answer_events
-from evidra.app.workspace import Busy
 from evidra.errors import EvidraError
 from evidra.httpserve import HttpError
 
 if TYPE_CHECKING:
-    from evidra.app.workspace import Workspace
+    from evidra.app.workspace import AskTicket, Workspace
     from evidra.rag import Answer
     from evidra.types import Message
 
@@ -69,7 +70,10 @@ def _evidence_fields(answer: Answer) -> dict[str, Any]:
 
 def _openai_error(status: int, message: str) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "code": status}}, status_code=status, headers=headers
+    )
 
 
 def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
@@ -94,10 +98,18 @@ def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
             "model": options.model_name,
         }
         turn = Turn(question, history, k)
-        if body.get("stream") is True:
-            return StreamingResponse(_chunks(workspace, turn, head), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-store"})  # fmt: skip
-        return await _whole(workspace, turn, head)
+        if body.get("stream") is not True:
+            return await _whole(workspace, turn, head)
+        try:
+            ticket = workspace.admit()  # a full server answers 503 before the stream starts
+        except Busy as exc:
+            return _openai_error(503, str(exc))
+        return HeldStream(
+            ticket,
+            _chunks(workspace, turn, head, ticket),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store"},
+        )
 
     return [
         Route("/v1/models", models, methods=["GET"]),
@@ -123,13 +135,15 @@ def _sse(record: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(record, ensure_ascii=False)}\n\n".encode()
 
 
-async def _chunks(workspace: Workspace, turn: Turn, head: dict[str, Any]) -> AsyncIterator[bytes]:
+async def _chunks(
+    workspace: Workspace, turn: Turn, head: dict[str, Any], ticket: AskTicket
+) -> AsyncIterator[bytes]:
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         return _sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
-    async for event in answer_events(workspace, turn.question, turn.k, turn.history):
+    async for event in answer_events(workspace, turn.question, turn.k, turn.history, ticket):
         if isinstance(event, Piece):
             yield chunk({"content": event.text})
         elif isinstance(event, Done):

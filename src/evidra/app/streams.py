@@ -18,7 +18,7 @@ from evidra.errors import EvidraError
 from evidra.models.streaming import StreamCancelled
 
 if TYPE_CHECKING:
-    from evidra.app.workspace import Workspace
+    from evidra.app.workspace import AskTicket, Workspace
     from evidra.rag import Answer
     from evidra.retrieval.base import Hit
     from evidra.types import Message, Page
@@ -52,10 +52,15 @@ _RUNNING: set[asyncio.Task[None]] = set()
 
 
 async def answer_events(
-    workspace: Workspace, question: str, k: int, history: Sequence[Message] = ()
+    workspace: Workspace,
+    question: str,
+    k: int,
+    history: Sequence[Message] = (),
+    ticket: AskTicket | None = None,
 ) -> AsyncIterator[Event]:
     """``Found``, then ``Piece``s, then ``Done`` (or ``Failed`` with a one-line message); ``history``
-    holds the earlier turns of the conversation (``Workspace.ask``)."""
+    holds the earlier turns of the conversation, ``ticket`` the place ``Workspace.admit`` gave the
+    question (``Workspace.ask``)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
     gone = threading.Event()
@@ -77,7 +82,9 @@ async def answer_events(
 
     async def run() -> None:
         try:
-            answer = await workspace.ask(question, k, on_text, on_pages=on_pages, history=history)
+            answer = await workspace.ask(
+                question, k, on_text, on_pages=on_pages, history=history, ticket=ticket
+            )
             queue.put_nowait(Done(answer, ms()))
         except StreamCancelled:
             pass

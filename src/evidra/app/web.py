@@ -3,12 +3,16 @@
 Pages (Jinja2 templates under ``evidra/templates/app``, one stylesheet and one script, no build
 step): ``/`` (documents, upload, search, ask), ``/documents/<source>?page=N`` (page through a
 document), ``/login`` (when a key is set). JSON: ``GET /api/documents``, ``GET /api/search?q=&k=``,
-``POST /api/upload?name=<file>`` (the file as the body; ingested at once), ``POST /api/index``
-(adds new pages to the index; NDJSON progress lines), ``POST /api/ask`` (``{"question", "k",
-"history"}``, the history being the earlier turns as chat messages; NDJSON events: ``pages``,
-``token``..., ``answer`` or ``error``), ``GET /pages/<id>/image``,
+``POST /api/upload?name=<file>`` (the file as the body, written to disk as it arrives; answered
+202 with the upload job, which ingests and indexes it: ``evidra.app.uploads``), ``GET
+/api/uploads`` and ``GET /api/uploads/<id>`` (the jobs and how far each is), ``DELETE
+/api/uploads/<id>`` (cancels one), ``POST /api/index`` (adds pages the index lacks; NDJSON
+progress lines), ``POST /api/ask`` (``{"question", "k", "history"}``, the history being the
+earlier turns as chat messages; NDJSON events: ``pages``, ``token``..., ``answer`` or
+``error``), ``GET /pages/<id>/image`` (PNG, JPEG or WebP, told by the file's first bytes),
 ``GET /health``. ``/v1/models`` and ``/v1/chat/completions`` are ``evidra.app.openai_api``.
-Refusals are one-line JSON errors, as ``serve-index`` answers them.
+Refusals are one-line JSON errors, as ``serve-index`` answers them; every response carries the
+headers of ``evidra.app.headers`` (``nosniff``, a content security policy).
 """
 
 from __future__ import annotations
@@ -34,21 +38,24 @@ from starlette.responses import (
     StreamingResponse,
 )
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from evidra.app.auth import COOKIE, Guard, session_token
 from evidra.app.citations import answer_json, citation_label, matched_words, page_json
-from evidra.app.http import ServeOptions, k_of, question_of, read_json
+from evidra.app.errors import RETRY_AFTER_S, Busy, NotFound, Unsupported
+from evidra.app.headers import SecurityHeaders
+from evidra.app.http import HeldStream, ServeOptions, k_of, question_of, read_json
 from evidra.app.messages import history_of
 from evidra.app.openai_api import chat_routes
 from evidra.app.streams import Done, Failed, Found, Piece, Report, answer_events, progress_events
-from evidra.app.workspace import Busy, NotFound
-from evidra.errors import EvidraError
-from evidra.httpserve import HttpError, error_response, read_body
+from evidra.app.workspace import ingestible_name
+from evidra.errors import EvidraError, InvalidInputError
+from evidra.httpserve import HttpError, error_response, read_body, stream_body
 from evidra.retrieval.app import AccessLog
 from evidra.templating import render
 
 if TYPE_CHECKING:
-    from evidra.app.workspace import Workspace
+    from evidra.app.workspace import AskTicket, Workspace
 
 NDJSON = "application/x-ndjson"
 STATIC = {"app.css": "text/css", "app.js": "text/javascript"}
@@ -59,12 +66,15 @@ def _html(template: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(render(f"app/{template}", **context), status_code=status)
 
 
-def _ndjson(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+def _ndjson(events: AsyncIterator[dict[str, Any]], ticket: AskTicket | None = None) -> StreamingResponse:
     async def lines() -> AsyncIterator[bytes]:
         async for event in events:
             yield (json.dumps(event, ensure_ascii=False) + "\n").encode()
 
-    return StreamingResponse(lines(), media_type=NDJSON, headers={"Cache-Control": "no-store"})
+    headers = {"Cache-Control": "no-store"}
+    if ticket is not None:
+        return HeldStream(ticket, lines(), media_type=NDJSON, headers=headers)
+    return StreamingResponse(lines(), media_type=NDJSON, headers=headers)
 
 
 def event_json(event: Found | Piece | Done | Failed) -> dict[str, Any]:
@@ -86,8 +96,13 @@ class Pages:
         self.workspace, self.options = workspace, options
 
     async def home(self, request: Request) -> Response:
+        from evidra.corpus.ingest import SUPPORTED_SUFFIXES
+
         docs = await self.workspace.documents()
-        return _html("home.html.j2", docs=docs, can_answer=self.workspace.can_answer, k=self.options.k)
+        accept = ",".join(sorted(SUPPORTED_SUFFIXES))
+        return _html(
+            "home.html.j2", docs=docs, can_answer=self.workspace.can_answer, k=self.options.k, accept=accept
+        )
 
     async def document(self, request: Request) -> Response:
         source = request.path_params["source"]
@@ -97,8 +112,10 @@ class Pages:
         return _html("document.html.j2", source=source, pages=pages, page=page, label=citation_label(page))
 
     async def image(self, request: Request) -> Response:
-        path = await self.workspace.image_file(request.path_params["page_id"])
-        return FileResponse(path, headers={"Cache-Control": "private, max-age=3600"})
+        image = await self.workspace.image_file(request.path_params["page_id"])
+        return FileResponse(
+            image.path, media_type=image.media_type, headers={"Cache-Control": "private, max-age=3600"}
+        )
 
     async def documents(self, request: Request) -> Response:
         docs = await self.workspace.documents()
@@ -116,11 +133,36 @@ class Pages:
         return JSONResponse({"query": query, "hits": hits, "ms": ms})
 
     async def upload(self, request: Request) -> Response:
-        name = request.query_params.get("name", "")
-        data = await read_body(request, self.options.max_upload, self.options.idle_timeout_s)
-        report = await self.workspace.add_file(name, data)
-        failed = [{"file": f.path, "reason": f.reason} for f in report.failed]
-        return JSONResponse({"added": len(report.added), "unchanged": len(report.skipped), "failed": failed})
+        """Refused before the body is read (then the connection closes) for a name ingest does not
+        read or a server with ``max_uploads`` in flight; else the body goes to disk and the
+        upload becomes a job (202)."""
+        try:
+            name = ingestible_name(request.query_params.get("name", ""))
+            incoming = self.workspace.uploads.receive(name, self.options.max_uploads)
+        except Unsupported as exc:
+            raise HttpError(415, str(exc), close=True) from None
+        except InvalidInputError as exc:
+            raise HttpError(400, str(exc), close=True) from None
+        except Busy as exc:
+            raise HttpError(503, str(exc), close=True, retry_after=RETRY_AFTER_S) from None
+        try:
+            size = await stream_body(
+                request, incoming.write, self.options.max_upload, self.options.idle_timeout_s
+            )
+        except BaseException:
+            incoming.discard()
+            raise
+        job = self.workspace.uploads.submit(incoming, size)
+        return JSONResponse(job.as_json(), status_code=202, headers={"Location": f"/api/uploads/{job.id}"})
+
+    async def uploads(self, request: Request) -> Response:
+        return JSONResponse({"uploads": [job.as_json() for job in self.workspace.uploads.all()]})
+
+    async def upload_job(self, request: Request) -> Response:
+        return JSONResponse(self.workspace.uploads.get(request.path_params["job_id"]).as_json())
+
+    async def cancel_upload(self, request: Request) -> Response:
+        return JSONResponse(self.workspace.uploads.cancel(request.path_params["job_id"]).as_json())
 
     async def index(self, request: Request) -> Response:
         async def work(report: Report) -> dict[str, Any]:
@@ -136,12 +178,13 @@ class Pages:
         k = k_of(body.get("k"), self.options.k, self.options)
         if not self.workspace.can_answer:
             raise HttpError(409, "this server has no model; start it with --model to ask questions")
+        ticket = self.workspace.admit()  # Busy (503) here, before the stream starts
 
         async def events() -> AsyncIterator[dict[str, Any]]:
-            async for event in answer_events(self.workspace, question, k, history):
+            async for event in answer_events(self.workspace, question, k, history, ticket):
                 yield event_json(event)
 
-        return _ndjson(events())
+        return _ndjson(events(), ticket)
 
     async def health(self, request: Request) -> Response:
         docs = await self.workspace.documents()
@@ -174,6 +217,9 @@ class Pages:
             Route("/api/documents", self.documents, methods=["GET"]),
             Route("/api/search", self.search, methods=["GET"]),
             Route("/api/upload", self.upload, methods=["POST"]),
+            Route("/api/uploads", self.uploads, methods=["GET"]),
+            Route("/api/uploads/{job_id}", self.upload_job, methods=["GET"]),
+            Route("/api/uploads/{job_id}", self.cancel_upload, methods=["DELETE"]),
             Route("/api/index", self.index, methods=["POST"]),
             Route("/api/ask", self.ask, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
@@ -183,9 +229,10 @@ class Pages:
         ]
 
 
-def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: bool = True) -> Starlette:
-    """The ASGI app over ``workspace`` (see the module docstring)."""
-    return Starlette(
+def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: bool = True) -> ASGIApp:
+    """The ASGI app over ``workspace`` (see the module docstring); the security headers wrap it
+    whole, so even a server error's 500 carries them."""
+    app = Starlette(
         routes=[*Pages(workspace, options).routes(), *chat_routes(workspace, options)],
         middleware=[
             Middleware(AccessLog, enabled=options.access_log),
@@ -197,6 +244,7 @@ def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: boo
             HTTPException: _starlette_error,
         },
     )
+    return SecurityHeaders(app)
 
 
 def _progress(done: int, total: int) -> dict[str, Any]:
@@ -211,12 +259,15 @@ def _same(given: str, key: str) -> bool:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HttpError)
-    return error_response(exc.status, str(exc), close=exc.close)
+    return error_response(exc.status, str(exc), close=exc.close, retry_after=exc.retry_after)
 
 
 async def _evidra_error(request: Request, exc: Exception) -> Response:
-    status = 404 if isinstance(exc, NotFound) else 503 if isinstance(exc, Busy) else 400
-    return error_response(status, str(exc).splitlines()[0][:500])
+    message = str(exc).splitlines()[0][:500]
+    if isinstance(exc, Busy):
+        return error_response(503, message, retry_after=RETRY_AFTER_S)
+    status = 404 if isinstance(exc, NotFound) else 415 if isinstance(exc, Unsupported) else 400
+    return error_response(status, message)
 
 
 async def _starlette_error(request: Request, exc: Exception) -> Response:

@@ -1,29 +1,35 @@
 """A page store, its index and (optionally) a model, shared by the web app and the MCP server.
 
 SQLite connections and the model stay on the thread that opened them, so a ``Workspace`` owns
-two worker threads: the *data* thread holds the store and the index (documents, pages, search,
-ingest, ``index add``), the *model* thread holds the ``RAG`` that answers (with its own read-only
-store connection). A search therefore answers while the model is writing an answer. The index
-is the one given, else the one registered in the store, else ``<store>/index-bm25``, built when
-the first documents arrive. Every method is async and runs its work on the owning thread.
+three worker threads: the *data* thread holds the store and the index (documents, pages, search,
+``index add``), the *model* thread holds the ``RAG`` that answers (with its own read-only store
+connection), and the *ingest* thread of ``uploads`` (``evidra.app.uploads``) ingests uploaded
+files with a store connection of its own. A search therefore answers while the model is writing
+an answer or a large upload is being ingested: the store's SQLite file is switched to WAL mode
+when the workspace opens it, so readers see the last committed state while a file's pages are
+written. The index is the one given, else the one registered in the store, else
+``<store>/index-bm25``, built when the first documents arrive. Every method is async and runs
+its work on the owning thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-import tempfile
+import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from evidra.errors import EvidraError, InvalidInputError
+from evidra.app.errors import Busy, NotFound, Unsupported
+from evidra.app.uploads import Uploads, remove_leftovers
+from evidra.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from evidra.corpus.ingest import IngestProgress, IngestReport
     from evidra.corpus.store import PageStore
     from evidra.models.streaming import OnText
     from evidra.rag import RAG, Answer
@@ -38,14 +44,11 @@ DEFAULT_INDEX = "index-bm25"
 SAFE_PART = re.compile(r"[^A-Za-z0-9._ ()+-]+")
 MAX_NAME = 120  # characters per path part of an uploaded file's name
 MAX_WAITING_ASKS = 8  # questions answered or waiting for the model at once (503 beyond)
-
-
-class NotFound(InvalidInputError):
-    """A page or document the store does not hold (answered 404)."""
-
-
-class Busy(EvidraError):
-    """Too many questions wait for the model (answered 503)."""
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+IMAGE_TYPES = (  # the raster kinds a page image is served as, told by their first bytes
+    (PNG_MAGIC, "image/png"),  # what the page store writes
+    (b"\xff\xd8\xff", "image/jpeg"),
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,47 @@ class Document:
     first_page: str  # page id of its first page
 
 
+@dataclass(frozen=True)
+class PageImage:
+    """A page's image file and the media type its first bytes show."""
+
+    path: Path
+    media_type: str
+
+
+def image_type(head: bytes) -> str | None:
+    """The media type of an image that starts with ``head``: PNG, JPEG or WebP, else ``None``
+    (an SVG or HTML file is never served as what its name says).
+
+    >>> image_type(PNG_MAGIC + b"...."), image_type(b"RIFF1234WEBPVP8 "), image_type(b"<svg")
+    ('image/png', 'image/webp', None)
+    """
+    for magic, media_type in IMAGE_TYPES:
+        if head.startswith(magic):
+            return media_type
+    return "image/webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else None
+
+
+class AskTicket:
+    """A place among the ``MAX_WAITING_ASKS`` questions, taken before a streamed reply starts (so
+    a full server answers 503, not a stream that ends in an error) and freed once the reply and
+    the answer behind it have both let go of it."""
+
+    def __init__(self, free: Callable[[], None]) -> None:
+        self._holders = 1
+        self._free: Callable[[], None] | None = free
+
+    def hold(self) -> None:
+        self._holders += 1
+
+    def drop(self) -> None:
+        """One holder lets go; the place is freed once, when the last one has."""
+        self._holders -= 1
+        if self._holders <= 0 and self._free is not None:
+            free, self._free = self._free, None
+            free()
+
+
 def upload_name(name: str) -> str:
     """A relative path safe to write under a fresh folder: each part stripped of odd characters.
 
@@ -78,6 +122,24 @@ def upload_name(name: str) -> str:
     if not parts:
         raise InvalidInputError(f"upload name {name[:80]!r} names no file; send ?name=<file name>.pdf")
     return str(PurePosixPath(*parts[-4:]))  # at most three folders deep
+
+
+def ingestible_name(name: str) -> str:
+    """``upload_name(name)``, refused (``Unsupported``) unless its suffix is one ingest reads.
+
+    >>> ingestible_name("a/report.PDF")
+    'a/report.PDF'
+    >>> ingestible_name("page.svg")
+    Traceback (most recent call last):
+    evidra.app.errors.Unsupported: 'page.svg' is not a document evidra reads; upload .bmp, .jpeg, ...
+    """
+    from evidra.corpus.ingest import SUPPORTED_SUFFIXES
+
+    safe = upload_name(name)
+    if PurePosixPath(safe).suffix.lower() not in SUPPORTED_SUFFIXES:
+        kinds = ", ".join(sorted(SUPPORTED_SUFFIXES))
+        raise Unsupported(f"{safe[:80]!r} is not a document evidra reads; upload {kinds} files")
+    return safe
 
 
 class Workspace:
@@ -96,6 +158,7 @@ class Workspace:
         self._rag: RAG | None = None  # model thread only
         self.index_root: Path | None = None
         self._asking = 0  # questions between arrival and answer (event-loop side)
+        self.uploads = Uploads(self.store_root, self._index_new_waited)
 
     # -- life ----------------------------------------------------------------------------------
 
@@ -110,6 +173,7 @@ class Workspace:
             self._model.submit(self._load_model, self.model).result()
 
     def close(self) -> None:
+        self.uploads.close()  # first: a job's last step runs on the data thread
         self._model.submit(self._close_model).result()
         self._data.submit(self._close_data).result()
         self._model.shutdown()
@@ -118,6 +182,11 @@ class Workspace:
     @property
     def can_answer(self) -> bool:
         return self.model is not None
+
+    @property
+    def waiting_asks(self) -> int:
+        """Questions being answered or waiting for the model (at most ``MAX_WAITING_ASKS``)."""
+        return self._asking
 
     # -- what the app calls -------------------------------------------------------------------
 
@@ -130,26 +199,40 @@ class Workspace:
     async def page(self, page_id: str) -> Page:
         return await self._on_data(self._page, page_id)
 
-    async def image_file(self, page_id: str) -> Path:
-        """The page's image, refused unless it lies inside the store folder."""
+    async def image_file(self, page_id: str) -> PageImage:
+        """The page's image with its media type, refused (``NotFound``) unless it is a file inside
+        the store folder whose first bytes are a PNG, JPEG or WebP image."""
         page = await self.page(page_id)
         path = Path(page.image_path).resolve()
         if not path.is_relative_to(self.store_root) or not path.is_file():
             raise NotFound(f"page {page_id!r} has no image inside the store")
-        return path
+        with path.open("rb") as f:
+            media_type = image_type(f.read(16))
+        if media_type is None:
+            raise NotFound(f"the image of page {page_id!r} is not a PNG, JPEG or WebP file; ingest it again")
+        return PageImage(path, media_type)
 
     async def search(self, query: str, k: int) -> list[tuple[Hit, Page]]:
         return await self._on_data(self._search, query, k)
 
-    async def add_file(
-        self, name: str, data: bytes, progress: Callable[[IngestProgress], None] | None = None
-    ) -> IngestReport:
-        """Ingest one uploaded file (``name`` may hold folders); a bad file is a failed entry."""
-        return await self._on_data(self._add_file, upload_name(name), data, progress)
-
     async def index_new(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Add the store's pages the index lacks (building the default index first if none)."""
-        return await self._on_data(self._index_new, progress)
+        """Add the store's pages the index lacks (building the default index first if none), once
+        the uploads queued before have ended (only the ingest thread writes pages)."""
+        return await self.uploads.after_jobs(self._index_new_waited, progress)
+
+    def admit(self) -> AskTicket:
+        """A place among the questions answered or waiting, or ``Busy`` (with ``InvalidInputError``
+        first when there is no model)."""
+        if self.model is None:
+            raise InvalidInputError("this server has no model; start it with --model to ask questions")
+        if self._asking >= MAX_WAITING_ASKS:
+            raise Busy(f"{self._asking} questions are being answered; ask again in a moment")
+        self._asking += 1
+
+        def free() -> None:
+            self._asking -= 1
+
+        return AskTicket(free)
 
     async def ask(
         self,
@@ -159,18 +242,19 @@ class Workspace:
         *,
         on_pages: Callable[[list[tuple[Hit, Page]]], None] | None = None,
         history: Sequence[Message] = (),
+        ticket: AskTicket | None = None,
     ) -> Answer:
         """Retrieve the top ``k`` pages (data thread), hand them to ``on_pages``, then answer over
         them (model thread), handing each piece of text to ``on_text`` as it is written.
         ``history`` holds the earlier turns of the conversation: retrieval searches for the
-        question with the earlier user turns, the model reads them (``evidra.conversation``)."""
+        question with the earlier user turns, the model reads them (``evidra.conversation``).
+        ``ticket`` is a place taken by ``admit`` (one is taken here, or ``Busy``, without it)."""
         from evidra.conversation import retrieval_query
 
-        if self.model is None:
-            raise InvalidInputError("this server has no model; start it with --model to ask questions")
-        if self._asking >= MAX_WAITING_ASKS:
-            raise Busy(f"{self._asking} questions are being answered; ask again in a moment")
-        self._asking += 1
+        if ticket is None:
+            ticket = self.admit()
+        else:
+            ticket.hold()
         try:
             found = await self.search(retrieval_query(question, history), k)
             if not found:
@@ -182,7 +266,7 @@ class Workspace:
             ids = [page.id for _, page in found]
             answer = await self._on_model(self._ask, question, ids, on_text, tuple(history))
         finally:
-            self._asking -= 1
+            ticket.drop()
         where = (str(self.index_root),) if self.index_root else ()
         return replace(answer, retrieved=tuple(hit for hit, _ in found), index=where)
 
@@ -200,6 +284,10 @@ class Workspace:
         from evidra.retrieval.engine import MANIFEST, open_index
 
         self._store = PageStore.create(self.store_root)
+        _write_ahead_log(self.store_root)
+        removed = remove_leftovers()
+        if removed:
+            logger.info("removed %d upload folders of servers that no longer run", removed)
         registered = registered_index(self._store)
         root = self.index_arg or (Path(registered) if registered else self.store_root / DEFAULT_INDEX)
         self.index_root = root
@@ -249,19 +337,9 @@ class Workspace:
         store = self._opened()
         return [(h, store.get(h.page_id)) for h in hits if h.page_id in store]  # words: where it matched
 
-    def _add_file(
-        self, name: str, data: bytes, progress: Callable[[IngestProgress], None] | None
-    ) -> IngestReport:
-        from evidra.corpus.ingest import ingest
-
-        with tempfile.TemporaryDirectory(prefix="evidra-upload-") as tmp:
-            path = Path(tmp) / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            report = ingest(tmp, self._opened(), progress=progress)
-        for failed in report.failed:
-            logger.warning("upload %s not ingested: %s", failed.path, failed.reason)
-        return report
+    def _index_new_waited(self, progress: Callable[[int, int], None] | None) -> int:
+        """``_index_new`` on the data thread, waited for (from the ingest thread)."""
+        return self._data.submit(self._index_new, progress).result()
 
     def _index_new(self, progress: Callable[[int, int], None] | None) -> int:
         from evidra.retrieval.engine import build_index
@@ -308,3 +386,19 @@ class Workspace:
     ) -> Answer:
         assert self._rag is not None, "the workspace has no model"
         return self._rag.ask(question, pages=list(page_ids), on_text=on_text, history=history)
+
+
+def _write_ahead_log(store_root: Path) -> None:
+    """Switch the store's SQLite file to WAL mode (it stays so): the ingest thread's long write of
+    a large file then never blocks the data thread's reads, which see the last commit."""
+    from evidra.corpus.store import DB_NAME
+
+    try:
+        with contextlib.closing(sqlite3.connect(store_root / DB_NAME)) as conn:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    except sqlite3.Error as exc:
+        mode = str(exc)
+    if str(mode).lower() != "wal":
+        logger.warning(
+            "the page store %s stays in %s mode: searches wait while an upload is written", store_root, mode
+        )

@@ -6,7 +6,13 @@ import argparse
 from typing import Any
 
 from evidra.cli._progress import LazyBar
-from evidra.corpus.ingest import DEFAULT_MAX_FILE_BYTES, MIB
+from evidra.corpus.limits import (
+    DEFAULT_MAX_DOC_PIXELS,
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_WORKER_BYTES,
+    DEFAULT_PAGE_TIMEOUT_S,
+    MIB,
+)
 from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS
 
 
@@ -16,7 +22,8 @@ def register(subparsers: Any) -> None:
         help="ingest a folder of PDFs and images into a page store",
         description="Render every PDF page and image under DIR into the page store S, keeping the PDF "
         "text layer with word boxes. Re-ingesting the same content adds nothing; broken or encrypted "
-        "files, and files over the caps, are skipped with a warning.",
+        "files, and files over the caps, are skipped with a warning. Documents are parsed in worker "
+        "processes under a memory cap and a deadline per page, so a hostile file costs that file only.",
     )
     p.add_argument("root", metavar="DIR", help="folder (searched recursively) or single file to ingest")
     p.add_argument("--store", required=True, metavar="S", help="page store directory (created if missing)")
@@ -43,6 +50,27 @@ def register(subparsers: Any) -> None:
         "skipped before they are read",
     )
     p.add_argument(
+        "--max-doc-pixels",
+        type=int,
+        default=DEFAULT_MAX_DOC_PIXELS,
+        help=f"pixel cap per file, all pages together (default: {DEFAULT_MAX_DOC_PIXELS}); larger files "
+        "are skipped before any page renders",
+    )
+    p.add_argument(
+        "--max-worker-mb",
+        type=int,
+        default=DEFAULT_MAX_WORKER_BYTES // MIB,
+        help=f"memory (address space) cap in MiB of the worker process that parses and renders a file "
+        f"(default: {DEFAULT_MAX_WORKER_BYTES // MIB}); a file that needs more is skipped",
+    )
+    p.add_argument(
+        "--page-timeout",
+        type=float,
+        default=DEFAULT_PAGE_TIMEOUT_S,
+        help=f"seconds a worker may take to open a file or render one page (default: "
+        f"{DEFAULT_PAGE_TIMEOUT_S:g}); a slower file is skipped",
+    )
+    p.add_argument(
         "--meta",
         action="append",
         default=[],
@@ -60,7 +88,12 @@ def run(args: argparse.Namespace) -> int:
     meta = parse_meta(args.meta)
 
     limits = Limits(
-        max_pixels=args.max_pixels, max_pages=args.max_pages, max_file_bytes=int(args.max_file_mb * MIB)
+        max_pixels=args.max_pixels,
+        max_pages=args.max_pages,
+        max_file_bytes=int(args.max_file_mb * MIB),
+        max_doc_pixels=args.max_doc_pixels,
+        max_worker_bytes=args.max_worker_mb * MIB,
+        page_timeout_s=args.page_timeout,
     )
     with LazyBar(desc="ingest", unit="file") as bar:
 

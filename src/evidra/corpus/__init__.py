@@ -17,18 +17,25 @@ from evidra.corpus.ingest import (
     ingest,
 )
 from evidra.corpus.pdf import RenderedPage, render_pdf
+from evidra.corpus.render_pool import RenderPool, shared_pool
+from evidra.corpus.renderer import Cancelled, InProcess, Renderer
 from evidra.corpus.store import PageStore
 
 __all__ = [
     "IMAGE_SUFFIXES",
     "SUPPORTED_SUFFIXES",
+    "Cancelled",
     "FailedFile",
+    "InProcess",
     "IngestProgress",
     "IngestReport",
     "Limits",
     "PageStore",
+    "RenderPool",
     "RenderedPage",
+    "Renderer",
     "WordExtractor",
     "ingest",
     "render_pdf",
+    "shared_pool",
 ]

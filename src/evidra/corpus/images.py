@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage
+from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage, over_doc_pixels
 from evidra.errors import CorpusError
 from evidra.types import Word
 
@@ -35,13 +35,17 @@ def render_image(
     *,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     max_pages: int = DEFAULT_MAX_PAGES,
+    max_doc_pixels: int | None = None,
+    on_open: Callable[[int], None] | None = None,
 ) -> Iterator[RenderedPage]:
     """Yield the frames of an image file as RGB pages (one for most formats, several for TIFF).
 
     Frames are decoded one at a time, each only after its size was checked against
-    ``max_pixels``; a file with more than ``max_pages`` frames is refused before any is decoded.
-    Raises ``CorpusError`` naming ``name`` if the bytes are not a decodable image or break a cap
-    (possibly after some frames were yielded).
+    ``max_pixels``; a file with more than ``max_pages`` frames, or whose frames together have
+    more than ``max_doc_pixels`` pixels, is refused before any is decoded. Raises
+    ``CorpusError`` naming ``name`` if the bytes are not a decodable image or break a cap
+    (possibly after some frames were yielded); ``MemoryError`` is let through. ``on_open`` is
+    called with the frame count once the file is open and within its caps.
     """
     from PIL import Image
 
@@ -61,8 +65,27 @@ def render_image(
                 f"{name} has {frames} frames, over the cap of {max_pages} pages per file; "
                 f"split it or raise the cap (--max-pages {frames})"
             )
+        if max_doc_pixels is not None:
+            total = _frame_pixels(im, frames, name)
+            if total > max_doc_pixels:
+                raise over_doc_pixels(name, total, frames, max_doc_pixels)
+        if on_open is not None:
+            on_open(frames)
         for index in range(frames):
             yield RenderedPage(index + 1, _frame(im, index, name, max_pixels), ())
+
+
+def _frame_pixels(im: PILImage, frames: int, name: str) -> int:
+    """The pixels of all ``frames`` of ``im`` together, read from their headers (nothing decoded)."""
+    total = 0
+    try:
+        for index in range(frames):
+            im.seek(index)
+            total += im.size[0] * im.size[1]
+        im.seek(0)
+    except (*_UNREADABLE, EOFError) as exc:
+        raise CorpusError(f"{name} is not a readable image ({type(exc).__name__}: {exc})") from exc
+    return total
 
 
 def _frame(im: PILImage, index: int, name: str, max_pixels: int) -> PILImage:
@@ -84,9 +107,7 @@ def _frame(im: PILImage, index: int, name: str, max_pixels: int) -> PILImage:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             return im.convert("RGB")
-    except CorpusError:
+    except (CorpusError, MemoryError):
         raise
-    except MemoryError:
-        raise CorpusError(f"{name}: frame {index + 1} ran out of memory while decoding") from None
     except (*_UNREADABLE, EOFError) as exc:
         raise CorpusError(f"{name} is not a readable image ({type(exc).__name__}: {exc})") from exc

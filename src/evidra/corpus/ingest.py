@@ -6,46 +6,61 @@ file whose content hash is already stored is skipped without rendering (only its
 recorded, which covers identical copies under other names), and nothing is duplicated.
 Changing the DPI therefore does not re-render stored files: use a new store for that.
 
-Only files under ``root`` are read: a symlink resolving outside it is refused with a warning,
-as is anything unreadable; hidden files and folders (names starting with ".") and the store's
-own directory are not scanned. One bad file never stops the run; the report lists it.
+Which files are read is ``evidra.corpus.discovery``'s business: only files under ``root``, no
+hidden ones, no links leaving it; files of other types are skipped and counted in the report.
+One bad file never stops the run; the report lists it with its reason in one line.
 
-Memory stays bounded whatever the input: pages are rendered and written one at a time, a page
-is capped at ``Limits.max_pixels`` (PDF pages are rendered at a lower dpi to fit, images over it
-are refused before decoding), a file at ``Limits.max_pages`` pages or frames and at
-``Limits.max_file_bytes`` bytes (checked before the file is read, and the read stops there).
+Documents are parsed and rendered in worker processes (``evidra.corpus.render_pool``), each
+under an address-space cap (``Limits.max_worker_bytes``) and a deadline per page
+(``Limits.page_timeout_s``): a PDF that makes PDFium take all memory or time, or crash, costs
+that file only. The parent's memory stays bounded too: pages come back and are written one at a
+time, a page is capped at ``Limits.max_pixels`` (PDF pages are rendered at a lower dpi to fit,
+images over it are refused before decoding), a file at ``Limits.max_pages`` pages or frames, at
+``Limits.max_doc_pixels`` pixels over all its pages (checked from the page sizes before any
+renders) and at ``Limits.max_file_bytes`` bytes (checked before the file is read, and the read
+stops there).
+
+A ``cancel`` event is checked between pages (and while a worker renders one): once it is set
+the file being ingested is abandoned, nothing of it stored, it is listed as failed with the
+reason "cancelled", and the files after it are not started.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from evidra.corpus.images import IMAGE_SUFFIXES, WordExtractor, render_image
+from evidra.corpus.discovery import Discovered, FailedFile, collect, unsupported_summary
+from evidra.corpus.images import WordExtractor
+from evidra.corpus.limits import DEFAULT_MAX_FILE_BYTES, MIB, Limits
 from evidra.corpus.metadata import read_sidecar
-from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage, pdf_title, render_pdf
+from evidra.corpus.pdf import RenderedPage
+from evidra.corpus.render_pool import shared_pool
+from evidra.corpus.renderer import PDF_SUFFIXES, SUPPORTED_SUFFIXES, Cancelled, Renderer, kind_of
 from evidra.corpus.store import PageStore
 from evidra.errors import CorpusError, EvidraError, InvalidInputError
 from evidra.types import content_hash, make_page_id
 
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "MIB",
+    "PDF_SUFFIXES",
+    "SUPPORTED_SUFFIXES",
+    "FailedFile",
+    "IngestCallback",
+    "IngestProgress",
+    "IngestReport",
+    "Limits",
+    "ingest",
+]
+
 logger = logging.getLogger(__name__)
-
-PDF_SUFFIXES = frozenset({".pdf"})
-MIB = 1 << 20
-DEFAULT_MAX_FILE_BYTES = 512 * MIB  # a 10,000-page scanned PDF at 50 KB a page fits
-SUPPORTED_SUFFIXES = PDF_SUFFIXES | IMAGE_SUFFIXES
-
-
-@dataclass(frozen=True)
-class FailedFile:
-    """A file that was not ingested, and why."""
-
-    path: str  # relative to the ingest root
-    reason: str
+CANCELLED = "cancelled"  # the reason of the file a cancel abandoned
 
 
 @dataclass(frozen=True)
@@ -56,13 +71,21 @@ class IngestReport:
     skipped: tuple[str, ...]  # page ids whose file content was already stored
     failed: tuple[FailedFile, ...]
     elapsed_s: float
-    files_seen: int = 0
+    files_seen: int = 0  # documents found (supported suffixes)
+    unsupported: tuple[str, ...] = ()  # files skipped for their type, relative to the root
+    cancelled: bool = False
+    not_started: tuple[str, ...] = ()  # files a cancel left untouched, relative to the root
 
     def summary(self) -> str:
-        return (
+        parts = [
             f"{len(self.added)} pages added, {len(self.skipped)} unchanged, "
             f"{len(self.failed)} files failed, {self.files_seen} files seen in {self.elapsed_s:.2f}s"
-        )
+        ]
+        if self.unsupported:
+            parts.append(unsupported_summary(self.unsupported))
+        if self.cancelled:
+            parts.append(f"cancelled, {len(self.not_started)} files not started")
+        return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -98,79 +121,54 @@ class _Tally:
             self.callback(IngestProgress(self.files_done, self.files_total, self.pages))
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every file of one ``ingest`` call is ingested with."""
+
+    store: PageStore
+    dpi: float
+    ocr: WordExtractor | None
+    limits: Limits
+    meta: Mapping[str, str]
+    renderer: Renderer
+    cancel: threading.Event | None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def check_cancel(self) -> None:
+        if self.cancelled:
+            raise Cancelled(CANCELLED)
+
+
+@dataclass
+class _Outcome:
+    added: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[FailedFile] = field(default_factory=list)
+    not_started: list[str] | None = None  # set when a cancel stopped the run
+
+    def report(self, elapsed_s: float, found: Discovered) -> IngestReport:
+        return IngestReport(
+            added=tuple(self.added),
+            skipped=tuple(self.skipped),
+            failed=tuple(self.failed),
+            elapsed_s=elapsed_s,
+            files_seen=len(found.files),
+            unsupported=found.unsupported,
+            cancelled=self.not_started is not None,
+            not_started=tuple(self.not_started or ()),
+        )
+
+
 def _ticking(
-    pages: Iterator[tuple[str, RenderedPage]], tick: Callable[[], None]
+    pages: Iterator[tuple[str, RenderedPage]], tick: Callable[[], None], run: _Run
 ) -> Iterator[tuple[str, RenderedPage]]:
     for page in pages:
         yield page
         tick()  # the consumer asked for the next page: this one is stored
-
-
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def discover(
-    root: Path, *, recursive: bool = True, exclude: Path | None = None
-) -> tuple[list[Path], list[FailedFile]]:
-    """Supported files under ``root`` (resolved), sorted by relative path, plus refused ones.
-
-    Symlinks are followed only while their targets stay inside ``root``; each real directory
-    is visited once, so link cycles terminate.
-    """
-    files: list[Path] = []
-    refused: list[FailedFile] = []
-    seen_dirs: set[Path] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        here = Path(dirpath)
-        real = here.resolve()
-        rel_dir = here.relative_to(root)
-        if real in seen_dirs or not _inside(real, root) or (exclude is not None and _inside(real, exclude)):
-            if not _inside(real, root):
-                refused.append(FailedFile(rel_dir.as_posix(), f"resolves to {real}, outside the ingest root"))
-            dirnames[:] = []
-            continue
-        seen_dirs.add(real)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")) if recursive else []
-        for name in sorted(filenames):
-            path = here / name
-            if name.startswith(".") or path.suffix.lower() not in SUPPORTED_SUFFIXES:
-                continue
-            target = path.resolve()
-            if not _inside(target, root):
-                refused.append(
-                    FailedFile((rel_dir / name).as_posix(), f"resolves to {target}, outside the ingest root")
-                )
-            elif target.is_file():
-                files.append(path)
-            elif not target.exists():
-                refused.append(FailedFile((rel_dir / name).as_posix(), "is a broken symbolic link"))
-    files.sort(key=lambda p: p.relative_to(root).as_posix())
-    return files, refused
-
-
-def _collect(real: Path, recursive: bool, store_root: Path) -> tuple[Path, list[Path], list[FailedFile]]:
-    """The base folder sources are relative to, the files to ingest, and refused paths."""
-    if real.is_file():
-        return real.parent, [real], []
-    files, refused = discover(real, recursive=recursive, exclude=store_root)
-    return real, files, refused
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Caps on what one file may make ingest render; a file over a cap is skipped and named."""
-
-    max_pixels: int = DEFAULT_MAX_PIXELS  # per page; PDF pages are rendered at a lower dpi to fit
-    max_pages: int = DEFAULT_MAX_PAGES  # per file (PDF pages or image frames)
-    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # per file, before it is read (--max-file-mb in MiB)
-
-    def __post_init__(self) -> None:
-        if self.max_pixels < 1 or self.max_pages < 1 or self.max_file_bytes < 1:
-            raise InvalidInputError(
-                f"max_pixels, max_pages and max_file_bytes must be positive, got {self.max_pixels}, "
-                f"{self.max_pages} and {self.max_file_bytes}"
-            )
+        run.check_cancel()
 
 
 def _over_size_cap(source: str, size: int, cap: int) -> CorpusError:
@@ -205,28 +203,26 @@ def _with_ocr(page: RenderedPage, ocr: WordExtractor | None) -> RenderedPage:
     return RenderedPage(page.page_number, page.image, tuple(ocr(page.image)), page.dpi)
 
 
-def _render(path: Path, data: bytes, source: str, dpi: float, limits: Limits) -> Iterator[RenderedPage]:
-    if path.suffix.lower() in PDF_SUFFIXES:
-        return render_pdf(data, dpi, source, max_pixels=limits.max_pixels, max_pages=limits.max_pages)
-    return render_image(data, source, max_pixels=limits.max_pixels, max_pages=limits.max_pages)
-
-
-def _ingest_file(
-    store: PageStore,
+def _render(
     path: Path,
+    data: bytes,
     source: str,
     dpi: float,
-    ocr: WordExtractor | None,
     limits: Limits,
-    on_page: Callable[[], None],
-    meta: Mapping[str, str],
-) -> tuple[list[str], bool]:
+    renderer: Renderer,
+    cancel: threading.Event | None,
+) -> Generator[RenderedPage, None, None]:
+    return renderer.render(kind_of(path), data, source, dpi, limits, cancel)
+
+
+def _ingest_file(run: _Run, path: Path, source: str, on_page: Callable[[], None]) -> tuple[list[str], bool]:
     """Store one file; returns its page ids and whether they were newly added. ``on_page`` is
-    called after each page rendered and stored. ``meta`` (then the file's sidecar) is added to
-    its document's metadata."""
-    data = _read_capped(path, source, limits.max_file_bytes)
+    called after each page rendered and stored. ``run.meta`` (then the file's sidecar) is added
+    to its document's metadata."""
+    data = _read_capped(path, source, run.limits.max_file_bytes)
     file_hash = content_hash(data)
-    meta = {**meta, **read_sidecar(path)}
+    meta = {**run.meta, **read_sidecar(path)}
+    store = run.store
     existing = store.page_ids_for_hash(file_hash)
     if existing:
         if store.hash_of_source(source) != file_hash:
@@ -234,16 +230,17 @@ def _ingest_file(
         if meta:
             store.set_document(file_hash, meta=meta)
         return existing, False
-    pages = _ticking(
-        (
-            (make_page_id(file_hash, r.page_number), _with_ocr(r, ocr))
-            for r in _render(path, data, source, dpi, limits)
-        ),
-        on_page,
-    )
-    is_pdf = path.suffix.lower() in PDF_SUFFIXES
-    ids = store.write_file(source, file_hash, pages, dpi if is_pdf else None)
-    store.set_document(file_hash, title=pdf_title(data, source) if is_pdf else "", meta=meta)
+    is_pdf = kind_of(path) == "pdf"
+    title = run.renderer.title(data, source, run.limits, run.cancel) if is_pdf else ""
+    rendered = _render(path, data, source, run.dpi, run.limits, run.renderer, run.cancel)
+    with closing(rendered):  # a file abandoned midway frees its worker at once
+        pages = _ticking(
+            ((make_page_id(file_hash, r.page_number), _with_ocr(r, run.ocr)) for r in rendered),
+            on_page,
+            run,
+        )
+        ids = store.write_file(source, file_hash, pages, run.dpi if is_pdf else None)
+    store.set_document(file_hash, title=title, meta=meta)
     return ids, True
 
 
@@ -251,6 +248,47 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, MemoryError):
         return "ran out of memory; lower --max-pixels or --dpi, or ingest it on a larger machine"
     return str(exc) if isinstance(exc, EvidraError) else f"{type(exc).__name__}: {exc}"
+
+
+def _ingest_files(run: _Run, base: Path, files: tuple[Path, ...], tally: _Tally, outcome: _Outcome) -> None:
+    """Ingest ``files`` in order into ``outcome``; a bad file is skipped, a cancel stops the run."""
+    sources = [path.relative_to(base).as_posix() for path in files]
+    for index, (path, source) in enumerate(zip(files, sources, strict=True)):
+        if run.cancelled:
+            outcome.not_started = sources[index:]
+            return
+        try:
+            ids, new = _ingest_file(run, path, source, tally.page)
+        except Cancelled:
+            outcome.failed.append(FailedFile(source, CANCELLED))
+            outcome.not_started = sources[index + 1 :]
+            logger.info("ingest cancelled during %s; nothing of it stored", source)
+            tally.file_done(0)
+            return
+        except Exception as exc:  # any bad file (MemoryError included) is skipped, never fatal
+            reason = _reason(exc)
+            logger.warning("skipping %s: %s", source, reason)
+            outcome.failed.append(FailedFile(source, reason))
+            tally.file_done(0)
+            continue
+        (outcome.added if new else outcome.skipped).extend(ids)
+        tally.file_done(0 if new else len(ids))
+
+
+def _open_store(store: PageStore | str | Path) -> tuple[PageStore, bool]:
+    """The store, and whether this call opened it (and so closes it)."""
+    if isinstance(store, PageStore):
+        page_store, owned = store, False
+    else:
+        page_store, owned = PageStore.create(store), True
+    try:
+        page_store.check_names()  # a damaged store stops the ingest before any file is touched
+    except CorpusError:
+        if owned:
+            page_store.close()
+        raise
+    page_store.clean_staging()
+    return page_store, owned
 
 
 def ingest(
@@ -263,15 +301,21 @@ def ingest(
     limits: Limits | None = None,
     progress: IngestCallback | None = None,
     meta: Mapping[str, str] | None = None,
+    cancel: threading.Event | None = None,
+    renderer: Renderer | None = None,
 ) -> IngestReport:
     """Ingest every PDF and image under ``root`` into ``store`` (a store or a path to create one).
 
     ``ocr``, if given, supplies words for pages without a text layer (images, scanned PDFs).
     ``root`` may also be a single file. Raises ``InvalidInputError`` if ``root`` does not exist;
-    per-file problems (unreadable, over a cap of ``limits``, out of memory) are logged as
-    warnings and listed in ``IngestReport.failed``, and the run goes on with the next file.
-    ``meta`` is user metadata for every file's document; a file's sidecar ``<file>.meta.json``
-    adds to it (``evidra.corpus.metadata``).
+    per-file problems (unreadable, over a cap of ``limits``, too much memory or time in its
+    worker) are logged as warnings and listed in ``IngestReport.failed``, and the run goes on
+    with the next file. ``meta`` is user metadata for every file's document; a file's sidecar
+    ``<file>.meta.json`` adds to it (``evidra.corpus.metadata``). ``cancel``, once set, abandons
+    the file being ingested and starts no other (``IngestReport.cancelled``); ``progress`` is
+    called after every page stored and every file done, in the calling thread. ``renderer``
+    defaults to the process's worker pool for ``limits.max_worker_bytes`` (``shared_pool``);
+    ``InProcess()`` renders without isolation, for documents the caller made itself.
     """
     limits = limits or Limits()
     start = time.perf_counter()
@@ -282,41 +326,22 @@ def ingest(
         )
     if dpi <= 0:
         raise InvalidInputError(f"dpi must be positive, got {dpi}")
-    owned = not isinstance(store, PageStore)
-    page_store = PageStore.create(store) if not isinstance(store, PageStore) else store
-    try:
-        page_store.check_names()  # a damaged store stops the ingest before any file is touched
-    except CorpusError:
-        if owned:
-            page_store.close()
-        raise
-    page_store.clean_staging()
+    page_store, owned = _open_store(store)
     real = given.resolve()
-    base, files, refused = _collect(real, recursive, page_store.root)
-    for item in refused:
+    base, found = collect(real, recursive, page_store.root)
+    for item in found.refused:
         logger.warning("skipping %s: %s", item.path, item.reason)
-    added: list[str] = []
-    skipped: list[str] = []
-    failed = list(refused)
-    tally = _Tally(len(files), progress)
+    if found.unsupported:
+        logger.debug("%s: %s", real, unsupported_summary(found.unsupported))  # the summary says it
+    run = _Run(
+        page_store, dpi, ocr, limits, meta or {}, renderer or shared_pool(limits.max_worker_bytes), cancel
+    )
+    outcome = _Outcome(failed=list(found.refused))
     try:
-        for path in files:
-            source = path.relative_to(base).as_posix()
-            try:
-                ids, new = _ingest_file(page_store, path, source, dpi, ocr, limits, tally.page, meta or {})
-            except Exception as exc:  # any bad file (MemoryError included) is skipped, never fatal
-                reason = _reason(exc)
-                logger.warning("skipping %s: %s", source, reason)
-                failed.append(FailedFile(source, reason))
-                tally.file_done(0)
-                continue
-            (added if new else skipped).extend(ids)
-            tally.file_done(0 if new else len(ids))
+        _ingest_files(run, base, found.files, _Tally(len(found.files), progress), outcome)
     finally:
         if owned:
             page_store.close()
-    report = IngestReport(
-        tuple(added), tuple(skipped), tuple(failed), time.perf_counter() - start, len(files)
-    )
+    report = outcome.report(time.perf_counter() - start, found)
     logger.debug("ingest %s: %s", real, report.summary())  # the caller holds the report
     return report

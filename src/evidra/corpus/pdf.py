@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -234,6 +234,28 @@ def capped_scale(width_pt: float, height_pt: float, scale: float, max_pixels: in
     return fit
 
 
+def pixel_amount(pixels: int) -> str:
+    """A pixel count for people, exact below a million.
+
+    >>> pixel_amount(60_000), pixel_amount(2_100_000), pixel_amount(31_500_000_000)
+    ('60000 pixels', '2.1 Mpx (2100000 pixels)', '31.5 Gpx (31500000000 pixels)')
+    """
+    if pixels >= 1e9:
+        return f"{pixels / 1e9:.1f} Gpx ({pixels} pixels)"
+    if pixels >= 1e6:
+        return f"{pixels / 1e6:.1f} Mpx ({pixels} pixels)"
+    return f"{pixels} pixels"
+
+
+def over_doc_pixels(name: str, total: int, pages: int, cap: int, at: str = "") -> CorpusError:
+    """The one-line refusal of a document whose pages add up to more than ``cap`` pixels."""
+    return CorpusError(
+        f"{name} is {pixel_amount(total)} over its {pages} pages{at}, over the cap of {pixel_amount(cap)} "
+        f"per document; split it{' or lower --dpi' if at else ''}, or raise the cap "
+        f"(--max-doc-pixels {total})"
+    )
+
+
 def render_pdf(
     data: bytes,
     dpi: float,
@@ -241,14 +263,19 @@ def render_pdf(
     *,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     max_pages: int = DEFAULT_MAX_PAGES,
+    max_doc_pixels: int | None = None,
+    on_open: Callable[[int], None] | None = None,
 ) -> Iterator[RenderedPage]:
     """Yield the pages of the PDF in ``data`` one at a time, rendered at ``dpi``, with their words.
 
     A page that would exceed ``max_pixels`` at ``dpi`` is rendered at the highest resolution
     that fits (its ``RenderedPage.dpi`` says which, and a warning is logged). Raises
-    ``CorpusError`` (naming ``name``) for a corrupt or encrypted file or one with more than
-    ``max_pages`` pages; it may do so after some pages were yielded, so callers that need
-    all-or-nothing must stage what they write.
+    ``CorpusError`` (naming ``name``) for a corrupt or encrypted file, one with more than
+    ``max_pages`` pages, or one whose pages together would have more than ``max_doc_pixels``
+    pixels (checked from the page sizes before any page renders); it may raise after some pages
+    were yielded, so callers that need all-or-nothing must stage what they write.
+    ``MemoryError`` is let through: the caller knows which memory cap was hit. ``on_open`` is
+    called with the page count once the file is open and within its caps.
     """
     if dpi <= 0:
         raise CorpusError(f"dpi must be positive, got {dpi}")
@@ -260,10 +287,32 @@ def render_pdf(
                 f"{name} has {count} pages, over the cap of {max_pages} pages per file; "
                 f"split it or raise the cap (--max-pages {count})"
             )
+        if max_doc_pixels is not None:
+            total = document_pixels(pdf, count, dpi, name, max_pixels)
+            if total > max_doc_pixels:
+                raise over_doc_pixels(name, total, count, max_doc_pixels, f" at {dpi:g} dpi")
+        if on_open is not None:
+            on_open(count)
         for index in range(count):
             yield _render_page(pdf, index, dpi, name, max_pixels)
     finally:
         pdf.close()  # type: ignore[attr-defined]
+
+
+def document_pixels(pdf: object, count: int, dpi: float, name: str, max_pixels: int) -> int:
+    """How many pixels the ``count`` pages of ``pdf`` have once rendered at ``dpi`` under ``max_pixels``.
+
+    Read from the page dictionaries only (PDFium does not parse a page's content for its size).
+    """
+    total = 0
+    for index in range(count):
+        try:
+            width_pt, height_pt = pdf.get_page_size(index)  # type: ignore[attr-defined]
+        except Exception as exc:  # PDFium failure on one page fails the file
+            raise CorpusError(f"{name}: page {index + 1} has no readable size ({exc})") from exc
+        scale = capped_scale(width_pt, height_pt, dpi / POINTS_PER_INCH, max_pixels)
+        total += math.ceil(max(width_pt, 1e-6) * scale) * math.ceil(max(height_pt, 1e-6) * scale)
+    return total
 
 
 def _render_page(pdf: object, index: int, dpi: float, name: str, max_pixels: int) -> RenderedPage:
@@ -283,10 +332,8 @@ def _render_page(pdf: object, index: int, dpi: float, name: str, max_pixels: int
         geo = PageGeometry(left, bottom, right, top, int(page.get_rotation()), scale)
         image = page.render(scale=scale).to_pil().convert("RGB")
         words = page_words(page, geo, image.width, image.height)
-    except CorpusError:
+    except (CorpusError, MemoryError):
         raise
-    except MemoryError:
-        raise CorpusError(f"{name}: page {index + 1} ran out of memory while rendering") from None
     except Exception as exc:  # PDFium failure on one page fails the file
         raise CorpusError(f"{name}: page {index + 1} could not be rendered ({exc})") from exc
     finally:

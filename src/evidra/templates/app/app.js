@@ -1,4 +1,5 @@
-// evidra serve: upload, search, streamed answers with their cited boxes, an enlargeable page view.
+// evidra serve: upload, search, streamed answers with their cited boxes, an enlargeable page view,
+// paging through a document (the arrow keys).
 // Every string from the server (answers, names, step text) is set as text, never as HTML.
 "use strict";
 const COLORS = ["#2563eb", "#db2777", "#ea580c", "#7c3aed", "#0891b2", "#65a30d", "#b45309"];
@@ -74,7 +75,7 @@ function openLightbox(page, marks) {
     requestAnimationFrame(() => { holder.scrollTop = top * view.offsetHeight - holder.clientHeight / 3; });
   }
 }
-function closeLightbox() { $("lightbox").hidden = true; }
+function closeLightbox() { if ($("lightbox")) $("lightbox").hidden = true; }
 
 async function* ndjson(response) {
   const reader = response.body.getReader();
@@ -267,58 +268,137 @@ async function refreshDocuments() {
   }));
 }
 
-function uploadOne(file, name, onBytes) {
+// Uploads, one file at a time: its bytes are sent (202: the server made it a job), then the job
+// is followed as the server reads and indexes it, until it ends. A busy server (503) is asked
+// again after its Retry-After. Cancel stops the file in flight (its upload or its job) and the rest.
+const ENDED = new Set(["done", "failed", "cancelled"]);
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+let batch = null;  // the files being added: {stop, job (the id followed), xhr (the upload being sent)}
+
+function setBar(fraction) {
+  $("bar").parentElement.classList.remove("busy");
+  $("bar").style.width = pct(Math.min(1, fraction));
+}
+
+function send(file, name, onBytes) {
   return new Promise((resolve) => {
     const xhr = new XMLHttpRequest();
+    batch.xhr = xhr;
     xhr.open("POST", `/api/upload?name=${encodeURIComponent(name)}`);
     xhr.upload.onprogress = (e) => onBytes(e.loaded);
     xhr.onload = () => {
       let body = {};
       try { body = JSON.parse(xhr.responseText); } catch { body = {error: xhr.statusText}; }
-      resolve(xhr.status === 200 ? body : {error: body.error || `HTTP ${xhr.status}`});
+      resolve({status: xhr.status, body, wait: Number(xhr.getResponseHeader("Retry-After")) || 2});
     };
-    xhr.onerror = () => resolve({error: "the connection failed"});
+    xhr.onerror = () => resolve({status: 0, body: {error: "the connection failed"}});
+    xhr.onabort = () => resolve({status: 0, body: {error: "cancelled"}});
     xhr.send(file);
   });
 }
 
+async function cancelJob(id) {
+  await fetch(`/api/uploads/${encodeURIComponent(id)}`, {method: "DELETE"});
+}
+
+async function follow(job, onJob) {
+  batch.job = job.id;
+  if (batch.stop) await cancelJob(job.id);  // Cancel came while the server answered the upload
+  while (!ENDED.has(job.state)) {
+    await sleep(250);
+    const response = await fetch(`/api/uploads/${encodeURIComponent(job.id)}`);
+    if (!response.ok) return {error: await failure(response)};
+    job = await response.json();
+    onJob(job);
+  }
+  batch.job = null;
+  return job;
+}
+
+async function uploadOne(file, name, where) {
+  const onBytes = (n) => {
+    setBar(n / (file.size || 1));
+    $("progress-text").textContent = `Uploading ${where}`;
+  };
+  const onJob = (job) => {
+    if (job.state === "indexing") {
+      setBar(job.index_total ? job.index_done / job.index_total : 1);
+      $("progress-text").textContent = `Indexing ${where}: ${job.index_done} of ${job.index_total} pages`;
+    } else if (!ENDED.has(job.state)) {
+      $("bar").parentElement.classList.add("busy");
+      const read = job.state === "queued" ? "waiting for the upload before it" : `${plural(job.pages_done, "page")} read`;
+      $("progress-text").textContent = `Reading ${where}: ${job.cancel_requested ? "cancelling…" : read}`;
+    }
+  };
+  for (;;) {
+    const sent = await send(file, name, onBytes);
+    if (batch.stop) return sent.status === 202 ? follow(sent.body, onJob) : {state: "cancelled"};
+    if (sent.status === 503) {
+      $("progress-text").textContent = `The server is busy with other uploads; ${name} is sent again in ${sent.wait} s`;
+      await sleep(1000 * sent.wait);
+      continue;
+    }
+    if (sent.status !== 202) return {error: sent.body.error || `HTTP ${sent.status}`};
+    onJob(sent.body);
+    return follow(sent.body, onJob);
+  }
+}
+
+function resultLine(name, file, result) {
+  const why = (reason) => (reason.startsWith(file.name) ? reason : `${name}: ${reason}`);
+  if (result.error) return [why(result.error), "bad"];
+  if (result.state === "cancelled") return [`${name}: cancelled, nothing added`, "bad"];
+  if (result.state === "failed") return [why(result.failed[0]?.reason || result.error || "not read"), "bad"];
+  const again = result.unchanged ? `, ${result.unchanged} already here` : "";
+  return [`${name}: ${plural(result.added, "page")} added${again}`, "ok"];
+}
+
 async function addDocuments(files) {
   files = [...files];
-  if (!files.length) return;
+  if (!files.length || batch) return;
+  batch = {stop: false, job: null, xhr: null};
   const log = $("upload-log");
   $("progress").hidden = false;
+  $("cancel-upload").hidden = false;
+  $("cancel-upload").disabled = false;
   log.replaceChildren();
-  const total = files.reduce((n, f) => n + f.size, 0) || 1;
-  let sent = 0, added = 0, bad = 0;
+  let added = 0, indexed = 0, bad = 0, stopped = 0;
   for (const [i, file] of files.entries()) {
     const name = file.webkitRelativePath || file.name;
-    $("progress-text").textContent = `Uploading and reading ${i + 1} of ${files.length}: ${name}`;
-    const result = await uploadOne(file, name, (n) => { $("bar").style.width = pct((sent + n) / total); });
-    sent += file.size;
-    let line, cls = "ok";
-    const why = (reason) => (reason.startsWith(file.name) ? reason : `${name}: ${reason}`);
-    if (result.error) { line = why(result.error); cls = "bad"; bad++; }
-    else if (result.failed.length) { line = why(result.failed[0].reason); cls = "bad"; bad++; }
-    else {
-      line = `${name}: ${plural(result.added, "page")} added${result.unchanged ? `, ${result.unchanged} already here` : ""}`;
-      added += result.added;
-    }
+    if (batch.stop) { stopped++; continue; }
+    const result = await uploadOne(file, name, `${i + 1} of ${files.length}: ${name}`);
+    const [line, cls] = resultLine(name, file, result);
+    if (result.state === "cancelled") stopped++;
+    else if (cls === "bad") bad++;
+    added += result.added || 0;
+    indexed += result.indexed || 0;
     log.append(el("li", {class: cls, text: line}));
   }
-  $("progress-text").textContent = "Indexing the new pages…";
-  const response = await fetch("/api/index", {method: "POST"});
-  let indexed = 0;
-  if (response.ok) {
-    for await (const e of ndjson(response)) {
-      if (e.type === "progress") { $("bar").style.width = pct(e.done / e.total); $("progress-text").textContent = `Indexing ${e.done} of ${e.total} pages…`; }
-      if (e.type === "done") indexed = e.added;
-      if (e.type === "error") log.append(el("li", {class: "bad", text: e.error}));
-    }
-  }
-  $("bar").style.width = "100%";
+  setBar(1);
   const notRead = bad ? `, ${plural(bad, "file")} not read (see below)` : "";
-  $("progress-text").textContent = `Done: ${plural(added, "page")} added, ${indexed} indexed${notRead}.`;
+  const notDone = stopped ? `, ${plural(stopped, "file")} cancelled` : "";
+  const how = batch.stop ? "Cancelled" : "Done";
+  $("progress-text").textContent = `${how}: ${plural(added, "page")} added, ${indexed} indexed${notRead}${notDone}.`;
+  $("cancel-upload").hidden = true;
+  batch = null;
   await refreshDocuments();
+}
+
+async function cancelUploads() {
+  if (!batch || batch.stop) return;
+  batch.stop = true;
+  $("cancel-upload").disabled = true;
+  $("progress-text").textContent = "Cancelling…";
+  if (batch.xhr) batch.xhr.abort();  // a finished upload ignores it
+  if (batch.job) await cancelJob(batch.job);
+}
+
+function pageKeys(e) {
+  // on a document's page: the arrow keys go to the previous and next page
+  if (e.key === "Escape") closeLightbox();
+  const to = {ArrowLeft: "prev", ArrowRight: "next"}[e.key];
+  const link = to && !["INPUT", "SELECT", "TEXTAREA"].includes(e.target.tagName) && $(to);
+  if (link) link.click();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -326,13 +406,15 @@ document.addEventListener("DOMContentLoaded", () => {
   $("ask")?.addEventListener("submit", ask);
   $("follow")?.addEventListener("submit", followUp);
   $("search-button")?.addEventListener("click", search);
-  $("files")?.addEventListener("change", (e) => addDocuments(e.target.files));
-  $("folder")?.addEventListener("change", (e) => addDocuments(e.target.files));
+  for (const id of ["files", "folder"]) {  // emptied once read, so the same file can be chosen again
+    $(id)?.addEventListener("change", (e) => { const files = [...e.target.files]; e.target.value = ""; addDocuments(files); });
+  }
+  $("cancel-upload")?.addEventListener("click", cancelUploads);
   const drop = $("drop");
   drop?.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
   drop?.addEventListener("dragleave", () => drop.classList.remove("over"));
   drop?.addEventListener("drop", (e) => { e.preventDefault(); drop.classList.remove("over"); addDocuments(e.dataTransfer.files); });
   $("lb-close")?.addEventListener("click", closeLightbox);
   $("lightbox")?.addEventListener("click", (e) => { if (e.target.id === "lightbox" || e.target.id === "lb-page") closeLightbox(); });
-  document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeLightbox(); });
+  document.addEventListener("keydown", pageKeys);
 });
