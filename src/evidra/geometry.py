@@ -7,6 +7,9 @@ Three frames matter (see ``CoordSpace``):
   writes ``bbox_2d`` in absolute pixels of this resized image;
 * 0..1000 normalised: Qwen2-VL (``<|box_start|>(x1,y1),(x2,y2)<|box_end|>``) and Qwen3-VL.
 
+Which frame (and order) a given model family writes is registered in ``evidra.box_formats``,
+which maps a model's box back to page pixels through ``convert_box`` below.
+
 A page of size (W, H) shown to a model becomes (W', H') = smart_resize(H, W); a point maps as
 x' = x * W'/W, y' = y * H'/H. Everything that converts between frames lives in this file,
 including the crop-and-zoom frames of VRAG-RL's perception action (§2.2, Eq. 2; at the end):
