@@ -146,6 +146,7 @@ class RAG:
 
         PARADIGMS.get(paradigm)
         check_k(k)
+        _check_refs(model, encoder)
         opened = store if isinstance(store, PageStore) else PageStore.open(store)
         retriever = None
         try:
@@ -190,6 +191,7 @@ class RAG:
         """
         from evidra.corpus import PageStore, ingest
 
+        _check_refs(model, encoder_model if retriever != "bm25" else "")  # before any page is ingested
         keep: tempfile.TemporaryDirectory[str] | None = None
         if store is None:
             keep = tempfile.TemporaryDirectory(prefix="evidra-rag-")
@@ -369,6 +371,16 @@ class RAG:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_refs(model: str | Path, encoder: str | Path) -> None:
+    """The model (a checkpoint, hub id, ``tiny:ARCH``, or a training run) and an encoder checkpoint
+    given by the caller, checked in a second before a store is opened or a page ingested."""
+    from evidra.models.references import check_model_ref, written_as_checkpoint
+
+    check_model_ref(model, "Qwen-VL model", need_config=False)  # a run folder is exported on load
+    if str(encoder).strip() and written_as_checkpoint(encoder):
+        check_model_ref(encoder, "encoder checkpoint")
 
 
 def _where(where: Where | Sequence[str] | None) -> Where:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evidra.errors import ConfigError, MissingDependencyError, RegistryError
+from evidra.jsonio import read_lines
 from evidra.registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -167,7 +168,8 @@ class MetricsSink:
         if not self.enabled or not self.path.is_file():
             return
         kept = []
-        for line in self.path.read_text().splitlines():
+        for _, raw in read_lines(self.path, "metrics file"):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             record = _record(line)
             if record is not None and isinstance(record.get("step"), int) and record["step"] <= step:
                 kept.append(line)
@@ -189,8 +191,5 @@ def _record(line: str) -> dict[str, Any] | None:
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics file; a torn line (a run killed mid-write) is skipped."""
-    return [
-        r
-        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        if line.strip() and (r := _record(line)) is not None
-    ]
+    lines = (raw.decode("utf-8", errors="replace") for _, raw in read_lines(path, "metrics file"))
+    return [r for line in lines if (r := _record(line)) is not None]

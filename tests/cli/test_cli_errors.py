@@ -159,18 +159,18 @@ def test_an_unknown_encoder_is_refused_before_pages_are_read(
     [
         (
             ["index", "build", "--encoder", "colqwen2", "--model", "vidore/colqwen2-v1.0-hf"],
-            "ColQwen2 retriever",
+            "colqwen2 encoder",
         ),
         (
             ["index", "build", "--encoder", "colpali", "--model", "vidore/colpali-v1.3-hf"],
-            "ColPali retriever",
+            "colpali encoder",
         ),
         (
             ["index", "build", "--encoder", "dse", "--model", "MrLight/dse-qwen2-2b-mrl-v1"],
-            "Qwen-VL dse retriever",
+            "dse encoder",
         ),
         (["ask", "--model", "Qwen/Qwen2.5-VL-3B-Instruct", "What?"], "Qwen-VL model"),
-        (["train", "rl", "model.path=Qwen/Qwen2.5-VL-3B-Instruct"], "Qwen-VL model"),
+        (["train", "rl", "model.path=Qwen/Qwen2.5-VL-3B-Instruct"], "policy model"),
     ],
     ids=["colqwen2", "colpali", "dse", "ask", "train"],
 )
@@ -183,7 +183,7 @@ def test_hub_ids_missing_offline_get_a_download_hint_for_their_kind_of_model(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """HF_HUB_OFFLINE=1 and an empty hub cache: every command that loads a model names the repo,
-    the cache and how to download it, in one line."""
+    the cache and how to download it, in one line, checked before any page or sample is read."""
     if command[0] == "index":
         command = [*command, "--store", str(store), "--out", str(tmp_path / "i")]
     elif command[0] == "ask":
@@ -193,8 +193,8 @@ def test_hub_ids_missing_offline_get_a_download_hint_for_their_kind_of_model(
     assert main(command) == 2
     err = _error(capsys, " ".join(command[:2]) if command[0] in ("index", "train") else command[0])
     hub_id = next(a.split("=")[-1] for a in command if "/" in a and not a.startswith(str(tmp_path)))
-    assert f"{hub_id!r} is no local directory, and as a hub repository it is not in the hub cache" in err
-    assert f"`hf download {hub_id}`" in err and f"pass a local {kind} checkpoint directory" in err
+    assert f"no {kind} folder {hub_id!r}, and as a hub repository it is not in the hub cache" in err
+    assert f"`hf download {hub_id}`" in err and "pass an existing checkpoint folder" in err
     assert str(hub_cache.root) in err and "build_tiny" not in err
 
 

@@ -19,6 +19,7 @@ import pytest
 from evidra.cli.main import main
 
 DEPTH = 100_000  # far past Python's recursion limit
+MODEL = "model.path=tiny:qwen2_5_vl"  # a policy that exists: the model is checked before any data is read
 
 
 def _one_line(capsys: pytest.CaptureFixture[str], command: str, *expected: str) -> str:
@@ -145,7 +146,7 @@ def test_eval_data_that_is_no_benchmark_file(
 def test_train_data_that_is_no_trajectory_file(
     data: str, expected: str, files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["train", "sft", "--data", str(files[data]), f"run.output_dir={tmp_path / 'run'}"]
+    argv = ["train", "sft", "--data", str(files[data]), f"run.output_dir={tmp_path / 'run'}", MODEL]
     assert main(argv) == 2
     _one_line(capsys, "train", "data.trajectories", expected)
 
@@ -153,7 +154,13 @@ def test_train_data_that_is_no_trajectory_file(
 def test_a_subset_file_that_is_binary(
     files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["train", "rl", f"data.subset={files['binary_jsonl']}", f"run.output_dir={tmp_path / 'run'}"]
+    argv = [
+        "train",
+        "rl",
+        f"data.subset={files['binary_jsonl']}",
+        f"run.output_dir={tmp_path / 'run'}",
+        MODEL,
+    ]
     assert main(argv) == 2
     _one_line(capsys, "train", "data.subset", "is not UTF-8 text")
 

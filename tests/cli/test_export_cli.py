@@ -88,4 +88,5 @@ def test_a_missing_model_is_a_one_line_error(tmp_path: Path, capsys: pytest.Capt
         capsys.readouterr()
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
-        assert "\n" not in err and missing in err and "does not exist" in err, err
+        assert "\n" not in err and f"--model: no Qwen-VL model folder {missing!r}" in err, err
+    assert not (tmp_path / "o").exists()  # checked before eval prepares its data in --out

@@ -13,7 +13,7 @@ from evidra.models.loading import load_colqwen2, load_vlm, read_model_type
 
 
 def test_missing_or_foreign_paths_fail_clearly(tmp_path: Path, tiny_dirs: dict[str, Path]) -> None:
-    with pytest.raises(ModelLoadError, match="no such directory"):
+    with pytest.raises(ModelLoadError, match="no Qwen-VL model folder"):
         load_vlm(tmp_path / "Qwen" / "Qwen2.5-VL-7B-Instruct")
     with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_vlm(tmp_path)

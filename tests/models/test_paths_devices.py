@@ -22,11 +22,11 @@ def test_a_mistyped_local_path_is_no_such_directory(tmp_path: Path, monkeypatch:
     assert looks_like_path("ckpt/tiny-vll") and not looks_like_hub_id("ckpt/tiny-vll")
     assert looks_like_hub_id("Qwen/Qwen2.5-VL-3B-Instruct")  # no Qwen/ folder here: a hub id
     with pytest.raises(
-        ModelLoadError, match=r"no such directory: 'ckpt/tiny-vll' \(did you mean 'ckpt/tiny-vl'\?\)"
+        ModelLoadError, match=r"no model folder 'ckpt/tiny-vll' \(did you mean 'ckpt/tiny-vl'\?\)"
     ):
         resolve_model_ref("ckpt/tiny-vll")
     for path in ("./model", "../up/model", "/abs/model", "~/model"):
-        with pytest.raises(ModelLoadError, match="no such directory"):
+        with pytest.raises(ModelLoadError, match="no model folder"):
             resolve_model_ref(path)
     assert recorded_ref("ckpt/tiny-vl") == str(tmp_path / "ckpt" / "tiny-vl")
 
@@ -42,8 +42,8 @@ def test_cli_names_the_missing_model_directory(
     assert main(["ask", "--store", "store", "--model", "ckpt/tiny-vll", "-q", "Q?"]) == 2
     err = capsys.readouterr().err
     assert (
-        err == "evidra ask: error: no such directory: 'ckpt/tiny-vll'; pass an existing Qwen-VL model "
-        "checkpoint directory\n"
+        err == "evidra ask: error: --model: no Qwen-VL model folder 'ckpt/tiny-vll'; pass an existing "
+        "checkpoint folder (with config.json), a hub id (org/name[@revision]) or tiny:ARCH\n"
     )
 
 

@@ -110,9 +110,9 @@ def test_tiny_references_build_once(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 
 def test_neither_path_nor_hub_id_nor_tiny(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match=r"^no such directory: .*; pass an existing model checkpoint"):
+    with pytest.raises(ModelLoadError, match=r"^no model folder .*; pass an existing checkpoint folder"):
         resolve_model_ref(tmp_path / "a" / "b" / "c")
-    with pytest.raises(ModelLoadError, match=r"is not a directory; pass a local model checkpoint"):
+    with pytest.raises(ModelLoadError, match=r"^no model folder 'a:b'; pass an existing checkpoint folder"):
         resolve_model_ref("a:b")  # neither a path, nor a hub id, nor tiny:ARCH
     with pytest.raises(ModelLoadError, match=r"^no model given"):
         resolve_model_ref("  ")

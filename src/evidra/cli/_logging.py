@@ -15,6 +15,8 @@ import os
 import sys
 import warnings
 
+from evidra.cli._terminal import shown
+
 FORMAT = "%(levelname)s %(name)s: %(message)s"
 # libraries whose INFO logging is chatter for a CLI user (their warnings still show)
 CHATTY_LOGGERS = ("transformers", "httpx", "urllib3", "PIL", "huggingface_hub", "accelerate", "matplotlib")
@@ -44,7 +46,7 @@ class _AboveBars(logging.StreamHandler):
         from tqdm import tqdm
 
         try:
-            tqdm.write(self.format(record), file=self.stream)
+            tqdm.write(shown(self.format(record), keep="\n"), file=self.stream)  # names in messages
         except Exception:  # logging must never raise; report it the way logging does
             self.handleError(record)
 

@@ -4,11 +4,11 @@ by ``--where`` (the index's page store: ``--store``, or the one ``index build --
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from evidra.cli._index_common import _options
+from evidra.cli._terminal import json_line, shown
 
 
 def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:
@@ -48,13 +48,19 @@ def run_search(args: argparse.Namespace) -> int:
         if args.json:
             rows = [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path,
                      **(metas[h.page_id].record() if h.page_id in metas else {})} for h in hits]  # fmt: skip
-            print(json.dumps({"query": query, "hits": rows}, ensure_ascii=False))
+            print(json_line({"query": query, "hits": rows}))
             continue
-        print(f"query: {query}")
+        print(f"query: {shown(query)}")
         if not hits:
             print("  no relevant page: no page of the index matches the query")
         for rank, h in enumerate(hits, start=1):
-            meta = metas.get(h.page_id)
-            where = f"{meta.citation:<28} {meta.title[:40]:<40}  {h.page_id}" if meta else f"{h.page_id:<24}"
-            print(f"  {rank:>3}. {h.score:10.4f}  {where}{'' if meta else '  ' + h.image_path}")
+            print(f"  {rank:>3}. {h.score:10.4f}  {_hit_line(h, metas.get(h.page_id))}")
     return 0
+
+
+def _hit_line(hit: Any, meta: Any) -> str:
+    """Where a hit is: file and page, title and page id (with its store), else page id and image;
+    every stored name shown with its control characters written out (``_terminal``)."""
+    if meta is None:
+        return f"{shown(hit.page_id):<24}  {shown(hit.image_path)}"
+    return f"{shown(meta.citation):<28} {shown(meta.title[:40]):<40}  {shown(hit.page_id)}"

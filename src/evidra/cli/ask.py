@@ -19,7 +19,6 @@ cited boxes, images inside the file). ``evidra.RAG`` is the same thing as a Pyth
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
 from evidra.cli._fusion import add_fusion_args, fusion_from_args
@@ -115,6 +114,18 @@ def _paradigm(args: argparse.Namespace) -> str:
     return paradigm
 
 
+def _check_references(args: argparse.Namespace) -> None:
+    """``--model``, ``--encoder`` and ``--retriever`` name checkpoints, checked before the store
+    or an index is opened (``evidra.models.references.check_model_ref``)."""
+    from evidra.models.references import check_model_ref, written_as_checkpoint
+
+    check_model_ref(args.model, "Qwen-VL model", option="--model", need_config=False)  # a run too
+    if args.encoder and written_as_checkpoint(args.encoder):
+        check_model_ref(args.encoder, "encoder checkpoint", option="--encoder")
+    if args.verify and args.retriever:
+        check_model_ref(args.retriever, "ColQwen2 retriever", option="--retriever")
+
+
 def _open(args: argparse.Namespace) -> RAG:
     """Check the options, open store and index, then load the model (the heavy part, last)."""
     from evidra.cli._outputs import check_output_file
@@ -134,6 +145,7 @@ def _open(args: argparse.Namespace) -> RAG:
     fusion = fusion_from_args(args)
     if args.html:
         check_output_file(args.html, "--html", "answer.html")  # before minutes of generation
+    _check_references(args)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     return RAG.load(
@@ -152,7 +164,15 @@ def _open(args: argparse.Namespace) -> RAG:
     )
 
 
+def _out(line: str, keep: str = "") -> None:
+    """Print ``line``, whose names and model text may hold terminal controls, written out."""
+    from evidra.cli._terminal import shown
+
+    print(shown(line, keep))
+
+
 def run(args: argparse.Namespace) -> int:
+    from evidra.cli._terminal import json_line
     from evidra.rag_view import NO_HITS, answer_record, caption, format_citation, format_verdict, write_html
 
     with _open(args) as rag:
@@ -169,31 +189,32 @@ def run(args: argparse.Namespace) -> int:
         write_html(answer, args.html)
     result = answer_record(answer)
     if args.json:
-        print(json.dumps(result, ensure_ascii=False))
+        print(json_line(result))
         return 0
     if answer.no_hits:
-        print(f"answer: ({NO_HITS}: {', '.join(answer.index)})")
+        _out(f"answer: ({NO_HITS}: {', '.join(answer.index)})")
     else:
-        print(f"answer: {answer.text if answer.text is not None else '(no <answer> in the output)'}")
-        print(f"pages:  {'; '.join(p.citation for p in answer.pages)}")
+        text = answer.text if answer.text is not None else "(no <answer> in the output)"
+        _out(f"answer: {text}", keep="\n")
+        _out(f"pages:  {'; '.join(p.citation for p in answer.pages)}")
     if answer.errors:
-        print(f"format: {'; '.join(answer.errors)}")
+        _out(f"format: {'; '.join(answer.errors)}")
     steps = result["steps"]
     if answer.verified:
         supported = sum(r["supported"] for r in steps)
-        print(f"evidence: {supported}/{len(steps)} steps supported (tau {args.tau})")
+        _out(f"evidence: {supported}/{len(steps)} steps supported (tau {args.tau})")
         for record in steps:
-            print("  " + format_verdict(record))
+            _out("  " + format_verdict(record))
     elif steps or result["answer_box"]:
-        print(f"cited: {len(steps)} steps")
+        _out(f"cited: {len(steps)} steps")
         for record in steps:
-            print("  " + format_citation(record))
+            _out("  " + format_citation(record))
     if result["answer_box"]:
-        print("  " + format_citation(result["answer_box"]))
+        _out("  " + format_citation(result["answer_box"]))
     if answer.retrieved:
-        print(f"retrieved: top {len(answer.retrieved)} of {', '.join(answer.index)}")
+        _out(f"retrieved: top {len(answer.retrieved)} of {', '.join(answer.index)}")
         for i, (hit, page) in enumerate(zip(answer.retrieved, answer.pages, strict=True), 1):
-            print(f"  {caption(page, i, hit)}  ({page.id})")
+            _out(f"  {caption(page, i, hit)}  ({page.id})")
     if args.html:
-        print(f"html:   {args.html}")
+        _out(f"html:   {args.html}")
     return 0

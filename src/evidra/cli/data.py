@@ -16,7 +16,6 @@ train``), so its output fits the run that trains on it:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -159,15 +158,22 @@ def _toolbox_parser(sub: Any) -> None:
 # --- shared pieces ---------------------------------------------------------------------------
 
 
-def _recipe(args: argparse.Namespace, stage: str) -> tuple[Any, Any, list[Any]]:
+def _recipe(args: argparse.Namespace, stage: str, *, policy: bool = False) -> tuple[Any, Any, list[Any]]:
     """The recipe's config, task (with its toolbox and judge) and samples; checked before loading.
-    A recipe whose method lists its data stages (``Method.stages``) must list ``stage``."""
+    A recipe whose method lists its data stages (``Method.stages``) must list ``stage``; with
+    ``policy``, the model sampled from (``--model``, else ``model.path``) must name one, before
+    any data is prepared."""
     from evidra.config import load_config
     from evidra.methods import check_config, resolve
+    from evidra.models.references import check_model_ref
     from evidra.rl.config import RLConfig
     from evidra.rl.tasks import task_samples
 
     cfg = load_config(RLConfig, args.config, args.overrides)
+    if policy:
+        given = bool(args.model)
+        option = "--model" if given else "model.path"
+        check_model_ref(args.model or cfg.model.path, "policy model", option=option, need_config=not given)
     task = check_config(cfg)
     resolved = resolve(cfg)
     if resolved is not None and stage not in resolved.method.stages:
@@ -228,13 +234,13 @@ def run_distill(args: argparse.Namespace) -> int:
     if method.name == "vragrl" and not (args.annotator and args.annotator_model):
         logger.warning("vragrl without --annotator: the teacher's boxes are kept as written")
     check_api_key_env(args.api_key_env, "--api-key-env")
-    _, _, samples = _recipe(args, "distill")
     teacher = ChatEndpoint(args.teacher, args.teacher_model, api_key_env=args.api_key_env)
     annotator = (
         ChatEndpoint(args.annotator, args.annotator_model, api_key_env=args.api_key_env)
         if args.annotator
         else None
     )
+    _, _, samples = _recipe(args, "distill")  # the endpoints' URLs checked first
     with LazyBar(total=len(samples), unit="sample", desc="distill") as progress:
         report = distill(samples, teacher, args.out, method=method.name,
                          paradigm=PARADIGMS.get(method.paradigm)(), keep=method.distill, gamma=args.gamma,
@@ -261,10 +267,10 @@ def run_multiexpert(args: argparse.Namespace) -> int:
                                 args.temperature, concurrency=args.concurrency)  # fmt: skip
     except InvalidInputError as exc:
         raise ConfigError(f"data multiexpert: {exc}") from None
-    _, task, samples = _recipe(args, "multiexpert")
     key = args.api_key_env
     lm = ChatEndpoint(args.teacher, args.teacher_model, api_key_env=key)
     expert = ChatEndpoint(args.expert, args.expert_model, api_key_env=key) if args.expert else None
+    _, task, samples = _recipe(args, "multiexpert")  # the endpoints' URLs checked first
     with LazyBar(total=len(samples), unit="question", desc="multiexpert") as progress:
         report = multiexpert(samples, task.make_env, lm, expert, args.out, cfg, progress=progress)
     print(
@@ -288,7 +294,7 @@ def run_filter(args: argparse.Namespace) -> int:
 
     if args.k < 1:
         raise ConfigError(f"--k must be >= 1, got {args.k}")
-    cfg, task, samples = _recipe(args, "filter")
+    cfg, task, samples = _recipe(args, "filter", policy=True)
     out = Path(args.out)
     vlm = _policy(args.model, cfg, out)
     params, limits = _sampling(cfg)
@@ -310,12 +316,11 @@ def run_filter(args: argparse.Namespace) -> int:
 
 
 def _read_trajectories(path: str) -> list[str]:
+    from evidra.jsonio import read_json_lines
+
     texts = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, row in read_json_lines(path, "--trajectories", ConfigError, "pass the JSONL of trajectories"):
         try:
-            row = json.loads(line)
             text = row["response"] if "response" in row else row["texts"][-1]
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ConfigError(f"--trajectories {path!r} line {n}: no 'response' or 'texts' ({exc})") from None
@@ -329,7 +334,7 @@ STAGE1_BATCH = 8  # samples rolled out together when data toolbox generates traj
 def _stage1_trajectories(args: argparse.Namespace, out: Path) -> list[str]:
     from evidra.rollout import HFBackend, rollout
 
-    cfg, task, samples = _recipe(args, "toolbox")
+    cfg, task, samples = _recipe(args, "toolbox", policy=True)
     vlm = _policy(args.model, cfg, out)
     params, limits = _sampling(cfg)
     backend, texts = HFBackend(vlm), []
@@ -355,13 +360,17 @@ def run_toolbox(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top-k must be >= 1, got {args.top_k}")
     check_api_key_env(args.api_key_env, "--api-key-env")
     out = Path(args.out)
+    curator: Any = None
+    if args.curator:  # its URL checked before the trajectories are read or generated
+        curator = OpenAIChatModel(args.curator, args.curator_model, api_key_env=args.api_key_env)
+    else:
+        from evidra.models.references import check_model_ref
+
+        check_model_ref(args.curator_local, "curation model", option="--curator-local")
     trajectories = (
         _read_trajectories(args.trajectories) if args.trajectories else _stage1_trajectories(args, out)
     )
-    curator: Any
-    if args.curator:
-        curator = OpenAIChatModel(args.curator, args.curator_model, api_key_env=args.api_key_env)
-    else:
+    if curator is None:
         from evidra.models.loading import load_vlm
 
         curator = LocalVLMModel(load_vlm(args.curator_local))
@@ -373,9 +382,12 @@ def run_toolbox(args: argparse.Namespace) -> int:
             "applications); check the curation model's replies"
         )
     box.write(out)
-    for row in box.rows():
+    from evidra.cli._terminal import shown
+
+    for row in box.rows():  # tool names and arguments a model wrote
         kind = "numeric" if row["numeric"] else "image"
-        print(f"  {row['name']:<28} used in {row['count']:>4} trajectories  {kind:<7} args: {row['args']}")
+        name, used = shown(row["name"]), f"used in {row['count']:>4} trajectories"
+        print(f"  {name:<28} {used}  {kind:<7} args: {shown(row['args'])}")
     print(f"toolbox of {len(box.tools)} tools (pool {box.pool_size}, coverage {box.coverage:.1%} of tool "
           f"use, {box.errors} curation errors over {box.trajectories} trajectories): {out}")  # fmt: skip
     print(f"train stage 2 with it: evidra train rl --config configs/lang2act_stage2.yaml data.toolbox={out}")

@@ -27,7 +27,7 @@ from evidra.cli._eval_method import DEFAULT_MAX_TURNS, MethodEval, parse_method
 from evidra.cli._eval_method import add_arguments as add_method_options
 from evidra.cli._eval_options import EvalOptions, load_sa, parse_options, with_pages
 from evidra.cli._eval_options import add_arguments as add_eval_options
-from evidra.cli._outputs import check_output_dir
+from evidra.cli._outputs import check_output_dir, removed_on_failure
 from evidra.cli._progress import advance, open_bar
 from evidra.errors import InvalidInputError
 from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
@@ -187,6 +187,19 @@ def _samples(args: argparse.Namespace, out: Path, method: MethodEval | None) -> 
     return benches
 
 
+def _check_references(args: argparse.Namespace) -> None:
+    """``--model`` (or ``--endpoint``'s URL) and ``--sa-retriever`` name what they must, checked
+    in a second; the model itself loads after the data is prepared."""
+    from evidra.models.references import check_model_ref
+
+    if args.model and not args.endpoint:
+        check_model_ref(args.model, "Qwen-VL model", option="--model", need_config=False)  # a run too
+    else:
+        _backend(args)  # an endpoint: its URL and key variable checked, no model built; neither: refused
+    if args.sa_retriever:
+        check_model_ref(args.sa_retriever, "ColQwen2 retriever", option="--sa-retriever")
+
+
 def _backend(args: argparse.Namespace) -> tuple[Any, str]:
     from evidra.eval.runner import EndpointModel, LocalModel
 
@@ -286,11 +299,13 @@ def run(args: argparse.Namespace) -> int:
             f"--training-metrics {args.training_metrics!r} is not a file; pass a run's metrics.jsonl"
         )
     method = parse_method(args)  # the method and its options are checked before anything loads
-    judge = _judge(args, out, method)  # a bad judge option fails before any model loads
-    options = parse_options(args)
-    benches = _samples(args, out, method)
-    options = load_sa(args, options)
-    backend, model_name = _backend(args)
+    _check_references(args)  # before any data is prepared or --out is made
+    with removed_on_failure(out):  # a new --out is gone again if preparing fails
+        judge = _judge(args, out, method)  # a bad judge option fails before any model loads
+        options = parse_options(args)
+        benches = _samples(args, out, method)
+        options = load_sa(args, options)
+        backend, model_name = _backend(args)
     every = args.paradigm in ([], ["all"]) and method is None
     paradigms = PARADIGMS.names() if every else args.paradigm
     if method is not None and not args.paradigm:

@@ -191,11 +191,12 @@ def scoring_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--maxsim-kernel",
-        choices=("auto", "torch", "triton", "avx512", "amx"),
+        choices=("auto", "torch", "triton", "avx512", "amx", "avx512_bf16"),
         default="auto",
         help="exact store: auto (the fused Triton kernel on CUDA when installed; a fused C kernel, "
         "built with the system compiler at first use, for float32 on an AVX-512 CPU (avx512) and for "
-        "bfloat16 on a CPU with AMX (amx); else torch), torch, triton, avx512, amx",
+        "bfloat16 on a CPU with AMX (amx) or with AVX512_BF16 (avx512_bf16); else torch; a reopened "
+        "index keeps the kernel it recorded where it runs), torch, triton, avx512, amx, avx512_bf16",
     )
 
 
@@ -241,29 +242,18 @@ def _dataset_pages(args: argparse.Namespace) -> list[Page]:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from evidra.cli._outputs import removed_on_failure
+    from evidra.models.references import check_model_ref, written_as_checkpoint
     from evidra.retrieval.encoders.bm25 import BM25Params
-    from evidra.retrieval.engine import build_index, check_encoder_args
+    from evidra.retrieval.engine import check_encoder_args
 
     BM25Params(language=args.language)  # an unknown language fails before any page is read
     qdrant = _qdrant_spec(args)  # option errors first, before any page is read
     check_encoder_args(args.encoder, args.model)
-    pages = _build_pages(args)
-    enc_opts, maxsim = _options(args)
-    desc = "reading text" if args.encoder == "bm25" else "embedding"
-    with LazyBar(total=len(pages), unit="page", desc=desc) as progress:
-        engine = build_index(
-            pages,
-            args.out,
-            args.encoder,
-            args.model,
-            options=enc_opts,
-            maxsim=maxsim,
-            ocr=args.ocr,
-            bm25=BM25Params(language=args.language, stem=args.stem),
-            qdrant=qdrant,
-            progress=progress,
-            overwrite=args.overwrite,
-        )
+    if args.encoder != "bm25" and written_as_checkpoint(args.model):  # else the encoder's own name
+        check_model_ref(args.model, f"{args.encoder} encoder", option="--model")  # before any page is read
+    with removed_on_failure(args.out):  # a new --out (and parents made for it) is gone again on failure
+        engine = _build(args, qdrant)
     with engine:
         scoring = getattr(engine.index, "compute_dtype", "")  # the exact store's; others have none
         held = getattr(engine.index, "storage_dtype", "")
@@ -279,6 +269,30 @@ def run_build(args: argparse.Namespace) -> int:
         with PageStore.open(args.store) as store:
             store.register_index(args.out)
     return 0
+
+
+def _build(args: argparse.Namespace, qdrant: Any) -> Any:
+    """The pages of the build's source (a benchmark's images extracted under ``--out``), embedded."""
+    from evidra.retrieval.encoders.bm25 import BM25Params
+    from evidra.retrieval.engine import build_index
+
+    pages = _build_pages(args)
+    enc_opts, maxsim = _options(args)
+    desc = "reading text" if args.encoder == "bm25" else "embedding"
+    with LazyBar(total=len(pages), unit="page", desc=desc) as progress:
+        return build_index(
+            pages,
+            args.out,
+            args.encoder,
+            args.model,
+            options=enc_opts,
+            maxsim=maxsim,
+            ocr=args.ocr,
+            bm25=BM25Params(language=args.language, stem=args.stem),
+            qdrant=qdrant,
+            progress=progress,
+            overwrite=args.overwrite,
+        )
 
 
 def _qdrant_spec(args: argparse.Namespace) -> Any:

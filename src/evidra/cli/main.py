@@ -18,6 +18,7 @@ from evidra.cli._help import polish
 from evidra.cli._logging import setup as setup_logging
 from evidra.cli._progress import show_bars
 from evidra.cli._ranks import launch, rank_log, say
+from evidra.cli._terminal import shown
 from evidra.errors import EvidraError
 
 SUBCOMMANDS = (
@@ -82,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a reader that left shows here, not at interpreter exit
         return status
     except EvidraError as exc:
-        say(f"{name}: error: {exc}")  # one whole line; "[rank N] " first under a launcher
+        say(f"{name}: error: {shown(exc)}")  # one whole line; "[rank N] " first under a launcher
         return 2
     except KeyboardInterrupt:
         say(f"{name}: interrupted")
@@ -102,7 +103,7 @@ def _told_from_another_rank(name: str, exc: Exception) -> bool:
     if launch().rank == 0 or log is None:
         return False
     first = (str(exc).strip().splitlines() or [""])[0]
-    say(f"{name}: {type(exc).__name__}: {first} (traceback in {log})")
+    say(f"{name}: {type(exc).__name__}: {shown(first)} (traceback in {log})")
     return True
 
 

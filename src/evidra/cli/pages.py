@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 
@@ -17,6 +16,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evidra.cli._terminal import json_line, shown
     from evidra.corpus import PageStore
 
     store = PageStore.open(args.store)
@@ -32,11 +32,12 @@ def run(args: argparse.Namespace) -> int:
                 "words": len(page.words),
                 "image_path": page.image_path,
             }
-            print(json.dumps(record))
+            print(json_line(record, ascii_only=True))  # as before: every non-ASCII name escaped
         return 0
     print(f"{'page id':<24} {'size':>11} {'words':>6}  source")
     for page in pages:
         size = f"{page.width}x{page.height}"
-        print(f"{page.id:<24} {size:>11} {len(page.words):>6}  {page.source} p.{page.page_number}")
+        source = f"{shown(page.source)} p.{page.page_number}"
+        print(f"{shown(page.id):<24} {size:>11} {len(page.words):>6}  {source}")
     print(f"{len(pages)} pages")
     return 0

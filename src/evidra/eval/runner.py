@@ -26,6 +26,7 @@ from evidra.env.single_turn import SingleTurnEnv
 from evidra.errors import InvalidInputError
 from evidra.eval.scoring import ExtraScorer, Prediction, StepBox, score
 from evidra.geometry import ImageFrame, VisionSpec, clip_box, convert_box
+from evidra.jsonio import read_lines
 from evidra.models.endpoint import ChatEndpoint
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM
@@ -250,10 +251,10 @@ def read_cache(path: Path, key: Mapping[str, str]) -> dict[str, Prediction]:
     done: dict[str, Prediction] = {}
     if not path.is_file():
         return done
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in read_lines(path, "prediction cache"):
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except ValueError:  # torn by a killed run, or not UTF-8
             logger.warning("%s:%d: skipping a torn cache line", path, n)
             continue
         if all(row.get(k) == v for k, v in key.items()):

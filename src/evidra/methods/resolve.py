@@ -18,6 +18,7 @@ from typing import Any
 from evidra.config import to_dict
 from evidra.errors import ConfigError, RegistryError
 from evidra.methods.base import METHODS, Method, Resources
+from evidra.models.references import check_model_ref
 from evidra.rewards.judge_config import JudgeConfig, validate_judge
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.model_card import MethodFacts
@@ -169,14 +170,21 @@ def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: A
     >>> rl_trainer(cfg).train()                                                # doctest: +SKIP
     """
     from evidra.rl.trainer import RLTrainer
+    from evidra.rl.validate import validate_rl_config
 
-    return RLTrainer(cfg, accelerator, task=task_for(cfg, resources))
+    task = task_for(cfg, resources)  # its options checked; its data is prepared by the trainer
+    validate_rl_config(cfg, task)
+    check_model_ref(cfg.model.path, "policy model", option="model.path")  # before any data or output
+    return RLTrainer(cfg, accelerator, task=task)
 
 
 def sft_trainer(cfg: SFTConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
     """An ``SFTTrainer`` for ``cfg``: on its data file (``data.trajectories``) or on the oracle
     conversations of its method's task."""
     from evidra.rl.sft import SFTTrainer
+    from evidra.rl.validate import validate_sft_config
 
+    validate_sft_config(cfg)
+    check_model_ref(cfg.model.path, "policy model", option="model.path")  # before any data or output
     task = None if cfg.data.trajectories else task_for(cfg, resources)
     return SFTTrainer(cfg, accelerator=accelerator, task=task)

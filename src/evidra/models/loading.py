@@ -21,6 +21,7 @@ from typing import Any
 from evidra.devices import resolve_device
 from evidra.errors import ModelLoadError
 from evidra.geometry import VISION_SPECS, VisionSpec
+from evidra.jsonio import read_capped_text
 from evidra.models.references import resolve_model_ref
 from evidra.models.speedups import fast_patch_embed
 
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 TEXT_ARCHS = ("qwen2", "qwen3")  # text-only causal LMs: no vision tower, no image inputs
 SUPPORTED_ARCHS = (*VISION_SPECS, *TEXT_ARCHS)
+_REFETCH = "the checkpoint is damaged: copy or download it again"
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,9 +98,10 @@ def read_model_type(path: str | Path, kind: str = "Qwen-VL model") -> str:
             "(transformers format)"
         )
     try:
-        model_type = json.loads(cfg.read_text())["model_type"]
-    except (json.JSONDecodeError, KeyError) as exc:
-        raise ModelLoadError(f"{cfg} is not a valid transformers config ({exc})") from exc
+        model_type = json.loads(read_capped_text(cfg, f"{kind} config", fix=_REFETCH))["model_type"]
+    except (ValueError, KeyError, TypeError, RecursionError, OSError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ModelLoadError(f"{cfg} is not a valid transformers config ({reason})") from None
     return str(model_type)
 
 

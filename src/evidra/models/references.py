@@ -11,6 +11,12 @@ and ``model.path`` of a recipe) turns its reference into a directory here first:
 - ``tiny:ARCH`` builds (once) a tiny random checkpoint of ``ARCH`` (``evidra.models.tiny``) in a
   cache folder, so every command can be tried offline.
 
+``check_model_ref`` says in a second, before any data is prepared, whether a reference can name a
+model at all: a local folder (with ``config.json`` where one is needed), ``tiny:ARCH`` of a known
+architecture, or a hub repository found in the hub cache or, online, on the hub (its metadata only,
+nothing downloaded). ``ckpt/x`` with no ``ckpt/`` folder here is "no model folder 'ckpt/x'", and
+with the hub out of reach, or ``HF_HUB_OFFLINE`` set, that is the whole one-line error.
+
 >>> parse_hub_id("Qwen/Qwen2.5-VL-7B-Instruct@main")
 HubId(repo_id='Qwen/Qwen2.5-VL-7B-Instruct', revision='main')
 >>> parse_hub_id("/abs/path") is None, parse_hub_id("a/b/c") is None
@@ -25,6 +31,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from evidra.errors import ModelLoadError
 
@@ -36,6 +43,10 @@ _HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+)
 # formats evidra never loads; skipping them keeps a download to what transformers reads
 _IGNORED = ("*.gguf", "*.onnx", "*.onnx_data", "*.h5", "*.msgpack", "*.ot", "*.tflite")
 _IGNORED_DIRS = ("onnx/*", "openvino/*", "coreml/*")
+_MODEL_CONFIGS = ("config.json", "adapter_config.json")  # a model, or a PEFT adapter over one
+HUB_LOOKUP_TIMEOUT = 10.0  # seconds for the hub to answer whether a repository exists
+
+RefKind = Literal["folder", "tiny", "hub"]
 
 
 @dataclass(frozen=True)
@@ -124,11 +135,7 @@ def download(hub: HubId, kind: str = "model") -> Path:
         )
     except LocalEntryNotFoundError as exc:
         if offline:
-            raise ModelLoadError(
-                f"{str(hub)!r} is no local directory, and as a hub repository it is not in the hub cache "
-                f"{cache} (HF_HUB_OFFLINE is set); download it once online (`{hub.download_command()}`) "
-                f"or pass a local {kind} checkpoint directory"
-            ) from None
+            raise ModelLoadError(_not_cached(hub, kind)) from None
         raise ModelLoadError(
             f"could not download {kind} {str(hub)!r} ({_first_line(exc)}); check the connection, or "
             "pass a local checkpoint directory"
@@ -150,6 +157,14 @@ def download(hub: HubId, kind: str = "model") -> Path:
         ) from None
     logger.info("%s %s resolved to %s", kind, hub, folder)
     return Path(folder)
+
+
+def _not_cached(hub: HubId, kind: str) -> str:
+    return (
+        f"no {kind} folder {str(hub)!r}, and as a hub repository it is not in the hub cache "
+        f"{hub_cache_dir()} (HF_HUB_OFFLINE is set); download it once online (`{hub.download_command()}`) "
+        "or pass an existing checkpoint folder"
+    )
 
 
 def tiny_checkpoint(arch: str, cache_dir: str | Path | None = None) -> Path:
@@ -217,13 +232,154 @@ def resolve_model_ref(ref: str | Path, kind: str = "model", *, tiny_cache: str |
     if path.exists():
         return path
     if looks_like_path(text):
-        raise ModelLoadError(
-            f"no such directory: {text!r}{_nearby(path)}; pass an existing {kind} checkpoint directory"
-        )
+        raise ModelLoadError(_no_folder(text, kind))
     hub = parse_hub_id(text)
     if hub is not None:
         return download(hub, kind)
-    raise ModelLoadError(
-        f"{text!r} is not a directory; pass a local {kind} checkpoint directory (with config.json), "
-        "a hub id (org/name[@revision]) or tiny:ARCH"
+    raise ModelLoadError(_no_folder(text, kind))
+
+
+def _no_folder(text: str, kind: str) -> str:
+    path = Path(text).expanduser()
+    return (
+        f"no {kind} folder {text!r}{_nearby(path)}; pass an existing checkpoint folder (with "
+        "config.json), a hub id (org/name[@revision]) or tiny:ARCH"
     )
+
+
+def ref_kind(ref: str | Path) -> RefKind | None:
+    """What model reference ``ref`` is, judged on this machine alone (nothing loaded, no network):
+    an existing local path, ``tiny:ARCH``, an ``org/name[@revision]`` that is no path here, or None.
+
+    >>> ref_kind("tiny:qwen2_5_vl"), ref_kind("Qwen/Qwen2.5-VL-3B-Instruct"), ref_kind("./no/such")
+    ('tiny', 'hub', None)
+    """
+    text = str(ref).strip()
+    if text.startswith(TINY_PREFIX):
+        return "tiny"
+    if text and Path(text).expanduser().exists():
+        return "folder"
+    return "hub" if looks_like_hub_id(text) else None
+
+
+def written_as_checkpoint(ref: str | Path) -> bool:
+    """Whether ``ref`` is written as a checkpoint reference (a path, ``org/name``, ``tiny:ARCH``),
+    not as a name an encoder registered by a user reads its own way.
+
+    >>> written_as_checkpoint("./ckpt"), written_as_checkpoint("org/name"), written_as_checkpoint("bge:m3")
+    (True, True, False)
+    """
+    text = str(ref).strip()
+    return (
+        text.startswith(TINY_PREFIX)
+        or parse_hub_id(text) is not None
+        or looks_like_path(text)
+        or Path(text).expanduser().exists()
+    )
+
+
+def check_model_ref(
+    ref: str | Path, kind: str = "model", *, option: str = "", need_config: bool = True
+) -> RefKind:
+    """Refuse, in one line, a reference that names no ``kind``; cheap enough to run before any data
+    is prepared (no weights read, nothing downloaded or built). ``option`` (``--model``,
+    ``model.path``) starts the message; ``need_config``: a local folder must hold ``config.json``
+    (or a PEFT ``adapter_config.json``); without it, any folder passes (a training run, which its
+    loader exports).
+
+    >>> check_model_ref("./ckpt/x", "policy model", option="model.path")
+    Traceback (most recent call last):
+    evidra.errors.ModelLoadError: model.path: no policy model folder './ckpt/x'; pass an existing ...
+    """
+    try:
+        return _check_ref(str(ref).strip(), kind, need_config)
+    except ModelLoadError as exc:
+        if not option:
+            raise
+        raise ModelLoadError(f"{option}: {exc}") from None
+
+
+def _check_ref(text: str, kind: str, need_config: bool) -> RefKind:
+    if not text:
+        raise ModelLoadError(
+            f"no {kind} given; pass a local checkpoint folder, a hub id (org/name) or tiny:ARCH"
+        )
+    found = ref_kind(text)
+    if found == "tiny":
+        _check_tiny(text, kind)
+    elif found == "folder":
+        _check_folder(Path(text).expanduser(), text, kind, need_config)
+    elif found == "hub":
+        hub = parse_hub_id(text)
+        assert hub is not None  # looks_like_hub_id parsed it
+        _check_hub(hub, text, kind)
+    else:
+        raise ModelLoadError(_no_folder(text, kind))
+    return found
+
+
+def _check_tiny(text: str, kind: str) -> None:
+    from evidra.models.tiny import TINY_KINDS
+
+    arch = text[len(TINY_PREFIX) :]
+    if arch not in TINY_KINDS:
+        raise ModelLoadError(
+            f"{kind} {text!r}: unknown tiny architecture {arch!r}; choose one of {', '.join(TINY_KINDS)}"
+        )
+
+
+def _check_folder(path: Path, text: str, kind: str, need_config: bool) -> None:
+    if not path.is_dir():
+        raise ModelLoadError(f"{kind} {text!r} is a file, not a checkpoint folder; pass the folder")
+    if need_config and not any((path / name).is_file() for name in _MODEL_CONFIGS):
+        raise ModelLoadError(
+            f"{kind} folder {text!r} holds no config.json; pass a checkpoint folder in transformers "
+            "format (the one holding config.json)"
+        )
+
+
+def _in_hub_cache(hub: HubId) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    cache = hub_cache_dir()
+    return any(
+        isinstance(try_to_load_from_cache(hub.repo_id, name, cache_dir=cache, revision=hub.revision), str)
+        for name in _MODEL_CONFIGS
+    )
+
+
+def _check_hub(hub: HubId, text: str, kind: str) -> None:
+    """A hub id no folder here answers to: found in the hub cache, or (online) on the hub."""
+    if _in_hub_cache(hub):
+        return
+    if hub_offline():
+        raise ModelLoadError(_not_cached(hub, kind))
+    problem = _hub_lookup(hub)
+    if problem:
+        raise ModelLoadError(f"no {kind} folder {text!r}, and {problem}")
+
+
+def _hub_lookup(hub: HubId) -> str:
+    """Why the hub cannot serve ``hub`` ("" when it can): its metadata asked for, nothing fetched."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        HfApi().model_info(hub.repo_id, revision=hub.revision, timeout=HUB_LOOKUP_TIMEOUT)
+    except RevisionNotFoundError:
+        return (
+            f"hub repository {hub.repo_id!r} has no revision {hub.revision!r}; pass an existing branch, "
+            "tag or commit after the @"
+        )
+    except RepositoryNotFoundError:  # also a gated or private repository without a token
+        return (
+            f"no hub repository {hub.repo_id!r} this machine may read; check the spelling (write "
+            "./ before a local path), or run `hf auth login` for a gated or private one"
+        )
+    except Exception as exc:  # the HTTP client's connection errors, which differ by hub version
+        return (
+            f"the hub could not be reached to look for repository {hub.repo_id!r} "
+            f"({type(exc).__name__}: {_first_line(exc)}); pass an existing checkpoint folder, or check "
+            "the connection"
+        )
+    return ""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from evidra.config import dump_config
 from evidra.confined import inside
 from evidra.errors import CheckpointError
+from evidra.jsonio import read_capped_text
 
 if TYPE_CHECKING:
     from evidra.rl.engine import Engine
@@ -223,7 +224,7 @@ def verify_checkpoint(folder: str | Path) -> None:
     if not manifest.is_file():
         return
     try:
-        sums = json.loads(manifest.read_text())
+        sums = json.loads(read_capped_text(manifest, "checkpoint checksums"))
     except (OSError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"checkpoint {root}: {CHECKSUMS} is unreadable ({exc})") from exc
     if not isinstance(sums, dict):
@@ -262,7 +263,7 @@ def load_checkpoint(
     try:
         weights = load_trainable_weights(folder)
         trainer = torch.load(folder / "trainer.pt", weights_only=True)
-        state = TrainState(**json.loads((folder / "state.json").read_text()))
+        state = TrainState(**json.loads(read_capped_text(folder / "state.json", "checkpoint state")))
         if min(state.step, state.data_epoch, state.data_offset) < 0:
             raise ValueError(f"negative position in state.json: {state}")
     except (

@@ -26,6 +26,7 @@ from typing import Any
 
 from evidra.config import from_dict, parse_yaml
 from evidra.errors import CheckpointError, ConfigError, InvalidInputError, ModelLoadError
+from evidra.jsonio import read_capped_text
 from evidra.rl.checkpoint import list_checkpoints, load_trainable_weights
 from evidra.rl.config import ModelConfig
 from evidra.rl.model_card import CARD, CardInput, MethodFacts, model_card
@@ -86,7 +87,7 @@ def read_checkpoint(source: str | Path) -> TrainedCheckpoint:
     folder = find_checkpoint(source)
     config_file = folder / "config.yaml"
     try:
-        data = parse_yaml(config_file.read_text(), str(config_file)) or {}
+        data = parse_yaml(read_capped_text(config_file, "checkpoint config"), str(config_file)) or {}
         model = from_dict(ModelConfig, data.get("model") or {}, "model")
     except (OSError, ConfigError, AttributeError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -190,7 +191,7 @@ def _apply_pixel_limits(out: Path, model: ModelConfig) -> None:
     path = out / "preprocessor_config.json"
     if (model.min_pixels is None and model.max_pixels is None) or not path.is_file():
         return
-    data = json.loads(path.read_text())
+    data = json.loads(read_capped_text(path, "processor config"))
     size = data.get("size") if isinstance(data.get("size"), dict) else None
     for key, edge, value in (("min_pixels", "shortest_edge", model.min_pixels),
                              ("max_pixels", "longest_edge", model.max_pixels)):  # fmt: skip

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from evidra.errors import InvalidInputError
+from evidra.jsonio import read_json_lines, read_lines
 from evidra.metrics.anls import anls
 from evidra.metrics.qa import evaluate_predictions
 from evidra.metrics.text import INSUFFICIENT_ANSWER, is_no_answer, normalize_lat, token_recall
@@ -127,10 +128,10 @@ def done_ids(path: Path) -> set[str]:
     """Ids already in the output (accepted or rejected); torn lines are ignored."""
     ids: set[str] = set()
     if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for _, line in read_lines(path, "distillation output"):
             try:
                 ids.add(str(json.loads(line)["id"]))
-            except (json.JSONDecodeError, KeyError):
+            except (ValueError, KeyError, TypeError):  # torn, not UTF-8, or no id
                 continue
     return ids
 
@@ -223,5 +224,5 @@ def distill(
 
 def accepted_records(path: str | Path) -> list[dict[str, Any]]:
     """The accepted rows of a distillation file (the SFT cold-start set)."""
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [row for _, row in read_json_lines(path, "distillation file")]
     return [r for r in rows if r.get("accepted")]

@@ -12,13 +12,15 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from evidra.data.synth.documents import SynthCorpus, SynthDocument, SynthQuestion
-from evidra.errors import InvalidInputError
-from evidra.types import Box, CoordSpace
+from evidra.errors import EvidraError, InvalidInputError
+from evidra.jsonio import MAX_FILE_BYTES, read_capped_text
+from evidra.types import Box, CoordSpace, Word
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,10 +34,29 @@ def corpus_to_json(corpus: SynthCorpus) -> str:
 
     questions = [{**{f: getattr(q, f) for f in _QUESTION_FIELDS}, "gold_box": box(q.gold_box),
                   "evidence_box": box(q.evidence_box)} for q in corpus.questions]  # fmt: skip
-    documents = [dataclasses.asdict(d) for d in corpus.documents]
+    documents = [_document_json(d) for d in corpus.documents]
     return json.dumps(
         {"root": corpus.root, "dpi": corpus.dpi, "documents": documents, "questions": questions}
     )
+
+
+def words_to_json(words: Sequence[Word]) -> list[list[Any]]:
+    """A page's text layer as ``[text, x1, y1, x2, y2]`` rows (page pixels).
+
+    >>> words_from_json(words_to_json([Word("Orion", Box(1.0, 2.0, 30.0, 12.0))]))[0].text
+    'Orion'
+    """
+    return [[w.text, w.box.x1, w.box.y1, w.box.x2, w.box.y2] for w in words]
+
+
+def words_from_json(rows: Sequence[Any]) -> tuple[Word, ...]:
+    """Inverse of :func:`words_to_json` (``ValueError``/``TypeError`` on anything else)."""
+    return tuple(Word(str(t), Box(float(x1), float(y1), float(x2), float(y2))) for t, x1, y1, x2, y2 in rows)
+
+
+def _document_json(d: SynthDocument) -> dict[str, Any]:
+    words = [words_to_json(page) for page in d.page_words]
+    return {**dataclasses.asdict(replace(d, page_words=())), "page_words": words}
 
 
 _QUESTION_FIELDS = ("id", "question", "answers", "kind", "doc_id", "source", "page_number", "page_id",
@@ -53,12 +74,14 @@ def corpus_from_json(text: str) -> SynthCorpus:
                 tuple(d["page_ids"]),
                 tuple(d["image_paths"]),
                 tuple((int(w), int(h)) for w, h in d["page_sizes"]),
+                # a cache written before the words were kept has none
+                tuple(words_from_json(page) for page in d.get("page_words", [])),
             )
             for d in data["documents"]
         )
         questions = tuple(_question(q) for q in data["questions"])
         return SynthCorpus(str(data["root"]), float(data["dpi"]), documents, questions)
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise InvalidInputError(f"not a synthetic corpus cache ({type(exc).__name__}: {exc})") from exc
 
 
@@ -88,8 +111,8 @@ def build_once(
         fcntl.flock(lock, fcntl.LOCK_EX)
         if cache.exists():
             try:
-                return load(cache.read_text(encoding="utf-8"))
-            except (InvalidInputError, OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+                return load(read_capped_text(cache, what, MAX_FILE_BYTES))
+            except (EvidraError, OSError, ValueError, KeyError, TypeError) as exc:
                 logger.warning("rebuilding the unreadable %s %s (%s)", what, cache, exc)
         result = build()
         tmp = cache.with_name(cache.name + ".tmp")
