@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from evidra.methods import named_task
+from evidra.methods import build_task
 from evidra.models.branches import _positions, prefix_context
 from evidra.models.generation import Generation, SamplingParams
 from evidra.models.loading import VLM, load_vlm
@@ -76,7 +76,7 @@ class _Script:
 
 
 def _group(vlm: VLM, root: Path, n: int, zooms: int) -> list[Row]:
-    task = named_task("cave")
+    task = build_task(dict(name="cave"))
     samples = task_samples(task, DataConfig(task="cave", size=n, path=str(root)))
     script = _Script(vlm, zooms, [s.answers[0] for s in samples])
     limits = RolloutLimits(zooms + 1, 64, 100_000)

@@ -1,12 +1,16 @@
 """A sixth method in one file, outside evidra: answer in a few words, rewarded by exact match.
 
 It reuses evidra's pieces (the ``direct`` paradigm, the single-turn environment, the synthetic
-documents) and brings its own options, reward and oracle. Registering it makes every command
-take it: ``evidra train sft|rl`` with ``method: {name: short_answer}``, ``evidra eval --method
-short_answer``, ``evidra ask --method short_answer``. docs/adding-a-method.md walks through it.
+documents) and brings its own options, reward and oracle, all from one import,
+``evidra.methods.api``. Registering it makes every command take it: ``evidra train sft|rl`` with
+``method: {name: short_answer}``, ``evidra eval --method short_answer``, ``evidra ask --method
+short_answer``. docs/adding-a-method.md walks through it.
 
-Register it by importing this module (``METHODS.add`` below), or from a package of your own
-through an entry point, so the ``evidra`` command finds it without an import::
+The command line loads it without packaging it (its folder on PYTHONPATH)::
+
+    evidra train rl --method-module short_answer --config short_answer.yaml
+
+or, from a package of your own, through an entry point, so no option is needed::
 
     [project.entry-points."evidra.methods"]
     short_answer = "short_answer"
@@ -17,15 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from evidra.env.single_turn import SingleTurnEnv
-from evidra.errors import ConfigError
-from evidra.methods import IMAGE_QA, METHODS, Method, Resources, adapter, merged_weights, synth_samples
-from evidra.metrics.text import exact_match
-from evidra.paradigms.direct import Direct
-from evidra.rewards.base import RewardResult, weighted_sum
-from evidra.rl.config import DataConfig
-from evidra.rl.tasks import Task
-from evidra.types import Message, Parsed, Sample, Trajectory
+from evidra.methods import api
 
 WEIGHTS = {"answer": 1.0, "format": 0.2}
 
@@ -45,48 +41,50 @@ class ShortAnswerReward:
     max_words: int
     weights: Mapping[str, float]
 
-    def __call__(self, parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
+    def __call__(
+        self, parsed: api.Parsed, sample: api.Sample, trajectory: api.Trajectory | None = None
+    ) -> api.RewardResult:
         answer = parsed.answer or ""
         short = len(answer.split()) <= self.max_words
-        right = max((exact_match(answer, gold) for gold in sample.answers), default=0.0)
+        right = max((api.exact_match(answer, gold) for gold in sample.answers), default=0.0)
         components = {"answer": right if short else 0.0, "format": float(parsed.ok)}
-        return RewardResult(weighted_sum(components, self.weights), components)
+        return api.RewardResult(api.weighted_sum(components, self.weights), components)
 
 
-def samples(cfg: DataConfig) -> list[Sample]:
-    return synth_samples(cfg, "synth.short_answer")
+def samples(cfg: api.DataConfig) -> list[api.Sample]:
+    return api.synth_samples(cfg, "synth.short_answer")
 
 
-def oracle(sample: Sample) -> list[Message]:
+def oracle(sample: api.Sample) -> list[api.Message]:
     """A correct conversation, the SFT cold start."""
     answer = sample.answers[0] if sample.answers else "not answerable"
     return [
-        *Direct().build_messages(sample, sample.pages),
-        Message.text("assistant", f"<think>The page states it.</think><answer>{answer}</answer>"),
+        *api.Direct().build_messages(sample, sample.pages),
+        api.Message.text("assistant", f"<think>The page states it.</think><answer>{answer}</answer>"),
     ]
 
 
-def build(options: ShortAnswerOptions, resources: Resources) -> Task:
+def build(options: ShortAnswerOptions, resources: api.Resources) -> api.Task:
     if options.max_words < 1:
-        raise ConfigError(f"method.max_words must be >= 1, got {options.max_words}")
-    weights = merged_weights("short_answer", WEIGHTS, options.weights)
-    return Task(
+        raise api.ConfigError(f"method.max_words must be >= 1, got {options.max_words}")
+    weights = api.merged_weights("short_answer", WEIGHTS, options.weights)
+    return api.Task(
         name="short_answer",
         samples=samples,
-        make_env=lambda sample: SingleTurnEnv(Direct()),
-        parse=Direct().parse,
+        make_env=lambda sample: api.SingleTurnEnv(api.Direct()),
+        parse=api.Direct().parse,
         reward=ShortAnswerReward(options.max_words, weights),
         oracle=oracle,
-        from_benchmark=adapter(IMAGE_QA, name="short_answer"),
+        from_benchmark=api.adapter(api.IMAGE_QA, name="short_answer"),
     )
 
 
-SHORT_ANSWER = Method(
+SHORT_ANSWER = api.Method(
     name="short_answer",
     options=ShortAnswerOptions,
     build=build,
     paradigm="direct",
     summary="answer in a few words; exact-match reward",
 )
-if "short_answer" not in METHODS:
-    METHODS.add("short_answer", SHORT_ANSWER)
+if "short_answer" not in api.METHODS:
+    api.METHODS.add("short_answer", SHORT_ANSWER)

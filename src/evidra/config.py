@@ -4,15 +4,21 @@
 
 A file may start from another with ``base: PATH`` (relative to the file): the base is read first
 and the file's own keys merged over it, section by section (``configs/tiny/*.yaml`` are the
-recipes with small sizes this way). Unknown keys are errors with a "did you mean" (a class's
-``__replaced_keys__`` names the successor of a retired key); values are
-checked against the field types (int, float, str, bool, Literal, tuples, optional, nested
-dataclasses). Components are chosen by registry name in a config, never by import path.
+recipes with small sizes this way). A section tagged ``!replace`` (``method: !replace {name:
+short_answer}``) takes the place of the base's section whole instead of merging into it; the tag
+builds a plain marker in the safe loader, so it runs nothing.
+
+Unknown keys are errors with a "did you mean" (a class's ``__replaced_keys__`` names the
+successor of a retired key in its own section, ``__moved_keys__`` the full path of one that moved
+to another section); values are checked against the field types (int, float, str, bool,
+Literal, tuples, optional, nested dataclasses). Components are chosen by registry name in a
+config, never by import path.
 ``dump_config`` writes the resolved config next to every checkpoint and result.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import types
@@ -82,6 +88,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     replaced: Mapping[str, str] = getattr(cls, "__replaced_keys__", {})  # retired key -> its successor
+    moved: Mapping[str, str] = getattr(cls, "__moved_keys__", {})  # retired key -> its full new path
     kwargs = {}
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
@@ -89,6 +96,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
             raise ConfigError(
                 f"config key {path!r} was replaced; did you mean {_sibling(path, replaced[key])}?"
             )
+        if key in moved:
+            raise ConfigError(f"config key {path!r} was replaced; did you mean {moved[key]!r}?")
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"
@@ -133,20 +142,36 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
                 raise ConfigError(f"override {item!r}: {part!r} is not a section")
         fix = "; the value is read as YAML: a number, true/false, text, or a list such as [1, 2]"
         shown = item if len(item) <= 80 else f"{item[:77]}..."
-        node[parts[-1]] = parse_yaml(raw, f"override {shown!r}", fix) if raw.strip() else ""
+        value = parse_yaml(raw, f"override {shown!r}", fix) if raw.strip() else ""
+        node[parts[-1]] = _plain({parts[-1]: value}, f"override {shown!r}")[parts[-1]]  # replaces anyway
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Replace:
+    """A value tagged ``!replace`` in a recipe: it replaces the base's value instead of merging."""
+
+    value: Any
+
+
+REPLACE_TAG = "!replace"
+
+
 def merge_sections(base: Mapping[str, Any], over: Mapping[str, Any], where: str = "") -> dict[str, Any]:
-    """``base`` with ``over`` merged in, recursively for nested mappings.
+    """``base`` with ``over`` merged in, recursively for nested mappings; a ``Replace`` value
+    replaces the base's whole.
 
     >>> merge_sections({"optim": {"lr": 1e-6, "weight_decay": 0.01}}, {"optim": {"lr": 5e-7}})
     {'optim': {'lr': 5e-07, 'weight_decay': 0.01}}
+    >>> merge_sections({"method": {"name": "lat", "scoped": True}}, {"method": Replace({"name": "cave"})})
+    {'method': {'name': 'cave'}}
     """
     out = dict(base)
     for key, value in over.items():
         here = f"{where}.{key}" if where else str(key)
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+        if isinstance(value, Replace):
+            out[key] = value.value
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
             out[key] = merge_sections(out[key], value, here)
         else:
             out[key] = value
@@ -196,6 +221,9 @@ def _nesting_within(value: Any, limit: int) -> bool:
     seen: set[tuple[int, int]] = set()
     while stack:
         node, depth = stack.pop()
+        if isinstance(node, Replace):
+            stack.append((node.value, depth))
+            continue
         if not isinstance(node, (Mapping, list)) or (id(node), depth) in seen:
             continue
         if depth >= limit:
@@ -219,6 +247,31 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 class _AliasFound(Exception):
     pass
+
+
+def _construct_replace(loader: yaml.SafeLoader, node: yaml.Node) -> Replace:
+    """``!replace VALUE``: VALUE read as the untagged node would be, in a ``Replace`` marker."""
+    plain = copy.copy(node)
+    plain.tag = loader.resolve(type(node), node.value, (True, False))
+    return Replace(loader.construct_object(plain, deep=True))
+
+
+_NoAliasLoader.add_constructor(REPLACE_TAG, _construct_replace)
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` with its ``Replace`` markers taken off (a marked key with nothing to replace
+    keeps its value); a marker that is not the value of a key is a ``ConfigError``."""
+    if isinstance(value, Replace):
+        raise ConfigError(
+            f"{where}: {REPLACE_TAG} marks the value of a key (method: {REPLACE_TAG} {{...}}), "
+            "not a list item: remove the tag"
+        )
+    if isinstance(value, list):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {k: _plain(v.value if isinstance(v, Replace) else v, f"{where}.{k}") for k, v in value.items()}
+    return value
 
 
 def _safe_load(text: str) -> Any:
@@ -266,13 +319,15 @@ def read_config_file(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str,
         )
     data = parse_yaml(_read_text(file), f"config file {str(file)!r}") or {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level")
+        tagged = f" ({REPLACE_TAG} marks a section, not the whole file)" if isinstance(data, Replace) else ""
+        raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level{tagged}")
     base = data.pop(BASE_KEY, None)
     if base is None:
-        return data
+        return _plain(data, str(file))
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"{BASE_KEY}: in {str(file)!r} must name a config file, got {base!r}")
-    return merge_sections(read_config_file(file.parent / base, (*seen, file.resolve())), data)
+    merged = merge_sections(read_config_file(file.parent / base, (*seen, file.resolve())), data)
+    return _plain(merged, str(file))
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:

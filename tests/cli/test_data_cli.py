@@ -88,11 +88,11 @@ def test_config_checks_toolbox_subset_and_trajectories(tmp_path: Path) -> None:
         check_config(load_config(RLConfig, ROOT / "configs" / f"{recipe}.yaml", ["model.path=x", *over]))
 
     with pytest.raises(ConfigError, match=r"method\.toolbox is no option of method 'lat'"):
-        check("lat", f"data.toolbox={tmp_path / 'box.json'}")
+        check("lat", f"method.toolbox={tmp_path / 'box.json'}")
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     with pytest.raises(ConfigError, match=r"method\.toolbox: toolbox .* non-empty"):
-        check("lang2act_stage2", f"data.toolbox={bad}")
+        check("lang2act_stage2", f"method.toolbox={bad}")
     with pytest.raises(ConfigError, match=r"data\.subset: cannot read"):
         check("lat", f"data.subset={tmp_path / 'missing.jsonl'}")
     traj = tmp_path / "t.jsonl"
@@ -180,12 +180,12 @@ def test_lang2act_sequence_stage1_toolbox_stage2(tmp_path: Path, fake_judge: Any
     assert main(argv) == 0
     assert len(fake_judge.requests) == 2  # one curation request per stage-1 trajectory
     stage2 = ["-q", "train", "rl", "--config", str(ROOT / "configs" / "lang2act_stage2.yaml"), *TINY,
-              *data, f"model.path={stage1}", f"data.toolbox={box}",
+              *data, f"model.path={stage1}", f"method.toolbox={box}",
               f"run.output_dir={tmp_path / 'rl2'}"]  # fmt: skip
     assert main(stage2) == 0
     assert f"toolbox: {box}" in (tmp_path / "rl2" / "config.yaml").read_text()
     assert len((tmp_path / "rl2" / "metrics.jsonl").read_text().splitlines()) == 1
-    over = ["model.path=x", f"data.toolbox={box}", *data]
+    over = ["model.path=x", f"method.toolbox={box}", *data]
     cfg = load_config(RLConfig, ROOT / "configs" / "lang2act_stage2.yaml", over)
     task = task_for(cfg)
     sample = task_samples(task, cfg.data)[0]

@@ -64,3 +64,12 @@ def test_quiet_after_the_subcommand_and_full_names_in_errors(
     assert main(["index", "search", "--index", str(tmp_path / "none"), "-q", "query"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("evidra index search: error: ") and err.count("\n") == 1
+
+
+def test_method_module_before_and_after_the_subcommand_repeats() -> None:
+    args = PARSER.parse_args(
+        ["--method-module", "a.b", "pages", "S", "--method-module", "c", "--method-module", "d"]
+    )
+    assert args.method_module == ["a.b"] and args.method_module_after == ["c", "d"]
+    assert PARSER.parse_args(["pages", "S"]).method_module == []
+    assert "--method-module MODULE" in PARSER.format_help()

@@ -97,8 +97,8 @@ def test_page_budget_is_checked_before_loading(tmp_path: Path) -> None:
     def cfg(*over: str) -> RLConfig:
         return load_config(RLConfig, None, ["model.path=x", f"run.output_dir={tmp_path}", *over])
 
-    check_config(cfg("data.task=lang2act.stage1", "data.pages_per_question=3"))
+    check_config(cfg("method.name=lang2act", "method.stage=1", "method.pages_per_question=3"))
     with pytest.raises(ConfigError, match=r"method\.pages_per_question is no option of method 'evisrag'"):
-        check_config(cfg("data.task=evisrag", "data.pages_per_question=3"))
+        check_config(cfg("method.name=evisrag", "method.pages_per_question=3"))
     with pytest.raises(ConfigError, match="must be >= 0"):
-        check_config(cfg("data.task=lang2act.stage1", "data.pages_per_question=-1"))
+        check_config(cfg("method.name=lang2act", "method.stage=1", "method.pages_per_question=-1"))

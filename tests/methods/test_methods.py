@@ -1,5 +1,5 @@
-"""The method layer: one registered Method per paper with its own options class, the old task
-names as aliases, checked options."""
+"""The method layer: one registered Method per paper with its own options class, checked
+options; the former task names and keys are one-line errors naming their new spelling."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from evidra.config import load_config
 from evidra.errors import ConfigError, RegistryError
 from evidra.eval.tables import LAYOUTS
-from evidra.methods import METHODS, TASK_ALIASES, Resources, build_task, method_section
+from evidra.methods import METHODS, Resources, build_task, method_section
+from evidra.methods.resolve import FORMER_TASKS
 from evidra.paradigms import PARADIGMS
 from evidra.retrieval.base import Hit
 from evidra.rewards.cave_reward import CaveReward
@@ -40,33 +41,49 @@ def test_every_paper_is_a_registered_method_with_its_own_options() -> None:
 
 
 @pytest.mark.parametrize(
-    ("task", "expected"),
+    ("task", "spelling"),
     [
-        ("lat.colqwen2", dict(name="lat", similarity="colqwen2")),
-        ("lat.rs_grpo", dict(name="lat", scoped=True)),
-        ("lang2act.stage2", dict(name="lang2act", stage=2)),
-        ("vragrl", dict(name="vragrl")),
+        ("lat.colqwen2", r"method: \{name: lat, similarity: colqwen2\}"),
+        ("lat.rs_grpo", r"method: \{name: lat, scoped: true\}"),
+        ("lang2act.stage2", r"method: \{name: lang2act, stage: 2\}"),
+        ("vragrl", r"method: \{name: vragrl\}"),
     ],
 )
-def test_a_former_task_name_is_a_method_section(task: str, expected: dict[str, Any]) -> None:
-    assert method_section(_cfg(f"data.task={task}")) == expected
+def test_a_former_task_name_is_an_error_naming_its_method_section(task: str, spelling: str) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"data\.task='{task}' was replaced; did you mean {spelling}"
+    ) as err:
+        method_section(_cfg(f"data.task={task}"))
+    assert "\n" not in str(err.value)
 
 
-def test_older_option_keys_move_into_the_method_section() -> None:
-    cfg = _cfg("data.task=lang2act.stage1", "data.pages_per_question=3", "reward.mode=paper")
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("data.index=idx/", "method.index"),
+        ("data.toolbox=box.json", "method.toolbox"),
+        ("data.pages_per_question=3", "method.pages_per_question"),
+        ("reward.mode=upstream", "method.reward_mode"),
+        ("judge.kind=rule", "method.judge"),
+    ],
+)
+def test_a_former_key_is_an_error_naming_its_new_spelling(old: str, new: str) -> None:
+    key = old.partition("=")[0].rsplit(".", 1)[0] if old.startswith("judge") else old.partition("=")[0]
+    with pytest.raises(ConfigError, match=rf"config key '{key}' was replaced; did you mean '{new}'\?"):
+        _cfg("method.name=lang2act", old)
+
+
+def test_the_method_section_is_read_as_written() -> None:
+    cfg = _cfg("method.name=lang2act", "method.stage=1", "method.pages_per_question=3")
     assert method_section(cfg) == dict(name="lang2act", stage=1, pages_per_question=3)
-    up = _cfg("method.name=evisrag", "reward.mode=upstream")
-    assert method_section(up) == dict(name="evisrag", reward_mode="upstream")
     assert method_section(_cfg("data.task=toy.length")) is None  # a plain task has no method
 
 
-def test_conflicting_spellings_are_errors_not_guesses(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"data\.toolbox and method\.toolbox disagree"):
-        method_section(_cfg("method.name=lang2act", "method.toolbox=a.json", "data.toolbox=b.json"))
+def test_conflicting_choices_are_errors_not_guesses() -> None:
     with pytest.raises(ConfigError, match=r"data\.task='toy\.length' and method\.name='lat'"):
         method_section(_cfg("method.name=lat", "data.task=toy.length"))
-    with pytest.raises(ConfigError, match=r"data\.index is an option of a paper method"):
-        method_section(_cfg("data.task=toy.length", "data.index=idx/"))
+    with pytest.raises(ConfigError, match=r"method\.stage needs method\.name"):
+        method_section(_cfg("method.stage=1"))
 
 
 @pytest.mark.parametrize(
@@ -87,7 +104,11 @@ def test_conflicting_spellings_are_errors_not_guesses(tmp_path: Path) -> None:
             r"method\.simlarity is no option .* did you mean 'similarity'",
         ),
         (dict(name="lat", scoped="yes"), r"method\.scoped must be true or false"),
-        (dict(name="latt"), r"method\.name: unknown method 'latt'; did you mean 'lat'"),
+        (
+            dict(name="latt"),
+            r"method\.name: unknown method 'latt' \(did you mean 'lat'\?\); "
+            r"a method defined in your own module is loaded with --method-module my_pkg\.my_method",
+        ),
     ],
 )
 def test_a_wrong_option_is_one_line_naming_key_and_fix(method: dict[str, Any], message: str) -> None:
@@ -118,10 +139,11 @@ def test_resources_are_used_instead_of_building_from_config() -> None:
     assert lat.reward.similarity is similarity
 
 
-def test_aliases_cover_every_former_task_name() -> None:
-    assert set(TASK_ALIASES) == {"lat", "lat.colqwen2", "lat.rs_grpo", "evisrag", "lang2act.stage1",
+def test_every_former_task_name_names_a_registered_method() -> None:
+    assert set(FORMER_TASKS) == {"lat", "lat.colqwen2", "lat.rs_grpo", "evisrag", "lang2act.stage1",
                                  "lang2act.stage2", "vragrl", "cave"}  # fmt: skip
-    assert {a["name"] for a in TASK_ALIASES.values()} == {"lat", "evisrag", "lang2act", "vragrl", "cave"}
+    for spelling in FORMER_TASKS.values():
+        assert spelling.removeprefix("method: {name: ").split(",")[0].rstrip("}") in METHODS
 
 
 class _Always:

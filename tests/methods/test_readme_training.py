@@ -83,5 +83,7 @@ def test_a_config_naming_an_unknown_method_is_an_error() -> None:
     from evidra.methods import rl_trainer
 
     cfg = load_config(RLConfig, ROOT / "configs" / "tiny" / "lat.yaml", ["method.name=lta"])
-    with pytest.raises(ConfigError, match=r"unknown method 'lta'; did you mean 'lat'"):
+    with pytest.raises(
+        ConfigError, match=r"unknown method 'lta' \(did you mean 'lat'\?\); .* --method-module"
+    ):
         rl_trainer(cfg)

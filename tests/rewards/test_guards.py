@@ -11,15 +11,24 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from evidra.methods import named_task
+from evidra.methods import build_task
 from evidra.rewards.guards import GuardConfig, guard, tripped
 from evidra.rl.config import DataConfig
 from evidra.types import Sample
 
-METHODS = ["lat", "evisrag", "lang2act.stage1", "lang2act.stage2", "vragrl", "cave"]
+SECTIONS: dict[str, dict[str, Any]] = {
+    "lat": {"name": "lat"},
+    "evisrag": {"name": "evisrag"},
+    "lang2act.stage1": {"name": "lang2act", "stage": 1},
+    "lang2act.stage2": {"name": "lang2act", "stage": 2},
+    "vragrl": {"name": "vragrl"},
+    "cave": {"name": "cave"},
+}
+METHODS = list(SECTIONS)
 ON = GuardConfig(guards=True)
 
 
@@ -59,9 +68,9 @@ def _lat_box_hacks(oracle: str, sample: Sample, page_text: str) -> dict[str, str
 def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Sample, str, dict[str, str]]]:
     out = {}
     for name in METHODS:
-        task = named_task(name)
+        task = build_task(SECTIONS[name])
         path = Path(tmp_path_factory.mktemp(name.replace(".", "_")))
-        sample = task.samples(DataConfig(task=name, size=2, path=str(path)))[0]
+        sample = task.samples(DataConfig(size=2, path=str(path)))[0]
         assert task.oracle is not None
         last = task.oracle(sample)[-1].content[-1]
         oracle = str(getattr(last, "text", last))
@@ -75,7 +84,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Sample, s
 
 
 def _score(name: str, sample: Sample, text: str, cfg: GuardConfig) -> tuple[float, tuple[str, ...]]:
-    task = named_task(name)
+    task = build_task(SECTIONS[name])
     parsed = task.parse(text)
     trips = tripped(parsed, sample, cfg)
     return guard(task.reward(parsed, sample), trips).total, trips

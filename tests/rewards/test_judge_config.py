@@ -134,17 +134,15 @@ def test_a_failed_judgement_is_unscored_not_zero(fake: tuple[str, list[dict[str,
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("judge.kind=openia", "did you mean 'openai'"),
-        ("judge={kind: openai, base_url: 'http://x/v1'}", "judge.model is empty"),
-        ("judge={kind: openai, base_url: 'x', model: m}", "http"),
-        ("judge.concurrency=0", "judge.concurrency must be >= 1"),
-        ("judge.rule=exact", "judge is an option of a paper method"),
+        ("method.judge.kind=openia", "did you mean 'openai'"),
+        ("method.judge={kind: openai, base_url: 'http://x/v1'}", "judge.model is empty"),
+        ("method.judge={kind: openai, base_url: 'x', model: m}", "http"),
+        ("method.judge.concurrency=0", "judge.concurrency must be >= 1"),
+        ("judge.rule=exact", "config key 'judge' was replaced; did you mean 'method.judge'"),
     ],
 )
 def test_judge_config_errors_before_the_model_loads(tmp_path: Path, override: str, message: str) -> None:
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "data.task=toy.length", override]
-    if "concurrency" in override:
-        over[2] = "data.task=vragrl"
+    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "method.name=vragrl", override]
     with pytest.raises(ConfigError, match=message):
         rl_trainer(load_config(RLConfig, None, over))
     assert not (tmp_path / "models").exists()

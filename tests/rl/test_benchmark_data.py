@@ -11,7 +11,7 @@ import pytest
 
 from evidra.cli.main import main
 from evidra.errors import ConfigError, InvalidInputError
-from evidra.methods import build_task, named_task
+from evidra.methods import build_task
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import TASKS, task_samples, usable
 from evidra.types import Page, Sample
@@ -40,24 +40,26 @@ def _ocr_installed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_single_turn_recipes_take_benchmark_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: False)
     with pytest.raises(ConfigError, match="visa_wiki: 5 pages have no text layer"):  # screenshots, no OCR
-        task_samples(named_task("lat"), _visa(tmp_path, "lat"))
+        task_samples(build_task(dict(name="lat")), _visa(tmp_path, "lat"))
     monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: True)
-    lat = task_samples(named_task("lat"), _visa(tmp_path, "lat"))
+    lat = task_samples(build_task(dict(name="lat")), _visa(tmp_path, "lat"))
     assert [s.answerable for s in lat] == [True, False]  # "No Answer" items train LAT's refusal
     assert lat[0].gold_boxes and [p.id for p in lat[0].pages] == ["nq-7", "nq-1", "nq-9"]
-    evisrag = task_samples(named_task("evisrag"), _visa(tmp_path, "evisrag"))
+    evisrag = task_samples(build_task(dict(name="evisrag")), _visa(tmp_path, "evisrag"))
     assert [s.sufficient for s in evisrag] == [True, False]  # derived from answerability
-    (cave,) = task_samples(named_task("cave"), _visa(tmp_path, "cave"))  # answerable ones only
+    (cave,) = task_samples(build_task(dict(name="cave")), _visa(tmp_path, "cave"))  # answerable ones only
     assert [p.id for p in cave.pages] == ["nq-1"]  # the gold page, zoomed on alone
-    assert len(task_samples(named_task("lang2act.stage2"), _visa(tmp_path, "lang2act.stage2"))) == 2
+    assert (
+        len(task_samples(build_task(dict(name="lang2act", stage=2)), _visa(tmp_path, "lang2act.stage2"))) == 2
+    )
     # the scoped variants carry the adaptation of the task they wrap
-    assert len(task_samples(named_task("lat.rs_grpo"), _visa(tmp_path, "lat.rs_grpo"))) == 2
+    assert len(task_samples(build_task(dict(name="lat", scoped=True)), _visa(tmp_path, "lat.rs_grpo"))) == 2
 
 
 def test_data_size_subsamples_with_the_seed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    task = named_task("lat")
+    task = build_task(dict(name="lat"))
     with caplog.at_level(logging.WARNING, logger="evidra.rl.tasks"):
         one = task_samples(task, _visa(tmp_path, "lat", size=1, seed=0))
     assert len(one) == 1 and "training on 1 of 2 visa_wiki samples" in caplog.text
@@ -70,10 +72,10 @@ def test_benchmark_errors_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="own generated data"):
         task_samples(TASKS.get("toy.digits"), _visa(tmp_path, "toy.digits"))
     with pytest.raises(ConfigError, match=r"needs data\.path"):
-        task_samples(named_task("lat"), DataConfig(task="lat", source="slidevqa"))
+        task_samples(build_task(dict(name="lat")), DataConfig(task="lat", source="slidevqa"))
     # VRAG-RL: image-only pages and no index -> BM25 would find nothing
     with pytest.raises(ConfigError, match=r"method\.index"):
-        task_samples(named_task("vragrl"), _slides("vragrl"))
+        task_samples(build_task(dict(name="vragrl")), _slides("vragrl"))
 
 
 def test_usable_counts_reasons_and_refuses_when_nothing_is_left(tmp_path: Path) -> None:
@@ -170,7 +172,7 @@ def test_lat_recipe_trains_on_a_benchmark_from_its_yaml(tmp_path: Path) -> None:
     cfg = load_config(RLConfig, root / "configs" / "lat.yaml", overrides)
     trainer = rl_trainer(cfg)
     assert sorted(s.id for s in trainer.samples) == sorted(
-        s.id for s in task_samples(named_task("lat"), cfg.data)
+        s.id for s in task_samples(build_task(dict(name="lat")), cfg.data)
     )
     (row,) = trainer.train()
     assert math.isfinite(row["loss"]) and {"reward/accuracy", "reward/ground"} <= set(row)
@@ -180,12 +182,12 @@ def test_sft_writes_oracles_for_benchmark_samples_with_gold_evidence(tmp_path: P
     from evidra.rl.config import SFTConfig
     from evidra.rl.sft import _task_conversations
 
-    convs = _task_conversations(SFTConfig(data=_visa(tmp_path, "lat")), named_task("lat"))
+    convs = _task_conversations(SFTConfig(data=_visa(tmp_path, "lat")), build_task(dict(name="lat")))
     assert len(convs) == 2 and all(c[-1].role == "assistant" for c in convs)
     assert "No answer" in convs[1][-1].plain_text
     # SlideVQA has no answer boxes: LAT's oracle cannot cite evidence for any sample
     with pytest.raises(ConfigError, match="cannot build an SFT conversation"):
-        _task_conversations(SFTConfig(data=_slides("lat")), named_task("lat"))
+        _task_conversations(SFTConfig(data=_slides("lat")), build_task(dict(name="lat")))
 
 
 @pytest.mark.slow
@@ -209,7 +211,7 @@ def test_vragrl_recipe_trains_on_a_benchmark_with_an_index(
         "algo.mini_batch_size=0",
         "rollout.max_response_tokens=24", "rollout.max_turns=2", "algo.kl=none", "data.size=0",
         "data.source=slidevqa", f"data.path={FIX / 'slidevqa' / 'test.jsonl'}", "data.options.n_slides=3",
-        f"data.index={idx}", f"run.output_dir={tmp_path / 'run'}",
+        f"method.index={idx}", f"run.output_dir={tmp_path / 'run'}",
     ]  # fmt: skip
     (row,) = rl_trainer(load_config(RLConfig, root / "configs" / "vragrl.yaml", overrides)).train()
     assert math.isfinite(row["loss"]) and {"reward/retrieval", "reward/answer", "reward/pattern"} <= set(row)

@@ -29,7 +29,7 @@ def test_lat_rewards_train_under_rs_grpo_scopes(tmp_path: Path) -> None:
 
     cfg = load_config(RLConfig, None, [
         "model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "run.steps=2", "run.batch_size=2",
-        "rollout.group_size=3", "rollout.max_new_tokens=24", "data.task=lat.rs_grpo",
+        "rollout.group_size=3", "rollout.max_new_tokens=24", "method.name=lat", "method.scoped=true",
         f"data.path={tmp_path / 'data'}", "data.size=4", "algo.advantage=rs_grpo", "algo.kl=none",
     ])  # fmt: skip
     trainer = rl_trainer(cfg)

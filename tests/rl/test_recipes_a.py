@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evidra.config import load_config
-from evidra.methods import named_task, rl_trainer, task_for
+from evidra.methods import build_task, rl_trainer, task_for
 from evidra.rl.config import RLConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,13 +88,21 @@ def test_recipe_yaml_hyperparameters_follow_the_papers() -> None:
     assert s1.model.max_pixels == s2.model.max_pixels == 401408
 
 
+METHOD_SECTIONS: dict[str, dict[str, object]] = {
+    "lat": {"name": "lat"},
+    "evisrag": {"name": "evisrag"},
+    "lang2act.stage1": {"name": "lang2act", "stage": 1},
+    "lang2act.stage2": {"name": "lang2act", "stage": 2},
+}
+
+
 @pytest.mark.parametrize("task", ["lat", "evisrag", "lang2act.stage1", "lang2act.stage2"])
 def test_oracle_conversation_earns_the_full_reward(task: str, tmp_path: Path) -> None:
     """The SFT cold-start answer built from the gold evidence scores the maximum."""
     from evidra.rl.config import DataConfig
 
-    t = named_task(task)
-    samples = t.samples(DataConfig(task=task, size=6, path=str(tmp_path)))
+    t = build_task(METHOD_SECTIONS[task])
+    samples = t.samples(DataConfig(size=6, path=str(tmp_path)))
     assert any(not s.answerable for s in samples) and any(s.answerable for s in samples)
     best = {"lat": 4.0, "evisrag": 3.0, "lang2act.stage1": 1.0, "lang2act.stage2": 1.0}[task]
     assert t.oracle is not None
@@ -106,7 +114,7 @@ def test_oracle_conversation_earns_the_full_reward(task: str, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_evisrag_upstream_variant_trains_on_the_six_released_scopes(tmp_path: Path) -> None:
-    over = [*_small(tmp_path, "up"), "reward.mode=upstream", "run.steps=1"]
+    over = [*_small(tmp_path, "up"), "method.reward_mode=upstream", "run.steps=1"]
     cfg = load_config(RLConfig, ROOT / "configs" / "evisrag.yaml", over)
     (row,) = rl_trainer(cfg).train()
     assert math.isfinite(row["loss"])
@@ -125,7 +133,7 @@ def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
         "model.path=tiny:qwen2_5_vl",
         "model.max_pixels=50176",
         "model.min_pixels=3136",
-        f"data.task={task}",
+        *(f"method.{key}={value}" for key, value in METHOD_SECTIONS[task].items()),
         "data.size=2",
         f"data.path={tmp_path / 'synth'}",
         "run.steps=2",
@@ -146,7 +154,7 @@ def test_lat_colqwen2_loads_the_retriever_from_its_checkpoint(
     from evidra.rl.config import DataConfig
 
     with pytest.raises(ConfigError, match=r"needs method\.similarity_checkpoint"):
-        named_task("lat.colqwen2")  # the alias names no checkpoint
+        build_task(dict(name="lat", similarity="colqwen2"))  # no checkpoint named
     checkpoint = str(tiny_dirs["colqwen2"])
     task = build_task(dict(name="lat", similarity="colqwen2", similarity_checkpoint=checkpoint))
     sample = next(s for s in task.samples(DataConfig(size=4, path=str(tmp_path))) if s.answerable)

@@ -63,7 +63,7 @@ def test_recipe_trains_two_steps(recipe: str, tmp_path: Path) -> None:
 from collections.abc import Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
-from evidra.methods import named_task  # noqa: E402
+from evidra.methods import build_task  # noqa: E402
 from evidra.models.context import Context  # noqa: E402
 from evidra.models.generation import Generation, SamplingParams  # noqa: E402
 from evidra.rl.config import DataConfig  # noqa: E402
@@ -98,7 +98,7 @@ def small_vlm(tiny_dirs: dict[str, Path]) -> Any:
 
 
 def test_vragrl_scripted_episodes_score_the_paper_reward(small_vlm: Any, tmp_path: Path) -> None:
-    task = named_task("vragrl")
+    task = build_task(dict(name="vragrl"))
     sample = task.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
     q, a = sample.question, sample.answers[0]
     right = [f"<think>a</think><search>{q}</search>", "<think>b</think><bbox>[10, 10, 300, 200]</bbox>",
@@ -127,7 +127,7 @@ def test_vragrl_scripted_episodes_score_the_paper_reward(small_vlm: Any, tmp_pat
 def test_cave_scripted_episodes_get_turn_credits(small_vlm: Any, tmp_path: Path) -> None:
     import json
 
-    task = named_task("cave")
+    task = build_task(dict(name="cave"))
     sample = task.samples(DataConfig(task="cave", size=1, path=str(tmp_path)))[0]
     call = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 200, 200]}})
     zoom_then_answer = [f"<think>z</think><tool_call>{call}</tool_call>",
@@ -159,7 +159,7 @@ def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
         "model.path=tiny:qwen2_5_vl",
         "model.max_pixels=12544",
         "model.min_pixels=3136",
-        f"data.task={task}",
+        f"method.name={task}",
         "data.size=2",
         f"data.path={tmp_path / 'synth'}",
         "run.steps=2",
@@ -198,7 +198,7 @@ def test_synth_once_builds_a_folder_once_across_threads(tmp_path: Path) -> None:
 def test_vragrl_answer_without_search_paper_and_released(small_vlm: Any, tmp_path: Path) -> None:
     """A right answer with no search. Paper (Eq. 9-12): no page retrieved, r_Ret = DCG(empty) /
     IDCG = 0; no <search> action, r_Pat = 0; r = 0.2 * 0 + 0.7 * 1 + 0.1 * 0 = 0.7 (beta: the paper
-    gates nothing on retrieval). Released (reward.mode=upstream): 0 without both an <answer> and
+    gates nothing on retrieval). Released (method.reward_mode=upstream): 0 without both an <answer> and
     a <search> in the decoded response. After an invalid action the released check also reads the
     environment's message, whose instructions name both tags: the gate passes without a search
     (0.7 + 0.1 + 0.2 * 0), where the paper still gives 0.7."""
@@ -260,7 +260,7 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     from evidra.rewards.cave import Outcome
     from evidra.rl.tasks import task_samples
 
-    task = named_task("cave")
+    task = build_task(dict(name="cave"))
     samples = task_samples(task, DataConfig(task="cave", size=14, path=str(tmp_path)))
     assert Counter(s.dataset for s in samples) == dict.fromkeys(SCENARIOS, 2)  # CAVE App. C's seven, even
     for s in samples:  # one image each (pairs as panels); the perception field is the evidence unit
@@ -282,7 +282,9 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     )
     assert [s.dataset for s in chain] == ["tunnel_chain"] * 2
     with pytest.raises(ConfigError, match=r"remove data\.synthetic"):
-        task_samples(named_task("lat"), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",)))
+        task_samples(
+            build_task(dict(name="lat")), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",))
+        )
     cases = [
         ("cave", ["data.synthetic=[tracr]"], r"did you mean 'tracer"),
         ("cave", ["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),

@@ -147,11 +147,11 @@ def test_reward_mode_and_router_are_checked_before_loading(tmp_path: Path) -> No
     def cfg(*over: str) -> RLConfig:
         return load_config(RLConfig, None, ["model.path=x", f"run.output_dir={tmp_path}", *over])
 
-    with pytest.raises(ConfigError, match=r"reward\.mode is an option of a paper method"):
+    with pytest.raises(ConfigError, match=r"'reward\.mode' was replaced; did you mean 'method\.reward_mode'"):
         check_config(cfg("data.task=toy.digits", "reward.mode=upstream"))
     with pytest.raises(ConfigError, match="router needs a task with scoped rewards"):
         check_config(cfg("data.task=toy.digits", "algo.advantage=router"))
     with pytest.raises(ConfigError, match=r"algo\.loss_agg=token-mean"):
-        check_config(cfg("data.task=evisrag", "algo.advantage=router", "algo.loss_agg=seq-mean-token-mean"))
-    with pytest.raises(ConfigError, match=r"reward\.mode must be one of"):
-        cfg("reward.mode=released")
+        check_config(cfg("method.name=evisrag", "algo.advantage=router", "algo.loss_agg=seq-mean-token-mean"))
+    with pytest.raises(ConfigError, match=r"method\.reward_mode must be one of"):
+        check_config(cfg("method.name=evisrag", "method.reward_mode=released"))

@@ -1,6 +1,6 @@
 """The options of ``evidra eval`` that change what a paradigm is shown or how it is scored, as
 the papers evaluate: a page budget per question (Lang2Act and EVisRAG show the top-3 retrieved
-pages), a curated toolbox in Lang2Act's prompt (``--toolbox``, as ``data.toolbox`` in stage-2
+pages), a curated toolbox in Lang2Act's prompt (``--toolbox``, as ``method.toolbox`` in stage-2
 training), and LAT's Step Accuracy with a retriever (``--sa-retriever``)."""
 
 from __future__ import annotations

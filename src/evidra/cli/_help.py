@@ -1,6 +1,7 @@
 """What every subcommand's parser shares, added after the subcommands registered themselves:
 
-- ``-q`` / ``-v`` accepted after the subcommand too (``evidra ask -q ...``), not only before it;
+- ``-q`` / ``-v`` / ``--method-module`` accepted after the subcommand too (``evidra ask -q ...``),
+  not only before it;
 - ``command_path``: the full name for errors (``evidra index search: error: ...``);
 - help that shows each option's default, and ends with two or three examples (``EXAMPLES``).
 
@@ -150,6 +151,15 @@ def polish(parser: argparse.ArgumentParser) -> None:
             "-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
             help="only warnings and errors, no progress bars; also before the subcommand",
         )  # fmt: skip
+        sub.add_argument(
+            "--method-module",
+            action="append",
+            dest="method_module_after",
+            default=argparse.SUPPRESS,
+            metavar="MODULE",
+            help="import MODULE (my_pkg.my_method) first, for the methods it defines; repeatable; "
+            "also before the subcommand",
+        )
         name = sub.prog.removeprefix("evidra ")
         if name in EXAMPLES:
             sub.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])

@@ -18,7 +18,7 @@ ViDoRe v2 and VisRAG (``corpus``/``queries``/``qrels``), or ViDoRe v1's QA rows;
 benchmark's corpus ids (image file names for v1), so ``eval --benchmark`` scores the same folder's
 queries and qrels against them. Inline images are written to ``<out>/images`` (``--image-dir``).
 ``--dataset`` indexes the pages of a training/evaluation benchmark loader with the loader's page
-ids, so ``train rl`` with ``data.source`` and ``data.index`` finds its gold pages in it.
+ids, so ``train rl`` with ``data.source`` and ``method.index`` finds its gold pages in it.
 
 ``--backend qdrant`` keeps the vectors in Qdrant instead of the directory's exact store: a
 collection on a server or cluster (``--qdrant-url``; the API key comes from ``$QDRANT_API_KEY``,

@@ -56,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="only warnings and errors, no progress bars"
     )
+    parser.add_argument(
+        "--method-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE (my_pkg.my_method, its folder on PYTHONPATH) first, so that the methods "
+        "it defines are known to every command; repeatable. Importing runs the module's code",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"evidra.cli.{name.replace('-', '_')}").register(subparsers)
@@ -79,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_bars(not args.quiet)
     name = getattr(args, "command_path", f"evidra {args.command}")  # "evidra index search"
     try:
+        _import_method_modules([*args.method_module, *getattr(args, "method_module_after", [])])
         status = int(args.func(args))
         sys.stdout.flush()  # a reader that left shows here, not at interpreter exit
         return status
@@ -94,6 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _told_from_another_rank(name, exc):
             raise
         return 1
+
+
+def _import_method_modules(names: Sequence[str]) -> None:
+    """``--method-module``: the user's own method modules, imported before the command runs."""
+    if names:
+        from evidra.methods.base import import_method_module
+
+        for name in names:
+            import_method_module(name)
 
 
 def _told_from_another_rank(name: str, exc: Exception) -> bool:

@@ -8,8 +8,10 @@ builder turns the method's own typed options (the ``method:`` section of a recip
     cfg = load_config(RLConfig, "configs/tiny/lat.yaml", ["run.steps=2"])
     rl_trainer(cfg).train()                   # RLTrainer(cfg, task=task_for(cfg)).train()
 
-A method outside this package registers with ``METHODS.add(name, Method(...))`` or through the
-``evidra.methods`` entry-point group (docs/adding-a-method.md). ``evidra.rl`` knows only the
+A method outside this package takes everything it needs from ``evidra.methods.api`` and
+registers with ``METHODS.add(name, Method(...))``; the command line loads its module with
+``evidra --method-module my_pkg.my_method``, an installed package through the ``evidra.methods``
+entry-point group (docs/adding-a-method.md). ``evidra.rl`` knows only the
 ``Task`` record; nothing below this package imports it.
 """
 
@@ -19,14 +21,12 @@ from evidra.methods._benchmark import IMAGE_QA, adapter
 from evidra.methods._synth import synth_samples
 from evidra.methods.base import ENTRY_POINT_GROUP, METHODS, Method, Resources, merged_weights
 from evidra.methods.resolve import (
-    TASK_ALIASES,
     Resolved,
     build_task,
     check_config,
     get_method,
     method_facts,
     method_section,
-    named_task,
     resolve,
     resolve_section,
     rl_trainer,
@@ -38,7 +38,6 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "IMAGE_QA",
     "METHODS",
-    "TASK_ALIASES",
     "Method",
     "Resolved",
     "Resources",
@@ -49,7 +48,6 @@ __all__ = [
     "merged_weights",
     "method_facts",
     "method_section",
-    "named_task",
     "resolve",
     "resolve_section",
     "rl_trainer",

@@ -29,7 +29,7 @@ from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
 from evidra.config import from_dict
-from evidra.errors import ConfigError, InvalidInputError
+from evidra.errors import ConfigError, InvalidInputError, RegistryError
 from evidra.registry import Registry
 from evidra.rewards.base import check_weights as check_reward_weights
 from evidra.rewards.judge_config import JudgeConfig, build_judge, validate_judge
@@ -39,11 +39,17 @@ from evidra.rl.model_card import Paper
 from evidra.rl.tasks import Task
 from evidra.types import Sample
 
-__all__ = ["ENTRY_POINT_GROUP", "METHODS", "Method", "Resources", "merged_weights"]
+__all__ = ["ENTRY_POINT_GROUP", "METHODS", "Method", "Resources", "import_method_module", "merged_weights"]
 
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "evidra.methods"  # installed packages add methods under this entry-point group
+# the modules of this package that define no method (the first lookup imports every other one)
+_NOT_METHODS = ("api", "base", "resolve", "scoring")
+UNKNOWN_METHOD_FIX = (
+    "a method defined in your own module is loaded with --method-module my_pkg.my_method "
+    "(from Python: import the module)"
+)
 
 O = TypeVar("O")
 
@@ -117,7 +123,7 @@ class _MethodRegistry(Registry["Method[Any]"]):
         _MethodRegistry._loaded = True
         package = importlib.import_module("evidra.methods")
         for module in pkgutil.iter_modules(package.__path__):
-            if not module.name.startswith("_") and module.name not in ("base", "resolve", "scoring"):
+            if not module.name.startswith("_") and module.name not in _NOT_METHODS:
                 importlib.import_module(f"evidra.methods.{module.name}")
         for point in entry_points(group=ENTRY_POINT_GROUP):
             if point.name not in self._items:
@@ -127,7 +133,11 @@ class _MethodRegistry(Registry["Method[Any]"]):
 
     def get(self, name: str) -> Method[Any]:
         self._load()
-        return super().get(name)
+        if name in self._items:
+            return self._items[name]
+        close = difflib.get_close_matches(str(name), list(self._items), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(self.names())})"
+        raise RegistryError(f"unknown method {name!r}{hint}; {UNKNOWN_METHOD_FIX}")
 
     def names(self) -> list[str]:
         self._load()
@@ -139,6 +149,27 @@ class _MethodRegistry(Registry["Method[Any]"]):
 
 
 METHODS: _MethodRegistry = _MethodRegistry("method")
+
+
+def import_method_module(name: str) -> None:
+    """Import module ``name`` (dotted, as ``import`` takes it) so that the methods it defines
+    register: ``evidra --method-module my_pkg.my_method``. Importing runs the module's code,
+    which is why only the command line names one, never a recipe. A name that is not a module
+    name, or a module that fails to import, is a one-line ``ConfigError`` naming it."""
+    parts = name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise ConfigError(
+            f"--method-module {name!r} is not a module name: name it as `import` does "
+            "(my_pkg.my_method, its folder on PYTHONPATH), not as a file"
+        )
+    try:
+        importlib.import_module(name)
+    except (ImportError, SyntaxError) as exc:
+        raise ConfigError(
+            f"--method-module {name!r} cannot be imported: {type(exc).__name__}: {exc}; "
+            "check the name and that its folder is on PYTHONPATH"
+        ) from exc
+    logger.debug("imported method module %s", name)
 
 
 def merged_weights(name: str, default: Mapping[str, float], weights: Mapping[str, float]) -> dict[str, float]:

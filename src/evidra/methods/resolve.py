@@ -1,12 +1,9 @@
 """From a training config to the method and task the trainer is handed.
 
-``resolve(cfg)`` reads the ``method:`` section (``name`` plus the method's own options), with
-the older spellings mapped onto it: a former paper task name in ``data.task``
-(``TASK_ALIASES``: ``lat.colqwen2`` is ``method: {name: lat, similarity: colqwen2}``),
-``data.toolbox``, ``data.index``, ``data.pages_per_question``, ``reward.mode`` and a top-level
-``judge:``. An old spelling that disagrees with the method section is an error, never silently
-dropped. ``task_for(cfg)`` builds the method's task, or the plain task ``data.task`` names
-when the config names no method.
+``resolve(cfg)`` reads the ``method:`` section (``name`` plus the method's own options).
+``task_for(cfg)`` builds the method's task, or the plain task ``data.task`` names when the
+config names no method. A former paper task name in ``data.task`` (``lat.colqwen2``) is an error
+naming the method section that replaced it.
 """
 
 from __future__ import annotations
@@ -15,25 +12,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.config import to_dict
 from evidra.errors import ConfigError, RegistryError
 from evidra.methods.base import METHODS, Method, Resources
 from evidra.models.references import check_model_ref
-from evidra.rewards.judge_config import JudgeConfig, validate_judge
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.model_card import MethodFacts
 from evidra.rl.tasks import Task, plain_task
 
-# the former task names -> the method section each stands for
-TASK_ALIASES: dict[str, dict[str, Any]] = {
-    "lat": {"name": "lat"},
-    "lat.colqwen2": {"name": "lat", "similarity": "colqwen2"},
-    "lat.rs_grpo": {"name": "lat", "scoped": True},
-    "evisrag": {"name": "evisrag"},
-    "lang2act.stage1": {"name": "lang2act", "stage": 1},
-    "lang2act.stage2": {"name": "lang2act", "stage": 2},
-    "vragrl": {"name": "vragrl"},
-    "cave": {"name": "cave"},
+# the paper task names data.task took before methods had a section -> the section that replaced each
+FORMER_TASKS: dict[str, str] = {
+    "lat": "method: {name: lat}",
+    "lat.colqwen2": "method: {name: lat, similarity: colqwen2}",
+    "lat.rs_grpo": "method: {name: lat, scoped: true}",
+    "evisrag": "method: {name: evisrag}",
+    "lang2act.stage1": "method: {name: lang2act, stage: 1}",
+    "lang2act.stage2": "method: {name: lang2act, stage: 2}",
+    "vragrl": "method: {name: vragrl}",
+    "cave": "method: {name: cave}",
 }
 
 
@@ -70,54 +65,24 @@ def build_task(section: Mapping[str, Any], resources: Resources | None = None) -
     return resolve_section(section).task(resources)
 
 
-def named_task(name: str, resources: Resources | None = None) -> Task:
-    """The task a former task name (``TASK_ALIASES``) or a plain task name stands for."""
-    if name in TASK_ALIASES:
-        return build_task(TASK_ALIASES[name], resources)
-    return plain_task(name)
-
-
-def _legacy(cfg: RLConfig | SFTConfig) -> dict[str, tuple[str, Any]]:
-    """The older spellings set away from their defaults: option -> (old key, value)."""
-    data, old = cfg.data, DataConfig()
-    pairs = {
-        "toolbox": ("data.toolbox", data.toolbox, old.toolbox),
-        "index": ("data.index", data.index, old.index),
-        "pages_per_question": ("data.pages_per_question", data.pages_per_question, 0),
-        "reward_mode": ("reward.mode", cfg.reward.mode, "paper"),
-        "judge": ("judge", cfg.judge, JudgeConfig()),
-    }
-    return {k: (key, value) for k, (key, value, default) in pairs.items() if value != default}
-
-
 def method_section(cfg: RLConfig | SFTConfig) -> dict[str, Any] | None:
-    """The run's method section with the older spellings merged in; None for a plain task."""
-    validate_judge(cfg.judge)  # a typo in the section fails with its own fix first
+    """The run's method section; None for a plain task."""
+    if cfg.data.task in FORMER_TASKS:
+        raise ConfigError(
+            f"data.task={cfg.data.task!r} was replaced; did you mean {FORMER_TASKS[cfg.data.task]} "
+            "(and no data.task)?"
+        )
     section = dict(cfg.method)
-    alias = TASK_ALIASES.get(cfg.data.task, {})
-    if alias:  # an explicit former task name wins over the method fields it names
-        section.update(alias)
-    elif section.get("name") and cfg.data.task != DataConfig().task:
+    if not section.get("name"):
+        others = [key for key in section if key != "name"]
+        if others:
+            raise ConfigError(f"method.{others[0]} needs method.name")
+        return None
+    if cfg.data.task != DataConfig().task:
         raise ConfigError(
             f"data.task={cfg.data.task!r} and method.name={section['name']!r} both pick what to train; "
             "remove data.task (or remove the method section to train the plain task)"
         )
-    legacy = _legacy(cfg)
-    if not section.get("name"):
-        if len(section) > 1 or (section and "name" not in section):
-            raise ConfigError(f"method.{next(k for k in section if k != 'name')} needs method.name")
-        if legacy:
-            key = next(iter(legacy.values()))[0]
-            raise ConfigError(f"{key} is an option of a paper method; set method.name or remove {key}")
-        return None
-    defaults = get_method(section["name"]).options() if legacy else None
-    for option, (key, value) in legacy.items():
-        current = to_dict(section.get(option, getattr(defaults, option, None)))
-        if current != to_dict(getattr(defaults, option, None)) and current != to_dict(value):
-            raise ConfigError(
-                f"{key} and method.{option} disagree ({value!r} vs {current!r}); keep method.{option} only"
-            )
-        section[option] = value
     return section
 
 
@@ -152,10 +117,6 @@ def method_facts(config: Mapping[str, Any]) -> MethodFacts | None:
     registered here."""
     section = config.get("method")
     name = section.get("name") if isinstance(section, Mapping) else None
-    data = config.get("data")
-    task = data.get("task") if isinstance(data, Mapping) else None
-    if not name and isinstance(task, str):
-        name = TASK_ALIASES.get(task, {}).get("name")
     if not isinstance(name, str) or name not in METHODS:
         return None
     method = METHODS.get(name)

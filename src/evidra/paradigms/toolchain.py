@@ -235,7 +235,7 @@ class Toolchain:
 
 def with_toolbox(paradigm: object, tools: tuple[Tool, ...]) -> Toolchain:
     """The stage-2 Lang2Act ``paradigm`` prompting with ``tools`` (a curated toolbox, as
-    ``data.toolbox`` gives stage-2 training); any other paradigm lists no tools."""
+    ``method.toolbox`` gives stage-2 training); any other paradigm lists no tools."""
     if not isinstance(paradigm, Toolchain) or paradigm.stage != 2:
         name = getattr(paradigm, "name", type(paradigm).__name__)
         raise InvalidInputError(f"paradigm {name!r} lists no tools; a toolbox is for the paradigm toolchain")

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from evidra.models.vllm_backend import VLLMConfig
 from evidra.rewards.guards import GuardConfig
-from evidra.rewards.judge_config import JudgeConfig
 
 if TYPE_CHECKING:
     from evidra.rollout import RolloutLimits
@@ -46,8 +45,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataConfig:
     # a plain task (evidra.rl.tasks.TASKS: toy.digits, toy.length, toy.key_value) when method.name is
-    # empty. The former paper task names (lat, lat.colqwen2, lat.rs_grpo, evisrag, lang2act.stage1,
-    # lang2act.stage2, vragrl, cave) are aliases of a method section (docs/methods.md)
+    # empty; a paper method is the method section (docs/methods.md)
     task: str = "toy.digits"
     path: str = ""  # the benchmark's files with ``source``; else the generated data's cache folder
     size: int = 64  # generated tasks: number of samples; with ``source``: at most this many, 0 = all
@@ -58,16 +56,19 @@ class DataConfig:
     # of its scenarios), drawn into path (or the private cache); empty: the task's own data
     synthetic: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)  # loader options, e.g. {pool: train.jsonl}
-    # aliases of method.index, method.pages_per_question and method.toolbox (older configs)
-    index: str = ""
-    pages_per_question: int = 0
-    toolbox: str = ""
     # a file of `evidra data filter`: train on the samples it keeps, a subset of the task's samples
     subset: str = ""
     # SFT only: a JSONL of conversations, trained on instead of the task's oracle conversations
     # (`evidra train sft --data FILE` sets it): distilled trajectories (evidra data distill), TRL /
     # OpenAI messages or LLaMA-Factory ShareGPT rows
     trajectories: str = ""
+
+    # keys that moved into the method section are refused with their new spelling
+    __moved_keys__: ClassVar[dict[str, str]] = {
+        "index": "method.index",
+        "pages_per_question": "method.pages_per_question",
+        "toolbox": "method.toolbox",
+    }
     # the file's format: auto (detected from its rows) | evidra | messages | sharegpt
     trajectories_format: str = "auto"
 
@@ -133,6 +134,9 @@ class AlgoConfig:
     # dynamic sampling's rule: empty keeps groups whose rewards are not all equal (DAPO); [low, high]
     # keeps groups whose mean reward is strictly inside (EasyR1's online filter, e.g. [0.01, 0.99])
     keep_mean_range: tuple[float, ...] = ()
+    # steps in a row whose groups each earned a single reward (every advantage 0: nothing learns,
+    # e.g. a base model that never earns one) before one warning; 0: never warn
+    warn_no_variance_after: int = 3
 
 
 @dataclass(frozen=True)
@@ -172,8 +176,7 @@ class RunConfig:
 class RewardConfig(GuardConfig):
     """The ``reward:`` section: the reward-hacking guards (``GuardConfig``)."""
 
-    # alias of method.reward_mode (older configs)
-    mode: Literal["paper", "upstream"] = "paper"
+    __moved_keys__: ClassVar[dict[str, str]] = {"mode": "method.reward_mode"}
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,6 @@ class RLConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     run: RunConfig = field(default_factory=RunConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)  # alias of method.judge (older configs)
     reward: RewardConfig = field(default_factory=RewardConfig)  # reward variant, hacking guards (off)
     # overrides of the sections above for the SFT stage of the same recipe (``evidra train sft``),
     # e.g. {optim: {lr: 5.0e-7, schedule: cosine}, epochs: 3}; checked when the recipe loads
@@ -195,6 +197,7 @@ class RLConfig:
 
     # a recipe's ``sft`` section is validated as SFTConfig overrides whenever the recipe loads
     __stage_sections__: ClassVar[tuple[str, ...]] = ()
+    __moved_keys__: ClassVar[dict[str, str]] = {"judge": "method.judge"}
 
 
 @dataclass(frozen=True)
@@ -211,8 +214,8 @@ class SFTConfig:
     epochs: int = 1  # with run.steps = 0: steps = ceil(epochs x examples / batch_size)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     sft: dict[str, Any] = field(default_factory=dict)
 
     __stage_sections__: ClassVar[tuple[str, ...]] = ("sft",)
+    __moved_keys__: ClassVar[dict[str, str]] = {"judge": "method.judge"}

@@ -10,11 +10,13 @@ Group predicates work on a (P, G) reward tensor and return which groups to keep 
 * :func:`all_of` combines predicates. ``DAPO_FILTER`` and ``EVISRAG_FILTER`` are the presets.
 
 :class:`DynamicSampler` keeps calling a generator callback for new rounds until enough groups
-pass, capped at ``max_rounds`` (verl recipe ``max_num_gen_batches``).
+pass, capped at ``max_rounds`` (verl recipe ``max_num_gen_batches``). :class:`NoVarianceWatch`
+notices a run whose groups keep earning a single reward (a base model that never earns one).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
@@ -97,6 +99,48 @@ def filter_groups(rewards: Tensor, predicate: GroupPredicate = DAPO_FILTER) -> T
             f"a group predicate must return a (P,) bool tensor, got {keep.dtype} {tuple(keep.shape)}"
         )
     return keep
+
+
+def no_variance(rewards: Tensor) -> bool:
+    """Whether every group of ``rewards`` (P, G) earned a single reward, so that every group-relative
+    advantage is 0 and nothing learns. NaN marks an episode without a reward (unscored); a step
+    with no reward at all says nothing and counts as False.
+
+    >>> no_variance(torch.tensor([[-1.0, -1.0], [2.0, float("nan")]]))
+    True
+    >>> no_variance(torch.tensor([[-1.0, -1.0], [0.0, 1.0]]))
+    False
+    """
+    groups = _as_groups(rewards)  # (P, G)
+    finite = torch.isfinite(groups)
+    if not bool(finite.any()):
+        return False
+    high = torch.where(finite, groups, -math.inf).amax(dim=1)  # (P,)
+    low = torch.where(finite, groups, math.inf).amin(dim=1)  # (P,)
+    return bool((high <= low).all())
+
+
+@dataclass
+class NoVarianceWatch:
+    """Counts the steps in a row whose groups each earned a single reward (:func:`no_variance`)
+    and says once, after ``after`` of them, that the run has nothing to learn from; 0 never does."""
+
+    after: int
+    streak: int = 0
+    warned: bool = False
+
+    def observe(self, rewards: Tensor) -> bool:
+        """Count one step's sampled rewards (P, G); True on the one step the warning is due.
+
+        >>> watch = NoVarianceWatch(2)
+        >>> [watch.observe(torch.zeros(2, 3)) for _ in range(4)]
+        [False, True, False, False]
+        """
+        if self.after < 1 or self.warned:
+            return False
+        self.streak = self.streak + 1 if no_variance(rewards) else 0
+        self.warned = self.streak >= self.after
+        return self.warned
 
 
 @dataclass(frozen=True)

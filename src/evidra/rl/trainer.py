@@ -35,7 +35,7 @@ from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
 from evidra.rl.credit import token_advantages
 from evidra.rl.engine import Engine, empty_like, pad_microbatches
-from evidra.rl.filtering import DynamicSampler, Round, group_filter
+from evidra.rl.filtering import DynamicSampler, NoVarianceWatch, Round, group_filter
 from evidra.rl.kl import kl_in_reward
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.precision import default_device, resolve_model_dtype, training_precision
@@ -112,6 +112,7 @@ class RLTrainer:
             enabled=self.acc.is_main_process,
         )
         self.state = TrainState(step=0, data_epoch=0, data_offset=0)
+        self.flat_watch = NoVarianceWatch(cfg.algo.warn_no_variance_after)
         self._maybe_resume()
         # rollout backend (rollout.backend): built after resuming, so vLLM starts from these weights
         self.backend = make_backend(cfg.rollout, self.vlm, cfg.model.dtype)
@@ -153,14 +154,19 @@ class RLTrainer:
         g = r.group_size
         return [(episodes[i : i + g], results[i : i + g]) for i in range(0, len(episodes), g)]
 
-    def _collect(self) -> tuple[list[Group], dict[str, float]]:
+    def _collect(self) -> tuple[list[Group], list[Group], dict[str, float]]:
+        """The groups to train on, every group sampled for them (dynamic sampling may draw
+        several rounds and drop groups), and the sampling counts."""
         import torch
 
         if not self.cfg.algo.dynamic_sampling:
-            return self._rollout(self.next_samples()), {}
+            groups = self._rollout(self.next_samples())
+            return groups, groups, {}
+        sampled: list[Group] = []
 
         def generate(_round: int) -> Round[Group]:
             groups = self._rollout(self.next_samples())
+            sampled.extend(groups)
             rewards = torch.tensor([[res.total for res in results] for _, results in groups])  # (P, G)
             return Round(groups, rewards)
 
@@ -170,8 +176,26 @@ class RLTrainer:
             self.local_batch, keep, max_rounds=a.max_sampling_rounds, on_short="partial"
         )
         result = sampler.collect(generate)
-        stats = {"sampling/rounds": float(result.rounds), "sampling/filtered_groups": float(result.filtered)}
-        return result.groups, stats
+        stats = {
+            "sampling/rounds": float(result.rounds),
+            "sampling/groups": float(result.generated),
+            "sampling/filtered_groups": float(result.filtered),
+        }
+        return result.groups, sampled, stats
+
+    def _watch_variance(self, sampled: list[Group]) -> None:
+        """One warning, once ``algo.warn_no_variance_after`` steps in a row gave each sampled group a
+        single reward: every advantage, the loss and the KL stay 0 and nothing learns."""
+        if not self.flat_watch.observe(_group_rewards(sampled)) or not self.acc.is_main_process:
+            return
+        logger.warning(
+            "no reward variance: nothing to learn from; start from an SFT checkpoint? (for %d steps in a "
+            "row each group of %d episodes earned a single reward, e.g. %s: its group-relative "
+            "advantages are 0)",
+            self.flat_watch.streak,
+            self.cfg.rollout.group_size,
+            _first_reward(sampled),
+        )
 
     # one step -----------------------------------------------------------------------------
     def step(self) -> dict[str, float]:
@@ -188,13 +212,11 @@ class RLTrainer:
 
         start = time.perf_counter()
         peak_memory_gb(self.engine.device)  # the step's peaks count from here
-        groups, stats = self._collect()
+        groups, sampled, stats = self._collect()
+        self._watch_variance(sampled)
         n_mini = self._minibatch_count(len(groups))
         if n_mini == 0:
-            logger.warning("step %d: every group was filtered out; skipping the update", self.state.step)
-            self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
-            self._advance_schedule()
-            return {"skipped": 1.0, **stats}
+            return self._skip(sampled, stats)
         episodes = [ep for eps, _ in groups for ep in eps]
         results = [res for _, rs in groups for res in rs]
         rollout_s = time.perf_counter() - start
@@ -225,7 +247,8 @@ class RLTrainer:
         memory["memory/update_peak_gb"] = peak_memory_gb(self.engine.device)
         return {
             **{k: v for k, v in memory.items() if v is not None},  # on a GPU: where the memory goes
-            **_reward_metrics(results, rewards, advantages),
+            **_reward_metrics(results),
+            **_advantage_metrics(advantages),
             **_episode_metrics(episodes),
             **update,
             **stats,
@@ -235,6 +258,20 @@ class RLTrainer:
             "throughput/policy_tokens_per_s": sum(e.trajectory.num_policy_tokens for e in episodes)
             / max(1e-9, time.perf_counter() - start),
         }
+
+    def _skip(self, sampled: list[Group], stats: dict[str, float]) -> dict[str, float]:
+        """A step whose groups were all filtered out: no update, but what was sampled is logged (the
+        rewards per component, the episodes, how many groups were drawn and dropped)."""
+        logger.warning(
+            "step %d: all %d sampled groups were filtered out; skipping the update",
+            self.state.step,
+            len(sampled),
+        )
+        self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
+        self._advance_schedule()
+        results = [res for _, rs in sampled for res in rs]
+        episodes = [ep for eps, _ in sampled for ep in eps]
+        return {"skipped": 1.0, **_reward_metrics(results), **_episode_metrics(episodes), **stats}
 
     def _advance_schedule(self) -> None:
         """One step of the learning-rate schedule, which follows steps whether or not the optimizer
@@ -362,17 +399,28 @@ def _split(items: list[Group], n: int) -> list[list[Group]]:
     return out
 
 
-def _reward_metrics(results: list[RewardResult], rewards: Any, advantages: Any) -> dict[str, float]:
+def _group_rewards(groups: list[Group]) -> Any:
+    """The groups' rewards (P, G); NaN where an episode earned none (unscored or non-finite)."""
+    import torch
+
+    rows = [[r.total if r.scored and math.isfinite(r.total) else math.nan for r in rs] for _, rs in groups]
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(groups), len(rows[0]) if rows else 1)  # (P, G)
+
+
+def _first_reward(groups: list[Group]) -> str:
+    """The first finite reward of ``groups``, as a warning shows it."""
+    finite = (r.total for _, rs in groups for r in rs if r.scored and math.isfinite(r.total))
+    return f"{next(finite, math.nan):g}"
+
+
+def _reward_metrics(results: list[RewardResult]) -> dict[str, float]:
     """Reward statistics over the scored episodes only (unscored ones are counted apart)."""
-    if isinstance(advantages, ScopedAdvantages):  # per scope: the advantages on the scopes' tokens
-        advantages = advantages.values[advantages.masks > 0]
-    nonzero = advantages[advantages != 0]
-    scored = rewards[[r.scored and math.isfinite(r.total) for r in results]]
+    import torch
+
+    scored = torch.tensor([r.total for r in results if r.scored and math.isfinite(r.total)])  # (N,)
     out = {
         "reward/mean": float(scored.mean()) if scored.numel() else float("nan"),
         "reward/std": float(scored.std()) if scored.numel() > 1 else 0.0,
-        "advantage/abs_mean": float(nonzero.abs().mean()) if nonzero.numel() else 0.0,
-        "advantage/zero_frac": 1.0 - nonzero.numel() / max(1, advantages.numel()),
         "unscored": float(sum(not r.scored for r in results)),
         "reward/nonfinite": float(sum(r.scored and not math.isfinite(r.total) for r in results)),
     }
@@ -382,6 +430,17 @@ def _reward_metrics(results: list[RewardResult], rewards: Any, advantages: Any) 
     for key in sorted({k for r in results if not r.scored for k in r.components}):  # unscored:<reason>
         out[f"reward/{key}"] = float(sum(r.components.get(key, 0.0) for r in results if not r.scored))
     return out
+
+
+def _advantage_metrics(advantages: Any) -> dict[str, float]:
+    """How large the advantages are, and how many are 0 (no learning signal)."""
+    if isinstance(advantages, ScopedAdvantages):  # per scope: the advantages on the scopes' tokens
+        advantages = advantages.values[advantages.masks > 0]
+    nonzero = advantages[advantages != 0]
+    return {
+        "advantage/abs_mean": float(nonzero.abs().mean()) if nonzero.numel() else 0.0,
+        "advantage/zero_frac": 1.0 - nonzero.numel() / max(1, advantages.numel()),
+    }
 
 
 def _episode_metrics(episodes: list[Episode]) -> dict[str, float]:

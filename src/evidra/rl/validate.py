@@ -121,6 +121,8 @@ def _check_algo(a: AlgoConfig, batch_size: int) -> None:
     _check(a.ppo_epochs >= 1, f"algo.ppo_epochs must be >= 1, got {a.ppo_epochs}")
     _check(a.tis_cap >= 0, f"algo.tis_cap must be >= 0 (0: off), got {a.tis_cap}")
     _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds must be >= 1, got {a.max_sampling_rounds}")
+    flat = a.warn_no_variance_after
+    _check(flat >= 0, f"algo.warn_no_variance_after must be >= 0 (0: never warn), got {flat}")
     m = a.mini_batch_size
     _check(m >= 0, f"algo.mini_batch_size must be >= 0 (0: the whole batch), got {m}")
     message = f"algo.mini_batch_size={m} (prompts per optimizer step) must divide run.batch_size={batch_size}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import time
@@ -14,6 +15,7 @@ from PIL import Image
 from evidra.corpus import PageStore, ingest
 from evidra.data.synth import NO_ANSWER, SynthCorpus, generate_documents, generate_image_documents
 from evidra.data.synth._documents_layout import PROJECTS, _Pool
+from evidra.data.synth.cache import corpus_from_json, corpus_to_json
 from evidra.errors import InvalidInputError
 from evidra.geometry import iou
 from evidra.types import Box, Page, Word, content_hash, make_page_id
@@ -121,6 +123,37 @@ def test_samples_from_renders_and_from_a_store(pdf_corpus: tuple[SynthCorpus, di
     assert all(p.words for s in with_words for p in s.pages if s.gold_pages and p.id == s.gold_pages[0])
     with pytest.raises(InvalidInputError, match="ingest"):
         corpus.samples({})
+
+
+def test_rendered_pages_carry_the_text_layer_an_ingest_gives(
+    pdf_corpus: tuple[SynthCorpus, dict[str, Page]],
+) -> None:
+    corpus, ingested = pdf_corpus
+    rendered = corpus.pages()
+    assert rendered.keys() == ingested.keys()
+    for pid, page in rendered.items():
+        assert page.words and [w.text for w in page.words] == [w.text for w in ingested[pid].words]
+        for mine, theirs in zip(page.words, ingested[pid].words, strict=True):
+            assert abs(mine.box.x1 - theirs.box.x1) <= TOL and abs(mine.box.y2 - theirs.box.y2) <= TOL
+    # a question's answer is in the text layer of its gold page, without any ingest
+    for sample, q in zip(corpus.samples(), corpus.questions, strict=True):
+        if q.answerable and q.page_id is not None and q.gold_box is not None:
+            page = next(p for p in sample.pages if p.id == q.page_id)
+            words = _answer_words(page, q.answers[0], q.gold_box)
+            assert " ".join(w.text.rstrip(".,;:") for w in words) == q.answers[0], q
+
+
+def test_the_corpus_cache_keeps_the_words(pdf_corpus: tuple[SynthCorpus, dict[str, Page]]) -> None:
+    corpus, _ = pdf_corpus
+    back = corpus_from_json(corpus_to_json(corpus))
+    assert back == corpus and back.pages() == corpus.pages()
+    old = json.loads(corpus_to_json(corpus))  # a cache written before the words were kept
+    for doc in old["documents"]:
+        del doc["page_words"]
+    assert not any(p.words for p in corpus_from_json(json.dumps(old)).pages().values())
+    old["documents"][0]["page_words"] = [[["word", 5.0, 1.0, 2.0, 3.0]]]  # x2 < x1: not a box
+    with pytest.raises(InvalidInputError, match="not a synthetic corpus cache"):
+        corpus_from_json(json.dumps(old))
 
 
 def test_generation_is_deterministic_per_seed_and_fast(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ and multi-image samples drawn as one image of panels."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from PIL import Image
 
 from evidra.data.synth.sources import expand, mixture, sample_from_json, sample_to_json, shares, side_by_side
 from evidra.errors import RegistryError
-from evidra.types import Box, EvidenceBox, Page, Sample
+from evidra.types import Box, EvidenceBox, Page, Sample, Word
 
 
 def test_family_names_expand_and_typos_are_named() -> None:
@@ -46,6 +47,7 @@ def test_a_mixture_is_balanced_interleaved_cached_and_deterministic(tmp_path: Pa
 def test_the_sample_cache_keeps_boxes_and_extras(tmp_path: Path) -> None:
     (doc,) = mixture(["documents"], tmp_path, 1)
     assert doc.gold_boxes and doc.evidence_box is not None and "evidence_box" not in doc.extras
+    assert doc.pages[0].words  # a generated PDF page keeps its text layer through the cache
     back = sample_from_json(json.loads(json.dumps(sample_to_json(doc))))
     assert back.gold_boxes == doc.gold_boxes and back.evidence_box == doc.evidence_box
     assert back.pages == doc.pages and back.gold_evidence == doc.gold_evidence
@@ -61,6 +63,11 @@ def test_every_typed_field_survives_the_json_round_trip() -> None:
         evidence_box=EvidenceBox("p1", Box(0, 0, 50, 40)), qrels={"p1": 2.0, "p9": 1.0},
     )  # fmt: skip
     assert sample_from_json(json.loads(json.dumps(sample_to_json(sample)))) == sample
+    worded = replace(sample, pages=(replace(page, words=(Word("Lisbon", Box(5, 6, 40, 18)),)),))
+    assert sample_from_json(json.loads(json.dumps(sample_to_json(worded)))) == worded
+    row = sample_to_json(worded)
+    row["pages"] = [values[:7] for values in row["pages"]]  # a row written before words were kept
+    assert sample_from_json(row) == sample
 
 
 def test_two_images_become_one_image_of_panels(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ uses form ``S_i``; the pool grows by them (Eq. 5); a tool's frequency is the num
 trajectories that use it (Eq. 7); the toolbox is the top-K by frequency (Eq. 6; K = 7 in
 App. A.6), with its coverage of all tool usage. The toolbox is written as JSON (a list of
 ``{name, args, description, numeric, count}``) that ``evidra.paradigms.toolchain.load_toolbox``
-reads and ``data.toolbox`` gives to the stage-2 task.
+reads and ``method.toolbox`` gives to the stage-2 task.
 
 Which tools are numeric is decided here, from the curation replies: a tool is numeric when every
 one of its applications passes values only (``args="150, 100"``), as the paper's arithmetic tools

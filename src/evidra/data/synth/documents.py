@@ -1,7 +1,9 @@
 """Procedural documents with known answers and gold boxes, for the demo, tests and benchmarks.
 
 ``generate_documents`` writes PDFs (1-3 Letter pages each, with a real Helvetica text layer)
-plus their PNG renders; ``generate_image_documents`` writes single-page PNGs drawn with PIL.
+plus their PNG renders, and keeps each page's words as PDFium reads them back from the PDF (the
+words an ingest of the PDFs gives), so the rendered pages carry their text layer without an
+ingest; ``generate_image_documents`` writes single-page PNGs drawn with PIL (no text layer).
 Pages hold titled paragraphs of facts ("The Orion project was founded in 1987 in Lisbon."), a
 gridded table (city / population / founded) or a bar chart with value labels. Every question
 comes with its answer, the page it is on, the answer's box (``gold_box``), the box and text of
@@ -30,7 +32,7 @@ from evidra.corpus.pdfwriter import HELVETICA_ASCENT, HELVETICA_DESCENT, PdfCanv
 from evidra.data.synth import _documents_layout as content
 from evidra.data.synth._documents_layout import Fact, Layout, Run
 from evidra.errors import InvalidInputError
-from evidra.types import Box, EvidenceBox, Page, Sample, content_hash, make_page_id
+from evidra.types import Box, EvidenceBox, Page, Sample, Word, content_hash, make_page_id
 
 if TYPE_CHECKING:
     from PIL.ImageDraw import ImageDraw
@@ -90,13 +92,19 @@ class SynthQuestion:
 
 @dataclass(frozen=True)
 class SynthDocument:
-    """One generated file: its id, file name, page ids and rendered page images."""
+    """One generated file: its id, file name, page ids, rendered page images and their words."""
 
     id: str
     source: str  # file name relative to ``SynthCorpus.docs_dir`` (.pdf, or .png for image documents)
     page_ids: tuple[str, ...]
     image_paths: tuple[str, ...]  # absolute paths of the page PNGs, in page order
     page_sizes: tuple[tuple[int, int], ...]  # (width, height) in pixels of each PNG
+    # each page's text layer in pixels of its PNG (PDF documents); empty: pages without words
+    page_words: tuple[tuple[Word, ...], ...] = ()
+
+    def words(self, index: int) -> tuple[Word, ...]:
+        """The words of the page at 0-based ``index`` (none for an image document)."""
+        return self.page_words[index] if index < len(self.page_words) else ()
 
 
 @dataclass(frozen=True)
@@ -114,20 +122,20 @@ class SynthCorpus:
         return Path(self.root) / DOCS_DIR
 
     def pages(self) -> dict[str, Page]:
-        """Pages built from the rendered PNGs (no words), keyed by page id."""
+        """Pages built from the rendered PNGs with their words (PDF documents), keyed by page id."""
         out: dict[str, Page] = {}
         for doc in self.documents:
             for number, (pid, path, (w, h)) in enumerate(
                 zip(doc.page_ids, doc.image_paths, doc.page_sizes, strict=True), start=1
             ):
-                out[pid] = Page(pid, path, w, h, doc.source, number, dpi=self.dpi)
+                out[pid] = Page(pid, path, w, h, doc.source, number, doc.words(number - 1), self.dpi)
         return out
 
     def samples(self, pages: Mapping[str, Page] | None = None, dataset: str = "synth") -> tuple[Sample, ...]:
         """One ``Sample`` per question, with its document's pages as candidates.
 
-        Pass ``{p.id: p for p in store.pages()}`` to use pages (with words) from an ingested
-        store; by default pages come from the PNG renders.
+        Pass ``{p.id: p for p in store.pages()}`` to use pages from an ingested store; by
+        default pages come from the PNG renders, with the words the PDFs hold.
         """
         by_id = dict(pages) if pages is not None else self.pages()
         docs = {d.id: d for d in self.documents}
@@ -272,18 +280,19 @@ def _check(n_docs: int, dpi: float, max_pages: int) -> None:
 
 
 def _render_pngs(
-    data: bytes, dpi: float, out: Path, doc_id: str
-) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
-    """Render every page of a PDF to ``out/{doc_id}_p{n}.png``; returns paths and sizes."""
+    data: bytes, dpi: float, out: Path, doc_id: str, ids: tuple[str, ...], source: str
+) -> SynthDocument:
+    """Render every page of a PDF to ``out/{doc_id}_p{n}.png``, keeping the words PDFium reads."""
     from evidra.corpus.pdf import render_pdf
 
-    paths, sizes = [], []
+    paths, sizes, words = [], [], []
     for rendered in render_pdf(data, dpi, doc_id):
         path = out / f"{doc_id}_p{rendered.page_number}.png"
         rendered.image.save(path, format="PNG", compress_level=3)
         paths.append(str(path))
         sizes.append(rendered.image.size)
-    return tuple(paths), tuple(sizes)
+        words.append(rendered.words)
+    return SynthDocument(doc_id, source, ids, tuple(paths), tuple(sizes), tuple(words))
 
 
 def generate_documents(
@@ -321,8 +330,7 @@ def generate_documents(
         (root / DOCS_DIR / source).write_bytes(data)
         file_hash = content_hash(data)
         ids = tuple(make_page_id(file_hash, n) for n in range(1, n_pages + 1))
-        paths, sizes = _render_pngs(data, dpi, root / RENDERS_DIR, doc_id)
-        docs.append(SynthDocument(doc_id, source, ids, paths, sizes))
+        docs.append(_render_pngs(data, dpi, root / RENDERS_DIR, doc_id, ids, source))
         picked = [
             (n, f) for n, lay in enumerate(layouts, 1) for f in _pick(rng, lay.facts, questions_per_page)
         ]

@@ -1,9 +1,10 @@
 """Synthetic sample sources by name, and training mixtures of them.
 
 ``SYNTHETIC`` names every generator: ``documents`` (rendered one-page documents with gold
-boxes), ``tunnel.<task>`` (Tunnel-Vision-style) and ``tracer.<scenario>`` (TRACER-style). A
-family name (``tunnel``, ``tracer``) stands for all of its members. ``evidra eval --synthetic``
-and the training data option ``data.synthetic`` read the same names.
+boxes and the PDF's text layer), ``tunnel.<task>`` (Tunnel-Vision-style) and
+``tracer.<scenario>`` (TRACER-style). A family name (``tunnel``, ``tracer``) stands for all of
+its members. ``evidra eval --synthetic`` and the training data option ``data.synthetic`` read
+the same names.
 
 ``mixture(["tracer", "tunnel"], root, n=700, seed=0)`` draws ``n`` training samples in equal
 parts from the seven scenarios (CAVE App. C's corpus: four TRACER-style families plus three
@@ -23,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from evidra.data.synth.cache import build_once
+from evidra.data.synth.cache import build_once, words_from_json, words_to_json
 from evidra.data.synth.tracer import TASKS as TRACER_TASKS
 from evidra.data.synth.tracer import generate_tracer
 from evidra.data.synth.tunnel import TASKS as TUNNEL_TASKS
@@ -39,7 +40,7 @@ SYNTHETIC: Registry[SyntheticSource] = Registry("synthetic benchmark")
 
 
 def _documents(out: Path, n: int, seed: int, split: str) -> list[Sample]:
-    """Rendered documents with gold boxes; ``n`` questions from enough 1-page documents."""
+    """Rendered documents with gold boxes and words; ``n`` questions from enough 1-page documents."""
     from evidra.data.synth.documents import generate_documents
 
     n_docs = max(1, (n + 1) // 2)
@@ -160,8 +161,8 @@ def _unplain(value: Any) -> Any:
 
 
 def sample_to_json(s: Sample) -> dict[str, Any]:
-    """A generated sample as plain JSON (pages without words: generated pages have none)."""
-    pages = [[p.id, p.image_path, p.width, p.height, p.source, p.page_number, p.dpi] for p in s.pages]
+    """A generated sample as plain JSON (each page's words as ``words_to_json`` rows)."""
+    pages = [_page_json(p) for p in s.pages]
     evidence = s.evidence_box
     return {"id": s.id, "question": s.question, "answers": list(s.answers), "pages": pages,
             "corpus": s.corpus, "gold_pages": list(s.gold_pages),
@@ -174,10 +175,7 @@ def sample_to_json(s: Sample) -> dict[str, Any]:
 
 def sample_from_json(row: dict[str, Any]) -> Sample:
     """Inverse of :func:`sample_to_json` (a row written before a field existed leaves it unset)."""
-    pages = tuple(
-        Page(str(i), str(path), int(w), int(h), source=str(src), page_number=int(num), dpi=dpi)
-        for i, path, w, h, src, num, dpi in row["pages"]
-    )
+    pages = tuple(_page(values) for values in row["pages"])
     boxes = tuple(EvidenceBox(str(pid), _unbox(b)) for pid, b in row["gold_boxes"])
     evidence = row.get("evidence_box")
     return Sample(
@@ -188,6 +186,17 @@ def sample_from_json(row: dict[str, Any]) -> Sample:
         extras=_unplain(row["extras"]), qrels=row.get("qrels") or {},
         evidence_box=EvidenceBox(str(evidence[0]), _unbox(evidence[1])) if evidence else None,
     )  # fmt: skip
+
+
+def _page_json(p: Page) -> list[Any]:
+    return [p.id, p.image_path, p.width, p.height, p.source, p.page_number, p.dpi, words_to_json(p.words)]
+
+
+def _page(values: Sequence[Any]) -> Page:
+    """A page row of :func:`sample_to_json`; a row written before words were kept has 7 fields."""
+    i, path, w, h, src, num, dpi, *rest = values
+    words = words_from_json(rest[0]) if rest else ()
+    return Page(str(i), str(path), int(w), int(h), str(src), int(num), words, dpi)
 
 
 # ---- one image per sample (CAVE's zoom tool works on one image) ---------------------------------
