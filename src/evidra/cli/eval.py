@@ -299,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
             f"--training-metrics {args.training_metrics!r} is not a file; pass a run's metrics.jsonl"
         )
     method = parse_method(args)  # the method and its options are checked before anything loads
+    if not (args.synthetic or args.benchmark):
+        raise InvalidInputError("nothing to evaluate: pass --synthetic NAME or --benchmark NAME --data PATH")
     _check_references(args)  # before any data is prepared or --out is made
     with removed_on_failure(out):  # a new --out is gone again if preparing fails
         judge = _judge(args, out, method)  # a bad judge option fails before any model loads
