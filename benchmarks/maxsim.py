@@ -14,7 +14,8 @@ which is what clustering relies on. Everything runs in one process on the same q
                        queries; fp16 on a CPU without an fp16 hardware path (~1-6 GFLOP/s) runs
                        only with ``--with-fp16``; the note names the kernel that scored
 * ``ours exact <dtype> torch``  where the store's own row ran a fused kernel (AVX-512 for fp32,
-                       AMX for bf16): the same dtype scored chunked in torch, the fused kernel's peer
+                       AMX or AVX512_BF16 for bf16): the same dtype scored chunked in torch, the
+                       fused kernel's peer
 * ``ours pooled``      two-stage: mean-pooled x4 prefilter, exact re-rank of the candidates
 * ``ours clustered``   two-stage: k-means-pooled x4 prefilter (same memory), exact re-rank
 * ``ours sign bits``   two-stage: 1-bit-per-dimension codes scored asymmetrically, exact re-rank

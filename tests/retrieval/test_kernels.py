@@ -8,13 +8,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from evidra.cli.main import build_parser
 from evidra.errors import InvalidInputError, MissingDependencyError
-from evidra.retrieval import kernels
+from evidra.retrieval import kernels, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 
 CUDA = torch.device("cuda")  # only named: nothing here touches a GPU
@@ -49,7 +50,7 @@ def test_forced_kernels_are_honoured_or_refused_with_the_fix(monkeypatch: pytest
 
 
 def test_unknown_kernel_names_fail_before_anything_loads() -> None:
-    assert set(kernels.CHOICES) == {"auto", "torch", "triton", "avx512", "amx"}
+    assert set(kernels.CHOICES) == {"auto", "torch", "triton", "avx512", "amx", "avx512_bf16"}
     with pytest.raises(InvalidInputError, match="MaxSim kernel 'cuda': use one of auto, "):
         MaxSimOptions(kernel="cuda")  # type: ignore[arg-type]
 
@@ -60,6 +61,43 @@ def test_the_index_scores_with_the_kernel_it_resolved(tmp_path: Path) -> None:
     index.add(["a", "b"], [torch.tensor([[1.0, 0, 0, 0]]), torch.tensor([[0, 1.0, 0, 0], [0.5, 0.5, 0, 0]])])
     hits = index.search([torch.tensor([[1.0, 0, 0, 0]])], k=2)[0]
     assert [(h.page_id, h.score) for h in hits] == [("a", 1.0), ("b", 0.5)]  # max(0, 0.5) for b
+
+
+def test_a_reopened_index_scores_with_the_kernel_and_dtype_it_recorded(
+    tmp_path: Path, cpu_profile: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reopened with ``auto``, an index keeps the arithmetic it was written with (its scores do not
+    move with the machine's choice) where that runs on the CPU in use; elsewhere auto chooses."""
+    for module in (maxsim_avx512, maxsim_amx, maxsim_avx512_bf16):  # as if every kernel ran here
+        monkeypatch.setattr(module, "available", lambda: True)
+    auto = MaxSimOptions(device="cpu")
+    cpu_profile("avx512_bf16")
+    written = MultiVectorIndex.create(tmp_path / "idx", 32, options=auto)
+    assert (written.compute_dtype, written.kernel) == ("bfloat16", "avx512_bf16")
+    cpu_profile("amx")  # auto would pick the AMX kernel here, but the recorded one runs too
+    reopened = MultiVectorIndex.open(tmp_path / "idx", options=auto)
+    assert (reopened.compute_dtype, reopened.kernel) == ("bfloat16", "avx512_bf16")
+    forced = MultiVectorIndex.open(tmp_path / "idx", options=MaxSimOptions(device="cpu", kernel="torch"))
+    assert forced.kernel == "torch"  # a kernel named in the options is a choice, not a default
+    cpu_profile("avx512")  # no bf16 in hardware: auto chooses afresh, and says so
+    with caplog.at_level(logging.INFO, logger="evidra.retrieval.index.multivector"):
+        moved = MultiVectorIndex.open(tmp_path / "idx", options=auto)
+    assert (moved.compute_dtype, moved.kernel) == ("float32", "avx512")
+    assert "written scoring MaxSim in 'bfloat16', which auto cannot pick on cpu" in caplog.text
+
+
+def test_a_recorded_kernel_that_cannot_run_is_replaced_with_a_note(
+    tmp_path: Path, cpu_profile: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cpu_profile("avx2")
+    index = MultiVectorIndex.create(tmp_path / "idx", 32, options=MaxSimOptions(device="cpu"))
+    for name in ("avx512", "../../etc/passwd"):  # written on another CPU; a hostile metadata value
+        index.store.set_meta("maxsim_kernel", name)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="evidra.retrieval.index.multivector"):
+            reopened = MultiVectorIndex.open(tmp_path / "idx", options=MaxSimOptions(device="cpu"))
+        assert (reopened.compute_dtype, reopened.kernel) == ("float32", "torch")
+        assert f"with the {name!r} kernel, which cannot score float32 on cpu here" in caplog.text
 
 
 def test_cli_offers_every_kernel() -> None:

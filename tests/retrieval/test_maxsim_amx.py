@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels, maxsim, maxsim_amx, maxsim_avx512, native
+from evidra.retrieval import compute, kernels, maxsim, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16, native
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 
 CPU = torch.device("cpu")
@@ -156,12 +156,13 @@ def test_calls_it_cannot_take_go_to_the_other_scorers() -> None:
 def test_auto_picks_it_for_bf16_on_amx_cpus_only(cpu_profile: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(maxsim_amx, "available", lambda: True)
     monkeypatch.setattr(maxsim_avx512, "available", lambda: True)
+    monkeypatch.setattr(maxsim_avx512_bf16, "available", lambda: False)  # its own tests pick it
     cpu_profile("amx")
     assert kernels.resolve("auto", CPU, BF16) == "amx"
     assert kernels.resolve("auto", CPU, torch.float32) == "avx512"  # fp32: the AVX-512 kernel
     assert kernels.resolve("auto", CPU, torch.float16) == "torch"
     assert kernels.resolve("auto", CPU) == "torch"  # dtype not known
-    for name in ("avx512_bf16", "avx512", "avx2"):  # no AMX: bf16 stays with torch's GEMM
+    for name in ("avx512_bf16", "avx512", "avx2"):  # no AMX (nor its AVX512_BF16 peer): torch's GEMM
         cpu_profile(name)
         assert kernels.resolve("auto", CPU, BF16) == "torch"
     cpu_profile("amx")

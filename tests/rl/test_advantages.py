@@ -289,6 +289,11 @@ def test_single_channel_scoped_estimators_reduce_to_grpo(seed: int, p: int, g: i
     rewards = torch.randint(0, 3, (p * g, 1), generator=gen).to(torch.float32)
     mask = (torch.rand(p * g, 1, length, generator=gen) < 0.7).to(torch.float32)
     plain = grpo(rewards[:, 0], g)  # (P*G,)
-    assert torch.equal(router_advantages(rewards, g)[:, 0], plain)
-    assert torch.equal(rs_grpo_advantages(rewards, mask, g), plain[:, None] * mask[:, 0])
-    assert torch.equal(scoped_token_advantages(plain[:, None], mask), plain[:, None] * mask[:, 0])
+    # other functions than grpo: advantages of |a| <= ~2 within fp32 rounding of another path
+    torch.testing.assert_close(router_advantages(rewards, g)[:, 0], plain, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        rs_grpo_advantages(rewards, mask, g), plain[:, None] * mask[:, 0], rtol=0, atol=1e-6
+    )
+    torch.testing.assert_close(
+        scoped_token_advantages(plain[:, None], mask), plain[:, None] * mask[:, 0], rtol=0, atol=1e-6
+    )

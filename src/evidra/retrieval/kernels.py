@@ -8,17 +8,21 @@ kernel that keeps the running max per query token in registers and writes only t
 ``avx512`` (``maxsim_avx512``) does the same on AVX-512 CPUs for fp32 scoring, reading pages
 held in 16 bits without widening them into memory; calls it cannot take go to ``torch``. ``amx``
 (``maxsim_amx``) does it for bf16 scoring on CPUs with AMX, on the matrix units; calls it cannot
-take go to ``avx512``.
+take go to ``avx512``. ``avx512_bf16`` (``maxsim_avx512_bf16``) does it for bf16 scoring on CPUs with
+AVX512_BF16, with ``vdpbf16ps``; calls it cannot take go to ``avx512``.
 
 ``auto`` picks ``triton`` where the index lives on CUDA and Triton is installed (the ``gpu`` extra);
-on the CPU, the fused kernel of the compute dtype (``CPU_KERNELS``: ``avx512`` for fp32 on a CPU
-with AVX-512F, ``amx`` for bf16 on a CPU with AMX tiles and bf16) where a C compiler built it;
-else ``torch``. Whether the CPU has the flags is read from ``compute.cpu_features`` (what a test's
-CPU profile stands in for); whether the kernel runs, from this machine's own CPU. Forcing
+on the CPU, the first fused kernel of the compute dtype (``CPU_KERNELS``, in order: ``avx512`` for
+fp32 on a CPU with AVX-512F, ``amx`` for bf16 on a CPU with AMX tiles and bf16, ``avx512_bf16``
+for bf16 on a CPU with AVX512_BF16) where a C compiler built it; else ``torch``. Whether the CPU
+has the flags is read from ``compute.cpu_features`` (what a test's CPU profile stands in for);
+whether the kernel runs, from this machine's own CPU. Forcing
 ``triton`` without Triton is an error naming the extra; forcing it off CUDA is an error unless
 Triton's interpreter is on (``TRITON_INTERPRET=1``, which runs the kernel on CPU tensors with
 numpy, slowly: a way to test the kernel, not to search). Forcing a CPU kernel where it cannot run
-is an error saying why.
+is an error saying why. An index reopened with ``auto`` scores with the kernel it recorded where
+that one can score its dtype here (``reusable``), so that its scores do not move with the machine's
+choice between kernels.
 
 >>> resolve("auto", torch.device("cpu"), torch.float16)  # 16-bit GEMMs stay in torch
 'torch'
@@ -38,12 +42,12 @@ from torch import Tensor
 
 from evidra.errors import InvalidInputError, MissingDependencyError
 from evidra.registry import Registry
-from evidra.retrieval import compute, maxsim, maxsim_amx, maxsim_avx512
+from evidra.retrieval import compute, maxsim, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16
 from evidra.retrieval.maxsim import Block
 
 logger = logging.getLogger(__name__)
 
-KernelName = Literal["auto", "torch", "triton", "avx512", "amx"]
+KernelName = Literal["auto", "torch", "triton", "avx512", "amx", "avx512_bf16"]
 
 
 class BlockScorer(Protocol):
@@ -69,6 +73,7 @@ KERNELS: Registry[BlockScorer] = Registry("MaxSim kernel")
 score_torch = maxsim.score_blocks  # one similarity matrix of at most ``max_elements`` entries at a time
 score_avx512 = maxsim_avx512.score_blocks  # fp32 scoring; anything else in torch
 score_amx = maxsim_amx.score_blocks  # bf16 scoring; anything else to ``avx512``
+score_avx512_bf16 = maxsim_avx512_bf16.score_blocks  # bf16 scoring; anything else to ``avx512``
 KERNELS.add("torch", score_torch)
 
 
@@ -89,6 +94,7 @@ def score_triton(
 
 KERNELS.add("avx512", score_avx512)
 KERNELS.add("amx", score_amx)
+KERNELS.add("avx512_bf16", score_avx512_bf16)
 
 
 CHOICES: tuple[str, ...] = ("auto", *KERNELS)
@@ -109,20 +115,37 @@ class CpuKernel:
     build: str  # what is missing where available() is False
 
 
-# the lambdas look the modules' functions up at each call, where a test may have stood in for them
+# ``auto`` takes the first that fits, so ``amx`` comes before ``avx512_bf16`` (AMX CPUs have both).
+# The lambdas look the modules' functions up at each call, where a test may have stood in for them.
 CPU_KERNELS: dict[str, CpuKernel] = {
     "avx512": CpuKernel(
-        torch.float32, frozenset({"avx512f"}), lambda: maxsim_avx512.cpu_has_avx512(),
-        lambda: maxsim_avx512.available(), lambda b, d: maxsim_avx512.hold(b, d),
-        "a CPU with AVX-512F", "a C compiler (cc, or $CC)",
+        dtype=torch.float32,
+        flags=frozenset({"avx512f"}),
+        runs_here=lambda: maxsim_avx512.cpu_has_avx512(),
+        available=lambda: maxsim_avx512.available(),
+        hold=lambda b, d: maxsim_avx512.hold(b, d),
+        needs="a CPU with AVX-512F",
+        build="a C compiler (cc, or $CC)",
     ),
     "amx": CpuKernel(
-        torch.bfloat16, maxsim_amx.NEEDS, lambda: maxsim_amx.cpu_has_amx(),
-        lambda: maxsim_amx.available(), lambda b, d: maxsim_amx.hold(b, d),
-        "a CPU with AMX (amx_tile, amx_bf16)",
-        "a C compiler with AMX support (gcc 11, clang 12 or later) and Linux 5.16 or later",
+        dtype=torch.bfloat16,
+        flags=maxsim_amx.NEEDS,
+        runs_here=lambda: maxsim_amx.cpu_has_amx(),
+        available=lambda: maxsim_amx.available(),
+        hold=lambda b, d: maxsim_amx.hold(b, d),
+        needs="a CPU with AMX (amx_tile, amx_bf16)",
+        build="a C compiler with AMX support (gcc 11, clang 12 or later) and Linux 5.16 or later",
     ),
-}  # fmt: skip
+    "avx512_bf16": CpuKernel(
+        dtype=torch.bfloat16,
+        flags=maxsim_avx512_bf16.NEEDS,
+        runs_here=lambda: maxsim_avx512_bf16.cpu_has_bf16(),
+        available=lambda: maxsim_avx512_bf16.available(),
+        hold=lambda b, d: maxsim_avx512_bf16.hold(b, d),
+        needs="a CPU with AVX512_BF16",
+        build="a C compiler with AVX512_BF16 support (gcc 10, clang 9 or later)",
+    ),
+}
 
 
 def check_name(name: str) -> str:
@@ -172,6 +195,17 @@ def cpu_ready(name: str, dtype: torch.dtype) -> bool:
     kernel runs here."""
     kernel = CPU_KERNELS[name]
     return dtype == kernel.dtype and kernel.flags <= compute.cpu_features().flags and kernel.available()
+
+
+def reusable(name: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``auto`` may score in ``dtype`` on ``device`` with kernel ``name``, the one an index
+    recorded (read from its metadata: any string): ``torch`` always; ``triton`` on CUDA with Triton
+    installed; a CPU kernel where ``auto`` could pick it (``cpu_ready``)."""
+    if name in CPU_KERNELS:
+        return device.type == "cpu" and cpu_ready(name, dtype)
+    if name == "triton":
+        return device.type == "cuda" and triton_installed()
+    return name == "torch"
 
 
 def cpu_unfit(name: str, device: torch.device) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from evidra.confined import inside
 from evidra.errors import CorpusError
+from evidra.jsonio import read_capped_text
 from evidra.retrieval._staging import fsync_path, save_generation
 from evidra.retrieval.encoders.bm25 import BM25Retriever
 from evidra.retrieval.qdrant_build import QdrantSpec
@@ -53,7 +54,7 @@ def read_spec(root: str | Path) -> IndexSpec:
             f"{str(root)!r} is a file, not an index folder; pass the folder `evidra index build --out` wrote"
         )
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(read_capped_text(path, "index manifest", fix="rebuild the index"))
         qdrant = raw.pop("qdrant", None)
         spec = IndexSpec(**raw, qdrant=None if qdrant is None else QdrantSpec.from_record(qdrant))
     except FileNotFoundError:

@@ -50,15 +50,16 @@ class Block:
     A tiled block holds the same values as the fused CPU kernel of its ``layout`` reads them, 16
     vectors at a time (``L`` a multiple of 16): ``"avx512"`` ``(C, L/16, D, 16)``, one dimension's
     16 values together (``maxsim_avx512.tile``); ``"amx"`` ``(C, L/16, D/32, 16, 32)``, one AMX
-    tile of 16 vectors x 32 dimensions after another (``maxsim_amx.tile``). Only that kernel
-    takes it.
+    tile of 16 vectors x 32 dimensions after another (``maxsim_amx.tile``); ``"avx512_bf16"``
+    ``(C, L/16, D/2, 16, 2)``, dimensions ``2k, 2k+1`` of 16 vectors side by side
+    (``maxsim_avx512_bf16.tile``). Only that kernel takes it.
     """
 
     vectors: Tensor  # (C, L, D), or tiled as ``layout`` says
     rows: Tensor  # (C,) int64, CPU
     pad: Tensor | None  # (C, L) bool
     lengths: Tensor  # (C,) int64, CPU
-    layout: str = "rows"  # "rows" (C, L, D), or the kernel whose tiles it holds: "avx512", "amx"
+    layout: str = "rows"  # "rows" (C, L, D), or the kernel whose tiles it holds: "avx512", "amx", ...
 
     @property
     def tiled(self) -> bool:

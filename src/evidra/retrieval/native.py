@@ -1,5 +1,5 @@
-"""What the fused C MaxSim kernels (``maxsim_avx512``, ``maxsim_amx``) share: building, caching and
-loading a kernel, and splitting a call's pages between threads.
+"""What the fused C MaxSim kernels (``maxsim_avx512``, ``maxsim_amx``, ``maxsim_avx512_bf16``) share:
+building, caching and loading a kernel, and splitting a call's pages between threads.
 
 A kernel is compiled from its C source in the package with the system C compiler (``$CC``, else
 ``cc``) at its first use and cached under ``$EVIDRA_CACHE_DIR`` (else ``$XDG_CACHE_HOME/evidra``,

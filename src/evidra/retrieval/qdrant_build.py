@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from evidra.errors import InvalidInputError
+from evidra.jsonio import read_capped_text
 from evidra.keys import KeyPolicy
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def drop_noted(folder: Path) -> None:
     if not note.is_file():
         return
     try:
-        spec = QdrantSpec.from_record(json.loads(note.read_text()))
+        spec = QdrantSpec.from_record(json.loads(read_capped_text(note, "Qdrant staging note")))
     except (ValueError, TypeError) as exc:
         logger.warning("cannot read %s (%s); its Qdrant collection, if any, is left", note, exc)
         return

@@ -31,6 +31,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
+from evidra.jsonio import MAX_FILE_BYTES, read_capped_text
 from evidra.retrieval.encoders._bm25_params import BM25Params
 from evidra.retrieval.encoders._bm25_terms import IDF_METHOD, METHOD, TermCounts, bm25s_module
 from evidra.retrieval.encoders._bm25_text import LANGUAGES
@@ -238,7 +239,7 @@ def _vocab(vocab_dict: Any) -> tuple[str, ...]:
 
 
 def _json(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(read_capped_text(path, "BM25 index file", MAX_FILE_BYTES, "rebuild the index"))
     if not isinstance(data, dict):
         raise IndexFileError(f"{path.name} is not a JSON object")
     return data

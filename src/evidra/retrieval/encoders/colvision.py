@@ -27,6 +27,7 @@ from torch import Tensor
 
 from evidra.devices import resolve_device
 from evidra.errors import ModelLoadError
+from evidra.jsonio import read_capped_text
 from evidra.retrieval.base import ENCODERS, EncoderOptions
 from evidra.retrieval.encoders._batching import batches, check_texts, torch_dtype, unpad
 from evidra.retrieval.encoders.colvision_native import (
@@ -171,7 +172,7 @@ def _adapter_base(adapter: Path, kind: str) -> Path:
     from evidra.models.references import resolve_model_ref
 
     try:
-        base = json.loads(adapter.read_text())["base_model_name_or_path"]
+        base = json.loads(read_capped_text(adapter, "adapter config"))["base_model_name_or_path"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelLoadError(
             f"{adapter} names no base model ({type(exc).__name__}: {exc}); a PEFT adapter needs "

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from evidra.confined import inside
 from evidra.errors import ModelLoadError
+from evidra.jsonio import read_capped_text
 
 NATIVE_CLASSES = {"qwen2_vl": ("ColQwen2", "colqwen2"), "paligemma": ("ColPali", "colpali")}
 PEFT_PREFIX = "base_model.model."  # peft saves adapter weights under the wrapped model's names
@@ -129,7 +130,7 @@ def colpali_engine_classes(folder: Path) -> list[str]:
 
 def _read_config(folder: Path) -> dict[str, Any]:
     try:
-        cfg = json.loads((folder / "config.json").read_text())
+        cfg = json.loads(read_capped_text(folder / "config.json", "checkpoint config"))
     except (OSError, ValueError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
@@ -186,7 +187,7 @@ def read_weights(folder: Path, stems: tuple[str, ...]) -> dict[str, Tensor]:
 
 def _index_files(index: Path) -> list[str]:
     try:
-        return [str(f) for f in json.loads(index.read_text())["weight_map"].values()]
+        return [str(f) for f in json.loads(read_capped_text(index, "weight index"))["weight_map"].values()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ModelLoadError(f"{index} is no valid weight index ({type(exc).__name__}: {exc})") from None
 
@@ -281,7 +282,7 @@ def rename_adapter_config(folder: Path, layout: Layout, module_names: Iterable[s
     from peft.tuners.tuners_utils import check_target_module_exists
     from peft.utils.other import get_pattern_key
 
-    config = json.loads((folder / "adapter_config.json").read_text())
+    config = json.loads(read_capped_text(folder / "adapter_config.json", "adapter config"))
     if config.get("target_parameters"):
         raise ModelLoadError(
             f"the adapter in {str(folder)!r} targets parameters by colpali-engine name, which is not "

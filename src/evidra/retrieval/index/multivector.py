@@ -12,7 +12,11 @@ What the in-memory blocks are held in is a separate choice, ``MaxSimOptions.stor
 to fp32 block by block into one reused buffer while scoring), so a CPU without fast 16-bit GEMMs
 holds the same memory as one with them; ``float32`` doubles the memory to skip the widening. The
 index records both under the metadata keys ``compute_dtype`` and ``storage_dtype``, and the
-MaxSim kernel, which decides the blocks' layout in memory, under ``maxsim_kernel``.
+MaxSim kernel, which decides the blocks' layout in memory, under ``maxsim_kernel``. Opened with
+``auto`` for either, an index scores with the compute dtype and kernel it recorded wherever they
+can run on this machine (``_dtype_for``, ``_kernel_for``): the same arithmetic as when it was
+written, so reopening it does not move a score; where they cannot, ``auto`` chooses afresh and says
+so in one log line. Name a dtype or kernel in ``MaxSimOptions`` to choose another.
 
 Exact search scores every live page (``evidra.retrieval.maxsim``), on CUDA by default with one fused
 Triton kernel that never writes the similarity matrix (``MaxSimOptions.kernel``,
@@ -92,13 +96,12 @@ class MultiVectorIndex(ShardWrites):
         self.store = store
         self.options = options
         self.device = pick_device(options.device)
-        # without the fp32 re-score, bf16 does not rank like fp32: auto must not pick it
-        unfit = () if options.rescore else ("bfloat16",)
-        self.compute_dtype = compute.resolve(options.compute_dtype, self.device, exclude=unfit)
+        recorded = store.meta()  # an index written before scores as it did then (module docstring)
+        self.compute_dtype = _dtype_for(options, self.device, recorded.get("compute_dtype", ""))
         self._dtype = compute.DTYPES[self.compute_dtype]
         self.storage_dtype = compute.storage_for(options.storage_dtype, self.compute_dtype)
         self._held = compute.DTYPES[self.storage_dtype]
-        self.kernel = kernels.resolve(options.kernel, self.device, self._dtype)
+        self.kernel = _kernel_for(options, self.device, self.compute_dtype, recorded)
         self._score = kernels.KERNELS.get(self.kernel)
         logger.debug(
             "exact MaxSim on %s: %s kernel, %s held in %s",
@@ -323,6 +326,46 @@ class MultiVectorIndex(ShardWrites):
         return self._score(
             queries, blocks, len(self._ids), max_elements=self.options.max_elements, dtype=dtype
         )
+
+
+def _dtype_for(options: MaxSimOptions, device: torch.device, recorded: str) -> str:
+    """The compute dtype: ``options``' own, or for ``auto`` the ``recorded`` one (an index written
+    before) where ``auto`` may pick it on ``device``, else ``auto``'s choice here."""
+    # without the fp32 re-score, bf16 does not rank like fp32: auto must not pick it
+    unfit = () if options.rescore else ("bfloat16",)
+    if options.compute_dtype != "auto" or not recorded:
+        return compute.resolve(options.compute_dtype, device, exclude=unfit)
+    if recorded in compute.candidates(device) and recorded not in unfit:
+        return recorded
+    chosen = compute.resolve("auto", device, exclude=unfit)
+    logger.info(
+        "the index was written scoring MaxSim in %r, which auto cannot pick on %s%s: it scores in %s",
+        recorded[:40],  # metadata is read from disk: never a whole hostile value in the log
+        device,
+        " without the fp32 re-score" if recorded in unfit else "",
+        chosen,
+    )
+    return chosen
+
+
+def _kernel_for(options: MaxSimOptions, device: torch.device, dtype: str, recorded: dict[str, str]) -> str:
+    """The MaxSim kernel: ``options``' own, or for ``auto`` the one the index recorded with the
+    same compute dtype where it can score here (``kernels.reusable``), else ``auto``'s choice."""
+    name = recorded.get("maxsim_kernel", "")
+    if options.kernel != "auto" or not name or recorded.get("compute_dtype") != dtype:
+        return kernels.resolve(options.kernel, device, compute.DTYPES[dtype])
+    if kernels.reusable(name, device, compute.DTYPES[dtype]):
+        return name
+    chosen = kernels.resolve("auto", device, compute.DTYPES[dtype])
+    logger.info(
+        "the index was written scoring MaxSim with the %r kernel, which cannot score %s on %s here: "
+        "it scores with %r",
+        name[:40],
+        dtype,
+        device,
+        chosen,
+    )
+    return chosen
 
 
 _SCORE_PER_COPY = (
