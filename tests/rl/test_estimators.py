@@ -15,7 +15,7 @@ S3 = (1.0 / 3.0) ** 0.5  # unbiased std of [1, 0, 1, 0]
 
 
 def test_every_estimator_takes_the_one_record() -> None:
-    assert set(ADVANTAGES) == {"dr_grpo", "grpo", "router", "rs_grpo", "turn_credit"}
+    assert set(ADVANTAGES) == {"dr_grpo", "grpo", "router", "rs_grpo", "spo", "turn_credit"}
     for name in ADVANTAGES:
         params = list(inspect.signature(ADVANTAGES.get(name).fn).parameters.values())
         assert len(params) == 1 and params[0].annotation in ("AdvantageInputs", AdvantageInputs), name

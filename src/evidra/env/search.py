@@ -8,6 +8,11 @@ the image (resized by VRAG's ``process_image``, so the policy's boxes live in th
 invalid action gets an explanatory message and is counted (``StepInfo.invalid``). After
 ``max_turns`` policy turns without an answer the episode ends (``StepInfo.turn_limit``).
 
+With ``fetch=True`` the policy may also write ALDEN's ``<fetch>N</fetch>``: the page numbered N
+(from 1) in the order of the episode's pages (a sample's document, in page order) is inserted as a
+search result would be. A page number that is not a whole number, or names no page, is an invalid
+action whose one-line message gives the valid range; the prompt says so only when enabled.
+
 Retrieved page ids are recorded in insertion order (``StepInfo.retrieved`` of every step): the
 VRAG-RL reward's NDCG (Eq. 7-9) reads them. The index is anything with the retrieval
 ``search(queries, k, exclude)`` method: ``BM25Retriever``, an engine's retriever, or a
@@ -32,7 +37,8 @@ from evidra.geometry import (
     process_image_size,
 )
 from evidra.paradigms.base import Paradigm
-from evidra.paradigms.search_agent import SearchAgent
+from evidra.paradigms.search_agent import SearchAgent, with_fetch
+from evidra.tagscan import parse_digits
 from evidra.types import ImagePart, Message, Page, Parsed, Sample
 
 if TYPE_CHECKING:
@@ -46,6 +52,13 @@ INVALID_MESSAGE = (
     "one action: a search query inside <search> and </search>, a region of the last image inside "
     "<bbox>[x1, y1, x2, y2]</bbox>, or the final answer inside <answer> and </answer>. Please try again."
 )
+INVALID_FETCH_MESSAGE = (
+    "Your previous action is invalid: {reason}. Think inside <think> and </think>, then write exactly "
+    "one action: a search query inside <search> and </search>, a page number inside <fetch> and "
+    "</fetch>, a region of the last image inside <bbox>[x1, y1, x2, y2]</bbox>, or the final answer "
+    "inside <answer> and </answer>. Please try again."
+)
+MAX_PAGE_DIGITS = 6  # a page number of more digits names no page (and is never converted)
 NO_RESULT_MESSAGE = "No new page matches the query <search>{query}</search>; try another query."
 UNKNOWN_PAGE_MESSAGE = (
     "The search for <search>{query}</search> returned page {page_id}, which is not in this corpus; "
@@ -91,6 +104,7 @@ class SearchEnv:
     min_pixels: int = VRAG_MIN_PIXELS
     top_k: int = 5
     stop: tuple[str, ...] = ("</search>", "</bbox>", "</answer>")
+    fetch: bool = False  # ALDEN's <fetch>N</fetch>: open the episode's page N directly
     retrieved: list[str] = field(default_factory=list, init=False)
     invalid: int = field(default=0, init=False)
     turns: int = field(default=0, init=False)
@@ -98,6 +112,14 @@ class SearchEnv:
     _last_page: Displayed | None = field(default=None, init=False, repr=False)
     _parsed: tuple[str, Parsed] | None = field(default=None, init=False, repr=False)
     _prefetched: list[Hit] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.fetch:
+            return
+        if "</fetch>" not in self.stop:
+            self.stop = (*self.stop, "</fetch>")
+        if isinstance(self.paradigm, SearchAgent):  # another paradigm must read <fetch> itself
+            self.paradigm = with_fetch(self.paradigm)
 
     def reset(self, sample: Sample) -> list[Message]:
         self.retrieved, self.invalid, self.turns = [], 0, 0
@@ -140,6 +162,8 @@ class SearchEnv:
         reason = _invalid_reason(parsed)
         if reason is None and action is not None and action.name == "search":
             return self._search(action.argument)
+        if reason is None and action is not None and action.name == "fetch" and self.fetch:
+            return self._fetch(action.argument)
         if reason is None and action is not None and action.name == "bbox":
             if self._shown is None or self._last_page is None:
                 reason = "there is no image to crop yet; search first"
@@ -162,12 +186,28 @@ class SearchEnv:
         if not path:  # a search service's hit names no local file: only the episode's pages open
             reply = Message.text("user", UNKNOWN_PAGE_MESSAGE.format(page_id=hit.page_id, query=query))
             return self._result((reply,), False, action="search", query=query, page_id=None)
-        image = _open(path)
-        shown = Displayed.page(hit.page_id, path, image.size, self.max_pixels, self.min_pixels)
-        self.retrieved.append(hit.page_id)
-        self._shown = self._last_page = shown
-        obs = Message("user", (ImagePart(resized(image, shown.size), page_id=hit.page_id),))
+        obs = self._show(hit.page_id, path)
         return self._result((obs,), False, action="search", query=query, page_id=hit.page_id)
+
+    def _fetch(self, argument: str) -> StepResult:
+        """ALDEN's fetch: the page numbered ``argument`` (from 1) among the episode's pages."""
+        found = page_at(argument, list(self.pages))
+        if isinstance(found, FetchError):
+            return self._invalid(found.reason, action="fetch")
+        page = self.pages[found]
+        if not page.image_path:
+            return self._invalid(f"page {argument.strip()} has no image to show", action="fetch")
+        obs = self._show(found, page.image_path)
+        return self._result((obs,), False, action="fetch", page_id=found)
+
+    def _show(self, page_id: str, path: str) -> Message:
+        """The page as displayed (VRAG's resize), recorded as retrieved (once) and as the last image."""
+        image = _open(path)
+        shown = Displayed.page(page_id, path, image.size, self.max_pixels, self.min_pixels)
+        if page_id not in self.retrieved:
+            self.retrieved.append(page_id)
+        self._shown = self._last_page = shown
+        return Message("user", (ImagePart(resized(image, shown.size), page_id=page_id),))
 
     def _crop(self, parsed: Parsed) -> StepResult:
         assert parsed.action is not None and parsed.action.box is not None  # checked by _invalid_reason
@@ -187,14 +227,45 @@ class SearchEnv:
         return self._result((obs,), False, action="bbox", page_id=page.page_id, crop=(x1, y1, x2, y2),
                             area_ratio=ratio)  # fmt: skip
 
-    def _invalid(self, reason: str) -> StepResult:
+    def _invalid(self, reason: str, action: str = "invalid") -> StepResult:
         self.invalid += 1
-        reply = Message.text("user", INVALID_MESSAGE.format(reason=reason))
-        return self._result((reply,), False, action="invalid", invalid=True, reason=reason)
+        template = INVALID_FETCH_MESSAGE if self.fetch else INVALID_MESSAGE
+        reply = Message.text("user", template.format(reason=reason))
+        return self._result((reply,), False, action=action, invalid=True, reason=reason)
 
     def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
         step = StepInfo(**info, retrieved=tuple(self.retrieved), invalid_count=self.invalid, turn=self.turns)
         return StepResult(obs, done, step, parsed=self._parsed[1] if self._parsed is not None else None)
+
+
+@dataclass(frozen=True)
+class FetchError:
+    """Why a ``<fetch>`` names no page (one line, shown to the policy)."""
+
+    reason: str
+
+
+def page_at(argument: str, order: Sequence[str]) -> str | FetchError:
+    """The id of the page numbered ``argument`` (from 1) in ``order``, or why there is none; never
+    raises: a non-number, a number of more than ``MAX_PAGE_DIGITS`` digits or one out of range is
+    a ``FetchError``.
+
+    >>> page_at(" 2 ", ["a", "b"]), page_at("9" * 400, ["a"]).reason
+    ('b', 'page 9999999999... is out of range: this document has pages 1 to 1')
+    """
+    text = argument.strip()
+    count = len(order)
+    if count == 0:
+        return FetchError("this episode has no pages to fetch; search instead")
+    value = parse_digits(text, MAX_PAGE_DIGITS)
+    if value is None:
+        digits = text.lstrip("+-")
+        if digits.isdecimal():  # a number too long to be a page: out of range, never converted
+            return FetchError(f"page {digits[:10]}... is out of range: this document has pages 1 to {count}")
+        return FetchError(f"<fetch> takes one page number such as 3, got {text[:40]!r}")
+    if not 1 <= value <= count:
+        return FetchError(f"page {value} is out of range: this document has pages 1 to {count}")
+    return order[value - 1]
 
 
 def _invalid_reason(parsed: Parsed) -> str | None:
@@ -204,6 +275,8 @@ def _invalid_reason(parsed: Parsed) -> str | None:
         return "the box must be a JSON list [x1, y1, x2, y2] of non-negative numbers with x1 < x2, y1 < y2"
     if parsed.action.name == "search" and not parsed.action.argument:
         return "the search query is empty"
+    if parsed.action.name == "fetch" and not parsed.action.argument:
+        return "the page number is empty"
     return None
 
 

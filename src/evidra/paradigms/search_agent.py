@@ -5,12 +5,15 @@ One policy turn holds ``<think>...</think>`` and one action. The action is the *
 (the released code); the environment (``evidra.env.search``) executes it. A ``<bbox>`` must
 be a JSON list of four non-negative numbers (the released ``validate_bbox_action``), in the
 pixel frame of the last image shown.
+
+``with_fetch`` adds ALDEN's ``<fetch>`` action (open a page by its number; ``evidra.env.search``
+with ``fetch=True``) to the actions and one sentence about it to the prompt.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evidra.paradigms.base import PARADIGMS, first_tag
 from evidra.rewards.vragrl import validate_bbox_action
@@ -31,6 +34,12 @@ USER_TEMPLATE = "Query: {question}"  # App. I, "User Prompt: Query: {Query Descr
 
 _ACTIONS = ("search", "bbox", "answer")  # the blocks of <(search|bbox|answer)>(.*?)</\1>
 
+# ALDEN's fetch action; its prompt wording is not public, so this sentence is ours.
+FETCH_PROMPT = (
+    "You can also open a page of the document directly by its page number, counting from 1, with "
+    "<fetch> page number </fetch>, for example <fetch> 3 </fetch>."
+)
+
 
 def parse_action(text: str, names: tuple[str, ...] = ("search", "bbox", "answer")) -> Parsed:
     """The first complete action block among ``names`` plus ``<think>``; never raises.
@@ -45,7 +54,8 @@ def parse_action(text: str, names: tuple[str, ...] = ("search", "bbox", "answer"
         errors.append("missing <think>...</think>")
     else:
         fields["think"] = think
-    match = next((b for b in find_named_blocks(text, _ACTIONS) if b.head.group(1) in names), None)
+    scanned = (*_ACTIONS, "fetch") if "fetch" in names else _ACTIONS  # without fetch: the released scan
+    match = next((b for b in find_named_blocks(text, scanned) if b.head.group(1) in names), None)
     if match is None:
         errors.append(f"no action: expected one of {', '.join(f'<{n}>' for n in names)}")
         return Parsed(text=text, fields=fields, errors=tuple(errors))
@@ -61,6 +71,8 @@ def parse_action(text: str, names: tuple[str, ...] = ("search", "bbox", "answer"
             box = Box(coords[0], coords[1], coords[2], coords[3], space=CoordSpace.MODEL)
     if name == "search" and not argument:
         errors.append("empty <search> query")
+    if name == "fetch" and not argument:
+        errors.append("empty <fetch> page number")
     answer = argument if name == "answer" else None
     return Parsed(text=text, answer=answer, action=Action(name, argument, box), fields=fields,
                   errors=tuple(errors))  # fmt: skip
@@ -86,6 +98,15 @@ class SearchAgent:
 
     def reward_names(self) -> tuple[str, ...]:
         return ("retrieval", "answer", "pattern")
+
+
+def with_fetch(agent: SearchAgent) -> SearchAgent:
+    """``agent`` that also reads ``<fetch>`` and whose system prompt says so (unchanged if it does)."""
+    if "fetch" in agent.actions:
+        return agent
+    return replace(
+        agent, system_prompt=f"{agent.system_prompt} {FETCH_PROMPT}", actions=(*agent.actions, "fetch")
+    )
 
 
 PARADIGMS.add("search_agent", SearchAgent)

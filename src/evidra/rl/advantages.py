@@ -1,6 +1,6 @@
-"""Advantage estimators: group-relative (GRPO, Dr.GRPO), reward-scoped (EVisRAG RS-GRPO) and
-per-turn process credits (CAVE), as pure tensor functions (registered as estimators, with one
-input record, in ``evidra.rl.estimators``).
+"""Advantage estimators: group-relative (GRPO, Dr.GRPO), reward-scoped (EVisRAG RS-GRPO),
+per-turn process credits (CAVE) and per-turn similarity-weighted baselines (MM-Doc-R1's SPO), as
+pure tensor functions (registered as estimators, with one input record, in ``evidra.rl.estimators``).
 
 Conventions shared by every estimator:
 
@@ -397,3 +397,71 @@ def scope_masks_from_spans(
     if policy_mask is not None:
         masks = masks * policy_mask.to(dtype).unsqueeze(1)
     return masks
+
+
+def similarity_baseline_advantages(
+    rewards: Tensor,
+    similarity: Tensor,
+    turn_mask: Tensor,
+    turn_spans: Sequence[Sequence[Span]],
+    length: int,
+    group_size: int | None = None,
+    *,
+    index: Index = None,
+    valid: Tensor | None = None,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+    std: StdKind = "unbiased",
+    singleton: Singleton = "zero",
+) -> Tensor:
+    """MM-Doc-R1's SPO: each turn's baseline is the similarity-weighted mean of its group's rewards,
+    (N,) rewards and (N, N, T) similarities -> (N, L) token advantages.
+
+    ``similarity[i, j, k]`` is how alike rollout j's state is to rollout i's before i's turn k
+    (1 on the diagonal). With ``w = similarity`` restricted to i's group and its valid rollouts:
+
+    * ``b[i, k] = sum_j w[i, j, k] r_j / sum_j w[i, j, k]`` (the weighted baseline),
+    * ``A[i, k] = (r_i - b[i, k]) / (std_G + eps)``, the std over the group's valid rewards as in
+      GRPO (no division when ``scale_by_std=False``).
+
+    Before the first turn every rollout shares the initial state (all similarities 1), so the
+    baseline is the group mean and a single-turn episode gets GRPO's advantage. Each turn's
+    advantage covers that turn's tokens (``turn_spans``); invalid rollouts get 0.
+    """
+    n, t_max = turn_mask.shape
+    if rewards.shape != (n,) or similarity.shape != (n, n, t_max):
+        raise InvalidInputError(
+            f"rewards must be (N,), turn_mask (N, T) and similarity (N, N, T); got "
+            f"{tuple(rewards.shape)}, {tuple(turn_mask.shape)} and {tuple(similarity.shape)}"
+        )
+    rows = _valid_rows(rewards, valid)  # (N,)
+    groups = group_ids(n, group_size, index)  # (N,)
+    r = torch.where(rows, rewards, torch.zeros_like(rewards))  # (N,)
+    same = (groups[:, None] == groups[None, :]) & rows[None, :]  # (N, N): j in i's group and valid
+    w = similarity.to(r.dtype).clamp(min=0.0) * same[:, :, None]  # (N, N, T)
+    total = w.sum(dim=1)  # (N, T)
+    baseline = (w * r[None, :, None]).sum(dim=1) / total.clamp(min=eps)  # (N, T)
+    per_turn = r[:, None] - baseline  # (N, T)
+    if scale_by_std:
+        per_turn = per_turn / (_group_std(r, groups, rows, std) + eps)[:, None]
+    counts = same.sum(dim=1)  # (N,) valid members of each rollout's group
+    alone = rows & (counts < 2)
+    if singleton == "raise" and bool(alone.any()):
+        raise InvalidInputError(
+            f"rollouts {alone.nonzero().flatten().tolist()} are alone in their group, so they have "
+            "no baseline; sample more than one completion per prompt, or pass singleton='zero'"
+        )
+    keep = turn_mask.to(torch.bool) & (rows & ~alone)[:, None]  # (N, T)
+    per_turn = per_turn * keep
+    masks = turn_masks(turn_spans, t_max, length, dtype=r.dtype)  # (N, T, L)
+    return (per_turn.unsqueeze(-1) * masks).sum(dim=1)  # (N, L)
+
+
+def _group_std(rewards: Tensor, groups: Tensor, rows: Tensor, std: StdKind) -> Tensor:
+    """Each rollout's group std over the valid rewards, (N,) (0 for a group of fewer than two)."""
+    out = torch.zeros_like(rewards)  # (N,)
+    for g in torch.unique(groups).tolist():
+        members = (groups == g) & rows  # (N,)
+        if int(members.sum()) > 1:
+            out[groups == g] = rewards[members].std(correction=1 if std == "unbiased" else 0)
+    return out

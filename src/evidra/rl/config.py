@@ -105,7 +105,8 @@ class RolloutConfig:
 @dataclass(frozen=True)
 class AlgoConfig:
     # grpo | dr_grpo | rs_grpo (EVisRAG Eq. 7-9) | turn_credit (CAVE) | router: EVisRAG's released
-    # RS-GRPO, each reward channel normalised on its own and its loss taken per scope
+    # RS-GRPO, each reward channel normalised on its own and its loss taken per scope | spo: MM-Doc-R1's
+    # similarity-weighted baseline per turn
     advantage: str = "grpo"
     scale_by_std: bool = True
     policy_loss: str = "ppo_clip"  # ppo_clip | gspo
@@ -137,6 +138,10 @@ class AlgoConfig:
     # steps in a row whose groups each earned a single reward (every advantage 0: nothing learns,
     # e.g. a base model that never earns one) before one warning; 0: never warn
     warn_no_variance_after: int = 3
+    # Mini-o3's over-turn masking: an episode cut at the turn cap or by the token/context limits adds
+    # no policy loss (nor KL term); its reward still enters its group's baseline. The count masked is
+    # logged per step as episode/over_turn_masked
+    mask_truncated: bool = False
 
 
 @dataclass(frozen=True)

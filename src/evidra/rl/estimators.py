@@ -36,6 +36,7 @@ from evidra.rl.advantages import (
     grpo,
     router_advantages,
     rs_grpo_advantages,
+    similarity_baseline_advantages,
     turn_credit_advantages,
 )
 from evidra.types import Span
@@ -60,6 +61,9 @@ class AdvantageInputs:
     turn_mask: Tensor | None = None  # (N, T) 1 on turns that exist
     turn_spans: Sequence[Sequence[Span]] = ()  # each rollout's policy-turn token spans
     turn_norm: TurnNorm = "trajectory"
+    # (N, N, T) how alike rollout j's state is to rollout i's before i's turn k (1 on the diagonal;
+    # ``credit.prefix_similarity``); filled for estimators with ``needs_similarity`` (spo)
+    similarity: Tensor | None = None
 
     def channels(self, estimator: str) -> tuple[Tensor, Tensor]:
         """``scope_rewards`` (N, K) and ``scope_masks`` (N, K, L), or an error naming ``estimator``."""
@@ -104,18 +108,19 @@ class Estimator:
     fn: AdvantageFn
     needs_scopes: bool = False  # reads reward channels: the task must name its scopes
     per_scope_loss: bool = False  # returns ScopedAdvantages: the loss is a token mean per scope
+    needs_similarity: bool = False  # reads AdvantageInputs.similarity (built only for these)
 
 
 ADVANTAGES: Registry[Estimator] = Registry("advantage estimator")
 
 
 def estimator(
-    name: str, *, needs_scopes: bool = False, per_scope_loss: bool = False
+    name: str, *, needs_scopes: bool = False, per_scope_loss: bool = False, needs_similarity: bool = False
 ) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register ``fn`` in ``ADVANTAGES`` as ``name`` with its flags."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGES.add(name, Estimator(fn, needs_scopes, per_scope_loss))
+        ADVANTAGES.add(name, Estimator(fn, needs_scopes, per_scope_loss, needs_similarity))
         return fn
 
     return decorator
@@ -176,3 +181,26 @@ def turn_credit_estimator(x: AdvantageInputs) -> Advantages:
                                                     x.group_size, index=x.index, valid=x.valid,
                                                     normalize=x.turn_norm, scale_by_std=x.scale_by_std,
                                                     eps=x.eps, std=x.std, singleton=x.singleton))  # fmt: skip
+
+
+@estimator("spo", needs_similarity=True)
+def spo_estimator(x: AdvantageInputs) -> Advantages:
+    """MM-Doc-R1's SPO: each turn's baseline is its group's rewards averaged with the weights of how
+    alike the other rollouts' states are to this one's before the turn."""
+    if x.similarity is None or x.turn_mask is None:
+        raise ConfigError("advantage spo needs the rollouts' turn similarities (credit.prefix_similarity)")
+    tokens = similarity_baseline_advantages(
+        x.rewards,
+        x.similarity,
+        x.turn_mask,
+        x.turn_spans,
+        x.length,
+        x.group_size,
+        index=x.index,
+        valid=x.valid,
+        scale_by_std=x.scale_by_std,
+        eps=x.eps,
+        std=x.std,
+        singleton=x.singleton,
+    )  # (N, L)
+    return Advantages(tokens=tokens)

@@ -33,7 +33,7 @@ from evidra.rl.backends import make_backend
 from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
-from evidra.rl.credit import token_advantages
+from evidra.rl.credit import loss_rows, over_turn, token_advantages
 from evidra.rl.engine import Engine, empty_like, pad_microbatches
 from evidra.rl.filtering import DynamicSampler, NoVarianceWatch, Round, group_filter
 from evidra.rl.kl import kl_in_reward
@@ -240,7 +240,10 @@ class RLTrainer:
             stats.update(mismatch_stats(minibatches))
         self.model.train()
         kl_ref = ref if self.cfg.algo.kl == "loss" else None
-        update = policy_update(self.model, self.optimizer, self.engine, minibatches, valid, kl_ref, settings)
+        rows = loss_rows(valid, over_turn(episodes), mask_cut=self.cfg.algo.mask_truncated)  # (B*G,)
+        update = policy_update(self.model, self.optimizer, self.engine, minibatches, rows, kl_ref, settings)
+        if self.cfg.algo.mask_truncated:  # Mini-o3's over-turn masking: how many episodes it kept out
+            update["episode/over_turn_masked"] = float((valid & ~rows).sum())
         self._advance_schedule()
         self.backend.sync(self.engine.unwrap(self.model))  # the rollout engine takes the new weights
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
