@@ -87,9 +87,24 @@ def test_demo_with_a_given_model_trains_nothing(given_model_report: Path, tmp_pa
     assert "<svg" not in html and "used as given (no training)" in html
     assert str(escape(rows[0]["question"])) in html
     assert html.count('class="lb"') == sum(len(r["pages"]) for r in rows)  # a lightbox per page shown
+    assert "<figcaption>image 1: doc_000.pdf p.1 " in html and "image N is the N-th of them" in html
     moved = tmp_path / "moved"
     shutil.copytree(given_model_report, moved)  # the folder works anywhere: links stay inside it
     _check_images(moved)
+
+
+def test_box_tags_sit_outside_their_boxes_and_thumbnails_show_none(tmp_path: Path) -> None:
+    """A tag goes above its box, below one at the page's top edge; thumbnails hide tags (CSS)."""
+    from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, write_viewer
+    from evidra.types import Box
+
+    Image.new("RGB", (100, 100), "white").save(tmp_path / "p.png")
+    boxes = (ViewerBox(Box(10, 1, 50, 9), "top"), ViewerBox(Box(10, 50, 50, 60), "middle"))
+    page = ViewerPage(str(tmp_path / "p.png"), 100, 100, "image 1: p.pdf p.1", boxes)
+    html = write_viewer([ViewerRecord("q?", None, ("a",), None, (page,))], tmp_path / "r.html").read_text()
+    tags = re.findall(r'<span class="(num[^"]*)"[^>]*>([^<]+)</span>', html)
+    assert tags == [("num below", "top"), ("num", "middle")]
+    assert ".thumb .page .num{display:none}" in html and ".pg:hover .num{opacity:0}" in html
 
 
 def test_demo_refuses_a_missing_model_before_writing(

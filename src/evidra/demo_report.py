@@ -18,7 +18,7 @@ from typing import Any
 
 from evidra.errors import MissingDependencyError
 from evidra.templating import render
-from evidra.types import Box, Parsed, Sample
+from evidra.types import Box, Page, Parsed, Sample
 
 GOLD = "#16a34a"  # gold answer box: green, solid; the gold evidence region: green, dotted
 STEP = "#2563eb"  # the model's cited step boxes: blue, dashed
@@ -112,6 +112,16 @@ def _page_boxes(sample: Sample, page_index: int, parsed: Parsed | None) -> tuple
     return tuple(boxes)
 
 
+def caption(page: Page, index: int) -> str:
+    """``"image 2: doc_000.pdf p.1"``: the page's place among the images shown with the question
+    (the ``Image_index`` an answer cites), then the document page it is.
+
+    >>> caption(Page("d-p1", "d.png", 10, 10, source="doc_000.pdf", page_number=1), 1)
+    'image 2: doc_000.pdf p.1'
+    """
+    return f"image {index + 1}: {page.source} p.{page.page_number}"
+
+
 def _inside(box: Box, width: int, height: int) -> bool:
     """A box the page can show (a model may cite coordinates past the page; those are listed in
     the output, not drawn)."""
@@ -123,10 +133,11 @@ def _record(sample: Sample, images: Mapping[str, str], answers: ModelAnswers | N
 
     parsed = answers.parsed[index] if answers is not None else None
     pages = tuple(
-        ViewerPage(images.get(p.id, p.image_path), p.width, p.height, f"{p.source} p.{p.page_number}",
-                   _page_boxes(sample, k, parsed))
+        ViewerPage(
+            images.get(p.id, p.image_path), p.width, p.height, caption(p, k), _page_boxes(sample, k, parsed)
+        )
         for k, p in enumerate(sample.pages)
-    )  # fmt: skip
+    )
     if answers is None or parsed is None:
         return ViewerRecord(sample.question, None, sample.answers, None, pages)
     details = {"format errors": "; ".join(parsed.errors)} if parsed.errors else {}

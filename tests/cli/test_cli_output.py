@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evidra.cli._logging import DEEPSPEED_NOTICES, DropMessages, quiet_library_warnings
-from evidra.cli._progress import LazyBar, open_bar, show_bars
+from evidra.cli._progress import LazyBar, PlainLines, open_bar, show_bars
 from evidra.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,15 +83,72 @@ def test_hidden_bars_draw_nothing(capsys: pytest.CaptureFixture[str]) -> None:
         show_bars(True)
         with open_bar(total=2, desc="shown") as bar:
             bar.update(2)
-        assert "shown: 100%" in capsys.readouterr().err
+        assert capsys.readouterr().err.startswith("shown: 2/2 it (100%)")  # not a terminal: plain lines
     finally:
         show_bars(True)
 
 
-def test_quiet_hides_the_bar_that_the_default_shows(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``index eval`` on a two-page BM25 index; -q first, so the default's bar proves -q does not stick."""
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_lines_write_each_tenth_and_the_end_with_rate_and_eta() -> None:
+    out, clock = io.StringIO(), _Clock()
+    with PlainLines("ingest", total=500, unit="page", file=out, every_s=1000, clock=clock) as bar:
+        for _ in range(500):
+            clock.now += 0.25  # 4 pages a second
+            bar.update(1)
+        bar.set_postfix({"loss": "0.5"})
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue() and len(lines) == 10  # one per tenth; the last shows the end
+    assert lines[0] == "ingest: 50/500 pages (10%), 4 pages/s, ETA 1m52s"  # 450 pages / 4 per second
+    assert lines[-1] == "ingest: 500/500 pages (100%), 4 pages/s, in 2m05s"
+
+
+def test_plain_lines_write_every_interval_without_a_total_and_close_with_the_count() -> None:
+    out, clock = io.StringIO(), _Clock()
+    bar = PlainLines("reading", unit="query", file=out, every_s=30, clock=clock)
+    for _ in range(100):
+        clock.now += 1.0
+        bar.update(2)
+    bar.close()
+    bar.close()  # closing twice writes nothing more
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "reading: 60 queries, 2 queries/s",
+        "reading: 120 queries, 2 queries/s",
+        "reading: 180 queries, 2 queries/s",
+        "reading: 200 queries, 2 queries/s, in 1m40s",
+    ]
+
+
+def test_plain_lines_show_slow_steps_per_second_and_nothing_without_progress() -> None:
+    out, clock = io.StringIO(), _Clock()
+    with PlainLines("train rl", total=4, unit="step", initial=2, file=out, clock=clock) as bar:
+        clock.now += 8.0
+        bar.update(1)
+        bar.set_postfix({"loss": "0.25"}, refresh=False)
+    assert out.getvalue() == "train rl: 3/4 steps (75%), 8 s/step, ETA 8s\n"
+    with PlainLines("idle", total=4, file=out, clock=clock):
+        pass  # an error before any progress: its message prints alone
+    assert out.getvalue().count("\n") == 1
+
+
+def test_a_terminal_gets_the_redrawn_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    tty = io.StringIO()
+    monkeypatch.setattr(tty, "isatty", lambda: True)
+    monkeypatch.setattr(sys, "stderr", tty)
+    with open_bar(total=2, desc="drawn") as bar:
+        bar.update(2)
+    assert "\r" in tty.getvalue() and "drawn: 100%|" in tty.getvalue()
+
+
+def _bm25_eval_argv(tmp_path: Path, queries: int) -> list[str]:
+    """``index eval`` of ``queries`` queries (alternately for each page) on a two-page BM25 index."""
     from PIL import Image
 
     from evidra.retrieval.engine import build_index
@@ -102,10 +160,20 @@ def test_quiet_hides_the_bar_that_the_default_shows(
         words = tuple(Word(w, Box(8.0 * j, 2.0, 8.0 * j + 6, 10.0)) for j, w in enumerate(text.split()))
         pages.append(Page(pid, str(tmp_path / f"{pid}.png"), 64, 32, words=words))
     build_index(pages, tmp_path / "idx", "bm25").close()
-    (tmp_path / "q.jsonl").write_text('{"_id": "a", "text": "red report"}\n{"_id": "b", "text": "bars"}\n')
-    (tmp_path / "r.tsv").write_text("query-id\tcorpus-id\tscore\na\tp1\t1\nb\tp2\t1\n")
-    argv = ["index", "eval", "--index", str(tmp_path / "idx"), "--queries", str(tmp_path / "q.jsonl"),
-            "--qrels", str(tmp_path / "r.tsv"), "--json", "-k", "1"]  # fmt: skip
+    asked = [("red report", "p1"), ("bars", "p2")]
+    lines = [json.dumps({"_id": f"q{i}", "text": asked[i % 2][0]}) for i in range(queries)]
+    (tmp_path / "q.jsonl").write_text("\n".join(lines) + "\n")
+    qrels = "".join(f"q{i}\t{asked[i % 2][1]}\t1\n" for i in range(queries))
+    (tmp_path / "r.tsv").write_text("query-id\tcorpus-id\tscore\n" + qrels)
+    files = ["--index", str(tmp_path / "idx"), "--queries", str(tmp_path / "q.jsonl")]
+    return ["index", "eval", *files, "--qrels", str(tmp_path / "r.tsv"), "--json", "-k", "1"]
+
+
+def test_quiet_hides_the_bar_that_the_default_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``index eval`` of two queries; -q first, so the default's bar proves -q does not stick."""
+    argv = _bm25_eval_argv(tmp_path, 2)
     shown = {}
     for flags in (["-q"], [], ["-q"]):
         capsys.readouterr()
@@ -114,7 +182,17 @@ def test_quiet_hides_the_bar_that_the_default_shows(
         assert json.loads(out)["recall@1"] == 1.0  # both queries find their page first
         shown[bool(flags)] = screen_lines(err)
     assert shown[True] == []  # -q: nothing at all on stderr
-    assert any(line.startswith("searching: 100%") and "2/2" in line for line in shown[False]), shown
+    assert shown[False] and shown[False][-1].startswith("searching: 2/2 queries (100%)"), shown
+
+
+def test_a_bar_on_a_pipe_writes_a_few_plain_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """stderr captured (not a terminal): a tenth of the queries per line at most, no redraws."""
+    assert main(_bm25_eval_argv(tmp_path, 300)) == 0
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert "\r" not in err and 1 <= len(lines) <= 11, lines
+    assert all(line.startswith("searching: ") for line in lines), lines
+    assert lines[-1].startswith("searching: 300/300 queries (100%)"), lines
 
 
 def _evidra(*args: str, cwd: Path) -> tuple[str, str]:
@@ -150,6 +228,7 @@ def test_a_tiny_run_prints_no_library_warning_and_no_line_twice(
     for command in commands:
         out, err = _evidra(*command, cwd=tmp_path)
         assert "Warning" not in err and "warnings.warn" not in err, f"{command[0]}: {err}"
+        assert "\r" not in err, f"{command[0]} redrew a bar on a pipe: {err!r}"
         assert "WARNING" not in out, f"{command[0]} printed a log line on stdout: {out}"
         lines = screen_lines(err)
         assert len(lines) == len(set(lines)), f"{command[0]} printed a line twice: {lines}"
@@ -159,8 +238,8 @@ def test_a_tiny_run_prints_no_library_warning_and_no_line_twice(
         if "--json" in command:
             assert json.loads(out)["question"] == command[-1]  # stdout holds the JSON alone
     ingest, bm25, col, _, evaluate, train = shown
-    assert any(line.startswith("ingest: 100%") and "pages=3" in line for line in ingest), ingest
-    assert any(line.startswith("reading text: 100%") for line in bm25), bm25
-    assert any(line.startswith("embedding: 100%") for line in col), col
-    assert any(line.startswith("documents / coe: 100%") for line in evaluate), evaluate
-    assert any(line.startswith("train sft: 100%") for line in train), train
+    assert any(line.startswith("ingest: 2/2 files (100%)") and "pages=3" in line for line in ingest), ingest
+    assert any(line.startswith("reading text: ") and "(100%)" in line for line in bm25), bm25
+    assert any(line.startswith("embedding: ") and "(100%)" in line for line in col), col
+    assert any(line.startswith("documents / coe: 2/2 q (100%)") for line in evaluate), evaluate
+    assert any(line.startswith("train sft: 1/1 steps (100%)") and "loss=" in line for line in train), train

@@ -57,7 +57,7 @@ def test_distill_then_sft_on_the_kept_trajectories(
     assert [r["id"] for r in kept] == [first.id]
     assert "1 kept" in capsys.readouterr().out
     assert main(argv[1:]) == 0 and len(fake_judge.requests) == 3  # a rerun skips every id in the file
-    assert "distill: 100%" in capsys.readouterr().err  # without -q: the skipped samples fill the bar
+    assert "distill: 3/3 samples (100%)" in capsys.readouterr().err  # without -q: skipped ones fill it
     run = tmp_path / "sft"
     sft = ["-q", "train", "sft", "--config", config, "--data", str(out), *TINY, *data,
            f"run.output_dir={run}", "sft.run.batch_size=1", "sft.run.steps=1"]  # fmt: skip
@@ -160,7 +160,7 @@ def test_toolbox_from_trajectories_file(
     out_text, err = capsys.readouterr()
     assert "coverage 100.0%" in out_text and "curating" not in err  # -q: no bar
     assert main(argv[1:]) == 0  # without -q: a bar over the three trajectories
-    assert "curating: 100%" in capsys.readouterr().err
+    assert "curating: 3/3 trajectories (100%)" in capsys.readouterr().err
     assert main([*argv[:5], "--out", str(out)]) == 2  # no curation model given
     assert "--curator URL" in capsys.readouterr().err
 

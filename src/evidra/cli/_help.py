@@ -36,7 +36,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "train rl": (
         "evidra train rl --config configs/tiny/lat.yaml",
         "evidra train rl --config configs/lat.yaml model.path=ckpt/lat-cold rollout.group_size=8",
-        "accelerate launch --num_processes 2 -m evidra.cli.main train rl --config configs/lat.yaml",
+        "accelerate launch --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no "
+        "-m evidra.cli.main train rl --config configs/lat.yaml",
     ),
     "demo": ("evidra demo --out evidra-demo", "evidra demo --model ckpt/lat-7b --out demo-lat --overwrite"),
     "index build": (

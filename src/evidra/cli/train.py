@@ -2,7 +2,12 @@
 
 Runs on one process as is, or on several under ``accelerate launch``:
 
-    accelerate launch --num_processes 2 -m evidra.cli.main train rl --config configs/tiny/lat.yaml
+    accelerate launch --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no \
+        -m evidra.cli.main train rl --config configs/tiny/lat.yaml algo.mini_batch_size=2
+
+(``--config_file configs/accelerate/1node.yaml`` gives the same values). Without them accelerate
+prints five lines on the defaults it used before evidra starts. Only rank 0 speaks after that
+(``cli._ranks``).
 """
 
 from __future__ import annotations
@@ -117,7 +122,8 @@ def _train(trainer: Any, mode: str) -> None:
     with open_bar(total=total, initial=trainer.state.step, desc=f"train {mode}", unit="step") as bar:
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
+            shown = {k.split("/")[-1]: f"{metrics[k]:.4g}" for k in keys if k in metrics}
+            bar.set_postfix(shown, refresh=False)  # the step's own metrics on the line update writes
             bar.update(1)
-            bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.4g}" for k in keys if k in metrics})
 
         trainer.train(on_step)
