@@ -40,7 +40,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -76,6 +76,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 T = TypeVar("T")
 ChatMessages = Sequence[Message | Mapping[str, Any]]
+OnText = Callable[[str], None]  # receives each piece of a streamed reply
 
 
 @dataclass(frozen=True)
@@ -240,26 +241,42 @@ class AsyncChatClient:
     async def chat(
         self, messages: ChatMessages, *, n: int = 1, max_tokens: int | None = None,
         temperature: float = 0.0, stop: Sequence[str] = (), max_attempts: int | None = None,
+        response_format: Mapping[str, Any] | None = None, on_text: OnText | None = None,
     ) -> ChatResult:  # fmt: skip
-        """The text choices for ``messages``; ``max_attempts`` overrides the policy's."""
+        """The text choices for ``messages``; ``max_attempts`` overrides the policy's;
+        ``response_format`` asks for structured output (a 400 if the server does not take it).
+        With ``on_text`` (one choice) the reply is streamed, each piece of text handed to it as it
+        arrives; a failure after the first piece is not retried (the text is already out)."""
         if n < 1:
             raise InvalidInputError(f"n must be >= 1, got {n}")
         if self._http is None:  # not opened: a client of its own for this one call
             async with self:
                 return await self.chat(messages, n=n, max_tokens=max_tokens, temperature=temperature,
-                                       stop=stop, max_attempts=max_attempts)  # fmt: skip
+                                       stop=stop, max_attempts=max_attempts,
+                                       response_format=response_format, on_text=on_text)  # fmt: skip
+        if on_text is not None and n != 1:
+            raise InvalidInputError(f"on_text streams one choice, got n={n}")
         body = request_body(self.config.model, messages, n=n, max_tokens=max_tokens,
-                            temperature=temperature, stop=stop)  # fmt: skip
-        return await self._with_retries(body, max_attempts or self.config.retry.max_attempts)
+                            temperature=temperature, stop=stop, response_format=response_format)  # fmt: skip
+        stream = _Stream(on_text) if on_text is not None else None
+        if stream is not None:
+            body["stream"] = True
+        return await self._with_retries(body, max_attempts or self.config.retry.max_attempts, stream)
 
-    async def _with_retries(self, body: dict[str, Any], attempts: int) -> ChatResult:
+    async def _with_retries(
+        self, body: dict[str, Any], attempts: int, stream: _Stream | None = None
+    ) -> ChatResult:
         policy, url = self.config.retry, self.config.url
         waited = 0.0
         for attempt in range(1, attempts + 1):
             start = time.perf_counter()
             try:
-                data = await self._attempt(body)
+                data = await self._attempt(body, stream)
             except _Transient as exc:
+                if stream is not None and stream.started:
+                    raise ChatUnavailableError(
+                        f"{url}: the stream broke after its text began: {exc}", attempt
+                    ) from None
                 if attempt == attempts:
                     raise ChatUnavailableError(
                         f"{url}: no answer after {attempt} attempts: {exc}", attempt
@@ -290,16 +307,42 @@ class AsyncChatClient:
             raw = await aread_capped(response, cap, truncate=not ok)
             return response.status_code, response.headers.get("Retry-After"), raw
 
-    async def _attempt(self, body: dict[str, Any]) -> Any:
+    async def _post_stream(
+        self, body: dict[str, Any], headers: dict[str, str], stream: _Stream
+    ) -> tuple[int, str | None, bytes, Any]:
+        """Status, ``Retry-After``, an error body (capped) or the streamed reply as a completion."""
+        from evidra.openai_stream import read_stream
+
+        assert self._http is not None
+        headers = {**headers, "Accept-Encoding": "identity"}  # events are read as they come
+        async with self._http.stream("POST", self.config.url, json=body, headers=headers) as response:
+            if not 200 <= response.status_code < 300:
+                raw = await aread_capped(response, ERROR_BODY_BYTES, truncate=True)
+                return response.status_code, response.headers.get("Retry-After"), raw, None
+            encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("identity", ""):
+                raise ReplyError(f"a stream in Content-Encoding {encoding[:40]!r}; evidra asked for none")
+            reply = await read_stream(response.aiter_raw(), self.config.max_reply_bytes, stream.hand_on)
+            return response.status_code, None, b"", reply
+
+    async def _attempt(self, body: dict[str, Any], stream: _Stream | None = None) -> Any:
         """One request; its decoded JSON, or ``_Transient`` / ``ChatClientError``."""
         import httpx
 
+        from evidra.openai_stream import StreamFailed
+
         url, key = self.config.url, self.config.key()
         headers = {**REQUEST_HEADERS, **({"Authorization": f"Bearer {key}"} if key else {})}
+        streamed: Any = None
         try:  # wait_for bounds the whole attempt; httpx's own timeouts bound each phase only
-            status, retry_after, raw = await asyncio.wait_for(
-                self._post(body, headers), self.config.timeout_s
-            )
+            if stream is None:
+                status, retry_after, raw = await asyncio.wait_for(
+                    self._post(body, headers), self.config.timeout_s
+                )
+            else:
+                status, retry_after, raw, streamed = await asyncio.wait_for(
+                    self._post_stream(body, headers, stream), self.config.timeout_s
+                )
         except asyncio.TimeoutError:
             raise _Transient(f"no complete reply within timeout_s={self.config.timeout_s:g}") from None
         except httpx.TransportError as exc:  # refused, reset, protocol errors, httpx's phase timeouts
@@ -308,6 +351,8 @@ class AsyncChatClient:
             raise ChatClientError(redact(f"{url}: {type(exc).__name__}: {exc}", (key,))) from None
         except ReplyError as exc:  # over the cap, or an encoding evidra does not decode
             raise MalformedResponseError(f"{url} answered with {exc}") from None
+        except StreamFailed as exc:  # an error event after the 200: the server failed mid-way
+            raise _Transient(f"error in the stream: {redact(str(exc), (key,))}") from None
         text = raw.decode("utf-8", "replace")
         if status == 429 or status >= 500:
             message = server_message(text, secrets=(key,))
@@ -320,12 +365,25 @@ class AsyncChatClient:
             raise ChatHTTPError(
                 f"HTTP {status} from {url}: {server_message(text, secrets=(key,))}{hint}", status
             )
+        if streamed is not None:
+            return streamed
         try:
             return loads_reply(raw)
         except ReplyError as exc:
             raise MalformedResponseError(
                 f"{url} answered HTTP {status} with {exc}: {server_message(text, 80, (key,))}"
             ) from None
+
+
+class _Stream:
+    """Where a streamed reply's text goes, and whether any has gone (then no retry)."""
+
+    def __init__(self, on_text: OnText) -> None:
+        self.on_text, self.started = on_text, False
+
+    def hand_on(self, piece: str) -> None:
+        self.started = True
+        self.on_text(piece)
 
 
 class _LoopThread(LoopThread):
@@ -372,10 +430,21 @@ class ChatClient:
     def chat(
         self, messages: ChatMessages, *, n: int = 1, max_tokens: int | None = None,
         temperature: float = 0.0, stop: Sequence[str] = (), max_attempts: int | None = None,
+        response_format: Mapping[str, Any] | None = None, on_text: OnText | None = None,
     ) -> ChatResult:  # fmt: skip
+        """``AsyncChatClient.chat``, blocking; ``on_text`` runs on the client's own thread."""
         runner = self._loop_thread()
-        return runner.submit(runner.client.chat(messages, n=n, max_tokens=max_tokens, temperature=temperature,
-                                                stop=stop, max_attempts=max_attempts))  # fmt: skip
+        call = runner.client.chat(
+            messages,
+            n=n,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop=stop,
+            max_attempts=max_attempts,
+            response_format=response_format,
+            on_text=on_text,
+        )
+        return runner.submit(call)
 
     def close(self) -> None:
         with self._lock:

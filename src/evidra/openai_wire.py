@@ -120,8 +120,10 @@ def request_body(
     max_tokens: int | None = None,
     temperature: float = 0.0,
     stop: Sequence[str] = (),
+    response_format: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of ``POST /chat/completions``; unset options are left to the server."""
+    """The JSON body of ``POST /chat/completions``; unset options are left to the server.
+    ``response_format`` asks for structured output (``{"type": "json_schema", ...}``)."""
     body: dict[str, Any] = {"model": model, "messages": wire_messages(messages), "temperature": temperature}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
@@ -129,6 +131,8 @@ def request_body(
         body["n"] = n
     if stop:
         body["stop"] = list(stop)
+    if response_format is not None:
+        body["response_format"] = dict(response_format)
     return body
 
 

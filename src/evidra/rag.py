@@ -11,6 +11,16 @@ by the z-scores of each one's hits: hybrid retrieval), or None for the index reg
 retrieves the top ``k`` pages, shows them to the model in the paradigm's format (LAT's chain of
 evidence by default, whose every step cites a page and a box) and returns a frozen ``Answer``.
 ``evidra ask`` is this class behind a command line.
+
+Any OpenAI-compatible VLM server answers too: ``RAG.load(store, endpoint=URL, model_name=NAME)``
+(the key from ``$OPENAI_API_KEY`` or the variable ``api_key_env`` names). ``structured`` (the
+default for an endpoint) asks for a JSON answer whose steps cite a page and a box
+(``evidra.models.structured``), which parses whatever the model: a general instruct model does
+not reliably write a paper's format. Every box a model writes in its own frame lands on page
+pixels through its family's convention (``evidra.box_formats``: from the checkpoint's config, the
+endpoint's model name, or ``box_format``); a box the paradigm already reads as page pixels (LAT's
+chain of evidence, whose prompt states each page's size) stays as it is unless ``box_format`` is
+given.
 """
 
 from __future__ import annotations
@@ -18,17 +28,20 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evidra.errors import InvalidInputError
+from evidra.openai_client import DEFAULT_API_KEY_ENV
 from evidra.retrieval.base import check_k
-from evidra.types import Box, CoordSpace, Message, Page, Parsed, Sample
+from evidra.types import Box, CoordSpace, Message, Page, Parsed, Sample, Step
 
 if TYPE_CHECKING:
+    from evidra.box_formats import BoxFormat
     from evidra.corpus.metadata import PageMeta, Where
     from evidra.corpus.store import PageStore
+    from evidra.models.endpoint import AnsweringEndpoint
     from evidra.models.generation import SamplingParams
     from evidra.models.loading import VLM
     from evidra.models.streaming import OnText
@@ -41,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_K = 3
 DEFAULT_PARADIGM = "coe"  # LAT's chain of evidence: every step cites a page and a box
+UNREADABLE = "the model's answer could not be read"  # said instead of an answer that did not parse
 
 
 @dataclass(frozen=True)
@@ -84,14 +98,24 @@ class Answer:
     no_hits: bool = False  # the index found no page for the question: the model was not asked
     sources: tuple[PageMeta, ...] = ()  # document, file, title and user metadata of each page shown
 
+    @property
+    def parsed(self) -> bool:
+        """Whether the model's output held a readable answer (else show it as raw text)."""
+        return self.text is not None
+
 
 class RAG:
-    """A page store, an optional retriever over it, a vision-language model and a paradigm."""
+    """A page store, an optional retriever over it, a vision-language model (in this process or
+    behind an OpenAI-compatible endpoint) and a paradigm.
+
+    ``structured`` asks for a JSON answer instead of the paradigm's format; ``box_format`` is the
+    model's box convention (None: chosen from the model); ``box_format_given`` says the user named
+    it, so that it applies to boxes the paradigm reads as page pixels too."""
 
     def __init__(
         self,
         store: PageStore,
-        vlm: VLM,
+        vlm: VLM | AnsweringEndpoint,
         retriever: StoreRetriever | None = None,
         *,
         paradigm: str = DEFAULT_PARADIGM,
@@ -99,6 +123,9 @@ class RAG:
         max_pages: int = 4,
         params: SamplingParams | None = None,
         keep: tempfile.TemporaryDirectory[str] | None = None,
+        structured: bool = False,
+        box_format: BoxFormat | None = None,
+        box_format_given: bool = False,
     ) -> None:
         from evidra.models.generation import SamplingParams
         from evidra.paradigms import PARADIGMS
@@ -109,6 +136,9 @@ class RAG:
         self.paradigm = PARADIGMS.get(paradigm)()
         self.k, self.max_pages = k, max_pages
         self.params = params or SamplingParams(max_new_tokens=256, temperature=0.0)
+        self.structured = structured
+        self._box_format = box_format  # None: chosen from the model at the first box
+        self.box_format_given = box_format_given
         self._keep = keep  # a temporary folder holding the store, removed with this object
 
     @classmethod
@@ -117,7 +147,7 @@ class RAG:
         store: str | Path | PageStore,
         index: str | Path | Sequence[str | Path] | None = None,
         *,
-        model: str | Path,
+        model: str | Path | None = None,
         paradigm: str = DEFAULT_PARADIGM,
         k: int = DEFAULT_K,
         max_pages: int = 4,
@@ -128,37 +158,45 @@ class RAG:
         keep: tempfile.TemporaryDirectory[str] | None = None,
         encoder: str | Path = "",
         fusion: Fusion | None = None,
+        endpoint: str | None = None,
+        model_name: str | None = None,
+        api_key_env: str = DEFAULT_API_KEY_ENV,
+        structured: bool | None = None,
+        box_format: str | None = None,
     ) -> RAG:
-        """Open ``store`` and ``index`` (None: the store's registered index, if any), load ``model``.
+        """Open ``store`` and ``index`` (None: the store's registered index, if any), load ``model``
+        or connect to ``endpoint``.
         ``encoder`` replaces the checkpoint a visual index recorded (the same weights, moved);
         ``fusion`` fuses several indexes (None: z-scores over each one's top 100 hits).
 
-        The paradigm and index are checked before the model loads; ``model`` is a directory, a hub
-        id, ``tiny:ARCH``, or a training run or checkpoint folder (exported once, as ``evidra ask``
-        does). ``device`` and ``dtype`` ``auto``: the GPU in bfloat16 when one is present.
+        The paradigm, index and box format are checked before the model loads; ``model`` is a
+        directory, a hub id, ``tiny:ARCH``, or a training run or checkpoint folder (exported once,
+        as ``evidra ask`` does). ``device`` and ``dtype`` ``auto``: the GPU in bfloat16 when one is
+        present. Instead of ``model``: ``endpoint`` (an OpenAI-compatible base URL, ``.../v1``)
+        serving ``model_name``, its key in the environment variable ``api_key_env``.
+        ``structured`` (default: ``default_structured``, on for an endpoint and a released
+        ``-Instruct`` checkpoint, off for others, usually trained on their paradigm's format) asks
+        for a JSON answer; ``box_format`` names the model's box
+        convention (``evidra.box_formats``; default: chosen from the model).
         """
         from evidra.corpus import PageStore
-        from evidra.devices import resolve_device, resolve_dtype
-        from evidra.models.loading import load_vlm
         from evidra.paradigms import PARADIGMS
         from evidra.retrieval.attach import attach, registered_index
-        from evidra.rl.export import resolve_trained_model
 
         PARADIGMS.get(paradigm)
         check_k(k)
+        fmt = _check_model(model, endpoint, model_name, api_key_env, box_format)
         _check_refs(model, encoder)
         opened = store if isinstance(store, PageStore) else PageStore.open(store)
         retriever = None
         try:
             where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
             retriever = attach(where, opened, str(encoder), fusion) if where else None
-            device = resolve_device(device)
-            vlm = load_vlm(
-                resolve_trained_model(model),
-                dtype=resolve_dtype(dtype, device),
-                device=device,
-                max_pixels=max_pixels,
-            )
+            use_json = structured if structured is not None else default_structured(model, endpoint)
+            if endpoint is not None:
+                vlm: VLM | AnsweringEndpoint = _connect(endpoint, str(model_name), api_key_env, use_json)
+            else:
+                vlm = _load_local(model, device, dtype, max_pixels)
         except BaseException:
             if retriever is not None:
                 retriever.close()
@@ -166,7 +204,17 @@ class RAG:
                 opened.close()
             raise
         return cls(
-            opened, vlm, retriever, paradigm=paradigm, k=k, max_pages=max_pages, params=params, keep=keep
+            opened,
+            vlm,
+            retriever,
+            paradigm=paradigm,
+            k=k,
+            max_pages=max_pages,
+            params=params,
+            keep=keep,
+            structured=use_json,
+            box_format=fmt,
+            box_format_given=fmt is not None,
         )
 
     @classmethod
@@ -174,7 +222,7 @@ class RAG:
         cls,
         documents: str | Path,
         *,
-        model: str | Path,
+        model: str | Path | None = None,
         retriever: str = "bm25",
         encoder_model: str | Path = "",
         store: str | Path | None = None,
@@ -191,6 +239,9 @@ class RAG:
         """
         from evidra.corpus import PageStore, ingest
 
+        chosen = {k: load_options.get(k) for k in ("endpoint", "model_name", "box_format")}
+        key_env = load_options.get("api_key_env", DEFAULT_API_KEY_ENV)
+        _check_model(model, chosen["endpoint"], chosen["model_name"], key_env, chosen["box_format"])
         _check_refs(model, encoder_model if retriever != "bm25" else "")  # before any page is ingested
         keep: tempfile.TemporaryDirectory[str] | None = None
         if store is None:
@@ -270,37 +321,63 @@ class RAG:
         and the model reads the newest turns before the question (``evidra.conversation``).
         """
         from evidra.conversation import recent, retrieval_query, with_history
-        from evidra.models.generation import generate
 
-        if verify and not self.paradigm_name.startswith("coe"):
+        if verify and not (self.structured or self.paradigm_name.startswith("coe")):
             raise InvalidInputError(
-                f"verify checks chain-of-evidence steps; use paradigm 'coe', not {self.paradigm_name!r}"
+                f"verify checks cited steps; use paradigm 'coe' or a structured answer, not "
+                f"{self.paradigm_name!r}"
             )
         hits, shown = self._pages(retrieval_query(question, history), k, pages, where)
         if not shown:  # nothing in the index scores for the question: say so, ask no model
             return self._no_hits(question)
-        sample = Sample(id="ask", question=question, pages=tuple(shown))
-        chat = with_history(self.paradigm.build_messages(sample, shown), recent(history))
-        streaming = {"on_text": on_text} if on_text is not None else {}
-        (gen,) = generate(self.vlm, [chat], self.params, **streaming)
-        parsed = self.paradigm.parse(gen.text)
-        steps = self._citations(parsed, shown)
+        chat = with_history(self._messages(question, shown), recent(history))
+        text, finish_reason = self._write(chat, on_text)
+        parsed = self._parse(text, shown)
+        placed, box_errors = self._on_pages(parsed, shown)
+        steps = self._citations(placed, shown)
         if verify:
-            steps = _verified(parsed, shown, similarity, tau)
+            steps = _verified(placed, shown, similarity, tau)
         return Answer(
             question=question,
             text=parsed.answer,
             steps=tuple(steps),
-            answer_box=self._answer_citation(parsed, shown),
+            answer_box=self._answer_citation(placed, shown),
             pages=tuple(shown),
             retrieved=tuple(hits),
             index=self.retriever.where if hits and self.retriever is not None else (),
-            output=gen.text,
-            errors=parsed.errors,
-            finish_reason=gen.finish_reason,
+            output=text,
+            errors=(*parsed.errors, *box_errors),
+            finish_reason=finish_reason,
             verified=verify,
             sources=self._sources(shown),
         )
+
+    def _messages(self, question: str, shown: Sequence[Page]) -> list[Message]:
+        from evidra.models import structured
+
+        if self.structured:
+            return structured.build_messages(question, shown)
+        return self.paradigm.build_messages(Sample(id="ask", question=question, pages=tuple(shown)), shown)
+
+    def _parse(self, text: str, shown: Sequence[Page]) -> Parsed:
+        from evidra.models import structured
+
+        return structured.parse(text, [p.id for p in shown]) if self.structured else self.paradigm.parse(text)
+
+    def _write(self, chat: list[Message], on_text: OnText | None) -> tuple[str, str]:
+        """The model's text for ``chat`` and why it stopped, from this process or the endpoint."""
+        from evidra.models.endpoint import AnsweringEndpoint
+        from evidra.models.generation import generate
+
+        p = self.params
+        if isinstance(self.vlm, AnsweringEndpoint):
+            done = self.vlm.write(
+                chat, max_tokens=p.max_new_tokens, temperature=p.temperature, stop=p.stop, on_text=on_text
+            )
+            return done.text, done.finish_reason
+        streaming = {"on_text": on_text} if on_text is not None else {}
+        (gen,) = generate(self.vlm, [chat], p, **streaming)
+        return gen.text, gen.finish_reason
 
     def _sources(self, pages: Sequence[Page]) -> tuple[PageMeta, ...]:
         known = self.store.page_meta()
@@ -332,22 +409,56 @@ class RAG:
         where = self.retriever.where if self.retriever is not None else ()
         return Answer(question, None, (), None, (), (), where, "", (), "no_hits", no_hits=True)
 
-    def _page_box(self, box: Box | None, page: Page | None) -> Box | None:
-        """``box`` in page pixels (chain-of-evidence boxes already are; others are converted)."""
-        from evidra.geometry import ImageFrame, convert_box
+    @property
+    def box_format(self) -> BoxFormat:
+        """The model's box convention: the one given, else its family's (``evidra.box_formats``)."""
+        if self._box_format is None:
+            self._box_format = _model_box_format(self.vlm)
+        return self._box_format
 
-        if box is None or page is None or box.space is CoordSpace.PAGE:
-            return box
-        if self.vlm.spec is None:
-            return None
-        return convert_box(box, CoordSpace.PAGE, ImageFrame.for_page(page.width, page.height, self.vlm.spec))
+    def _page_box(self, box: Box | None, page: Page | None) -> tuple[Box | None, str | None]:
+        """``box`` in page pixels of ``page``, or None and why. A box the paradigm reads as page
+        pixels stays as it is unless the user named a box format; any other goes through the
+        model's format (``evidra.box_formats``)."""
+        from evidra.geometry import model_input_size
+
+        if box is None or page is None:  # a page not shown: verify says so, the citation drops the box
+            return box, None
+        if box.space is CoordSpace.PAGE and not self.box_format_given:
+            return box, None
+        spec = getattr(self.vlm, "spec", None)  # an in-process model: its processor's own resize
+        seen = model_input_size(page.width, page.height, spec) if spec is not None else None
+        if self.box_format.space is not CoordSpace.MODEL:
+            seen = None
+        mapped = self.box_format.to_page(box.as_tuple(), (page.width, page.height), seen)
+        return mapped.box, mapped.error
+
+    def _on_pages(self, parsed: Parsed, pages: Sequence[Page]) -> tuple[Parsed, list[str]]:
+        """``parsed`` with every box in page pixels of the page it cites (a box that cannot be
+        placed is dropped, and said why)."""
+        errors: list[str] = []
+
+        def place(box: Box | None, index: int | None, what: str) -> Box | None:
+            page_at = _page_index(index, pages)
+            placed, error = self._page_box(box, pages[page_at] if page_at is not None else None)
+            if error:
+                errors.append(f"{what}: {error}")
+            return placed
+
+        steps = [
+            Step(s.text, s.page_index, place(s.box, s.page_index, f"step {i}"))
+            for i, s in enumerate(parsed.steps, 1)
+        ]
+        answer_box = place(parsed.answer_box, parsed.answer_page, "answer")
+        return replace(parsed, steps=tuple(steps), answer_box=answer_box), errors
 
     def _citations(self, parsed: Parsed, pages: Sequence[Page]) -> list[Citation]:
+        """The steps of ``parsed`` (boxes already in page pixels) as citations of ``pages``."""
         out = []
         for i, step in enumerate(parsed.steps, 1):
             index = _page_index(step.page_index, pages)
             page = pages[index] if index is not None else None
-            box = self._page_box(step.box, page)
+            box = step.box if page is not None else None
             out.append(Citation(i, step.text, page.id if page else None, index, box, **_source(page)))
         return out
 
@@ -356,10 +467,14 @@ class RAG:
             return None
         index = _page_index(parsed.answer_page, pages)
         page = pages[index] if index is not None else None
-        box = self._page_box(parsed.answer_box, page)
+        box = parsed.answer_box if page is not None else None
         return Citation(0, parsed.answer or "", page.id if page else None, index, box, **_source(page))
 
     def close(self) -> None:
+        from evidra.models.endpoint import AnsweringEndpoint
+
+        if isinstance(self.vlm, AnsweringEndpoint):
+            self.vlm.close()
         if self.retriever is not None:
             self.retriever.close()
         self.store.close()
@@ -373,12 +488,83 @@ class RAG:
         self.close()
 
 
-def _check_refs(model: str | Path, encoder: str | Path) -> None:
+def _check_model(
+    model: str | Path | None,
+    endpoint: str | None,
+    model_name: str | None,
+    api_key_env: str,
+    box_format: str | None,
+) -> BoxFormat | None:
+    """One model: a checkpoint or an endpoint with its model name; the key variable and the box
+    format named, checked before anything opens. The named box format, if any."""
+    from evidra.box_formats import BOX_FORMATS
+    from evidra.openai_client import check_api_key_env
+
+    if (model is None) == (endpoint is None):
+        raise InvalidInputError(
+            "give a model: model=PATH (a checkpoint) or endpoint=URL with model_name=NAME, not both"
+        )
+    if endpoint is not None:
+        if not model_name:
+            raise InvalidInputError(
+                f"endpoint {endpoint!r} needs model_name: the name of the model it serves"
+            )
+        check_api_key_env(api_key_env, "api_key_env")
+    return BOX_FORMATS.get(box_format.strip().lower()) if box_format is not None else None
+
+
+def default_structured(model: str | Path | None, endpoint: str | None) -> bool:
+    """Whether to ask for a structured answer when the caller did not say: yes for an endpoint and
+    for a general instruct checkpoint (its name ends in ``-Instruct``, as released), no for any other
+    checkpoint (a trained one writes its paradigm's format).
+
+    >>> default_structured(None, "http://h/v1"), default_structured("Qwen/Qwen2.5-VL-7B-Instruct", None)
+    (True, True)
+    >>> default_structured("runs/lat-7b/checkpoint-200", None), default_structured("tiny:qwen2_5_vl", None)
+    (False, False)
+    """
+    if endpoint is not None:
+        return True
+    name = Path(str(model)).name.lower() if model is not None else ""
+    return name.endswith("instruct")
+
+
+def _connect(endpoint: str, model_name: str, api_key_env: str, structured: bool) -> AnsweringEndpoint:
+    from evidra.models.endpoint import AnsweringEndpoint, ChatEndpoint
+
+    chat = ChatEndpoint(endpoint, model_name, api_key_env=api_key_env)
+    return AnsweringEndpoint(chat, structured=structured)
+
+
+def _load_local(model: str | Path | None, device: str, dtype: str, max_pixels: int | None) -> VLM:
+    from evidra.devices import resolve_device, resolve_dtype
+    from evidra.models.loading import load_vlm
+    from evidra.rl.export import resolve_trained_model
+
+    assert model is not None  # _check_model: a model or an endpoint
+    where = resolve_device(device)
+    return load_vlm(
+        resolve_trained_model(model), dtype=resolve_dtype(dtype, where), device=where, max_pixels=max_pixels
+    )
+
+
+def _model_box_format(vlm: VLM | AnsweringEndpoint) -> BoxFormat:
+    """The box convention of ``vlm``: from a checkpoint's architecture, or the endpoint's model name."""
+    from evidra.box_formats import box_format_for
+    from evidra.models.endpoint import AnsweringEndpoint
+
+    if isinstance(vlm, AnsweringEndpoint):
+        return box_format_for(vlm.name, None, None)
+    return box_format_for(None, {"model_type": getattr(vlm, "arch", None)}, None)
+
+
+def _check_refs(model: str | Path | None, encoder: str | Path) -> None:
     """The model (a checkpoint, hub id, ``tiny:ARCH``, or a training run) and an encoder checkpoint
     given by the caller, checked in a second before a store is opened or a page ingested."""
     from evidra.models.references import check_model_ref, written_as_checkpoint
 
-    check_model_ref(model, "Qwen-VL model", need_config=False)  # a run folder is exported on load
+    if model is not None:  # a run folder is exported on load
+        check_model_ref(model, "Qwen-VL model", need_config=False)
     if str(encoder).strip() and written_as_checkpoint(encoder):
         check_model_ref(encoder, "encoder checkpoint")
 

@@ -105,10 +105,12 @@ def page_json(page: Page, score: float | None = None, matches: list[Box] | None 
 
 
 def answer_json(answer: Answer) -> dict[str, Any]:
-    """The answer, its evidence and the pages it was given, as the app sends it."""
+    """The answer, its evidence and the pages it was given, as the app sends it; ``parsed`` says
+    whether the model's output held a readable answer (``answer`` is None when not)."""
     return {
         "question": answer.question,
         "answer": answer.text,
+        "parsed": answer.parsed,  # False: the output held no readable answer (show it as raw text)
         "evidence": [e.as_json() for e in evidence(answer)],
         "pages": [page_json(p) for p in answer.pages],
         "errors": list(answer.errors),

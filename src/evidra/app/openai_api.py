@@ -55,7 +55,9 @@ class Turn:
 
 def tail(answer: Answer) -> str:
     """What follows the model's text in the reply: the answer and its sources."""
-    lines = [f"Answer: {answer.text if answer.text is not None else '(none)'}"]
+    from evidra.rag import UNREADABLE
+
+    lines = [f"Answer: {answer.text}" if answer.parsed else f"Answer: ({UNREADABLE})"]
     if sources := sources_line(answer):
         lines.append(sources)
     return "\n\n" + "\n".join(lines)
@@ -65,6 +67,7 @@ def _evidence_fields(answer: Answer) -> dict[str, Any]:
     return {
         "evidence": [e.as_json() for e in evidence(answer)],
         "pages": [page_json(p) for p in answer.pages],
+        "parsed": answer.parsed,
     }
 
 
@@ -89,7 +92,9 @@ def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
             question, history = conversation(body.get("messages"), options)
             k = k_of(body.get("k"), options.k, options)
             if not workspace.can_answer:
-                raise HttpError(409, "this server has no model; start it with --model to answer")
+                raise HttpError(
+                    409, "this server has no model; start it with --model or --endpoint to answer"
+                )
         except HttpError as exc:
             return _openai_error(exc.status, str(exc))
         head = {

@@ -177,7 +177,9 @@ class Pages:
         history = history_of(body.get("history"), self.options)
         k = k_of(body.get("k"), self.options.k, self.options)
         if not self.workspace.can_answer:
-            raise HttpError(409, "this server has no model; start it with --model to ask questions")
+            raise HttpError(
+                409, "this server has no model; start it with --model or --endpoint to ask questions"
+            )
         ticket = self.workspace.admit()  # Busy (503) here, before the stream starts
 
         async def events() -> AsyncIterator[dict[str, Any]]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from evidra.app.errors import Busy, NotFound, Unsupported
 from evidra.app.uploads import Uploads, remove_leftovers
 from evidra.errors import InvalidInputError
+from evidra.openai_client import DEFAULT_API_KEY_ENV
 
 if TYPE_CHECKING:
     from evidra.corpus.store import PageStore
@@ -53,7 +54,8 @@ IMAGE_TYPES = (  # the raster kinds a page image is served as, told by their fir
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What ``RAG.load`` needs to answer; ``path`` as ``evidra ask --model`` takes it."""
+    """What ``RAG.load`` needs to answer; ``path`` as ``evidra ask --model`` takes it, or
+    ``endpoint`` and ``model_name`` for an OpenAI-compatible server (``path`` then "")."""
 
     path: str
     paradigm: str = "coe"
@@ -61,6 +63,11 @@ class ModelSpec:
     device: str = "auto"
     dtype: str = "auto"
     max_pixels: int | None = None
+    endpoint: str | None = None
+    model_name: str | None = None
+    api_key_env: str = DEFAULT_API_KEY_ENV
+    structured: bool | None = None  # None: on for an endpoint, off for a checkpoint
+    box_format: str | None = None  # None: chosen from the model
 
 
 @dataclass(frozen=True)
@@ -224,7 +231,9 @@ class Workspace:
         """A place among the questions answered or waiting, or ``Busy`` (with ``InvalidInputError``
         first when there is no model)."""
         if self.model is None:
-            raise InvalidInputError("this server has no model; start it with --model to ask questions")
+            raise InvalidInputError(
+                "this server has no model; start it with --model or --endpoint to ask questions"
+            )
         if self._asking >= MAX_WAITING_ASKS:
             raise Busy(f"{self._asking} questions are being answered; ask again in a moment")
         self._asking += 1
@@ -373,9 +382,20 @@ class Workspace:
 
         params = SamplingParams(max_new_tokens=spec.max_new_tokens, temperature=0.0)
         self._rag = RAG.load(
-            self.store_root, [], model=spec.path, paradigm=spec.paradigm, params=params,
-            device=spec.device, dtype=spec.dtype, max_pixels=spec.max_pixels,
-        )  # fmt: skip
+            self.store_root,
+            [],
+            model=spec.path or None,
+            paradigm=spec.paradigm,
+            params=params,
+            device=spec.device,
+            dtype=spec.dtype,
+            max_pixels=spec.max_pixels,
+            endpoint=spec.endpoint,
+            model_name=spec.model_name,
+            api_key_env=spec.api_key_env,
+            structured=spec.structured,
+            box_format=spec.box_format,
+        )
 
     def _close_model(self) -> None:
         if self._rag is not None:

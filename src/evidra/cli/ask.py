@@ -6,6 +6,7 @@ evidra ask --store S --index I-colqwen2 --index I-bm25 --model M "..."   # hybri
 evidra ask --store S --index I1 --index I2 --fusion rrf --rrf-k 60 --model M "..."   # RRF instead
 evidra ask --store S --model M "..."     # the index `evidra index build --store S` registered
 evidra ask --store S --model M --page ID --page ID2 "..."                # pages chosen by hand
+evidra ask --store S --endpoint http://127.0.0.1:8000/v1 --model-name Qwen/Qwen2.5-VL-7B-Instruct "..."
 
 Without an index (given or registered) and without ``--page``, a store of at most
 ``--max-pages`` pages is shown whole. ``--paradigm`` picks the output format (default: LAT's
@@ -14,6 +15,11 @@ step as LAT's attribution reward does (LAT Eq. 8, S_t >= tau): the step's box is
 page and scored against the step text, with ColQwen2 (``--retriever PATH``) or, offline, with
 the page's text layer inside the box. ``--html FILE`` writes the evidence view (pages with the
 cited boxes, images inside the file). ``evidra.RAG`` is the same thing as a Python API.
+
+``--endpoint URL --model-name NAME`` asks any OpenAI-compatible VLM server instead of a checkpoint
+(the key from ``$OPENAI_API_KEY`` or ``--api-key-env VAR``); it answers in structured JSON
+(``--no-structured``: the paradigm's format), its boxes read by its family's convention
+(``--box-format`` names another).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from evidra.cli._answer_model import add_endpoint_args, check_endpoint_args, endpoint_options
 from evidra.cli._fusion import add_fusion_args, fusion_from_args
 from evidra.errors import InvalidInputError
 
@@ -37,7 +44,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("question", help="the question to answer")
     p.add_argument("--store", required=True, metavar="S", help="page store directory")
     model_help = "Qwen-VL model: a directory, a hub id (org/name), tiny:ARCH, or a training run or checkpoint"
-    p.add_argument("--model", required=True, metavar="PATH", help=model_help)
+    p.add_argument("--model", default=None, metavar="PATH", help=model_help + " (or --endpoint)")
+    add_endpoint_args(p)
     p.add_argument(
         "--index",
         action="append",
@@ -119,7 +127,11 @@ def _check_references(args: argparse.Namespace) -> None:
     or an index is opened (``evidra.models.references.check_model_ref``)."""
     from evidra.models.references import check_model_ref, written_as_checkpoint
 
-    check_model_ref(args.model, "Qwen-VL model", option="--model", need_config=False)  # a run too
+    check_endpoint_args(args)
+    if not args.model and not args.endpoint:
+        raise InvalidInputError("pass --model PATH (a checkpoint) or --endpoint URL with --model-name NAME")
+    if args.model:
+        check_model_ref(args.model, "Qwen-VL model", option="--model", need_config=False)  # a run too
     if args.encoder and written_as_checkpoint(args.encoder):
         check_model_ref(args.encoder, "encoder checkpoint", option="--encoder")
     if args.verify and args.retriever:
@@ -136,9 +148,9 @@ def _open(args: argparse.Namespace) -> RAG:
 
     args.paradigm = _paradigm(args)
     parse_where(args.where)  # a malformed filter fails before anything loads
-    if args.verify and not args.paradigm.startswith("coe"):
+    if args.verify and not args.paradigm.startswith("coe") and not _structured(args):
         raise InvalidInputError(
-            f"--verify checks Chain-of-Evidence steps; use --paradigm coe, not {args.paradigm!r}"
+            f"--verify checks cited steps; use --paradigm coe or --structured, not {args.paradigm!r}"
         )
     if args.page and args.index:
         raise InvalidInputError("pass --page (pages chosen by hand) or --index (retrieved pages), not both")
@@ -151,7 +163,7 @@ def _open(args: argparse.Namespace) -> RAG:
     return RAG.load(
         args.store,
         args.index or None,
-        model=args.model,
+        model=args.model or None,
         paradigm=args.paradigm,
         k=args.k,
         max_pages=args.max_pages,
@@ -161,6 +173,15 @@ def _open(args: argparse.Namespace) -> RAG:
         max_pixels=args.max_pixels,
         encoder=args.encoder,
         fusion=fusion,
+        **endpoint_options(args),
+    )
+
+
+def _structured(args: argparse.Namespace) -> bool:
+    from evidra.rag import default_structured
+
+    return bool(
+        args.structured if args.structured is not None else default_structured(args.model, args.endpoint)
     )
 
 
@@ -173,6 +194,7 @@ def _out(line: str, keep: str = "") -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evidra.cli._terminal import json_line
+    from evidra.rag import UNREADABLE
     from evidra.rag_view import NO_HITS, answer_record, caption, format_citation, format_verdict, write_html
 
     with _open(args) as rag:
@@ -194,11 +216,13 @@ def run(args: argparse.Namespace) -> int:
     if answer.no_hits:
         _out(f"answer: ({NO_HITS}: {', '.join(answer.index)})")
     else:
-        text = answer.text if answer.text is not None else "(no <answer> in the output)"
+        text = answer.text if answer.parsed else f"({UNREADABLE}; its text is below)"
         _out(f"answer: {text}", keep="\n")
         _out(f"pages:  {'; '.join(p.citation for p in answer.pages)}")
     if answer.errors:
         _out(f"format: {'; '.join(answer.errors)}")
+    if not answer.parsed and not answer.no_hits:
+        _out(f"output: {answer.output}", keep="\n")
     steps = result["steps"]
     if answer.verified:
         supported = sum(r["supported"] for r in steps)

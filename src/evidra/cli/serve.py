@@ -2,6 +2,7 @@
 
 evidra serve --store store/ --model ckpt/Qwen2.5-VL-7B      # http://127.0.0.1:8000
 evidra serve --store store/                                 # search and read only, no model
+evidra serve --store store/ --endpoint http://127.0.0.1:8001/v1 --model-name Qwen/Qwen2.5-VL-7B-Instruct
 
 Open the URL: add documents (files or a folder; each is ingested and indexed, a bad file is
 listed and skipped), search, ask and watch the answer arrive with every cited box drawn on its
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 from typing import Any
+
+from evidra.cli._answer_model import add_endpoint_args, check_endpoint_args
 
 MIB = 1 << 20
 
@@ -34,8 +37,9 @@ def add_workspace_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PATH",
         help="Qwen-VL model that answers (directory, hub id, tiny:ARCH or training run); "
-        "without it: search only",
+        "without it (and without --endpoint): search only",
     )
+    add_endpoint_args(p)
     p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages an answer reads (default: 3)")
     p.add_argument("--paradigm", default="coe", help="output format (default: coe, every step cites a box)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens an answer may have")
@@ -70,10 +74,21 @@ def open_workspace(args: argparse.Namespace) -> Any:
     from evidra.paradigms import PARADIGMS
 
     PARADIGMS.get(args.paradigm)
+    check_endpoint_args(args)
     model = None
-    if args.model:
+    if args.model or args.endpoint:
         model = ModelSpec(
-            args.model, args.paradigm, args.max_new_tokens, args.device, args.dtype, args.max_pixels
+            args.model or "",
+            args.paradigm,
+            args.max_new_tokens,
+            args.device,
+            args.dtype,
+            args.max_pixels,
+            endpoint=args.endpoint,
+            model_name=args.model_name,
+            api_key_env=args.api_key_env,
+            structured=args.structured,
+            box_format=args.box_format,
         )
     workspace = Workspace(args.store, args.index, model)
     try:
@@ -98,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
     )
     workspace = open_workspace(args)
     try:
-        what = f"answers with {args.model}" if args.model else "search only (no --model)"
+        answerer = args.model or (f"{args.model_name} at {args.endpoint}" if args.endpoint else "")
+        what = f"answers with {answerer}" if answerer else "search only (no --model)"
         key = "API key required, " if options.api_key else ""
 
         def ready(url: str) -> None:

@@ -7,15 +7,29 @@ keeps what the harness records: the text, the completion tokens, the finish reas
 latency. The key comes from ``api_key`` or the variable ``api_key_env`` (``OPENAI_API_KEY``);
 ``retries`` extra attempts on 429/5xx/connection errors/timeouts, waiting at most
 ``max_wait_s`` in all; ``timeout_s`` bounds each attempt as a whole.
+
+``AnsweringEndpoint`` is such a server answering ``evidra.RAG``'s questions: with ``structured``
+it asks for a JSON answer (``evidra.models.structured``) through ``response_format``, and asks
+once more without it, saying so in the log, when the server refuses that field (HTTP 400).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from evidra.openai_client import DEFAULT_API_KEY_ENV, ChatClient, ChatClientError, endpoint_config
+from evidra.openai_client import (
+    DEFAULT_API_KEY_ENV,
+    ChatClient,
+    ChatClientError,
+    ChatHTTPError,
+    endpoint_config,
+)
 from evidra.types import Message
+
+logger = logging.getLogger(__name__)
 
 # The error every failed call raises (a refused request, an unreachable server, a malformed
 # reply); kept under this name for callers that catch it.
@@ -52,8 +66,73 @@ class ChatEndpoint:
 
     def complete(
         self, messages: Sequence[Message], *, max_tokens: int = 512, temperature: float = 0.0,
-        stop: Sequence[str] = (),
+        stop: Sequence[str] = (), response_format: Mapping[str, Any] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> Completion:  # fmt: skip
-        result = self.client.chat(messages, max_tokens=max_tokens, temperature=temperature, stop=stop)
+        """The first choice for ``messages``; with ``on_text`` streamed, each piece handed to it."""
+        result = self.client.chat(
+            messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop=stop,
+            response_format=response_format,
+            on_text=on_text,
+        )
         first = result.choices[0]
         return Completion(first.text, result.completion_tokens, first.finish_reason, result.latency_s)
+
+
+class AnsweringEndpoint:
+    """The model behind ``endpoint`` answering questions over pages (``evidra.RAG``).
+
+    With ``structured`` every request carries the JSON schema of a structured answer as
+    ``response_format``; a server that refuses it (HTTP 400) is asked again without it, once,
+    and not sent it again (the instruction in the prompt still asks for JSON).
+    """
+
+    def __init__(self, endpoint: ChatEndpoint, *, structured: bool = True) -> None:
+        self.endpoint = endpoint
+        self.structured = structured
+        self._schema_refused = False
+
+    @property
+    def name(self) -> str:
+        return self.endpoint.model
+
+    def write(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        temperature: float,
+        stop: Sequence[str] = (),
+        on_text: Callable[[str], None] | None = None,
+    ) -> Completion:
+        """The server's answer to ``messages``; with ``on_text`` the reply is streamed and each
+        piece of the server's text handed to it as it arrives."""
+        from evidra.models.structured import response_format
+
+        schema = response_format() if self.structured and not self._schema_refused else None
+        options: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stop": stop,
+            "on_text": on_text,
+        }
+        try:
+            done = self.endpoint.complete(messages, response_format=schema, **options)
+        except ChatHTTPError as exc:
+            if schema is None or exc.status != 400:
+                raise
+            done = self.endpoint.complete(messages, **options)
+            self._schema_refused = True  # the request without it went through: the field was the cause
+            logger.warning(
+                "%s refused response_format (%s); asked without it: the JSON answer now rests on the "
+                "prompt alone",
+                self.endpoint.base_url,
+                exc,
+            )
+        return done
+
+    def close(self) -> None:
+        self.endpoint.client.close()

@@ -182,6 +182,7 @@ async function answer(question) {
   $("answer").hidden = false;
   $("final").hidden = true;
   $("raw").textContent = "";
+  $("raw-box").open = true;
   $("timing").textContent = "";
   $("steps").replaceChildren();
   $("pages").replaceChildren();
@@ -202,7 +203,10 @@ async function answer(question) {
         $("timing").textContent = `first token after ${first} ms`;
       } else if (e.type === "answer") {
         $("status").textContent = e.errors.length ? `Format: ${e.errors.join("; ")}` : "";
-        $("answer-text").textContent = e.answer ?? "(the model gave no answer)";
+        // headline an answer only when it parsed; otherwise say so, the raw text folded below
+        $("answer-text").textContent = e.parsed ? e.answer : "The model's answer could not be read.";
+        $("answer-text").classList.toggle("unreadable", !e.parsed);
+        $("raw-box").open = e.parsed;
         $("final").hidden = false;
         $("timing").textContent = `first token after ${first ?? "-"} ms, done after ${e.ms} ms`;
         showEvidence(e);
