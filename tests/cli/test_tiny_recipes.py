@@ -34,10 +34,10 @@ def test_tiny_recipe_loads_validates_and_keeps_the_method(recipe: str) -> None:
     assert tiny.run.steps <= 10 and tiny.data.size <= 16 and tiny.rollout.max_response_tokens <= 96
     # the method is the recipe's: only sizes differ
     assert dataclasses.replace(tiny.algo, mini_batch_size=full.algo.mini_batch_size) == full.algo
-    assert (tiny.data.task, tiny.optim, tiny.judge, tiny.reward) == (
+    assert (tiny.data.task, tiny.optim, tiny.method, tiny.reward) == (
         full.data.task,
         full.optim,
-        full.judge,
+        full.method,
         full.reward,
     )
     assert (tiny.model.dtype, tiny.model.lora, tiny.rollout.max_turns, tiny.rollout.temperature) == (

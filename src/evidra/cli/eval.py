@@ -301,10 +301,10 @@ def run(args: argparse.Namespace) -> int:
     method = parse_method(args)  # the method and its options are checked before anything loads
     if not (args.synthetic or args.benchmark):
         raise InvalidInputError("nothing to evaluate: pass --synthetic NAME or --benchmark NAME --data PATH")
-    _check_references(args)  # before any data is prepared or --out is made
     with removed_on_failure(out):  # a new --out is gone again if preparing fails
         judge = _judge(args, out, method)  # a bad judge option fails before any model loads
         options = parse_options(args)
+        _check_references(args)  # the options first, then the model, before any data is prepared
         benches = _samples(args, out, method)
         options = load_sa(args, options)
         backend, model_name = _backend(args)
