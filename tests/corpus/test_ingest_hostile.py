@@ -210,7 +210,10 @@ report = ingest(Path(sys.argv[1]), Path(sys.argv[2]), dpi=150)
 print(json.dumps({
     "added": len(report.added),
     "failed": {f.path: f.reason for f in report.failed},
-    "parent_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    # VmHWM is this process's own peak: ru_maxrss of RUSAGE_SELF survives exec, so it would carry
+    # the peak of the process that started this one (pytest's, over 1 GB late in a run)
+    "parent_peak_mib": next(int(line.split()[1]) for line in open("/proc/self/status")
+                            if line.startswith("VmHWM:")) / 1024,
     "workers_peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
 }))
 """

@@ -57,9 +57,12 @@ def test_multi_turn_policy_learns_to_call_the_tool(tmp_path: Path) -> None:
     ])  # fmt: skip
     history = RLTrainer(rl).train()
     search = [m["actions/first_is_search"] for m in history]
-    # measured: first 5 steps 0.08-0.20, last 5 steps 0.58-0.62
+    # measured: first 5 steps 0.08-0.20, last 5 steps 0.58-0.62 on an Intel CPU; 0.18 -> 0.40 on an
+    # AMD EPYC (other kernels, other float sums, other samples). A policy that does not learn stays
+    # where it starts: the mean of 5 steps of 64 episodes moves by about 0.02 (one standard error)
+    # at a rate near 0.2, so a rise of 0.15 is over 7 of them, and is asked on every CPU
     assert mean(search[:5]) < 0.3
-    assert mean(search[-5:]) > mean(search[:5]) + 0.25
+    assert mean(search[-5:]) > mean(search[:5]) + 0.15
     assert mean(m["reward/answer"] for m in history[-10:]) > mean(m["reward/answer"] for m in history[:5])
 
 
