@@ -144,7 +144,10 @@ def test_grpo_step_benchmark_compares_equal_work(
         low, high = (float(x) for x in cells[6].split("-"))
         assert tokens == 2 * 2 * 6  # no completion ended early: equal work
         assert 0 < gen < step and update == pytest.approx(step - gen, abs=2e-3) and low <= step <= high
-        assert float(cells[7]) > 0 and float(cells[8]) == pytest.approx(tokens / step, rel=0.01)
+        # the table prints the step time to 3 decimals: at ~0.05 s that rounding alone moves
+        # tokens / step by up to 1%, so the tolerance takes it on top
+        rounding = 0.0005 / step
+        assert float(cells[7]) > 0 and float(cells[8]) == pytest.approx(tokens / step, rel=0.01 + rounding)
         assert float(cells[9]) > 0  # peak RSS MB
     assert "work: equal (24 completion tokens per step expected)" in out
     speedup = re.search(r"^RESULT speedup_vs_trl=(\d+\.\d\d) memory_vs_trl=(\d+\.\d\d)$", out, re.M)
