@@ -144,6 +144,8 @@ def remove_leftovers() -> int:
         pid = pid_in_name(path.name, 1)
         if pid is None or process_alive(pid) or path.is_symlink() or not path.is_dir():
             continue
+        if path.lstat().st_uid != os.getuid():  # a shared temp folder: only this user's own
+            continue
         shutil.rmtree(path, ignore_errors=True)
         removed += 1
     return removed
