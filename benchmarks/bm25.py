@@ -42,14 +42,30 @@ from typing import Any
 
 import numpy as np
 
-from evidra.retrieval.compute import cpu_features
 from evidra.retrieval.encoders._bm25_terms import IDF_METHOD, METHOD, bm25s_module
 from evidra.retrieval.encoders._bm25_text import tokenize
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
+from evidra.retrieval.kernels.compute_dtype import cpu_features
 
 K1, B, K = 1.5, 0.75, 10
-SYLLABLES = ("ka", "to", "ri", "men", "sa", "lo", "ven", "dra",
-             "po", "li", "qua", "ter", "mo", "ne", "bu", "sil")  # fmt: skip
+SYLLABLES = (
+    "ka",
+    "to",
+    "ri",
+    "men",
+    "sa",
+    "lo",
+    "ven",
+    "dra",
+    "po",
+    "li",
+    "qua",
+    "ter",
+    "mo",
+    "ne",
+    "bu",
+    "sil",
+)
 
 
 class HandWritten:
@@ -137,8 +153,10 @@ class Evidra:
 
 
 ENGINES: dict[str, Callable[[dict[str, str]], Any]] = {
-    "hand-written": HandWritten, "evidra (bm25s)": Evidra, "bm25s retrieve": Bm25sAlone,
-}  # fmt: skip
+    "hand-written": HandWritten,
+    "evidra (bm25s)": Evidra,
+    "bm25s retrieve": Bm25sAlone,
+}
 
 
 def zipf_pages(n: int, vocab: int, exponent: float, seed: int) -> dict[str, str]:
@@ -240,8 +258,10 @@ def main() -> None:
     bm25s = bm25s_module()
     load = "n/a" if not hasattr(os, "getloadavg") else f"{os.getloadavg()[0]:.2f}"
     print(f"cpu: {cpu_features().summary()}")
-    print(f"cores {os.cpu_count()}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; "
-          f"load average {load}; numpy {np.__version__}, bm25s {bm25s.__version__}")  # fmt: skip
+    print(
+        f"cores {os.cpu_count()}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; "
+        f"load average {load}; numpy {np.__version__}, bm25s {bm25s.__version__}"
+    )
     if args.text == "zipf":
         texts = zipf_pages(args.pages, args.vocab, args.zipf, args.seed)
     else:
@@ -249,21 +269,27 @@ def main() -> None:
     tokens = sum(len(tokenize(t)) for t in texts.values())
     single = make_queries(texts, args.single, args.seed + 1)
     batch = make_queries(texts, args.batch, args.seed + 2)
-    print(f"{args.pages} pages ({args.text}), {tokens / args.pages:.0f} tokens per page; "
-          f"{args.single} single queries, a batch of {args.batch}; k={K}")  # fmt: skip
+    print(
+        f"{args.pages} pages ({args.text}), {tokens / args.pages:.0f} tokens per page; "
+        f"{args.single} single queries, a batch of {args.batch}; k={K}"
+    )
     print(f"{'engine':<16} | build ms | 1q p50 ms | 1q p99 ms | batch q/s | disk MB | load s | agr@10 | same")
     rows = [measure(name, texts, single, batch) for name in ENGINES]
     base = rows[0]
     for row in rows:
         agr, same = agreement(row.results, base.results)
-        print(f"{row.name:<16} | {row.build_s * 1e3:8.1f} | {row.p50_ms:9.3f} | {row.p99_ms:9.3f} | "
-              f"{row.batched_qps:9.0f} | {row.size_mb:7.1f} | {row.load_s:6.2f} | "
-              f"{agr:6.3f} | {same:5.3f}")  # fmt: skip
+        print(
+            f"{row.name:<16} | {row.build_s * 1e3:8.1f} | {row.p50_ms:9.3f} | {row.p99_ms:9.3f} | "
+            f"{row.batched_qps:9.0f} | {row.size_mb:7.1f} | {row.load_s:6.2f} | "
+            f"{agr:6.3f} | {same:5.3f}"
+        )
     new = rows[1]
-    print(f"RESULT single_p50_speedup={base.p50_ms / new.p50_ms:.1f}x "
-          f"batched_speedup={new.batched_qps / base.batched_qps:.1f}x "
-          f"build_ratio={new.build_s / base.build_s:.2f} size_ratio={new.size_mb / base.size_mb:.2f} "
-          f"agreement={agreement(new.results, base.results)[0]:.3f}")  # fmt: skip
+    print(
+        f"RESULT single_p50_speedup={base.p50_ms / new.p50_ms:.1f}x "
+        f"batched_speedup={new.batched_qps / base.batched_qps:.1f}x "
+        f"build_ratio={new.build_s / base.build_s:.2f} size_ratio={new.size_mb / base.size_mb:.2f} "
+        f"agreement={agreement(new.results, base.results)[0]:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -41,10 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evidra.core.types import Page
 from evidra.corpus import PageStore, ingest
 from evidra.eval.retrieval import evaluate
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
-from evidra.types import Page
 
 VARIANTS = {
     "plain": BM25Params(language="none"),
@@ -150,17 +150,48 @@ def fixture_pdf(path: Path, *, pages: int = 6, seed: int = 0) -> Path:
 
     rng = random.Random(seed)
     verbs = ("decodes", "encodes", "validates", "allocates", "releases", "parses", "copies", "hashes")
-    nouns = ("certificate", "structure", "buffer", "element", "signature", "context", "string", "key", "tag",
-             "length", "value", "node", "handle", "digest", "cipher", "stream", "octet", "field")  # fmt: skip
+    nouns = (
+        "certificate",
+        "structure",
+        "buffer",
+        "element",
+        "signature",
+        "context",
+        "string",
+        "key",
+        "tag",
+        "length",
+        "value",
+        "node",
+        "handle",
+        "digest",
+        "cipher",
+        "stream",
+        "octet",
+        "field",
+    )
     canvases = []
     for i in range(pages):
         c = PdfCanvas(612, 792)
         topic = f"{nouns[i % len(nouns)].title()} {rng.choice(verbs)[:-1]}ing"
         c.text(72, 80, f"{i + 1}.{rng.randint(1, 9)} {topic} functions", 16)
         for line in range(12):
-            words = ["The", "function", f"fn_{i}_{line}", rng.choice(verbs), "the", rng.choice(nouns), "and",
-                     "then", rng.choice(verbs), "every", rng.choice(nouns), "of", "the",
-                     rng.choice(nouns)]  # fmt: skip
+            words = [
+                "The",
+                "function",
+                f"fn_{i}_{line}",
+                rng.choice(verbs),
+                "the",
+                rng.choice(nouns),
+                "and",
+                "then",
+                rng.choice(verbs),
+                "every",
+                rng.choice(nouns),
+                "of",
+                "the",
+                rng.choice(nouns),
+            ]
             c.text(72, 120 + 22 * line, " ".join(words) + ".", 10)
         canvases.append(c)
     path.write_bytes(write_pdf(canvases))

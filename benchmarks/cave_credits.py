@@ -36,13 +36,13 @@ from typing import Any
 import torch
 
 from evidra.methods import build_task
+from evidra.methods.cave.credits import StateScore
+from evidra.methods.cave.states import ANSWER_PREFIX, ANSWER_SUFFIX, make_target, score_states
 from evidra.models.branches import _positions, prefix_context
 from evidra.models.generation import Generation, SamplingParams
 from evidra.models.loading import VLM, load_vlm
 from evidra.models.prefix import cache_kwargs, output_cache
 from evidra.models.tiny import build_tiny
-from evidra.rewards.cave import StateScore
-from evidra.rewards.cave_scoring import ANSWER_PREFIX, ANSWER_SUFFIX, make_target, score_states
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import task_samples
 from evidra.rollout import RolloutLimits, rollout
@@ -82,10 +82,15 @@ def _group(vlm: VLM, root: Path, n: int, zooms: int) -> list[Row]:
     limits = RolloutLimits(zooms + 1, 64, 100_000)
     episodes = rollout(script, task.make_env, samples, 1, SamplingParams(max_new_tokens=64), limits)
     return [
-        (ep.context, len(ep.trajectory.prompt_ids), [s.start for s in ep.trajectory.turns],
-         ep.sample.answers[0], [t for t in ep.sample.gold_evidence.values() if t])
+        (
+            ep.context,
+            len(ep.trajectory.prompt_ids),
+            [s.start for s in ep.trajectory.turns],
+            ep.sample.answers[0],
+            [t for t in ep.sample.gold_evidence.values() if t],
+        )
         for ep in episodes
-    ]  # fmt: skip
+    ]
 
 
 def _kv_cache(vlm: VLM, rows: Sequence[Row], top_k: int) -> list[list[StateScore]]:
@@ -101,10 +106,16 @@ def _kv_cache(vlm: VLM, rows: Sequence[Row], top_k: int) -> list[list[StateScore
         pos = _positions(vlm, head)  # (3, L)
         ids = torch.tensor([head.token_ids])
         with torch.no_grad():
-            first = vlm.model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos[:, None],
-                              pixel_values=head.pixel_values, image_grid_thw=head.image_grid_thw,
-                              mm_token_type_ids=(ids == vlm.image_token_id).long(), use_cache=True,
-                              logits_to_keep=torch.tensor([n - 1 for n in lens]))  # fmt: skip
+            first = vlm.model(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                position_ids=pos[:, None],
+                pixel_values=head.pixel_values,
+                image_grid_thw=head.image_grid_thw,
+                mm_token_type_ids=(ids == vlm.image_token_id).long(),
+                use_cache=True,
+                logits_to_keep=torch.tensor([n - 1 for n in lens]),
+            )
             pairs = [(t, j) for t in range(len(lens)) for j in range(len(targets))]
             width, length = max(len(targets[j].ids) for _, j in pairs), len(head)
             tail = torch.full((len(pairs), width), vlm.pad_token_id)
@@ -118,9 +129,14 @@ def _kv_cache(vlm: VLM, rows: Sequence[Row], top_k: int) -> list[list[StateScore
                 positions[:, r] = int(pos[:, :n].max()) + 1 + torch.arange(width)
             cache = output_cache(first)
             cache.reorder_cache(torch.zeros(len(pairs), dtype=torch.long))
-            rest = vlm.model(input_ids=tail, attention_mask=mask, position_ids=positions, use_cache=True,
-                             cache_position=torch.arange(length, length + width),
-                             **cache_kwargs(vlm.model, cache))  # fmt: skip
+            rest = vlm.model(
+                input_ids=tail,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                cache_position=torch.arange(length, length + width),
+                **cache_kwargs(vlm.model, cache),
+            )
         per: dict[tuple[int, int], tuple[float, float]] = {}
         for r, (t, j) in enumerate(pairs):
             tg = targets[j]
@@ -129,8 +145,12 @@ def _kv_cache(vlm: VLM, rows: Sequence[Row], top_k: int) -> list[list[StateScore
             top = torch.log_softmax(logits.topk(top_k, -1).values, -1)
             ent = -(top.exp() * top).sum(-1) / math.log(top_k)
             per[(t, j)] = (float(lp[tg.start : tg.end].mean()), float(ent[tg.start : tg.end].mean()))
-        out.append([StateScore(*per[(t, 0)], tuple(per[(t, j)][0] for j in range(1, len(targets))))
-                    for t in range(len(lens))])  # fmt: skip
+        out.append(
+            [
+                StateScore(*per[(t, 0)], tuple(per[(t, j)][0] for j in range(1, len(targets))))
+                for t in range(len(lens))
+            ]
+        )
     return out
 
 
@@ -138,13 +158,17 @@ def _ways(vlm: VLM, rows: Sequence[Row], k: int) -> list[tuple[str, Callable[[],
     per_episode = max(len(st) * (1 + len(u)) for _, _, st, _, u in rows)
     return [
         ("per target x16", lambda: score_states(vlm, rows, top_k=k, packed=False, batch_size=16)),
-        ("per target, one forward per episode",
-         lambda: score_states(vlm, rows, top_k=k, packed=False, batch_size=per_episode)),
+        (
+            "per target, one forward per episode",
+            lambda: score_states(vlm, rows, top_k=k, packed=False, batch_size=per_episode),
+        ),
         ("KV cache (2 forwards per episode)", lambda: _kv_cache(vlm, rows, k)),
         ("packed, one episode per forward (evidra)", lambda: score_states(vlm, rows, top_k=k, packed=True)),
-        ("packed, 8 episodes per forward",
-         lambda: score_states(vlm, rows, top_k=k, packed=True, episodes_per_forward=8)),
-    ]  # fmt: skip
+        (
+            "packed, 8 episodes per forward",
+            lambda: score_states(vlm, rows, top_k=k, packed=True, episodes_per_forward=8),
+        ),
+    ]
 
 
 def _measure(vlm: VLM, run: Callable[[], Any], repeats: int) -> tuple[int, int, float, Any]:

@@ -51,9 +51,19 @@ def main(path: str) -> None:
         batched = (time.perf_counter() - t0) / len(batch)
     ids = [[int(doc) for doc, _ in row] for row in found]
     recall = statistics.mean(len(set(h) & set(e.tolist())) / k for h, e in zip(ids, exact, strict=True))
-    print(json.dumps({"build_s": build_s, "bytes_per_page": size / len(pages),
-                      "single_ms": 1e3 * statistics.median(single), "batched_ms": 1e3 * batched,
-                      "recall": recall, "ids": ids, "torch": torch.__version__}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "build_s": build_s,
+                "bytes_per_page": size / len(pages),
+                "single_ms": 1e3 * statistics.median(single),
+                "batched_ms": 1e3 * batched,
+                "recall": recall,
+                "ids": ids,
+                "torch": torch.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,8 @@ def _batch(processor: Any, device: str) -> dict[str, Any]:
     import numpy as np
     from PIL import Image
 
+    from evidra.core.types import ImagePart, Message, TextPart
     from evidra.models.context import collate_left, encode_messages
-    from evidra.types import ImagePart, Message, TextPart
 
     page = Image.fromarray(np.random.default_rng(0).integers(0, 255, (224, 224, 3), dtype=np.uint8))
     messages = [
@@ -72,8 +72,8 @@ def run(ctx: Ctx) -> RowOutput:
     import torch.distributed as dist
 
     from evidra.models.adapters import freeze
-    from evidra.rl.engine import fsdp_modules, shard_model
-    from evidra.rl.precision import Precision
+    from evidra.rl.parallel.precision import Precision
+    from evidra.rl.parallel.processes import fsdp_modules, shard_model
 
     backend = "gloo" if ctx.dry else "nccl"
     if not ctx.dry:

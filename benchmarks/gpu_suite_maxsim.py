@@ -2,7 +2,7 @@
 
 Synthetic unit-norm pages (N x 256 patches x 128 dims, fp16, resident on the GPU) and 32 planted
 queries of 20 tokens (half of each query's tokens are noisy copies of one page's patches, as in
-``benchmarks/maxsim.py``). Three scorers on the same vectors: ``evidra.retrieval.kernels``'
+``benchmarks/maxsim.py``). Three scorers on the same vectors: ``evidra.retrieval.kernels.choice``'
 ``triton`` (one fused kernel) and ``torch`` (a bounded similarity tensor per block), and
 transformers' ``ColQwen2Processor.score_retrieval`` (the colpali-engine einsum, batches of 128
 pages). Each is timed for a batch of 32 queries (median of 3 after a warm-up, per query) and for
@@ -62,7 +62,8 @@ def _agreement(a: list[list[int]], b: list[list[int]]) -> float:
 def _scorers(pages: Any, device: str) -> dict[str, Callable[[list[Any]], Any] | str]:
     import torch
 
-    from evidra.retrieval import kernels, maxsim
+    from evidra.retrieval.kernels import choice as kernels
+    from evidra.retrieval.kernels import maxsim
 
     n = pages.shape[0]
     blocks = maxsim.build_blocks(list(pages.unbind(0)), list(range(n)), dtype=torch.float16, device=device)
@@ -87,7 +88,7 @@ def _reference(pages: Any, queries: list[Any], device: str) -> list[list[int]]:
     """Top-10 rows by exact fp32 scores (TF32 off) of the fp16 vectors."""
     import torch
 
-    from evidra.retrieval import maxsim
+    from evidra.retrieval.kernels import maxsim
 
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False

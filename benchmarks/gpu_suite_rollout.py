@@ -39,7 +39,7 @@ class InOrder:
     def search(
         self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
     ) -> list[list[Any]]:
-        from evidra.retrieval.base import Hit
+        from evidra.retrieval.interfaces import Hit
 
         skip = exclude or [set()] * len(queries)
         return [[Hit(p, 1.0) for p in self.ids if p not in s][:k] for s in skip]
@@ -103,7 +103,7 @@ class Scripted:
 def _pages(root: Path, n: int, size: int) -> list[Any]:
     from grpo_common import write_images
 
-    from evidra.types import Page
+    from evidra.core.types import Page
 
     root.mkdir(parents=True, exist_ok=True)
     return [Page(f"page{i}", str(p), size, size) for i, p in enumerate(write_images(root, n, size))]
@@ -139,10 +139,10 @@ def _in_trajectories(turns: list[tuple[tuple[int, ...], tuple[int, ...]]], episo
 
 
 def _run(ctx: Ctx, engine: str) -> RowOutput:
+    from evidra.core.types import Sample
     from evidra.env.search import SearchEnv
     from evidra.models.generation import SamplingParams
     from evidra.rollout import RolloutLimits, rollout
-    from evidra.types import Sample
 
     if not (ctx.checkpoint / "config.json").is_file():
         raise Skip("no checkpoint: the build row did not finish")

@@ -109,14 +109,14 @@ def run_evidra(
     model: Path, images: list[Path], workdir: Path, steps: int, s: Settings, pacer: Pacer | None = None
 ) -> EngineResult:
     """``steps`` timed GRPO steps of evidra's ``RLTrainer`` after one warm-up step."""
-    from evidra.config import load_config
+    from evidra.core.config import load_config
+    from evidra.core.types import Page, Parsed, Sample
     from evidra.env import SingleTurnEnv
     from evidra.paradigms import Direct
-    from evidra.rewards.base import RewardResult
+    from evidra.rewards.reward import RewardResult
     from evidra.rl.config import RLConfig
     from evidra.rl.tasks import TASKS, Task
     from evidra.rl.trainer import RLTrainer
-    from evidra.types import Page, Parsed, Sample
 
     size = s.image_size
     samples = [

@@ -76,9 +76,13 @@ class Worker:
     def __init__(self, engine: str, argv: list[str], env: dict[str, str], log: IO[str]) -> None:
         self.engine, self.log = engine, log
         self.proc = subprocess.Popen(
-            [sys.executable, *argv], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=log, text=True,
-        )  # fmt: skip
+            [sys.executable, *argv],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
         self.steps: list[StepFigures] = []
         self.result: dict[str, Any] = {}
         self.expect("WAIT")
@@ -126,7 +130,7 @@ def run(steps: int, s: Settings) -> dict[str, Worker]:
 
 
 def cpu_summary() -> str:
-    from evidra.retrieval.compute import cpu_features
+    from evidra.retrieval.kernels.compute_dtype import cpu_features
 
     return cpu_features().summary()
 
@@ -190,16 +194,19 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per completion")
     parser.add_argument("--image-size", type=int, default=224, help="square page image, pixels")
     parser.add_argument(
-        "--dtype", choices=["float32", "bfloat16"], default="float32",
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
         help="compute dtype of both engines (bfloat16 keeps fp32 master weights)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--train-vision", action="store_true", help="train the vision tower too (both engines)"
     )
     parser.add_argument(
-        "--sampled-lengths", action="store_true",
+        "--sampled-lengths",
+        action="store_true",
         help="let completions end at end-of-turn: each engine's own sampled lengths (unequal work)",
-    )  # fmt: skip
+    )
     parser.add_argument("--worker", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -210,9 +217,12 @@ def main() -> None:
         parser.error("--steps must be >= 1")
     s = replace(
         Settings(fixed_length=not args.sampled_lengths, dtype=args.dtype, train_vision=args.train_vision),
-        prompts=args.prompts, group=args.group, new_tokens=args.new_tokens, image_size=args.image_size,
+        prompts=args.prompts,
+        group=args.group,
+        new_tokens=args.new_tokens,
+        image_size=args.image_size,
         micro_batch=args.prompts * args.group,
-    )  # fmt: skip
+    )
     report(run(args.steps, s), s, args.steps)
 
 

@@ -143,9 +143,12 @@ MIN_PIXELS = 56 * 56
 
 
 def real_config(
-    arch: str, tokenizer: Any, *, text_over: dict[str, Any] | None = None,
+    arch: str,
+    tokenizer: Any,
+    *,
+    text_over: dict[str, Any] | None = None,
     vision_over: dict[str, Any] | None = None,
-) -> Any:  # fmt: skip
+) -> Any:
     """The transformers config of ``arch`` with ``tokenizer``'s special-token ids (real vocab size);
     ``text_over`` / ``vision_over`` replace entries (fewer layers, say)."""
     from transformers import Qwen2_5_VLConfig

@@ -38,12 +38,12 @@ from statistics import fmean
 
 from bm25_known_item import VARIANTS, KnownItem, fixture_pdf, known_items
 
+from evidra.core.types import Page
 from evidra.corpus import PageStore, ingest
 from evidra.eval.retrieval import evaluate
-from evidra.retrieval.base import Exclude, Hit, Retriever
 from evidra.retrieval.encoders.bm25 import BM25Retriever
 from evidra.retrieval.hybrid import DEFAULT_FUSION, Fusion, HybridRetriever
-from evidra.types import Page
+from evidra.retrieval.interfaces import Exclude, Hit, Retriever
 
 BASE = "stop words"  # evidra's BM25 default: every pair fuses it with one other retriever
 VISUAL = "tiny visual"
@@ -92,8 +92,8 @@ class Answered:
 def _visual(pages: Sequence[Page], tmp: Path) -> Retriever:
     """An exact MaxSim index of ``pages`` by a tiny random ColQwen2 (no trained weights exist here)."""
     from evidra.models.tiny import build_tiny
-    from evidra.retrieval.base import EncoderOptions
-    from evidra.retrieval.engine import build_index
+    from evidra.retrieval.interfaces import EncoderOptions
+    from evidra.retrieval.lifecycle.index_folder import build_index
 
     model = build_tiny("colqwen2", tmp / "tiny-colqwen2")
     return build_index(

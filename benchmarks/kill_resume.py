@@ -23,14 +23,23 @@ from pathlib import Path
 
 import torch
 
-from evidra.rl.checkpoint import list_checkpoints, load_trainable_weights
-from evidra.sink import read_metrics
+from evidra.rl.runs.checkpoint import list_checkpoints, load_trainable_weights
+from evidra.safeio.sink import read_metrics
 
 
 def _launch(out: Path, steps: int) -> subprocess.Popen[bytes]:
-    args = ["model.path=tiny:qwen2_5_vl", f"run.steps={steps}", "run.save_every=1", "run.batch_size=2",
-            "rollout.group_size=3", "rollout.max_new_tokens=6", "optim.lr=1e-3", "data.task=toy.length",
-            "run.keep_checkpoints=2", f"run.output_dir={out}"]  # fmt: skip
+    args = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.steps={steps}",
+        "run.save_every=1",
+        "run.batch_size=2",
+        "rollout.group_size=3",
+        "rollout.max_new_tokens=6",
+        "optim.lr=1e-3",
+        "data.task=toy.length",
+        "run.keep_checkpoints=2",
+        f"run.output_dir={out}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "evidra.cli.main", "-q", "train", "rl", *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -80,8 +89,10 @@ def main() -> None:
         same_weights = final.keys() == reference.keys() and all(
             torch.equal(final[k], reference[k]) for k in final
         )
-        print(f"cycle {cycles}: {kills} kills so far; metrics identical {same_metrics}, weights identical "
-              f"{same_weights}")  # fmt: skip
+        print(
+            f"cycle {cycles}: {kills} kills so far; metrics identical {same_metrics}, weights identical "
+            f"{same_weights}"
+        )
         if not (same_metrics and same_weights):
             failures.append(out.name)
     print(f"{kills} kills over {launches} launches in {cycles} runs; runs that differ: {failures or 'none'}")

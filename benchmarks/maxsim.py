@@ -73,10 +73,10 @@ import maxsim_cuda  # the sibling files: python puts a script's folder on sys.pa
 import torch
 from maxsim_common import LQ, K, Q, agreement, make_pages, make_queries, recall, topk_ids
 
-from evidra.retrieval import compute
-from evidra.retrieval.base import PageBatch
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
-from evidra.retrieval.maxsim import build_blocks, score_blocks
+from evidra.retrieval.interfaces import PageBatch
+from evidra.retrieval.kernels import compute_dtype as compute
+from evidra.retrieval.kernels.maxsim import build_blocks, score_blocks
 
 AGREE = 0.99  # a dtype that ranks the top 10 like fp32 at least this well may set the compute bound
 SLOW = 8.0  # a dtype this much slower than the best runs only --sr-queries queries
@@ -459,7 +459,7 @@ def roofline_rows(case: Case, root: Path) -> list[str]:
 
 def bench_qdrant(case: Case) -> Row | str:
     """Qdrant Edge, exhaustive (``candidates=0``), its shard in a temporary folder."""
-    from evidra.errors import MissingDependencyError
+    from evidra.core.errors import MissingDependencyError
     from evidra.retrieval.index.qdrant_edge import EdgeQdrantIndex
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -486,13 +486,23 @@ def bench_fast_plaid(case: Case) -> Row | str:
     (``--fast-plaid-python``): it pins its own torch, so it cannot share this process."""
     python = case.args.fast_plaid_python
     if not python:
-        return (f"{case.n:>6} | fast-plaid: not run (opt-in: --fast-plaid-python PATH; it pins its own torch "
-                "build, so it runs from its own venv)")  # fmt: skip
+        return (
+            f"{case.n:>6} | fast-plaid: not run (opt-in: --fast-plaid-python PATH; it pins its own torch "
+            "build, so it runs from its own venv)"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "case.pt"
         exact = torch.tensor(case.ref)[:, :K]
-        torch.save({"pages": case.pages, "queries": case.queries, "exact": exact, "k": K,
-                    "threads": case.args.threads}, data)  # fmt: skip
+        torch.save(
+            {
+                "pages": case.pages,
+                "queries": case.queries,
+                "exact": exact,
+                "k": K,
+                "threads": case.args.threads,
+            },
+            data,
+        )
         script = Path(__file__).with_name("fast_plaid_peer.py")
         proc = subprocess.run([python, str(script), str(data)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -581,13 +591,17 @@ def main() -> None:
         help="fp16 rows even without an fp16 GEMM in hardware",
     )
     ap.add_argument(
-        "--compute-dtype", choices=list(compute.CHOICES), default="auto",
+        "--compute-dtype",
+        choices=list(compute.CHOICES),
+        default="auto",
         help="the store's compute dtype; float32 stands in for a CPU without fast 16-bit GEMMs",
-    )  # fmt: skip
+    )
     ap.add_argument(
-        "--fast-plaid-python", default="", metavar="PATH",
+        "--fast-plaid-python",
+        default="",
+        metavar="PATH",
         help="python of a venv with fast-plaid installed (it pins its own torch): runs the PLAID peer",
-    )  # fmt: skip
+    )
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: the GPU scorers instead")
     ap.add_argument("--gpu-dtype", choices=["float16", "bfloat16"], default="float16", help="--device cuda")
     args = ap.parse_args()

@@ -3,9 +3,9 @@
 Three scorers on the same synthetic pages and queries as the CPU benchmark, page vectors resident
 on the GPU in ``--gpu-dtype`` (fp16 by default), queries already on the GPU:
 
-* ``triton fused``        ``evidra.retrieval.maxsim_triton``: one kernel, one launch per flat array
+* ``triton fused``        ``evidra.retrieval.kernels.maxsim_triton``: one kernel, one launch per flat array
                           of blocks, writes only the (Q, N) scores
-* ``torch chunked``       ``evidra.retrieval.maxsim.score_blocks``: a (tokens, pages, patches)
+* ``torch chunked``       ``evidra.retrieval.kernels.maxsim.score_blocks``: a (tokens, pages, patches)
                           similarity matrix per block (at most ``max_elements`` entries), then max
                           and sum (what ``kernel="torch"`` and a CUDA machine without Triton run)
 * ``score_retrieval``     transformers' ``ColQwen2Processor.score_retrieval`` (einsum over padded
@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from maxsim_common import K, Q, agreement, make_pages, make_queries, topk_ids
 
-from evidra.retrieval import maxsim
+from evidra.retrieval.kernels import maxsim
 
 Scorer = Callable[[list[torch.Tensor]], torch.Tensor]
 DEVICE = "cuda"
@@ -77,7 +77,7 @@ def scorers(pages: list[torch.Tensor], dtype: torch.dtype, processor: Any) -> di
     on_gpu = list(torch.stack(pages).to(DEVICE, dtype).unbind(0))  # score_retrieval's input: (L, D) each
     out: dict[str, Scorer | str] = {}
     if importlib.util.find_spec("triton") is not None:
-        from evidra.retrieval import maxsim_triton
+        from evidra.retrieval.kernels import maxsim_triton
 
         out["triton fused"] = lambda qs: maxsim_triton.score_blocks(qs, blocks, n, dtype=dtype)
     else:

@@ -39,7 +39,7 @@ from maxsim_common import agreement, make_pages, make_queries, recall, topk_ids 
 
 from evidra.retrieval.index.qdrant import QdrantIndex
 from evidra.retrieval.index.qdrant_edge import EdgeQdrantIndex
-from evidra.retrieval.maxsim import build_blocks, score_blocks
+from evidra.retrieval.kernels.maxsim import build_blocks, score_blocks
 
 K = 10
 ENGINES = ("edge", "client")
@@ -125,8 +125,10 @@ def main() -> None:
     blocks = build_blocks(pages, list(range(n)), dtype=torch.float32)
     ref = topk_ids(score_blocks(queries[: args.batch], blocks, n), K)  # exact fp32 top 10
     del blocks
-    print(f"pages {args.pages_kind} {n} x {args.length} x {args.dim} fp16; 20-token queries, batches of "
-          f"{args.batch}; {args.threads} threads")  # fmt: skip
+    print(
+        f"pages {args.pages_kind} {n} x {args.length} x {args.dim} fp16; 20-token queries, batches of "
+        f"{args.batch}; {args.threads} threads"
+    )
     print(f"{'pages':>6} | {'engine':<38} | build p/s | 1 query ms | batch ms/q | agr@10 | R@5", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         made, spent = build(pages, Path(tmp), args.chunk)
@@ -149,12 +151,16 @@ def main() -> None:
         exact["client"][0] / exact["edge"][0],
         exact["client"][1] / exact["edge"][1],
     ]
-    print(f"{n:>6} | Qdrant Edge shard on disk: {disk / n / 1024:.1f} KB per page; Qdrant Edge is "
-          f"{ratio[0]:.1f}x as fast to build, {ratio[1]:.1f}x one query, "
-          f"{ratio[2]:.1f}x batched (exact)")  # fmt: skip
+    print(
+        f"{n:>6} | Qdrant Edge shard on disk: {disk / n / 1024:.1f} KB per page; Qdrant Edge is "
+        f"{ratio[0]:.1f}x as fast to build, {ratio[1]:.1f}x one query, "
+        f"{ratio[2]:.1f}x batched (exact)"
+    )
     agree = {name: agreement(exact[name][2], ref) for name in ENGINES}
-    print(f"RESULT build={ratio[0]:.2f} single={ratio[1]:.2f} batched={ratio[2]:.2f} "
-          f"agreement_edge={agree['edge']:.3f} agreement_client={agree['client']:.3f}")  # fmt: skip
+    print(
+        f"RESULT build={ratio[0]:.2f} single={ratio[1]:.2f} batched={ratio[2]:.2f} "
+        f"agreement_edge={agree['edge']:.3f} agreement_client={agree['client']:.3f}"
+    )
 
 
 if __name__ == "__main__":

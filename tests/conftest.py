@@ -17,6 +17,13 @@ from typing import Any
 
 import pytest
 
+from conformance_cases import (  # noqa: F401  (hooks and fixtures for every test folder)
+    conformance,
+    pytest_configure,
+    pytest_generate_tests,
+    same_fixture,
+)
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -34,8 +41,12 @@ def _remove_session_dir() -> None:
         shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
-for _name, _sub in (("XDG_CACHE_HOME", "cache"), ("HF_HUB_CACHE", "hub"),
-                    ("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):  # fmt: skip
+for _name, _sub in (
+    ("XDG_CACHE_HOME", "cache"),
+    ("HF_HUB_CACHE", "hub"),
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+    ("TRITON_CACHE_DIR", "triton"),
+):
     os.environ[_name] = os.path.join(_SESSION_DIR, _sub)
     os.makedirs(os.environ[_name], mode=0o700)
 
@@ -181,8 +192,10 @@ class FakeJudge:
         else:
             n = int(body.get("n", 1))
             texts = [self.policy_reply + (f" [{i}]" if n > 1 else "") for i in range(n)]
-        choices = [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-                   for i, t in enumerate(texts)]  # fmt: skip
+        choices = [
+            {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+            for i, t in enumerate(texts)
+        ]
         return {"choices": choices[::-1], "usage": {"completion_tokens": sum(len(t.split()) for t in texts)}}
 
     def take(self, judging: bool) -> Scripted:
@@ -241,8 +254,14 @@ def fake_judge() -> Iterator[FakeJudge]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with state.lock:
-                state.requests.append({"path": self.path, "authorization": self.headers.get("Authorization"),
-                                       "body": body, "t": time.monotonic()})  # fmt: skip
+                state.requests.append(
+                    {
+                        "path": self.path,
+                        "authorization": self.headers.get("Authorization"),
+                        "body": body,
+                        "t": time.monotonic(),
+                    }
+                )
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
                 model = str(body.get("model", ""))
@@ -294,9 +313,9 @@ def declared_png() -> Any:
 
 @pytest.fixture
 def cpu_profile(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Call with a name from ``evidra.retrieval.compute.PROFILES``: from then on, this test sees that
-    CPU's flags and GEMM rates wherever ``auto`` picks a dtype, whatever machine runs it."""
-    from evidra.retrieval import compute
+    """Call with a name from ``evidra.retrieval.kernels.compute_dtype.PROFILES``: from then on, this
+    test sees that CPU's flags and GEMM rates wherever ``auto`` picks a dtype, whatever machine runs it."""
+    from evidra.retrieval.kernels import compute_dtype as compute
 
     def use(name: str) -> compute.CpuProfile:
         profile = compute.PROFILES[name]
@@ -311,8 +330,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--cpu-profile",
         default=None,
-        help="run the whole suite as if on this CPU (a name in evidra.retrieval.compute.PROFILES: "
-        "amx, avx512_bf16, avx512, avx2); default: this machine as it is",
+        help="run the whole suite as if on this CPU (a name in "
+        "evidra.retrieval.kernels.compute_dtype.PROFILES: amx, avx512_bf16, avx512, avx2); "
+        "default: this machine as it is",
     )
 
 
@@ -322,7 +342,7 @@ def _whole_suite_cpu_profile(request: pytest.FixtureRequest) -> Iterator[None]:
     if name is None:
         yield
         return
-    from evidra.retrieval import compute
+    from evidra.retrieval.kernels import compute_dtype as compute
 
     profile = compute.PROFILES[name]
     with pytest.MonkeyPatch.context() as patch:

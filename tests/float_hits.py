@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from evidra.retrieval.base import Hit
+from evidra.retrieval.interfaces import Hit
 
 # A score is a sum of up to a few hundred products of unit vectors (|score| <= tokens): summed in
 # another order, fp32 moves it by a few units in its last place (~1e-7 relative each); 1e-5 leaves

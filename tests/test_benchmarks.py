@@ -108,7 +108,7 @@ def test_maxsim_benchmark_defaults_leave_the_slow_peers_opt_in_and_can_force_fp3
     assert "bounds from float32" in out  # the compute bound of a CPU that computes in fp32
     import torch
 
-    from evidra.retrieval import compute
+    from evidra.retrieval.kernels import compute_dtype as compute
 
     if "float16" not in compute.candidates(torch.device("cpu")):
         assert "ours exact float16: not run (no fp16 GEMM in hardware here; opt-in: --with-fp16)" in out
@@ -193,8 +193,12 @@ def test_bm25_benchmark_prints_every_engine_and_the_result(
         assert build > 0 and 0 < p50 <= p99 and qps > 0 and size > 0 and load >= 0
     agr, same = (float(c) for c in rows["evidra (bm25s)"][7:9])
     assert agr == same == 1.0  # same tokenizer, variant and tie order as the hand-written index
-    assert re.search(r"^RESULT single_p50_speedup=\S+x batched_speedup=\S+x build_ratio=\S+ size_ratio=\S+ "
-                     r"agreement=1\.000$", out, re.M)  # fmt: skip
+    assert re.search(
+        r"^RESULT single_p50_speedup=\S+x batched_speedup=\S+x build_ratio=\S+ size_ratio=\S+ "
+        r"agreement=1\.000$",
+        out,
+        re.M,
+    )
 
 
 @pytest.mark.slow
@@ -257,8 +261,14 @@ def test_gpu_suite_dry_run_runs_every_row_on_the_cpu(tmp_path: Path) -> None:
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = _table_rows(proc.stdout)
-    for name in ("fsdp2 one bf16 step", "maxsim 96 triton fused", "maxsim 96 torch chunked",
-                 "maxsim 96 score_retrieval", "grpo evidra hf", "vragrl rollout hf"):  # fmt: skip
+    for name in (
+        "fsdp2 one bf16 step",
+        "maxsim 96 triton fused",
+        "maxsim 96 torch chunked",
+        "maxsim 96 score_retrieval",
+        "grpo evidra hf",
+        "vragrl rollout hf",
+    ):
         assert rows[name][2] == "ok", rows[name]
     assert re.fullmatch(r"loss \d+\.\d+ finite=True; moved (\d+)/\1", rows["fsdp2 one bf16 step"][7])
     assert re.fullmatch(r"prompt ids equal (\d+)/\1; turns kept (\d+)/\2", rows["vragrl rollout hf"][7])
@@ -401,11 +411,14 @@ def test_known_items_ask_for_text_of_one_page_only() -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    from evidra.types import Box, Page, Word
+    from evidra.core.types import Box, Page, Word
 
     def page(pid: str, lines: list[str]) -> Page:
-        words = [Word(w, Box(10 + 30 * i, 20 * n, 38 + 30 * i, 20 * n + 12))
-                 for n, line in enumerate(lines) for i, w in enumerate(line.split())]  # fmt: skip
+        words = [
+            Word(w, Box(10 + 30 * i, 20 * n, 38 + 30 * i, 20 * n + 12))
+            for n, line in enumerate(lines)
+            for i, w in enumerate(line.split())
+        ]
         return Page(pid, "x.png", 800, 800, source="m.pdf", words=tuple(words))
 
     shared = "Chapter 4 Function reference"  # a running head: on both pages, never asked

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidra.box_formats import BOX_FORMATS, FAMILIES, box_format_for, squash
-from evidra.errors import InvalidInputError, RegistryError
-from evidra.geometry import VISION_SPECS, ImageFrame, clip_box, convert_box, iou, model_input_size
-from evidra.rewards.embedding import words_in_box
-from evidra.types import Box, CoordSpace, Page, Word
+from evidra.core.box_formats import BOX_FORMATS, FAMILIES, box_format_for, squash
+from evidra.core.errors import InvalidInputError, RegistryError
+from evidra.core.geometry import VISION_SPECS, ImageFrame, clip_box, convert_box, iou, model_input_size
+from evidra.core.types import Box, CoordSpace, Page, Word
+from evidra.methods.lat.similarity import words_in_box
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "box-formats.md"
 W, H = 4960, 7016  # A4 scanned at 600 dpi: large enough that Qwen2.5-VL's resize shrinks it
@@ -196,7 +196,7 @@ def test_a_model_name_picks_its_family_s_format(model: str, expected: str) -> No
 def test_an_unknown_model_gets_the_default_with_a_note(
     model: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="evidra.box_formats"):
+    with caplog.at_level(logging.WARNING, logger="evidra.core.box_formats"):
         assert box_format_for(model, None, None).name == "norm1000"
     assert any(repr(model) in r.getMessage() and "--box-format" in r.getMessage() for r in caplog.records)
 

@@ -2,7 +2,7 @@
 itself) against hostile servers on 127.0.0.1 (the scripted fake of conftest.py): a server that
 echoes the key, a gzip bomb, an oversized body, nesting 200,000 deep, ``Infinity`` and ``1e999``.
 Each is one typed error (the judge: an unscored verdict), never a raw exception, and never more
-memory than the cap; and a key goes only where the user said (``evidra.keys``)."""
+memory than the cap; and a key goes only where the user said (``evidra.safeio.keys``)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from evidra.cli.main import main
-from evidra.data.construction.toolbox import OpenAIChatModel
-from evidra.errors import ConfigError
-from evidra.httpio import MAX_REPLY_BYTES
-from evidra.keys import KeyPolicy
+from evidra.core.errors import ConfigError
+from evidra.core.types import Message, Sample, Span, Trajectory
+from evidra.http.replies import MAX_REPLY_BYTES
 from evidra.methods import build_task
+from evidra.methods.lang2act.toolbox import OpenAIChatModel
 from evidra.models.endpoint import ChatEndpoint
-from evidra.openai_client import (
+from evidra.openai.client import (
     ChatClient,
     ChatClientError,
     ClientConfig,
@@ -32,7 +32,7 @@ from evidra.openai_client import (
 from evidra.rewards.judge_config import JudgeConfig, build_judge
 from evidra.rewards.judge_http import HttpJudgeConfig, OpenAIJudge
 from evidra.rewards.judge_protocol import JudgeItem
-from evidra.types import Message, Sample, Span, Trajectory
+from evidra.safeio.keys import KeyPolicy
 from hostile_http import gzip_bomb
 
 CALLERS = ("client", "endpoint", "judge", "teacher")
@@ -142,8 +142,11 @@ def test_a_key_the_server_echoes_is_redacted(
 
 
 def _recipe_judge(url: str, variable: str = "HF_TOKEN") -> Any:
-    return build_judge(JudgeConfig(kind="openai", base_url=url, model="m", api_key_env=variable,
-                                   max_retries=0, timeout_s=5.0))  # fmt: skip
+    return build_judge(
+        JudgeConfig(
+            kind="openai", base_url=url, model="m", api_key_env=variable, max_retries=0, timeout_s=5.0
+        )
+    )
 
 
 @pytest.mark.parametrize("variable", ["HF_TOKEN", "OPENAI_API_KEY"])
@@ -181,8 +184,22 @@ def test_a_withheld_key_names_variable_host_and_entry_on_401(
 
 
 def _eval_argv(url: str, out: Path, *extra: str) -> list[str]:
-    return ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "direct", "--endpoint", url,
-            "--model-name", "policy", "--out", str(out), *extra]  # fmt: skip
+    return [
+        "eval",
+        "--synthetic",
+        "tunnel.chain",
+        "--n",
+        "1",
+        "--paradigm",
+        "direct",
+        "--endpoint",
+        url,
+        "--model-name",
+        "policy",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def test_a_malformed_allow_list_is_refused_before_any_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,8 +217,16 @@ def test_the_eval_flags_are_the_users_and_carry_the_key(
     monkeypatch.setenv("MY_JUDGE_KEY", SECRET)
     monkeypatch.delenv("EVIDRA_KEY_HOSTS", raising=False)
     fake_judge.policy_reply = "<think>t</think><answer>{1}</answer>"  # an answer the judge is asked about
-    judge = ["--judge", "openai", "--judge-url", fake_judge.url, "--judge-model", "judge",
-             "--judge-api-key-env", "MY_JUDGE_KEY"]  # fmt: skip
+    judge = [
+        "--judge",
+        "openai",
+        "--judge-url",
+        fake_judge.url,
+        "--judge-model",
+        "judge",
+        "--judge-api-key-env",
+        "MY_JUDGE_KEY",
+    ]
     assert main(_eval_argv(fake_judge.url, tmp_path, *judge)) == 0
     sent = {r["body"]["model"]: r["authorization"] for r in fake_judge.requests}
     assert sent["judge"] == f"Bearer {SECRET}"
@@ -222,8 +247,9 @@ def test_eval_endpoint_turns_a_hostile_reply_into_one_line(
 
 def _trajectory(answer: str) -> Trajectory:
     text = f"<description>d</description><reason>r</reason><answer>{answer}</answer>"
-    return Trajectory(prompt_ids=(1,), token_ids=(2,), policy_mask=(1,), logprobs=(0.0,), turns=(Span(0, 1),),
-                      texts=(text,))  # fmt: skip
+    return Trajectory(
+        prompt_ids=(1,), token_ids=(2,), policy_mask=(1,), logprobs=(0.0,), turns=(Span(0, 1),), texts=(text,)
+    )
 
 
 @pytest.mark.parametrize("name", ["nested 200k deep", "index Infinity", "brotli"])
@@ -245,7 +271,7 @@ def test_in_training_an_unexpected_judge_failure_is_unscored(monkeypatch: pytest
         raise RuntimeError("a bug")
 
     judge = OpenAIJudge(HttpJudgeConfig("http://127.0.0.1:9/v1", "m", style="vragrl", max_retries=0))
-    monkeypatch.setattr("evidra.openai_client.AsyncChatClient.chat", broken)
+    monkeypatch.setattr("evidra.openai.client.AsyncChatClient.chat", broken)
     (verdict,) = judge.judge([JudgeItem("Q?", "Paris", "Paris")])
     assert verdict.value is None and verdict.error == "judge failed: RuntimeError"
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from evidra.config import apply_overrides, dump_config, load_config
-from evidra.errors import ConfigError
+from evidra.core.config import apply_overrides, dump_config, load_config
+from evidra.core.errors import ConfigError
 from evidra.rl.config import RLConfig
 
 

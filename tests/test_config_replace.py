@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evidra.config import dump_config, load_config, read_config_file
-from evidra.errors import ConfigError
+from evidra.core.config import dump_config, load_config, read_config_file
+from evidra.core.errors import ConfigError
 from evidra.methods import resolve
 from evidra.rl.config import RLConfig
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evidra.cli.main import main
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.rl.config import RLConfig, SFTConfig
 from evidra.rl.validate import sft_stage
 
@@ -39,7 +39,7 @@ def test_the_rl_stage_and_its_sft_view_agree(tmp_path: Path) -> None:
 
 
 def test_a_stage_override_that_is_no_section_is_refused() -> None:
-    from evidra.errors import ConfigError
+    from evidra.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="config section 'sft' must be a mapping"):
         load_config(SFTConfig, TINY_LAT, ["sft=5"])

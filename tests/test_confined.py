@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evidra.confined import inside
-from evidra.errors import CheckpointError, CorpusError, InvalidInputError
+from evidra.core.errors import CheckpointError, CorpusError, InvalidInputError
+from evidra.safeio.confined import inside
 
 
 @pytest.mark.parametrize("name", ["a.png", "pages/a.png", "pages/../a.png", "./a", "bm25.x1"])
@@ -26,7 +26,7 @@ def test_names_leaving_the_folder_or_naming_it_are_refused(tmp_path: Path, name:
 
 
 def test_a_checksum_list_naming_a_file_outside_the_checkpoint_is_never_read(tmp_path: Path) -> None:
-    from evidra.rl.checkpoint import verify_checkpoint
+    from evidra.rl.runs.checkpoint import verify_checkpoint
 
     ckpt = tmp_path / "step-000001"
     ckpt.mkdir()

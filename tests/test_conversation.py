@@ -1,4 +1,4 @@
-"""``evidra.conversation``: the retrieval query and the history a follow-up question carries, and
+"""``evidra.core.conversation``: the retrieval query and the history a follow-up question carries, and
 ``RAG.ask(history=...)`` over a BM25 index: the follow-up alone finds the wrong page."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from evidra.conversation import check_history, recent, retrieval_query, with_history
-from evidra.errors import InvalidInputError
-from evidra.types import ImagePart, Message
+from evidra.core.conversation import check_history, recent, retrieval_query, with_history
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import ImagePart, Message
 
 U, A = "user", "assistant"
 

@@ -15,8 +15,8 @@ from markupsafe import escape
 from PIL import Image
 
 from evidra.cli.main import main
-from evidra.demo import MARKER, prepare_out_dir
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.demo.pipeline import MARKER, prepare_out_dir
 
 
 def test_out_dir_is_fresh_or_cleared_on_request(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_second_run_into_the_same_folder_needs_overwrite(
 
 @pytest.fixture(scope="module")
 def given_model_report(tiny_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from evidra.demo import run_demo
+    from evidra.demo.pipeline import run_demo
 
     out = tmp_path_factory.mktemp("demo") / "given"  # short answers: the random model never stops
     run_demo(out, model=tiny_dirs["qwen2_5_vl"], n_docs=2, max_new_tokens=40)
@@ -95,8 +95,8 @@ def test_demo_with_a_given_model_trains_nothing(given_model_report: Path, tmp_pa
 
 def test_box_tags_sit_outside_their_boxes_and_thumbnails_show_none(tmp_path: Path) -> None:
     """A tag goes above its box, below one at the page's top edge; thumbnails hide tags (CSS)."""
+    from evidra.core.types import Box
     from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, write_viewer
-    from evidra.types import Box
 
     Image.new("RGB", (100, 100), "white").save(tmp_path / "p.png")
     boxes = (ViewerBox(Box(10, 1, 50, 9), "top"), ViewerBox(Box(10, 50, 50, 60), "middle"))
@@ -131,8 +131,12 @@ def test_report_renders_in_headless_chromium(given_model_report: Path, tmp_path:
     flags = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
     flags += ["--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
     url = (given_model_report / "report.html").resolve().as_uri()
-    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,1600", url],
-                   capture_output=True, timeout=90, check=True)  # fmt: skip
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1200,1600", url],
+        capture_output=True,
+        timeout=90,
+        check=True,
+    )
     with Image.open(shot) as im:
         rgb = im.convert("RGB")
     colours = rgb.getcolors(maxcolors=1 << 20) or []

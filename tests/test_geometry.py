@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidra.errors import InvalidInputError
-from evidra.geometry import (
+from evidra.core.errors import InvalidInputError
+from evidra.core.geometry import (
     VISION_SPECS,
     ImageFrame,
     clip_box,
@@ -24,7 +24,7 @@ from evidra.geometry import (
     num_image_tokens,
     smart_resize,
 )
-from evidra.types import Box, CoordSpace
+from evidra.core.types import Box, CoordSpace
 
 CONFORMANCE = Path(__file__).resolve().parent / "fixtures" / "conformance"
 

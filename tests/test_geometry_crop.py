@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from evidra.errors import InvalidInputError
-from evidra.geometry import (
+from evidra.core.errors import InvalidInputError
+from evidra.core.geometry import (
     Displayed,
     convert_to_qwen25vl_format,
     crop_displayed,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from evidra import imagefiles
-from evidra.errors import CorpusError, InvalidInputError
+from evidra.core.errors import CorpusError, InvalidInputError
+from evidra.safeio import imagefiles
 
 
 @pytest.mark.parametrize("side", [13_000, 20_000])  # under and over PIL's own bomb limit
@@ -57,9 +57,9 @@ def test_data_urls_are_capped_by_bytes_before_base64_decoding() -> None:
 
 
 def test_every_reader_of_user_images_applies_the_cap(tmp_path: Path, declared_png: Any) -> None:
+    from evidra.core.types import ImagePart, Page
     from evidra.data.loaders._records import Record, materialize_page
     from evidra.models.chat import load_image
-    from evidra.types import ImagePart, Page
 
     bomb = tmp_path / "bomb.png"
     bomb.write_bytes(declared_png(13_000, 13_000))

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from evidra import jsonio
-from evidra.errors import EvidraError, InvalidInputError
-from evidra.jsonio import FileTooLargeError, read_capped, read_capped_text, read_json, read_lines
+from evidra.core.errors import EvidraError, InvalidInputError
+from evidra.safeio import jsonfiles as jsonio
+from evidra.safeio.jsonfiles import FileTooLargeError, read_capped, read_capped_text, read_json, read_lines
 
 PLANTED = 2 << 30  # 2 GiB
 MOST_MEMORY = 100 << 20  # what refusing one may cost: nothing of the file is read
@@ -29,7 +29,7 @@ def _plant(path: Path, size: int = PLANTED) -> Path:
 
 
 def _index_manifest(root: Path) -> None:
-    from evidra.retrieval.manifest import read_spec
+    from evidra.retrieval.lifecycle.manifest import read_spec
 
     _plant(root / "retriever.json")
     read_spec(root)
@@ -57,7 +57,7 @@ def _colpali_config(root: Path) -> None:
 
 
 def _checkpoint_checksums(root: Path) -> None:
-    from evidra.rl.checkpoint import CHECKSUMS, verify_checkpoint
+    from evidra.rl.runs.checkpoint import CHECKSUMS, verify_checkpoint
 
     _plant(root / CHECKSUMS)
     verify_checkpoint(root)

@@ -1,4 +1,4 @@
-"""``evidra.keys``: the allow-list of the user's environment, matched by variable, host and port,
+"""``evidra.safeio.keys``: the allow-list of the user's environment, matched by variable, host and port,
 and redaction (hand-written cases)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from evidra.errors import ConfigError
-from evidra.keys import KeyPolicy, KeyRule, allowed, parse_key_hosts, redact
+from evidra.core.errors import ConfigError
+from evidra.safeio.keys import KeyPolicy, KeyRule, allowed, parse_key_hosts, redact
 
 
 @pytest.mark.parametrize(

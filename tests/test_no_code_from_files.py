@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evidra.config import load_config
-from evidra.errors import CheckpointError, ConfigError
+from evidra.core.config import load_config
+from evidra.core.errors import CheckpointError, ConfigError
 from evidra.rl.config import DataConfig, RLConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ class _Payload:
 
 
 def test_a_planted_corpus_cache_is_never_executed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from evidra.methods.vragrl import _build, corpus_dir, synth_once
+    from evidra.methods.vragrl.method import _build, corpus_dir, synth_once
 
     cfg = DataConfig(task="vragrl", path=str(tmp_path / "cache"), size=2)
     root = corpus_dir(cfg, "vragrl")
@@ -48,15 +48,22 @@ def test_a_planted_checkpoint_is_never_executed(tmp_path: Path) -> None:
 
     from evidra.rl.trainer import RLTrainer
 
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "run.steps=1", "run.batch_size=1",
-            "rollout.group_size=2", "rollout.max_new_tokens=2", "data.size=2",
-            "data.task=toy.length"]  # fmt: skip
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={tmp_path}",
+        "run.steps=1",
+        "run.batch_size=1",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=2",
+        "data.size=2",
+        "data.task=toy.length",
+    ]
     RLTrainer(load_config(RLConfig, None, over)).train()
     ckpt = tmp_path / "checkpoints" / "step-000001"
     marker = tmp_path / "owned"
     torch.save({"optimizer": _Payload(marker)}, ckpt / "trainer.pt")
     (ckpt / "checksums.json").unlink()  # a forged checkpoint: no checksums to catch it first
-    from evidra.rl.checkpoint import load_checkpoint
+    from evidra.rl.runs.checkpoint import load_checkpoint
 
     trainer = RLTrainer(load_config(RLConfig, None, [*over, "run.steps=2"]))
     assert trainer.state.step == 0 and not marker.exists()  # refused, named in a warning, fresh start
@@ -90,7 +97,7 @@ def test_no_unsafe_deserialisation_in_the_source() -> None:
 def test_planted_bm25_index_files_are_never_executed(tmp_path: Path) -> None:
     import numpy as np
 
-    from evidra.errors import CorpusError
+    from evidra.core.errors import CorpusError
     from evidra.retrieval.encoders.bm25 import BM25Retriever
 
     marker = tmp_path / "owned"

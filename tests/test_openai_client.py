@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from evidra.data.construction.toolbox import OpenAIChatModel
-from evidra.errors import ConfigError, InvalidInputError
+from evidra.core.errors import ConfigError, InvalidInputError
+from evidra.core.types import ImagePart, Message, TextPart
+from evidra.methods.lang2act.toolbox import OpenAIChatModel
 from evidra.models.endpoint import ChatEndpoint
-from evidra.openai_client import (
+from evidra.openai.client import (
     AsyncChatClient,
     ChatClient,
     ChatClientError,
@@ -37,7 +38,6 @@ from evidra.openai_client import (
 )
 from evidra.rewards.judge_http import HttpJudgeConfig, OpenAIJudge
 from evidra.rewards.judge_protocol import JudgeItem
-from evidra.types import ImagePart, Message, TextPart
 
 CALLERS = ("client", "endpoint", "judge", "teacher")
 KEY = "sk-test-0123456789"
@@ -50,8 +50,15 @@ class Outcome:
     error: type[Exception] | None = None
 
 
-def _call(kind: str, url: str, *, retries: int = 2, timeout_s: float = 5.0, max_wait_s: float = 10.0,
-          api_key_env: str = "OPENAI_API_KEY") -> Outcome:  # fmt: skip
+def _call(
+    kind: str,
+    url: str,
+    *,
+    retries: int = 2,
+    timeout_s: float = 5.0,
+    max_wait_s: float = 10.0,
+    api_key_env: str = "OPENAI_API_KEY",
+) -> Outcome:
     """One request through ``kind`` with the same settings; the judge's unscored verdict is its error."""
     opts: dict[str, Any] = dict(api_key_env=api_key_env, max_wait_s=max_wait_s)
     if kind == "judge":

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-import evidra.openai_client as openai_client
-from evidra.httpio import ReplyError
-from evidra.openai_client import ChatClient, ChatUnavailableError, endpoint_config
-from evidra.openai_stream import EventLines, StreamFailed, chunk_delta, read_stream
+import evidra.openai.client as openai_client
+from evidra.http.replies import ReplyError
+from evidra.openai.client import ChatClient, ChatUnavailableError, endpoint_config
+from evidra.openai.stream import EventLines, StreamFailed, chunk_delta, read_stream
 from scripted_vlm import Reply, scripted_vlm
 
 

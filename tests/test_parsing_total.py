@@ -21,16 +21,21 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from evidra.core.types import Parsed, Sample
 from evidra.env.toy import KeyValueEnv
+from evidra.methods.cave.paradigm import parse_zoom_call
+from evidra.methods.evisrag import reward as evisrag
+from evidra.methods.evisrag.paradigm import evidence_entries
+from evidra.methods.lang2act import format as l2a
+from evidra.methods.lang2act import reward as lang2act
+from evidra.methods.lat import parse as lat_parse
+from evidra.methods.lat import rules as lat_scoring
+from evidra.methods.vragrl import reward as vragrl
 from evidra.metrics import qa
-from evidra.paradigms import PARADIGMS
-from evidra.paradigms.base import first_tag
-from evidra.paradigms.evidence import evidence_entries
-from evidra.paradigms.zoom_agent import parse_zoom_call
-from evidra.rewards import boxes, evisrag, judge_protocol, lang2act, lat_parse, lat_scoring, toy, vragrl
-from evidra.rewards import lang2act_format as l2a
+from evidra.paradigms import PARADIGMS, search_agent
+from evidra.paradigms.paradigm import first_tag
+from evidra.rewards import boxes, judge_protocol, toy
 from evidra.rewards.judge import RuleJudge
-from evidra.types import Parsed, Sample
 
 GOLD = (
     "<evidence>[1]: revenue was 5 million dollars\n[2]: no relevant information</evidence><answer>5</answer>"
@@ -41,28 +46,112 @@ HUGE = "9" * 5000  # past the 4,300-digit limit of int()
 WIDE = "1" * 400  # an integer that int() reads but float() cannot hold
 
 FRAGMENTS = [
-    "<think>", "</think>", "<answer>", "</answer>", "<search>", "</search>", "<bbox>", "</bbox>",
-    "<observe>", "</observe>", "<evidence>", "</evidence>", "<description>", "</description>",
-    "<judge>", "</judge>", "<tool_call>", "</tool_call>", "<THINK>", "</Tool>", "</tool>",
-    '<tool name="read_text_element" args="Image 1: x">', "<tool name='a' args='", '<tool name="', ' args="',
-    '">', "<|im_start|>user", "<|im_end|>", "<|box_start|>(1,2),(", "<|box_end|>", "Bounding box: {",
-    'Bounding box: {"bbox_2d": [1, 2, 30, 40], "Image_index": 1}', '{"bbox_2d": [', '"Image_index": ',
-    "(bbox_2d: (", "Target Document: ", "Bounding Box: (1, 2), (", "[1]:", "[", "]", "{", "}", "(", ")",
-    "Image 2", "Image ", "NaN", "nan", "inf", "-inf", "Infinity", "1e309", "-0", "1e-400",
-    "\u0661\u0662\u0663", "\u0967", "\uff11", HUGE, "[" + HUGE + "]:", "Image " + HUGE,
-    '"Image_index": ' + HUGE, '"', "'", ",", ":", "<bbox>[" + WIDE + ", 0, 1e999, 1]</bbox>",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<search>",
+    "</search>",
+    "<bbox>",
+    "</bbox>",
+    "<observe>",
+    "</observe>",
+    "<evidence>",
+    "</evidence>",
+    "<description>",
+    "</description>",
+    "<judge>",
+    "</judge>",
+    "<tool_call>",
+    "</tool_call>",
+    "<THINK>",
+    "</Tool>",
+    "</tool>",
+    '<tool name="read_text_element" args="Image 1: x">',
+    "<tool name='a' args='",
+    '<tool name="',
+    ' args="',
+    '">',
+    "<|im_start|>user",
+    "<|im_end|>",
+    "<|box_start|>(1,2),(",
+    "<|box_end|>",
+    "Bounding box: {",
+    'Bounding box: {"bbox_2d": [1, 2, 30, 40], "Image_index": 1}',
+    '{"bbox_2d": [',
+    '"Image_index": ',
+    "(bbox_2d: (",
+    "Target Document: ",
+    "Bounding Box: (1, 2), (",
+    "[1]:",
+    "[",
+    "]",
+    "{",
+    "}",
+    "(",
+    ")",
+    "Image 2",
+    "Image ",
+    "NaN",
+    "nan",
+    "inf",
+    "-inf",
+    "Infinity",
+    "1e309",
+    "-0",
+    "1e-400",
+    "\u0661\u0662\u0663",
+    "\u0967",
+    "\uff11",
+    HUGE,
+    "[" + HUGE + "]:",
+    "Image " + HUGE,
+    '"Image_index": ' + HUGE,
+    '"',
+    "'",
+    ",",
+    ":",
+    "<bbox>[" + WIDE + ", 0, 1e999, 1]</bbox>",
     '{"bbox_2d": [0, 0, 1e300, 1e300], "Image_index": 1}',
-    '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [' + WIDE + ", 0, 5, 5]}}"
+    '<tool_call>{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": ['
+    + WIDE
+    + ", 0, 5, 5]}}"
     + "</tool_call>",
-    '{"bbox_2d": [0, 0, ' + WIDE + ', 9], "Image_index": 1}', "<answer>" + HUGE + "</answer>",
-    " ", "\n", "\x1c", "\u00a0", "\u017f", "\u212a", "\u0130", "\x00", "\ud7ff", "No answer", "True", "false",
-]  # fmt: skip
+    '{"bbox_2d": [0, 0, ' + WIDE + ', 9], "Image_index": 1}',
+    "<answer>" + HUGE + "</answer>",
+    " ",
+    "\n",
+    "\x1c",
+    "\u00a0",
+    "\u017f",
+    "\u212a",
+    "\u0130",
+    "\x00",
+    "\ud7ff",
+    "No answer",
+    "True",
+    "false",
+]
 # Fragments a model can repeat without ever closing them: the superlinear cases of the regexes.
 REPEATED = [
-    "<think>", "<answer>", "<search>", "<bbox>", "<evidence>", "<judge>", "<tool_call>",
-    '<tool name="a" args="Image 1: x">', '<tool name="', "<tool name='a' args='", "{", "(",
-    "Bounding box: {", "<|im_start|>user", "[1]:", "Image 1", "9",
-]  # fmt: skip
+    "<think>",
+    "<answer>",
+    "<search>",
+    "<bbox>",
+    "<evidence>",
+    "<judge>",
+    "<tool_call>",
+    '<tool name="a" args="Image 1: x">',
+    '<tool name="',
+    "<tool name='a' args='",
+    "{",
+    "(",
+    "Bounding box: {",
+    "<|im_start|>user",
+    "[1]:",
+    "Image 1",
+    "9",
+]
 WRAPPERS = [
     ("", ""),
     ("<think>x</think><description>", "</description><answer>a</answer>"),
@@ -111,7 +200,7 @@ def _targets() -> dict[str, Callable[[str], object]]:
         "vragrl.remove_user_turns": vragrl.remove_text_between_tags,
         "vragrl.extract_tags": vragrl.extract_tags,
         "vragrl.postprocess": lambda s: vragrl.postprocess_predictions([s]),
-        "vragrl.validate_bbox": vragrl.validate_bbox_action,
+        "vragrl.validate_bbox": search_agent.validate_bbox_action,
         "vragrl.judge_upstream": vragrl.parse_judge_response_upstream,
         "toy.parse_answer": toy.parse_answer,
     }

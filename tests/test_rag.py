@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 import evidra
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Box, CoordSpace
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import generate_documents
-from evidra.errors import InvalidInputError
 from evidra.models.generation import SamplingParams
 from evidra.rag import RAG, Answer
 from evidra.rag_view import viewer_record
-from evidra.retrieval.engine import open_index
-from evidra.types import Box, CoordSpace
+from evidra.retrieval.lifecycle.index_folder import open_index
 from float_hits import assert_hits_close
 
 QUESTION = "In which city was the project founded?"

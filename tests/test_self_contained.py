@@ -7,8 +7,17 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = [r"BENCHMARKS\.md", "UPSTREAM_CODE", r"RETRIEVAL\.md", "OFFLINE_STACK", "RL_FRAMEWORKS",
-         "conformance README", "/shared/seeds", "shared/conformance", "reference/[A-Z]"]  # fmt: skip
+NAMES = [
+    r"BENCHMARKS\.md",
+    "UPSTREAM_CODE",
+    r"RETRIEVAL\.md",
+    "OFFLINE_STACK",
+    "RL_FRAMEWORKS",
+    "conformance README",
+    "/shared/seeds",
+    "shared/conformance",
+    "reference/[A-Z]",
+]
 OUTSIDE = re.compile("|".join(NAMES))
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from evidra.errors import ConfigError, MissingDependencyError
-from evidra.sink import MetricsSink, check_report_to, read_metrics
+from evidra.core.errors import ConfigError, MissingDependencyError
+from evidra.safeio.sink import MetricsSink, check_report_to, read_metrics
 
 
 def test_jsonl_sink_writes_truncates_and_cleans(tmp_path: Path) -> None:

@@ -12,18 +12,62 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidra.rewards import evisrag, lat, vragrl
-from evidra.rewards.lang2act_format import parse_tools, quoted_tool_calls
-from evidra.rewards.lat_parse import cut_box_lists
-from evidra.tagscan import find_blocks, find_named_blocks, finite_float, parse_digits
+from evidra.core.tagscan import find_blocks, find_named_blocks, finite_float, parse_digits
+from evidra.methods.evisrag import reward as evisrag
+from evidra.methods.lang2act.format import parse_tools, quoted_tool_calls
+from evidra.methods.lat import reward as lat
+from evidra.methods.lat.parse import cut_box_lists
+from evidra.methods.vragrl import reward as vragrl
 
 FRAGMENTS = [
-    "<a>", "</a>", "<A>", "</A>", "<b>", "</b>", "x", " ", "\n", "\x1c", "\u017f", "\u212a",
-    "<tool", " name=", "name=", " args=", "args=", "ARGS=", '"', "'", ">", "</tool>", "</TOOL>",
-    '<tool name="', "<tool name='", '" args="', "' args='", '">', "'>", "Bounding box:", "\nBounding box:",
-    "{", "}", ", {", ",", "<|im_start|>user", "<|im_end|>", "<think>", "</think>", "<answer>", "</answer>",
-    "<observe>", "</observe>", "<evidence>", "</evidence>", "<search>", "</search>",
-]  # fmt: skip
+    "<a>",
+    "</a>",
+    "<A>",
+    "</A>",
+    "<b>",
+    "</b>",
+    "x",
+    " ",
+    "\n",
+    "\x1c",
+    "\u017f",
+    "\u212a",
+    "<tool",
+    " name=",
+    "name=",
+    " args=",
+    "args=",
+    "ARGS=",
+    '"',
+    "'",
+    ">",
+    "</tool>",
+    "</TOOL>",
+    '<tool name="',
+    "<tool name='",
+    '" args="',
+    "' args='",
+    '">',
+    "'>",
+    "Bounding box:",
+    "\nBounding box:",
+    "{",
+    "}",
+    ", {",
+    ",",
+    "<|im_start|>user",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<observe>",
+    "</observe>",
+    "<evidence>",
+    "</evidence>",
+    "<search>",
+    "</search>",
+]
 soup = st.lists(st.sampled_from(FRAGMENTS), max_size=30).map("".join)
 CHECK = settings(max_examples=300, deadline=None, derandomize=True)
 

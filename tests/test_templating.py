@@ -12,8 +12,8 @@ from jinja2 import UndefinedError
 from markupsafe import escape
 from PIL import Image
 
-from evidra.templating import environment, render
-from evidra.types import Box, EvidenceBox, Page, Sample
+from evidra.core.templating import environment, render
+from evidra.core.types import Box, EvidenceBox, Page, Sample
 
 TEMPLATES = ("viewer.html.j2", "viewer.css", "demo_summary.html.j2", "eval_summary.html.j2")
 
@@ -73,17 +73,27 @@ def _image(tmp_path: Path) -> str:
 
 def test_eval_viewer_escapes_every_field(tmp_path: Path) -> None:
     from evidra.eval.report import RunResult, write_report
-    from evidra.eval.scoring import Prediction, StepBox
+    from evidra.eval.sample_scoring import Prediction, StepBox
     from evidra.eval.tables import ResultRow
 
     page = Page(_evil("page id"), _image(tmp_path), 200, 100, source=_evil("doc name"))
-    sample = Sample(_evil("sample id"), _evil("question"), (_evil("gold"),), pages=(page,),
-                    gold_boxes=(EvidenceBox(page.id, Box(10, 10, 50, 30)),))  # fmt: skip
+    sample = Sample(
+        _evil("sample id"),
+        _evil("question"),
+        (_evil("gold"),),
+        pages=(page,),
+        gold_boxes=(EvidenceBox(page.id, Box(10, 10, 50, 30)),),
+    )
     pred = Prediction(
-        sample.id, (_evil("output"),), _evil("answer"), answer_page=0, answer_box=(12.0, 11.0, 48.0, 29.0),
-        steps=(StepBox(_evil("step text"), 0, (0.0, 0.0, 100.0, 50.0)),), errors=(_evil("error"),),
+        sample.id,
+        (_evil("output"),),
+        _evil("answer"),
+        answer_page=0,
+        answer_box=(12.0, 11.0, 48.0, 29.0),
+        steps=(StepBox(_evil("step text"), 0, (0.0, 0.0, 100.0, 50.0)),),
+        errors=(_evil("error"),),
         scores={_evil("metric"): 1.0},
-    )  # fmt: skip
+    )
     row = ResultRow(_evil("bench"), "coe", _evil("model"), 1, {"exact_match": 1.0})
     write_report([RunResult(row, (sample,), (pred,))], tmp_path / "out", title=_evil("title"))
     html = (tmp_path / "out" / "viewer.html").read_text()
@@ -94,14 +104,22 @@ def test_eval_viewer_escapes_every_field(tmp_path: Path) -> None:
 def test_ask_html_escapes_every_field(tmp_path: Path) -> None:
     from evidra.rag import Answer, Citation
     from evidra.rag_view import write_html
-    from evidra.retrieval.base import Hit
+    from evidra.retrieval.interfaces import Hit
 
     page = Page(_evil("page id"), _image(tmp_path), 200, 100, source=_evil("doc name"))
     step = Citation(1, _evil("step text"), page.id, 0, Box(10, 10, 50, 30), 0.5, False, _evil("reason"))
     answer = Answer(
-        _evil("question"), _evil("answer"), (step,), None, (page,), (Hit(page.id, 1.0),),
-        (_evil("index"),), _evil("output"), (), "eos",
-    )  # fmt: skip
+        _evil("question"),
+        _evil("answer"),
+        (step,),
+        None,
+        (page,),
+        (Hit(page.id, 1.0),),
+        (_evil("index"),),
+        _evil("output"),
+        (),
+        "eos",
+    )
     html = write_html(answer, tmp_path / "answer.html").read_text()
     assert "data:image/png;base64," in html  # self-contained
     fields = ["page id", "step text", "reason", "question", "answer", "index", "output"]
@@ -112,21 +130,34 @@ def test_ask_html_escapes_every_field(tmp_path: Path) -> None:
 
 
 def test_demo_report_escapes_every_field(tmp_path: Path) -> None:
-    from evidra.demo_report import ModelAnswers, write_demo_report
-    from evidra.types import Parsed, Step
+    from evidra.core.types import Parsed, Step
+    from evidra.demo.summary import ModelAnswers, write_demo_report
 
     page = Page(_evil("page id"), _image(tmp_path), 200, 100, source=_evil("doc name"))
     sample = Sample("s1", _evil("question"), (_evil("gold"),), pages=(page,), gold_pages=(page.id,))
     text = f"<think>{_evil('step text')}</think><answer>{_evil('answer')}</answer>"
-    parsed = Parsed(text, _evil("answer"), (Step(_evil("step text"), 0, Box(1, 1, 9, 9)),),
-                    answer_box=Box(2, 2, 8, 8), answer_page=0, errors=(_evil("error"),))  # fmt: skip
+    parsed = Parsed(
+        text,
+        _evil("answer"),
+        (Step(_evil("step text"), 0, Box(1, 1, 9, 9)),),
+        answer_box=Box(2, 2, 8, 8),
+        answer_page=0,
+        errors=(_evil("error"),),
+    )
     answers = ModelAnswers(_evil("model"), (parsed,), (False,), ("eos",))
     held = {_evil("stage"): {"reward": 0.5, "components": {_evil("component"): 0.25}, "samples": 2}}
-    training = {"sft_steps": 3, "train_questions": 1, "rl_steps": 2, "held_out": held,
-                "sft_loss": [2.0, 1.0], "rl_reward": [0.1, 0.2]}  # fmt: skip
+    training = {
+        "sft_steps": 3,
+        "train_questions": 1,
+        "rl_steps": 2,
+        "held_out": held,
+        "sft_loss": [2.0, 1.0],
+        "rl_reward": [0.1, 0.2],
+    }
     path = tmp_path / "report.html"
-    write_demo_report(path, [sample], [answers], {}, model_name=_evil("model name"), training=training,
-                      given_model=False)  # fmt: skip
+    write_demo_report(
+        path, [sample], [answers], {}, model_name=_evil("model name"), training=training, given_model=False
+    )
     html = path.read_text()
     assert 'title="cited by step 1"' in html and 'title="cited by the answer"' in html
     fields = ["doc name", "question", "gold", "step text", "answer", "error", "model", "model name"]

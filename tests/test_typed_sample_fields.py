@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Box, EvidenceBox, Page, Sample
 from evidra.metrics.official import official
-from evidra.types import Box, EvidenceBox, Page, Sample
 
 ROOT = Path(__file__).parents[1]
 TYPED = ("evidence_box", "qrels", "answer_format")

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from evidra.errors import InvalidInputError, RegistryError
-from evidra.registry import Registry
-from evidra.types import (
+from evidra.core.errors import InvalidInputError, RegistryError
+from evidra.core.registry import Registry
+from evidra.core.types import (
     Box,
     CoordSpace,
     EvidenceBox,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from evidra.errors import EvidraError
+from evidra.core.errors import EvidraError
 
 if TYPE_CHECKING:
     from evidra.rag import RAG, Answer, Citation

@@ -17,7 +17,7 @@ Any OpenAI-compatible VLM server answers too: ``RAG.load(store, endpoint=URL, mo
 default for an endpoint) asks for a JSON answer whose steps cite a page and a box
 (``evidra.models.structured``), which parses whatever the model: a general instruct model does
 not reliably write a paper's format. Every box a model writes in its own frame lands on page
-pixels through its family's convention (``evidra.box_formats``: from the checkpoint's config, the
+pixels through its family's convention (``evidra.core.box_formats``: from the checkpoint's config, the
 endpoint's model name, or ``box_format``); a box the paradigm already reads as page pixels (LAT's
 chain of evidence, whose prompt states each page's size) stays as it is unless ``box_format`` is
 given.
@@ -32,23 +32,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evidra.errors import InvalidInputError
-from evidra.openai_client import DEFAULT_API_KEY_ENV
-from evidra.retrieval.base import check_k
-from evidra.types import Box, CoordSpace, Message, Page, Parsed, Sample, Step
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Box, CoordSpace, Message, Page, Parsed, Sample, Step
+from evidra.openai.client import DEFAULT_API_KEY_ENV
+from evidra.retrieval.interfaces import check_k
 
 if TYPE_CHECKING:
-    from evidra.box_formats import BoxFormat
+    from evidra.core.box_formats import BoxFormat
     from evidra.corpus.metadata import PageMeta, Where
     from evidra.corpus.store import PageStore
+    from evidra.methods.lat.similarity import StepSimilarity, StepVerdict
     from evidra.models.endpoint import AnsweringEndpoint
     from evidra.models.generation import SamplingParams
     from evidra.models.loading import VLM
     from evidra.models.streaming import OnText
-    from evidra.retrieval.attach import StoreRetriever
-    from evidra.retrieval.base import Hit
     from evidra.retrieval.hybrid import Fusion
-    from evidra.rewards.embedding import StepSimilarity, StepVerdict
+    from evidra.retrieval.interfaces import Hit
+    from evidra.retrieval.lifecycle.attach import StoreRetriever
 
 logger = logging.getLogger(__name__)
 
@@ -177,11 +177,11 @@ class RAG:
         ``structured`` (default: ``default_structured``, on for an endpoint and a released
         ``-Instruct`` checkpoint, off for others, usually trained on their paradigm's format) asks
         for a JSON answer; ``box_format`` names the model's box
-        convention (``evidra.box_formats``; default: chosen from the model).
+        convention (``evidra.core.box_formats``; default: chosen from the model).
         """
         from evidra.corpus import PageStore
         from evidra.paradigms import PARADIGMS
-        from evidra.retrieval.attach import attach, registered_index
+        from evidra.retrieval.lifecycle.attach import attach, registered_index
 
         PARADIGMS.get(paradigm)
         check_k(k)
@@ -318,9 +318,9 @@ class RAG:
         ``on_text`` is handed each piece of the model's text as it is generated (streaming).
         ``history`` holds the earlier turns of a conversation (text-only user and assistant
         messages, oldest first): retrieval searches for the question with the earlier user turns,
-        and the model reads the newest turns before the question (``evidra.conversation``).
+        and the model reads the newest turns before the question (``evidra.core.conversation``).
         """
-        from evidra.conversation import recent, retrieval_query, with_history
+        from evidra.core.conversation import recent, retrieval_query, with_history
 
         if verify and not (self.structured or self.paradigm_name.startswith("coe")):
             raise InvalidInputError(
@@ -411,7 +411,7 @@ class RAG:
 
     @property
     def box_format(self) -> BoxFormat:
-        """The model's box convention: the one given, else its family's (``evidra.box_formats``)."""
+        """The model's box convention: the one given, else its family's (``evidra.core.box_formats``)."""
         if self._box_format is None:
             self._box_format = _model_box_format(self.vlm)
         return self._box_format
@@ -419,8 +419,8 @@ class RAG:
     def _page_box(self, box: Box | None, page: Page | None) -> tuple[Box | None, str | None]:
         """``box`` in page pixels of ``page``, or None and why. A box the paradigm reads as page
         pixels stays as it is unless the user named a box format; any other goes through the
-        model's format (``evidra.box_formats``)."""
-        from evidra.geometry import model_input_size
+        model's format (``evidra.core.box_formats``)."""
+        from evidra.core.geometry import model_input_size
 
         if box is None or page is None:  # a page not shown: verify says so, the citation drops the box
             return box, None
@@ -497,8 +497,8 @@ def _check_model(
 ) -> BoxFormat | None:
     """One model: a checkpoint or an endpoint with its model name; the key variable and the box
     format named, checked before anything opens. The named box format, if any."""
-    from evidra.box_formats import BOX_FORMATS
-    from evidra.openai_client import check_api_key_env
+    from evidra.core.box_formats import BOX_FORMATS
+    from evidra.openai.client import check_api_key_env
 
     if (model is None) == (endpoint is None):
         raise InvalidInputError(
@@ -537,9 +537,9 @@ def _connect(endpoint: str, model_name: str, api_key_env: str, structured: bool)
 
 
 def _load_local(model: str | Path | None, device: str, dtype: str, max_pixels: int | None) -> VLM:
-    from evidra.devices import resolve_device, resolve_dtype
+    from evidra.core.devices import resolve_device, resolve_dtype
     from evidra.models.loading import load_vlm
-    from evidra.rl.export import resolve_trained_model
+    from evidra.rl.runs.export import resolve_trained_model
 
     assert model is not None  # _check_model: a model or an endpoint
     where = resolve_device(device)
@@ -550,7 +550,7 @@ def _load_local(model: str | Path | None, device: str, dtype: str, max_pixels: i
 
 def _model_box_format(vlm: VLM | AnsweringEndpoint) -> BoxFormat:
     """The box convention of ``vlm``: from a checkpoint's architecture, or the endpoint's model name."""
-    from evidra.box_formats import box_format_for
+    from evidra.core.box_formats import box_format_for
     from evidra.models.endpoint import AnsweringEndpoint
 
     if isinstance(vlm, AnsweringEndpoint):
@@ -589,7 +589,7 @@ def _page_index(index: int | None, pages: Sequence[Page]) -> int | None:
 def _verified(
     parsed: Parsed, pages: Sequence[Page], similarity: StepSimilarity | None, tau: float | None
 ) -> list[Citation]:
-    from evidra.rewards.embedding import LAT_TAU, TextOverlapSimilarity, verify_steps
+    from evidra.methods.lat.similarity import LAT_TAU, TextOverlapSimilarity, verify_steps
 
     verdicts: list[StepVerdict] = verify_steps(
         parsed, pages, similarity or TextOverlapSimilarity(), tau=LAT_TAU if tau is None else tau
@@ -613,7 +613,7 @@ def _source(page: Page | None) -> dict[str, Any]:
 
 
 def _build_or_update(store: PageStore, out: Path, encoder: str, encoder_model: str | Path) -> None:
-    from evidra.retrieval.engine import MANIFEST, build_index, open_index
+    from evidra.retrieval.lifecycle.index_folder import MANIFEST, build_index, open_index
 
     if (out / MANIFEST).is_file():
         with open_index(out) as engine:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from evidra.core.types import Page
     from evidra.corpus.metadata import PageMeta
     from evidra.eval.viewer import ViewerRecord
     from evidra.rag import Answer, Citation
-    from evidra.retrieval.base import Hit
-    from evidra.types import Page
+    from evidra.retrieval.interfaces import Hit
 
 NO_HITS = "no relevant page: nothing in the index matches the question"
 ANSWER_COLOR, STEP_COLOR, UNSUPPORTED_COLOR = "#16a34a", "#2563eb", "#dc2626"

@@ -12,8 +12,8 @@ import pytest
 from evidra.app.http import ServeOptions
 from evidra.app.server import running
 from evidra.app.workspace import ModelSpec, Workspace
+from evidra.core.types import ImagePart
 from evidra.data.synth.documents import SynthCorpus, SynthQuestion, generate_documents
-from evidra.types import ImagePart
 
 DPI = 150.0  # the app ingests uploads at 150 dpi, so the questions' boxes are in its page pixels
 

@@ -23,9 +23,18 @@ CHROMIUM, DRIVER = (
     shutil.which("chromium") or "/usr/bin/chromium",
     shutil.which("chromedriver") or "/usr/bin/chromedriver",
 )
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1280,1000", "--force-device-scale-factor=1"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1000",
+    "--force-device-scale-factor=1",
+]
 WAIT_S = 60
 
 

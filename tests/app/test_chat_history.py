@@ -14,7 +14,7 @@ from app_server_helpers import lines, upload_manual
 from evidra.app.http import ServeOptions
 from evidra.app.server import running
 from evidra.app.workspace import Workspace
-from evidra.types import ImagePart, Message
+from evidra.core.types import ImagePart, Message
 
 FIRST = "What pressure does the Heron valve hold?"
 REPLY = "<think>The valve page says it.</think>\n<answer>twelve bar</answer>"
@@ -104,28 +104,40 @@ def _text(n: int) -> str:
 BAD_CHATS = [
     ({"messages": [{"role": "user", "content": "q"}] * 65}, "65 messages, over the cap of 64"),
     ({"messages": [{"role": "user", "content": _text(4000)}] * 30}, "characters, over the cap of 100000"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     "message 1 holds a part of type 'image_url'"),
-    ({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "r"}]},
-     "message 2 has role 'tool'"),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+        "message 1 holds a part of type 'image_url'",
+    ),
+    (
+        {"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "r"}]},
+        "message 2 has role 'tool'",
+    ),
     ({"messages": ["hi"]}, "message 1 is not an object"),
-    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None}]},
-     "message 2 (assistant) has no text content"),
-    ({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
-     "end the messages with the user's question"),
-    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
-     "message 1 holds a malformed part"),
+    (
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None}]},
+        "message 2 (assistant) has no text content",
+    ),
+    (
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
+        "end the messages with the user's question",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+        "message 1 holds a malformed part",
+    ),
     ({"messages": [{"role": "user", "content": [None]}]}, "message 1 holds a malformed part"),
     ({"messages": [{"role": "user", "content": "\ud800"}]}, "lone surrogate"),
     ({"messages": [{"role": ["user"], "content": "q"}]}, "message 1 has role ['user']"),
     ({"messages": {"role": "user"}}, "messages must be a list"),
-]  # fmt: skip
+]
 BAD_ASKS = [
     ({"question": "q", "history": "earlier"}, "history must be a list"),
-    ({"question": "q", "history": [{"role": "user", "content": [{"type": "input_audio"}]}]},
-     "of type 'input_audio'"),
+    (
+        {"question": "q", "history": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+        "of type 'input_audio'",
+    ),
     ({"question": "q", "history": [{"role": "function", "content": "f"}]}, "message 1 has role 'function'"),
-]  # fmt: skip
+]
 
 
 def test_malformed_conversations_get_a_one_line_400(tmp_path: Path) -> None:

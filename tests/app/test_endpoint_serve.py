@@ -16,7 +16,7 @@ import pytest
 from app_server_helpers import lines
 from test_browser import browser  # noqa: F401  (the headless Chromium fixture)
 
-import evidra.openai_client as openai_client
+import evidra.openai.client as openai_client
 from evidra.app.http import ServeOptions
 from evidra.app.server import running
 from evidra.app.workspace import Workspace

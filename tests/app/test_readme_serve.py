@@ -63,9 +63,13 @@ def _port_free(port: int) -> bool:
 def _serve(command: str, cwd: Path) -> subprocess.Popen[str]:
     """``evidra <command>`` as a process, once it printed its URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "evidra.cli.main", *shlex.split(command)], cwd=cwd, env=_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "evidra.cli.main", *shlex.split(command)],
+        cwd=cwd,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert process.stdout is not None
     line = process.stdout.readline()
     assert f"on {URL} " in line, line

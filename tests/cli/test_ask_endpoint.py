@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import evidra.openai_client as openai_client
+import evidra.openai.client as openai_client
 from evidra.cli.main import main
+from evidra.core.types import Page
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import generate_documents
-from evidra.types import Page
 from scripted_vlm import Reply, scripted_vlm
 
 QUESTION = "Which star is named?"

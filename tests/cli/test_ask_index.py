@@ -12,9 +12,9 @@ import pytest
 from evidra.cli.main import main
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import generate_documents
-from evidra.retrieval.engine import open_index
 from evidra.retrieval.hybrid import Fusion, HybridRetriever
-from evidra.retrieval.server import SearchService
+from evidra.retrieval.lifecycle.index_folder import open_index
+from evidra.retrieval.service.server import SearchService
 
 QUESTION = "In which year was the project founded?"
 
@@ -39,8 +39,18 @@ def _ask(
     indexed: dict[str, Path], tiny_dirs: dict[str, Path], *extra: str, question: str = QUESTION
 ) -> list[str]:
     model = str(tiny_dirs["qwen2_5_vl"])
-    return ["-q", "ask", "--store", str(indexed["store"]), "--model", model, "--max-new-tokens", "8",
-            *extra, question]  # fmt: skip
+    return [
+        "-q",
+        "ask",
+        "--store",
+        str(indexed["store"]),
+        "--model",
+        model,
+        "--max-new-tokens",
+        "8",
+        *extra,
+        question,
+    ]
 
 
 def _json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from evidra.cli.main import main
+from evidra.core.types import Box, Page, Sample
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import SynthCorpus, generate_documents
-from evidra.paradigms.coe import format_box, parse_coe
+from evidra.methods.lat.paradigm import format_box, parse_coe
+from evidra.methods.lat.similarity import TextOverlapSimilarity, verify_steps
 from evidra.rag import verdict_citation
 from evidra.rag_view import citation_record, format_verdict
-from evidra.rewards.embedding import TextOverlapSimilarity, verify_steps
-from evidra.types import Box, Page, Sample
 
 
 @pytest.fixture(scope="module")

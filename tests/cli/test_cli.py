@@ -55,8 +55,22 @@ def test_ask_answers_over_given_pages(
     main(["pages", str(store), "--json"])
     ids = [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()]
     model = str(tiny_dirs["qwen2_5_vl"])
-    code = main(["-q", "ask", "--store", str(store), "--model", model, "--page", ids[0], "--json",
-                 "--max-new-tokens", "8", "Who founded it?"])  # fmt: skip
+    code = main(
+        [
+            "-q",
+            "ask",
+            "--store",
+            str(store),
+            "--model",
+            model,
+            "--page",
+            ids[0],
+            "--json",
+            "--max-new-tokens",
+            "8",
+            "Who founded it?",
+        ]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["pages"] == [ids[0]] and result["finish_reason"] in {"eos", "stop", "length"}

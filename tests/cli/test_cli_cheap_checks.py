@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from evidra.cli.main import main
-from evidra.errors import ModelLoadError
+from evidra.core.errors import ModelLoadError
 from evidra.models import references
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ COMMANDS = {
 DATA_STEPS = (
     ("evidra.rl.tasks", "task_samples"),
     ("evidra.rl.trainer", "task_samples"),
-    ("evidra.rl.sft", "task_samples"),
+    ("evidra.rl.sft.finetune", "task_samples"),
     ("evidra.eval.benchmarks", "synthetic_samples"),
     ("evidra.corpus.store.PageStore", "open"),
 )

@@ -34,8 +34,22 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     canvas.text(30, 50, "orion budget report", 14)
     (root / "docs" / "report.pdf").write_bytes(write_pdf([canvas]))
     assert main(["-q", "ingest", str(root / "docs"), "--store", str(root / "store"), "--dpi", "72"]) == 0
-    assert main(["-q", "index", "build", "--store", str(root / "store"), "--encoder", "bm25",
-                 "--out", str(root / "bm25")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "-q",
+                "index",
+                "build",
+                "--store",
+                str(root / "store"),
+                "--encoder",
+                "bm25",
+                "--out",
+                str(root / "bm25"),
+            ]
+        )
+        == 0
+    )
     return root / "store"
 
 
@@ -66,15 +80,29 @@ def test_qdrant_url_without_a_server(
     model = tmp_path / "colqwen2"  # never loaded: the server is checked first
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "colqwen2"}))
-    build = ["index", "build", "--store", str(store), "--encoder", "colqwen2", "--model", str(model),
-             "--backend", "qdrant", "--qdrant-url", url, "--out", str(tmp_path / "q")]  # fmt: skip
+    build = [
+        "index",
+        "build",
+        "--store",
+        str(store),
+        "--encoder",
+        "colqwen2",
+        "--model",
+        str(model),
+        "--backend",
+        "qdrant",
+        "--qdrant-url",
+        url,
+        "--out",
+        str(tmp_path / "q"),
+    ]
     assert main(build + (["--grpc"] if grpc else [])) == 2
     err = _error(capsys, "index build")
     assert f"cannot reach a Qdrant server at {url}" in err and "leave --qdrant-url out" in err
     assert not (tmp_path / "q").exists()
     # an index whose manifest names the server: searching it fails the same way
-    from evidra.retrieval.engine import IndexSpec, QdrantSpec
-    from evidra.retrieval.manifest import write_manifest
+    from evidra.retrieval.lifecycle.index_folder import IndexSpec, QdrantSpec
+    from evidra.retrieval.lifecycle.manifest import write_manifest
 
     (tmp_path / "made").mkdir()
     spec = IndexSpec("colqwen2", str(model), "qdrant", qdrant=QdrantSpec(url=url, prefer_grpc=grpc), dim=8)
@@ -125,8 +153,23 @@ def test_encoder_name_must_match_the_checkpoint(
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "colpali"}))
     out = tmp_path / "idx"
-    assert main(["index", "build", "--store", str(store), "--encoder", "colqwen2", "--model", str(model),
-                 "--out", str(out)]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "index",
+                "build",
+                "--store",
+                str(store),
+                "--encoder",
+                "colqwen2",
+                "--model",
+                str(model),
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = _error(capsys, "index build")
     assert "'colpali' checkpoint, not colqwen2" in err and "use encoder 'colpali'" in err
     assert not (out / "retriever.json").exists()
@@ -149,8 +192,23 @@ def test_an_encoder_without_its_model_is_refused(
 def test_an_unknown_encoder_is_refused_before_pages_are_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["index", "build", "--store", str(tmp_path / "none"), "--encoder", "colqwen",
-                 "--model", "m", "--out", str(tmp_path / "i")]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "index",
+                "build",
+                "--store",
+                str(tmp_path / "none"),
+                "--encoder",
+                "colqwen",
+                "--model",
+                "m",
+                "--out",
+                str(tmp_path / "i"),
+            ]
+        )
+        == 2
+    )
     assert "did you mean 'colqwen2'" in _error(capsys, "index build")
 
 

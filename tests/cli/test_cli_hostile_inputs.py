@@ -279,8 +279,22 @@ def test_index_eval_queries_that_are_no_queries(
     (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tp1\t1\n")
     path = tmp_path / "binary.tsv" if queries == "binary_tsv" else files[queries]
     index = _store(tmp_path, 1).parent / "bm25"
-    assert main(["-q", "index", "build", "--store", str(tmp_path / "store"), "--encoder", "bm25",
-                 "--out", str(index)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "-q",
+                "index",
+                "build",
+                "--store",
+                str(tmp_path / "store"),
+                "--encoder",
+                "bm25",
+                "--out",
+                str(index),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     argv = [
         "index",
@@ -302,7 +316,20 @@ def test_index_eval_queries_that_are_no_queries(
 def test_a_toolbox_that_is_no_toolbox(
     toolbox: str, expected: str, files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "toolchain", "--toolbox",
-            str(files[toolbox]), "--model", "tiny:qwen2_5_vl", "--out", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "eval",
+        "--synthetic",
+        "tunnel.chain",
+        "--n",
+        "1",
+        "--paradigm",
+        "toolchain",
+        "--toolbox",
+        str(files[toolbox]),
+        "--model",
+        "tiny:qwen2_5_vl",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(argv) == 2
     _one_line(capsys, "eval", f"toolbox {str(files[toolbox])!r}", expected)

@@ -151,8 +151,8 @@ def _bm25_eval_argv(tmp_path: Path, queries: int) -> list[str]:
     """``index eval`` of ``queries`` queries (alternately for each page) on a two-page BM25 index."""
     from PIL import Image
 
-    from evidra.retrieval.engine import build_index
-    from evidra.types import Box, Page, Word
+    from evidra.core.types import Box, Page, Word
+    from evidra.retrieval.lifecycle.index_folder import build_index
 
     pages = []
     for pid, text in (("p1", "red square report"), ("p2", "blue bars chart")):
@@ -197,8 +197,9 @@ def test_a_bar_on_a_pipe_writes_a_few_plain_lines(tmp_path: Path, capsys: pytest
 
 def _evidra(*args: str, cwd: Path) -> tuple[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "evidra.cli.main", *args], cwd=cwd, env=env,
-                          capture_output=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "evidra.cli.main", *args], cwd=cwd, env=env, capture_output=True, timeout=300
+    )
     out, err = proc.stdout.decode(), proc.stderr.decode()  # not text=True: that turns "\r" into "\n"
     assert proc.returncode == 0, err[-2000:]
     return out, err
@@ -217,13 +218,49 @@ def test_a_tiny_run_prints_no_library_warning_and_no_line_twice(
         ["ingest", str(docs), "--store", "store", "--dpi", "50"],
         ["index", "build", "--store", "store", "--out", "bm25", "--encoder", "bm25"],
         ["index", "build", "--store", "store", "--out", "col", "--encoder", "colqwen2", "--model", col],
-        ["ask", "--store", "store", "--index", "col", "--model", vl, "--max-new-tokens", "8", "--json",
-         "--html", "a.html", "When was it founded?"],
-        ["eval", "--synthetic", "documents", "--paradigm", "coe", "--paradigm", "direct", "--model", vl,
-         "--out", "res", "--limit", "2", "--max-new-tokens", "8"],
-        ["train", "sft", "--config", str(ROOT / "configs/tiny/lat.yaml"), "run.output_dir=sft", "data.size=2",
-         "run.steps=1", "run.save_every=1"],
-    ]  # fmt: skip
+        [
+            "ask",
+            "--store",
+            "store",
+            "--index",
+            "col",
+            "--model",
+            vl,
+            "--max-new-tokens",
+            "8",
+            "--json",
+            "--html",
+            "a.html",
+            "When was it founded?",
+        ],
+        [
+            "eval",
+            "--synthetic",
+            "documents",
+            "--paradigm",
+            "coe",
+            "--paradigm",
+            "direct",
+            "--model",
+            vl,
+            "--out",
+            "res",
+            "--limit",
+            "2",
+            "--max-new-tokens",
+            "8",
+        ],
+        [
+            "train",
+            "sft",
+            "--config",
+            str(ROOT / "configs/tiny/lat.yaml"),
+            "run.output_dir=sft",
+            "data.size=2",
+            "run.steps=1",
+            "run.save_every=1",
+        ],
+    ]
     shown = []
     for command in commands:
         out, err = _evidra(*command, cwd=tmp_path)

@@ -10,17 +10,26 @@ from typing import Any
 import pytest
 
 from evidra.cli.main import main
-from evidra.config import load_config
-from evidra.errors import ConfigError
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
 from evidra.methods import check_config, task_for
 from evidra.rl.config import RLConfig
 from evidra.rl.tasks import task_samples
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=50176",
-        "rollout.max_new_tokens=6", "rollout.max_response_tokens=24", "rollout.group_size=2",
-        "run.batch_size=1", "run.micro_batch_size=2", "algo.mini_batch_size=0", "run.steps=1",
-        "algo.dynamic_sampling=false"]  # fmt: skip
+TINY = [
+    "model.path=tiny:qwen2_5_vl",
+    "model.min_pixels=3136",
+    "model.max_pixels=50176",
+    "rollout.max_new_tokens=6",
+    "rollout.max_response_tokens=24",
+    "rollout.group_size=2",
+    "run.batch_size=1",
+    "run.micro_batch_size=2",
+    "algo.mini_batch_size=0",
+    "run.steps=1",
+    "algo.dynamic_sampling=false",
+]
 CURATION = (
     "DEFINE_TOOL: locate_table_row || row || Find a table row.\n"
     "DEFINE_TOOL: subtract_values || val1, val2 || Calculate difference.\n"
@@ -48,8 +57,22 @@ def test_distill_then_sft_on_the_kept_trajectories(
     first = _samples("lat", ["model.path=x", *data])[0]
     fake_judge.policy_reply = f"<think>It is on page 1.</think><answer>{first.answers[0]}</answer>"
     out = tmp_path / "lat-sft.jsonl"
-    argv = ["-q", "data", "distill", "--config", config, "--method", "lat", "--teacher", fake_judge.url,
-            "--teacher-model", "teacher", "--out", str(out), *data]  # fmt: skip
+    argv = [
+        "-q",
+        "data",
+        "distill",
+        "--config",
+        config,
+        "--method",
+        "lat",
+        "--teacher",
+        fake_judge.url,
+        "--teacher-model",
+        "teacher",
+        "--out",
+        str(out),
+        *data,
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 and len(fake_judge.requests) == 3
@@ -59,8 +82,20 @@ def test_distill_then_sft_on_the_kept_trajectories(
     assert main(argv[1:]) == 0 and len(fake_judge.requests) == 3  # a rerun skips every id in the file
     assert "distill: 3/3 samples (100%)" in capsys.readouterr().err  # without -q: skipped ones fill it
     run = tmp_path / "sft"
-    sft = ["-q", "train", "sft", "--config", config, "--data", str(out), *TINY, *data,
-           f"run.output_dir={run}", "sft.run.batch_size=1", "sft.run.steps=1"]  # fmt: skip
+    sft = [
+        "-q",
+        "train",
+        "sft",
+        "--config",
+        config,
+        "--data",
+        str(out),
+        *TINY,
+        *data,
+        f"run.output_dir={run}",
+        "sft.run.batch_size=1",
+        "sft.run.steps=1",
+    ]
     assert main(sft) == 0
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
     assert f"trajectories: {out}" in (run / "config.yaml").read_text()
@@ -74,8 +109,18 @@ def test_train_rl_refuses_data_and_sft_refuses_a_rejected_only_file(
     rejected.write_text(json.dumps({"id": "a", "accepted": False, "prompt": [], "response": "x"}) + "\n")
     assert main(["-q", "train", "rl", "--config", config, "--data", str(rejected), *TINY]) == 2
     assert "data.subset" in capsys.readouterr().err
-    argv = ["-q", "train", "sft", "--config", config, "--data", str(rejected), *TINY,
-            *_data(tmp_path), f"run.output_dir={tmp_path / 'run'}"]  # fmt: skip
+    argv = [
+        "-q",
+        "train",
+        "sft",
+        "--config",
+        config,
+        "--data",
+        str(rejected),
+        *TINY,
+        *_data(tmp_path),
+        f"run.output_dir={tmp_path / 'run'}",
+    ]
     assert main(argv) == 2
     assert "no accepted trajectory" in capsys.readouterr().err
     argv[6] = str(tmp_path / "missing.jsonl")
@@ -106,8 +151,14 @@ def test_subset_keeps_the_files_ids_in_its_order(tmp_path: Path) -> None:
 
     data = _data(tmp_path, 3)
     samples = _samples("lang2act_stage2", ["model.path=x", *data])
-    keep = write_subset([SubsetRow(samples[0].id, 2, 2, False), SubsetRow(samples[2].id, 0, 2, True),
-                         SubsetRow(samples[1].id, 1, 2, True)], tmp_path / "keep.jsonl")  # fmt: skip
+    keep = write_subset(
+        [
+            SubsetRow(samples[0].id, 2, 2, False),
+            SubsetRow(samples[2].id, 0, 2, True),
+            SubsetRow(samples[1].id, 1, 2, True),
+        ],
+        tmp_path / "keep.jsonl",
+    )
     kept = _samples("lang2act_stage2", ["model.path=x", *data, f"data.subset={keep}"])
     assert [s.id for s in kept] == [samples[2].id, samples[1].id]
     other = write_subset([SubsetRow("elsewhere", 0, 2, True)], tmp_path / "other.jsonl")
@@ -146,11 +197,25 @@ def test_toolbox_from_trajectories_file(
 ) -> None:
     fake_judge.policy_reply = CURATION
     traj = tmp_path / "stage1.jsonl"
-    traj.write_text("".join(json.dumps({"response": f"<description>step {i}</description>"}) + "\n"
-                            for i in range(3)))  # fmt: skip
+    traj.write_text(
+        "".join(json.dumps({"response": f"<description>step {i}</description>"}) + "\n" for i in range(3))
+    )
     out = tmp_path / "box.json"
-    argv = ["-q", "data", "toolbox", "--trajectories", str(traj), "--curator", fake_judge.url,
-            "--curator-model", "curator", "--top-k", "7", "--out", str(out)]  # fmt: skip
+    argv = [
+        "-q",
+        "data",
+        "toolbox",
+        "--trajectories",
+        str(traj),
+        "--curator",
+        fake_judge.url,
+        "--curator-model",
+        "curator",
+        "--top-k",
+        "7",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     rows = json.loads(out.read_text())
     assert [(r["name"], r["numeric"], r["count"]) for r in rows] == [
@@ -171,17 +236,50 @@ def test_lang2act_sequence_stage1_toolbox_stage2(tmp_path: Path, fake_judge: Any
     fake_judge.policy_reply = CURATION
     data = _data(tmp_path)
     stage1, box = tmp_path / "l2a-stage1", tmp_path / "toolbox.json"
-    argv = ["-q", "train", "rl", "--config", str(ROOT / "configs" / "lang2act_stage1.yaml"), *TINY, *data,
-            f"run.output_dir={tmp_path / 'rl1'}", "--export", str(stage1)]  # fmt: skip
+    argv = [
+        "-q",
+        "train",
+        "rl",
+        "--config",
+        str(ROOT / "configs" / "lang2act_stage1.yaml"),
+        *TINY,
+        *data,
+        f"run.output_dir={tmp_path / 'rl1'}",
+        "--export",
+        str(stage1),
+    ]
     assert main(argv) == 0
-    argv = ["-q", "data", "toolbox", "--config", str(ROOT / "configs" / "lang2act_stage1.yaml"), "--model",
-            str(stage1), "--curator", fake_judge.url, "--curator-model", "curator", "--out", str(box),
-            *TINY, *data]  # fmt: skip
+    argv = [
+        "-q",
+        "data",
+        "toolbox",
+        "--config",
+        str(ROOT / "configs" / "lang2act_stage1.yaml"),
+        "--model",
+        str(stage1),
+        "--curator",
+        fake_judge.url,
+        "--curator-model",
+        "curator",
+        "--out",
+        str(box),
+        *TINY,
+        *data,
+    ]
     assert main(argv) == 0
     assert len(fake_judge.requests) == 2  # one curation request per stage-1 trajectory
-    stage2 = ["-q", "train", "rl", "--config", str(ROOT / "configs" / "lang2act_stage2.yaml"), *TINY,
-              *data, f"model.path={stage1}", f"method.toolbox={box}",
-              f"run.output_dir={tmp_path / 'rl2'}"]  # fmt: skip
+    stage2 = [
+        "-q",
+        "train",
+        "rl",
+        "--config",
+        str(ROOT / "configs" / "lang2act_stage2.yaml"),
+        *TINY,
+        *data,
+        f"model.path={stage1}",
+        f"method.toolbox={box}",
+        f"run.output_dir={tmp_path / 'rl2'}",
+    ]
     assert main(stage2) == 0
     assert f"toolbox: {box}" in (tmp_path / "rl2" / "config.yaml").read_text()
     assert len((tmp_path / "rl2" / "metrics.jsonl").read_text().splitlines()) == 1
@@ -214,18 +312,58 @@ def test_multiexpert_then_sft_on_the_kept_episode(
         fake_judge.Scripted(200, _completion(f"<think>found</think><answer>{sample.answers[0]}</answer>")),
     ]
     out = tmp_path / "vragrl-sft.jsonl"
-    argv = ["-q", "data", "multiexpert", "--config", config, "--teacher", fake_judge.url,
-            "--teacher-model", "teacher", "--concurrency", "1", "--out", str(out), *data]  # fmt: skip
+    argv = [
+        "-q",
+        "data",
+        "multiexpert",
+        "--config",
+        config,
+        "--teacher",
+        fake_judge.url,
+        "--teacher-model",
+        "teacher",
+        "--concurrency",
+        "1",
+        "--out",
+        str(out),
+        *data,
+    ]
     assert main(argv) == 0
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["accepted"] and row["meta"]["actions"] == ["search", "answer"]
     assert "1 of 1 episodes kept" in capsys.readouterr().out
     run = tmp_path / "sft"
-    sft = ["-q", "train", "sft", "--config", config, "--data", str(out), *TINY, *data,
-           f"run.output_dir={run}", "sft.run.batch_size=1", "sft.run.steps=1"]  # fmt: skip
+    sft = [
+        "-q",
+        "train",
+        "sft",
+        "--config",
+        config,
+        "--data",
+        str(out),
+        *TINY,
+        *data,
+        f"run.output_dir={run}",
+        "sft.run.batch_size=1",
+        "sft.run.steps=1",
+    ]
     assert main(sft) == 0
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
-    bad = ["-q", "data", "multiexpert", "--config", config, "--teacher", fake_judge.url, "--teacher-model",
-           "t", "--expert", fake_judge.url, "--out", str(out), *data]  # fmt: skip
+    bad = [
+        "-q",
+        "data",
+        "multiexpert",
+        "--config",
+        config,
+        "--teacher",
+        fake_judge.url,
+        "--teacher-model",
+        "t",
+        "--expert",
+        fake_judge.url,
+        "--out",
+        str(out),
+        *data,
+    ]
     assert main(bad) == 2
     assert "--expert-model" in capsys.readouterr().err

@@ -9,10 +9,18 @@ import pytest
 
 from evidra.cli.main import main
 from evidra.models.loading import load_vlm
-from evidra.rl.checkpoint import list_checkpoints
+from evidra.rl.runs.checkpoint import list_checkpoints
 
-TINY_RL = ["model.path=tiny:qwen2_5_vl", "run.steps=1", "run.batch_size=2", "run.micro_batch_size=4",
-           "rollout.group_size=2", "rollout.max_new_tokens=4", "data.size=4", "model.lora.r=4"]  # fmt: skip
+TINY_RL = [
+    "model.path=tiny:qwen2_5_vl",
+    "run.steps=1",
+    "run.batch_size=2",
+    "run.micro_batch_size=4",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=4",
+    "data.size=4",
+    "model.lora.r=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +43,19 @@ def test_train_rl_export_writes_the_final_checkpoint(rl_run: tuple[Path, Path]) 
 
 def test_train_sft_export_goes_through_the_same_export(tmp_path: Path) -> None:
     out, exported = tmp_path / "sft", tmp_path / "sft-model"
-    argv = ["-q", "train", "sft", "model.path=tiny:qwen2_5_vl", "run.steps=1", "run.batch_size=2",
-            "data.task=toy.key_value", "data.size=2", f"run.output_dir={out}",
-            "--export", str(exported)]  # fmt: skip
+    argv = [
+        "-q",
+        "train",
+        "sft",
+        "model.path=tiny:qwen2_5_vl",
+        "run.steps=1",
+        "run.batch_size=2",
+        "data.task=toy.key_value",
+        "data.size=2",
+        f"run.output_dir={out}",
+        "--export",
+        str(exported),
+    ]
     assert main(argv) == 0
     final = list_checkpoints(out)[-1]
     assert (exported / "evidra_config.yaml").read_text() == (final / "config.yaml").read_text()
@@ -65,8 +83,18 @@ def test_export_command_writes_a_model_or_an_adapter(
 def test_eval_takes_a_run_or_a_checkpoint(rl_run: tuple[Path, Path], tmp_path: Path) -> None:
     run, _ = rl_run
     ckpt = list_checkpoints(run)[-1]
-    common = ["-q", "eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "direct",
-              "--max-new-tokens", "4"]  # fmt: skip
+    common = [
+        "-q",
+        "eval",
+        "--synthetic",
+        "tunnel.chain",
+        "--n",
+        "1",
+        "--paradigm",
+        "direct",
+        "--max-new-tokens",
+        "4",
+    ]
     assert main([*common, "--model", str(run), "--out", str(tmp_path / "a")]) == 0
     assert (ckpt / "hf" / "config.json").is_file()  # exported once, beside the checkpoint
     assert main([*common, "--model", str(ckpt), "--out", str(tmp_path / "b")]) == 0

@@ -91,8 +91,8 @@ def two_indexes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_index_eval_measures_a_fusion(two_indexes: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evidra.corpus import PageStore
     from evidra.eval.retrieval import evaluate, load_queries
-    from evidra.retrieval.engine import open_index
     from evidra.retrieval.hybrid import HybridRetriever
+    from evidra.retrieval.lifecycle.index_folder import open_index
 
     root = two_indexes
     with PageStore.open(root / "store") as store:

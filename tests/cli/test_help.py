@@ -47,8 +47,10 @@ def test_every_help_ends_with_examples_that_parse(sub: argparse.ArgumentParser) 
 
 
 def test_train_modes_have_their_own_help() -> None:
-    sft, rl = (PARSER._subparsers._group_actions[0].choices["train"]._subparsers._group_actions[0].choices[m]  # type: ignore[union-attr]
-               for m in ("sft", "rl"))  # fmt: skip
+    sft, rl = (
+        PARSER._subparsers._group_actions[0].choices["train"]._subparsers._group_actions[0].choices[m]  # type: ignore[union-attr]
+        for m in ("sft", "rl")
+    )
     assert sft.format_help() != rl.format_help()
     assert "Supervised fine-tuning" in sft.format_help() and "Reinforcement learning" in rl.format_help()
     args = PARSER.parse_args(["train", "rl", "--config", "c.yaml", "a.b=1"])

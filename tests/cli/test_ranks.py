@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from evidra.cli.main import main
-from evidra.errors import ConfigError
+from evidra.core.errors import ConfigError
 
 
 class FakeTrainer:
@@ -49,8 +49,11 @@ def test_another_rank_prints_nothing_and_logs_to_its_file(
     out, err = capsys.readouterr()
     assert out == "" and err == ""  # no bar, no metrics line, no log line
     log = (tmp_path / "logs" / "rank-1.log").read_text()
-    for said in ("WARNING evidra.rl.trainer: step 1: a warning of this rank", "a library's warning",
-                 "printed by a library"):  # fmt: skip
+    for said in (
+        "WARNING evidra.rl.trainer: step 1: a warning of this rank",
+        "a library's warning",
+        "printed by a library",
+    ):
         assert said in log, log
     assert logging.getLogger().handlers == handlers  # the routing ends with the command
 

@@ -103,9 +103,14 @@ def test_the_readme_model_references_run_as_written(
 
     commands = shown_commands(_section((ROOT / "README.md").read_text(), "Model references"))
     assert [" ".join(c.split()[:2]) for c in commands] == [
-        "models tiny", "models tiny", "index build", "ask --store", "ask --store", "models resolve",
+        "models tiny",
+        "models tiny",
+        "index build",
+        "ask --store",
+        "ask --store",
+        "models resolve",
         "train rl",
-    ]  # fmt: skip
+    ]
     hub_cache.publish(tiny_dirs["colqwen2"], "vidore/colqwen2-v1.0-hf")
     snapshot = hub_cache.publish(tiny_dirs["qwen2_5_vl"], "Qwen/Qwen2.5-VL-3B-Instruct")
     generate_documents(tmp_path, n_docs=1, seed=2, dpi=50)  # writes tmp_path/docs/*.pdf

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evidra.cli.main import main
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.methods import check_config, resolve
 from evidra.rl.config import RLConfig, SFTConfig
 from evidra.rl.validate import sft_stage
@@ -26,11 +26,20 @@ PARADIGM = {"lang2act_stage1": "toolchain.stage1", "vragrl": "direct", "cave": "
 
 def _small(tmp: Path, name: str) -> list[str]:
     return [
-        "model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=50176",
-        "run.steps=2", "run.batch_size=2", "run.micro_batch_size=2", "algo.mini_batch_size=1",
-        "rollout.group_size=2", "rollout.max_new_tokens=6", "rollout.max_response_tokens=24",
-        "data.size=2", f"data.path={tmp / 'data'}", f"run.output_dir={tmp / name}",
-    ]  # fmt: skip
+        "model.path=tiny:qwen2_5_vl",
+        "model.min_pixels=3136",
+        "model.max_pixels=50176",
+        "run.steps=2",
+        "run.batch_size=2",
+        "run.micro_batch_size=2",
+        "algo.mini_batch_size=1",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=6",
+        "rollout.max_response_tokens=24",
+        "data.size=2",
+        f"data.path={tmp / 'data'}",
+        f"run.output_dir={tmp / name}",
+    ]
 
 
 def _paradigm(recipe: str) -> str:
@@ -67,8 +76,22 @@ def test_recipe_sft_then_rl_then_export_then_eval(recipe: str, tmp_path: Path) -
         rows = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
         assert len(rows) == 2 and all(math.isfinite(r.get("loss", 0.0)) for r in rows)
     out = tmp_path / "eval"
-    argv = ["-q", "eval", "--synthetic", "documents", "--n", "1", "--paradigm", _paradigm(recipe),
-            "--model", str(rl_model), "--max-new-tokens", "8", "--out", str(out)]  # fmt: skip
+    argv = [
+        "-q",
+        "eval",
+        "--synthetic",
+        "documents",
+        "--n",
+        "1",
+        "--paradigm",
+        _paradigm(recipe),
+        "--model",
+        str(rl_model),
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     (row,) = results  # one benchmark x one paradigm, answered by the exported RL model

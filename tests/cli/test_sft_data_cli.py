@@ -12,8 +12,14 @@ import pytest
 
 from evidra.cli.main import main
 
-TINY = ["model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=12544", "run.steps=2",
-        "run.batch_size=1", "run.micro_batch_size=1"]  # fmt: skip
+TINY = [
+    "model.path=tiny:qwen2_5_vl",
+    "model.min_pixels=3136",
+    "model.max_pixels=12544",
+    "run.steps=2",
+    "run.batch_size=1",
+    "run.micro_batch_size=1",
+]
 
 
 def _rows(folder: Path, fmt: str) -> list[dict[str, Any]]:
@@ -29,17 +35,37 @@ def _rows(folder: Path, fmt: str) -> list[dict[str, Any]]:
         ]
     if fmt == "sharegpt":
         return [
-            {"conversations": [{"from": "human", "value": "<image>Colour?"}, {"from": "gpt", "value": "red"},
-                               {"from": "human", "value": "Sure?"}, {"from": "gpt", "value": "yes"}],
-             "images": ["a.png"], "system": "Answer in one word."},
-            {"conversations": [{"from": "human", "value": "<image><image>Two?"},
-                               {"from": "gpt", "value": "x"}],
-             "images": ["b.png"]},  # 2 placeholders, 1 image: skipped
-        ]  # fmt: skip
-    prompt = [{"role": "user", "content": [{"type": "image", "image": str(folder / "a.png")},
-                                           {"type": "text", "text": "Colour?"}]}]  # fmt: skip
-    return [{"id": "1", "accepted": True, "prompt": prompt, "response": "red"},
-            {"id": "2", "accepted": False, "prompt": prompt, "response": "blue"}]  # fmt: skip
+            {
+                "conversations": [
+                    {"from": "human", "value": "<image>Colour?"},
+                    {"from": "gpt", "value": "red"},
+                    {"from": "human", "value": "Sure?"},
+                    {"from": "gpt", "value": "yes"},
+                ],
+                "images": ["a.png"],
+                "system": "Answer in one word.",
+            },
+            {
+                "conversations": [
+                    {"from": "human", "value": "<image><image>Two?"},
+                    {"from": "gpt", "value": "x"},
+                ],
+                "images": ["b.png"],
+            },  # 2 placeholders, 1 image: skipped
+        ]
+    prompt = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "image": str(folder / "a.png")},
+                {"type": "text", "text": "Colour?"},
+            ],
+        }
+    ]
+    return [
+        {"id": "1", "accepted": True, "prompt": prompt, "response": "red"},
+        {"id": "2", "accepted": False, "prompt": prompt, "response": "blue"},
+    ]
 
 
 @pytest.mark.slow

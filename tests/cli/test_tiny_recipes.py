@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evidra.cli.main import main
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.methods import check_config
 from evidra.rl.config import RLConfig, SFTConfig
 from evidra.rl.validate import sft_stage

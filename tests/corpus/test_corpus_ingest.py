@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from evidra.core.errors import CorpusError, InvalidInputError
+from evidra.core.types import Box, Word, content_hash, make_page_id
 from evidra.corpus import PageStore, ingest
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-from evidra.errors import CorpusError, InvalidInputError
-from evidra.types import Box, Word, content_hash, make_page_id
 
 # The package re-exports the function ``ingest``, which shadows the submodule's attribute name.
 ingest_module = importlib.import_module("evidra.corpus.ingest")
@@ -60,9 +60,13 @@ def test_ingest_folder_recursively_with_content_ids(docs: Path, tmp_path: Path) 
     with PageStore.open(tmp_path / "store") as store:
         pages = store.pages()
         assert [(p.source, p.page_number) for p in pages] == [
-            ("photo.jpg", 1), ("report.pdf", 1), ("report.pdf", 2), ("report.pdf", 3),
-            ("scan.png", 1), ("sub/memo.pdf", 1),
-        ]  # fmt: skip
+            ("photo.jpg", 1),
+            ("report.pdf", 1),
+            ("report.pdf", 2),
+            ("report.pdf", 3),
+            ("scan.png", 1),
+            ("sub/memo.pdf", 1),
+        ]
         second = store.get(make_page_id(report_hash, 2))
         assert [w.text for w in second.words] == ["second", "page"]
         assert second.dpi == 72 and second.size == (300, 200)
@@ -231,7 +235,7 @@ def test_non_recursive_ingest_skips_subfolders(docs: Path, tmp_path: Path) -> No
 
 
 def test_bm25_finds_words_set_with_ligatures_in_an_ingested_pdf(ligature_pdf: bytes, tmp_path: Path) -> None:
-    from evidra.retrieval.engine import build_index
+    from evidra.retrieval.lifecycle.index_folder import build_index
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "spec.pdf").write_bytes(ligature_pdf)

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from evidra.core.errors import CorpusError, InvalidInputError
 from evidra.corpus import Limits, PageStore, ingest
 from evidra.corpus.pdf import RenderedPage, capped_scale
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-from evidra.errors import CorpusError, InvalidInputError
 
 ingest_module = importlib.import_module("evidra.corpus.ingest")
 
@@ -142,9 +142,12 @@ def test_pdf_over_the_page_cap_is_refused_and_named(tmp_path: Path) -> None:
     (docs / "long.pdf").write_bytes(_pdf(3))
     report = ingest(docs, tmp_path / "store", limits=Limits(max_pages=2))
     assert [(f.path, f.reason) for f in report.failed] == [
-        ("long.pdf", "long.pdf has 3 pages, over the cap of 2 pages per file; split it or raise the cap "
-         "(--max-pages 3)")
-    ]  # fmt: skip
+        (
+            "long.pdf",
+            "long.pdf has 3 pages, over the cap of 2 pages per file; split it or raise the cap "
+            "(--max-pages 3)",
+        )
+    ]
     with pytest.raises(InvalidInputError, match="must be positive"):
         Limits(max_pixels=0)
 
@@ -361,8 +364,12 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
     for n in (100, 2000):
         done = subprocess.run(
             [sys.executable, "-c", script, str(n), str(tmp_path / str(n))],
-            capture_output=True, text=True, env=env, check=True, timeout=600,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            timeout=600,
+        )
         growth[n] = int(done.stdout) / 1024  # MB (ru_maxrss is in KiB on Linux)
     # keeping every page would add ~1.5 MB per page (612 x 792 x 3 bytes): 2.8 GB for 1,900 more
     assert growth[2000] - growth[100] < 50, growth

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from evidra.core.errors import CorpusError
+from evidra.core.types import Box
 from evidra.corpus.pdf import PageGeometry, PdfChar, group_words, render_pdf, user_to_pixels
 from evidra.corpus.pdfwriter import HELVETICA_CAP_HEIGHT, PdfCanvas, text_width, write_pdf
-from evidra.errors import CorpusError
-from evidra.types import Box
 
 # ----------------------------------------------------------------------------- pure helpers
 
@@ -19,11 +19,17 @@ def _c(text: str, x: float, y: float = 0.0, w: float = 5.0, generated: bool = Fa
 
 def test_group_words_splits_on_spaces_generated_chars_lines_and_gaps() -> None:
     chars = [
-        _c("a", 0), _c("b", 5), _c(" ", 10),  # real space
-        _c("c", 15), _c("\r", 20, generated=True), _c("\n", 20, generated=True),  # generated break
-        _c("d", 0, y=-20), _c("e", 5, y=-20),  # next line, no separator in between
-        _c("f", 0, y=-40), _c("g", 30, y=-40),  # gap of 25 > 0.6 * 7 on the same line
-    ]  # fmt: skip
+        _c("a", 0),
+        _c("b", 5),
+        _c(" ", 10),  # real space
+        _c("c", 15),
+        _c("\r", 20, generated=True),
+        _c("\n", 20, generated=True),  # generated break
+        _c("d", 0, y=-20),
+        _c("e", 5, y=-20),  # next line, no separator in between
+        _c("f", 0, y=-40),
+        _c("g", 30, y=-40),  # gap of 25 > 0.6 * 7 on the same line
+    ]
     words = group_words(chars)
     assert [w for w, _ in words] == ["ab", "c", "de", "f", "g"]
     assert words[0][1] == (0.0, 0.0, 10.0, 7.0)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from evidra.core.errors import CorpusError, InvalidInputError
+from evidra.core.types import Box, Word
 from evidra.corpus import PageStore, ingest
 from evidra.corpus.pdf import RenderedPage
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-from evidra.errors import CorpusError, InvalidInputError
-from evidra.types import Box, Word
 
 
 def test_open_missing_store_says_how_to_make_one(tmp_path: Path) -> None:

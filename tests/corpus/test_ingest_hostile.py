@@ -15,9 +15,9 @@ import pytest
 from pdf_bombs import deflate_bomb, recursive_xobject, tiny_glyphs
 from PIL import Image
 
+from evidra.core.errors import InvalidInputError
 from evidra.corpus import Cancelled, IngestProgress, InProcess, Limits, PageStore, RenderPool, ingest
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-from evidra.errors import InvalidInputError
 
 MIB = 1 << 20
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from evidra.cli.main import main
+from evidra.core.errors import InvalidInputError
 from evidra.corpus import PageStore, ingest
 from evidra.corpus.metadata import parse_meta, parse_where
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-from evidra.errors import InvalidInputError
 
 
 def _pdf(path: Path, lines: list[str]) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pypdfium2 as pdfium
 import pytest
 
+from evidra.core.errors import InvalidInputError
 from evidra.corpus.pdfwriter import PdfCanvas, text_width, write_pdf
-from evidra.errors import InvalidInputError
 
 
 def test_text_width_uses_helvetica_afm_widths() -> None:

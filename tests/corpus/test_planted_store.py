@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from evidra.core.errors import CorpusError
 from evidra.corpus import ingest
 from evidra.corpus.store import PageStore
-from evidra.errors import CorpusError
 
 
 def _store(tmp_path: Path) -> tuple[Path, Path]:

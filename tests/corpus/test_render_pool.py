@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from pdf_bombs import deflate_bomb, tiny_glyphs
 
+from evidra.core.errors import CorpusError
 from evidra.corpus import Cancelled, InProcess, Limits, RenderPool
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-from evidra.errors import CorpusError
 
 render_pool = importlib.import_module("evidra.corpus.render_pool")
 

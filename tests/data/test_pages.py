@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from evidra.config import load_config
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError, InvalidInputError
+from evidra.core.types import Box, EvidenceBox, Page, Sample
 from evidra.data.pages import top_pages
-from evidra.errors import ConfigError, InvalidInputError
 from evidra.methods import build_task, check_config
-from evidra.retrieval.base import Hit
+from evidra.retrieval.interfaces import Hit
 from evidra.rl.config import DataConfig, RLConfig
 from evidra.rl.tasks import task_samples
-from evidra.types import Box, EvidenceBox, Page, Sample
 
 
 def _page(pid: str) -> Page:
@@ -35,9 +35,15 @@ class _Ranking:
         return [[Hit(p, 1.0 / (r + 1)) for r, p in enumerate(self.rankings[q])][:k] for q in queries]
 
 
-A = Sample("a", "alpha?", ("1",), pages=(_page("a1"), _page("a2"), _page("a3"), _page("a4")),
-           gold_pages=("a1", "a4"), gold_boxes=(EvidenceBox("a4", Box(0, 0, 1, 1)),),
-           gold_evidence={"a1": "one", "a4": "four"})  # fmt: skip
+A = Sample(
+    "a",
+    "alpha?",
+    ("1",),
+    pages=(_page("a1"), _page("a2"), _page("a3"), _page("a4")),
+    gold_pages=("a1", "a4"),
+    gold_boxes=(EvidenceBox("a4", Box(0, 0, 1, 1)),),
+    gold_evidence={"a1": "one", "a4": "four"},
+)
 B = Sample("b", "beta?", ("2",), pages=(_page("b1"), _page("b2")), gold_pages=("b2",))
 
 
@@ -71,7 +77,7 @@ def test_bad_budget_and_a_retriever_that_knows_none_of_the_pages() -> None:
 
 def test_lang2act_trains_on_its_top_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """method.pages_per_question cuts the pages; with method.index the index ranks them."""
-    import evidra.retrieval.engine as engine
+    import evidra.retrieval.lifecycle.index_folder as engine
 
     method = dict(name="lang2act", stage=2)
     cfg = DataConfig(size=4, path=str(tmp_path))

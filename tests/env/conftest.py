@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from evidra.types import Box, Page, Word
+from evidra.core.types import Box, Page, Word
 
 TEXTS = {
     "pA": "quarterly revenue table 2021 revenue grew",

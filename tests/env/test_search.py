@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import ImagePart, Page, Sample
 from evidra.env import ENVIRONMENTS
 from evidra.env.search import SearchEnv, bm25_searcher
-from evidra.errors import InvalidInputError
 from evidra.paradigms.react import ReAct
 from evidra.paradigms.search_agent import VRAGRL_SYSTEM
-from evidra.types import ImagePart, Page, Sample
 
 SAMPLE = Sample(id="s", question="How did revenue grow in 2021?", answers=("10%",), gold_pages=("pA",))
 
@@ -31,12 +31,15 @@ def test_prompt_is_the_paper_prompt(pages: dict[str, Page]) -> None:
 
 def test_search_crop_answer_episode(pages: dict[str, Page]) -> None:
     env = SearchEnv(bm25_searcher(pages.values()), pages)
-    steps = _run(env, [
-        "<think>look</think><search>revenue 2021</search>",
-        "<think>again</think><search>revenue</search>",  # pA already seen: the next best unseen page
-        "<think>zoom</think><bbox>[100, 200, 300, 400]</bbox>",
-        "<think>done</think><answer>10%</answer>",
-    ])  # fmt: skip
+    steps = _run(
+        env,
+        [
+            "<think>look</think><search>revenue 2021</search>",
+            "<think>again</think><search>revenue</search>",  # pA already seen: the next best unseen page
+            "<think>zoom</think><bbox>[100, 200, 300, 400]</bbox>",
+            "<think>done</think><answer>10%</answer>",
+        ],
+    )
     first, second, crop, answer = steps
     assert first.info.page_id == "pA" and not first.done
     image = first.observation[0].content[0]
@@ -44,8 +47,12 @@ def test_search_crop_answer_episode(pages: dict[str, Page]) -> None:
     assert image.image.size == (448, 896)  # process_image: 1000 x 2000 shrunk by sqrt(401408 / 2e6)
     assert second.info.page_id == "pC" and second.info.retrieved == ("pA", "pC")
     # the box is in the 448 x 896 frame of pC: x scale 1000 / 448, y scale 2000 / 896
-    assert crop.info.crop == (int(100 * 1000 / 448), int(200 * 2000 / 896), int(300 * 1000 / 448),
-                                 int(400 * 2000 / 896))  # fmt: skip
+    assert crop.info.crop == (
+        int(100 * 1000 / 448),
+        int(200 * 2000 / 896),
+        int(300 * 1000 / 448),
+        int(400 * 2000 / 896),
+    )
     assert crop.info.page_id == "pC"
     assert crop.info.area_ratio == pytest.approx((669 - 223) * (892 - 446) / 2e6)
     assert answer.done and answer.info.answer == "10%" and answer.info.retrieved == ("pA", "pC")
@@ -54,15 +61,18 @@ def test_search_crop_answer_episode(pages: dict[str, Page]) -> None:
 
 def test_invalid_actions_are_counted_and_explained(pages: dict[str, Page]) -> None:
     env = SearchEnv(bm25_searcher(pages.values()), pages, max_turns=10)
-    steps = _run(env, [
-        "I think the answer is 10%",  # no action
-        "<think>x</think><bbox>[0, 0, 10, 10]</bbox>",  # nothing to crop yet
-        "<think>x</think><search>revenue</search>",
-        "<think>x</think><bbox>[50, 50, 10, 10]</bbox>",  # inverted
-        "<think>x</think><bbox>[-1, 0, 10, 10]</bbox>",  # negative (upstream validate_bbox_action)
-        "<think>x</think><search>   </search>",
-        "<think>x</think><search>zebra giraffe</search>",  # no hit: not invalid
-    ])  # fmt: skip
+    steps = _run(
+        env,
+        [
+            "I think the answer is 10%",  # no action
+            "<think>x</think><bbox>[0, 0, 10, 10]</bbox>",  # nothing to crop yet
+            "<think>x</think><search>revenue</search>",
+            "<think>x</think><bbox>[50, 50, 10, 10]</bbox>",  # inverted
+            "<think>x</think><bbox>[-1, 0, 10, 10]</bbox>",  # negative (upstream validate_bbox_action)
+            "<think>x</think><search>   </search>",
+            "<think>x</think><search>zebra giraffe</search>",  # no hit: not invalid
+        ],
+    )
     assert [s.info.invalid for s in steps] == [True, True, False, True, True, True, False]
     assert steps[-1].info.invalid_count == 5 and env.invalid == 5
     assert "Your previous action is invalid" in steps[0].observation[0].plain_text
@@ -107,8 +117,8 @@ def test_bm25_needs_a_text_layer(pages: dict[str, Page]) -> None:
 
 
 def test_search_client_backend_behind_the_same_protocol(pages: dict[str, Page]) -> None:
-    from evidra.retrieval.client import SearchClient
-    from evidra.retrieval.server import SearchService
+    from evidra.retrieval.service.client import SearchClient
+    from evidra.retrieval.service.server import SearchService
 
     local = _run(SearchEnv(bm25_searcher(pages.values()), pages), ["<search>revenue</search>"] * 2)
     service = SearchService(bm25_searcher(pages.values()), n_pages=len(pages))
@@ -122,9 +132,9 @@ def test_a_search_service_cannot_choose_which_local_file_an_episode_opens(
 ) -> None:
     from PIL import Image
 
-    from evidra.retrieval.base import Hit
-    from evidra.retrieval.client import SearchClient
-    from evidra.retrieval.server import SearchService
+    from evidra.retrieval.interfaces import Hit
+    from evidra.retrieval.service.client import SearchClient
+    from evidra.retrieval.service.server import SearchService
 
     secret = Image.new("RGB", (64, 64), "red")
     outside = f"{tmp_path}/private-photo.png"  # a local image the service names as its page

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from evidra.core.types import ImagePart, Page, Sample
 from evidra.env.search import MAX_PAGE_DIGITS, FetchError, SearchEnv, bm25_searcher, page_at
 from evidra.paradigms.search_agent import FETCH_PROMPT, VRAGRL_SYSTEM, SearchAgent, parse_action, with_fetch
-from evidra.types import ImagePart, Page, Sample
 
 SAMPLE = Sample(id="s", question="How did revenue grow in 2021?", answers=("10%",), gold_pages=("pA",))
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from evidra.core.types import ImagePart, Page, Sample
 from evidra.env import ENVIRONMENTS
 from evidra.env.zoom import ZoomEnv
-from evidra.types import ImagePart, Page, Sample
+from evidra.methods.cave.paradigm import ZoomAgent
 
 CALL = (
     '<think>t</think><tool_call>{{"name": "image_zoom_in_tool", "arguments": '
@@ -19,7 +20,7 @@ def _sample(page: Page) -> Sample:
 
 
 def test_zoom_then_answer(pages: dict[str, Page]) -> None:
-    env = ZoomEnv(max_rounds=4)
+    env = ZoomEnv(ZoomAgent(), max_rounds=4)
     prompt = env.reset(_sample(pages["pA"]))
     assert "1000 x 2000 pixels" in prompt[1].plain_text and prompt[1].images[0].page_id == "pA"
     zoom = env.step(CALL.format(box="[100, 200, 300, 400]"))
@@ -34,7 +35,7 @@ def test_zoom_then_answer(pages: dict[str, Page]) -> None:
 
 
 def test_invalid_zooms_and_round_limit(pages: dict[str, Page]) -> None:
-    env = ZoomEnv(max_rounds=5)
+    env = ZoomEnv(ZoomAgent(), max_rounds=5)
     env.reset(_sample(pages["pA"]))
     steps = [
         env.step(CALL.format(box="[1200, 0, 1300, 10]")),  # outside the image

@@ -23,8 +23,20 @@ def test_eval_paradigms_on_a_synthetic_benchmark(
     tiny_dirs: dict[str, Path], tmp_path: Path, paradigms: list[str]
 ) -> None:
     out = tmp_path / "eval"
-    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "2", *paradigms,
-            "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "8", "--out", str(out)]  # fmt: skip
+    argv = [
+        "eval",
+        "--synthetic",
+        "tunnel.chain",
+        "--n",
+        "2",
+        *paradigms,
+        "--model",
+        str(tiny_dirs["qwen2_5_vl"]),
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     ran = {r["paradigm"] for r in rows}
@@ -108,10 +120,38 @@ def test_eval_search_environment_over_a_benchmark_index(
     slides = Path(__file__).parents[1] / "fixtures" / "benchmarks" / "slidevqa" / "test.jsonl"
     data = ["--data", str(slides), "--option", "n_slides=3"]
     idx = tmp_path / "idx"
-    assert main(["index", "build", "--dataset", "slidevqa", *data, "--out", str(idx), "--encoder", "colqwen2",
-                 "--model", str(tiny_dirs["colqwen2"])]) == 0  # fmt: skip
-    base = ["eval", "--benchmark", "slidevqa", *data, "--paradigm", "search_agent", "--max-turns", "2",
-            "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "6"]  # fmt: skip
+    assert (
+        main(
+            [
+                "index",
+                "build",
+                "--dataset",
+                "slidevqa",
+                *data,
+                "--out",
+                str(idx),
+                "--encoder",
+                "colqwen2",
+                "--model",
+                str(tiny_dirs["colqwen2"]),
+            ]
+        )
+        == 0
+    )
+    base = [
+        "eval",
+        "--benchmark",
+        "slidevqa",
+        *data,
+        "--paradigm",
+        "search_agent",
+        "--max-turns",
+        "2",
+        "--model",
+        str(tiny_dirs["qwen2_5_vl"]),
+        "--max-new-tokens",
+        "6",
+    ]
     argv = [*base, "--env", "search"]
     assert main([*argv, "--index", str(idx), "--out", str(tmp_path / "eval")]) == 0
     (row,) = [json.loads(line) for line in (tmp_path / "eval" / "results.jsonl").read_text().splitlines()]
@@ -130,8 +170,23 @@ def test_eval_multi_turn_environment_defaults_to_its_own_turn_limit(
     from evidra.env.zoom import ZoomEnv
 
     out = tmp_path / "eval"
-    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "zoom_agent", "--env", "zoom",
-            "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "4", "--out", str(out)]  # fmt: skip
+    argv = [
+        "eval",
+        "--synthetic",
+        "tunnel.chain",
+        "--n",
+        "1",
+        "--paradigm",
+        "zoom_agent",
+        "--env",
+        "zoom",
+        "--model",
+        str(tiny_dirs["qwen2_5_vl"]),
+        "--max-new-tokens",
+        "4",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     (row,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     # no --max-turns: the zoom environment's own round limit ends the episode, not one turn
@@ -148,8 +203,21 @@ def test_eval_method_writes_its_papers_table(
 
     assert METHODS.get(method).layout == layout
     out = tmp_path / "eval"
-    argv = ["eval", "--synthetic", "documents", "--n", "1", "--method", method,
-            "--model", str(tiny_dirs["qwen2_5_vl"]), "--max-new-tokens", "8", "--out", str(out)]  # fmt: skip
+    argv = [
+        "eval",
+        "--synthetic",
+        "documents",
+        "--n",
+        "1",
+        "--method",
+        method,
+        "--model",
+        str(tiny_dirs["qwen2_5_vl"]),
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     assert sorted(p.name for p in out.glob("table_*.csv")) == [f"table_{layout}.csv"]
     sections = [line for line in (out / "tables.md").read_text().splitlines() if line.startswith("## ")]

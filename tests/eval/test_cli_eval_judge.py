@@ -15,8 +15,22 @@ pytest.importorskip("httpx")
 
 
 def _argv(url: str, out: Path, *judge: str) -> list[str]:
-    return ["eval", "--synthetic", "tunnel.chain", "--n", "3", "--paradigm", "direct", "--endpoint", url,
-            "--model-name", "policy-m", "--out", str(out), *judge]  # fmt: skip
+    return [
+        "eval",
+        "--synthetic",
+        "tunnel.chain",
+        "--n",
+        "3",
+        "--paradigm",
+        "direct",
+        "--endpoint",
+        url,
+        "--model-name",
+        "policy-m",
+        "--out",
+        str(out),
+        *judge,
+    ]
 
 
 def _row(out: Path) -> dict[str, Any]:
@@ -29,8 +43,18 @@ def _judge_requests(fake: Any) -> list[dict[str, Any]]:
 
 
 def test_eval_reports_llm_judge_accuracy_and_unscored_answers(fake_judge: Any, tmp_path: Path) -> None:
-    judge = ["--judge", "openai", "--judge-url", fake_judge.url, "--judge-model", "judge-m",
-             "--judge-retries", "1", "--judge-concurrency", "2"]  # fmt: skip
+    judge = [
+        "--judge",
+        "openai",
+        "--judge-url",
+        fake_judge.url,
+        "--judge-model",
+        "judge-m",
+        "--judge-retries",
+        "1",
+        "--judge-concurrency",
+        "2",
+    ]
     fake_judge.policy_reply = "<think>t</think><answer>{1}</answer>"  # the judge compares it with the gold
     assert main(_argv(fake_judge.url, tmp_path / "ok", *judge)) == 0
     row = _row(tmp_path / "ok")
@@ -55,14 +79,39 @@ def test_eval_reports_llm_judge_accuracy_and_unscored_answers(fake_judge: Any, t
 def test_bad_judge_options_fail_before_the_model_loads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["eval", "--synthetic", "tunnel.chain", "--n", "1", "--paradigm", "direct",
-            "--model", str(tmp_path / "no-such-checkpoint"), "--out", str(tmp_path / "o")]  # fmt: skip
+    argv = [
+        "eval",
+        "--synthetic",
+        "tunnel.chain",
+        "--n",
+        "1",
+        "--paradigm",
+        "direct",
+        "--model",
+        str(tmp_path / "no-such-checkpoint"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert main([*argv, "--judge", "openai", "--judge-model", "m"]) == 2
     assert "judge.base_url" in capsys.readouterr().err
     assert main([*argv, "--judge", "gpt"]) == 2
     assert "unknown judge 'gpt'" in capsys.readouterr().err
-    assert main([*argv, "--judge", "openai", "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "m",
-                 "--judge-concurrency", "-1"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                *argv,
+                "--judge",
+                "openai",
+                "--judge-url",
+                "http://127.0.0.1:9/v1",
+                "--judge-model",
+                "m",
+                "--judge-concurrency",
+                "-1",
+            ]
+        )
+        == 2
+    )
     assert "judge.concurrency must be >= 1, got -1" in capsys.readouterr().err
 
 

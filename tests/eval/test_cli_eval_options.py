@@ -46,8 +46,10 @@ class _Recorder(BaseHTTPRequestHandler):
                 elif m["role"] == "system":
                     system += p["text"]
         type(self).seen.append({"sizes": sizes, "system": system})
-        out = {"choices": [{"message": {"content": type(self).reply}, "finish_reason": "stop"}],
-               "usage": {"completion_tokens": 5}}  # fmt: skip
+        out = {
+            "choices": [{"message": {"content": type(self).reply}, "finish_reason": "stop"}],
+            "usage": {"completion_tokens": 5},
+        }
         data = json.dumps(out).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
@@ -72,15 +74,37 @@ def _benchmark(root: Path) -> Path:
     (folder / "imgs").mkdir(parents=True)
     for i, size in enumerate(SIZES):
         Image.new("RGB", size, (255, 255, 255)).save(folder / "imgs" / f"p{i}.png")
-    row = {"qid": "q1", "query": "Which page?", "image": [f"imgs/p{i}.png" for i in range(4)],
-           "answer": ["x"], "is_sufficient": True}  # fmt: skip
+    row = {
+        "qid": "q1",
+        "query": "Which page?",
+        "image": [f"imgs/p{i}.png" for i in range(4)],
+        "answer": ["x"],
+        "is_sufficient": True,
+    }
     (folder / "top3_test.jsonl").write_text(json.dumps(row) + "\n")
     return folder / "top3_test.jsonl"
 
 
 def _eval(server: Any, data: Path, out: Path, *extra: str) -> int:
-    return main(["-q", "eval", "--benchmark", "evisrag_top3", "--data", str(data), "--option", "topk=4",
-                 "--endpoint", server.url, "--model-name", "fake", "--out", str(out), *extra])  # fmt: skip
+    return main(
+        [
+            "-q",
+            "eval",
+            "--benchmark",
+            "evisrag_top3",
+            "--data",
+            str(data),
+            "--option",
+            "topk=4",
+            "--endpoint",
+            server.url,
+            "--model-name",
+            "fake",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def _rows(out: Path) -> list[dict[str, Any]]:
@@ -98,16 +122,43 @@ def test_page_budget_in_the_benchmarks_order(server: Any, tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_page_budget_ranked_by_an_index(server: Any, tmp_path: Path, tiny_dirs: dict[str, Path]) -> None:
     """With --index the pages are the index's top 2 for the question, in its order."""
-    from evidra.retrieval.engine import open_searcher
+    from evidra.retrieval.lifecycle.index_folder import open_searcher
 
     data, idx = _benchmark(tmp_path), tmp_path / "idx"
-    build = ["-q", "index", "build", "--dataset", "evisrag_top3", "--data", str(data), "--option", "topk=4",
-             "--out", str(idx), "--encoder", "colqwen2", "--model", str(tiny_dirs["colqwen2"])]  # fmt: skip
+    build = [
+        "-q",
+        "index",
+        "build",
+        "--dataset",
+        "evisrag_top3",
+        "--data",
+        str(data),
+        "--option",
+        "topk=4",
+        "--out",
+        str(idx),
+        "--encoder",
+        "colqwen2",
+        "--model",
+        str(tiny_dirs["colqwen2"]),
+    ]
     assert main(build) == 0
     (hits,) = open_searcher(str(idx)).search(["Which page?"], k=2)
     expected = [SIZES[int(h.page_id[len("imgs/p")])] for h in hits]
-    assert _eval(server, data, tmp_path / "e", "--paradigm", "direct", "--pages-per-question", "2",
-                 "--index", str(idx)) == 0  # fmt: skip
+    assert (
+        _eval(
+            server,
+            data,
+            tmp_path / "e",
+            "--paradigm",
+            "direct",
+            "--pages-per-question",
+            "2",
+            "--index",
+            str(idx),
+        )
+        == 0
+    )
     assert server.seen[-1]["sizes"] == expected
 
 
@@ -115,8 +166,10 @@ def test_curated_toolbox_in_the_lang2act_prompt(server: Any, tmp_path: Path) -> 
     box = tmp_path / "curated.json"
     box.write_text(json.dumps([{"name": "subtract_values", "args": "(a, b)", "description": "a minus b"}]))
     data = _benchmark(tmp_path)
-    server.reply = '<think>.</think><description><tool name="subtract_values" args="5, 3">2</tool>' \
-        "</description><answer>x</answer>"  # fmt: skip
+    server.reply = (
+        '<think>.</think><description><tool name="subtract_values" args="5, 3">2</tool>'
+        "</description><answer>x</answer>"
+    )
     argv = ["--paradigm", "toolchain", "--pages-per-question", "3"]
     assert _eval(server, data, tmp_path / "default", *argv) == 0
     assert _eval(server, data, tmp_path / "curated", *argv, "--toolbox", str(box)) == 0
@@ -149,13 +202,15 @@ def test_step_accuracy_column_with_the_tiny_retriever(
 ) -> None:
     """SA of a CoE answer with two disjoint boxes on page 1: (1[min sim >= 0.3] + 1[IoU <= 0.5]) / 2,
     the similarity being the retriever's (the same tiny ColQwen2 loaded here)."""
-    from evidra.rewards.embedding import ColQwen2Similarity
-    from evidra.rewards.lat_scoring import stepwise_attribution
+    from evidra.methods.lat.rules import stepwise_attribution
+    from evidra.methods.lat.similarity import ColQwen2Similarity
 
     box = '{{"bbox_2d": [{}], "Image_index": 1}}'
-    server.reply = (f"<think>The title is at the top. Bounding box: {box.format('2, 2, 10, 10')} "
-                    f"The date is below it. Bounding box: {box.format('12, 12, 30, 30')}</think>\n"
-                    f"<answer>x\nBounding box: {box.format('12, 12, 30, 30')}</answer>")  # fmt: skip
+    server.reply = (
+        f"<think>The title is at the top. Bounding box: {box.format('2, 2, 10, 10')} "
+        f"The date is below it. Bounding box: {box.format('12, 12, 30, 30')}</think>\n"
+        f"<answer>x\nBounding box: {box.format('12, 12, 30, 30')}</answer>"
+    )
     data, out = _benchmark(tmp_path), tmp_path / "sa"
     argv = ["--paradigm", "coe", "--pages-per-question", "2", "--sa-retriever", str(tiny_dirs["colqwen2"])]
     assert _eval(server, data, out, *argv) == 0

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from evidra.core.geometry import vision_spec
+from evidra.core.types import Sample
 from evidra.eval.runner import EndpointModel, RunConfig, run_eval
-from evidra.geometry import vision_spec
 from evidra.models.endpoint import ChatEndpoint
-from evidra.types import Sample
 
 pytest.importorskip("httpx")
 

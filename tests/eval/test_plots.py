@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.eval.plots import smooth
 from evidra.eval.tables import ResultRow
 

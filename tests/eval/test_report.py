@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from evidra.core.types import Box, EvidenceBox, Page, Sample
 from evidra.eval.report import RunResult, viewer_record, write_report
-from evidra.eval.scoring import Prediction, StepBox
+from evidra.eval.sample_scoring import Prediction, StepBox
 from evidra.eval.tables import ResultRow
-from evidra.types import Box, EvidenceBox, Page, Sample
 
 EVIL = '<script>alert("x")</script>'
 
@@ -22,14 +22,23 @@ def _run(tmp_path: Path) -> RunResult:
     img = tmp_path / "page.png"
     Image.new("RGB", (200, 100), "white").save(img)
     page = Page("p1", str(img), 200, 100)
-    sample = Sample(f"s1{EVIL}", f"What is {EVIL}?", ("42",), pages=(page,), gold_pages=("p1",),
-                    gold_boxes=(EvidenceBox("p1", Box(10, 10, 50, 30)),))  # fmt: skip
+    sample = Sample(
+        f"s1{EVIL}",
+        f"What is {EVIL}?",
+        ("42",),
+        pages=(page,),
+        gold_pages=("p1",),
+        gold_boxes=(EvidenceBox("p1", Box(10, 10, 50, 30)),),
+    )
     pred = Prediction(
-        sample_id=sample.id, texts=(f"<think>step {EVIL}</think>",), answer=f"42 {EVIL}", answer_page=0,
+        sample_id=sample.id,
+        texts=(f"<think>step {EVIL}</think>",),
+        answer=f"42 {EVIL}",
+        answer_page=0,
         answer_box=(12.0, 11.0, 48.0, 29.0),
         steps=(StepBox(f"read the header {EVIL}", 0, (0.0, 0.0, 100.0, 50.0)), StepBox("no box", None, None)),
         scores={"exact_match": 1.0, "iou50": 1.0},
-    )  # fmt: skip
+    )
     row = ResultRow("bench", "coe", "tiny", 1, {"exact_match": 1.0})
     return RunResult(row, (sample,), (pred,))
 
@@ -76,8 +85,12 @@ def test_viewer_in_headless_chromium(tmp_path: Path) -> None:
     assert dom.count('<ul class="legend">') >= 1 and dom.count('<li><i class="sw"') >= 1
     assert "alert(" in dom and "<script>alert" not in dom  # escaped text, not a script element
     shot = tmp_path / "shot.png"
-    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=900,700", url],
-                   capture_output=True, timeout=90, check=True)  # fmt: skip
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=900,700", url],
+        capture_output=True,
+        timeout=90,
+        check=True,
+    )
     with Image.open(shot) as im:
         rgb = im.convert("RGB")
         assert rgb.size == (900, 700)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from evidra.core.geometry import vision_spec
+from evidra.core.types import Box, EvidenceBox, Page, Sample
 from evidra.eval.runner import EnvFactory, RawEpisode, RunConfig, read_cache, run_eval
 from evidra.eval.tables import summarize, to_csv, to_markdown, write_tables
-from evidra.geometry import vision_spec
-from evidra.types import Box, EvidenceBox, Page, Sample
 
 
 @dataclass
@@ -98,7 +98,7 @@ def test_summary_and_tables(tmp_path: Path) -> None:
 
 
 def test_breakdown_by_field_with_macro_average() -> None:
-    from evidra.eval.scoring import Prediction
+    from evidra.eval.sample_scoring import Prediction
     from evidra.eval.tables import breakdown
 
     samples = [

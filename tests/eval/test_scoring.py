@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from evidra.env.base import StepInfo
+from evidra.core.geometry import vision_spec
+from evidra.core.types import Box, CoordSpace, EvidenceBox, Page, Parsed, Sample, Step
+from evidra.env.environment import StepInfo
 from evidra.eval.runner import RawEpisode, to_prediction
-from evidra.eval.scoring import Prediction, score
-from evidra.geometry import vision_spec
+from evidra.eval.sample_scoring import Prediction, score
 from evidra.metrics.text import braced_answer
-from evidra.types import Box, CoordSpace, EvidenceBox, Page, Parsed, Sample, Step
 
 PAGES = (Page("p1", "/x/p1.png", 200, 100), Page("p2", "/x/p2.png", 200, 100))
 
@@ -98,8 +98,15 @@ class _Norm1000:
 
 def test_to_prediction_converts_boxes_to_page_pixels() -> None:
     page = Page("p1", "/x/p1.png", 1000, 500)
-    s = Sample("s", "q?", ("Jane",), pages=(page,), gold_pages=("p1",),
-               gold_boxes=(EvidenceBox("p1", Box(100, 50, 300, 150)),), dataset="visa_wiki")  # fmt: skip
+    s = Sample(
+        "s",
+        "q?",
+        ("Jane",),
+        pages=(page,),
+        gold_pages=("p1",),
+        gold_boxes=(EvidenceBox("p1", Box(100, 50, 300, 150)),),
+        dataset="visa_wiki",
+    )
     pred = to_prediction(
         s, RawEpisode(("t",), (StepInfo(),), 9, True, 0.1), _Norm1000(), vision_spec("qwen2_vl")
     )  # type: ignore[arg-type]
@@ -123,7 +130,7 @@ def test_stepwise_attribution_is_opt_in(tmp_path: object) -> None:
 
     from PIL import Image
 
-    from evidra.eval.scoring import stepwise_attribution_scorer
+    from evidra.methods.lat.evaluation import stepwise_attribution_scorer
 
     path = Path(str(tmp_path)) / "p.png"
     Image.new("RGB", (400, 300), "white").save(path)
@@ -139,7 +146,7 @@ def test_stepwise_attribution_is_opt_in(tmp_path: object) -> None:
 
 
 def test_judge_scorer_with_the_offline_rule_judge() -> None:
-    from evidra.eval.scoring import judge_scorer
+    from evidra.eval.sample_scoring import judge_scorer
     from evidra.rewards.judge import RuleJudge
 
     s = _sample(dataset="vidoseek", answers=("It rose",))
@@ -159,8 +166,14 @@ def test_step_infos_survive_the_prediction_cache_row() -> None:
         StepInfo("answer", answer="42", retrieved=("p1",), turn=4),
     )
     row = json.loads(prediction_to_json(Prediction("s", ("a",) * 4, "42", infos=infos), {"run": "r"}))
-    assert row["infos"][1] == {"action": "bbox", "page_id": "p1", "crop": [1, 2, 30, 40], "area_ratio": 0.25,
-                               "retrieved": ["p1"], "turn": 2}  # fmt: skip
+    assert row["infos"][1] == {
+        "action": "bbox",
+        "page_id": "p1",
+        "crop": [1, 2, 30, 40],
+        "area_ratio": 0.25,
+        "retrieved": ["p1"],
+        "turn": 2,
+    }
     assert prediction_from_json(row).infos == infos
     # rows written before the record was typed: unknown keys are ignored
     assert StepInfo.from_json({"action": "zoom", "round": 2, "crop": [0, 0, 5, 5]}) == StepInfo(

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.eval.significance import mcnemar, wilson_interval
 
 

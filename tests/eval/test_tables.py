@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from evidra.core.types import Sample
 from evidra.eval.metrics import METRICS
-from evidra.eval.scoring import Prediction
+from evidra.eval.sample_scoring import Prediction
 from evidra.eval.tables import summarize
 from evidra.metrics.mmlongbench import NOT_ANSWERABLE
-from evidra.types import Sample
 
 KEY = {"benchmark": "mmlongbench", "paradigm": "direct", "model": "m"}
 
@@ -23,8 +23,10 @@ def test_an_f1_aggregated_metric_reports_its_answerability_f1() -> None:
     answers = ("3", "London", NOT_ANSWERABLE, NOT_ANSWERABLE)
     scores = (1.0, 0.0, 1.0, 0.0)
     samples = [Sample(f"s{i}", "q?", (g,)) for i, g in enumerate(golds)]
-    preds = [Prediction(f"s{i}", ("t",), a, scores={"mmlongbench_score": v})
-             for i, (a, v) in enumerate(zip(answers, scores, strict=True))]  # fmt: skip
+    preds = [
+        Prediction(f"s{i}", ("t",), a, scores={"mmlongbench_score": v})
+        for i, (a, v) in enumerate(zip(answers, scores, strict=True))
+    ]
     row = summarize(KEY, preds, samples)
     assert row.metrics["mmlongbench_score"] == pytest.approx(0.5)
     assert row.metrics["mmlongbench_f1"] == pytest.approx(0.4)

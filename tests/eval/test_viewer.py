@@ -8,11 +8,11 @@ from pathlib import Path
 
 from PIL import Image
 
+from evidra.core.types import Box, Page, Sample
 from evidra.eval.report import RunResult, write_report
-from evidra.eval.scoring import Prediction
+from evidra.eval.sample_scoring import Prediction
 from evidra.eval.tables import ResultRow
 from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, merge_coinciding, outcome, write_viewer
-from evidra.types import Box, Page, Sample
 
 
 def _image(tmp_path: Path) -> str:

@@ -5,11 +5,11 @@ from typing import Any
 
 import pytest
 
+from evidra.core.types import Parsed, Sample, Trajectory
 from evidra.integrations import as_trl_reward, as_verl_compute_score
-from evidra.rewards.base import RewardResult
+from evidra.methods.vragrl.reward import VragRLReward
+from evidra.rewards.reward import RewardResult
 from evidra.rewards.toy import parse_answer
-from evidra.rewards.vragrl import VragRLReward
-from evidra.types import Parsed, Sample, Trajectory
 
 
 def _exact(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:
@@ -35,10 +35,16 @@ def test_trl_reward_with_the_arguments_grpo_trainer_passes() -> None:
         [{"role": "assistant", "content": "no tags"}],
     ]
     out = fn(
-        prompts=prompts, completions=completions, completion_ids=[[1, 2], [3], [4]],
-        answer=["Jane", "1988", "1987"], index_page=[0, 1, -1], judge_down=[False, False, True],
-        trainer_state=object(), log_extra=logged.append, log_metric=lambda *a: None,
-    )  # fmt: skip
+        prompts=prompts,
+        completions=completions,
+        completion_ids=[[1, 2], [3], [4]],
+        answer=["Jane", "1988", "1987"],
+        index_page=[0, 1, -1],
+        judge_down=[False, False, True],
+        trainer_state=object(),
+        log_extra=logged.append,
+        log_metric=lambda *a: None,
+    )
     assert out == [1.0, 0.0, None]  # the unscored item is None, which TRL turns into NaN
     assert fn.__name__ == "_exact"
 
@@ -65,9 +71,9 @@ def test_verl_compute_score_signature_and_components() -> None:
 def test_adapters_refuse_a_reward_that_cannot_score() -> None:
     import pytest
 
-    from evidra.errors import ConfigError
-    from evidra.rewards.embedding import TextOverlapSimilarity
-    from evidra.rewards.lat import LatReward
+    from evidra.core.errors import ConfigError
+    from evidra.methods.lat.reward import LatReward
+    from evidra.methods.lat.similarity import TextOverlapSimilarity
 
     for adapt in (as_trl_reward, as_verl_compute_score):
         with pytest.raises(ConfigError, match="StepSimilarity service"):
@@ -88,7 +94,7 @@ def test_a_paper_reward_through_both_adapters() -> None:
 def test_verl_compute_score_reads_the_pages_the_tools_retrieved() -> None:
     """verl hands the tools' extra_fields to the reward as extra_info: retrieved_pages (a list)
     becomes the NDCG input, gold_pages the sample's gold (VRAG-RL Eq. 9)."""
-    from evidra.rewards.vragrl import retrieval_reward
+    from evidra.methods.vragrl.reward import retrieval_reward
 
     score = as_verl_compute_score(retrieval_reward)
     info = {"question": "q", "gold_pages": ["p2", "p9"], "retrieved_pages": ["p1", "p2"]}
@@ -99,7 +105,7 @@ def test_verl_compute_score_reads_the_pages_the_tools_retrieved() -> None:
 
 
 def test_rewards_are_named_by_their_registry_names() -> None:
-    from evidra.errors import ConfigError
+    from evidra.core.errors import ConfigError
     from evidra.integrations import as_trl_reward, as_verl_compute_score
 
     fmt = as_trl_reward("lat.format")  # LAT's R_format: 1 for a well-formed chain, -1 otherwise

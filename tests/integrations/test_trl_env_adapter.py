@@ -10,21 +10,24 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from evidra.env.base import StepInfo, StepResult
+from evidra.core.errors import ConfigError
+from evidra.core.types import ImagePart, Message, Parsed, Sample, TextPart, Trajectory
+from evidra.env.environment import StepInfo, StepResult
 from evidra.env.toy import KeyValueEnv
-from evidra.errors import ConfigError
 from evidra.integrations import BBOX_TOOL, SEARCH_TOOL, ZOOM_TOOL, ToolSpec, as_trl_environment, as_trl_reward
 from evidra.integrations.trl_env import ENDED, trl_content
-from evidra.rewards.base import RewardResult
+from evidra.rewards.reward import RewardResult
 from evidra.rewards.toy import key_value_answer, parse_answer
-from evidra.types import ImagePart, Message, Parsed, Sample, TextPart, Trajectory
 
 
 def _tools_as_trl_sees_them(cls: type) -> list[str]:
     # GRPOTrainer: inspect.getmembers(type(instance), predicate=inspect.isfunction), minus reset,
     # get_reward and names starting with "_"
-    return [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-            if n not in ("reset", "get_reward") and not n.startswith("_")]  # fmt: skip
+    return [
+        n
+        for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+        if n not in ("reset", "get_reward") and not n.startswith("_")
+    ]
 
 
 def test_only_the_tools_are_public_functions_and_their_schemas_render() -> None:
@@ -71,8 +74,13 @@ def test_reset_reuses_the_instance_and_the_reward_reads_the_episode() -> None:
             {"role": "tool", "name": "search", "content": "<information>7</information>"},
             {"role": "assistant", "content": f"<answer>{answer}</answer>"},
         ]
-        totals += fn(prompts=[[{"role": "user", "content": "x?"}]], completions=[completion],
-                     completion_ids=[[1, 2, 3]], answer=["7"], environments=[env])  # fmt: skip
+        totals += fn(
+            prompts=[[{"role": "user", "content": "x?"}]],
+            completions=[completion],
+            completion_ids=[[1, 2, 3]],
+            answer=["7"],
+            environments=[env],
+        )
         episode = env.evidra_episode
         assert episode is not None and episode.actions == ["<search>x</search>", f"<answer>{answer}</answer>"]
         assert episode.sample.question == "x?" and episode.sample.answers == ("7",)
@@ -124,8 +132,12 @@ def test_image_observations_become_content_blocks_and_the_reward_sees_retrieved_
         return RewardResult(total=1.0)
 
     fn = as_trl_reward(reward)
-    assert fn(prompts=["q"], completions=[[{"role": "assistant", "content": "<answer>x</answer>"}]],
-              completion_ids=[[5, 6]], environments=[env]) == [1.0]  # fmt: skip
+    assert fn(
+        prompts=["q"],
+        completions=[[{"role": "assistant", "content": "<answer>x</answer>"}]],
+        completion_ids=[[5, 6]],
+        environments=[env],
+    ) == [1.0]
     retrieved, trajectory = seen[0]
     assert retrieved == ("p0", "p1")
     assert trajectory.texts == ("<search>a</search>", "<search>b</search>", "<answer>x</answer>")
@@ -139,6 +151,11 @@ def test_trl_content_text_only_joins_messages() -> None:
 
 def test_environments_of_other_kinds_are_ignored() -> None:
     fn = as_trl_reward(key_value_answer, parse_answer)
-    out = fn(prompts=["q"], completions=["<answer>7</answer>"], completion_ids=[[1]], answer=["7"],
-             environments=[object()])  # fmt: skip
+    out = fn(
+        prompts=["q"],
+        completions=["<answer>7</answer>"],
+        completion_ids=[[1]],
+        answer=["7"],
+        environments=[object()],
+    )
     assert out == [1.0]

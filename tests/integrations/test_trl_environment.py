@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from evidra.core.types import Parsed, Sample, Trajectory
 from evidra.env.toy import KeyValueEnv
 from evidra.integrations import SEARCH_TOOL, as_trl_environment, as_trl_reward
-from evidra.rewards.base import RewardResult
+from evidra.rewards.reward import RewardResult
 from evidra.rewards.toy import key_value_answer, parse_answer
-from evidra.types import Parsed, Sample, Trajectory
 
 CORPUS = {"capital": "Paris"}
 QUESTION = "What is the capital?"
@@ -52,8 +52,14 @@ def test_grpo_trainer_runs_an_evidra_environment_and_reward(tmp_path: Path) -> N
     pytest.importorskip("trl")
     pytest.importorskip("datasets")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, __file__, str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, __file__, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 

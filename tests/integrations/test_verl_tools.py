@@ -21,7 +21,7 @@ import pytest
 import yaml
 from verl_fixtures import CALLS, make_store
 
-from evidra.errors import ConfigError, InvalidInputError
+from evidra.core.errors import ConfigError, InvalidInputError
 from evidra.integrations import as_verl_compute_score
 from evidra.integrations.verl_tools import (
     EPISODES_ATTRIBUTE,
@@ -33,7 +33,7 @@ from evidra.integrations.verl_tools import (
     tool_config,
     write_tool_config,
 )
-from evidra.rewards.vragrl import retrieval_reward
+from evidra.methods.vragrl.reward import retrieval_reward
 
 ROOT = Path(__file__).resolve().parents[2]
 VERL_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
@@ -93,8 +93,9 @@ def test_schemas_and_the_tool_config_verl_reads(tmp_path: Path) -> None:
         },
     }
     search = {"index": "http://127.0.0.1:1/", "store": "s/"}
-    path = write_tool_config(tmp_path / "tools.yaml", {"search": search, "crop": {},
-                                                       "zoom": {"image_root": str(tmp_path)}})  # fmt: skip
+    path = write_tool_config(
+        tmp_path / "tools.yaml", {"search": search, "crop": {}, "zoom": {"image_root": str(tmp_path)}}
+    )
     entries = yaml.safe_load(path.read_text())["tools"]
     assert [e["class_name"] for e in entries] == [
         "evidra.integrations.verl_tools.SearchTool",
@@ -154,8 +155,11 @@ def test_one_trajectory_through_the_agent_loops_calls(store: tuple[Path, dict[st
     assert no_query[0].text.startswith("Invalid call of search") and no_query[1] == -0.05
     episode = getattr(agent, EPISODES_ATTRIBUTE)["search"].episode
     assert [i.page_id for i in episode.infos] == [ids["C"], ids["C"], ids["A"]]
-    assert agent.extra_fields == {"retrieved_pages": [ids["C"], ids["A"]], "evidra_tool_calls": 6,
-                                  "evidra_invalid_tool_calls": 3}  # fmt: skip
+    assert agent.extra_fields == {
+        "retrieved_pages": [ids["C"], ids["A"]],
+        "evidra_tool_calls": 6,
+        "evidra_invalid_tool_calls": 3,
+    }
     # the episode's step rewards: the bad box and the empty search (the early crop preceded it)
     assert asyncio.run(tools["search"].calc_reward("any", agent_data=agent)) == pytest.approx(-0.1)
     # verl's reward manager merges extra_fields into extra_info; evidra's adapter scores them
@@ -217,8 +221,13 @@ def test_with_verls_own_classes(store: tuple[Path, dict[str, str]], tmp_path: Pa
     out = tmp_path / "out.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     script = Path(__file__).with_name("verl_agent_loop_run.py")
-    proc = subprocess.run([str(VERL_PYTHON), str(script), str(config), str(out), ids["A"]], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [str(VERL_PYTHON), str(script), str(config), str(out), ids["A"]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["base_tool"] == [True, True] and result["tool_response"] is True

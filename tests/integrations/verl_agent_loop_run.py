@@ -21,7 +21,7 @@ from verl.tools.tool_registry import initialize_tools_from_config
 from verl_fixtures import CALLS
 
 from evidra.integrations import as_verl_compute_score
-from evidra.rewards.vragrl import retrieval_reward
+from evidra.methods.vragrl.reward import retrieval_reward
 
 
 async def main(config: str, out: Path, gold: str) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from evidra.config import load_config
+from evidra.core.config import load_config
+from evidra.rl.algo.filtering import group_filter
 from evidra.rl.config import RLConfig
-from evidra.rl.filtering import group_filter
 
 ROOT = Path(__file__).parents[2]
 RECIPES = ["lat", "evisrag", "evisrag_upstream", "lang2act_stage1", "lang2act_stage2", "vragrl", "cave"]
@@ -62,10 +62,10 @@ def test_lang2act_recipes_use_dapos_rule() -> None:
 def test_released_values_are_marked() -> None:
     """EVisRAG Eq. 11 leaves k_pos a symbol; VRAG-RL Eq. 12 fixes only alpha + beta + gamma = 1:
     the values evidra takes from the released code say so where they are set and documented."""
-    evisrag = (ROOT / "src/evidra/rewards/evisrag.py").read_text()
+    evisrag = (ROOT / "src/evidra/methods/evisrag/reward.py").read_text()
     assert "the paper names no value; 3.0 is the released code's\nK_POS = 3.0" in evisrag
     assert "k_pos = 3 is the released code's value" in (ROOT / "docs/rewards.md").read_text()
-    for path in ("src/evidra/rewards/vragrl.py", "docs/rewards_vragrl_lang2act.md"):
+    for path in ("src/evidra/methods/vragrl/reward.py", "docs/rewards_vragrl_lang2act.md"):
         text = " ".join((ROOT / path).read_text().split())
         assert "come from the released code, not the paper" in text or "are the released code's" in text, path
         assert "Qwen2.5-7B-Instruct" in text, path

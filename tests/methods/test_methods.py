@@ -10,19 +10,19 @@ from typing import Any
 
 import pytest
 
-from evidra.config import load_config
-from evidra.errors import ConfigError, RegistryError
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError, RegistryError
+from evidra.core.types import Parsed, Sample
 from evidra.eval.tables import LAYOUTS
 from evidra.methods import METHODS, Resources, build_task, method_section
+from evidra.methods.cave.reward import CaveReward
 from evidra.methods.resolve import FORMER_TASKS
 from evidra.paradigms import PARADIGMS
-from evidra.retrieval.base import Hit
-from evidra.rewards.cave_reward import CaveReward
+from evidra.retrieval.interfaces import Hit
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_http import OpenAIJudge
 from evidra.rl.config import DataConfig, RLConfig
 from evidra.rl.tasks import task_samples
-from evidra.types import Parsed, Sample
 
 
 def _cfg(*over: str) -> RLConfig:
@@ -140,8 +140,16 @@ def test_resources_are_used_instead_of_building_from_config() -> None:
 
 
 def test_every_former_task_name_names_a_registered_method() -> None:
-    assert set(FORMER_TASKS) == {"lat", "lat.colqwen2", "lat.rs_grpo", "evisrag", "lang2act.stage1",
-                                 "lang2act.stage2", "vragrl", "cave"}  # fmt: skip
+    assert set(FORMER_TASKS) == {
+        "lat",
+        "lat.colqwen2",
+        "lat.rs_grpo",
+        "evisrag",
+        "lang2act.stage1",
+        "lang2act.stage2",
+        "vragrl",
+        "cave",
+    }
     for spelling in FORMER_TASKS.values():
         assert spelling.removeprefix("method: {name: ").split(",")[0].rstrip("}") in METHODS
 
@@ -176,8 +184,8 @@ def test_two_vragrl_tasks_keep_their_own_search_engines() -> None:
 def test_lat_trains_on_the_released_reward_in_upstream_mode(tmp_path: Path) -> None:
     """An empty <answer> earns accuracy 0 in the paper and 0.5 in the released reward; the task
     built with reward_mode=upstream scores accuracy, grounding and format as the released reward."""
-    from evidra.rewards.lat import LatReward
-    from evidra.rewards.lat_scoring import UPSTREAM
+    from evidra.methods.lat.reward import LatReward
+    from evidra.methods.lat.rules import UPSTREAM
 
     rules = ("accuracy", "ground", "format")
 

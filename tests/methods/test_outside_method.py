@@ -14,7 +14,7 @@ import yaml
 
 from evidra.cli.main import main
 from evidra.methods import METHODS
-from evidra.methods.base import _MethodRegistry
+from evidra.methods.method import _MethodRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "short_answer"
@@ -76,9 +76,24 @@ def test_a_method_from_outside_src_trains_and_evaluates(
     assert [r["step"] for r in rl] == [1, 2] and {"reward/answer", "reward/format"} <= set(rl[0])
     phase = "eval"
     out = tmp_path / "eval"
-    argv = ["-q", "eval", "--synthetic", "documents", "--n", "2", "--method", NAME, "--method-option",
-            "max_words=6", "--model", str(tmp_path / "sft-model"), "--max-new-tokens", "8",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        "-q",
+        "eval",
+        "--synthetic",
+        "documents",
+        "--n",
+        "2",
+        "--method",
+        NAME,
+        "--method-option",
+        "max_words=6",
+        "--model",
+        str(tmp_path / "sft-model"),
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     (row,) = _rows(out / "results.jsonl")
     assert row["paradigm"] == "direct[method=short_answer]"
@@ -99,8 +114,11 @@ def _sample(pred: dict[str, Any], tmp_path: Path) -> Any:
 
 
 def test_an_unknown_option_of_the_outside_method_is_one_line(installed: Any) -> None:
-    from evidra.errors import ConfigError
+    from evidra.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"method\.max_word is no option of method 'short_answer'; "
-                       r"did you mean 'max_words'\?"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"method\.max_word is no option of method 'short_answer'; "
+        r"did you mean 'max_words'\?",
+    ):
         METHODS.get(NAME).task({"max_word": 3})

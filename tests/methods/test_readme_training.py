@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from evidra.config import load_config
-from evidra.errors import ConfigError
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
 from evidra.rl.config import RLConfig, SFTConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,11 +48,18 @@ def test_the_readme_snippet_trains_the_recipes_method(
     """Only the recipe path and the overrides list of the snippet change (tiny sizes)."""
     snippet = _training_snippet()
     tiny = [
-        "run.steps=1", "run.batch_size=2", "run.micro_batch_size=2", "algo.mini_batch_size=1",
-        "rollout.group_size=2", "rollout.max_new_tokens=8", "rollout.max_response_tokens=24",
-        "data.size=2", f"data.path={tmp_path / 'data'}", "run.output_dir=run",
+        "run.steps=1",
+        "run.batch_size=2",
+        "run.micro_batch_size=2",
+        "algo.mini_batch_size=1",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
+        "rollout.max_response_tokens=24",
+        "data.size=2",
+        f"data.path={tmp_path / 'data'}",
+        "run.output_dir=run",
         "algo.dynamic_sampling=false",  # else a group of two equal rewards logs no reward at all
-    ]  # fmt: skip
+    ]
     snippet, n = re.subn(
         r'"configs/\w+\.yaml"', repr(str(ROOT / "configs" / "tiny" / f"{recipe}.yaml")), snippet
     )
@@ -69,7 +76,7 @@ def test_the_readme_snippet_trains_the_recipes_method(
 
 
 def test_a_trainer_without_the_methods_task_refuses(tmp_path: Path) -> None:
-    from evidra.rl.sft import SFTTrainer
+    from evidra.rl.sft.finetune import SFTTrainer
     from evidra.rl.trainer import RLTrainer
 
     path = ROOT / "configs" / "tiny" / "lat.yaml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evidra.errors import InvalidInputError, RegistryError
+from evidra.core.errors import InvalidInputError, RegistryError
 from evidra.eval.metrics import METRICS
 from evidra.metrics.anls import anls, anls_vrag_upstream, levenshtein, normalize_docvqa
 from evidra.metrics.mmlongbench import (

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.metrics.ranking import (
     hit_rate_at_k,
     mrr_at_k,

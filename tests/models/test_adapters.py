@@ -4,10 +4,10 @@ from pathlib import Path
 
 import torch
 
+from evidra.core.types import Message
 from evidra.models.adapters import LoraSpec, apply_lora, merge_lora, trainable_parameter_names
 from evidra.models.generation import forward_logprobs, teacher_forcing_batch
 from evidra.models.loading import load_vlm
-from evidra.types import Message
 
 
 def test_lora_step_changes_only_adapter_weights(tiny_dirs: dict[str, Path]) -> None:

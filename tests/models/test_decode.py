@@ -7,10 +7,10 @@ import pytest
 import torch
 from PIL import Image
 
+from evidra.core.types import ImagePart, Message, TextPart
 from evidra.models.context import encode_messages
 from evidra.models.decode import _choose, _distinct
 from evidra.models.generation import SamplingParams, generate_contexts
-from evidra.types import ImagePart, Message, TextPart
 
 
 def _contexts(vlm: Any, image: bool) -> list[Any]:
@@ -168,7 +168,7 @@ def test_min_new_tokens_holds_end_of_turn_back(tiny_vlms: dict[str, Any], engine
 
 
 def test_min_new_tokens_is_checked_and_capped() -> None:
-    from evidra.errors import InvalidInputError
+    from evidra.core.errors import InvalidInputError
     from evidra.models.vllm_backend import sampling_kwargs
 
     with pytest.raises(InvalidInputError, match="min_new_tokens"):

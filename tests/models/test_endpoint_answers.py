@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-import evidra.openai_client as openai_client
-from evidra.box_formats import box_format_for
+import evidra.openai.client as openai_client
 from evidra.cli.main import main
+from evidra.core.box_formats import box_format_for
+from evidra.core.errors import ConfigError, EvidraError, InvalidInputError
+from evidra.core.geometry import iou as box_iou
+from evidra.core.types import Box, Page
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import generate_documents
-from evidra.errors import ConfigError, EvidraError, InvalidInputError
-from evidra.geometry import iou as box_iou
 from evidra.rag import RAG
-from evidra.types import Box, Page
 from scripted_vlm import Reply, scripted_vlm
 
 KEY = "sk-endpoint-0123456789"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from evidra.core.types import ImagePart, Message, TextPart
 from evidra.models.generation import SamplingParams, generate, sequence_logprobs
-from evidra.types import ImagePart, Message, TextPart
 
 ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 # Generation reuses the KV cache; the forward pass recomputes everything. Both are fp32 on CPU,
@@ -59,7 +59,7 @@ def test_left_padded_batch_equals_each_prompt_alone(tiny_vlms: dict[str, Any], a
 
 
 def test_image_tokens_match_geometry(tiny_vlms: dict[str, Any]) -> None:
-    from evidra.geometry import num_image_tokens
+    from evidra.core.geometry import num_image_tokens
 
     for arch in ARCHS:
         vlm = tiny_vlms[arch]
@@ -102,7 +102,7 @@ def test_eos_ends_completion_and_is_kept(tiny_vlms: dict[str, Any]) -> None:
 
 
 def test_sampling_params_validate() -> None:
-    from evidra.errors import InvalidInputError
+    from evidra.core.errors import InvalidInputError
 
     with pytest.raises(InvalidInputError, match="top_p"):
         SamplingParams(top_p=0)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.errors import ModelLoadError
-from evidra.geometry import num_image_tokens
+from evidra.core.errors import ModelLoadError
+from evidra.core.geometry import num_image_tokens
 from evidra.models.loading import load_colqwen2, load_vlm, read_model_type
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from evidra.cli.main import main
-from evidra.devices import resolve_device
-from evidra.errors import InvalidInputError, ModelLoadError
+from evidra.core.devices import resolve_device
+from evidra.core.errors import InvalidInputError, ModelLoadError
 from evidra.models.references import looks_like_hub_id, looks_like_path, recorded_ref, resolve_model_ref
-from evidra.rl.export import relocated
+from evidra.rl.runs.export import relocated
 
 
 def test_a_mistyped_local_path_is_no_such_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,8 +79,17 @@ def test_export_after_moving_the_project(
     old = tmp_path / "old"
     shutil.copytree(tiny_dirs["qwen2_5_vl"], old / "ckpt" / "base")
     monkeypatch.chdir(old)
-    argv = ["-q", "train", "sft", "model.path=ckpt/base", "run.steps=1", "run.batch_size=2",
-            "data.task=toy.key_value", "data.size=2", "run.output_dir=runs/sft"]  # fmt: skip
+    argv = [
+        "-q",
+        "train",
+        "sft",
+        "model.path=ckpt/base",
+        "run.steps=1",
+        "run.batch_size=2",
+        "data.task=toy.key_value",
+        "data.size=2",
+        "run.output_dir=runs/sft",
+    ]
     assert main(argv) == 0
     saved = yaml.safe_load((old / "runs" / "sft" / "config.yaml").read_text())
     assert saved["model"]["path"] == str(old / "ckpt" / "base")  # absolute: valid from any directory

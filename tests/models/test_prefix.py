@@ -7,10 +7,10 @@ import pytest
 import torch
 from PIL import Image
 
+from evidra.core.types import ImagePart, Message, TextPart
 from evidra.models.context import collate_split, encode_messages
 from evidra.models.generation import forward_logprobs
 from evidra.models.prefix import build_prefix_batch, prefix_logprobs
-from evidra.types import ImagePart, Message, TextPart
 
 
 def _prompt(vlm: Any, seed: int, words: int, image: bool) -> Any:
@@ -55,7 +55,7 @@ def test_shared_prefix_equals_plain_forward_with_gradients(
 
 
 def test_responses_with_images_are_refused(tiny_vlms: dict[str, Any]) -> None:
-    from evidra.errors import InvalidInputError
+    from evidra.core.errors import InvalidInputError
 
     vlm = tiny_vlms["qwen2_5_vl"]
     with pytest.raises(InvalidInputError, match="collate_split"):

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from evidra.errors import ModelLoadError
+from evidra.core.errors import ModelLoadError
 from evidra.models.loading import load_vlm
 from evidra.models.references import (
     HubId,
@@ -56,7 +56,7 @@ def test_hub_id_loads_from_the_offline_cache(hub_cache: Any, tiny_dirs: dict[str
     assert resolve_model_ref(f"tiny-org/tiny-vl@{COMMIT}") == snapshot
     vlm = load_vlm("tiny-org/tiny-vl")
     assert vlm.arch == "qwen2_5_vl" and vlm.path == snapshot
-    from evidra.rl.export import resolve_trained_model
+    from evidra.rl.runs.export import resolve_trained_model
 
     assert resolve_trained_model("tiny-org/tiny-vl") == str(snapshot)  # --model of ask / eval
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from evidra.core.types import ImagePart, Message, TextPart
 from evidra.models.generation import SamplingParams, generate
 from evidra.models.streaming import StreamCancelled, TextCallback
-from evidra.types import ImagePart, Message, TextPart
 
 
 def _chat() -> list[Message]:

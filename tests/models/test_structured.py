@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from evidra.core.types import CoordSpace, ImagePart, Page, TextPart
 from evidra.models.structured import (
     ANSWER_SCHEMA,
     MAX_STEPS,
@@ -14,7 +15,6 @@ from evidra.models.structured import (
     parse,
     response_format,
 )
-from evidra.types import CoordSpace, ImagePart, Page, TextPart
 
 IDS = ["doc-p0001", "doc-p0002"]
 

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.config import load_config
+from evidra.core.config import load_config
+from evidra.core.errors import ModelLoadError
+from evidra.core.types import ImagePart, Message, Sample, TextPart
 from evidra.env import KeyValueEnv
-from evidra.errors import ModelLoadError
 from evidra.models.context import encode_messages
 from evidra.models.generation import SamplingParams, sequence_logprobs
 from evidra.models.loading import load_vlm
@@ -18,7 +19,6 @@ from evidra.models.tiny import build_tiny
 from evidra.rl.config import RLConfig
 from evidra.rl.trainer import RLTrainer
 from evidra.rollout import HFBackend, RolloutLimits, rollout
-from evidra.types import ImagePart, Message, Sample, TextPart
 
 CORPUS = {"alpha": "17", "beta": "42"}
 

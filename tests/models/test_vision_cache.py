@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from evidra.core.types import ImagePart, Message, TextPart
 from evidra.models.context import collate_left, encode_messages
 from evidra.models.vision_cache import VisionFeatureCache
-from evidra.types import ImagePart, Message, TextPart
 
 
 def _ctx(vlm: Any, seed: int) -> Any:

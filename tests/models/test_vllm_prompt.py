@@ -11,13 +11,13 @@ import pytest
 import torch
 from PIL import Image
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import ImagePart, Message, TextPart
+from evidra.methods.cave.states import prefix_context
 from evidra.models.context import Context, encode_messages, encode_turn
 from evidra.models.generation import SamplingParams
 from evidra.models.vllm_backend import sampling_kwargs
 from evidra.models.vllm_prompt import collapse_placeholders, placeholder_runs, vllm_prompt
-from evidra.rewards.cave_scoring import prefix_context
-from evidra.types import ImagePart, Message, TextPart
 
 
 def _image(w: int, h: int, seed: int) -> Image.Image:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from evidra.core.types import ImagePart, Sample, TextPart
 from evidra.paradigms import PARADIGMS
 from evidra.paradigms.baselines import BASELINES, parse_think_answer
-from evidra.types import ImagePart, Sample, TextPart
 
 
 @pytest.mark.parametrize("name", ["cot", "ddcot", "ccot", "cocot"])

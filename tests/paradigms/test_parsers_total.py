@@ -8,19 +8,49 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evidra.core.types import Parsed
+from evidra.methods.evisrag.paradigm import parse_evidence
+from evidra.methods.lang2act.paradigm import parse_toolchain
+from evidra.methods.lat.paradigm import parse_coe
 from evidra.paradigms.baselines import parse_think_answer
-from evidra.paradigms.coe import parse_coe
-from evidra.paradigms.evidence import parse_evidence
-from evidra.paradigms.toolchain import parse_toolchain
-from evidra.types import Parsed
 
 FRAGMENTS = [
-    "<think>", "</think>", "<answer>", "</answer>", "<observe>", "</observe>", "<evidence>", "</evidence>",
-    "<description>", "</description>", '<tool name="read_text_element" args="Image 1: x">', "</tool>",
-    "Bounding box:", '{"bbox_2d": [', "]", ', "Image_index": ', "}", "(bbox_2d: (", ")", "[1]:", "[0]:",
-    "1e400", "-3", "99999999999999999999", "NaN", "No answer", "insufficient to answer", "ü", "收入", "\x00",
-    "\n", " ", ",", "'", '"',
-]  # fmt: skip
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<observe>",
+    "</observe>",
+    "<evidence>",
+    "</evidence>",
+    "<description>",
+    "</description>",
+    '<tool name="read_text_element" args="Image 1: x">',
+    "</tool>",
+    "Bounding box:",
+    '{"bbox_2d": [',
+    "]",
+    ', "Image_index": ',
+    "}",
+    "(bbox_2d: (",
+    ")",
+    "[1]:",
+    "[0]:",
+    "1e400",
+    "-3",
+    "99999999999999999999",
+    "NaN",
+    "No answer",
+    "insufficient to answer",
+    "ü",
+    "收入",
+    "\x00",
+    "\n",
+    " ",
+    ",",
+    "'",
+    '"',
+]
 
 soup = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=5)), max_size=40).map("".join)
 

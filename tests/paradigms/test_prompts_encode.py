@@ -7,12 +7,25 @@ from typing import Any
 
 import pytest
 
+from evidra.core.types import ImagePart, Page, Sample
 from evidra.models.generation import SamplingParams, generate
 from evidra.paradigms import PARADIGMS
-from evidra.types import ImagePart, Page, Sample
 
-NAMES = ["coe", "coe.single", "coe.multi", "evidence", "toolchain", "toolchain.stage1",
-         "cot", "ddcot", "ccot", "cocot", "vanilla", "tot", "got"]  # fmt: skip
+NAMES = [
+    "coe",
+    "coe.single",
+    "coe.multi",
+    "evidence",
+    "toolchain",
+    "toolchain.stage1",
+    "cot",
+    "ddcot",
+    "ccot",
+    "cocot",
+    "vanilla",
+    "tot",
+    "got",
+]
 
 
 @pytest.mark.slow

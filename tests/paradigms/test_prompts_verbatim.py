@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from evidra.methods.evisrag.paradigm import EVIDENCE_PROMPT
+from evidra.methods.lang2act.paradigm import ACTION_RL_PROMPT, DEFAULT_TOOLBOX, LANG2ACT_PROMPT, tool_listing
 from evidra.paradigms.baselines import BASELINES
-from evidra.paradigms.evidence import EVIDENCE_PROMPT
-from evidra.paradigms.toolchain import ACTION_RL_PROMPT, DEFAULT_TOOLBOX, LANG2ACT_PROMPT, tool_listing
 
 PAPERS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "prompts_verbatim.json").read_text())
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from evidra.paradigms.base import PARADIGMS
+from evidra.core.types import Box, CoordSpace, Sample
+from evidra.paradigms.paradigm import PARADIGMS
 from evidra.paradigms.react import SEARCH_R1_SYSTEM, ReAct
 from evidra.paradigms.search_agent import VRAGRL_SYSTEM, SearchAgent, parse_action
-from evidra.types import Box, CoordSpace, Sample
 
 
 def test_prompts_verbatim() -> None:

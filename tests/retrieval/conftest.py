@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.types import Page
+from evidra.core.types import Page
 
 
 @pytest.fixture(scope="session")
@@ -27,8 +27,8 @@ def ragged_pages(tmp_path_factory: pytest.TempPathFactory) -> list[Page]:
 
 @pytest.fixture(scope="session")
 def tiny_colqwen2(tiny_dirs: dict[str, Path]) -> object:
-    from evidra.retrieval.base import EncoderOptions
     from evidra.retrieval.encoders.colvision import ColVisionEncoder
+    from evidra.retrieval.interfaces import EncoderOptions
 
     return ColVisionEncoder.load(tiny_dirs["colqwen2"], EncoderOptions(batch_size=4))
 
@@ -48,8 +48,8 @@ def synth_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]
 @pytest.fixture(scope="session")
 def tiny_colpali(tmp_path_factory: pytest.TempPathFactory) -> object:
     from evidra.models.tiny import build_tiny
-    from evidra.retrieval.base import EncoderOptions
     from evidra.retrieval.encoders.colvision import ColVisionEncoder
+    from evidra.retrieval.interfaces import EncoderOptions
 
     path = build_tiny("colpali", tmp_path_factory.mktemp("tiny") / "colpali")
     return ColVisionEncoder.load(path, EncoderOptions(batch_size=3))

@@ -20,13 +20,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from evidra.retrieval import manifest as manifest_module
-from evidra.retrieval import stores as stores_module
-from evidra.retrieval.base import ENCODERS, EncoderOptions
+from evidra.core.types import Box, Page, Word
 from evidra.retrieval.encoders.bm25 import BM25Retriever
-from evidra.retrieval.engine import QdrantSpec, build_index, open_index
 from evidra.retrieval.index._shards import ShardBatch
-from evidra.types import Box, Page, Word
+from evidra.retrieval.interfaces import ENCODERS, EncoderOptions
+from evidra.retrieval.lifecycle import backends as stores_module
+from evidra.retrieval.lifecycle import manifest as manifest_module
+from evidra.retrieval.lifecycle.index_folder import QdrantSpec, build_index, open_index
 
 DIM = 8
 WORDS = ["orion", "revenue", "memo", "budget", "signed", "table", "founded", "audit", "river", "north"]

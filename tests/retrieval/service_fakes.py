@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from evidra.retrieval.base import Exclude, Hit
+from evidra.retrieval.interfaces import Exclude, Hit
 
 
 class SlowRetriever:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.errors import ModelLoadError
-from evidra.retrieval.base import EncoderOptions
+from evidra.core.errors import ModelLoadError
+from evidra.core.types import Page
 from evidra.retrieval.encoders import load_encoder
-from evidra.types import Page
+from evidra.retrieval.interfaces import EncoderOptions
 
 BASE_ID = "tiny-vidore/colqwen2-base"
 ADAPTER_ID = "tiny-vidore/colqwen2-lora"

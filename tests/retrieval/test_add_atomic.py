@@ -31,11 +31,11 @@ from index_faults import (
     snapshot,
 )
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval.base import ENCODERS
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.encoders.bm25 import BM25Retriever
-from evidra.retrieval.engine import MANIFEST, QdrantSpec, build_index, open_index, read_spec
 from evidra.retrieval.index._shards import ShardBatch
+from evidra.retrieval.interfaces import ENCODERS
+from evidra.retrieval.lifecycle.index_folder import MANIFEST, QdrantSpec, build_index, open_index, read_spec
 
 ENCODER = {"maxsim": "hash-multi", "dense": "hash-single", "bm25": "bm25"}
 CHILD = "import sys, index_faults; index_faults.child_main(sys.argv[1:])"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from evidra.corpus import PageStore
-from evidra.retrieval.attach import is_url, registered_index
+from evidra.retrieval.lifecycle.attach import is_url, registered_index
 
 
 def test_registered_indexes_newest_first_without_duplicates(tmp_path: Path) -> None:
@@ -38,13 +38,13 @@ def test_urls_are_told_from_directories() -> None:
 
 
 def test_two_indexes_are_fused_as_asked_and_weights_are_checked_first(tmp_path: Path) -> None:
+    from evidra.core.errors import InvalidInputError
     from evidra.corpus import ingest
     from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
-    from evidra.errors import InvalidInputError
-    from evidra.retrieval.attach import attach
     from evidra.retrieval.encoders.bm25 import BM25Params
-    from evidra.retrieval.engine import build_index
     from evidra.retrieval.hybrid import DEFAULT_FUSION, Fusion, HybridRetriever
+    from evidra.retrieval.lifecycle.attach import attach
+    from evidra.retrieval.lifecycle.index_folder import build_index
 
     canvases = []
     for text in ("orion budget report", "whale migration notes", "orion whale census"):

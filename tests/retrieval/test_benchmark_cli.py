@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 
 from evidra.cli.main import main
 from evidra.eval.retrieval import detect_layout, evaluate, load_qrels, load_queries
-from evidra.retrieval.engine import open_index, open_store_only
+from evidra.retrieval.lifecycle.index_folder import open_index, open_store_only
 
 FIX = Path(__file__).parents[1] / "fixtures" / "benchmarks"
 KS = ("1", "2", "4")  # @4 ranks all four BEIR pages: recall@4 is known by hand
@@ -70,17 +70,38 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def _build(capsys: pytest.CaptureFixture[str], corpus: Path, out: Path, model: Path) -> None:
     rc, _, err = _run(
-        capsys, "index", "build", "--corpus", str(corpus), "--out", str(out), "--encoder", "colqwen2",
-        "--model", str(model), "--device", "cpu",
-    )  # fmt: skip
+        capsys,
+        "index",
+        "build",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--encoder",
+        "colqwen2",
+        "--model",
+        str(model),
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
 
 
 def _eval_benchmark(capsys: pytest.CaptureFixture[str], index: Path, bench: Path) -> tuple[dict, str]:
     rc, out, err = _run(
-        capsys, "index", "eval", "--index", str(index), "--benchmark", str(bench), "--json", "-k", *KS,
-        "--device", "cpu",
-    )  # fmt: skip
+        capsys,
+        "index",
+        "eval",
+        "--index",
+        str(index),
+        "--benchmark",
+        str(bench),
+        "--json",
+        "-k",
+        *KS,
+        "--device",
+        "cpu",
+    )
     assert rc == 0, err
     return json.loads(out), err
 
@@ -150,9 +171,21 @@ def test_vidore_v1_corpus_build_and_benchmark_eval(
         "query-id\tcorpus-id\tscore\ntotal\tdocs/a_1.png\t1\ntotal\tdocs/b_1.png\t1\nsigned\tdocs/a_2.png\t1\n"
     )
     rc, out, _ = _run(
-        capsys, "index", "eval", "--index", str(index), "--queries", str(tmp_path / "queries.jsonl"),
-        "--qrels", str(tmp_path / "qrels.tsv"), "--json", "-k", *KS, "--device", "cpu",
-    )  # fmt: skip
+        capsys,
+        "index",
+        "eval",
+        "--index",
+        str(index),
+        "--queries",
+        str(tmp_path / "queries.jsonl"),
+        "--qrels",
+        str(tmp_path / "qrels.tsv"),
+        "--json",
+        "-k",
+        *KS,
+        "--device",
+        "cpu",
+    )
     assert rc == 0 and json.loads(out) == pytest.approx(metrics)
     expected = evaluate(
         open_index(index).retriever,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evidra.errors import CorpusError, InvalidInputError
+from evidra.core.errors import CorpusError, InvalidInputError
 from evidra.retrieval.encoders._bm25_files import MANIFEST
 from evidra.retrieval.encoders._bm25_text import tokenize
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
@@ -150,8 +150,10 @@ def test_the_index_folder_can_be_moved(tmp_path: Path) -> None:
             assert str(tmp_path).encode() not in file.read_bytes(), file  # no absolute path recorded
     shutil.move(root, tmp_path / "moved")
     hits = BM25Retriever.load(tmp_path / "moved" / "idx").search(["budget orion"], k=2)[0]
-    assert [(h.page_id, h.image_path) for h in hits] == [("a", str(tmp_path / "moved" / "store" / "a.png")),
-                                                         ("b", "")]  # fmt: skip
+    assert [(h.page_id, h.image_path) for h in hits] == [
+        ("a", str(tmp_path / "moved" / "store" / "a.png")),
+        ("b", ""),
+    ]
 
 
 def test_a_failed_save_keeps_the_previous_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,9 +185,16 @@ def test_an_index_of_the_old_format_asks_for_a_rebuild(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "damage",
-    ["manifest_escape", "manifest_truncated", "pages_mismatch", "counts_garbage", "counts_out_of_range",
-     "scores_truncated", "engine_params"],
-)  # fmt: skip
+    [
+        "manifest_escape",
+        "manifest_truncated",
+        "pages_mismatch",
+        "counts_garbage",
+        "counts_out_of_range",
+        "scores_truncated",
+        "engine_params",
+    ],
+)
 def test_damaged_files_give_one_line_errors(tmp_path: Path, damage: str) -> None:
     BM25Retriever.build({"a": "orion budget", "b": "vega"}).save(tmp_path)
     folder = next(tmp_path.glob("bm25-*"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evidra.errors import EvidraError
+from evidra.core.errors import EvidraError
 from evidra.retrieval.encoders._bm25_files import MANIFEST
 from evidra.retrieval.encoders._bm25_text import Analyzer
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
@@ -22,8 +22,11 @@ PAGES = {
 
 def test_english_drops_question_words_and_stems() -> None:
     assert Analyzer("en", stem=True).terms("What does it decode? Decoding decoded data") == [
-        "decod", "decod", "decod", "data",
-    ]  # fmt: skip
+        "decod",
+        "decod",
+        "decod",
+        "data",
+    ]
     assert Analyzer("en").terms("What does it decode?") == ["decode"]  # stemming is off by default
     assert Analyzer("en", stopwords=False, stem=True).terms("does decoding") == ["doe", "decod"]
     assert Analyzer("fr", stem=True).terms("Les décodages du fichier") == ["décodag", "fichi"]

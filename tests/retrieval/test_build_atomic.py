@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from evidra.errors import CorpusError, InvalidInputError
+from evidra.core.errors import CorpusError, InvalidInputError
+from evidra.core.types import Box, Page, Word
 from evidra.retrieval.encoders.bm25 import BM25Retriever
-from evidra.retrieval.engine import MANIFEST, build_index, open_index
-from evidra.types import Box, Page, Word
+from evidra.retrieval.lifecycle.index_folder import MANIFEST, build_index, open_index
 
 PAGES = [
     Page(f"doc-p000{i}", f"/pages/{i}.png", 100, 100, words=(Word(text, Box(0, 0, 10, 10)),))
@@ -47,8 +47,8 @@ def test_a_killed_build_is_cleaned_by_the_next(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import os
         from evidra.retrieval.encoders.bm25 import BM25Retriever
-        from evidra.retrieval.engine import build_index
-        from evidra.types import Page
+        from evidra.retrieval.lifecycle.index_folder import build_index
+        from evidra.core.types import Page
 
         def killed(self, *args, **kwargs):
             os._exit(9)  # no cleanup runs, as with kill -9

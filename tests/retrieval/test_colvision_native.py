@@ -13,11 +13,11 @@ import pytest
 import torch
 from native_checkpoints import embeddings, save_weights, write_native
 
-from evidra.errors import ModelLoadError
-from evidra.retrieval.base import EncoderOptions
+from evidra.core.errors import ModelLoadError
+from evidra.core.types import Page
 from evidra.retrieval.encoders import load_encoder
 from evidra.retrieval.encoders.colvision_native import LAYOUTS, Layout
-from evidra.types import Page
+from evidra.retrieval.interfaces import EncoderOptions
 
 QUERIES = ["founding year", "total revenue of the company"]
 

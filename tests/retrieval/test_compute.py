@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from evidra.cli.main import build_parser, main
-from evidra.errors import InvalidInputError
-from evidra.retrieval import compute
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.index._shards import ShardStore
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+from evidra.retrieval.kernels import compute_dtype as compute
 
 DIM = 32
 CPU = torch.device("cpu")
@@ -263,7 +263,7 @@ def test_each_cpu_profile_picks_its_dtype_and_holds_16_bits(
 
 
 def test_widening_reuses_one_buffer_and_matches_fp32_blocks() -> None:
-    from evidra.retrieval.maxsim import build_blocks, score_blocks
+    from evidra.retrieval.kernels.maxsim import build_blocks, score_blocks
 
     pages = [p for p in PAGES.values()]
     rows = list(range(len(pages)))

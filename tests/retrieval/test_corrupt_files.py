@@ -94,8 +94,8 @@ def test_truncated_page_image_in_index_build(
 
 
 def test_damaged_or_old_bm25_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from evidra.retrieval.engine import build_index
-    from evidra.types import Box, Page, Word
+    from evidra.core.types import Box, Page, Word
+    from evidra.retrieval.lifecycle.index_folder import build_index
 
     pages = [Page("p1", "/pages/1.png", 10, 10, words=(Word("revenue", Box(0, 0, 5, 5)),))]
     build_index(pages, tmp_path / "bm25", "bm25").close()

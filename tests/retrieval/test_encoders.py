@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.errors import InvalidInputError, MissingDependencyError, ModelLoadError
-from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions
+from evidra.core.errors import InvalidInputError, MissingDependencyError, ModelLoadError
+from evidra.core.types import Box, Page, Word
 from evidra.retrieval.encoders.colvision import ColVisionEncoder
 from evidra.retrieval.encoders.dse import SingleVectorEncoder
-from evidra.retrieval.maxsim import maxsim
+from evidra.retrieval.interfaces import ENCODERS, Encoder, EncoderOptions
+from evidra.retrieval.kernels.maxsim import maxsim
 from evidra.retrieval.ocr import ocr_words, page_text
-from evidra.types import Box, Page, Word
 
 
 def test_colqwen2_removes_padding_per_item(tiny_colqwen2: Any, ragged_pages: list[Page]) -> None:

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from evidra.cli.main import main
+from evidra.core.errors import InvalidInputError
 from evidra.corpus import PageStore
-from evidra.errors import InvalidInputError
 from evidra.eval.retrieval import evaluate
-from evidra.retrieval.engine import build_index, open_index
 from evidra.retrieval.hybrid import HybridRetriever
+from evidra.retrieval.lifecycle.index_folder import build_index, open_index
 
 
 def _qrels(corpus: Any, out: Path) -> tuple[Path, Path]:

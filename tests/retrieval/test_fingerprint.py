@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from evidra.cli.main import main
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Page
 from evidra.models.tiny import build_tiny
-from evidra.retrieval.engine import MANIFEST, build_index, open_index, read_spec
-from evidra.retrieval.fingerprint import fingerprint, short
-from evidra.types import Page
+from evidra.retrieval.lifecycle.fingerprint import fingerprint, short
+from evidra.retrieval.lifecycle.index_folder import MANIFEST, build_index, open_index, read_spec
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from evidra.errors import EvidraError, InvalidInputError
-from evidra.retrieval.base import Exclude, Hit
+from evidra.core.errors import EvidraError, InvalidInputError
 from evidra.retrieval.hybrid import DEFAULT_FUSION, FUSIONS, Fusion, HybridRetriever, fuse
+from evidra.retrieval.interfaces import Exclude, Hit
 
 A = [Hit("x", 9.0), Hit("y", 8.0), Hit("z", 7.0)]
 B = [Hit("z", 0.9), Hit("x", 0.5)]

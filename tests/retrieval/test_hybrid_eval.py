@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.eval.retrieval import evaluate, judged, load_qrels, load_queries, score_rankings
-from evidra.retrieval.base import Exclude, Hit
 from evidra.retrieval.hybrid import Fusion, HybridRetriever, rrf_fuse
+from evidra.retrieval.interfaces import Exclude, Hit
 
 
 class Fixed:

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from evidra.errors import CorpusError, InvalidInputError
-from evidra.retrieval.base import Hit
-from evidra.retrieval.compute import PROFILES
+from evidra.core.errors import CorpusError, InvalidInputError
 from evidra.retrieval.index import _shards
 from evidra.retrieval.index.dense import DenseIndex
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
-from evidra.retrieval.maxsim import maxsim
+from evidra.retrieval.interfaces import Hit
+from evidra.retrieval.kernels.compute_dtype import PROFILES
+from evidra.retrieval.kernels.maxsim import maxsim
 from float_hits import assert_hits_close
 
 DIM = 16
@@ -295,10 +295,12 @@ def test_clustered_prefilter_beats_positional_pooling_on_document_like_pages(
     g = torch.Generator().manual_seed(100)
     gold = torch.randint(n, (60,), generator=g).tolist()
     queries = [  # 8 noisy copies of random patches of the gold page (blank ones included)
-        torch.nn.functional.normalize(pages[p][torch.randint(length, (8,), generator=g)]
-                                      + 0.08 * torch.randn(8, dim, generator=g), dim=-1)
+        torch.nn.functional.normalize(
+            pages[p][torch.randint(length, (8,), generator=g)] + 0.08 * torch.randn(8, dim, generator=g),
+            dim=-1,
+        )
         for p in gold
-    ]  # fmt: skip
+    ]
 
     def recall(prefilter: str) -> float:
         opts = MaxSimOptions(

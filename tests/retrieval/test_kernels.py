@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from evidra.cli.main import build_parser
-from evidra.errors import InvalidInputError, MissingDependencyError
-from evidra.retrieval import kernels, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16
+from evidra.core.errors import InvalidInputError, MissingDependencyError
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+from evidra.retrieval.kernels import choice as kernels
+from evidra.retrieval.kernels import maxsim_amx, maxsim_avx512, maxsim_avx512_bf16
 
 CUDA = torch.device("cuda")  # only named: nothing here touches a GPU
 CPU = torch.device("cpu")
@@ -30,7 +31,7 @@ def test_auto_is_torch_off_cuda_and_triton_on_cuda_when_installed(
     assert kernels.resolve("auto", CUDA) == "triton"
     assert kernels.resolve("auto", CPU) == "torch"  # installed, but the index is not on CUDA
     monkeypatch.setattr(kernels, "triton_installed", lambda: False)
-    with caplog.at_level(logging.INFO, logger="evidra.retrieval.kernels"):
+    with caplog.at_level(logging.INFO, logger="evidra.retrieval.kernels.choice"):
         assert kernels.resolve("auto", CUDA) == "torch"  # the chunked torch fallback
     assert "Triton is not installed" in caplog.text
 
@@ -152,7 +153,7 @@ def test_the_kernel_compiles_for_hopper_without_a_gpu(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from evidra.retrieval import maxsim_triton
+    from evidra.retrieval.kernels import maxsim_triton
 
     if maxsim_triton.INTERPRETED:
         pytest.skip("Triton was imported in interpreter mode")

@@ -8,9 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval import maxsim as maxsim_module
-from evidra.retrieval.maxsim import (
+from evidra.core.errors import InvalidInputError
+from evidra.retrieval.kernels import maxsim as maxsim_module
+from evidra.retrieval.kernels.maxsim import (
     build_blocks,
     maxsim,
     pack_signs,

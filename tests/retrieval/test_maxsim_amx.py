@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels, maxsim, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16, native
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+from evidra.retrieval.kernels import choice as kernels
+from evidra.retrieval.kernels import compute_dtype as compute
+from evidra.retrieval.kernels import maxsim, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16, native
 
 CPU = torch.device("cpu")
 BF16 = torch.bfloat16

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels, maxsim, maxsim_avx512, native
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+from evidra.retrieval.kernels import choice as kernels
+from evidra.retrieval.kernels import compute_dtype as compute
+from evidra.retrieval.kernels import maxsim, maxsim_avx512, native
 
 CPU = torch.device("cpu")
 runs_here = pytest.mark.skipif(
@@ -124,7 +126,7 @@ def test_without_a_compiler_search_stays_in_torch(
     monkeypatch.setattr(maxsim_avx512, "cpu_has_avx512", lambda: True)
     maxsim_avx512._library.cache_clear()
     try:
-        with caplog.at_level(logging.INFO, logger="evidra.retrieval.native"):
+        with caplog.at_level(logging.INFO, logger="evidra.retrieval.kernels.native"):
             assert not maxsim_avx512.available()
         assert "could not be built" in caplog.text and "scores in torch" in caplog.text
         blocks = maxsim.build_blocks(_pages(5, 16, 6), list(range(5)))

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval import kernels, maxsim, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16, native
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
+from evidra.retrieval.kernels import choice as kernels
+from evidra.retrieval.kernels import maxsim, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16, native
 from float_hits import assert_hits_close
 
 CPU = torch.device("cpu")
@@ -211,7 +212,7 @@ def test_without_a_compiler_search_stays_in_torch(
     monkeypatch.setattr(maxsim_avx512_bf16, "cpu_has_bf16", lambda: True)
     maxsim_avx512_bf16._library.cache_clear()
     try:
-        with caplog.at_level(logging.INFO, logger="evidra.retrieval.native"):
+        with caplog.at_level(logging.INFO, logger="evidra.retrieval.kernels.native"):
             assert not maxsim_avx512_bf16.available()
         assert "AVX-512 BF16 MaxSim kernel could not be built" in caplog.text
         blocks = maxsim.build_blocks(_pages(5, 32, 6), list(range(5)), dtype=BF16)

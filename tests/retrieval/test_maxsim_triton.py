@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval import kernels
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
-from evidra.retrieval.maxsim import Block, build_blocks, maxsim, pack_signs, score_blocks
+from evidra.retrieval.kernels import choice as kernels
+from evidra.retrieval.kernels.maxsim import Block, build_blocks, maxsim, pack_signs, score_blocks
 from float_hits import assert_hits_close
 
 pytest.importorskip("triton")
@@ -31,8 +31,8 @@ if not kernels.interpreting() and not torch.cuda.is_available():
         "imported (test_kernels.py runs this file so)",
         allow_module_level=True,
     )
-from evidra.retrieval import maxsim_triton
-from evidra.retrieval.maxsim_triton import TritonConfig, pad_queries
+from evidra.retrieval.kernels import maxsim_triton
+from evidra.retrieval.kernels.maxsim_triton import TritonConfig, pad_queries
 
 DEVICE = torch.device("cpu" if maxsim_triton.INTERPRETED else "cuda")
 DIM = 24  # not a power of two: the kernel masks dimensions 24..31 of its 32-wide tiles
@@ -130,9 +130,13 @@ def test_the_index_finds_the_same_pages_with_either_kernel(tmp_path: Path) -> No
     for kernel in ("torch", "triton"):
         for prefilter in ("none", "signbits"):
             opts = MaxSimOptions(
-                device=str(DEVICE), compute_dtype="float32", kernel=kernel, block_tokens=64,
-                prefilter=prefilter, candidates=6,
-            )  # fmt: skip
+                device=str(DEVICE),
+                compute_dtype="float32",
+                kernel=kernel,
+                block_tokens=64,
+                prefilter=prefilter,
+                candidates=6,
+            )
             index = MultiVectorIndex.create(tmp_path / f"{kernel}-{prefilter}", DIM, options=opts)
             assert index.kernel == kernel
             ids = list(pages)

@@ -1,4 +1,4 @@
-"""What the fused C kernels share (``evidra.retrieval.native``): the thread split, the build cache
+"""What the fused C kernels share (``evidra.retrieval.kernels.native``): the thread split, the build cache
 and the refusal to load a build that someone else could have written."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evidra.retrieval import maxsim, maxsim_amx, maxsim_avx512, native
+from evidra.retrieval.kernels import maxsim, maxsim_amx, maxsim_avx512, native
 
 
 def _builds(kernel: native.Kernel, folder: Path) -> Path:
@@ -88,7 +88,7 @@ def test_a_build_planted_in_a_shared_folder_is_never_loaded(
     (shared / "kernels").chmod(0o777)  # anyone may write here
     planted = shared / "kernels" / first.name
     planted.write_bytes(b"not a library")
-    with caplog.at_level(logging.WARNING, logger="evidra.retrieval.native"):
+    with caplog.at_level(logging.WARNING, logger="evidra.retrieval.kernels.native"):
         built = native.compile_kernel(kernel, folder=shared)
     assert built != planted and built.read_bytes() != b"not a library"
     assert "is not private to this user" in caplog.text

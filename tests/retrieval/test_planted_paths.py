@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from index_faults import BEFORE, add_missing, encoder_factories
 
-from evidra.errors import CorpusError, ModelLoadError
-from evidra.retrieval.base import ENCODERS
-from evidra.retrieval.engine import build_index, read_spec
+from evidra.core.errors import CorpusError, ModelLoadError
+from evidra.retrieval.interfaces import ENCODERS
+from evidra.retrieval.lifecycle.index_folder import build_index, read_spec
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +76,7 @@ def test_a_shard_name_outside_the_index_is_never_read(tmp_path: Path) -> None:
     with sqlite3.connect(index / "index.sqlite") as conn:
         conn.execute("UPDATE shards SET name = ?", (str(outside),))
         conn.execute("UPDATE pages SET shard = ?", (str(outside),))
-    from evidra.retrieval.engine import open_index
+    from evidra.retrieval.lifecycle.index_folder import open_index
 
     with pytest.raises(CorpusError, match=r"index\.sqlite \(shard table\) names .*outside\.npy"):
         open_index(index)
@@ -125,7 +125,7 @@ def test_a_bm25_counts_archive_that_expands_to_gigabytes_is_refused_unpacked(tmp
         indptr = npz["indptr"]
     _npz_bomb(counts, indptr, 16 << 20)  # 2 x 64 MiB of zeros in about 130 KB
     assert counts.stat().st_size < 1 << 20
-    from evidra.retrieval.engine import open_index
+    from evidra.retrieval.lifecycle.index_folder import open_index
 
     tracemalloc.start()
     with pytest.raises(CorpusError, match=r"counts\.npz declares terms of shape \(16777216,\)") as err:

@@ -10,12 +10,12 @@ import torch
 from index_faults import STAND_IN_URL, encoder_factories, serve_locally
 
 from evidra.cli.main import main
-from evidra.errors import CorpusError, InvalidInputError, MissingDependencyError
-from evidra.retrieval.base import ENCODERS
-from evidra.retrieval.engine import QdrantSpec, build_index, open_index
+from evidra.core.errors import CorpusError, InvalidInputError, MissingDependencyError
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 from evidra.retrieval.index.qdrant import QdrantIndex
 from evidra.retrieval.index.qdrant_edge import EdgeQdrantIndex
+from evidra.retrieval.interfaces import ENCODERS
+from evidra.retrieval.lifecycle.index_folder import QdrantSpec, build_index, open_index
 
 # The two engines that run Qdrant without a server: Qdrant Edge (what index folders use) and
 # qdrant-client's local mode (the stand-in for a server); every test below runs on both.
@@ -274,10 +274,12 @@ def test_qdrant_clustered_prefetch_keeps_planted_pages_that_mean_pooling_loses(
     g = torch.Generator().manual_seed(7)
     gold = torch.randint(n, (40,), generator=g).tolist()
     queries = [  # noisy copies of random patches of the gold page, blank ones included
-        torch.nn.functional.normalize(pages[p][torch.randint(length, (8,), generator=g)]
-                                      + 0.08 * torch.randn(8, dim, generator=g), dim=-1)
+        torch.nn.functional.normalize(
+            pages[p][torch.randint(length, (8,), generator=g)] + 0.08 * torch.randn(8, dim, generator=g),
+            dim=-1,
+        )
         for p in gold
-    ]  # fmt: skip
+    ]
     found = {}
     for pooling in ("mean", "clustered"):
         qd = make(dim, candidates=6, pooling=pooling)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from index_faults import BEFORE, NEW, encoder_factories, snapshot
 
-from evidra.errors import CorpusError, InvalidInputError
-from evidra.retrieval.base import ENCODERS
-from evidra.retrieval.engine import MANIFEST, QdrantSpec, build_index, open_index
+from evidra.core.errors import CorpusError, InvalidInputError
 from evidra.retrieval.index.qdrant_edge import EdgeQdrantIndex
+from evidra.retrieval.interfaces import ENCODERS
+from evidra.retrieval.lifecycle.index_folder import MANIFEST, QdrantSpec, build_index, open_index
 from float_hits import assert_hits_close
 
 pytest.importorskip("qdrant_edge")
@@ -37,8 +37,12 @@ def test_a_shard_reopens_with_its_pages_payloads_deletions_and_updates(tmp_path:
     pages = {f"p{i}": _unit(3 + i % 4, DIM, seed=i) for i in range(12)}
     queries = [_unit(4, DIM, seed=100 + i) for i in range(3)]
     with EdgeQdrantIndex.create(tmp_path / "shard", DIM, candidates=0) as index:
-        index.add(list(pages), list(pages.values()), [f"{p}.png" for p in pages],
-                  payloads=[{"doc": f"d{i % 3}"} for i in range(12)])  # fmt: skip
+        index.add(
+            list(pages),
+            list(pages.values()),
+            [f"{p}.png" for p in pages],
+            payloads=[{"doc": f"d{i % 3}"} for i in range(12)],
+        )
         assert index.delete(["p4", "missing"]) == 1
         index.update(["p5"], [pages["p0"]], ["p5.png"], [{"doc": "d2"}])  # p5 now holds p0's vectors
         before = index.search(queries, k=5, where={"doc": "d2"})
@@ -162,8 +166,8 @@ def test_a_qdrant_url_in_a_file_gets_no_key_unless_the_user_allows_it(
 ) -> None:
     import json
 
-    from evidra.retrieval.manifest import IndexSpec, read_spec, write_manifest
-    from evidra.retrieval.qdrant_build import QdrantSpec
+    from evidra.retrieval.lifecycle.manifest import IndexSpec, read_spec, write_manifest
+    from evidra.retrieval.lifecycle.qdrant_build import QdrantSpec
 
     monkeypatch.setenv("QDRANT_API_KEY", "qk-secret")
     monkeypatch.delenv("EVIDRA_KEY_HOSTS", raising=False)

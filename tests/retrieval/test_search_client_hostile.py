@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from evidra.errors import InvalidInputError
-from evidra.httpio import MAX_REPLY_BYTES
-from evidra.keys import KeyPolicy
-from evidra.retrieval.attach import _open_url
-from evidra.retrieval.client import AsyncSearchClient, SearchClient, SearchServiceError
-from evidra.retrieval.engine import open_searcher
+from evidra.core.errors import InvalidInputError
+from evidra.http.replies import MAX_REPLY_BYTES
+from evidra.retrieval.lifecycle.attach import _open_url
+from evidra.retrieval.lifecycle.index_folder import open_searcher
+from evidra.retrieval.service.client import AsyncSearchClient, SearchClient, SearchServiceError
+from evidra.safeio.keys import KeyPolicy
 from hostile_http import gzip_bomb
 
 SECRET = "ix-0123456789SECRET"
@@ -108,8 +108,10 @@ def test_the_sync_client_is_shared_by_threads_and_closes_its_loop(fake_judge: An
     earlier = set(threading.enumerate())  # other tests' clients may still have their loops
     client = SearchClient(fake_judge.url)
     found: list[str] = []
-    threads = [threading.Thread(target=lambda: found.append(client.search(["q"], k=1)[0][0].page_id))
-               for _ in range(4)]  # fmt: skip
+    threads = [
+        threading.Thread(target=lambda: found.append(client.search(["q"], k=1)[0][0].page_id))
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:

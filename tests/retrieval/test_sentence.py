@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from evidra.retrieval.base import EncodedRetriever, EncoderOptions
+from evidra.core.types import Box, Page, Word
 from evidra.retrieval.index.dense import DenseIndex
-from evidra.types import Box, Page, Word
+from evidra.retrieval.interfaces import EncodedRetriever, EncoderOptions
 
 
 @pytest.fixture(scope="module")

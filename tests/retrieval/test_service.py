@@ -11,10 +11,10 @@ import pytest
 from http_raw import raw_request as _raw
 
 from evidra.corpus import PageStore
-from evidra.retrieval.client import AsyncSearchClient, SearchClient, SearchServiceError
-from evidra.retrieval.engine import build_index
-from evidra.retrieval.loadtest import run_load
-from evidra.retrieval.server import SearchService, ServiceOptions
+from evidra.retrieval.lifecycle.index_folder import build_index
+from evidra.retrieval.service.client import AsyncSearchClient, SearchClient, SearchServiceError
+from evidra.retrieval.service.loadtest import run_load
+from evidra.retrieval.service.server import SearchService, ServiceOptions
 from float_hits import assert_hits_close
 
 logger = logging.getLogger(__name__)
@@ -127,9 +127,9 @@ def test_hits_carry_page_metadata_and_where_filters(bm25_engine: Any, synth_stor
 def test_the_client_filters_with_where_and_rag_over_a_url_sends_it(
     bm25_engine: Any, synth_store: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from evidra.errors import InvalidInputError
+    from evidra.core.errors import InvalidInputError
     from evidra.rag import RAG
-    from evidra.retrieval.attach import attach
+    from evidra.retrieval.lifecycle.attach import attach
 
     engine, corpus = bm25_engine
     store, _ = synth_store

@@ -22,10 +22,10 @@ from service_fakes import SlowRetriever
 
 import evidra
 from evidra.corpus import PageStore
-from evidra.retrieval.base import Hit
-from evidra.retrieval.client import SearchClient, SearchServiceError
-from evidra.retrieval.engine import build_index
-from evidra.retrieval.server import SearchService, ServiceError, ServiceOptions
+from evidra.retrieval.interfaces import Hit
+from evidra.retrieval.lifecycle.index_folder import build_index
+from evidra.retrieval.service.client import SearchClient, SearchServiceError
+from evidra.retrieval.service.server import SearchService, ServiceError, ServiceOptions
 
 ACCESS = "evidra.retrieval.access"
 

@@ -10,8 +10,8 @@ import pytest
 from http_raw import raw_exchange
 from service_fakes import SlowRetriever
 
-from evidra.retrieval.server import SearchService, ServiceOptions
-from evidra.retrieval.serving import connection_cap
+from evidra.retrieval.service.server import SearchService, ServiceOptions
+from evidra.retrieval.service.uvicorn_limits import connection_cap
 
 # requests answered without their body being read, each followed by one byte of that body
 UNREAD_BODY = {

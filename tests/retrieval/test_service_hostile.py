@@ -14,10 +14,10 @@ from http_raw import raw_exchange
 from http_raw import raw_request as _raw
 from service_fakes import SlowRetriever
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval.base import Hit
-from evidra.retrieval.client import SearchClient, SearchServiceError
-from evidra.retrieval.server import API_KEY_ENV, BATCH_RECORD, MAX_HEAD, SearchService, ServiceOptions
+from evidra.core.errors import InvalidInputError
+from evidra.retrieval.interfaces import Hit
+from evidra.retrieval.service.client import SearchClient, SearchServiceError
+from evidra.retrieval.service.server import API_KEY_ENV, BATCH_RECORD, MAX_HEAD, SearchService, ServiceOptions
 
 
 def _post(url: str, body: bytes, headers: str = "") -> tuple[int, dict[str, Any]]:
@@ -144,7 +144,7 @@ def test_binding_beyond_loopback_warns(caplog: pytest.LogCaptureFixture) -> None
 
 
 def test_every_waiting_request_gets_a_share_of_the_next_batch() -> None:
-    from evidra.retrieval.server import _Pending, _shares
+    from evidra.retrieval.service.server import _Pending, _shares
 
     def pending(n: int) -> _Pending:
         return _Pending(["q"] * n, 5, [[]] * n, None)  # type: ignore[arg-type]

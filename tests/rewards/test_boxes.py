@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from evidra.core.types import CoordSpace
 from evidra.rewards.boxes import (
     extract_tag,
     lat_extract_metadata,
@@ -15,7 +16,6 @@ from evidra.rewards.boxes import (
     py_int,
     py_int_list,
 )
-from evidra.types import CoordSpace
 
 
 def test_lat_boxes_json_variants() -> None:

@@ -11,19 +11,55 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from evidra.methods.evisrag import reward as evisrag
+from evidra.methods.lat import rules as lat_scoring
 from evidra.metrics import qa, text
-from evidra.rewards import boxes, evisrag, lat_scoring, scopes
+from evidra.rewards import boxes, scopes
 
 FRAGMENTS = [
-    "<think>", "</think>", "<answer>", "</answer>", "<observe>", "</observe>", "<evidence>", "</evidence>",
-    "Bounding box: ", '{"bbox_2d": [10, 10, 200, 60], "Image_index": 1}',
-    "{'bbox_2d': [1, 2, 3, 4], 'image_index': 2}", '{"bbox_2d": [1e308, -5, "x", null], "Image_index": "0"}',
-    '{"bbox_2d": [5, 5, 1000, 1400], "Image_index": 9}', '{"bbox_2d": [10, 10, 910, 14], "Image_index": 1}',
-    "{", "}", "[1]:", "[2]:", "[6]:", "[2]", "no relevant information", "insufficient to answer", "No answer",
-    "not", "John Williams", "1,234", "3.5%", "—", "中文", "\u0301", "\n", ". ", " ",
-    "<bbox>[1, 2, 3, 4]</bbox>", "<bbox>[", "<|box_start|>(1,2),(3,4)<|box_end|>", "Target Document: 2",
-    "Bounding Box: (1, 2), (3, 4)", "(bbox_2d: (5, 6, 7, 8), Image_index: 1)", "\x00", "\x1c", "[[[[[[[[[[",
-]  # fmt: skip
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<observe>",
+    "</observe>",
+    "<evidence>",
+    "</evidence>",
+    "Bounding box: ",
+    '{"bbox_2d": [10, 10, 200, 60], "Image_index": 1}',
+    "{'bbox_2d': [1, 2, 3, 4], 'image_index': 2}",
+    '{"bbox_2d": [1e308, -5, "x", null], "Image_index": "0"}',
+    '{"bbox_2d": [5, 5, 1000, 1400], "Image_index": 9}',
+    '{"bbox_2d": [10, 10, 910, 14], "Image_index": 1}',
+    "{",
+    "}",
+    "[1]:",
+    "[2]:",
+    "[6]:",
+    "[2]",
+    "no relevant information",
+    "insufficient to answer",
+    "No answer",
+    "not",
+    "John Williams",
+    "1,234",
+    "3.5%",
+    "—",
+    "中文",
+    "\u0301",
+    "\n",
+    ". ",
+    " ",
+    "<bbox>[1, 2, 3, 4]</bbox>",
+    "<bbox>[",
+    "<|box_start|>(1,2),(3,4)<|box_end|>",
+    "Target Document: 2",
+    "Bounding Box: (1, 2), (3, 4)",
+    "(bbox_2d: (5, 6, 7, 8), Image_index: 1)",
+    "\x00",
+    "\x1c",
+    "[[[[[[[[[[",
+]
 
 model_text = st.one_of(
     st.text(max_size=200),

@@ -10,6 +10,26 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evidra.core.types import Parsed, Sample
+from evidra.methods.lang2act.format import (
+    actionrl_format_score,
+    check_strict_format,
+    parse_generation,
+    tool_validity,
+    validate_tool_content,
+)
+from evidra.methods.lang2act.reward import lang2act_reward, parse_judge_batch_upstream
+from evidra.methods.vragrl.reward import (
+    compute_format_reward_only,
+    compute_score_intended,
+    extract_tags,
+    get_answer_from_predict_str,
+    parse_judge_response_upstream,
+    postprocess_predictions,
+    remove_text_between_tags,
+    train_reward_upstream,
+    vragrl_reward,
+)
 from evidra.metrics.anls import anls, anls_vrag_upstream
 from evidra.metrics.mmlongbench import mmlongbench_score
 from evidra.metrics.qa import (
@@ -20,37 +40,52 @@ from evidra.metrics.qa import (
     visrag_accuracy,
 )
 from evidra.metrics.ranking import mrr_at_k, ndcg_at_k, recall_at_k, vragrl_ndcg, vragrl_ndcg_upstream
+from evidra.paradigms.search_agent import validate_bbox_action
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_protocol import JudgeItem, parse_verdicts
-from evidra.rewards.lang2act import lang2act_reward, parse_judge_batch_upstream
-from evidra.rewards.lang2act_format import (
-    actionrl_format_score,
-    check_strict_format,
-    parse_generation,
-    tool_validity,
-    validate_tool_content,
-)
-from evidra.rewards.vragrl import (
-    compute_format_reward_only,
-    compute_score_intended,
-    extract_tags,
-    get_answer_from_predict_str,
-    parse_judge_response_upstream,
-    postprocess_predictions,
-    remove_text_between_tags,
-    train_reward_upstream,
-    validate_bbox_action,
-    vragrl_reward,
-)
-from evidra.types import Parsed, Sample
 
 FRAGMENTS = [
-    "<think>", "</think>", "<answer>", "</answer>", "<search>", "</search>", "<bbox>", "</bbox>",
-    "<description>", "</description>", "<THINK>", "<judge>", "</judge>", "True", "false", "not true",
-    '<tool name="read_text_element" args="Image 2: x">', '<tool name=\'zoom\' args="Image 9:">', "</tool>",
-    "<|im_start|>user", "<|im_start|>user\n", "<|im_end|>", "Image 1", "Image 4", "\n", " ", "[1, 2, 3, 4]",
-    "[-1,0,1,1]", "[1e309, 0, 1, 1]", "NaN", "%", "12.5", "0", "['a', 'b']", "[", "{", "'", '"', "é", "\x00",
-]  # fmt: skip
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "<search>",
+    "</search>",
+    "<bbox>",
+    "</bbox>",
+    "<description>",
+    "</description>",
+    "<THINK>",
+    "<judge>",
+    "</judge>",
+    "True",
+    "false",
+    "not true",
+    '<tool name="read_text_element" args="Image 2: x">',
+    "<tool name='zoom' args=\"Image 9:\">",
+    "</tool>",
+    "<|im_start|>user",
+    "<|im_start|>user\n",
+    "<|im_end|>",
+    "Image 1",
+    "Image 4",
+    "\n",
+    " ",
+    "[1, 2, 3, 4]",
+    "[-1,0,1,1]",
+    "[1e309, 0, 1, 1]",
+    "NaN",
+    "%",
+    "12.5",
+    "0",
+    "['a', 'b']",
+    "[",
+    "{",
+    "'",
+    '"',
+    "é",
+    "\x00",
+]
 adversarial = st.lists(st.sampled_from(FRAGMENTS), max_size=25).map("".join)
 texts = st.one_of(st.text(max_size=60), adversarial)
 short = st.text(max_size=30)

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from evidra.core.types import Sample
 from evidra.methods import build_task
 from evidra.rewards.guards import GuardConfig, guard, tripped
 from evidra.rl.config import DataConfig
-from evidra.types import Sample
 
 SECTIONS: dict[str, dict[str, Any]] = {
     "lat": {"name": "lat"},
@@ -119,7 +119,7 @@ def test_lat_hedge_on_an_unanswerable_item_is_caught(cases: dict) -> None:
 
 
 def test_guard_counts_trips_and_caps_scopes_and_turns() -> None:
-    from evidra.rewards.base import RewardResult
+    from evidra.rewards.reward import RewardResult
 
     result = RewardResult(2.0, {"accuracy": 1.0}, scopes={"answer": 1.0, "format": -1.0}, turns=(0.5, 1.0))
     capped = guard(result, ("hedge",))
@@ -131,11 +131,19 @@ def test_guard_counts_trips_and_caps_scopes_and_turns() -> None:
 
 @pytest.mark.parametrize(
     "answer",
-    ["$1,234,567,890", "Tom and Jerry", "New York City", "No answer", "12/05/2020", "Paris, France",
-     "3.5 million", "The Cassini project"],
-)  # fmt: skip
+    [
+        "$1,234,567,890",
+        "Tom and Jerry",
+        "New York City",
+        "No answer",
+        "12/05/2020",
+        "Paris, France",
+        "3.5 million",
+        "The Cassini project",
+    ],
+)
 def test_ordinary_answers_trip_no_answer_guard(answer: str) -> None:
-    from evidra.types import Parsed
+    from evidra.core.types import Parsed
 
     sample = Sample(id="s", question="q", answers=("x",))
     assert tripped(Parsed(text=answer, answer=answer), sample, ON) == ()

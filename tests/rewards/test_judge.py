@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_http import DiskCache, HttpJudgeConfig, MemoryCache, OpenAIJudge
 from evidra.rewards.judge_prompts import LANG2ACT_JUDGE_SYSTEM_PROMPT, build_messages, vragrl_judge_prompt

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from evidra.config import load_config
-from evidra.errors import ConfigError
-from evidra.keys import KeyPolicy
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
+from evidra.core.types import Sample, Span, Trajectory
 from evidra.methods import build_task, rl_trainer
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig, build_judge
 from evidra.rewards.judge_http import OpenAIJudge
 from evidra.rewards.judge_protocol import JudgeItem
 from evidra.rl.config import RLConfig
-from evidra.types import Sample, Span, Trajectory
+from evidra.safeio.keys import KeyPolicy
 
 
 class _Fake(BaseHTTPRequestHandler):
@@ -100,8 +100,9 @@ def test_build_judge_from_config(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _lang2act_trajectory(answer: str) -> Trajectory:
     text = f"<description>d</description><reason>r</reason><answer>{answer}</answer>"
-    return Trajectory(prompt_ids=(1,), token_ids=(2,), policy_mask=(1,), logprobs=(0.0,), turns=(Span(0, 1),),
-                      texts=(text,))  # fmt: skip
+    return Trajectory(
+        prompt_ids=(1,), token_ids=(2,), policy_mask=(1,), logprobs=(0.0,), turns=(Span(0, 1),), texts=(text,)
+    )
 
 
 def test_training_task_asks_the_configured_judge(
@@ -150,8 +151,9 @@ def test_judge_config_errors_before_the_model_loads(tmp_path: Path, override: st
 
 def test_the_judge_timeout_bounds_the_whole_call(fake: tuple[str, list[dict[str, Any]]]) -> None:
     url, _ = fake
-    judge = build_judge(JudgeConfig(kind="openai", base_url=f"{url}/trickle/v1", model="m", timeout_s=0.5,
-                                    max_retries=0))  # fmt: skip
+    judge = build_judge(
+        JudgeConfig(kind="openai", base_url=f"{url}/trickle/v1", model="m", timeout_s=0.5, max_retries=0)
+    )
     start = time.perf_counter()
     (verdict,) = judge.judge([JudgeItem("Q?", "Paris", "Paris")])
     assert verdict.value is None and time.perf_counter() - start < 3.5  # a 4 s trickle, cut at 0.5 s

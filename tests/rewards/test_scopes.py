@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Span
 from evidra.rewards.scopes import (
     PAPER_SCOPE_RULES,
     find_first,
@@ -17,7 +18,6 @@ from evidra.rewards.scopes import (
     span_mask,
     token_rewards,
 )
-from evidra.types import Span
 
 MARKERS = {"<think>": [901, 902], "<evidence>": [801], "<answer>": [701, 702], "<observe>": [601]}
 

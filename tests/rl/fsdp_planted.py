@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from evidra.config import load_config
-from evidra.errors import CheckpointError
-from evidra.rl.checkpoint import load_checkpoint
+from evidra.core.config import load_config
+from evidra.core.errors import CheckpointError
 from evidra.rl.config import RLConfig
+from evidra.rl.runs.checkpoint import load_checkpoint
 from evidra.rl.trainer import RLTrainer
 
 
@@ -32,18 +32,31 @@ class _Payload:
 
 
 def _cfg(out: Path, steps: int) -> RLConfig:
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={out}", f"run.steps={steps}", "run.batch_size=2",
-            "run.micro_batch_size=2", "rollout.group_size=2", "rollout.max_new_tokens=3", "data.size=4",
-            "model.lora.enabled=false", "data.task=toy.length", "run.sharding=fsdp2",
-            "run.save_every=1"]  # fmt: skip
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={out}",
+        f"run.steps={steps}",
+        "run.batch_size=2",
+        "run.micro_batch_size=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=3",
+        "data.size=4",
+        "model.lora.enabled=false",
+        "data.task=toy.length",
+        "run.sharding=fsdp2",
+        "run.save_every=1",
+    ]
     return load_config(RLConfig, None, over)
 
 
 def _plant(ckpt: Path, marker: Path) -> None:
     """A forged checkpoint: the payload as DCP's metadata file, with matching checksums."""
     (ckpt / "optimizer" / ".metadata").write_bytes(pickle.dumps(_Payload(str(marker))))
-    sums = {str(f.relative_to(ckpt)): hashlib.sha256(f.read_bytes()).hexdigest()
-            for f in sorted(ckpt.rglob("*")) if f.is_file() and f.name != "checksums.json"}  # fmt: skip
+    sums = {
+        str(f.relative_to(ckpt)): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(ckpt.rglob("*"))
+        if f.is_file() and f.name != "checksums.json"
+    }
     (ckpt / "checksums.json").write_text(json.dumps(sums))
 
 

@@ -13,25 +13,35 @@ from pathlib import Path
 
 import torch
 
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.rl.config import RLConfig, SFTConfig
-from evidra.rl.sft import SFTTrainer
+from evidra.rl.sft.finetune import SFTTrainer
 from evidra.rl.trainer import RLTrainer
 
 SHARDING = sys.argv[2] if len(sys.argv) > 2 else "fsdp2"
 
 
 def _cfg(out: Path, *extra: str) -> RLConfig:
-    base = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={out}", "run.batch_size=4",
-            "run.micro_batch_size=3", "rollout.group_size=2", "rollout.max_new_tokens=5",
-            "optim.lr=1e-3", "data.size=8",
-            "model.lora.enabled=false", "data.task=toy.length", f"run.sharding={SHARDING}", "algo.kl=loss",
-            "algo.kl_coef=0.1"]  # fmt: skip
+    base = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={out}",
+        "run.batch_size=4",
+        "run.micro_batch_size=3",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=5",
+        "optim.lr=1e-3",
+        "data.size=8",
+        "model.lora.enabled=false",
+        "data.task=toy.length",
+        f"run.sharding={SHARDING}",
+        "algo.kl=loss",
+        "algo.kl_coef=0.1",
+    ]
     return load_config(RLConfig, None, [*base, *extra])
 
 
 def _weights(trainer: RLTrainer) -> dict[str, torch.Tensor]:
-    from evidra.rl.checkpoint import load_trainable_weights
+    from evidra.rl.runs.checkpoint import load_trainable_weights
 
     return load_trainable_weights(trainer.save())
 
@@ -74,9 +84,18 @@ def main(out: str) -> None:
         result[name] = trainer.train()[0]["loss"]
         result[f"{name}_weights"] = _weights(trainer)
         result["world"] = trainer.acc.num_processes
-    sft_over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={root / 'sft'}", "run.steps=2",
-                "run.batch_size=4", "run.micro_batch_size=1", "data.task=toy.key_value", "data.size=8",
-                "model.lora.enabled=false", f"run.sharding={SHARDING}", "model.dtype=bfloat16"]  # fmt: skip
+    sft_over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={root / 'sft'}",
+        "run.steps=2",
+        "run.batch_size=4",
+        "run.micro_batch_size=1",
+        "data.task=toy.key_value",
+        "data.size=8",
+        "model.lora.enabled=false",
+        f"run.sharding={SHARDING}",
+        "model.dtype=bfloat16",
+    ]
     sft = load_config(SFTConfig, None, sft_over)
     result["sft"] = [m["loss"] for m in SFTTrainer(sft).train()]
     if full.acc.is_main_process:

@@ -12,8 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidra.errors import InvalidInputError, RegistryError
-from evidra.rl.advantages import (
+from evidra.core.errors import InvalidInputError, RegistryError
+from evidra.core.types import Span
+from evidra.rl.algo.advantages import (
     dr_grpo,
     group_ids,
     grpo,
@@ -25,8 +26,7 @@ from evidra.rl.advantages import (
     turn_credit_advantages,
     turn_masks,
 )
-from evidra.rl.estimators import ADVANTAGES, AdvantageInputs
-from evidra.types import Span
+from evidra.rl.algo.estimators import ADVANTAGES, AdvantageInputs
 
 S3 = math.sqrt(1.0 / 3.0)  # unbiased std of [1, 0, 1, 0]: sqrt(4 * 0.25 / 3)
 

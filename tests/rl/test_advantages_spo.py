@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evidra.env.base import StepInfo
-from evidra.errors import ConfigError, InvalidInputError
+from evidra.core.errors import ConfigError, InvalidInputError
+from evidra.core.types import Action, Parsed, Sample, Span, Trajectory
+from evidra.env.environment import StepInfo
 from evidra.models.context import Context
-from evidra.rl.advantages import grpo, similarity_baseline_advantages
-from evidra.rl.credit import prefix_similarity, turn_states
-from evidra.rl.estimators import ADVANTAGES, AdvantageInputs
+from evidra.rl.algo.advantages import grpo, similarity_baseline_advantages
+from evidra.rl.algo.credit import prefix_similarity, turn_states
+from evidra.rl.algo.estimators import ADVANTAGES, AdvantageInputs
 from evidra.rollout import Episode
-from evidra.types import Action, Parsed, Sample, Span, Trajectory
 
 TWO_TURNS = [[Span(0, 1), Span(2, 3)]] * 3  # each rollout: turn 0 on token 0, turn 1 on token 2
 

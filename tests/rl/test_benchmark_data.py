@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from evidra.cli.main import main
-from evidra.errors import ConfigError, InvalidInputError
+from evidra.core.errors import ConfigError, InvalidInputError
+from evidra.core.types import Page, Sample
 from evidra.methods import build_task
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import TASKS, task_samples, usable
-from evidra.types import Page, Sample
 
 FIX = Path(__file__).parents[1] / "fixtures" / "benchmarks"
 
@@ -27,21 +27,26 @@ def _visa(tmp_path: Path, task: str, **kw: object) -> DataConfig:
 
 
 def _slides(task: str, **kw: object) -> DataConfig:
-    return DataConfig(task=task, source="slidevqa", path=str(FIX / "slidevqa" / "test.jsonl"),
-                      options={"n_slides": "3"}, **kw)  # type: ignore[arg-type]  # fmt: skip
+    return DataConfig(
+        task=task,
+        source="slidevqa",
+        path=str(FIX / "slidevqa" / "test.jsonl"),
+        options={"n_slides": "3"},
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
 def _ocr_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """VISA's pages are screenshots: task lat reads them by OCR (refused without it, tested below)."""
-    monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: True)
+    monkeypatch.setattr("evidra.methods.lat.similarity.ocr_available", lambda: True)
 
 
 def test_single_turn_recipes_take_benchmark_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: False)
+    monkeypatch.setattr("evidra.methods.lat.similarity.ocr_available", lambda: False)
     with pytest.raises(ConfigError, match="visa_wiki: 5 pages have no text layer"):  # screenshots, no OCR
         task_samples(build_task(dict(name="lat")), _visa(tmp_path, "lat"))
-    monkeypatch.setattr("evidra.rewards.embedding.ocr_available", lambda: True)
+    monkeypatch.setattr("evidra.methods.lat.similarity.ocr_available", lambda: True)
     lat = task_samples(build_task(dict(name="lat")), _visa(tmp_path, "lat"))
     assert [s.answerable for s in lat] == [True, False]  # "No Answer" items train LAT's refusal
     assert lat[0].gold_boxes and [p.id for p in lat[0].pages] == ["nq-7", "nq-1", "nq-9"]
@@ -99,9 +104,22 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
 ) -> None:
 
     idx = tmp_path / "idx"
-    build = ["index", "build", "--dataset", "slidevqa", "--data", str(FIX / "slidevqa" / "test.jsonl"),
-             "--option", "n_slides=3", "--out", str(idx), "--encoder", "colqwen2",
-             "--model", str(tiny_dirs["colqwen2"])]  # fmt: skip
+    build = [
+        "index",
+        "build",
+        "--dataset",
+        "slidevqa",
+        "--data",
+        str(FIX / "slidevqa" / "test.jsonl"),
+        "--option",
+        "n_slides=3",
+        "--out",
+        str(idx),
+        "--encoder",
+        "colqwen2",
+        "--model",
+        str(tiny_dirs["colqwen2"]),
+    ]
     assert main(build) == 0
     assert "indexed 3 pages" in capsys.readouterr().out  # the deck's 3 slides, loader page ids
     # the loader's questions with their gold pages as qrels: 3 pages, so both gold pages are in the top 3
@@ -117,8 +135,8 @@ def test_vragrl_searches_a_benchmark_index_built_over_the_loader_pages(
     step = env.step(f"<search>{sample.question}</search>")
     assert step.info.page_id in {"deck-a_1", "deck-a_2", "deck-a_3"} and not step.done
     # the same index behind `evidra serve-index`: rollout workers share it over HTTP
-    from evidra.retrieval.engine import open_index
-    from evidra.retrieval.server import SearchService
+    from evidra.retrieval.lifecycle.index_folder import open_index
+    from evidra.retrieval.service.server import SearchService
 
     with open_index(idx) as engine, SearchService(engine.retriever, n_pages=3).running() as url:
         served_task = build_task(dict(name="vragrl", index=url))
@@ -155,20 +173,30 @@ def test_index_build_dataset_options_are_checked(tmp_path: Path, capsys: pytest.
 def test_lat_recipe_trains_on_a_benchmark_from_its_yaml(tmp_path: Path) -> None:
     import math
 
-    from evidra.config import load_config
+    from evidra.core.config import load_config
     from evidra.methods import rl_trainer
     from evidra.rl.config import RLConfig
 
     root = Path(__file__).resolve().parents[2]
     overrides = [
-        "model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=50176", "run.steps=1",
-        "run.batch_size=2", "run.micro_batch_size=2", "rollout.group_size=2", "rollout.max_new_tokens=6",
+        "model.path=tiny:qwen2_5_vl",
+        "model.min_pixels=3136",
+        "model.max_pixels=50176",
+        "run.steps=1",
+        "run.batch_size=2",
+        "run.micro_batch_size=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=6",
         "algo.mini_batch_size=0",
-        "rollout.max_response_tokens=6", "algo.dynamic_sampling=false", "data.size=0",
-        "data.source=visa_wiki", f"data.path={FIX / 'visa' / 'test.jsonl'}",
-        f"data.options.pool={FIX / 'visa' / 'train.jsonl'}", f"data.options.image_dir={tmp_path / 'img'}",
+        "rollout.max_response_tokens=6",
+        "algo.dynamic_sampling=false",
+        "data.size=0",
+        "data.source=visa_wiki",
+        f"data.path={FIX / 'visa' / 'test.jsonl'}",
+        f"data.options.pool={FIX / 'visa' / 'train.jsonl'}",
+        f"data.options.image_dir={tmp_path / 'img'}",
         f"run.output_dir={tmp_path / 'run'}",
-    ]  # fmt: skip
+    ]
     cfg = load_config(RLConfig, root / "configs" / "lat.yaml", overrides)
     trainer = rl_trainer(cfg)
     assert sorted(s.id for s in trainer.samples) == sorted(
@@ -180,7 +208,7 @@ def test_lat_recipe_trains_on_a_benchmark_from_its_yaml(tmp_path: Path) -> None:
 
 def test_sft_writes_oracles_for_benchmark_samples_with_gold_evidence(tmp_path: Path) -> None:
     from evidra.rl.config import SFTConfig
-    from evidra.rl.sft import _task_conversations
+    from evidra.rl.sft.finetune import _task_conversations
 
     convs = _task_conversations(SFTConfig(data=_visa(tmp_path, "lat")), build_task(dict(name="lat")))
     assert len(convs) == 2 and all(c[-1].role == "assistant" for c in convs)
@@ -196,32 +224,62 @@ def test_vragrl_recipe_trains_on_a_benchmark_with_an_index(
 ) -> None:
     import math
 
-    from evidra.config import load_config
+    from evidra.core.config import load_config
     from evidra.methods import rl_trainer
     from evidra.rl.config import RLConfig
 
     idx = tmp_path / "idx"
-    assert main(["index", "build", "--dataset", "slidevqa", "--data", str(FIX / "slidevqa" / "test.jsonl"),
-                 "--option", "n_slides=3", "--out", str(idx), "--encoder", "colqwen2",
-                 "--model", str(tiny_dirs["colqwen2"])]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "index",
+                "build",
+                "--dataset",
+                "slidevqa",
+                "--data",
+                str(FIX / "slidevqa" / "test.jsonl"),
+                "--option",
+                "n_slides=3",
+                "--out",
+                str(idx),
+                "--encoder",
+                "colqwen2",
+                "--model",
+                str(tiny_dirs["colqwen2"]),
+            ]
+        )
+        == 0
+    )
     root = Path(__file__).resolve().parents[2]
     overrides = [
-        "model.path=tiny:qwen2_5_vl", "model.min_pixels=3136", "model.max_pixels=50176", "run.steps=1",
-        "run.batch_size=1", "run.micro_batch_size=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
+        "model.path=tiny:qwen2_5_vl",
+        "model.min_pixels=3136",
+        "model.max_pixels=50176",
+        "run.steps=1",
+        "run.batch_size=1",
+        "run.micro_batch_size=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
         "algo.mini_batch_size=0",
-        "rollout.max_response_tokens=24", "rollout.max_turns=2", "algo.kl=none", "data.size=0",
-        "data.source=slidevqa", f"data.path={FIX / 'slidevqa' / 'test.jsonl'}", "data.options.n_slides=3",
-        f"method.index={idx}", f"run.output_dir={tmp_path / 'run'}",
-    ]  # fmt: skip
+        "rollout.max_response_tokens=24",
+        "rollout.max_turns=2",
+        "algo.kl=none",
+        "data.size=0",
+        "data.source=slidevqa",
+        f"data.path={FIX / 'slidevqa' / 'test.jsonl'}",
+        "data.options.n_slides=3",
+        f"method.index={idx}",
+        f"run.output_dir={tmp_path / 'run'}",
+    ]
     (row,) = rl_trainer(load_config(RLConfig, root / "configs" / "vragrl.yaml", overrides)).train()
     assert math.isfinite(row["loss"]) and {"reward/retrieval", "reward/answer", "reward/pattern"} <= set(row)
 
 
 def test_oracles_refuse_answerable_samples_without_gold_evidence(tmp_path: Path) -> None:
-    from evidra.errors import InvalidInputError
-    from evidra.paradigms.coe import coe_oracle_text
-    from evidra.paradigms.evidence import evidence_oracle_text
-    from evidra.paradigms.toolchain import toolchain_oracle_text
+    from evidra.core.errors import InvalidInputError
+    from evidra.methods.evisrag.paradigm import evidence_oracle_text
+    from evidra.methods.lang2act.paradigm import toolchain_oracle_text
+    from evidra.methods.lat.paradigm import coe_oracle_text
 
     bare = Sample(
         id="s", question="who?", answers=("Ann",), pages=(Page("p", str(tmp_path / "p.png"), 9, 9),)

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from evidra.cli.main import main
-from evidra.config import load_config
-from evidra.rl.checkpoint import list_checkpoints, verify_checkpoint
+from evidra.core.config import load_config
 from evidra.rl.config import RLConfig
+from evidra.rl.runs.checkpoint import list_checkpoints, verify_checkpoint
 from evidra.rl.trainer import RLTrainer
 
 ARGS = [

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from evidra.methods.combined import LAT_ROUTES, ScopedReward
-from evidra.rewards.base import RewardResult
-from evidra.types import Parsed, Sample
+from evidra.core.types import Parsed, Sample
+from evidra.methods.scoped import LAT_ROUTES, ScopedReward
+from evidra.rewards.reward import RewardResult
 
 
 def test_components_are_routed_to_channels() -> None:
@@ -23,15 +23,28 @@ def test_components_are_routed_to_channels() -> None:
 
 @pytest.mark.slow
 def test_lat_rewards_train_under_rs_grpo_scopes(tmp_path: Path) -> None:
-    from evidra.config import load_config
+    from evidra.core.config import load_config
     from evidra.methods import rl_trainer
     from evidra.rl.config import RLConfig
 
-    cfg = load_config(RLConfig, None, [
-        "model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "run.steps=2", "run.batch_size=2",
-        "rollout.group_size=3", "rollout.max_new_tokens=24", "method.name=lat", "method.scoped=true",
-        f"data.path={tmp_path / 'data'}", "data.size=4", "algo.advantage=rs_grpo", "algo.kl=none",
-    ])  # fmt: skip
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            "model.path=tiny:qwen2_5_vl",
+            f"run.output_dir={tmp_path}",
+            "run.steps=2",
+            "run.batch_size=2",
+            "rollout.group_size=3",
+            "rollout.max_new_tokens=24",
+            "method.name=lat",
+            "method.scoped=true",
+            f"data.path={tmp_path / 'data'}",
+            "data.size=4",
+            "algo.advantage=rs_grpo",
+            "algo.kl=none",
+        ],
+    )
     trainer = rl_trainer(cfg)
     history = trainer.train()
     assert all("reward/accuracy" in m and m["loss"] == m["loss"] for m in history)

@@ -14,8 +14,16 @@ import torch
 def test_two_cpu_processes_hold_identical_weights_after_a_step(tmp_path: Path) -> None:
     script = Path(__file__).with_name("ddp_step.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(script), str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
@@ -38,8 +46,17 @@ def test_sharded_training_on_two_cpu_processes_resumes_exactly_and_matches_ddp(
         pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra (in .[dev])")
     script = Path(__file__).with_name("sharded_steps.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(script), str(tmp_path), sharding]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        str(tmp_path),
+        sharding,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = torch.load(tmp_path / "result.pt", weights_only=False)
@@ -65,10 +82,25 @@ def test_sharded_training_on_two_cpu_processes_resumes_exactly_and_matches_ddp(
 
 def _cli_on_two_processes(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "evidra.cli.main", "train", "rl", "model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}",
-           "rollout.group_size=2", "rollout.max_new_tokens=4", "data.size=4", "model.lora.r=4",
-           *overrides]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "evidra.cli.main",
+        "train",
+        "rl",
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={tmp_path}",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=4",
+        "data.size=4",
+        "model.lora.r=4",
+        *overrides,
+    ]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -90,5 +122,8 @@ def test_under_a_launcher_only_the_main_process_prints(tmp_path: Path) -> None:
     errors = [line for line in proc.stderr.splitlines() if "evidra train rl: error:" in line]
     assert sorted(line.split("]")[0] for line in errors) == ["[rank 0", "[rank 1"], proc.stderr[-3000:]
     for line in errors:  # each whole: prefix, command, the message through its fix, nothing glued
-        assert re.fullmatch(r"\[rank [01]\] evidra train rl: error: run\.batch_size=3 is the global number "
-                            r"of prompts .* processes; use a multiple of 2", line), line  # fmt: skip
+        assert re.fullmatch(
+            r"\[rank [01]\] evidra train rl: error: run\.batch_size=3 is the global number "
+            r"of prompts .* processes; use a multiple of 2",
+            line,
+        ), line

@@ -7,9 +7,9 @@ import inspect
 import pytest
 import torch
 
-from evidra.errors import ConfigError, InvalidInputError
-from evidra.rl.estimators import ADVANTAGES, AdvantageInputs, Advantages
-from evidra.types import Span
+from evidra.core.errors import ConfigError, InvalidInputError
+from evidra.core.types import Span
+from evidra.rl.algo.estimators import ADVANTAGES, AdvantageInputs, Advantages
 
 S3 = (1.0 / 3.0) ** 0.5  # unbiased std of [1, 0, 1, 0]
 
@@ -53,9 +53,15 @@ def test_scoped_estimators_read_the_channels() -> None:
 
 def test_turn_credit_reads_turn_credits() -> None:
     # trajectory sums 3 and 1 -> Dr.GRPO ±1 on every turn token
-    x = AdvantageInputs(torch.zeros(2), 2, scale_by_std=False, length=4,
-                        turn_credits=torch.tensor([[1.0, 2.0], [1.0, 0.0]]), turn_mask=torch.ones(2, 2),
-                        turn_spans=[[Span(0, 1), Span(2, 3)], [Span(0, 2)]])  # fmt: skip
+    x = AdvantageInputs(
+        torch.zeros(2),
+        2,
+        scale_by_std=False,
+        length=4,
+        turn_credits=torch.tensor([[1.0, 2.0], [1.0, 0.0]]),
+        turn_mask=torch.ones(2, 2),
+        turn_spans=[[Span(0, 1), Span(2, 3)], [Span(0, 2)]],
+    )
     tokens = ADVANTAGES.get("turn_credit").fn(x).to_tokens(4)
     assert torch.equal(tokens, torch.tensor([[1.0, 0.0, 1.0, 0.0], [-1.0, -1.0, 0.0, 0.0]]))
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 import yaml
 
-from evidra.config import load_config
-from evidra.errors import CheckpointError, EvidraError, ModelLoadError
+from evidra.core.config import load_config
+from evidra.core.errors import CheckpointError, EvidraError, ModelLoadError
 from evidra.models.loading import load_vlm
-from evidra.rl.checkpoint import list_checkpoints, load_trainable_weights
 from evidra.rl.config import RLConfig
-from evidra.rl.export import PROVENANCE, export_model, resolve_trained_model
+from evidra.rl.runs.checkpoint import list_checkpoints, load_trainable_weights
+from evidra.rl.runs.export import PROVENANCE, export_model, resolve_trained_model
 from evidra.rl.trainer import RLTrainer
 
 IDS = torch.tensor([[11, 57, 302, 9, 150, 77, 4, 612]])  # fixed text-only input within the tiny vocab, (1, 8)
@@ -33,11 +33,22 @@ def _train(out: Path, lora: bool) -> RLTrainer:
     A random tiny policy earns the same (zero) reward in every episode, so the step alone may not
     move the weights; a seeded nudge of the trainable tensors makes equal logits mean something.
     """
-    cfg = load_config(RLConfig, None, [
-        "model.path=tiny:qwen2_5_vl", f"run.output_dir={out}", "run.steps=1", "run.batch_size=2",
-        "run.micro_batch_size=4", "rollout.group_size=2", "rollout.max_new_tokens=4", "data.size=4",
-        f"model.lora.enabled={str(lora).lower()}", "model.lora.r=4",
-    ])  # fmt: skip
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            "model.path=tiny:qwen2_5_vl",
+            f"run.output_dir={out}",
+            "run.steps=1",
+            "run.batch_size=2",
+            "run.micro_batch_size=4",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=4",
+            "data.size=4",
+            f"model.lora.enabled={str(lora).lower()}",
+            "model.lora.r=4",
+        ],
+    )
     trainer = RLTrainer(cfg)
     trainer.train()
     gen = torch.Generator().manual_seed(0)
@@ -181,7 +192,7 @@ def test_bad_sources_are_one_line_errors(trained: tuple[RLTrainer, Path], tmp_pa
 
 
 def test_a_yaml_alias_bomb_in_a_checkpoint_config_is_refused(tmp_path: Path) -> None:
-    from evidra.rl.export import read_checkpoint
+    from evidra.rl.runs.export import read_checkpoint
 
     ckpt = tmp_path / "step-000001"
     ckpt.mkdir()

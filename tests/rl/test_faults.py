@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from evidra.config import load_config
-from evidra.errors import CheckpointError, TrainingError
-from evidra.rewards.base import RewardResult
-from evidra.rl.checkpoint import WEIGHTS, list_checkpoints, load_trainable_weights, verify_checkpoint
+from evidra.core.config import load_config
+from evidra.core.errors import CheckpointError, TrainingError
+from evidra.core.types import Parsed, Sample, Trajectory
+from evidra.rewards.reward import RewardResult
 from evidra.rl.config import RLConfig
+from evidra.rl.runs.checkpoint import WEIGHTS, list_checkpoints, load_trainable_weights, verify_checkpoint
 from evidra.rl.tasks import TASKS
 from evidra.rl.trainer import RLTrainer
-from evidra.sink import read_metrics
-from evidra.types import Parsed, Sample, Trajectory
+from evidra.safeio.sink import read_metrics
 
 BASE = TASKS.get("toy.length")
 
@@ -33,9 +33,17 @@ def _task(name: str, reward: RewardResult) -> str:
 
 
 def _cfg(out: Path, *extra: str) -> RLConfig:
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={out}", "run.batch_size=2", "rollout.group_size=2",
-            "rollout.max_new_tokens=4", "data.size=4", "data.task=toy.length", "algo.kl=none",
-            "model.lora.enabled=false"]  # fmt: skip
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={out}",
+        "run.batch_size=2",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=4",
+        "data.size=4",
+        "data.task=toy.length",
+        "algo.kl=none",
+        "model.lora.enabled=false",
+    ]
     return load_config(RLConfig, None, [*over, *extra])
 
 
@@ -121,7 +129,7 @@ def test_non_finite_weights_and_negative_positions_are_refused(tmp_path: Path) -
 def test_checkpoints_of_another_shape_or_with_missing_weights_are_named(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
-    from evidra.rl.checkpoint import load_checkpoint
+    from evidra.rl.runs.checkpoint import load_checkpoint
 
     trainer = RLTrainer(_cfg(tmp_path, "run.steps=1"))
     trainer.train()

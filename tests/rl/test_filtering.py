@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evidra.core.errors import EvidraError, InvalidInputError
 from evidra.data.construction.difficulty import difficulty_filter
-from evidra.errors import EvidraError, InvalidInputError
-from evidra.rl.filtering import (
+from evidra.rl.algo.filtering import (
     DAPO_FILTER,
     EVISRAG_FILTER,
     DynamicSampler,

@@ -1,4 +1,4 @@
-"""FSDP2 optimizer state is written and read without pickle (``rl/fsdp_state.py``)."""
+"""FSDP2 optimizer state is written and read without pickle (``rl/parallel/fsdp_state.py``)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,25 @@ def test_a_planted_dcp_metadata_pickle_is_never_executed(tmp_path: Path) -> None
     and the payload never runs."""
     script = Path(__file__).with_name("fsdp_planted.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(script), str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
-    assert result["written"] == ["rank-00000.json", "rank-00000.safetensors", "rank-00001.json",
-                                 "rank-00001.safetensors"]  # fmt: skip
+    assert result["written"] == [
+        "rank-00000.json",
+        "rank-00000.safetensors",
+        "rank-00001.json",
+        "rank-00001.safetensors",
+    ]
     assert result["resumed_from"] == 1
     assert not result["marker"] and not (tmp_path / "owned").exists()
     refused = result["refused"]
@@ -48,8 +60,8 @@ def test_the_state_round_trips_and_damage_is_named_in_one_line(tmp_path: Path) -
     every damaged or foreign file refused in one line."""
     import torch
 
-    from evidra.errors import CheckpointError
-    from evidra.rl import fsdp_state
+    from evidra.core.errors import CheckpointError
+    from evidra.rl.parallel import fsdp_state
 
     folder = tmp_path / "step-000001" / "optimizer"
     model, opt = _trained(0)

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from evidra.errors import InvalidInputError, RegistryError
-from evidra.rl.kl import KL_ESTIMATORS, k1, k2, k3, kl_in_reward, kl_loss, kl_penalty, last_token_index
-from evidra.rl.losses import aggregate
+from evidra.core.errors import InvalidInputError, RegistryError
+from evidra.rl.algo.kl import KL_ESTIMATORS, k1, k2, k3, kl_in_reward, kl_loss, kl_penalty, last_token_index
+from evidra.rl.algo.losses import aggregate
 
 LOGP = torch.tensor([[-1.0, -2.0]])
 REF = torch.tensor([[-1.5, -1.0]])  # logp - ref = [0.5, -1.0]; ref - logp = [-0.5, 1.0]

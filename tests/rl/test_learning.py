@@ -12,11 +12,11 @@ from statistics import mean
 
 import pytest
 
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.rl.config import RLConfig, SFTConfig
-from evidra.rl.sft import SFTTrainer
+from evidra.rl.sft.finetune import SFTTrainer
 from evidra.rl.trainer import RLTrainer
-from evidra.sink import read_metrics
+from evidra.safeio.sink import read_metrics
 
 
 @pytest.mark.slow
@@ -24,11 +24,23 @@ def test_grpo_raises_a_verifiable_reward(tmp_path: Path) -> None:
     # toy.digits: reward = share of digit characters; a random tiny model writes ~0.3% digits.
     # Sampling keeps the top 50 tokens (as many recipes do): over a 2k-token random vocabulary,
     # full-distribution sampling explores far more slowly (measured 0.007 -> 0.23 in 30 steps).
-    cfg = load_config(RLConfig, None, [
-        "model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "run.steps=30", "run.batch_size=4",
-        "run.micro_batch_size=16", "rollout.group_size=8", "rollout.max_new_tokens=16", "optim.lr=3e-3",
-        "model.lora.enabled=false", "algo.kl=none", "rollout.top_k=50",
-    ])  # fmt: skip
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            "model.path=tiny:qwen2_5_vl",
+            f"run.output_dir={tmp_path}",
+            "run.steps=30",
+            "run.batch_size=4",
+            "run.micro_batch_size=16",
+            "rollout.group_size=8",
+            "rollout.max_new_tokens=16",
+            "optim.lr=3e-3",
+            "model.lora.enabled=false",
+            "algo.kl=none",
+            "rollout.top_k=50",
+        ],
+    )
     rewards = [m["reward/mean"] for m in RLTrainer(cfg).train()]
     # measured: first 5 steps 0.00-0.03, last 5 steps 0.89-0.97
     assert mean(rewards[:5]) < 0.1
@@ -39,22 +51,46 @@ def test_grpo_raises_a_verifiable_reward(tmp_path: Path) -> None:
 def test_multi_turn_policy_learns_to_call_the_tool(tmp_path: Path) -> None:
     # Cold start: half the oracle conversations search then answer, half guess directly, so
     # the policy calls the tool about half of the time; RL must find out that searching pays.
-    sft = load_config(SFTConfig, None, [
-        "model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path / 'sft'}", "run.steps=100",
-        "run.batch_size=8", "optim.lr=3e-3", "model.lora.enabled=false", "data.task=toy.key_value",
-        "data.size=32",
-    ])  # fmt: skip
+    sft = load_config(
+        SFTConfig,
+        None,
+        [
+            "model.path=tiny:qwen2_5_vl",
+            f"run.output_dir={tmp_path / 'sft'}",
+            "run.steps=100",
+            "run.batch_size=8",
+            "optim.lr=3e-3",
+            "model.lora.enabled=false",
+            "data.task=toy.key_value",
+            "data.size=32",
+        ],
+    )
     trainer = SFTTrainer(sft)
     losses = [m["loss"] for m in trainer.train()]
     assert losses[-1] < 0.3 * losses[0]
     trainer.export(tmp_path / "cold")
-    rl = load_config(RLConfig, None, [
-        f"model.path={tmp_path / 'cold'}", f"run.output_dir={tmp_path / 'rl'}", "run.steps=30",
-        "run.batch_size=8", "run.micro_batch_size=16", "rollout.group_size=8", "rollout.max_turns=3",
-        "rollout.max_new_tokens=12", "rollout.max_response_tokens=160", "optim.lr=5e-4", "rollout.top_k=50",
-        "model.lora.enabled=false", "data.task=toy.key_value", "data.size=32", "algo.kl=loss",
-        "algo.kl_coef=0.05",
-    ])  # fmt: skip
+    rl = load_config(
+        RLConfig,
+        None,
+        [
+            f"model.path={tmp_path / 'cold'}",
+            f"run.output_dir={tmp_path / 'rl'}",
+            "run.steps=30",
+            "run.batch_size=8",
+            "run.micro_batch_size=16",
+            "rollout.group_size=8",
+            "rollout.max_turns=3",
+            "rollout.max_new_tokens=12",
+            "rollout.max_response_tokens=160",
+            "optim.lr=5e-4",
+            "rollout.top_k=50",
+            "model.lora.enabled=false",
+            "data.task=toy.key_value",
+            "data.size=32",
+            "algo.kl=loss",
+            "algo.kl_coef=0.05",
+        ],
+    )
     history = RLTrainer(rl).train()
     search = [m["actions/first_is_search"] for m in history]
     # measured: first 5 steps 0.08-0.20, last 5 steps 0.58-0.62 on an Intel CPU; 0.18 -> 0.40 on an
@@ -68,9 +104,16 @@ def test_multi_turn_policy_learns_to_call_the_tool(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_losses(tmp_path: Path) -> None:
-    args = ["model.path=tiny:qwen2_5_vl", "run.steps=6", "run.save_every=2", "run.batch_size=2",
-            "rollout.group_size=3", "rollout.max_new_tokens=6", "optim.lr=1e-3",
-            "data.task=toy.length"]  # fmt: skip
+    args = [
+        "model.path=tiny:qwen2_5_vl",
+        "run.steps=6",
+        "run.save_every=2",
+        "run.batch_size=2",
+        "rollout.group_size=3",
+        "rollout.max_new_tokens=6",
+        "optim.lr=1e-3",
+        "data.task=toy.length",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
     def launch(out: Path) -> subprocess.Popen[bytes]:

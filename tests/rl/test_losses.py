@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-from evidra.errors import InvalidInputError, RegistryError
-from evidra.rl.advantages import router_advantages
-from evidra.rl.losses import (
+from evidra.core.errors import InvalidInputError, RegistryError
+from evidra.rl.algo.advantages import router_advantages
+from evidra.rl.algo.losses import (
     LOSS_AGGREGATIONS,
     POLICY_LOSSES,
     active_scope_count,
@@ -127,8 +127,14 @@ def test_gspo_hand_computed_value_and_gradient() -> None:
     # log ratios 0.2, -0.1 -> mean 0.05 -> s = e^0.05 = 1.051271; A = 1, clip 0.2: unclipped
     # loss per token = -s; d loss_t / d logp_t = -s (token-combined form)
     logp = torch.tensor([[0.2, -0.1]], dtype=torch.float64, requires_grad=True)
-    out = gspo_loss(logp, torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0]), torch.ones(1, 2),
-                    clip_low=0.2, clip_high=0.2)  # fmt: skip
+    out = gspo_loss(
+        logp,
+        torch.zeros(1, 2, dtype=torch.float64),
+        torch.tensor([1.0]),
+        torch.ones(1, 2),
+        clip_low=0.2,
+        clip_high=0.2,
+    )
     s = math.exp(0.05)
     assert torch.allclose(out.loss, torch.tensor([[-s, -s]], dtype=torch.float64))
     out.loss.sum().backward()
@@ -142,8 +148,9 @@ def test_gspo_gradient_equals_trl_sequence_level_after_seq_mean_token_mean() -> 
     logp0, old, _, mask = _random_batch(3)
     adv = torch.randn(logp0.shape[0], dtype=torch.float64)
     ours_p = logp0.clone().requires_grad_(True)
-    ours = aggregate(gspo_loss(ours_p, old, adv, mask, clip_low=10.0, clip_high=10.0).loss, mask,
-                     "seq-mean-token-mean")  # fmt: skip
+    ours = aggregate(
+        gspo_loss(ours_p, old, adv, mask, clip_low=10.0, clip_high=10.0).loss, mask, "seq-mean-token-mean"
+    )
     ours.backward()
     trl_p = logp0.clone().requires_grad_(True)
     # TRL importance_sampling_level="sequence": coef_1 = exp(masked seq-mean(log_ratio)), grpo loss

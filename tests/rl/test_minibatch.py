@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from evidra.config import load_config
-from evidra.errors import ConfigError
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
+from evidra.rl.algo.credit import token_advantages
+from evidra.rl.algo.kl import KL_ESTIMATORS
+from evidra.rl.algo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from evidra.rl.config import RLConfig
-from evidra.rl.credit import token_advantages
-from evidra.rl.kl import KL_ESTIMATORS
-from evidra.rl.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 from evidra.rl.trainer import RLTrainer
 from evidra.rl.update import UpdateSettings, episode_tensors, policy_update, reference_logprobs
 from evidra.rl.validate import local_batch_size
@@ -23,10 +23,18 @@ from evidra.rl.validate import local_batch_size
 
 def _cfg(out: Path, *extra: str) -> RLConfig:
     base = [
-        "model.path=tiny:qwen2_5_vl", f"run.output_dir={out}", "run.batch_size=2", "run.micro_batch_size=3",
-        "rollout.group_size=3", "rollout.max_new_tokens=6", "optim.lr=1e-3", "data.size=8",
-        "model.lora.enabled=false", "algo.kl=none", "data.task=toy.length",
-    ]  # fmt: skip
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={out}",
+        "run.batch_size=2",
+        "run.micro_batch_size=3",
+        "rollout.group_size=3",
+        "rollout.max_new_tokens=6",
+        "optim.lr=1e-3",
+        "data.size=8",
+        "model.lora.enabled=false",
+        "algo.kl=none",
+        "data.task=toy.length",
+    ]
     return load_config(RLConfig, None, [*base, *extra])
 
 
@@ -42,8 +50,14 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[RLTrainer, list, to
     return trainer, episodes, advantages, valid
 
 
-def _update(batch: tuple, settings: UpdateSettings, *, n_mini: int = 1, sampler_shift: float = 0.0,
-            with_ref: bool = False) -> tuple[dict[str, float], dict[str, torch.Tensor]]:  # fmt: skip
+def _update(
+    batch: tuple,
+    settings: UpdateSettings,
+    *,
+    n_mini: int = 1,
+    sampler_shift: float = 0.0,
+    with_ref: bool = False,
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     trainer, episodes, advantages, valid = batch
     model = trainer.vlm.model
     start = copy.deepcopy(model.state_dict())
@@ -102,8 +116,10 @@ def test_trainer_recomputes_old_logprobs_with_minibatches(tmp_path: Path) -> Non
 @pytest.mark.parametrize("loss", POLICY_LOSSES.names())
 @pytest.mark.parametrize("agg", LOSS_AGGREGATIONS.names())
 def test_every_loss_and_aggregation_updates(batch: tuple, loss: str, agg: str) -> None:
-    stats, deltas = _update(batch, UpdateSettings(policy_loss=loss, loss_agg=agg, dual_clip=None,
-                                                  old_logprobs="sampler", max_len=16))  # fmt: skip
+    stats, deltas = _update(
+        batch,
+        UpdateSettings(policy_loss=loss, loss_agg=agg, dual_clip=None, old_logprobs="sampler", max_len=16),
+    )
     assert math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
     assert any(bool(d.abs().sum() > 0) for d in deltas.values()), f"{loss}/{agg} changed nothing"
 

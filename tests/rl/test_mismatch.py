@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evidra.errors import InvalidInputError
-from evidra.rl.mismatch import logprob_mismatch
+from evidra.core.errors import InvalidInputError
+from evidra.rl.algo.mismatch import logprob_mismatch
 
 
 def test_mismatch_counts_only_masked_tokens() -> None:

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.methods import METHODS, method_facts, rl_trainer
 from evidra.rl.config import RLConfig
-from evidra.rl.export import PROVENANCE, export_model
-from evidra.rl.model_card import CardInput, MethodFacts, Paper, base_license, hub_id, model_card
-from evidra.sink import read_metrics
+from evidra.rl.runs.export import PROVENANCE, export_model
+from evidra.rl.runs.model_card import CardInput, MethodFacts, Paper, base_license, hub_id, model_card
+from evidra.safeio.sink import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,10 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 def lat_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two steps of the tiny LAT recipe."""
     run = tmp_path_factory.mktemp("lat-run")
-    cfg = load_config(RLConfig, ROOT / "configs" / "tiny" / "lat.yaml", [
-        f"run.output_dir={run}", "run.steps=2", "run.save_every=2", "data.size=4", "rollout.group_size=2",
-        "rollout.max_new_tokens=8",
-    ])  # fmt: skip
+    cfg = load_config(
+        RLConfig,
+        ROOT / "configs" / "tiny" / "lat.yaml",
+        [
+            f"run.output_dir={run}",
+            "run.steps=2",
+            "run.save_every=2",
+            "data.size=4",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+        ],
+    )
     rl_trainer(cfg).train()
     return run
 
@@ -96,23 +104,37 @@ def test_an_adapter_card_loads_with_peft_and_a_plain_task_names_no_paper(
 def test_method_facts_come_from_the_registry() -> None:
     lat = method_facts({"method": {"name": "lat", "scoped": True}})
     assert lat is not None and lat.paper is METHODS.get("lat").citation and lat.paradigm == "coe"
-    for config in ({"method": {}, "data": {"task": "toy.digits"}}, {"method": {"name": "nope"}},
-                   {"method": {}, "data": {"task": "lang2act.stage2"}},  # a former task name names none
-                   {"method": "lat"}, {"method": {"name": ["lat"]}}, {}):  # fmt: skip
+    for config in (
+        {"method": {}, "data": {"task": "toy.digits"}},
+        {"method": {"name": "nope"}},
+        {"method": {}, "data": {"task": "lang2act.stage2"}},  # a former task name names none
+        {"method": "lat"},
+        {"method": {"name": ["lat"]}},
+        {},
+    ):
         assert method_facts(config) is None, config
 
 
 def test_a_hostile_run_cannot_shape_the_card(tmp_path: Path) -> None:
-    config = {"method": {"name": "x\n---\nlicense: evil"},
-              "data": {"task": "t", "path": "a`b\n# injected\n```", "source": "s"},
-              "model": {"path": "ckpt/base\n## injected", "dtype": "float32", "lora": {"enabled": False}},
-              "run": {"steps": 3, "batch_size": 2}}  # fmt: skip
+    config = {
+        "method": {"name": "x\n---\nlicense: evil"},
+        "data": {"task": "t", "path": "a`b\n# injected\n```", "source": "s"},
+        "model": {"path": "ckpt/base\n## injected", "dtype": "float32", "lora": {"enabled": False}},
+        "run": {"steps": 3, "batch_size": 2},
+    }
     facts = CardInput(config, "0" * 64, 3, {"a|b\n## evil": 1.0}, tmp_path, "out\n# x", False, None)
     card = model_card(facts)
     assert set(_front_matter(card)) == {"library_name", "tags", "pipeline_tag"}
     headings = [line for line in card.splitlines() if line.startswith("#")]
-    assert headings == ["# out # x", "## Method", "## Base model", "## Recipe", "## Data", "## Training",
-                        "## How to load"], headings  # fmt: skip
+    assert headings == [
+        "# out # x",
+        "## Method",
+        "## Base model",
+        "## Recipe",
+        "## Data",
+        "## Training",
+        "## How to load",
+    ], headings
 
 
 def test_base_model_and_license_come_from_the_hub_id_and_the_base_card(tmp_path: Path) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from evidra.env.base import StepInfo
+from evidra.core.types import Sample, Span, Trajectory
+from evidra.env.environment import StepInfo
 from evidra.models.context import Context
-from evidra.rl.advantages import grpo
+from evidra.rl.algo.advantages import grpo
+from evidra.rl.algo.credit import loss_rows, over_turn
 from evidra.rl.config import AlgoConfig
-from evidra.rl.credit import loss_rows, over_turn
 from evidra.rollout import Episode
-from evidra.types import Sample, Span, Trajectory
 
 
 def _episode(truncated: bool, turn_limit: bool) -> Episode:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.rl.config import RLConfig
 from evidra.rl.trainer import RLTrainer
 

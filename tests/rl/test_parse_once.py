@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from evidra.core.types import Box, CoordSpace, Page, Parsed, Sample, Trajectory, Word
 from evidra.env import SingleTurnEnv
 from evidra.env.search import SearchEnv, bm25_searcher
 from evidra.models.generation import SamplingParams
 from evidra.paradigms import Direct
 from evidra.paradigms.search_agent import SearchAgent
-from evidra.rewards.base import RewardResult
-from evidra.rl.scoring import score_episodes
+from evidra.rewards.reward import RewardResult
+from evidra.rl.episode_scoring import score_episodes
 from evidra.rl.tasks import Task
 from evidra.rollout import HFBackend, RolloutLimits, rollout, same_parser
-from evidra.types import Box, CoordSpace, Page, Parsed, Sample, Trajectory, Word
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def test_same_parser() -> None:
 def test_evaluation_reuses_the_environments_parse_of_each_turn() -> None:
     """An evaluated episode through a parsing environment is parsed once per turn (by the
     environment), not again by ``to_prediction``; with another paradigm it is parsed anew."""
+    from evidra.core.geometry import vision_spec
     from evidra.eval.runner import RawEpisode, to_prediction
-    from evidra.geometry import vision_spec
 
     paradigm = _Counting(Direct())
     env = SingleTurnEnv(paradigm)

@@ -9,19 +9,27 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.config import load_config
-from evidra.errors import ConfigError
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
 from evidra.rl.config import LoraConfig, ModelConfig, RLConfig
-from evidra.rl.precision import auto_dtype, resolve_model_dtype, training_precision
+from evidra.rl.parallel.precision import auto_dtype, resolve_model_dtype, training_precision
 from evidra.rl.trainer import RLTrainer
 
 
 def _trainer(out: Path, dtype: str, *extra: str) -> RLTrainer:
     over = [
-        "model.path=tiny:qwen2_5_vl", f"run.output_dir={out}", f"model.dtype={dtype}", "run.steps=2",
-        "run.batch_size=2", "rollout.group_size=3", "rollout.max_new_tokens=6", "optim.lr=1e-6",
-        "data.size=8", "model.lora.enabled=false", "data.task=toy.length",
-    ]  # fmt: skip
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={out}",
+        f"model.dtype={dtype}",
+        "run.steps=2",
+        "run.batch_size=2",
+        "rollout.group_size=3",
+        "rollout.max_new_tokens=6",
+        "optim.lr=1e-6",
+        "data.size=8",
+        "model.lora.enabled=false",
+        "data.task=toy.length",
+    ]
     return RLTrainer(load_config(RLConfig, None, [*over, *extra]))
 
 
@@ -112,7 +120,7 @@ def test_auto_dtype_follows_the_cpu(cpu_profile: Any, profile: str, expected: st
 
 
 def test_auto_dtype_takes_injected_flags_and_rates() -> None:
-    from evidra.retrieval.compute import PROFILES
+    from evidra.retrieval.kernels.compute_dtype import PROFILES
 
     amx = PROFILES["amx"]
     assert auto_dtype("cpu", features=amx.features, probe=amx.probe) == "bfloat16"
@@ -135,7 +143,7 @@ def test_explicit_bf16_on_a_cpu_without_bf16_hardware_warns(
 ) -> None:
     cpu_profile(profile)
     cfg = ModelConfig(dtype="bfloat16")
-    with caplog.at_level(logging.WARNING, logger="evidra.rl.precision"):
+    with caplog.at_level(logging.WARNING, logger="evidra.rl.parallel.precision"):
         assert resolve_model_dtype(cfg, "cpu") is cfg  # kept as asked
     assert ("model.dtype=auto or float32" in caplog.text) is warns
     assert resolve_model_dtype(ModelConfig(dtype="float32"), "cpu").dtype == "float32"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.methods import build_task, rl_trainer, task_for
 from evidra.rl.config import RLConfig
 
@@ -149,7 +149,7 @@ def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
 def test_lat_colqwen2_loads_the_retriever_from_its_checkpoint(
     tiny_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
-    from evidra.errors import ConfigError
+    from evidra.core.errors import ConfigError
     from evidra.methods import build_task
     from evidra.rl.config import DataConfig
 
@@ -171,8 +171,8 @@ def test_lat_colqwen2_loads_the_retriever_from_its_checkpoint(
 
 
 def test_lang2act_task_with_a_toolbox_file(tmp_path: Path) -> None:
-    from evidra.methods.lang2act import make_lang2act_task
-    from evidra.paradigms.toolchain import Tool, load_toolbox, save_toolbox
+    from evidra.methods.lang2act.method import make_lang2act_task
+    from evidra.methods.lang2act.paradigm import Tool, load_toolbox, save_toolbox
     from evidra.rl.config import DataConfig
 
     save_toolbox([Tool("count_rows", "Image k: table", "Count rows.")], tmp_path / "box.json")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evidra.config import load_config
+from evidra.core.config import load_config
 from evidra.methods import rl_trainer, task_for
 from evidra.rl.config import RLConfig
 
@@ -101,15 +101,24 @@ def test_vragrl_scripted_episodes_score_the_paper_reward(small_vlm: Any, tmp_pat
     task = build_task(dict(name="vragrl"))
     sample = task.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
     q, a = sample.question, sample.answers[0]
-    right = [f"<think>a</think><search>{q}</search>", "<think>b</think><bbox>[10, 10, 300, 200]</bbox>",
-             f"<think>c</think><answer>{a}</answer>"]  # fmt: skip
+    right = [
+        f"<think>a</think><search>{q}</search>",
+        "<think>b</think><bbox>[10, 10, 300, 200]</bbox>",
+        f"<think>c</think><answer>{a}</answer>",
+    ]
     wrong = [
         "<think>a</think><search>zzz unknown words</search>",
         "<think>b</think><bbox>[5, 5, 1, 1]</bbox>",
         "<think>c</think><answer>nobody</answer>",
     ]
-    episodes = rollout(Scripted(small_vlm, [right, wrong]), task.make_env, [sample], 2,
-                       SamplingParams(max_new_tokens=64), RolloutLimits(5, 64, 4000))  # fmt: skip
+    episodes = rollout(
+        Scripted(small_vlm, [right, wrong]),
+        task.make_env,
+        [sample],
+        2,
+        SamplingParams(max_new_tokens=64),
+        RolloutLimits(5, 64, 4000),
+    )
     good, bad = episodes
     assert [i.action for i in good.infos] == ["search", "bbox", "answer"]
     assert good.infos[0].page_id == sample.gold_pages[0]  # BM25 finds the gold page for the question
@@ -130,11 +139,19 @@ def test_cave_scripted_episodes_get_turn_credits(small_vlm: Any, tmp_path: Path)
     task = build_task(dict(name="cave"))
     sample = task.samples(DataConfig(task="cave", size=1, path=str(tmp_path)))[0]
     call = json.dumps({"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [0, 0, 200, 200]}})
-    zoom_then_answer = [f"<think>z</think><tool_call>{call}</tool_call>",
-                        f"<think>a</think><answer>{sample.answers[0]}</answer>"]  # fmt: skip
+    zoom_then_answer = [
+        f"<think>z</think><tool_call>{call}</tool_call>",
+        f"<think>a</think><answer>{sample.answers[0]}</answer>",
+    ]
     guess = ["<think>g</think>no action", "<think>g</think><answer>wrong</answer>"]
-    episodes = rollout(Scripted(small_vlm, [zoom_then_answer, guess]), task.make_env, [sample], 2,
-                       SamplingParams(max_new_tokens=64), RolloutLimits(4, 64, 4000))  # fmt: skip
+    episodes = rollout(
+        Scripted(small_vlm, [zoom_then_answer, guess]),
+        task.make_env,
+        [sample],
+        2,
+        SamplingParams(max_new_tokens=64),
+        RolloutLimits(4, 64, 4000),
+    )
     assert episodes[0].context.num_images == 2 and episodes[1].context.num_images == 1
     results = task.score_episodes(small_vlm, episodes)
     zoomed, guessed = results
@@ -175,7 +192,7 @@ def test_synth_once_builds_a_folder_once_across_threads(tmp_path: Path) -> None:
     import threading
 
     from evidra.data.synth.documents import SynthCorpus
-    from evidra.methods.vragrl import synth_once
+    from evidra.methods.vragrl.method import synth_once
 
     calls: list[int] = []
 
@@ -210,8 +227,14 @@ def test_vragrl_answer_without_search_paper_and_released(small_vlm: Any, tmp_pat
     answer = f"<think>I know it.</think><answer>{sample.answers[0]}</answer>"
     after_invalid, direct = ["<think>zoom</think><bbox>[5, 5, 1, 1]</bbox>", answer], [answer]
     # the longer script first: Scripted plays the j-th running episode's script
-    episodes = rollout(Scripted(small_vlm, [after_invalid, direct]), paper.make_env, [sample], 2,
-                       SamplingParams(max_new_tokens=64), RolloutLimits(5, 64, 4000))  # fmt: skip
+    episodes = rollout(
+        Scripted(small_vlm, [after_invalid, direct]),
+        paper.make_env,
+        [sample],
+        2,
+        SamplingParams(max_new_tokens=64),
+        RolloutLimits(5, 64, 4000),
+    )
     assert [i.action for i in episodes[0].infos] == ["invalid", "answer"]
     assert [i.action for i in episodes[1].infos] == ["answer"]
     got = paper.score_episodes(small_vlm, episodes)
@@ -224,17 +247,23 @@ def test_vragrl_answer_without_search_paper_and_released(small_vlm: Any, tmp_pat
 
 def test_vragrl_released_reward_keeps_the_judge_and_full_marks(small_vlm: Any, tmp_path: Path) -> None:
     from evidra.methods import build_task
+    from evidra.methods.vragrl.reward import VragRLReward
     from evidra.rewards.judge import RuleJudge
     from evidra.rewards.judge_config import JudgeConfig
-    from evidra.rewards.vragrl import VragRLReward
 
     judge = JudgeConfig(kind="rule", rule="exact")
     released = build_task(dict(name="vragrl", judge=judge, reward_mode="upstream"))
     sample = released.samples(DataConfig(task="vragrl", size=1, path=str(tmp_path)))[0]
     q, a = sample.question, sample.answers[0]
     right = [f"<think>a</think><search>{q}</search>", f"<think>c</think><answer>{a}</answer>"]
-    episodes = rollout(Scripted(small_vlm, [right]), released.make_env, [sample], 1,
-                       SamplingParams(max_new_tokens=64), RolloutLimits(5, 64, 4000))  # fmt: skip
+    episodes = rollout(
+        Scripted(small_vlm, [right]),
+        released.make_env,
+        [sample],
+        1,
+        SamplingParams(max_new_tokens=64),
+        RolloutLimits(5, 64, 4000),
+    )
     (result,) = released.score_episodes(small_vlm, episodes)
     assert result.total == pytest.approx(0.7 * 1 + 0.1 * 1 + 0.2 * 1.0)  # rm.py's order of terms
     reward = released.reward
@@ -244,20 +273,27 @@ def test_vragrl_released_reward_keeps_the_judge_and_full_marks(small_vlm: Any, t
 
 # --- what CAVE trains on, and VRAG-RL's token budgets ---
 
-SCENARIOS = ("tracer_match", "tracer_subimage", "tracer_trace", "tracer_vjump", "tunnel_chain",
-             "tunnel_circuits", "tunnel_objreid")  # fmt: skip
+SCENARIOS = (
+    "tracer_match",
+    "tracer_subimage",
+    "tracer_trace",
+    "tracer_vjump",
+    "tunnel_chain",
+    "tunnel_circuits",
+    "tunnel_objreid",
+)
 
 
 def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     from collections import Counter
 
-    from evidra.errors import ConfigError
+    from evidra.core.errors import ConfigError
     from evidra.methods import check_config
-    from evidra.paradigms.zoom_agent import ZoomAgent
-    from evidra.rewards.cave_reward import CaveReward
+    from evidra.methods.cave.paradigm import ZoomAgent
+    from evidra.methods.cave.reward import CaveReward
 
     outcome = CaveReward(parse=ZoomAgent().parse).outcome
-    from evidra.rewards.cave import Outcome
+    from evidra.methods.cave.credits import Outcome
     from evidra.rl.tasks import task_samples
 
     task = build_task(dict(name="cave"))
@@ -310,7 +346,7 @@ def test_tiny_cave_recipe_trains_from_the_cli_on_its_samples(tmp_path: Path) -> 
 
 
 def test_vragrl_budgets_are_the_released_ones_and_the_others_unchanged() -> None:
-    from evidra.errors import ConfigError
+    from evidra.core.errors import ConfigError
     from evidra.methods import check_config
 
     cfg = load_config(RLConfig, ROOT / "configs" / "vragrl.yaml", ["model.path=x"])

@@ -13,14 +13,20 @@ from typing import Any
 import pytest
 
 from evidra.cli.main import main
-from evidra.config import load_config
-from evidra.errors import ConfigError, MissingDependencyError
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError, MissingDependencyError
 from evidra.rl.config import RLConfig, SFTConfig
-from evidra.rl.sft import SFTTrainer
+from evidra.rl.sft.finetune import SFTTrainer
 from evidra.rl.trainer import RLTrainer
 
-TINY = ["model.path=tiny:qwen2_5_vl", "run.steps=1", "run.batch_size=2", "rollout.group_size=2",
-        "rollout.max_new_tokens=4", "data.size=4"]  # fmt: skip
+TINY = [
+    "model.path=tiny:qwen2_5_vl",
+    "run.steps=1",
+    "run.batch_size=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=4",
+    "data.size=4",
+]
 
 
 @pytest.fixture
@@ -30,7 +36,7 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a model loaded before the config was checked")
 
-    for module in ("evidra.rl.trainer", "evidra.rl.sft", "evidra.rl.policy"):
+    for module in ("evidra.rl.trainer", "evidra.rl.sft.finetune", "evidra.rl.policy"):
         monkeypatch.setattr(f"{module}.load_policy", refuse)
     monkeypatch.setattr("evidra.models.loading.load_vlm", refuse)
 
@@ -99,8 +105,7 @@ def test_an_sft_run_reports_each_step_to_tensorboard(tmp_path: Path, monkeypatch
     module = types.ModuleType("torch.utils.tensorboard")
     module.SummaryWriter = SummaryWriter  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
-    extra = [f"run.output_dir={tmp_path}", "data.task=toy.key_value",
-             "run.report_to=[jsonl, tensorboard]"]  # fmt: skip
+    extra = [f"run.output_dir={tmp_path}", "data.task=toy.key_value", "run.report_to=[jsonl, tensorboard]"]
     cfg = load_config(SFTConfig, None, [*TINY, *extra])
     SFTTrainer(cfg).train()
     assert logged[0] == tmp_path / "tensorboard" and logged[-1] == "closed"

@@ -16,16 +16,24 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from evidra.config import load_config
-from evidra.rl.checkpoint import WEIGHTS
+from evidra.core.config import load_config
 from evidra.rl.config import RLConfig
+from evidra.rl.runs.checkpoint import WEIGHTS
 from evidra.rl.trainer import RLTrainer
-from evidra.sink import read_metrics
+from evidra.safeio.sink import read_metrics
 
 # toy.digits (reward: share of digits) with top-50 sampling: measured reward/std 0.009-0.025 and
 # grad_norm 0.10-0.18 on each of the first six steps, with LoRA (its initialisation is drawn)
-LEARNS = ["model.path=tiny:qwen2_5_vl", "data.task=toy.digits", "run.batch_size=2", "rollout.group_size=8",
-          "rollout.max_new_tokens=16", "rollout.top_k=50", "optim.lr=1e-2", "algo.kl=none"]  # fmt: skip
+LEARNS = [
+    "model.path=tiny:qwen2_5_vl",
+    "data.task=toy.digits",
+    "run.batch_size=2",
+    "rollout.group_size=8",
+    "rollout.max_new_tokens=16",
+    "rollout.top_k=50",
+    "optim.lr=1e-2",
+    "algo.kl=none",
+]
 
 
 def _learned(rows: list[dict[str, float]]) -> None:

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from evidra.config import load_config
-from evidra.errors import ConfigError
-from evidra.rewards.base import RewardResult
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
+from evidra.core.types import Parsed, Sample, Trajectory
+from evidra.rewards.reward import RewardResult
+from evidra.rl.algo.filtering import NoVarianceWatch, no_variance
 from evidra.rl.config import RLConfig
-from evidra.rl.filtering import NoVarianceWatch, no_variance
 from evidra.rl.tasks import TASKS
 from evidra.rl.trainer import RLTrainer
-from evidra.sink import read_metrics
-from evidra.types import Parsed, Sample, Trajectory
+from evidra.safeio.sink import read_metrics
 
 WARNING = "no reward variance: nothing to learn from; start from an SFT checkpoint?"
 # the schedule follows skipped steps without torch's scheduler-before-optimizer warning

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from evidra.config import load_config
-from evidra.errors import ConfigError
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
+from evidra.core.types import Span
 from evidra.methods import build_task, check_config, rl_trainer
 from evidra.models.generation import Generation
-from evidra.rewards.base import RewardResult
+from evidra.rewards.reward import RewardResult
 from evidra.rl.config import RLConfig
 from evidra.rl.tasks import TASKS, Task
-from evidra.types import Span
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,9 +70,19 @@ def _task() -> str:
 
 
 def _step(tmp: Path, advantage: str) -> dict[str, float]:
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp}", "run.steps=1", "run.batch_size=1",
-            "run.micro_batch_size=1", "rollout.group_size=2", "data.size=2", f"data.task={_task()}",
-            f"algo.advantage={advantage}", "algo.kl=none", "algo.dual_clip=null"]  # fmt: skip
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={tmp}",
+        "run.steps=1",
+        "run.batch_size=1",
+        "run.micro_batch_size=1",
+        "rollout.group_size=2",
+        "data.size=2",
+        f"data.task={_task()}",
+        f"algo.advantage={advantage}",
+        "algo.kl=none",
+        "algo.dual_clip=null",
+    ]
     trainer = rl_trainer(load_config(RLConfig, None, over))
     trainer.backend = _FixedBackend(trainer.vlm)
     (metrics,) = trainer.train()
@@ -108,7 +118,7 @@ def test_evisrag_upstream_recipe_trains_with_router_advantages_and_scoped_loss(
 ) -> None:
     """configs/tiny/evisrag_upstream.yaml: the released reward's six channels, normalised one by
     one (``router_advantages``) and combined per scope (``aggregate_scoped``)."""
-    import evidra.rl.estimators as estimators
+    import evidra.rl.algo.estimators as estimators
     import evidra.rl.update as update
 
     calls: dict[str, list[Any]] = {"router": [], "scoped": []}
@@ -122,9 +132,17 @@ def test_evisrag_upstream_recipe_trains_with_router_advantages_and_scoped_loss(
 
     monkeypatch.setattr(estimators, "router_advantages", spy("router", estimators.router_advantages))
     monkeypatch.setattr(update, "aggregate_scoped", spy("scoped", update.aggregate_scoped))
-    over = ["run.steps=1", "run.batch_size=1", "rollout.group_size=2", "rollout.max_new_tokens=8",
-            "algo.dynamic_sampling=false", "algo.mini_batch_size=0", "data.size=2",
-            f"data.path={tmp_path / 'synth'}", f"run.output_dir={tmp_path / 'run'}"]  # fmt: skip
+    over = [
+        "run.steps=1",
+        "run.batch_size=1",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
+        "algo.dynamic_sampling=false",
+        "algo.mini_batch_size=0",
+        "data.size=2",
+        f"data.path={tmp_path / 'synth'}",
+        f"run.output_dir={tmp_path / 'run'}",
+    ]
     cfg = load_config(RLConfig, ROOT / "configs" / "tiny" / "evisrag_upstream.yaml", over)
     (row,) = rl_trainer(cfg).train()
     assert calls["router"] == [(2, 6)]  # one call: 2 episodes x the six released components

@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 
 from evidra.cli.main import main
-from evidra.config import load_config
-from evidra.errors import ConfigError
-from evidra.retrieval.fingerprint import fingerprint, short
-from evidra.rl.checkpoint import list_checkpoints
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
+from evidra.retrieval.lifecycle.fingerprint import fingerprint, short
 from evidra.rl.config import RLConfig, SFTConfig
-from evidra.rl.run_folder import (
+from evidra.rl.runs.checkpoint import list_checkpoints
+from evidra.rl.runs.folder import (
     MAX_RECORD_BYTES,
     RUN_RECORD,
     RunFolder,
     config_changes,
     read_record,
 )
-from evidra.rl.sft import SFTTrainer
+from evidra.rl.sft.finetune import SFTTrainer
 from evidra.rl.trainer import RLTrainer
 
 SMALL = [
@@ -76,7 +76,7 @@ def _no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the policy loaded before the run folder was checked")
 
     monkeypatch.setattr("evidra.rl.trainer.load_policy", load)
-    monkeypatch.setattr("evidra.rl.sft.load_policy", load)
+    monkeypatch.setattr("evidra.rl.sft.finetune.load_policy", load)
 
 
 def test_a_run_started_on_another_base_is_refused_naming_both(
@@ -192,7 +192,7 @@ def test_a_legitimate_resume_continues_and_keeps_the_recorded_files(
 ) -> None:
     recorded = ("config.yaml", RUN_RECORD)
     before = {name: (trained / name).read_bytes() for name in recorded}
-    with caplog.at_level(logging.INFO, logger="evidra.rl.run_folder"):
+    with caplog.at_level(logging.INFO, logger="evidra.rl.runs.folder"):
         trainer = RLTrainer(_cfg(bases["A"], trained, "run.steps=2", "run.keep_checkpoints=3"))
     assert trainer.state.step == 1 and "run.steps=2 (was 1)" in caplog.text
     trainer.train()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from evidra.config import load_config
-from evidra.errors import ConfigError
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
 from evidra.rl.common import make_optimizer
 from evidra.rl.config import OptimConfig, RLConfig
 from evidra.rl.trainer import RLTrainer
@@ -39,9 +39,19 @@ def test_constant_linear_and_cosine_with_warmup() -> None:
 
 
 def test_trainer_schedule_follows_the_rl_steps(tmp_path: Path) -> None:
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "run.steps=3", "run.batch_size=1",
-            "rollout.group_size=2", "rollout.max_new_tokens=4", "data.size=4", "data.task=toy.length",
-            "optim.lr=0.1", "optim.schedule=linear", "algo.kl=none"]  # fmt: skip
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={tmp_path}",
+        "run.steps=3",
+        "run.batch_size=1",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=4",
+        "data.size=4",
+        "data.task=toy.length",
+        "optim.lr=0.1",
+        "optim.schedule=linear",
+        "algo.kl=none",
+    ]
     history = RLTrainer(load_config(RLConfig, None, over)).train()
     assert [m["lr"] for m in history] == pytest.approx([0.1 * 2 / 3, 0.1 / 3, 0.0])
 
@@ -63,8 +73,13 @@ def test_trainer_schedule_follows_the_rl_steps(tmp_path: Path) -> None:
     ],
 )
 def test_config_errors_come_before_the_model_loads(tmp_path: Path, override: str, message: str) -> None:
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "run.batch_size=4",
-            "data.task=toy.length", override]  # fmt: skip
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={tmp_path}",
+        "run.batch_size=4",
+        "data.task=toy.length",
+        override,
+    ]
     if override.startswith("sft."):
         over[-1] = "sft={optim: {lr: -1}}"
     start = time.perf_counter()
@@ -74,8 +89,12 @@ def test_config_errors_come_before_the_model_loads(tmp_path: Path, override: str
 
 
 def test_gspo_with_dual_clip_is_refused(tmp_path: Path) -> None:
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "algo.policy_loss=gspo",
-            "algo.dual_clip=3.0"]  # fmt: skip
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={tmp_path}",
+        "algo.policy_loss=gspo",
+        "algo.dual_clip=3.0",
+    ]
     with pytest.raises(ConfigError, match="gspo has no dual clip"):
         RLTrainer(load_config(RLConfig, None, over))
 

@@ -1,4 +1,4 @@
-"""SFT data files in TRL/OpenAI ``messages`` and LLaMA-Factory ShareGPT rows (``evidra.rl.sft_data``):
+"""SFT data files in TRL/OpenAI ``messages`` and LLaMA-Factory ShareGPT rows (``evidra.rl.sft.files``):
 tiny files and images written by each test; the loss mask on the tiny model's processor."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from evidra.errors import ConfigError
-from evidra.rl.sft_data import detect_format, read_sft_data
-from evidra.types import ImagePart, Message, TextPart
+from evidra.core.errors import ConfigError
+from evidra.core.types import ImagePart, Message, TextPart
+from evidra.rl.sft.files import detect_format, read_sft_data
 
 
 def _png(path: Path, size: tuple[int, int] = (32, 24), color: str = "red") -> Path:
@@ -95,16 +95,27 @@ def test_sharegpt_rows_split_image_tokens_and_map_llamafactory_roles(tmp_path: P
     _png(tmp_path / "p1.png")
     _png(tmp_path / "p2.png")
     rows = [
-        {"conversations": [{"from": "human", "value": "<image>What does it show?"},
-                           {"from": "gpt", "value": "A chart."},
-                           {"from": "human", "value": "And this<image>one?"},
-                           {"from": "function_call", "value": '{"name": "zoom"}'},
-                           {"from": "observation", "value": "zoomed"},
-                           {"from": "gpt", "value": "A table."}],
-         "system": "You read documents.", "images": ["p1.png", "p2.png"]},
-        {"conversations": [{"from": "system", "value": "Turn system."}, {"from": "human", "value": "Hi"},
-                           {"from": "gpt", "value": "Hello"}], "system": "Column system."},
-    ]  # fmt: skip
+        {
+            "conversations": [
+                {"from": "human", "value": "<image>What does it show?"},
+                {"from": "gpt", "value": "A chart."},
+                {"from": "human", "value": "And this<image>one?"},
+                {"from": "function_call", "value": '{"name": "zoom"}'},
+                {"from": "observation", "value": "zoomed"},
+                {"from": "gpt", "value": "A table."},
+            ],
+            "system": "You read documents.",
+            "images": ["p1.png", "p2.png"],
+        },
+        {
+            "conversations": [
+                {"from": "system", "value": "Turn system."},
+                {"from": "human", "value": "Hi"},
+                {"from": "gpt", "value": "Hello"},
+            ],
+            "system": "Column system.",
+        },
+    ]
     data = read_sft_data(_write(tmp_path / "s.jsonl", rows))
     assert (data.format, len(data.conversations), data.skipped) == ("sharegpt", 2, 0)
     assert _shape(data.conversations[0]) == [
@@ -160,16 +171,22 @@ def test_bad_rows_are_skipped_with_one_warning_naming_file_and_line(
         row("no image", []),  # 10: kept
     ]
     path = _write(dataset / "mix.jsonl", rows)
-    with caplog.at_level(logging.WARNING, logger="evidra.rl.sft_data"):
+    with caplog.at_level(logging.WARNING, logger="evidra.rl.sft.files"):
         data = read_sft_data(path)
     assert (len(data.conversations), data.rows, data.skipped) == (2, 9, 7)
     lines = [r.getMessage() for r in caplog.records]
     assert [int(m.split(" line ")[1].split()[0]) for m in lines] == [2, 3, 4, 5, 6, 7, 8]
     assert all(m.startswith(f"{path} line ") for m in lines)
     reasons = "\n".join(lines)
-    for expected in ("2 <image> placeholders but 1 images", "missing.png' does not exist",
-                     "no assistant turn", "'../outside.png' points outside the dataset folder",
-                     "outside.png' points outside", "is remote", "turn 1 is 'gpt'"):  # fmt: skip
+    for expected in (
+        "2 <image> placeholders but 1 images",
+        "missing.png' does not exist",
+        "no assistant turn",
+        "'../outside.png' points outside the dataset folder",
+        "outside.png' points outside",
+        "is remote",
+        "turn 1 is 'gpt'",
+    ):
         assert expected in reasons
     assert data.summary() == f"{path} (sharegpt): 2 conversations from 9 rows, 7 skipped"
 
@@ -191,8 +208,10 @@ def test_messages_placeholder_count_and_assistant_images_are_checked(tmp_path: P
 
 
 def test_a_file_with_nothing_to_train_on_is_one_error(tmp_path: Path) -> None:
-    path = _write(tmp_path / "x.jsonl", [{"conversations": [{"from": "human", "value": "<image>q"},
-                                                            {"from": "gpt", "value": "a"}]}])  # fmt: skip
+    path = _write(
+        tmp_path / "x.jsonl",
+        [{"conversations": [{"from": "human", "value": "<image>q"}, {"from": "gpt", "value": "a"}]}],
+    )
     with pytest.raises(ConfigError, match=r"no row to train on as 'sharegpt' data .* 1 skipped"):
         read_sft_data(path)
     with pytest.raises(ConfigError, match=r"line 2 is not JSON"):
@@ -208,8 +227,10 @@ def test_a_named_format_overrides_detection(tmp_path: Path) -> None:
     row = {
         "messages": [{"role": "user", "content": "<image> is a tag"}, {"role": "assistant", "content": "ok"}]
     }
-    path = _write(tmp_path / "t.jsonl", [row, {**row, "messages": [row["messages"][0] | {"content": "q"},
-                                                                   row["messages"][1]]}])  # fmt: skip
+    path = _write(
+        tmp_path / "t.jsonl",
+        [row, {**row, "messages": [row["messages"][0] | {"content": "q"}, row["messages"][1]]}],
+    )
     assert read_sft_data(path, "sharegpt").skipped == 1
     assert detect_format([row]) == "sharegpt"
     as_messages = read_sft_data(path, "messages")
@@ -219,12 +240,18 @@ def test_a_named_format_overrides_detection(tmp_path: Path) -> None:
 def test_loss_mask_covers_every_assistant_turn_and_nothing_else(
     tmp_path: Path, tiny_vlms: dict[str, Any]
 ) -> None:
-    from evidra.rl.sft import make_example
+    from evidra.rl.sft.finetune import make_example
 
     _png(tmp_path / "p.png", (56, 56))
-    row = {"conversations": [{"from": "human", "value": "<image>First?"}, {"from": "gpt", "value": "one"},
-                             {"from": "human", "value": "Second?"}, {"from": "gpt", "value": "two"}],
-           "images": ["p.png"]}  # fmt: skip
+    row = {
+        "conversations": [
+            {"from": "human", "value": "<image>First?"},
+            {"from": "gpt", "value": "one"},
+            {"from": "human", "value": "Second?"},
+            {"from": "gpt", "value": "two"},
+        ],
+        "images": ["p.png"],
+    }
     data = read_sft_data(_write(tmp_path / "s.jsonl", [row]))
     processor = tiny_vlms["qwen2_5_vl"].processor
     example = make_example(processor, data.conversations[0])
@@ -253,15 +280,26 @@ def test_images_over_the_pixel_cap_are_skipped_before_decoding(
 
     (tmp_path / "big.png").write_bytes(declared_png(13_000, 13_000))
     rows: list[Any] = [
-        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url(side)}}]},
-                      {"role": "assistant", "content": "blank"}]}
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url(side)}}]},
+                {"role": "assistant", "content": "blank"},
+            ]
+        }
         for side in (13_000,) * 6 + (20_000,)
-    ]  # fmt: skip
-    rows.append({"messages": [{"role": "user", "content": [{"type": "image"}]},
-                              {"role": "assistant", "content": "y"}], "images": ["big.png"]})  # fmt: skip
+    ]
+    rows.append(
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image"}]},
+                {"role": "assistant", "content": "y"},
+            ],
+            "images": ["big.png"],
+        }
+    )
     rows.append({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]})
     start = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="evidra.rl.sft_data"):
+    with caplog.at_level(logging.WARNING, logger="evidra.rl.sft.files"):
         data = read_sft_data(_write(tmp_path / "bombs.jsonl", rows))
     assert time.monotonic() - start < 5
     assert (data.rows, data.skipped, len(data.conversations)) == (9, 8, 1)

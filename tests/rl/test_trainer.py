@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 import torch
 
-from evidra.config import load_config
-from evidra.errors import ConfigError
-from evidra.rl.checkpoint import list_checkpoints
+from evidra.core.config import load_config
+from evidra.core.errors import ConfigError
+from evidra.rl.algo.credit import token_advantages
 from evidra.rl.config import RLConfig
-from evidra.rl.credit import token_advantages
+from evidra.rl.runs.checkpoint import list_checkpoints
 from evidra.rl.trainer import RLTrainer
 
 
@@ -90,8 +90,15 @@ def test_micro_batching_equals_full_batch(tmp_path: Path) -> None:
 def test_bf16_full_fine_tuning_with_gradient_checkpointing_trains(tmp_path: Path) -> None:
     """Checkpointed layers drop KV caches, so the shared-prompt path must step aside; a frozen
     vision tower is cached (fingerprinted) under bf16 autocast."""
-    cfg = _cfg(tmp_path, "run.steps=1", "model.lora.enabled=false", "model.dtype=bfloat16",
-               "model.gradient_checkpointing=true", "algo.kl=loss", "algo.kl_coef=0.04")  # fmt: skip
+    cfg = _cfg(
+        tmp_path,
+        "run.steps=1",
+        "model.lora.enabled=false",
+        "model.dtype=bfloat16",
+        "model.gradient_checkpointing=true",
+        "algo.kl=loss",
+        "algo.kl_coef=0.04",
+    )
     trainer = RLTrainer(cfg)
     assert trainer.vlm.model.is_gradient_checkpointing
     before = _loaded_params(trainer)
@@ -138,9 +145,9 @@ def test_unscored_samples_are_excluded(tmp_path: Path) -> None:
 
 def _register_scoped_task() -> str:
     """A toy task whose reward has two channels: one on the first half of the tokens, one on the rest."""
-    from evidra.rewards.base import RewardResult
+    from evidra.core.types import Span
+    from evidra.rewards.reward import RewardResult
     from evidra.rl.tasks import TASKS, Task
-    from evidra.types import Span
 
     name = "test.scoped"
     if name in TASKS:
@@ -165,8 +172,16 @@ def _register_scoped_task() -> str:
 @pytest.mark.parametrize("estimator", ["rs_grpo", "turn_credit", "dr_grpo"])
 def test_scoped_and_turn_credit_advantages_train(tmp_path: Path, estimator: str) -> None:
     task = _register_scoped_task()
-    trainer = RLTrainer(_cfg(tmp_path, "run.steps=1", f"data.task={task}", f"algo.advantage={estimator}",
-                             "algo.kl=none", "model.lora.enabled=false"))  # fmt: skip
+    trainer = RLTrainer(
+        _cfg(
+            tmp_path,
+            "run.steps=1",
+            f"data.task={task}",
+            f"algo.advantage={estimator}",
+            "algo.kl=none",
+            "model.lora.enabled=false",
+        )
+    )
     (metrics,) = trainer.train()
     assert metrics["grad_norm"] > 0 and 0 <= metrics["advantage/zero_frac"] < 1
     assert metrics["entropy"] > 0 and metrics["throughput/policy_tokens_per_s"] > 0
@@ -185,8 +200,13 @@ def test_dynamic_sampling_drops_flat_groups(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("band", "kept"), [("[-1.0,100.0]", True), ("[5.0,6.0]", False)])
 def test_dynamic_sampling_by_mean_reward_range(tmp_path: Path, band: str, kept: bool) -> None:
     # toy.length rewards lie in [0, 1]: a wide band keeps every group, a band above 1 keeps none
-    over = ["run.steps=1", "data.task=toy.length", "algo.dynamic_sampling=true", "algo.max_sampling_rounds=1",
-            f"algo.keep_mean_range={band}"]  # fmt: skip
+    over = [
+        "run.steps=1",
+        "data.task=toy.length",
+        "algo.dynamic_sampling=true",
+        "algo.max_sampling_rounds=1",
+        f"algo.keep_mean_range={band}",
+    ]
     (metrics,) = RLTrainer(_cfg(tmp_path, *over)).train()
     assert metrics["sampling/filtered_groups"] == (0 if kept else 2)
     assert ("skipped" in metrics) != kept
@@ -221,8 +241,13 @@ class _SpamBackend:
 
 @pytest.mark.parametrize("guards", [False, True])
 def test_reward_guards_cap_a_spammed_answer_in_training(tmp_path: Path, guards: bool) -> None:
-    cfg = _cfg(tmp_path, "run.steps=1", "data.task=toy.key_value", "rollout.max_turns=1",
-               f"reward.guards={str(guards).lower()}")  # fmt: skip
+    cfg = _cfg(
+        tmp_path,
+        "run.steps=1",
+        "data.task=toy.key_value",
+        "rollout.max_turns=1",
+        f"reward.guards={str(guards).lower()}",
+    )
     trainer = RLTrainer(cfg)
     trainer.backend = _SpamBackend(trainer.vlm)
     results = [r for _, rs in trainer._rollout(trainer.next_samples()) for r in rs]
@@ -234,8 +259,13 @@ def test_reward_guards_cap_a_spammed_answer_in_training(tmp_path: Path, guards: 
 
 
 def test_rollout_min_new_tokens_is_validated_before_loading(tmp_path: Path) -> None:
-    over = ["model.path=tiny:qwen2_5_vl", f"run.output_dir={tmp_path}", "data.task=toy.length",
-            "rollout.max_new_tokens=6", "rollout.min_new_tokens=7"]  # fmt: skip
+    over = [
+        "model.path=tiny:qwen2_5_vl",
+        f"run.output_dir={tmp_path}",
+        "data.task=toy.length",
+        "rollout.max_new_tokens=6",
+        "rollout.min_new_tokens=7",
+    ]
     with pytest.raises(ConfigError, match=r"rollout.min_new_tokens must be in \[0, max_new_tokens\], got 7"):
         RLTrainer(load_config(RLConfig, None, over))
     assert not (tmp_path / "models").exists()  # refused before the model was built
@@ -246,11 +276,11 @@ def _image_task(folder: Path) -> Any:
     import numpy as np
     from PIL import Image
 
+    from evidra.core.types import Page, Parsed, Sample
     from evidra.env import SingleTurnEnv
     from evidra.paradigms import Direct
-    from evidra.rewards.base import RewardResult
+    from evidra.rewards.reward import RewardResult
     from evidra.rl.tasks import Task
-    from evidra.types import Page, Parsed, Sample
 
     samples = []
     for i in range(2):
@@ -273,8 +303,13 @@ def test_sampling_without_autograd_feeds_the_update(tmp_path: Path, vision: str)
     """An unsharded trainer samples and scores the reference under ``torch.inference_mode``; the
     pixels, features and reference log-probs it makes still serve the update under autograd,
     with the vision tower frozen (cached features) or trained (pixels through the tower)."""
-    over = ["model.lora.enabled=false", f"model.freeze_vision={vision == 'frozen'}", "algo.kl=loss",
-            "algo.kl_coef=0.1", "rollout.min_new_tokens=6"]  # fmt: skip
+    over = [
+        "model.lora.enabled=false",
+        f"model.freeze_vision={vision == 'frozen'}",
+        "algo.kl=loss",
+        "algo.kl_coef=0.1",
+        "rollout.min_new_tokens=6",
+    ]
     trainer = RLTrainer(_cfg(tmp_path / "run", *over), task=_image_task(tmp_path))
     assert isinstance(trainer.engine.no_autograd(), torch.inference_mode)
     before = {n: p.detach().clone() for n, p in trainer.vlm.model.named_parameters() if p.requires_grad}

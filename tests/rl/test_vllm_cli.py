@@ -17,11 +17,26 @@ pytestmark = pytest.mark.vllm
 
 
 def test_train_rl_with_the_vllm_backend_from_the_cli(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "evidra.cli.main", "-q", "train", "rl", "model.path=tiny:qwen2",
-            "data.task=toy.digits", f"run.output_dir={tmp_path}", "run.steps=3", "run.batch_size=2",
-            "rollout.group_size=4", "rollout.max_new_tokens=8", "model.lora.enabled=false",
-            "algo.kl=none", "rollout.backend=vllm", "rollout.vllm.max_model_len=512",
-            "rollout.vllm.enforce_eager=true"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "evidra.cli.main",
+        "-q",
+        "train",
+        "rl",
+        "model.path=tiny:qwen2",
+        "data.task=toy.digits",
+        f"run.output_dir={tmp_path}",
+        "run.steps=3",
+        "run.batch_size=2",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=8",
+        "model.lora.enabled=false",
+        "algo.kl=none",
+        "rollout.backend=vllm",
+        "rollout.vllm.max_model_len=512",
+        "rollout.vllm.enforce_eager=true",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

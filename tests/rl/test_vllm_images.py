@@ -16,10 +16,10 @@ from PIL import Image
 
 pytest.importorskip("vllm")
 
+from evidra.core.types import ImagePart, Message, TextPart
 from evidra.models.context import Context, encode_messages
 from evidra.models.generation import SamplingParams
 from evidra.models.vllm_backend import VLLMBackend, VLLMConfig, VLLMError
-from evidra.types import ImagePart, Message, TextPart
 
 pytestmark = pytest.mark.vllm
 

@@ -10,12 +10,12 @@ import torch
 
 pytest.importorskip("vllm")
 
-from evidra.config import load_config
+from evidra.core.config import load_config
+from evidra.core.types import Message
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import SamplingParams, forward_logprobs
 from evidra.rl.config import RLConfig
 from evidra.rl.trainer import RLTrainer
-from evidra.types import Message
 
 pytestmark = pytest.mark.vllm
 
@@ -29,13 +29,27 @@ def _rescore(model: Any, pad_id: int, prompt: Context, ids: tuple[int, ...]) -> 
 
 
 def test_vllm_samples_from_the_adapted_policy_after_a_lora_step(tmp_path: Any) -> None:
-    cfg = load_config(RLConfig, None, [
-        "model.path=tiny:qwen2", "data.task=toy.digits", f"run.output_dir={tmp_path}", "run.steps=1",
-        "run.batch_size=4", "run.micro_batch_size=16", "rollout.group_size=8", "rollout.max_new_tokens=16",
-        "optim.lr=0.05", "model.lora.enabled=true", "algo.kl=none", "rollout.backend=vllm",
-        "rollout.vllm.max_model_len=1024", "rollout.vllm.enforce_eager=true",
-        "rollout.vllm.gpu_memory_utilization=0.1",
-    ])  # fmt: skip
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            "model.path=tiny:qwen2",
+            "data.task=toy.digits",
+            f"run.output_dir={tmp_path}",
+            "run.steps=1",
+            "run.batch_size=4",
+            "run.micro_batch_size=16",
+            "rollout.group_size=8",
+            "rollout.max_new_tokens=16",
+            "optim.lr=0.05",
+            "model.lora.enabled=true",
+            "algo.kl=none",
+            "rollout.backend=vllm",
+            "rollout.vllm.max_model_len=1024",
+            "rollout.vllm.enforce_eager=true",
+            "rollout.vllm.gpu_memory_utilization=0.1",
+        ],
+    )
     trainer = RLTrainer(cfg)
     model, vlm = trainer.vlm.model, trainer.vlm
     assert hasattr(model, "disable_adapter"), "model.lora.enabled=true should give a PEFT model"

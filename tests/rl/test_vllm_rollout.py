@@ -13,14 +13,14 @@ import torch
 
 pytest.importorskip("vllm")
 
-from evidra.config import load_config
+from evidra.core.config import load_config
+from evidra.core.types import Message, Sample
 from evidra.env import KeyValueEnv
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import SamplingParams, forward_logprobs
 from evidra.rl.config import RLConfig
 from evidra.rl.trainer import RLTrainer
 from evidra.rollout import HFBackend, RolloutLimits, rollout
-from evidra.types import Message, Sample
 
 pytestmark = pytest.mark.vllm
 
@@ -32,12 +32,26 @@ TOLERANCE = 1e-3
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory: pytest.TempPathFactory) -> RLTrainer:
     out = tmp_path_factory.mktemp("vllm-run")
-    cfg = load_config(RLConfig, None, [
-        "model.path=tiny:qwen2", "data.task=toy.digits", f"run.output_dir={out}", "run.steps=12",
-        "run.batch_size=4", "run.micro_batch_size=16", "rollout.group_size=8", "rollout.max_new_tokens=16",
-        "optim.lr=3e-3", "model.lora.enabled=false", "algo.kl=none", "rollout.backend=vllm",
-        "rollout.vllm.max_model_len=1024", "rollout.vllm.enforce_eager=true",
-    ])  # fmt: skip
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            "model.path=tiny:qwen2",
+            "data.task=toy.digits",
+            f"run.output_dir={out}",
+            "run.steps=12",
+            "run.batch_size=4",
+            "run.micro_batch_size=16",
+            "rollout.group_size=8",
+            "rollout.max_new_tokens=16",
+            "optim.lr=3e-3",
+            "model.lora.enabled=false",
+            "algo.kl=none",
+            "rollout.backend=vllm",
+            "rollout.vllm.max_model_len=1024",
+            "rollout.vllm.enforce_eager=true",
+        ],
+    )
     return RLTrainer(cfg)
 
 

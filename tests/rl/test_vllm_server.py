@@ -22,13 +22,13 @@ import torch
 
 pytest.importorskip("vllm")
 
-from evidra.config import load_config
+from evidra.core.config import load_config
+from evidra.core.types import Message
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import SamplingParams, forward_logprobs
 from evidra.models.tiny import build_tiny_text
 from evidra.rl.config import RLConfig
 from evidra.rl.trainer import RLTrainer
-from evidra.types import Message
 
 pytestmark = pytest.mark.vllm
 
@@ -39,13 +39,31 @@ START_TIMEOUT_S = 300.0
 def server_argv(model: Path, port: int) -> list[str]:
     """The command docs/vllm.md shows; the CPU-only flags are the last line."""
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-        "--host", "127.0.0.1", "--port", str(port), "--seed", "0",
-        "--logprobs-mode", "processed_logprobs", "--enable-prefix-caching", "--dtype", "float32",
-        "--max-model-len", "1024", "--enforce-eager",
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--seed",
+        "0",
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--enable-prefix-caching",
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--enforce-eager",
         # CPU: the memory share is of RAM; a seeded prefill must not be split across steps
-        "--gpu-memory-utilization", "0.1", "--max-num-batched-tokens", "65536",
-    ]  # fmt: skip
+        "--gpu-memory-utilization",
+        "0.1",
+        "--max-num-batched-tokens",
+        "65536",
+    ]
 
 
 def _free_port() -> int:
@@ -106,13 +124,27 @@ def server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 @pytest.fixture(scope="module")
 def trainer(checkpoint: Path, server: str, tmp_path_factory: pytest.TempPathFactory) -> RLTrainer:
     out = tmp_path_factory.mktemp("vllm-server-run")
-    cfg = load_config(RLConfig, None, [
-        f"model.path={checkpoint}", "data.task=toy.digits", f"run.output_dir={out}", "run.steps=3",
-        "run.batch_size=4", "run.micro_batch_size=16", "rollout.group_size=8", "rollout.max_new_tokens=16",
-        "optim.lr=3e-3", "model.lora.enabled=false", "algo.kl=none", "rollout.backend=vllm",
-        "rollout.vllm.mode=server", f"rollout.vllm.server_url={server}",
-        f"rollout.vllm.weights_dir={out / 'weights'}",
-    ])  # fmt: skip
+    cfg = load_config(
+        RLConfig,
+        None,
+        [
+            f"model.path={checkpoint}",
+            "data.task=toy.digits",
+            f"run.output_dir={out}",
+            "run.steps=3",
+            "run.batch_size=4",
+            "run.micro_batch_size=16",
+            "rollout.group_size=8",
+            "rollout.max_new_tokens=16",
+            "optim.lr=3e-3",
+            "model.lora.enabled=false",
+            "algo.kl=none",
+            "rollout.backend=vllm",
+            "rollout.vllm.mode=server",
+            f"rollout.vllm.server_url={server}",
+            f"rollout.vllm.weights_dir={out / 'weights'}",
+        ],
+    )
     return RLTrainer(cfg)
 
 

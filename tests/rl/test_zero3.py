@@ -12,14 +12,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from evidra.config import load_config
-from evidra.errors import CheckpointError, ConfigError
+from evidra.core.config import load_config
+from evidra.core.errors import CheckpointError, ConfigError
 from evidra.rl.config import RLConfig, RunConfig
-from evidra.rl.precision import Precision
+from evidra.rl.parallel.precision import Precision
 
 pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra (in .[dev])")
 
-from evidra.rl import zero3
+from evidra.rl.parallel import zero3
 
 
 def _over(*extra: str) -> list[str]:
@@ -50,7 +50,7 @@ def test_a_missing_deepspeed_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_zero3_on_one_process_is_refused() -> None:
-    from evidra.rl.engine import Engine
+    from evidra.rl.parallel.processes import Engine
 
     with pytest.raises(ConfigError, match=r"run\.sharding=zero3 shards over processes"):
         Engine(RunConfig(sharding="zero3"), Precision("float32", "float32"))

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import ImagePart, Message, Sample, TextPart
 from evidra.env import StepResult
-from evidra.env.base import StepInfo
-from evidra.errors import InvalidInputError
+from evidra.env.environment import StepInfo
 from evidra.models.context import Context, encode_turn
 from evidra.models.generation import Generation, SamplingParams
 from evidra.rollout import RolloutLimits, rollout
-from evidra.types import ImagePart, Message, Sample, TextPart
 
 TURN = "<search>page</search>"
 IMAGE = Image.new("RGB", (280, 280), (30, 140, 200))  # large next to a turn of a few tokens
@@ -55,8 +55,14 @@ class _ImageEnv:
 
 
 def _run(vlm: Any, limits: RolloutLimits) -> Any:
-    (ep,) = rollout(_Script(vlm), lambda s: _ImageEnv(), [Sample(id="q", question="Find it.")], 1,
-                    SamplingParams(max_new_tokens=32), limits)  # fmt: skip
+    (ep,) = rollout(
+        _Script(vlm),
+        lambda s: _ImageEnv(),
+        [Sample(id="q", question="Find it.")],
+        1,
+        SamplingParams(max_new_tokens=32),
+        limits,
+    )
     return ep
 
 
@@ -82,16 +88,24 @@ def test_by_default_an_image_observation_spends_the_response_budget(sizes: tuple
 def test_with_a_context_cap_images_do_not_spend_the_policy_budget(sizes: tuple[Any, int, int, int]) -> None:
     vlm, prompt, turn, obs = sizes
     budget = 2 * turn + 10
-    roomy = RolloutLimits(max_turns=4, max_new_tokens=32, max_response_tokens=5 * turn,
-                          max_context_tokens=prompt + 4 * turn + 3 * obs + 1)  # fmt: skip
+    roomy = RolloutLimits(
+        max_turns=4,
+        max_new_tokens=32,
+        max_response_tokens=5 * turn,
+        max_context_tokens=prompt + 4 * turn + 3 * obs + 1,
+    )
     ep = _run(vlm, roomy)
     t = ep.trajectory
     assert t.num_turns == 4 and t.num_policy_tokens == 4 * turn  # ended by the turn limit only
     assert len(t.token_ids) == 4 * turn + 3 * obs > roomy.max_response_tokens
     assert ep.context.num_images == 3
     # the context cap does truncate: turn 2's observation would leave no room for a third turn
-    capped = RolloutLimits(max_turns=4, max_new_tokens=32, max_response_tokens=budget,
-                           max_context_tokens=prompt + 2 * turn + obs + 1)  # fmt: skip
+    capped = RolloutLimits(
+        max_turns=4,
+        max_new_tokens=32,
+        max_response_tokens=budget,
+        max_context_tokens=prompt + 2 * turn + obs + 1,
+    )
     ep = _run(vlm, capped)
     t = ep.trajectory
     assert t.truncated and t.num_turns == 2 and ep.context.num_images == 1
@@ -100,8 +114,12 @@ def test_with_a_context_cap_images_do_not_spend_the_policy_budget(sizes: tuple[A
 
 def test_policy_tokens_beyond_max_response_tokens_truncate(sizes: tuple[Any, int, int, int]) -> None:
     vlm, prompt, turn, obs = sizes
-    limits = RolloutLimits(max_turns=4, max_new_tokens=32, max_response_tokens=turn + 2,
-                           max_context_tokens=prompt + 10 * (turn + obs))  # fmt: skip
+    limits = RolloutLimits(
+        max_turns=4,
+        max_new_tokens=32,
+        max_response_tokens=turn + 2,
+        max_context_tokens=prompt + 10 * (turn + obs),
+    )
     ep = _run(vlm, limits)
     t = ep.trajectory
     assert t.truncated and t.num_turns == 2

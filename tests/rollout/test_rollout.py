@@ -8,12 +8,12 @@ import pytest
 import torch
 from PIL import Image
 
+from evidra.core.types import ImagePart, Message, Page, Sample
 from evidra.env import KeyValueEnv, SingleTurnEnv, StepResult
 from evidra.models.context import collate_split
 from evidra.models.generation import Generation, SamplingParams, forward_logprobs
 from evidra.paradigms import Direct
 from evidra.rollout import HFBackend, RolloutLimits, rollout
-from evidra.types import ImagePart, Message, Page, Sample
 
 CORPUS = {"alpha": "17", "beta": "42", "gamma": "99"}
 
@@ -179,11 +179,15 @@ class _ScriptedTurns:
 def test_searches_of_a_turn_are_batched_with_the_one_by_one_results(
     tiny_vlms: dict[str, Any], tmp_path: Any
 ) -> None:
+    from evidra.core.types import Box, Word
     from evidra.env.search import SearchEnv, bm25_searcher
-    from evidra.types import Box, Word
 
-    texts = {"pA": "quarterly revenue table 2021", "pB": "employee headcount by region",
-             "pC": "revenue forecast 2022 outlook", "pD": "revenue by region 2020"}  # fmt: skip
+    texts = {
+        "pA": "quarterly revenue table 2021",
+        "pB": "employee headcount by region",
+        "pC": "revenue forecast 2022 outlook",
+        "pD": "revenue by region 2020",
+    }
     pages = {}
     for pid, text in texts.items():
         path = tmp_path / f"{pid}.png"
@@ -191,8 +195,10 @@ def test_searches_of_a_turn_are_batched_with_the_one_by_one_results(
         words = tuple(Word(w, Box(10.0 * j, 10.0, 10.0 * j + 8, 20.0)) for j, w in enumerate(text.split()))
         pages[pid] = Page(pid, str(path), 112, 224, words=words)
     queries = ["revenue", "region", "2022 outlook", "headcount", "revenue 2021", "forecast"]
-    scripts = [[f"<search>{q}</search>", f"<search>{queries[-1 - j]}</search>", "<answer>x</answer>"]
-               for j, q in enumerate(queries)]  # fmt: skip
+    scripts = [
+        [f"<search>{q}</search>", f"<search>{queries[-1 - j]}</search>", "<answer>x</answer>"]
+        for j, q in enumerate(queries)
+    ]
     samples = [Sample(id=f"s{i}", question="Revenue?", answers=("x",)) for i in range(3)]
     limits = RolloutLimits(max_turns=4, max_new_tokens=16, max_response_tokens=4000)
 

@@ -23,7 +23,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from evidra.app.http import API_KEY_ENV
-from evidra.httpserve import error_response
+from evidra.http.server_limits import error_response
 
 COOKIE = "evidra_session"
 OPEN_PATHS = ("/health", "/login", "/static/")

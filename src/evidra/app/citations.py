@@ -3,7 +3,7 @@
 ``citation_label`` is the one place that names a page for a reader (document file name and
 page number, from the page store's records); everything the app shows goes through it.
 
->>> from evidra.types import Page
+>>> from evidra.core.types import Page
 >>> citation_label(Page("a1b2-p3", "x.png", 10, 10, source="reports/orion.pdf", page_number=3))
 'orion.pdf p. 3'
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from evidra.types import Box, Page
+from evidra.core.types import Box, Page
 
 if TYPE_CHECKING:
     from evidra.rag import Answer, Citation
@@ -70,7 +70,7 @@ def matched_words(page: Page, query: str, limit: int = 24) -> list[Box]:
     """Boxes of the page's words that hold a word of ``query`` (case and punctuation aside; words of
     one or two letters only when they are numbers), for a search hit to show where it matched.
 
-    >>> from evidra.types import CoordSpace, Word
+    >>> from evidra.core.types import CoordSpace, Word
     >>> w = lambda t, x: Word(t, Box(x, 0, x + 5, 5, CoordSpace.PAGE))
     >>> page = Page("p", "x.png", 99, 9, words=(w("Orion,", 0), w("was", 10), w("1,250", 20)))
     >>> [b.x1 for b in matched_words(page, "Was Orion's staff 1,250?")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evidra.errors import EvidraError, InvalidInputError
+from evidra.core.errors import EvidraError, InvalidInputError
 
 RETRY_AFTER_S = 2  # what a 503 asks the client to wait before it tries again
 

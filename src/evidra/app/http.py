@@ -1,4 +1,4 @@
-"""The app's HTTP limits: options, JSON bodies, questions and ``k`` (refusals: ``evidra.httpserve``),
+"""The app's HTTP limits: options, JSON bodies, questions and ``k`` (refusals: ``evidra.http.server_limits``),
 and the streamed reply that holds a question's place until it ends."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from evidra.errors import InvalidInputError
-from evidra.httpserve import HttpError, read_body
-from evidra.retrieval.serving import MAX_CONNECTIONS
+from evidra.core.errors import InvalidInputError
+from evidra.http.server_limits import HttpError, read_body
+from evidra.retrieval.service.uvicorn_limits import MAX_CONNECTIONS
 
 if TYPE_CHECKING:
     from evidra.app.workspace import AskTicket

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from evidra.app.citations import answer_json, citation_label, page_json
 from evidra.app.http import ServeOptions, k_of, question_of
-from evidra.errors import EvidraError, MissingDependencyError
-from evidra.httpserve import HttpError
+from evidra.core.errors import EvidraError, MissingDependencyError
+from evidra.http.server_limits import HttpError
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

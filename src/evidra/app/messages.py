@@ -2,7 +2,7 @@
 
 ``conversation(messages, options)`` reads a ``/v1/chat/completions`` message list: the last
 message must be the user's question; the user and assistant messages before it are the history
-(``evidra.conversation`` says how retrieval and the model use it). ``history_of`` reads the
+(``evidra.core.conversation`` says how retrieval and the model use it). ``history_of`` reads the
 ``history`` of ``POST /api/ask``, the same list without the question.
 
 * **System** (and ``developer``) messages are checked and left out: the paradigm's own prompt
@@ -28,8 +28,8 @@ names the message by its 1-based position.
 from __future__ import annotations
 
 from evidra.app.http import ServeOptions, question_of
-from evidra.httpserve import HttpError
-from evidra.types import Message
+from evidra.core.types import Message
+from evidra.http.server_limits import HttpError
 
 IGNORED = ("system", "developer")  # read for their shape, then left to the paradigm's own prompt
 TURNS = ("user", "assistant")

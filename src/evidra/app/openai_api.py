@@ -3,7 +3,7 @@
 ``POST /v1/chat/completions`` answers the last user message from the store's top ``k`` pages
 (``k`` in the body, else the server's), in the conversation its earlier user and assistant
 messages hold: retrieval searches for the question with the earlier user turns, and the model
-reads the earlier turns before it (``evidra.app.messages``, ``evidra.conversation``).
+reads the earlier turns before it (``evidra.app.messages``, ``evidra.core.conversation``).
 The reply's content is the model's text followed by ``Answer: ...`` and ``Sources: <document>
 p. <page> [box]``; the reply also carries ``evidence`` (each cited step: document, page, box in
 page pixels, page id) and ``pages`` (what the model was shown), fields OpenAI clients ignore and
@@ -33,13 +33,13 @@ from evidra.app.errors import RETRY_AFTER_S, Busy
 from evidra.app.http import HeldStream, ServeOptions, k_of, read_json
 from evidra.app.messages import conversation
 from evidra.app.streams import Done, Failed, Piece, answer_events
-from evidra.errors import EvidraError
-from evidra.httpserve import HttpError
+from evidra.core.errors import EvidraError
+from evidra.http.server_limits import HttpError
 
 if TYPE_CHECKING:
     from evidra.app.workspace import AskTicket, Workspace
+    from evidra.core.types import Message
     from evidra.rag import Answer
-    from evidra.types import Message
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 

@@ -1,5 +1,5 @@
 """Running ``evidra serve``: uvicorn with the search service's guarded h11 protocol (head
-deadline re-armed after every response, capped connections; ``evidra.retrieval.serving``)."""
+deadline re-armed after every response, capped connections; ``evidra.retrieval.service.uvicorn_limits``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from evidra.app.http import API_KEY_ENV, ServeOptions
-from evidra.retrieval.server import is_loopback, listen, on_a_thread
+from evidra.retrieval.service.server import is_loopback, listen, on_a_thread
 
 if TYPE_CHECKING:
     import socket
@@ -27,7 +27,7 @@ def _listen(host: str, port: int, options: ServeOptions) -> tuple[socket.socket,
 
 def _server(workspace: Workspace, options: ServeOptions, host: str) -> uvicorn.Server:
     from evidra.app.web import build_app
-    from evidra.retrieval.serving import make_server
+    from evidra.retrieval.service.uvicorn_limits import make_server
 
     app = build_app(workspace, options, loopback_only=is_loopback(host))
     return make_server(app, idle_timeout_s=options.idle_timeout_s, max_connections=options.max_connections)

@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from evidra.errors import EvidraError
+from evidra.core.errors import EvidraError
 from evidra.models.streaming import StreamCancelled
 
 if TYPE_CHECKING:
     from evidra.app.workspace import AskTicket, Workspace
+    from evidra.core.types import Message, Page
     from evidra.rag import Answer
-    from evidra.retrieval.base import Hit
-    from evidra.types import Message, Page
+    from evidra.retrieval.interfaces import Hit
 
 
 @dataclass(frozen=True)

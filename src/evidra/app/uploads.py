@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar
 
 from evidra.app.errors import Busy, NotFound
-from evidra.staging import pid_in_name, process_alive
+from evidra.safeio.staging import pid_in_name, process_alive
 
 if TYPE_CHECKING:
     from evidra.corpus.ingest import FailedFile, IngestProgress, IngestReport

@@ -49,10 +49,10 @@ from evidra.app.messages import history_of
 from evidra.app.openai_api import chat_routes
 from evidra.app.streams import Done, Failed, Found, Piece, Report, answer_events, progress_events
 from evidra.app.workspace import ingestible_name
-from evidra.errors import EvidraError, InvalidInputError
-from evidra.httpserve import HttpError, error_response, read_body, stream_body
-from evidra.retrieval.app import AccessLog
-from evidra.templating import render
+from evidra.core.errors import EvidraError, InvalidInputError
+from evidra.core.templating import render
+from evidra.http.server_limits import HttpError, error_response, read_body, stream_body
+from evidra.retrieval.service.app import AccessLog
 
 if TYPE_CHECKING:
     from evidra.app.workspace import AskTicket, Workspace

@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from evidra.app.errors import Busy, NotFound, Unsupported
 from evidra.app.uploads import Uploads, remove_leftovers
-from evidra.errors import InvalidInputError
-from evidra.openai_client import DEFAULT_API_KEY_ENV
+from evidra.core.errors import InvalidInputError
+from evidra.openai.client import DEFAULT_API_KEY_ENV
 
 if TYPE_CHECKING:
+    from evidra.core.types import Message, Page
     from evidra.corpus.store import PageStore
     from evidra.models.streaming import OnText
     from evidra.rag import RAG, Answer
-    from evidra.retrieval.base import Hit
-    from evidra.retrieval.engine import Engine
-    from evidra.types import Message, Page
+    from evidra.retrieval.interfaces import Hit
+    from evidra.retrieval.lifecycle.index_folder import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -256,9 +256,9 @@ class Workspace:
         """Retrieve the top ``k`` pages (data thread), hand them to ``on_pages``, then answer over
         them (model thread), handing each piece of text to ``on_text`` as it is written.
         ``history`` holds the earlier turns of the conversation: retrieval searches for the
-        question with the earlier user turns, the model reads them (``evidra.conversation``).
+        question with the earlier user turns, the model reads them (``evidra.core.conversation``).
         ``ticket`` is a place taken by ``admit`` (one is taken here, or ``Busy``, without it)."""
-        from evidra.conversation import retrieval_query
+        from evidra.core.conversation import retrieval_query
 
         if ticket is None:
             ticket = self.admit()
@@ -289,8 +289,8 @@ class Workspace:
 
     def _open(self) -> None:
         from evidra.corpus.store import PageStore
-        from evidra.retrieval.attach import registered_index
-        from evidra.retrieval.engine import MANIFEST, open_index
+        from evidra.retrieval.lifecycle.attach import registered_index
+        from evidra.retrieval.lifecycle.index_folder import MANIFEST, open_index
 
         self._store = PageStore.create(self.store_root)
         _write_ahead_log(self.store_root)
@@ -351,7 +351,7 @@ class Workspace:
         return self._data.submit(self._index_new, progress).result()
 
     def _index_new(self, progress: Callable[[int, int], None] | None) -> int:
-        from evidra.retrieval.engine import build_index
+        from evidra.retrieval.lifecycle.index_folder import build_index
 
         store = self._opened()
         have = set(self._engine.index.page_ids()) if self._engine is not None else set()

@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from evidra.errors import InvalidInputError
-from evidra.openai_client import DEFAULT_API_KEY_ENV
+from evidra.core.errors import InvalidInputError
+from evidra.openai.client import DEFAULT_API_KEY_ENV
 
 
 def add_endpoint_args(p: argparse.ArgumentParser) -> None:
     """``--endpoint``, ``--model-name``, ``--api-key-env``, ``--structured`` and ``--box-format``."""
-    from evidra.box_formats import BOX_FORMATS
+    from evidra.core.box_formats import BOX_FORMATS
 
     p.add_argument(
         "--endpoint",
@@ -48,8 +48,8 @@ def add_endpoint_args(p: argparse.ArgumentParser) -> None:
 def check_endpoint_args(args: argparse.Namespace, model_option: str = "--model") -> None:
     """One model (``--model`` or ``--endpoint`` with ``--model-name``), the key variable and the
     box format checked in a second, before any store or index opens."""
-    from evidra.box_formats import BOX_FORMATS
-    from evidra.openai_client import check_api_key_env
+    from evidra.core.box_formats import BOX_FORMATS
+    from evidra.openai.client import check_api_key_env
 
     if args.endpoint and getattr(args, "model", None):
         raise InvalidInputError(f"pass {model_option} (a checkpoint) or --endpoint (a server), not both")

@@ -14,18 +14,27 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 DEFAULT_MAX_TURNS = 8  # a method's environment ends its episodes itself; this only bounds them
 
 
 def add_arguments(p: Any) -> None:
     g = p.add_argument_group("a trained method (its paradigm, environment and reward)")
-    g.add_argument("--method", default=None, metavar="NAME",
-                   help="evaluate as this method runs: its paradigm, environment and reward "
-                   "(lat, evisrag, lang2act, vragrl, cave, or a method a package registers)")  # fmt: skip
-    g.add_argument("--method-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="an option of --method, as method.KEY=VALUE in a recipe (e.g. stage=2)")  # fmt: skip
+    g.add_argument(
+        "--method",
+        default=None,
+        metavar="NAME",
+        help="evaluate as this method runs: its paradigm, environment and reward "
+        "(lat, evisrag, lang2act, vragrl, cave, or a method a package registers)",
+    )
+    g.add_argument(
+        "--method-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of --method, as method.KEY=VALUE in a recipe (e.g. stage=2)",
+    )
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class MethodEval:
 
     def score(self, samples: list[Any], preds: list[Any]) -> list[Any]:
         """``preds`` with the method's reward added (after the cache, so cached rows get it too)."""
-        from evidra.methods.scoring import reward_scorer
+        from evidra.methods.evaluation import reward_scorer
 
         scorer = reward_scorer(self.task)
         return [replace(p, scores={**p.scores, **scorer(s, p)}) for s, p in zip(samples, preds, strict=True)]
@@ -62,7 +71,7 @@ def parse_method(args: argparse.Namespace) -> MethodEval | None:
         if args.method_option:
             raise InvalidInputError("--method-option sets an option of --method NAME; pass --method too")
         return None
-    from evidra.config import apply_overrides
+    from evidra.core.config import apply_overrides
     from evidra.methods import resolve_section
 
     if args.env is not None:

@@ -10,20 +10,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 
 def add_arguments(p: Any) -> None:
     g = p.add_argument_group("what the paradigm sees and how steps are scored")
-    g.add_argument("--pages-per-question", type=int, default=0, metavar="K",
-                   help="show each question its top K pages, ranked by --index when given, else in the "
-                   "benchmark's own order (Lang2Act, EVisRAG: 3; default: every page)")  # fmt: skip
-    g.add_argument("--toolbox", default=None, metavar="FILE",
-                   help="Lang2Act: prompt --paradigm toolchain with this curated toolbox "
-                   "(evidra data toolbox)")  # fmt: skip
-    g.add_argument("--sa-retriever", default=None, metavar="PATH",
-                   help="LAT's Step Accuracy (SA column): crop vs step similarity with this ColQwen2/ColPali "
-                   "checkpoint, hub id or tiny:colqwen2")  # fmt: skip
+    g.add_argument(
+        "--pages-per-question",
+        type=int,
+        default=0,
+        metavar="K",
+        help="show each question its top K pages, ranked by --index when given, else in the "
+        "benchmark's own order (Lang2Act, EVisRAG: 3; default: every page)",
+    )
+    g.add_argument(
+        "--toolbox",
+        default=None,
+        metavar="FILE",
+        help="Lang2Act: prompt --paradigm toolchain with this curated toolbox (evidra data toolbox)",
+    )
+    g.add_argument(
+        "--sa-retriever",
+        default=None,
+        metavar="PATH",
+        help="LAT's Step Accuracy (SA column): crop vs step similarity with this ColQwen2/ColPali "
+        "checkpoint, hub id or tiny:colqwen2",
+    )
 
 
 @dataclass(frozen=True)
@@ -44,8 +56,8 @@ class EvalOptions:
         """The registered paradigm ``name``; with ``--toolbox``, prompting with its tools. A
         paradigm that lists no tools keeps its own prompt under ``--paradigm all`` and is an
         error when named."""
+        from evidra.methods.lang2act.paradigm import with_toolbox
         from evidra.paradigms import PARADIGMS
-        from evidra.paradigms.toolchain import with_toolbox
 
         paradigm = PARADIGMS.get(name)()
         if not self.toolbox or (not explicit and not _lists_tools(paradigm)):
@@ -57,7 +69,7 @@ class EvalOptions:
 
 
 def _lists_tools(paradigm: Any) -> bool:
-    from evidra.paradigms.toolchain import Toolchain
+    from evidra.methods.lang2act.paradigm import Toolchain
 
     return isinstance(paradigm, Toolchain) and paradigm.stage == 2
 
@@ -74,7 +86,7 @@ def parse_options(args: argparse.Namespace) -> EvalOptions:
         raise InvalidInputError("--index is for --env search, or ranks pages with --pages-per-question K")
     tools: tuple[Any, ...] = ()
     if args.toolbox:
-        from evidra.paradigms.toolchain import load_toolbox
+        from evidra.methods.lang2act.paradigm import load_toolbox
 
         tools = load_toolbox(args.toolbox)
     return EvalOptions(args.pages_per_question, tools, Path(args.toolbox).stem if args.toolbox else "")
@@ -88,8 +100,8 @@ def with_pages(samples: list[Any], args: argparse.Namespace) -> list[Any]:
 
     searcher = None
     if args.index:
-        from evidra.keys import KeyPolicy
-        from evidra.retrieval.engine import open_searcher
+        from evidra.retrieval.lifecycle.index_folder import open_searcher
+        from evidra.safeio.keys import KeyPolicy
 
         searcher = open_searcher(args.index, key_policy=KeyPolicy())  # --index is the user's flag
     return top_pages(samples, args.pages_per_question, searcher)
@@ -101,8 +113,8 @@ def load_sa(args: argparse.Namespace, options: EvalOptions) -> EvalOptions:
         return options
     from dataclasses import replace
 
-    from evidra.eval.scoring import stepwise_attribution_scorer
-    from evidra.rewards.embedding import ColQwen2Similarity
+    from evidra.methods.lat.evaluation import stepwise_attribution_scorer
+    from evidra.methods.lat.similarity import ColQwen2Similarity
 
     similarity = ColQwen2Similarity.load(args.sa_retriever, device=args.device)
     return replace(options, sa=stepwise_attribution_scorer(similarity))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from evidra.retrieval.hybrid import Fusion

@@ -145,13 +145,19 @@ def polish(parser: argparse.ArgumentParser) -> None:
         sub.formatter_class = Formatter
         sub.set_defaults(command_path=sub.prog)
         sub.add_argument(
-            "-v", "--verbose", action="count", default=argparse.SUPPRESS,
+            "-v",
+            "--verbose",
+            action="count",
+            default=argparse.SUPPRESS,
             help="more log output (-vv: debug); also before the subcommand",
-        )  # fmt: skip
+        )
         sub.add_argument(
-            "-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+            "-q",
+            "--quiet",
+            action="store_true",
+            default=argparse.SUPPRESS,
             help="only warnings and errors, no progress bars; also before the subcommand",
-        )  # fmt: skip
+        )
         sub.add_argument(
             "--method-module",
             action="append",

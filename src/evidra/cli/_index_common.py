@@ -8,14 +8,14 @@ import argparse
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
+    from evidra.core.types import Sample
     from evidra.eval.retrieval import Layout
-    from evidra.types import Sample
 
 
 def _options(args: argparse.Namespace) -> tuple[Any, Any]:
-    from evidra.devices import resolve_device
-    from evidra.retrieval.base import EncoderOptions
+    from evidra.core.devices import resolve_device
     from evidra.retrieval.index import MaxSimOptions
+    from evidra.retrieval.interfaces import EncoderOptions
 
     device = resolve_device(args.device)
     maxsim = MaxSimOptions(
@@ -34,8 +34,8 @@ def _layout(path: str, fmt: str) -> Layout:
 
 
 def _load_dataset(args: argparse.Namespace) -> list[Sample]:
+    from evidra.core.errors import InvalidInputError
     from evidra.data.loaders import load, parse_options
-    from evidra.errors import InvalidInputError
 
     if not args.data:
         raise InvalidInputError(f"--dataset {args.dataset} needs --data: the benchmark's files")

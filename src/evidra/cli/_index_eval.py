@@ -27,7 +27,7 @@ def _eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels]:
 
 
 def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, str]:
-    from evidra.errors import InvalidInputError
+    from evidra.core.errors import InvalidInputError
     from evidra.eval.retrieval import benchmark_queries, load_qrels, load_queries
 
     given = [
@@ -56,8 +56,8 @@ def _read_eval_inputs(args: argparse.Namespace) -> tuple[dict[str, str], Qrels, 
 
 def run_eval(args: argparse.Namespace) -> int:
     from evidra.eval.retrieval import evaluate, judged, missing_relevant
-    from evidra.retrieval.engine import open_index
     from evidra.retrieval.hybrid import DEFAULT_FUSION, HybridRetriever
+    from evidra.retrieval.lifecycle.index_folder import open_index
 
     fusion = fusion_from_args(args) or DEFAULT_FUSION
     queries, qrels = _eval_inputs(args)

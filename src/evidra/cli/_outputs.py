@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 
 def _check_parent(path: Path, option: str) -> None:

@@ -96,7 +96,7 @@ def rank_output(output_dir: str | Path) -> Iterator[None]:
 
 
 def _is_evidra_error(exc: BaseException) -> bool:
-    from evidra.errors import EvidraError
+    from evidra.core.errors import EvidraError
 
     return isinstance(exc, EvidraError)
 

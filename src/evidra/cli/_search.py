@@ -14,10 +14,10 @@ from evidra.cli._terminal import json_line, shown
 def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:
     """Each page's ``PageMeta`` from the index's store (``{}`` without one), and the page ids that
     ``--where`` rules out."""
+    from evidra.core.errors import InvalidInputError
     from evidra.corpus import PageStore
     from evidra.corpus.metadata import parse_where
-    from evidra.errors import InvalidInputError
-    from evidra.retrieval.manifest import read_spec
+    from evidra.retrieval.lifecycle.manifest import read_spec
 
     where = parse_where(args.where)
     store = args.store or read_spec(args.index).store
@@ -37,7 +37,7 @@ def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]
 
 
 def run_search(args: argparse.Namespace) -> int:
-    from evidra.retrieval.engine import open_index
+    from evidra.retrieval.lifecycle.index_folder import open_index
 
     enc_opts, maxsim = _options(args)  # option errors (--device cuda without CUDA) first
     metas, ruled_out = _search_metadata(args)
@@ -46,8 +46,15 @@ def run_search(args: argparse.Namespace) -> int:
         results = engine.retriever.search(args.queries, k=args.k, exclude=exclude)
     for query, hits in zip(args.queries, results, strict=True):
         if args.json:
-            rows = [{"page_id": h.page_id, "score": h.score, "image_path": h.image_path,
-                     **(metas[h.page_id].record() if h.page_id in metas else {})} for h in hits]  # fmt: skip
+            rows = [
+                {
+                    "page_id": h.page_id,
+                    "score": h.score,
+                    "image_path": h.image_path,
+                    **(metas[h.page_id].record() if h.page_id in metas else {}),
+                }
+                for h in hits
+            ]
             print(json_line({"query": query, "hits": rows}))
             continue
         print(f"query: {shown(query)}")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from evidra.cli._answer_model import add_endpoint_args, check_endpoint_args, endpoint_options
 from evidra.cli._fusion import add_fusion_args, fusion_from_args
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from evidra.rag import RAG
@@ -93,9 +93,13 @@ def register(subparsers: Any) -> None:
         default=None,
         help="output format: coe (cited steps, the default), direct, evidence, toolchain...",
     )
-    p.add_argument("--method", default=None, metavar="NAME",
-                   help="answer in the format a method's model was trained to write (lat: coe, evisrag: "
-                   "evidence, ...; evidra.methods.METHODS)")  # fmt: skip
+    p.add_argument(
+        "--method",
+        default=None,
+        metavar="NAME",
+        help="answer in the format a method's model was trained to write (lat: coe, evisrag: "
+        "evidence, ...; evidra.methods.METHODS)",
+    )
     p.add_argument("--verify", action="store_true", help="check each evidence step (needs --paradigm coe)")
     p.add_argument(
         "--retriever", default=None, metavar="PATH", help="ColQwen2 checkpoint or hub id for --verify"
@@ -105,7 +109,7 @@ def register(subparsers: Any) -> None:
 
 
 def _similarity(retriever: str | None, device: str) -> Any:
-    from evidra.rewards.embedding import ColQwen2Similarity, TextOverlapSimilarity
+    from evidra.methods.lat.similarity import ColQwen2Similarity, TextOverlapSimilarity
 
     return ColQwen2Similarity.load(retriever, device=device) if retriever else TextOverlapSimilarity()
 
@@ -141,8 +145,8 @@ def _check_references(args: argparse.Namespace) -> None:
 def _open(args: argparse.Namespace) -> RAG:
     """Check the options, open store and index, then load the model (the heavy part, last)."""
     from evidra.cli._outputs import check_output_file
+    from evidra.core.devices import resolve_device, resolve_dtype
     from evidra.corpus.metadata import parse_where
-    from evidra.devices import resolve_device, resolve_dtype
     from evidra.models.generation import SamplingParams
     from evidra.rag import RAG
 

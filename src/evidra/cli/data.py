@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from evidra.cli._progress import LazyBar
-from evidra.errors import ConfigError
-from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
+from evidra.core.errors import ConfigError
+from evidra.openai.client import DEFAULT_API_KEY_ENV, check_api_key_env
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +46,13 @@ def _recipe_arguments(p: Any) -> None:
 
 
 def _api_key_argument(p: Any) -> None:
-    p.add_argument("--api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
-                   help="environment variable holding the endpoints' API key, sent as a Bearer token "
-                   f"(default {DEFAULT_API_KEY_ENV}; none is sent when it is unset or '')")  # fmt: skip
+    p.add_argument(
+        "--api-key-env",
+        default=DEFAULT_API_KEY_ENV,
+        metavar="VAR",
+        help="environment variable holding the endpoints' API key, sent as a Bearer token "
+        f"(default {DEFAULT_API_KEY_ENV}; none is sent when it is unset or '')",
+    )
 
 
 def _distill_parser(sub: Any) -> None:
@@ -61,9 +65,13 @@ def _distill_parser(sub: Any) -> None:
         "the ids already in --out.",
     )
     _recipe_arguments(p)
-    p.add_argument("--method", default=None, metavar="NAME",
-                   help="the method whose paradigm prompts the teacher and whose filter keeps its "
-                   "trajectories (lat, evisrag, vragrl; default: the recipe's method)")  # fmt: skip
+    p.add_argument(
+        "--method",
+        default=None,
+        metavar="NAME",
+        help="the method whose paradigm prompts the teacher and whose filter keeps its "
+        "trajectories (lat, evisrag, vragrl; default: the recipe's method)",
+    )
     p.add_argument(
         "--teacher", required=True, metavar="URL", help="teacher's OpenAI-compatible base URL (…/v1)"
     )
@@ -139,8 +147,12 @@ def _toolbox_parser(sub: Any) -> None:
         "the recipe's samples. Train stage 2 on it with method.toolbox=OUT.",
     )
     _recipe_arguments(p)
-    p.add_argument("--trajectories", default=None, metavar="FILE",
-                   help="JSONL rows with 'response' (text) or 'texts' (list, last used)")  # fmt: skip
+    p.add_argument(
+        "--trajectories",
+        default=None,
+        metavar="FILE",
+        help="JSONL rows with 'response' (text) or 'texts' (list, last used)",
+    )
     p.add_argument(
         "--model", default=None, metavar="PATH", help="stage-1 policy: model directory, run or checkpoint"
     )
@@ -163,7 +175,7 @@ def _recipe(args: argparse.Namespace, stage: str, *, policy: bool = False) -> tu
     A recipe whose method lists its data stages (``Method.stages``) must list ``stage``; with
     ``policy``, the model sampled from (``--model``, else ``model.path``) must name one, before
     any data is prepared."""
-    from evidra.config import load_config
+    from evidra.core.config import load_config
     from evidra.methods import check_config, resolve
     from evidra.models.references import check_model_ref
     from evidra.rl.config import RLConfig
@@ -184,7 +196,7 @@ def _recipe(args: argparse.Namespace, stage: str, *, policy: bool = False) -> tu
 
 def _distill_method(args: argparse.Namespace) -> Any:
     """The method of ``--method`` (else the recipe's), which must have a distillation filter."""
-    from evidra.config import load_config
+    from evidra.core.config import load_config
     from evidra.methods import METHODS, get_method, resolve
     from evidra.rl.config import RLConfig
 
@@ -204,8 +216,8 @@ def _distill_method(args: argparse.Namespace) -> Any:
 def _policy(model: str | None, cfg: Any, out: Path) -> Any:
     """The policy to sample from: ``--model`` (a directory, run or checkpoint) or the recipe's path."""
     from evidra.models.loading import load_vlm
-    from evidra.rl.export import resolve_trained_model
     from evidra.rl.policy import resolve_model_path
+    from evidra.rl.runs.export import resolve_trained_model
 
     path = (
         resolve_trained_model(model) if model else resolve_model_path(cfg.model.path, out.parent / ".models")
@@ -217,8 +229,13 @@ def _sampling(cfg: Any) -> tuple[Any, Any]:
     from evidra.models.generation import SamplingParams
 
     r = cfg.rollout
-    params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
-                            top_k=r.top_k, min_new_tokens=r.min_new_tokens)  # fmt: skip
+    params = SamplingParams(
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        min_new_tokens=r.min_new_tokens,
+    )
     return params, r.limits()
 
 
@@ -231,8 +248,8 @@ def run_distill(args: argparse.Namespace) -> int:
     from evidra.paradigms import PARADIGMS
 
     method = _distill_method(args)
-    if method.name == "vragrl" and not (args.annotator and args.annotator_model):
-        logger.warning("vragrl without --annotator: the teacher's boxes are kept as written")
+    if method.regrounds_boxes and not (args.annotator and args.annotator_model):
+        logger.warning("%s without --annotator: the teacher's boxes are kept as written", method.name)
     check_api_key_env(args.api_key_env, "--api-key-env")
     teacher = ChatEndpoint(args.teacher, args.teacher_model, api_key_env=args.api_key_env)
     annotator = (
@@ -242,19 +259,31 @@ def run_distill(args: argparse.Namespace) -> int:
     )
     _, _, samples = _recipe(args, "distill")  # the endpoints' URLs checked first
     with LazyBar(total=len(samples), unit="sample", desc="distill") as progress:
-        report = distill(samples, teacher, args.out, method=method.name,
-                         paradigm=PARADIGMS.get(method.paradigm)(), keep=method.distill, gamma=args.gamma,
-                         annotator=annotator, concurrency=args.concurrency, max_tokens=args.max_tokens,
-                         temperature=args.temperature, progress=progress)  # fmt: skip
-    print(f"distilled {report.attempted} samples: {report.accepted} kept, {report.failed} failed "
-          f"(retried on a rerun), {report.skipped} already in {args.out}")  # fmt: skip
+        report = distill(
+            samples,
+            teacher,
+            args.out,
+            method=method.name,
+            paradigm=PARADIGMS.get(method.paradigm)(),
+            keep=method.distill,
+            gamma=args.gamma,
+            annotator=annotator,
+            concurrency=args.concurrency,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            progress=progress,
+        )
+    print(
+        f"distilled {report.attempted} samples: {report.accepted} kept, {report.failed} failed "
+        f"(retried on a rerun), {report.skipped} already in {args.out}"
+    )
     print(f"train on them: evidra train sft --config {args.config or 'FILE'} --data {args.out}")
     return 0
 
 
 def run_multiexpert(args: argparse.Namespace) -> int:
+    from evidra.core.errors import InvalidInputError
     from evidra.data.construction.multiexpert import MultiExpertConfig, multiexpert
-    from evidra.errors import InvalidInputError
     from evidra.models.endpoint import ChatEndpoint
 
     if bool(args.expert) != bool(args.expert_model):
@@ -263,8 +292,15 @@ def run_multiexpert(args: argparse.Namespace) -> int:
         logger.warning("no --expert: the large model's boxes are kept as written")
     check_api_key_env(args.api_key_env, "--api-key-env")
     try:
-        cfg = MultiExpertConfig(args.samples, args.min_steps, args.max_steps, args.min_anls, args.max_tokens,
-                                args.temperature, concurrency=args.concurrency)  # fmt: skip
+        cfg = MultiExpertConfig(
+            args.samples,
+            args.min_steps,
+            args.max_steps,
+            args.min_anls,
+            args.max_tokens,
+            args.temperature,
+            concurrency=args.concurrency,
+        )
     except InvalidInputError as exc:
         raise ConfigError(f"data multiexpert: {exc}") from None
     key = args.api_key_env
@@ -299,24 +335,34 @@ def run_filter(args: argparse.Namespace) -> int:
     vlm = _policy(args.model, cfg, out)
     params, limits = _sampling(cfg)
     with LazyBar(total=len(samples), unit="sample", desc=f"sampling {args.k} each") as progress:
-        successes = sample_successes(HFBackend(vlm), task.make_env, samples, args.k,
-                                     parsed_answer_is_correct(task.parse, args.threshold), params=params,
-                                     limits=limits, batch_size=args.batch_size,
-                                     progress=progress)  # fmt: skip
-    kept = filter_by_difficulty(samples, successes, args.k, min_success=args.min_success,
-                                max_success=args.max_success)  # fmt: skip
+        successes = sample_successes(
+            HFBackend(vlm),
+            task.make_env,
+            samples,
+            args.k,
+            parsed_answer_is_correct(task.parse, args.threshold),
+            params=params,
+            limits=limits,
+            batch_size=args.batch_size,
+            progress=progress,
+        )
+    kept = filter_by_difficulty(
+        samples, successes, args.k, min_success=args.min_success, max_success=args.max_success
+    )
     chosen = {s.id for s in kept.curriculum}
     rows = [SubsetRow(s.id, successes[s.id], args.k, True) for s in kept.curriculum]
     rows += [SubsetRow(s.id, successes[s.id], args.k, False) for s in samples if s.id not in chosen]
     write_subset(rows, out)
-    print(f"kept {len(kept.curriculum)} of {len(samples)} samples ({len(kept.dropped_easy)} solved by more "
-          f"than the band allows, {len(kept.dropped_hard)} by fewer): {out}")  # fmt: skip
+    print(
+        f"kept {len(kept.curriculum)} of {len(samples)} samples ({len(kept.dropped_easy)} solved by more "
+        f"than the band allows, {len(kept.dropped_hard)} by fewer): {out}"
+    )
     print(f"train on them: evidra train rl --config {args.config or 'FILE'} data.subset={out}")
     return 0
 
 
 def _read_trajectories(path: str) -> list[str]:
-    from evidra.jsonio import read_json_lines
+    from evidra.safeio.jsonfiles import read_json_lines
 
     texts = []
     for n, row in read_json_lines(path, "--trajectories", ConfigError, "pass the JSONL of trajectories"):
@@ -348,7 +394,7 @@ def _stage1_trajectories(args: argparse.Namespace, out: Path) -> list[str]:
 
 
 def run_toolbox(args: argparse.Namespace) -> int:
-    from evidra.data.construction.toolbox import LocalVLMModel, OpenAIChatModel, curate
+    from evidra.methods.lang2act.toolbox import LocalVLMModel, OpenAIChatModel, curate
 
     if bool(args.curator) == bool(args.curator_local):
         raise ConfigError(
@@ -388,8 +434,10 @@ def run_toolbox(args: argparse.Namespace) -> int:
         kind = "numeric" if row["numeric"] else "image"
         name, used = shown(row["name"]), f"used in {row['count']:>4} trajectories"
         print(f"  {name:<28} {used}  {kind:<7} args: {shown(row['args'])}")
-    print(f"toolbox of {len(box.tools)} tools (pool {box.pool_size}, coverage {box.coverage:.1%} of tool "
-          f"use, {box.errors} curation errors over {box.trajectories} trajectories): {out}")  # fmt: skip
+    print(
+        f"toolbox of {len(box.tools)} tools (pool {box.pool_size}, coverage {box.coverage:.1%} of tool "
+        f"use, {box.errors} curation errors over {box.trajectories} trajectories): {out}"
+    )
     stage2 = "evidra train rl --config configs/lang2act_stage2.yaml"
     print(f"train stage 2 with it: {stage2} method.toolbox={out}")
     return 0

@@ -1,4 +1,4 @@
-"""``evidra demo``: the offline end-to-end demo on embedded defaults (see ``evidra.demo``)."""
+"""``evidra demo``: the offline end-to-end demo on embedded defaults (see ``evidra.demo.pipeline``)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="answer with this checkpoint (model folder or training run); no training",
     )
-    p.add_argument("--arch", default="qwen2_5_vl", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"],
-                   help="architecture of the tiny model trained when no --model is given")  # fmt: skip
+    p.add_argument(
+        "--arch",
+        default="qwen2_5_vl",
+        choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"],
+        help="architecture of the tiny model trained when no --model is given",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of documents, model and training")
     p.add_argument("--docs", type=int, default=3, help="number of synthetic documents")
     p.add_argument("--no-train", action="store_true", help="skip the SFT + GRPO learning stage")
@@ -37,7 +41,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evidra.demo import run_demo
+    from evidra.demo.pipeline import run_demo
 
     library = logging.getLogger("evidra")
     level = library.level

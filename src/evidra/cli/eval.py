@@ -29,8 +29,8 @@ from evidra.cli._eval_options import EvalOptions, load_sa, parse_options, with_p
 from evidra.cli._eval_options import add_arguments as add_eval_options
 from evidra.cli._outputs import check_output_dir, removed_on_failure
 from evidra.cli._progress import advance, open_bar
-from evidra.errors import InvalidInputError
-from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
+from evidra.core.errors import InvalidInputError
+from evidra.openai.client import DEFAULT_API_KEY_ENV, check_api_key_env
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +79,13 @@ def register(subparsers: Any) -> None:
     )
     model.add_argument("--endpoint", default=None, metavar="URL", help="OpenAI-compatible base URL (…/v1)")
     model.add_argument("--model-name", default=None, help="model name sent to --endpoint")
-    model.add_argument("--api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
-                       help="environment variable holding --endpoint's API key "
-                       f"(default {DEFAULT_API_KEY_ENV}; none is sent when it is unset)")  # fmt: skip
+    model.add_argument(
+        "--api-key-env",
+        default=DEFAULT_API_KEY_ENV,
+        metavar="VAR",
+        help="environment variable holding --endpoint's API key "
+        f"(default {DEFAULT_API_KEY_ENV}; none is sent when it is unset)",
+    )
     model.add_argument(
         "--arch", default="qwen2_5_vl", help="box convention of the endpoint model (default qwen2_5_vl)"
     )
@@ -98,8 +102,12 @@ def register(subparsers: Any) -> None:
     turns_help = "policy turns per episode (default: the environment's own limit, 1 without --env)"
     p.add_argument("--max-turns", type=int, default=None, help=turns_help)
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens the policy may write per turn")
-    p.add_argument("--training-metrics", default=None, metavar="FILE",
-                   help="also plot a training run's metrics.jsonl to OUT/training_curves.png")  # fmt: skip
+    p.add_argument(
+        "--training-metrics",
+        default=None,
+        metavar="FILE",
+        help="also plot a training run's metrics.jsonl to OUT/training_curves.png",
+    )
     p.add_argument(
         "--out", required=True, metavar="DIR", help="folder for results.jsonl, tables and viewer.html"
     )
@@ -111,15 +119,27 @@ def register(subparsers: Any) -> None:
 
 def _judge_arguments(p: Any) -> None:
     j = p.add_argument_group("answer judge (adds the Judge Acc column; unscored answers are counted apart)")
-    j.add_argument("--judge", default=None, metavar="KIND",
-                   help="rule (offline normalised match) or openai (OpenAI-compatible server)")  # fmt: skip
+    j.add_argument(
+        "--judge",
+        default=None,
+        metavar="KIND",
+        help="rule (offline normalised match) or openai (OpenAI-compatible server)",
+    )
     j.add_argument("--judge-url", default="", metavar="URL", help="judge server base URL (…/v1)")
     j.add_argument("--judge-model", default="", metavar="NAME", help="model name the judge server serves")
-    j.add_argument("--judge-api-key-env", default=DEFAULT_API_KEY_ENV, metavar="VAR",
-                   help=f"environment variable with the key (default {DEFAULT_API_KEY_ENV})")  # fmt: skip
-    j.add_argument("--judge-prompt", default=None, metavar="NAME",
-                   help="a registered judge prompt (evidra.rewards.judge_prompts): vragrl (one answer "
-                   "a request), lang2act (batched) or cave (default: --method's, else vragrl)")  # fmt: skip
+    j.add_argument(
+        "--judge-api-key-env",
+        default=DEFAULT_API_KEY_ENV,
+        metavar="VAR",
+        help=f"environment variable with the key (default {DEFAULT_API_KEY_ENV})",
+    )
+    j.add_argument(
+        "--judge-prompt",
+        default=None,
+        metavar="NAME",
+        help="a registered judge prompt (evidra.rewards.judge_prompts): vragrl (one answer "
+        "a request), lang2act (batched) or cave (default: --method's, else vragrl)",
+    )
     j.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at once")
     j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS", help="per judge request")
     j.add_argument("--judge-retries", type=int, default=3, help="retries of a failed judge request")
@@ -133,15 +153,21 @@ def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> An
     from evidra.rewards.judge_config import JudgeConfig, build_judge
     from evidra.rewards.judge_http import DiskCache
 
-    cfg = JudgeConfig(kind=args.judge, base_url=args.judge_url, model=args.judge_model,
-                      api_key_env=args.judge_api_key_env, prompt=prompt,
-                      concurrency=args.judge_concurrency, timeout_s=args.judge_timeout,
-                      max_retries=args.judge_retries)  # fmt: skip
+    cfg = JudgeConfig(
+        kind=args.judge,
+        base_url=args.judge_url,
+        model=args.judge_model,
+        api_key_env=args.judge_api_key_env,
+        prompt=prompt,
+        concurrency=args.judge_concurrency,
+        timeout_s=args.judge_timeout,
+        max_retries=args.judge_retries,
+    )
     cache = None
     if cfg.kind != "rule":
         out.mkdir(parents=True, exist_ok=True)
         cache = DiskCache(out / "judge_cache.sqlite")
-    from evidra.keys import KeyPolicy
+    from evidra.safeio.keys import KeyPolicy
 
     return build_judge(cfg, cfg.prompt or "vragrl", cache, KeyPolicy())  # --judge-url is the user's flag
 
@@ -153,7 +179,7 @@ def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
         return preds
     from dataclasses import replace
 
-    from evidra.eval.scoring import JUDGE_UNSCORED, judge_scores
+    from evidra.eval.sample_scoring import JUDGE_UNSCORED, judge_scores
 
     scores = judge_scores(judge, samples, preds)
     unscored = sum(s[JUDGE_UNSCORED] for s in scores)
@@ -204,16 +230,16 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
     from evidra.eval.runner import EndpointModel, LocalModel
 
     if args.model and not args.endpoint:
-        from evidra.devices import resolve_device, resolve_dtype
+        from evidra.core.devices import resolve_device, resolve_dtype
         from evidra.models.loading import load_vlm
-        from evidra.rl.export import resolve_trained_model
+        from evidra.rl.runs.export import resolve_trained_model
 
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
         vlm = load_vlm(resolve_trained_model(args.model), dtype=dtype, device=device)
         return LocalModel(vlm), Path(args.model).name
     if args.endpoint and args.model_name:
-        from evidra.geometry import vision_spec
+        from evidra.core.geometry import vision_spec
         from evidra.models.endpoint import ChatEndpoint
 
         check_api_key_env(args.api_key_env, "--api-key-env")
@@ -277,8 +303,8 @@ def _search_corpus(args: argparse.Namespace, samples: list[Any]) -> Any:
     """``(searcher, pages)`` over every page of a benchmark (VRAG-RL's corpus), built once per
     benchmark: ``--index`` (directory or URL), else BM25 over the pages' text layer."""
     from evidra.env.search import bm25_searcher
-    from evidra.keys import KeyPolicy
-    from evidra.retrieval.engine import open_searcher
+    from evidra.retrieval.lifecycle.index_folder import open_searcher
+    from evidra.safeio.keys import KeyPolicy
 
     pages = {p.id: p for s in samples for p in s.pages}
     gold = {g for s in samples for g in s.gold_pages}
@@ -287,7 +313,7 @@ def _search_corpus(args: argparse.Namespace, samples: list[Any]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evidra.errors import EvidraError
+    from evidra.core.errors import EvidraError
     from evidra.eval.report import RunResult, write_report
     from evidra.eval.tables import breakdown, summarize
     from evidra.paradigms import PARADIGMS
@@ -318,8 +344,15 @@ def run(args: argparse.Namespace) -> int:
         for paradigm in paradigms:
             with open_bar(total=len(samples), desc=f"{bench} / {paradigm}", unit="q") as bar:
                 try:
-                    preds, cfg = _run_one(args, (options, method), backend, (bench, paradigm, model_name),
-                                          samples, corpus, advance(bar))  # fmt: skip
+                    preds, cfg = _run_one(
+                        args,
+                        (options, method),
+                        backend,
+                        (bench, paradigm, model_name),
+                        samples,
+                        corpus,
+                        advance(bar),
+                    )
                 except EvidraError as exc:
                     if not every:
                         raise
@@ -340,9 +373,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_one(args: argparse.Namespace, how: tuple[EvalOptions, MethodEval | None], backend: Any,
-             key: tuple[str, str, str], samples: list[Any], corpus: Any,
-             progress: Any) -> tuple[list[Any], Any]:  # fmt: skip
+def _run_one(
+    args: argparse.Namespace,
+    how: tuple[EvalOptions, MethodEval | None],
+    backend: Any,
+    key: tuple[str, str, str],
+    samples: list[Any],
+    corpus: Any,
+    progress: Any,
+) -> tuple[list[Any], Any]:
     """One benchmark x paradigm: its predictions (cached in ``OUT/predictions.jsonl``) and config."""
     from evidra.eval.runner import RunConfig, run_eval
 
@@ -350,11 +389,26 @@ def _run_one(args: argparse.Namespace, how: tuple[EvalOptions, MethodEval | None
     paradigm = options.paradigm(name, explicit=args.paradigm not in ([], ["all"]))
     variant = ",".join(v for v in (options.variant(paradigm), method and method.variant) if v)
     turns = _max_turns(args) if method is None else (args.max_turns or DEFAULT_MAX_TURNS)
-    cfg = RunConfig(bench, name, model_name, batch_size=args.batch_size, max_turns=turns,
-                    max_new_tokens=args.max_new_tokens, seed=args.seed, variant=variant)  # fmt: skip
+    cfg = RunConfig(
+        bench,
+        name,
+        model_name,
+        batch_size=args.batch_size,
+        max_turns=turns,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        variant=variant,
+    )
     make_env = method.task.make_env if method is not None else _env_factory(args.env, paradigm, corpus, args)
-    preds = run_eval(samples, backend, cfg, Path(args.out) / "predictions.jsonl", make_env=make_env,
-                     progress=progress, paradigm=paradigm)  # fmt: skip
+    preds = run_eval(
+        samples,
+        backend,
+        cfg,
+        Path(args.out) / "predictions.jsonl",
+        make_env=make_env,
+        progress=progress,
+        paradigm=paradigm,
+    )
     if options.sa is not None:  # scored after the cache, so cached predictions get SA too
         from dataclasses import replace
 
@@ -366,7 +420,7 @@ def _run_one(args: argparse.Namespace, how: tuple[EvalOptions, MethodEval | None
 
 def _plots(runs: list[Any], out: Path) -> list[Path]:
     """A comparison PNG per headline metric when matplotlib (extra [plots]) is installed."""
-    from evidra.errors import MissingDependencyError
+    from evidra.core.errors import MissingDependencyError
     from evidra.eval.plots import plot_comparison
     from evidra.eval.tables import COUNTS, LAYOUTS
 

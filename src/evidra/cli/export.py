@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evidra.methods import method_facts
-    from evidra.rl.export import export_model
+    from evidra.rl.runs.export import export_model
 
     print(export_model(args.source, args.out, adapter_only=args.adapter, method_facts=method_facts))
     return 0

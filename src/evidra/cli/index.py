@@ -38,7 +38,7 @@ from evidra.cli._index_common import _layout, _load_dataset, _options
 from evidra.cli._progress import LazyBar
 
 if TYPE_CHECKING:
-    from evidra.types import Page
+    from evidra.core.types import Page
 
 _FORMATS = ("auto", "beir", "vidore_v1")
 
@@ -175,7 +175,7 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 
 def scoring_options(p: argparse.ArgumentParser) -> None:
     """``--compute-dtype`` and ``--maxsim-kernel``: how the exact store scores
-    (``evidra.retrieval.compute``, ``evidra.retrieval.kernels``)."""
+    (``evidra.retrieval.kernels.compute_dtype``, ``evidra.retrieval.kernels.choice``)."""
     p.add_argument(
         "--compute-dtype",
         choices=("auto", "float32", "bfloat16", "float16"),
@@ -201,9 +201,10 @@ def scoring_options(p: argparse.ArgumentParser) -> None:
 
 
 def _build_pages(args: argparse.Namespace) -> list[Page]:
+    from evidra.core.errors import InvalidInputError
     from evidra.corpus import PageStore
-    from evidra.errors import InvalidInputError
     from evidra.eval.retrieval import benchmark_pages
+    from evidra.retrieval.lifecycle.backends import text_index
 
     if sum(x is not None for x in (args.store, args.corpus, args.dataset)) != 1:
         raise InvalidInputError(
@@ -226,9 +227,9 @@ def _build_pages(args: argparse.Namespace) -> list[Page]:
         image_dir = Path(args.image_dir or Path(args.out) / "images").resolve()
         pages = benchmark_pages(root, _layout(str(root), args.corpus_format), image_dir=image_dir)
         source = args.corpus
-    if args.encoder == "bm25" and not args.ocr and not any(p.words for p in pages):
+    if text_index(args.encoder) and not args.ocr and not any(p.words for p in pages):
         raise InvalidInputError(
-            f"the pages of {source} are images without a text layer; bm25 needs --ocr (evidra[ocr])"
+            f"the pages of {source} are images without a text layer; {args.encoder} needs --ocr (evidra[ocr])"
         )
     return pages
 
@@ -245,7 +246,7 @@ def run_build(args: argparse.Namespace) -> int:
     from evidra.cli._outputs import removed_on_failure
     from evidra.models.references import check_model_ref, written_as_checkpoint
     from evidra.retrieval.encoders.bm25 import BM25Params
-    from evidra.retrieval.engine import check_encoder_args
+    from evidra.retrieval.lifecycle.index_folder import check_encoder_args
 
     BM25Params(language=args.language)  # an unknown language fails before any page is read
     qdrant = _qdrant_spec(args)  # option errors first, before any page is read
@@ -263,7 +264,7 @@ def run_build(args: argparse.Namespace) -> int:
         )
     if args.store is not None:  # `evidra ask --store S` then finds this index without --index
         from evidra.corpus import PageStore
-        from evidra.retrieval.manifest import note_store
+        from evidra.retrieval.lifecycle.manifest import note_store
 
         note_store(args.out, args.store)  # `index search` then names files and pages, and filters
         with PageStore.open(args.store) as store:
@@ -274,11 +275,12 @@ def run_build(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace, qdrant: Any) -> Any:
     """The pages of the build's source (a benchmark's images extracted under ``--out``), embedded."""
     from evidra.retrieval.encoders.bm25 import BM25Params
-    from evidra.retrieval.engine import build_index
+    from evidra.retrieval.lifecycle.backends import text_index
+    from evidra.retrieval.lifecycle.index_folder import build_index
 
     pages = _build_pages(args)
     enc_opts, maxsim = _options(args)
-    desc = "reading text" if args.encoder == "bm25" else "embedding"
+    desc = "reading text" if text_index(args.encoder) else "embedding"
     with LazyBar(total=len(pages), unit="page", desc=desc) as progress:
         return build_index(
             pages,
@@ -296,8 +298,8 @@ def _build(args: argparse.Namespace, qdrant: Any) -> Any:
 
 
 def _qdrant_spec(args: argparse.Namespace) -> Any:
-    from evidra.errors import InvalidInputError
-    from evidra.retrieval.engine import QdrantSpec
+    from evidra.core.errors import InvalidInputError
+    from evidra.retrieval.lifecycle.index_folder import QdrantSpec
 
     if args.backend != "qdrant":
         if args.qdrant_url:
@@ -315,9 +317,9 @@ def _qdrant_spec(args: argparse.Namespace) -> Any:
 
 
 def run_add(args: argparse.Namespace) -> int:
+    from evidra.core.errors import InvalidInputError
     from evidra.corpus import PageStore
-    from evidra.errors import InvalidInputError
-    from evidra.retrieval.engine import open_index
+    from evidra.retrieval.lifecycle.index_folder import open_index
 
     enc_opts, maxsim = _options(args)
     store = PageStore.open(args.store)
@@ -339,7 +341,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 def run_delete(args: argparse.Namespace) -> int:
     from evidra.retrieval.encoders.bm25 import BM25Retriever
-    from evidra.retrieval.engine import open_store_only, save_bm25
+    from evidra.retrieval.lifecycle.index_folder import open_store_only, save_bm25
 
     index = open_store_only(args.index)
     try:

@@ -19,7 +19,7 @@ from evidra.cli._logging import setup as setup_logging
 from evidra.cli._progress import show_bars
 from evidra.cli._ranks import launch, rank_log, say
 from evidra.cli._terminal import shown
-from evidra.errors import EvidraError
+from evidra.core.errors import EvidraError
 
 SUBCOMMANDS = (
     "ingest",
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _import_method_modules(names: Sequence[str]) -> None:
     """``--method-module``: the user's own method modules, imported before the command runs."""
     if names:
-        from evidra.methods.base import import_method_module
+        from evidra.methods.method import import_method_module
 
         for name in names:
             import_method_module(name)

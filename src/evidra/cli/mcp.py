@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     from evidra.app.http import ServeOptions
     from evidra.app.mcp_server import build_mcp
-    from evidra.errors import MissingDependencyError
+    from evidra.core.errors import MissingDependencyError
 
     check_endpoint_args(args)  # the cheap checks first
     if importlib.util.find_spec("mcp") is None:  # checked before the model loads

@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
 def run_tiny(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from evidra.errors import InvalidInputError
+    from evidra.core.errors import InvalidInputError
     from evidra.models.tiny import build_tiny
 
     out = Path(args.out)

@@ -58,8 +58,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evidra.cli._index_common import _options
-    from evidra.retrieval.engine import open_index
-    from evidra.retrieval.server import API_KEY_ENV, SearchService, ServiceOptions
+    from evidra.retrieval.lifecycle.index_folder import open_index
+    from evidra.retrieval.service.server import API_KEY_ENV, SearchService, ServiceOptions
 
     options = ServiceOptions(
         max_batch=args.max_batch,
@@ -89,7 +89,7 @@ def _pages(args: argparse.Namespace) -> Any:
     from pathlib import Path
 
     from evidra.corpus import PageStore
-    from evidra.retrieval.manifest import read_spec
+    from evidra.retrieval.lifecycle.manifest import read_spec
 
     store = args.store or read_spec(args.index).store
     if not store or not (args.store or Path(store).is_dir()):

@@ -50,17 +50,23 @@ def _mode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. optim.lr=1e-6")
     export_help = "after training, write the final model as a loadable directory (as `evidra export`)"
     p.add_argument("--export", default=None, metavar="DIR", help=export_help)
-    data_help = ("sft: train on this JSONL instead of the task's oracle: TRL/OpenAI messages, "
-                 "LLaMA-Factory ShareGPT or `evidra data distill` rows")  # fmt: skip
+    data_help = (
+        "sft: train on this JSONL instead of the task's oracle: TRL/OpenAI messages, "
+        "LLaMA-Factory ShareGPT or `evidra data distill` rows"
+    )
     p.add_argument("--data", default=None, metavar="FILE", help=data_help)
-    p.add_argument("--data-format", default=None, choices=["messages", "sharegpt", "evidra"],
-                   help="the --data file's format (default: detected from its rows)")  # fmt: skip
+    p.add_argument(
+        "--data-format",
+        default=None,
+        choices=["messages", "sharegpt", "evidra"],
+        help="the --data file's format (default: detected from its rows)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from evidra.config import load_config
-    from evidra.errors import ConfigError
+    from evidra.core.config import load_config
+    from evidra.core.errors import ConfigError
 
     if args.data:
         if args.mode != "sft":
@@ -72,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         args.overrides = [*args.overrides, f"data.trajectories_format={args.data_format}"]
     if args.export:  # checked before training, not after
         from evidra.cli._outputs import check_output_dir
-        from evidra.rl.export import check_export_target
+        from evidra.rl.runs.export import check_export_target
 
         check_output_dir(args.export, "--export")
         check_export_target(Path(args.export))
@@ -92,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"metrics: {trainer.sink.path}")
         if args.export:
             from evidra.methods import method_facts
-            from evidra.rl.export import export_model
+            from evidra.rl.runs.export import export_model
 
             print(f"exported: {export_model(trainer.out, args.export, method_facts=method_facts)}")
     return 0

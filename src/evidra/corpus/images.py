@@ -12,9 +12,9 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from evidra.core.errors import CorpusError
+from evidra.core.types import Word
 from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS, RenderedPage, over_doc_pixels
-from evidra.errors import CorpusError
-from evidra.types import Word
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage

@@ -35,6 +35,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evidra.core.errors import CorpusError, EvidraError, InvalidInputError
+from evidra.core.types import content_hash, make_page_id
 from evidra.corpus.discovery import Discovered, FailedFile, collect, unsupported_summary
 from evidra.corpus.images import WordExtractor
 from evidra.corpus.limits import DEFAULT_MAX_FILE_BYTES, MIB, Limits
@@ -43,8 +45,6 @@ from evidra.corpus.pdf import RenderedPage
 from evidra.corpus.render_pool import shared_pool
 from evidra.corpus.renderer import PDF_SUFFIXES, SUPPORTED_SUFFIXES, Cancelled, Renderer, kind_of
 from evidra.corpus.store import PageStore
-from evidra.errors import CorpusError, EvidraError, InvalidInputError
-from evidra.types import content_hash, make_page_id
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from evidra.core.errors import InvalidInputError
 from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS
-from evidra.errors import InvalidInputError
 
 MIB = 1 << 20
 DEFAULT_MAX_FILE_BYTES = 512 * MIB  # a 10,000-page scanned PDF at 50 KB a page fits

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 SIDECAR_SUFFIX = ".meta.json"
 MAX_SIDECAR_BYTES = 64 * 1024
@@ -63,9 +63,14 @@ class PageMeta:
     def record(self) -> dict[str, object]:
         """As JSON: what a hit carries besides its score."""
         return {
-            "doc_id": self.doc_id, "file": self.file, "source": self.source, "page_number": self.page_number,
-            "title": self.title, "meta": dict(self.meta), "cite": self.citation,
-        }  # fmt: skip
+            "doc_id": self.doc_id,
+            "file": self.file,
+            "source": self.source,
+            "page_number": self.page_number,
+            "title": self.title,
+            "meta": dict(self.meta),
+            "cite": self.citation,
+        }
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from evidra.errors import CorpusError
-from evidra.types import Box, Word
+from evidra.core.errors import CorpusError
+from evidra.core.types import Box, Word
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -326,8 +326,14 @@ def _render_page(pdf: object, index: int, dpi: float, name: str, max_pixels: int
             logger.warning(
                 "%s: page %d is %.0f x %.0f pt; rendered at %.1f dpi instead of %g to stay under "
                 "the cap of %d pixels per page",
-                name, index + 1, width_pt, height_pt, page_dpi, dpi, max_pixels,
-            )  # fmt: skip
+                name,
+                index + 1,
+                width_pt,
+                height_pt,
+                page_dpi,
+                dpi,
+                max_pixels,
+            )
         left, bottom, right, top = page.get_bbox()
         geo = PageGeometry(left, bottom, right, top, int(page.get_rotation()), scale)
         image = page.render(scale=scale).to_pil().convert("RGB")

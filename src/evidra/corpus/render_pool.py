@@ -29,6 +29,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from evidra.core.errors import CorpusError, EvidraError
+from evidra.core.types import Box, Word
 from evidra.corpus.limits import DEFAULT_MAX_WORKER_BYTES, Limits
 from evidra.corpus.pdf import RenderedPage
 from evidra.corpus.render_worker import (
@@ -40,8 +42,6 @@ from evidra.corpus.render_worker import (
     send_frame,
 )
 from evidra.corpus.renderer import Cancelled, DocKind
-from evidra.errors import CorpusError, EvidraError
-from evidra.types import Box, Word
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from evidra.core.errors import CorpusError
 from evidra.corpus.renderer import DocKind
-from evidra.errors import CorpusError
 
 if TYPE_CHECKING:
     from evidra.corpus.pdf import RenderedPage

@@ -13,10 +13,10 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Literal, Protocol
 
+from evidra.core.errors import EvidraError
 from evidra.corpus.images import IMAGE_SUFFIXES, render_image
 from evidra.corpus.limits import Limits
 from evidra.corpus.pdf import RenderedPage, pdf_title, render_pdf
-from evidra.errors import EvidraError
 
 DocKind = Literal["pdf", "image"]
 PDF_SUFFIXES = frozenset({".pdf"})

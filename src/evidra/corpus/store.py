@@ -37,11 +37,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from evidra.confined import inside
+from evidra.core.errors import CorpusError, InvalidInputError
+from evidra.core.types import Box, Page, Word
 from evidra.corpus.metadata import PageMeta, Where
-from evidra.errors import CorpusError, InvalidInputError
-from evidra.staging import pid_in_name, process_alive
-from evidra.types import Box, Page, Word
+from evidra.safeio.confined import inside
+from evidra.safeio.staging import pid_in_name, process_alive
 
 if TYPE_CHECKING:
     from evidra.corpus.pdf import RenderedPage
@@ -356,9 +356,17 @@ class PageStore:
         self._conn.execute("DELETE FROM words WHERE page_id = ?", (page_id,))
         self._conn.execute(
             "INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (page_id, f"{PAGES_DIR}/{page_id}.png", r.image.width, r.image.height, source,
-             r.page_number, r.dpi if r.dpi is not None else dpi, file_hash),
-        )  # fmt: skip
+            (
+                page_id,
+                f"{PAGES_DIR}/{page_id}.png",
+                r.image.width,
+                r.image.height,
+                source,
+                r.page_number,
+                r.dpi if r.dpi is not None else dpi,
+                file_hash,
+            ),
+        )
         self._conn.executemany(
             "INSERT INTO words VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(page_id, i, w.text, *w.box.as_tuple()) for i, w in enumerate(r.words)],

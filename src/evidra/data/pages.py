@@ -8,7 +8,7 @@ were loaded from), otherwise in the sample's own order (a benchmark's candidate 
 document's page order). Gold pages, boxes and evidence that fall outside the budget are dropped
 with them; ``extras["retrieved"]`` records the pages kept, in rank order.
 
->>> from evidra.types import Page
+>>> from evidra.core.types import Page
 >>> pages = tuple(Page(f"p{i}", f"/img/p{i}.png", 10, 10) for i in range(5))
 >>> s = Sample("q", "Who?", ("Ann",), pages=pages, gold_pages=("p4",))
 >>> cut = top_pages([s], 3)[0]
@@ -23,9 +23,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval.base import Hit
-from evidra.types import Page, Sample
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Page, Sample
+from evidra.retrieval.interfaces import Hit
 
 logger = logging.getLogger(__name__)
 

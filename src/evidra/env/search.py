@@ -4,7 +4,7 @@ Per turn (VRAG-RL §2.2 and §2.4, Algorithm 1): the first action block of the p
 executed. A search inserts the best page not yet seen in this episode as a user turn holding
 the image (resized by VRAG's ``process_image``, so the policy's boxes live in that frame); a
 ``<bbox>`` crops the region of the raw page that the box covers in the last image shown
-(``evidra.geometry``) and inserts it, zoomed, the same way; an answer ends the episode. An
+(``evidra.core.geometry``) and inserts it, zoomed, the same way; an answer ends the episode. An
 invalid action gets an explanatory message and is counted (``StepInfo.invalid``). After
 ``max_turns`` policy turns without an answer the episode ends (``StepInfo.turn_limit``).
 
@@ -25,10 +25,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from evidra import imagefiles
-from evidra.env.base import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
-from evidra.errors import CorpusError, InvalidInputError
-from evidra.geometry import (
+from evidra.core.errors import CorpusError, InvalidInputError
+from evidra.core.geometry import (
+    CROP_RULES,
     VRAG_MAX_PIXELS,
     VRAG_MIN_PIXELS,
     CropMode,
@@ -36,16 +35,18 @@ from evidra.geometry import (
     crop_displayed,
     process_image_size,
 )
-from evidra.paradigms.base import Paradigm
+from evidra.core.tagscan import parse_digits
+from evidra.core.types import ImagePart, Message, Page, Parsed, Sample
+from evidra.env.environment import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
+from evidra.paradigms.paradigm import Paradigm
 from evidra.paradigms.search_agent import SearchAgent, with_fetch
-from evidra.tagscan import parse_digits
-from evidra.types import ImagePart, Message, Page, Parsed, Sample
+from evidra.safeio import imagefiles
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
-    from evidra.retrieval.base import Hit
     from evidra.retrieval.encoders.bm25 import BM25Retriever
+    from evidra.retrieval.interfaces import Hit
 
 INVALID_MESSAGE = (
     "Your previous action is invalid: {reason}. Think inside <think> and </think>, then write exactly "
@@ -213,9 +214,10 @@ class SearchEnv:
         assert parsed.action is not None and parsed.action.box is not None  # checked by _invalid_reason
         assert self._shown is not None and self._last_page is not None
         box = parsed.action.box
-        page = self._last_page if self.crop_mode == "upstream" else self._shown
-        x1, y1, x2, y2 = crop_displayed(box.as_tuple(), self._shown, self._last_page, self.crop_mode,
-                                        self.pad_crops)  # fmt: skip
+        page = self._last_page if CROP_RULES.get(self.crop_mode).from_last_page else self._shown
+        x1, y1, x2, y2 = crop_displayed(
+            box.as_tuple(), self._shown, self._last_page, self.crop_mode, self.pad_crops
+        )
         if x2 <= x1 or y2 <= y1:
             return self._invalid(f"the box {list(box.as_tuple())} covers no pixel of the last image")
         image = _open(page.image_path).crop((x1, y1, x2, y2))
@@ -224,8 +226,9 @@ class SearchEnv:
         w, h = page.page_size
         ratio = (x2 - x1) * (y2 - y1) / float(w * h)
         obs = Message("user", (ImagePart(resized(image, size), page_id=page.page_id),))
-        return self._result((obs,), False, action="bbox", page_id=page.page_id, crop=(x1, y1, x2, y2),
-                            area_ratio=ratio)  # fmt: skip
+        return self._result(
+            (obs,), False, action="bbox", page_id=page.page_id, crop=(x1, y1, x2, y2), area_ratio=ratio
+        )
 
     def _invalid(self, reason: str, action: str = "invalid") -> StepResult:
         self.invalid += 1

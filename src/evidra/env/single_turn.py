@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evidra.env.base import ENVIRONMENTS, StepInfo, StepResult
-from evidra.paradigms.base import Paradigm
-from evidra.types import Message, Sample
+from evidra.core.types import Message, Sample
+from evidra.env.environment import ENVIRONMENTS, StepInfo, StepResult
+from evidra.paradigms.paradigm import Paradigm
 
 
 @dataclass

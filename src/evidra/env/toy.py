@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from evidra.env.base import ENVIRONMENTS, StepInfo, StepResult
-from evidra.tagscan import find_named_blocks
-from evidra.types import Message, Sample
+from evidra.core.tagscan import find_named_blocks
+from evidra.core.types import Message, Sample
+from evidra.env.environment import ENVIRONMENTS, StepInfo, StepResult
 
 SYSTEM = (
     "Answer the question. To look up a key, write <search> key </search> and you will receive "

@@ -13,12 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidra.env.base import ENVIRONMENTS, StepInfo, StepResult
+from evidra.core.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
+from evidra.core.types import ImagePart, Message, Page, Parsed, Sample, TextPart
+from evidra.env.environment import ENVIRONMENTS, StepInfo, StepResult
 from evidra.env.search import resized
-from evidra.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
-from evidra.paradigms.base import Paradigm
-from evidra.paradigms.zoom_agent import ZoomAgent
-from evidra.types import ImagePart, Message, Page, Parsed, Sample, TextPart
+from evidra.paradigms.paradigm import Paradigm
 
 INVALID_MESSAGE = (
     "Your previous action is invalid: {reason}. Think inside <think> and </think>, then either call "
@@ -29,9 +28,10 @@ INVALID_MESSAGE = (
 
 @dataclass
 class ZoomEnv:
-    """One CAVE episode over ``sample.pages[0]``."""
+    """One zoom episode over ``sample.pages[0]``: the policy zooms into regions of the page, then
+    answers. ``paradigm`` reads its actions (CAVE's ``ZoomAgent``, ``evidra.methods.cave.paradigm``)."""
 
-    paradigm: Paradigm = field(default_factory=ZoomAgent)
+    paradigm: Paradigm
     max_rounds: int = 4
     max_pixels: int = VRAG_MAX_PIXELS
     min_pixels: int = VRAG_MIN_PIXELS
@@ -62,16 +62,20 @@ class ZoomEnv:
         x1, y1 = max(0, int(action.box.x1)), max(0, int(action.box.y1))
         x2, y2 = min(page.width, int(action.box.x2)), min(page.height, int(action.box.y2))
         if x2 <= x1 or y2 <= y1:
-            return self._invalid(f"the box {list(action.box.as_tuple())} lies outside the {page.width}x"
-                                 f"{page.height} image")  # fmt: skip
+            return self._invalid(
+                f"the box {list(action.box.as_tuple())} lies outside the {page.width}x{page.height} image"
+            )
         size = process_image_size(x2 - x1, y2 - y1, self.max_pixels, self.min_pixels)
         crop = resized(page.open_image().crop((x1, y1, x2, y2)), size)
         self.zooms.append((x1, y1, x2, y2))
         ratio = (x2 - x1) * (y2 - y1) / float(page.width * page.height)
-        obs = Message("user", (TextPart("<tool_response>"), ImagePart(crop, page_id=page.id),
-                               TextPart("</tool_response>")))  # fmt: skip
-        return self._result((obs,), False, action="zoom", page_id=page.id, crop=(x1, y1, x2, y2),
-                            area_ratio=ratio)  # fmt: skip
+        obs = Message(
+            "user",
+            (TextPart("<tool_response>"), ImagePart(crop, page_id=page.id), TextPart("</tool_response>")),
+        )
+        return self._result(
+            (obs,), False, action="zoom", page_id=page.id, crop=(x1, y1, x2, y2), area_ratio=ratio
+        )
 
     def _invalid(self, reason: str) -> StepResult:
         self.invalid += 1

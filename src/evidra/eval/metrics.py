@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from evidra.core.registry import Registry
 from evidra.metrics.anls import anls, anls_vrag_upstream, levenshtein
 from evidra.metrics.mmlongbench import mmlongbench_score
 from evidra.metrics.qa import relaxed_accuracy, slidevqa_em, slidevqa_f1, visrag_accuracy
-from evidra.registry import Registry
 
 # --- registry -------------------------------------------------------------------------------------
 

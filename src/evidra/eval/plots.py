@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evidra.errors import InvalidInputError, MissingDependencyError
+from evidra.core.errors import InvalidInputError, MissingDependencyError
 from evidra.eval.tables import LABELS, ResultRow
 
 
@@ -49,7 +49,7 @@ def plot_training(
     window: int = 1,
 ) -> Path:
     """One panel per metric key against ``step`` (raw, plus the moving average when window > 1)."""
-    from evidra.sink import read_metrics
+    from evidra.safeio.sink import read_metrics
 
     rows = read_metrics(metrics_jsonl)
     present = [k for k in keys if any(k in r for r in rows)]

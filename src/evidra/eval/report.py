@@ -11,12 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evidra.eval.scoring import Prediction
+from evidra.core.templating import render
+from evidra.core.types import Box, Page, Sample
+from evidra.eval.sample_scoring import Prediction
 from evidra.eval.significance import mcnemar
 from evidra.eval.tables import LAYOUTS, ResultRow, write_tables
 from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, ViewerStep, outcome, write_viewer
-from evidra.templating import render
-from evidra.types import Box, Page, Sample
 
 GOLD, ANSWER = "#16a34a", "#dc2626"
 STEP_COLORS = ("#2563eb", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777")

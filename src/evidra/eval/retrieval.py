@@ -27,13 +27,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
-from evidra.errors import InvalidInputError
-from evidra.jsonio import read_json_lines
+from evidra.core.errors import InvalidInputError
 from evidra.metrics.ranking import mrr_at_k, ndcg_at_k, recall_at_k
-from evidra.retrieval.base import Retriever, check_k
+from evidra.retrieval.interfaces import Retriever, check_k
+from evidra.safeio.jsonfiles import read_json_lines
 
 if TYPE_CHECKING:
-    from evidra.types import Page
+    from evidra.core.types import Page
 
 Qrels = dict[str, dict[str, float]]
 Layout = Literal["beir", "vidore_v1"]

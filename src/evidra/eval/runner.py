@@ -21,17 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from evidra.env.base import Environment, StepInfo
+from evidra.core.errors import InvalidInputError
+from evidra.core.geometry import ImageFrame, VisionSpec, clip_box, convert_box
+from evidra.core.types import Box, CoordSpace, Message, Page, Parsed, Sample, Span
+from evidra.env.environment import Environment, StepInfo
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.errors import InvalidInputError
-from evidra.eval.scoring import ExtraScorer, Prediction, StepBox, score
-from evidra.geometry import ImageFrame, VisionSpec, clip_box, convert_box
-from evidra.jsonio import read_lines
+from evidra.eval.sample_scoring import ExtraScorer, Prediction, StepBox, score
 from evidra.models.endpoint import ChatEndpoint
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM
-from evidra.paradigms.base import PARADIGMS, Paradigm
-from evidra.types import Box, CoordSpace, Message, Page, Parsed, Sample, Span
+from evidra.paradigms.paradigm import PARADIGMS, Paradigm
+from evidra.safeio.jsonfiles import read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -209,10 +209,18 @@ def to_prediction(
         page = 0  # single-image prompts cite no page number
     box = _page_box(final.answer_box, _page_at(sample, page), spec) if final is not None else None
     pred = Prediction(
-        sample_id=sample.id, texts=raw.texts, answer=final.answer if final else None, answer_page=page,
-        answer_box=box, steps=steps, infos=raw.infos, errors=final.errors if final else ("no output",),
-        n_tokens=raw.n_tokens, latency_s=raw.latency_s, finished=raw.finished,
-    )  # fmt: skip
+        sample_id=sample.id,
+        texts=raw.texts,
+        answer=final.answer if final else None,
+        answer_page=page,
+        answer_box=box,
+        steps=steps,
+        infos=raw.infos,
+        errors=final.errors if final else ("no output",),
+        n_tokens=raw.n_tokens,
+        latency_s=raw.latency_s,
+        finished=raw.finished,
+    )
     return dataclasses.replace(pred, scores=score(sample, pred, extra))
 
 

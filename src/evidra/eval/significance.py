@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 

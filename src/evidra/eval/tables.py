@@ -16,12 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from evidra.core.registry import Registry
+from evidra.core.types import Sample
 from evidra.eval.metrics import METRICS
-from evidra.eval.scoring import Prediction
+from evidra.eval.sample_scoring import Prediction
 from evidra.eval.significance import wilson_interval
 from evidra.metrics.mmlongbench import NOT_ANSWERABLE, ScoredAnswer, mmlongbench_acc_f1
-from evidra.registry import Registry
-from evidra.types import Sample
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,21 @@ LAYOUTS.add("lat", ("em", "iou50", "sa"))  # LAT Tables 1-2
 LAYOUTS.add("evisrag", ("evisrag_acc", "evisrag_f1"))  # EVisRAG Table 1
 LAYOUTS.add(
     "official",
-    ("anls", "appa", "relaxed_accuracy", "slidevqa_em", "slidevqa_f1", "mmlongbench_score", "mmlongbench_f1",
-     "visrag_accuracy", "exact_match", "synthetic_accuracy", "judge_accuracy", "judge_unscored"),
-)  # fmt: skip
+    (
+        "anls",
+        "appa",
+        "relaxed_accuracy",
+        "slidevqa_em",
+        "slidevqa_f1",
+        "mmlongbench_score",
+        "mmlongbench_f1",
+        "visrag_accuracy",
+        "exact_match",
+        "synthetic_accuracy",
+        "judge_accuracy",
+        "judge_unscored",
+    ),
+)
 LAYOUTS.add("retrieval", ("recall@1", "recall@5", "ndcg@5", "mrr@10"))
 LAYOUTS.add(
     "process",
@@ -119,13 +131,32 @@ LAYOUTS.add(
 )
 
 LABELS = {
-    "em": "EM", "iou50": "IoU@0.5", "sa": "SA", "evisrag_acc": "Acc", "evisrag_f1": "F1", "anls": "ANLS",
-    "appa": "APPA", "relaxed_accuracy": "Relaxed Acc", "slidevqa_em": "EM", "slidevqa_f1": "F1",
-    "mmlongbench_score": "Acc", "mmlongbench_f1": "F1", "visrag_accuracy": "Acc", "exact_match": "Acc",
-    "synthetic_accuracy": "Acc", "judge_accuracy": "Judge Acc", "judge_unscored": "Judge unscored",
-    "finished": "Finish", "format_ok": "Format", "invalid_rate": "Invalid", "turns": "Turns",
-    "tool_calls": "Tools", "useful_zoom_rate": "Useful zoom", "tokens": "Tokens", "latency_s": "Latency (s)",
-}  # fmt: skip
+    "em": "EM",
+    "iou50": "IoU@0.5",
+    "sa": "SA",
+    "evisrag_acc": "Acc",
+    "evisrag_f1": "F1",
+    "anls": "ANLS",
+    "appa": "APPA",
+    "relaxed_accuracy": "Relaxed Acc",
+    "slidevqa_em": "EM",
+    "slidevqa_f1": "F1",
+    "mmlongbench_score": "Acc",
+    "mmlongbench_f1": "F1",
+    "visrag_accuracy": "Acc",
+    "exact_match": "Acc",
+    "synthetic_accuracy": "Acc",
+    "judge_accuracy": "Judge Acc",
+    "judge_unscored": "Judge unscored",
+    "finished": "Finish",
+    "format_ok": "Format",
+    "invalid_rate": "Invalid",
+    "turns": "Turns",
+    "tool_calls": "Tools",
+    "useful_zoom_rate": "Useful zoom",
+    "tokens": "Tokens",
+    "latency_s": "Latency (s)",
+}
 RAW = frozenset({"turns", "tool_calls", "tokens", "latency_s"})  # printed as is, not as %
 COUNTS = frozenset({"judge_unscored"})  # per-sample 0/1 flags summed into a count, printed as one
 

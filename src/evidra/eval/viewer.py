@@ -1,6 +1,6 @@
 """A self-contained HTML evidence viewer: each page with its boxes, beside question and answer.
 
-The page is rendered from ``evidra/templates/viewer.html.j2`` (``evidra.templating``: autoescape
+The page is rendered from ``evidra/templates/viewer.html.j2`` (``evidra.core.templating``: autoescape
 on), so every piece of model or document text is HTML-escaped; this module only computes what
 the template draws. Boxes are absolutely positioned overlays in percentages of the page, so the
 page image can be scaled freely (a page's image may be rendered at any resolution: boxes are in
@@ -26,10 +26,10 @@ from typing import Literal
 
 from markupsafe import Markup
 
-from evidra import imagefiles
-from evidra.errors import InvalidInputError
-from evidra.templating import render
-from evidra.types import Box, CoordSpace
+from evidra.core.errors import InvalidInputError
+from evidra.core.templating import render
+from evidra.core.types import Box, CoordSpace
+from evidra.safeio import imagefiles
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def _overlay(vb: ViewerBox, page: ViewerPage) -> _Overlay:
     if b.space is not CoordSpace.PAGE:
         raise InvalidInputError(
             f"viewer box {vb.label!r} is in {b.space.value} coordinates; convert it to page pixels "
-            "(evidra.geometry) before drawing it"
+            "(evidra.core.geometry) before drawing it"
         )
     w, h = page.width, page.height
     return _Overlay(vb, 100 * b.x1 / w, 100 * b.y1 / h, 100 * b.width / w, 100 * b.height / h)
@@ -243,7 +243,7 @@ def write_viewer(
     A record that is a tuple of records is one card: the same question answered by several
     models (each ``heading`` names one), side by side. ``preamble`` is HTML placed before the
     records (a training summary, charts); it is not escaped, so build it only from evidra's own
-    templates (``evidra.templating.render``). ``filters`` adds buttons that show only the correct,
+    templates (``evidra.core.templating.render``). ``filters`` adds buttons that show only the correct,
     wrong or unparsed answers (by the first record of each card), with their counts.
     """
     out = Path(path)

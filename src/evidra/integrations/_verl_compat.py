@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.errors import ConfigError
+from evidra.core.errors import ConfigError
 from evidra.integrations.trl_env import ToolSpec
 
 VERL_AVAILABLE = importlib.util.find_spec("verl") is not None
@@ -85,8 +85,10 @@ def openai_schema(spec: ToolSpec) -> dict[str, Any]:
     """
     properties = {name: _param_schema(kind, doc) for name, (kind, doc) in spec.params.items()}
     parameters = {"type": "object", "properties": properties, "required": list(spec.params)}
-    return {"type": "function", "function": {"name": spec.name, "description": spec.description,
-                                             "parameters": parameters}}  # fmt: skip
+    return {
+        "type": "function",
+        "function": {"name": spec.name, "description": spec.description, "parameters": parameters},
+    }
 
 
 _HOW = "write it as evidra.integrations.verl_tools.openai_schema(Tool.spec) does"
@@ -105,8 +107,10 @@ def schema_object(schema: Mapping[str, Any]) -> Any:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"tool_schema is not a function tool schema verl reads: {where}: {first['msg']} "
-                          f"({exc.error_count()} problem(s)); {_HOW}") from None  # fmt: skip
+        raise ConfigError(
+            f"tool_schema is not a function tool schema verl reads: {where}: {first['msg']} "
+            f"({exc.error_count()} problem(s)); {_HOW}"
+        ) from None
 
 
 def _check_schema(schema: Mapping[str, Any]) -> None:

@@ -14,11 +14,11 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from evidra.errors import ConfigError, RegistryError
+from evidra.core.errors import ConfigError, RegistryError
+from evidra.core.types import Parsed
 from evidra.integrations.samples import as_strings, message_text, sample_from_fields
 from evidra.integrations.trl_env import Episode, episode_parsed
-from evidra.rewards.base import REWARDS, RewardFn, RewardResult
-from evidra.types import Parsed
+from evidra.rewards.reward import REWARDS, RewardFn, RewardResult
 
 Parser = Callable[[str], Parsed]
 

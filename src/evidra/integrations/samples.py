@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evidra.types import Sample
+from evidra.core.types import Sample
 
 ANSWER_KEYS = ("answers", "answer", "ground_truth", "reference_answer", "short_answer", "label")
 QUESTION_KEYS = ("question", "query", "problem")
@@ -61,5 +61,12 @@ def sample_from_fields(fields: Mapping[str, Any], *, index: int = 0, prompt: Any
     answerable = bool(fields.get("answerable", True))
     sid = str(fields.get("id", fields.get("sample_id", index)))
     gold, source = as_strings(fields.get("gold_pages")), str(fields.get("data_source", ""))
-    return Sample(id=sid or str(index), question=question, answers=answers, answerable=answerable,
-                  gold_pages=gold, dataset=source, extras=dict(fields))  # fmt: skip
+    return Sample(
+        id=sid or str(index),
+        question=question,
+        answers=answers,
+        answerable=answerable,
+        gold_pages=gold,
+        dataset=source,
+        extras=dict(fields),
+    )

@@ -41,11 +41,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidra import imagefiles
-from evidra.env.base import Environment, StepInfo, StepResult
-from evidra.errors import ConfigError
+from evidra.core.errors import ConfigError
+from evidra.core.types import ImagePart, Message, Parsed, Sample, Span, TextPart, Trajectory
+from evidra.env.environment import Environment, StepInfo, StepResult
 from evidra.integrations.samples import sample_from_fields
-from evidra.types import ImagePart, Message, Parsed, Sample, Span, TextPart, Trajectory
+from evidra.safeio import imagefiles
 
 EnvMaker = Callable[[Sample], Environment]
 ENDED = "The episode has ended: write the final answer."
@@ -138,9 +138,15 @@ class Episode:
         """
         ids = tuple(int(t) for t in completion_ids)
         n = len(ids)
-        return Trajectory(prompt_ids=(), token_ids=ids, policy_mask=(1,) * n, logprobs=(0.0,) * n,
-                          turns=tuple(Span(n, n) for _ in self.actions), texts=tuple(self.actions),
-                          finished=self.done)  # fmt: skip
+        return Trajectory(
+            prompt_ids=(),
+            token_ids=ids,
+            policy_mask=(1,) * n,
+            logprobs=(0.0,) * n,
+            turns=tuple(Span(n, n) for _ in self.actions),
+            texts=tuple(self.actions),
+            finished=self.done,
+        )
 
 
 def trl_content(messages: Sequence[Message]) -> str | list[dict[str, Any]]:
@@ -203,8 +209,10 @@ def _tool_method(spec: ToolSpec) -> Callable[..., Any]:
         return self._act(spec.action(**kwargs))
 
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t)
-               for n, (t, _) in spec.params.items()]  # fmt: skip
+    params += [
+        inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=t)
+        for n, (t, _) in spec.params.items()
+    ]
     tool.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
     tool.__annotations__ = {**{n: t for n, (t, _) in spec.params.items()}, "return": str}
     args = "\n".join(f"    {n}: {d}" for n, (_, d) in spec.params.items())
@@ -241,8 +249,11 @@ def as_trl_environment(
         return sample_from_fields(row, prompt=row.get("prompt"))
 
     attrs: dict[str, Any] = {t.name: _tool_method(t) for t in tools}
-    attrs.update(_make_env=staticmethod(make_env), _to_sample=staticmethod(to_sample or default_sample),
-                 _prompt_from_env=prompt_from_env)  # fmt: skip
+    attrs.update(
+        _make_env=staticmethod(make_env),
+        _to_sample=staticmethod(to_sample or default_sample),
+        _prompt_from_env=prompt_from_env,
+    )
     return type(name, (TRLEnvironment,), attrs)
 
 

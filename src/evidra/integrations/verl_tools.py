@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 from uuid import uuid4
 
-from evidra import imagefiles
-from evidra.env.base import Environment
-from evidra.errors import ConfigError, InvalidInputError
+from evidra.core.errors import ConfigError, InvalidInputError
+from evidra.core.types import ImagePart, Message, Page, Sample, TextPart
+from evidra.env.environment import Environment
 from evidra.integrations._verl_compat import (
     VERL_AVAILABLE,
     PlainToolResponse,
@@ -57,10 +57,21 @@ from evidra.integrations._verl_compat import (
 )
 from evidra.integrations.samples import sample_from_fields
 from evidra.integrations.trl_env import BBOX_TOOL, ENDED, SEARCH_TOOL, ZOOM_TOOL, Episode, ToolSpec
-from evidra.types import ImagePart, Message, Page, Sample, TextPart
+from evidra.safeio import imagefiles
 
-__all__ = ["EPISODES_ATTRIBUTE", "TOOLS", "VERL_AVAILABLE", "CropTool", "EvidraTool", "PlainToolResponse",
-           "SearchTool", "ZoomTool", "openai_schema", "tool_config", "write_tool_config"]  # fmt: skip
+__all__ = [
+    "EPISODES_ATTRIBUTE",
+    "TOOLS",
+    "VERL_AVAILABLE",
+    "CropTool",
+    "EvidraTool",
+    "PlainToolResponse",
+    "SearchTool",
+    "ZoomTool",
+    "openai_schema",
+    "tool_config",
+    "write_tool_config",
+]
 
 EPISODES_ATTRIBUTE = "_evidra_episodes"  # on verl's AgentData: the trajectory's episodes by env
 NO_IMAGE_YET = "There is no image to crop yet; call the search tool first."
@@ -80,8 +91,8 @@ def _search_backend(index: str, store: str) -> tuple[Any, dict[str, Page]]:
         with PageStore.open(store) as opened:
             pages = {p.id: p for p in opened.pages()}
     if index:
-        from evidra.keys import KeyPolicy
-        from evidra.retrieval.engine import open_searcher
+        from evidra.retrieval.lifecycle.index_folder import open_searcher
+        from evidra.safeio.keys import KeyPolicy
 
         return open_searcher(index, key_policy=KeyPolicy.file("the tool config's index")), pages
     return bm25_searcher(pages.values()), pages
@@ -140,8 +151,10 @@ class EvidraTool(_Base):
         schema = schema_object(schema) if isinstance(schema, Mapping) else schema
         given = set(schema_dict(schema)["function"].get("parameters", {}).get("properties", {}))
         if given != set(self.spec.params):
-            raise ConfigError(f"{type(self).__name__}: the tool_schema's parameters {sorted(given)} must be "
-                              f"{sorted(self.spec.params)}, the arguments of {self.spec.name!r}")  # fmt: skip
+            raise ConfigError(
+                f"{type(self).__name__}: the tool_schema's parameters {sorted(given)} must be "
+                f"{sorted(self.spec.params)}, the arguments of {self.spec.name!r}"
+            )
         super().__init__(config, schema)
         self.invalid_penalty = float(config.get("invalid_penalty", 0.0))
         self._created: dict[str, dict[str, Any]] = {}  # instance id -> the row's create kwargs
@@ -325,8 +338,9 @@ class ZoomTool(EvidraTool):
 
     def make_env(self) -> Environment:
         from evidra.env.zoom import ZoomEnv
+        from evidra.methods.cave.paradigm import ZoomAgent
 
-        return ZoomEnv(max_rounds=int(self.config.get("max_rounds", 4)))
+        return ZoomEnv(ZoomAgent(), max_rounds=int(self.config.get("max_rounds", 4)))
 
 
 TOOLS: dict[str, type[EvidraTool]] = {"search": SearchTool, "crop": CropTool, "zoom": ZoomTool}
@@ -346,8 +360,13 @@ def tool_config(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             raise ConfigError(f"unknown evidra verl tool {name!r}; known: {sorted(TOOLS)}")
         cls = TOOLS[name]
         config = cls.check_config({"type": "native", **dict(options)})
-        entries.append({"class_name": f"{cls.__module__}.{cls.__qualname__}", "config": config,
-                        "tool_schema": openai_schema(cls.spec)})  # fmt: skip
+        entries.append(
+            {
+                "class_name": f"{cls.__module__}.{cls.__qualname__}",
+                "config": config,
+                "tool_schema": openai_schema(cls.spec),
+            }
+        )
     return {"tools": entries}
 
 

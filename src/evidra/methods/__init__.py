@@ -1,7 +1,7 @@
 """The paper methods, one registered ``Method`` object each: LAT, EVisRAG, Lang2Act, VRAG-RL, CAVE.
 
 A method is the one place that knows which paradigm, environment, reward, data, table layout,
-data-construction steps and judge prompt a paper uses (``evidra.methods.base.Method``). Its
+data-construction steps and judge prompt a paper uses (``evidra.methods.method.Method``). Its
 builder turns the method's own typed options (the ``method:`` section of a recipe) and run
 ``Resources`` into the ``Task`` the trainer is handed:
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from evidra.methods._benchmark import IMAGE_QA, adapter
 from evidra.methods._synth import synth_samples
-from evidra.methods.base import ENTRY_POINT_GROUP, METHODS, Method, Resources, merged_weights
+from evidra.methods.method import ENTRY_POINT_GROUP, METHODS, Method, Resources, merged_weights
 from evidra.methods.resolve import (
     Resolved,
     build_task,

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from evidra.core.types import Sample
 from evidra.rl.config import DataConfig
 from evidra.rl.tasks import usable
-from evidra.types import Sample
 
 Check = Callable[[Sample], str | None]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from evidra.cache import private_cache_dir as _private_cache_dir
+from evidra.core.types import Sample
 from evidra.rl.config import DataConfig
-from evidra.types import Sample
+from evidra.safeio.cache import private_cache_dir as _private_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ QUESTIONS_PER_DOC = 4  # about: up to 3 pages x 2 questions + 1 unanswerable; us
 
 
 def private_cache_dir() -> Path:
-    """evidra's private cache (``evidra.cache.private_cache_dir``); its error points at data.path."""
+    """evidra's private cache (``evidra.safeio.cache.private_cache_dir``); its error points at data.path."""
     return _private_cache_dir("or set data.path to a folder of your own")
 
 

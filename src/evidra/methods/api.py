@@ -22,12 +22,14 @@ module of your own with ``evidra --method-module my_pkg.my_method`` (docs/adding
 
 from __future__ import annotations
 
-from evidra.env.base import ENVIRONMENTS, Environment, StepInfo, StepResult
+from evidra.core.errors import ConfigError, EvidraError
+from evidra.core.registry import Registry
+from evidra.core.types import Message, Page, Parsed, Sample, Span, Trajectory
+from evidra.env.environment import ENVIRONMENTS, Environment, StepInfo, StepResult
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.errors import ConfigError, EvidraError
 from evidra.methods._benchmark import IMAGE_QA, adapter
 from evidra.methods._synth import synth_samples
-from evidra.methods.base import (
+from evidra.methods.method import (
     METHODS,
     Method,
     Resources,
@@ -36,18 +38,16 @@ from evidra.methods.base import (
     method_judge,
 )
 from evidra.metrics.text import bow_f1, exact_match, substring_em
-from evidra.paradigms.base import PARADIGMS, Paradigm, first_tag
 from evidra.paradigms.direct import Direct
-from evidra.registry import Registry
-from evidra.rewards.base import REWARDS, Reward, RewardFn, RewardResult, check_weights, weighted_sum
+from evidra.paradigms.paradigm import PARADIGMS, Paradigm, first_tag
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_prompts import JUDGE_PROMPTS
 from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
+from evidra.rewards.reward import REWARDS, Reward, RewardFn, RewardResult, check_weights, weighted_sum
 from evidra.rl.config import DataConfig
-from evidra.rl.model_card import Paper
+from evidra.rl.runs.model_card import Paper
 from evidra.rl.tasks import Task
-from evidra.types import Message, Page, Parsed, Sample, Span, Trajectory
 
 __all__ = [
     "ENVIRONMENTS",

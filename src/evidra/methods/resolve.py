@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.errors import ConfigError, RegistryError
-from evidra.methods.base import METHODS, Method, Resources
+from evidra.core.errors import ConfigError, RegistryError
+from evidra.methods.method import METHODS, Method, Resources
 from evidra.models.references import check_model_ref
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
-from evidra.rl.model_card import MethodFacts
+from evidra.rl.runs.model_card import MethodFacts
 from evidra.rl.tasks import Task, plain_task
 
 # the paper task names data.task took before methods had a section -> the section that replaced each
@@ -126,7 +126,7 @@ def method_facts(config: Mapping[str, Any]) -> MethodFacts | None:
 def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
     """An ``RLTrainer`` for ``cfg`` on the task of its method (built with ``resources``).
 
-    >>> from evidra.config import load_config                                   # doctest: +SKIP
+    >>> from evidra.core.config import load_config                                   # doctest: +SKIP
     >>> cfg = load_config(RLConfig, "configs/tiny/lat.yaml", ["run.steps=2"])  # doctest: +SKIP
     >>> rl_trainer(cfg).train()                                                # doctest: +SKIP
     """
@@ -142,7 +142,7 @@ def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: A
 def sft_trainer(cfg: SFTConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
     """An ``SFTTrainer`` for ``cfg``: on its data file (``data.trajectories``) or on the oracle
     conversations of its method's task."""
-    from evidra.rl.sft import SFTTrainer
+    from evidra.rl.sft.finetune import SFTTrainer
     from evidra.rl.validate import validate_sft_config
 
     validate_sft_config(cfg)

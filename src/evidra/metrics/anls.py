@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 
 def levenshtein(a: str, b: str) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.metrics.anls import _anls_value, normalized_levenshtein
 from evidra.metrics.qa import _to_float
 
@@ -108,8 +108,12 @@ def _score_list(gold: object, pred: object) -> float:
 
 # ``Sample.answer_type`` -> MMLongBench's ``answer_format`` spelling (its loader reads the inverse)
 MMLONGBENCH_FORMATS: dict[str, str] = {
-    "int": "Int", "float": "Float", "str": "Str", "list": "List", "none": "None",
-}  # fmt: skip
+    "int": "Int",
+    "float": "Float",
+    "str": "Str",
+    "list": "List",
+    "none": "None",
+}
 
 
 def mmlongbench_score(gold: object, pred: object, answer_format: str) -> float:

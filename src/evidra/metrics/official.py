@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from evidra.core.registry import Registry
+from evidra.core.types import Sample
 from evidra.metrics.anls import anls
 from evidra.metrics.mmlongbench import MMLONGBENCH_FORMATS, mmlongbench_score
 from evidra.metrics.qa import relaxed_accuracy, slidevqa_em, slidevqa_f1, visrag_accuracy
 from evidra.metrics.text import braced_answer, normalize_squad
-from evidra.registry import Registry
-from evidra.types import Sample
 
 AnswerMetric = Callable[[Sample, str, int | None], dict[str, float]]
 OFFICIAL: Registry[AnswerMetric] = Registry("official benchmark metric")
@@ -81,8 +81,15 @@ def _synthetic(s: Sample, pred: str, answer_page: int | None) -> dict[str, float
     return {"synthetic_accuracy": float(any(got == a.strip().casefold() for a in s.answers))}
 
 
-for _name in ("tunnel_chain", "tunnel_circuits", "tunnel_objreid", "tracer_vjump", "tracer_trace",
-              "tracer_match", "tracer_subimage"):  # fmt: skip
+for _name in (
+    "tunnel_chain",
+    "tunnel_circuits",
+    "tunnel_objreid",
+    "tracer_vjump",
+    "tracer_trace",
+    "tracer_match",
+    "tracer_subimage",
+):
     OFFICIAL.add(_name, _synthetic)
 
 

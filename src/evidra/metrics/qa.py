@@ -48,9 +48,27 @@ def relaxed_accuracy(prediction: str, target: str, tolerance: float = 0.05) -> f
 # --- SlideVQA -----------------------------------------------------------------------------------
 
 _NUMBER_WORDS = [
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
-]  # fmt: skip
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 _SLIDEVQA_NUMBERS = {w: str(i) for i, w in enumerate(_NUMBER_WORDS)}
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
@@ -59,10 +77,18 @@ _PUNCT = str.maketrans("", "", string.punctuation)
 # Phrase rewrites of the released SlideVQA script, applied in this order as plain substring
 # replacements (so "and" inside "band" becomes ","; reproduced as released).
 _SLIDEVQA_REWRITES = (
-    ("this is ", ""), ("it is ", ""), ("&", ","), ("and", ","), ("percent", ""),
-    ("organisation", "organization"), ("because of", ""), ("because", ""), ("due to", ""),
-    ("hours", "hrs"), ("minites", "min"),
-)  # fmt: skip
+    ("this is ", ""),
+    ("it is ", ""),
+    ("&", ","),
+    ("and", ","),
+    ("percent", ""),
+    ("organisation", "organization"),
+    ("because of", ""),
+    ("because", ""),
+    ("due to", ""),
+    ("hours", "hrs"),
+    ("minites", "min"),
+)
 
 
 def _remove_unit(text: str, question: str) -> str:
@@ -134,15 +160,41 @@ _VQA_NUMBERS = {w: str(i) for i, w in enumerate(_NUMBER_WORDS[:11])}
 _VQA_NUMBERS["none"] = "0"
 # A common subset of the VQA-eval contraction map.
 _CONTRACTIONS = {
-    "arent": "aren't", "cant": "can't", "couldnt": "couldn't", "didnt": "didn't", "doesnt": "doesn't",
-    "dont": "don't", "hadnt": "hadn't", "hasnt": "hasn't", "havent": "haven't", "isnt": "isn't",
-    "shouldnt": "shouldn't", "wasnt": "wasn't", "werent": "weren't", "wont": "won't",
-    "wouldnt": "wouldn't", "youre": "you're", "theyre": "they're", "thats": "that's", "theres": "there's",
-    "whats": "what's", "wheres": "where's", "whos": "who's", "hes": "he's", "itll": "it'll",
-    "youll": "you'll", "youve": "you've", "weve": "we've", "theyll": "they'll", "theyve": "they've",
-    "wouldve": "would've", "shouldve": "should've", "couldve": "could've", "mightve": "might've",
+    "arent": "aren't",
+    "cant": "can't",
+    "couldnt": "couldn't",
+    "didnt": "didn't",
+    "doesnt": "doesn't",
+    "dont": "don't",
+    "hadnt": "hadn't",
+    "hasnt": "hasn't",
+    "havent": "haven't",
+    "isnt": "isn't",
+    "shouldnt": "shouldn't",
+    "wasnt": "wasn't",
+    "werent": "weren't",
+    "wont": "won't",
+    "wouldnt": "wouldn't",
+    "youre": "you're",
+    "theyre": "they're",
+    "thats": "that's",
+    "theres": "there's",
+    "whats": "what's",
+    "wheres": "where's",
+    "whos": "who's",
+    "hes": "he's",
+    "itll": "it'll",
+    "youll": "you'll",
+    "youve": "you've",
+    "weve": "we've",
+    "theyll": "they'll",
+    "theyve": "they've",
+    "wouldve": "would've",
+    "shouldve": "should've",
+    "couldve": "could've",
+    "mightve": "might've",
     "mustve": "must've",
-}  # fmt: skip
+}
 _VQA_PUNCT = [
     ";",
     "/",

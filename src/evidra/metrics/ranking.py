@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 
 def _check_k(k: int | None) -> None:

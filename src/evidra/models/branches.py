@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.models.context import Context
 from evidra.models.loading import VLM
 from evidra.models.prefix import _rope_owner
@@ -131,8 +131,14 @@ def pack(vlm: VLM, context: Context, branches: Sequence[Branch]) -> Packed:
         ids += b.ids
         start += len(b.ids)
     targets = [t for b in branches for t in b.ids]
-    return Packed(head, torch.tensor(ids), torch.cat(pos, dim=1), _allowed(length, branches),
-                  torch.tensor(keep), torch.tensor(targets))  # fmt: skip
+    return Packed(
+        head,
+        torch.tensor(ids),
+        torch.cat(pos, dim=1),
+        _allowed(length, branches),
+        torch.tensor(keep),
+        torch.tensor(targets),
+    )
 
 
 def collate_packed(vlm: VLM, rows: Sequence[Packed]) -> tuple[dict[str, Any], Any]:
@@ -170,7 +176,8 @@ def branch_logits(vlm: VLM, rows: Sequence[Packed]) -> list[tuple[Any, Any]]:
     inputs, keep = collate_packed(vlm, rows)
     device = vlm.device
     with torch.no_grad():
-        out = vlm.model(**{k: v.to(device) for k, v in inputs.items()}, logits_to_keep=keep.to(device),
-                        use_cache=False)  # fmt: skip
+        out = vlm.model(
+            **{k: v.to(device) for k, v in inputs.items()}, logits_to_keep=keep.to(device), use_cache=False
+        )
     logits = out.logits.float()  # (B, K, V)
     return [(logits[i, : len(r.keep)], r.targets.to(device)) for i, r in enumerate(rows)]

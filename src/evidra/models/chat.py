@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evidra import imagefiles
-from evidra.errors import InvalidInputError
-from evidra.types import ImagePart, Message, TextPart
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import ImagePart, Message, TextPart
+from evidra.safeio import imagefiles
 
 
 def load_image(part: ImagePart) -> Any:

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Message
 from evidra.models.chat import to_chat_dicts
-from evidra.types import Message
 
 
 @dataclass(frozen=True, eq=False)

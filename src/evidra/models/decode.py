@@ -78,10 +78,17 @@ def _inverse_cdf(probs: Any) -> Any:
 
 
 def decode(
-    model: Any, contexts: Sequence[Context], params: Any, *, pad_id: int, image_token_id: int,
-    eos_ids: Sequence[int], suppress: Sequence[int] = (), stopped: Callable[[list[int]], bool] | None = None,
+    model: Any,
+    contexts: Sequence[Context],
+    params: Any,
+    *,
+    pad_id: int,
+    image_token_id: int,
+    eos_ids: Sequence[int],
+    suppress: Sequence[int] = (),
+    stopped: Callable[[list[int]], bool] | None = None,
     check_every: int = 4,
-) -> tuple[Any, Any]:  # fmt: skip
+) -> tuple[Any, Any]:
     """Sample after each context; returns ``(tokens (B, T), logprobs (B, T))`` padded after EOS.
 
     Rows stop at an EOS token (never sampled before ``params.min_tokens`` new tokens), or

@@ -2,7 +2,7 @@
 
 Any server that speaks ``POST {base_url}/chat/completions`` (vLLM, SGLang, OpenAI, a local
 fake in tests) can be the model. ``ChatEndpoint`` turns evidra messages into one request
-through ``evidra.openai_client`` (images as base64 data URLs, text parts in message order) and
+through ``evidra.openai.client`` (images as base64 data URLs, text parts in message order) and
 keeps what the harness records: the text, the completion tokens, the finish reason and the
 latency. The key comes from ``api_key`` or the variable ``api_key_env`` (``OPENAI_API_KEY``);
 ``retries`` extra attempts on 429/5xx/connection errors/timeouts, waiting at most
@@ -20,14 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evidra.openai_client import (
+from evidra.core.types import Message
+from evidra.openai.client import (
     DEFAULT_API_KEY_ENV,
     ChatClient,
     ChatClientError,
     ChatHTTPError,
     endpoint_config,
 )
-from evidra.types import Message
 
 logger = logging.getLogger(__name__)
 
@@ -59,16 +59,26 @@ class ChatEndpoint:
 
     def __post_init__(self) -> None:
         config = endpoint_config(
-            self.base_url, self.model, api_key=self.api_key, api_key_env=self.api_key_env,
-            timeout_s=self.timeout_s, retries=self.retries, max_wait_s=self.max_wait_s,
-        )  # fmt: skip
+            self.base_url,
+            self.model,
+            api_key=self.api_key,
+            api_key_env=self.api_key_env,
+            timeout_s=self.timeout_s,
+            retries=self.retries,
+            max_wait_s=self.max_wait_s,
+        )
         object.__setattr__(self, "client", ChatClient(config))
 
     def complete(
-        self, messages: Sequence[Message], *, max_tokens: int = 512, temperature: float = 0.0,
-        stop: Sequence[str] = (), response_format: Mapping[str, Any] | None = None,
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        stop: Sequence[str] = (),
+        response_format: Mapping[str, Any] | None = None,
         on_text: Callable[[str], None] | None = None,
-    ) -> Completion:  # fmt: skip
+    ) -> Completion:
         """The first choice for ``messages``; with ``on_text`` streamed, each piece handed to it."""
         result = self.client.chat(
             messages,

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Message
 from evidra.models.context import Context, collate_left, collate_split, encode_messages
 from evidra.models.decode import decode
 from evidra.models.loading import VLM
 from evidra.models.prefix import PREFIX_ARCHS
 from evidra.models.streaming import OnText, TextCallback
-from evidra.types import Message
 
 FinishReason = Literal["eos", "stop", "length"]
 
@@ -158,9 +158,15 @@ def generate_contexts(
         if engine == "auto" and vlm.arch in PREFIX_ARCHS:
             stopped = _stop_checker(vlm.tokenizer, params.stop) if params.stop else None
             sampled, logprobs = decode(
-                vlm.model, contexts, params, pad_id=vlm.pad_token_id, image_token_id=vlm.image_token_id,
-                eos_ids=vlm.eos_token_ids, suppress=vlm.vision_token_ids, stopped=stopped,
-            )  # fmt: skip
+                vlm.model,
+                contexts,
+                params,
+                pad_id=vlm.pad_token_id,
+                image_token_id=vlm.image_token_id,
+                eos_ids=vlm.eos_token_ids,
+                suppress=vlm.vision_token_ids,
+                stopped=stopped,
+            )
         else:
             sampled, logprobs = _hf_generate(vlm, contexts, params, streamer)
     return _finish(vlm, contexts, params, sampled.cpu(), logprobs.cpu())

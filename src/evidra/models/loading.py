@@ -7,7 +7,7 @@ through the same ``load_vlm`` into the same ``VLM`` record, with ``spec`` None a
 A model is named as users write it (``evidra.models.references``): a local directory, a hub id
 (``org/name[@revision]``, fetched into the hub cache) or ``tiny:ARCH``. ``min_pixels`` /
 ``max_pixels`` override the checkpoint's image limits, which decide how many tokens a page costs
-(see ``evidra.geometry.smart_resize``).
+(see ``evidra.core.geometry.smart_resize``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evidra.devices import resolve_device
-from evidra.errors import ModelLoadError
-from evidra.geometry import VISION_SPECS, VisionSpec
-from evidra.jsonio import read_capped_text
+from evidra.core.devices import resolve_device
+from evidra.core.errors import ModelLoadError
+from evidra.core.geometry import VISION_SPECS, VisionSpec
 from evidra.models.references import resolve_model_ref
 from evidra.models.speedups import fast_patch_embed
+from evidra.safeio.jsonfiles import read_capped_text
 
 logger = logging.getLogger(__name__)
 

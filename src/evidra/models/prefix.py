@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.models.context import Context, collate_left
 
 PREFIX_ARCHS = ("qwen2_vl", "qwen2_5_vl")  # checked against the plain forward in tests
@@ -61,9 +61,12 @@ def _rope_owner(model: Any) -> Any:
 
 
 def build_prefix_batch(
-    prompts: Sequence[Context], prompt_index: Sequence[int], responses: Sequence[Sequence[int]], pad_id: int,
+    prompts: Sequence[Context],
+    prompt_index: Sequence[int],
+    responses: Sequence[Sequence[int]],
+    pad_id: int,
     image_token_id: int,
-) -> PrefixBatch:  # fmt: skip
+) -> PrefixBatch:
     import torch
 
     if len(prompt_index) != len(responses):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from evidra.errors import ModelLoadError
+from evidra.core.errors import ModelLoadError
 
 _BASES = {
     "qwen2_vl": "Qwen2VLProcessor",

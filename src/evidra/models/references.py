@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from evidra.errors import ModelLoadError
+from evidra.core.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -170,8 +170,8 @@ def _not_cached(hub: HubId, kind: str) -> str:
 def tiny_checkpoint(arch: str, cache_dir: str | Path | None = None) -> Path:
     """The tiny random ``arch`` checkpoint under ``cache_dir`` (default: evidra's private cache),
     built on first use aside and published with one rename, so concurrent builders never mix."""
-    from evidra.cache import private_cache_dir
     from evidra.models.tiny import build_tiny
+    from evidra.safeio.cache import private_cache_dir
 
     root = Path(cache_dir) if cache_dir is not None else private_cache_dir() / "tiny"
     target = root / f"tiny-{arch}"
@@ -222,7 +222,7 @@ def resolve_model_ref(ref: str | Path, kind: str = "model", *, tiny_cache: str |
             f"no {kind} given; pass a local checkpoint directory, a hub id (org/name) or tiny:ARCH"
         )
     if text.startswith(TINY_PREFIX):
-        from evidra.errors import InvalidInputError
+        from evidra.core.errors import InvalidInputError
 
         try:
             return tiny_checkpoint(text[len(TINY_PREFIX) :], tiny_cache)
@@ -289,7 +289,7 @@ def check_model_ref(
 
     >>> check_model_ref("./ckpt/x", "policy model", option="model.path")
     Traceback (most recent call last):
-    evidra.errors.ModelLoadError: model.path: no policy model folder './ckpt/x'; pass an existing ...
+    evidra.core.errors.ModelLoadError: model.path: no policy model folder './ckpt/x'; pass an existing ...
     """
     try:
         return _check_ref(str(ref).strip(), kind, need_config)

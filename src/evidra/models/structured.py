@@ -3,7 +3,7 @@
 A general instruct model does not reliably write a paper's output format, but it (or its server)
 can write JSON to a schema. ``ANSWER_SCHEMA`` is that schema: the answer (``null`` when the pages
 do not answer the question) and its steps, each with the 1-based image it cites (or a page id)
-and a box of four numbers in the model's own box convention (``evidra.box_formats`` maps it
+and a box of four numbers in the model's own box convention (``evidra.core.box_formats`` maps it
 to page pixels). ``response_format()`` asks an OpenAI-compatible server to keep to it (vLLM,
 SGLang and OpenAI do), ``build_messages`` shows the pages and asks for it, and ``parse`` reads a
 reply into ``Parsed`` without ever raising: malformed JSON is an answer with errors, not an
@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evidra.types import Box, CoordSpace, ImagePart, Message, Page, Parsed, Step, TextPart
+from evidra.core.types import Box, CoordSpace, ImagePart, Message, Page, Parsed, Step, TextPart
 
 MAX_STEPS = 32  # steps read from one answer; more are cut (and said so)
 MAX_TEXT = 4000  # characters kept of one step's text or of the answer
@@ -63,7 +63,7 @@ INSTRUCTION = (
     "of its evidence."
 )
 # The box's order and frame are left to the model on purpose: each family writes its own
-# (Gemini y-first, Qwen2.5-VL in resized pixels, ...), and evidra.box_formats reads each one.
+# (Gemini y-first, Qwen2.5-VL in resized pixels, ...), and evidra.core.box_formats reads each one.
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 

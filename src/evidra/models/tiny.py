@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.models.tiny_parts import (
     ARCHS,
     CHAT_TEMPLATE,

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from evidra.errors import ConfigError, EvidraError, InvalidInputError
+from evidra.core.errors import ConfigError, EvidraError, InvalidInputError
 from evidra.models.context import Context
 from evidra.models.generation import FinishReason, Generation, SamplingParams
 from evidra.models.loading import VLM
@@ -108,9 +108,12 @@ def row_seeds(params: SamplingParams, rows: int) -> list[int]:
 
 
 def sampling_kwargs(
-    params: SamplingParams, eos_ids: Sequence[int], seed: int, suppress: Sequence[int] = (),
+    params: SamplingParams,
+    eos_ids: Sequence[int],
+    seed: int,
+    suppress: Sequence[int] = (),
     max_tokens: int | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """vLLM ``SamplingParams`` (or ``/v1/completions`` fields) for one row; ``suppress``: never
     sampled; ``max_tokens``: this row's own cap, below ``params.max_new_tokens``."""
     extra: dict[str, Any] = {"logit_bias": {int(t): -100.0 for t in suppress}} if suppress else {}
@@ -227,8 +230,10 @@ class VLLMBackend:
         # a VLM policy never emits vision tokens (as the transformers backend suppresses them)
         suppress = self.vlm.vision_token_ids if spec is not None else ()
         rooms = [self._room(c) for c in contexts]  # a row never asks for more than the engine holds
-        sps = [VParams(**sampling_kwargs(params, self.vlm.eos_token_ids, s, suppress, room))
-               for s, room in zip(seeds, rooms, strict=True)]  # fmt: skip
+        sps = [
+            VParams(**sampling_kwargs(params, self.vlm.eos_token_ids, s, suppress, room))
+            for s, room in zip(seeds, rooms, strict=True)
+        ]
         outputs = self.llm.generate(prompts, sps, use_tqdm=False)
         results = []
         for context, out in zip(contexts, outputs, strict=True):

@@ -7,7 +7,7 @@ rows go out concurrently, so the server batches them. The server must run with
 recomputes them) and ``--enable-prefix-caching``; ``sync`` needs ``VLLM_SERVER_DEV_MODE=1``
 (its ``/collective_rpc`` endpoint) and a folder both processes see. See docs/vllm.md.
 
-Replies are read through ``evidra.httpio`` (at most ``MAX_REPLY_BYTES`` decoded bytes, strict
+Replies are read through ``evidra.http.replies`` (at most ``MAX_REPLY_BYTES`` decoded bytes, strict
 JSON) and their shape is checked: whatever the server sends, a failure is one ``VLLMError``.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from evidra.httpio import ERROR_BODY_BYTES, REQUEST_HEADERS, ReplyError, loads, read_capped, shown
+from evidra.http.replies import ERROR_BODY_BYTES, REQUEST_HEADERS, ReplyError, loads, read_capped, shown
 from evidra.models.context import Context
 from evidra.models.generation import Generation, SamplingParams
 from evidra.models.loading import VLM

@@ -1,15 +1,8 @@
-"""Output formats of the policy: one file per paradigm, registered by name."""
+"""Output formats more than one method uses, registered by name: the direct answer, the baselines and
+the search agent's action language. A paper's own format lives in its folder (``methods/<paper>/``)."""
 
-from evidra.paradigms import (  # noqa: F401  (register)
-    baselines,
-    coe,
-    evidence,
-    react,
-    search_agent,
-    toolchain,
-    zoom_agent,
-)
-from evidra.paradigms.base import PARADIGMS, Paradigm
+from evidra.paradigms import baselines, react, search_agent  # noqa: F401  (register)
 from evidra.paradigms.direct import Direct
+from evidra.paradigms.paradigm import PARADIGMS, Paradigm
 
 __all__ = ["PARADIGMS", "Direct", "Paradigm"]

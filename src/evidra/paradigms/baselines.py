@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from evidra.paradigms.base import PARADIGMS, Paradigm
+from evidra.core.types import ImagePart, Message, Page, Parsed, Sample, TextPart
+from evidra.paradigms.paradigm import PARADIGMS, Paradigm
 from evidra.rewards.boxes import extract_tag
-from evidra.types import ImagePart, Message, Page, Parsed, Sample, TextPart
 
 _INSUFFICIENT = (
     "If you think there are no relevant information from the picture that can help you answer the question, "

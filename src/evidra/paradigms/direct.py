@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evidra.paradigms.base import PARADIGMS, first_tag
-from evidra.types import ImagePart, Message, Page, Parsed, Sample, TextPart
+from evidra.core.types import ImagePart, Message, Page, Parsed, Sample, TextPart
+from evidra.paradigms.paradigm import PARADIGMS, first_tag
 
 # VRAG-RL, Appendix I.1 (Figure 11), system prompt verbatim.
 VANILLA_RAG_SYSTEM = (

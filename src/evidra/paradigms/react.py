@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evidra.paradigms.base import PARADIGMS
+from evidra.paradigms.paradigm import PARADIGMS
 from evidra.paradigms.search_agent import SearchAgent
 
 # VRAG-RL, Appendix I.2 (Figure 10), system prompt verbatim.

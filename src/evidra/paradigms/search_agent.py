@@ -12,13 +12,14 @@ with ``fetch=True``) to the actions and one sentence about it to the prompt.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any, Literal
 
-from evidra.paradigms.base import PARADIGMS, first_tag
-from evidra.rewards.vragrl import validate_bbox_action
-from evidra.tagscan import find_named_blocks, finite_float
-from evidra.types import Action, Box, CoordSpace, Message, Page, Parsed, Sample
+from evidra.core.tagscan import find_named_blocks, finite_float
+from evidra.core.types import Action, Box, CoordSpace, Message, Page, Parsed, Sample
+from evidra.paradigms.paradigm import PARADIGMS, first_tag
 
 # VRAG-RL, Appendix I.4 (Figure 9), system prompt verbatim (its typos included).
 VRAGRL_SYSTEM = (
@@ -74,8 +75,9 @@ def parse_action(text: str, names: tuple[str, ...] = ("search", "bbox", "answer"
     if name == "fetch" and not argument:
         errors.append("empty <fetch> page number")
     answer = argument if name == "answer" else None
-    return Parsed(text=text, answer=answer, action=Action(name, argument, box), fields=fields,
-                  errors=tuple(errors))  # fmt: skip
+    return Parsed(
+        text=text, answer=answer, action=Action(name, argument, box), fields=fields, errors=tuple(errors)
+    )
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,18 @@ def with_fetch(agent: SearchAgent) -> SearchAgent:
 
 
 PARADIGMS.add("search_agent", SearchAgent)
+
+
+def validate_bbox_action(content: str) -> list[Any] | Literal["INVALID"]:
+    """Released ``<bbox>`` check: a JSON list of 4 values all ``>= 0``, else ``"INVALID"``.
+
+    No ``x1 < x2`` check and no upper bound, as released; any parse or comparison error is
+    an invalid action (the environment then inserts its invalid-action message).
+    """
+    try:
+        value = json.loads(content)
+        if len(value) == 4 and all(x >= 0 for x in value):
+            return list(value)
+    except Exception:  # upstream: a bare except around parse + comparison
+        return "INVALID"
+    return "INVALID"

@@ -10,7 +10,7 @@
 * ``server.py`` / ``client.py``  ``evidra serve-index`` (batching; its starlette app in ``app.py``,
   uvicorn in ``serving.py``, request checks in ``http.py``) and the clients environments use.
 
-Names are imported lazily, so ``from evidra.retrieval.client import SearchClient`` stays light.
+Names are imported lazily, so ``from evidra.retrieval.service.client import SearchClient`` stays light.
 
 >>> from evidra.retrieval import build_index, open_index        # doctest: +SKIP
 >>> engine = build_index(pages, "idx/", "colqwen2", "ckpt/colqwen2")          # doctest: +SKIP
@@ -23,14 +23,14 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ENCODERS": "evidra.retrieval.base",
-    "INDEXES": "evidra.retrieval.stores",
-    "EncodedRetriever": "evidra.retrieval.base",
-    "Encoder": "evidra.retrieval.base",
-    "EncoderOptions": "evidra.retrieval.base",
-    "Hit": "evidra.retrieval.base",
-    "Retriever": "evidra.retrieval.base",
-    "VectorIndex": "evidra.retrieval.base",
+    "ENCODERS": "evidra.retrieval.interfaces",
+    "INDEXES": "evidra.retrieval.lifecycle.backends",
+    "EncodedRetriever": "evidra.retrieval.interfaces",
+    "Encoder": "evidra.retrieval.interfaces",
+    "EncoderOptions": "evidra.retrieval.interfaces",
+    "Hit": "evidra.retrieval.interfaces",
+    "Retriever": "evidra.retrieval.interfaces",
+    "VectorIndex": "evidra.retrieval.interfaces",
     "BM25Retriever": "evidra.retrieval.encoders.bm25",
     "load_encoder": "evidra.retrieval.encoders",
     "DenseIndex": "evidra.retrieval.index.dense",
@@ -38,12 +38,12 @@ _EXPORTS = {
     "MultiVectorIndex": "evidra.retrieval.index.multivector",
     "Fusion": "evidra.retrieval.hybrid",
     "HybridRetriever": "evidra.retrieval.hybrid",
-    "Engine": "evidra.retrieval.engine",
-    "build_index": "evidra.retrieval.engine",
-    "open_index": "evidra.retrieval.engine",
-    "SearchService": "evidra.retrieval.server",
-    "SearchClient": "evidra.retrieval.client",
-    "AsyncSearchClient": "evidra.retrieval.client",
+    "Engine": "evidra.retrieval.lifecycle.index_folder",
+    "build_index": "evidra.retrieval.lifecycle.index_folder",
+    "open_index": "evidra.retrieval.lifecycle.index_folder",
+    "SearchService": "evidra.retrieval.service.server",
+    "SearchClient": "evidra.retrieval.service.client",
+    "AsyncSearchClient": "evidra.retrieval.service.client",
 }
 
 __all__ = sorted(_EXPORTS)

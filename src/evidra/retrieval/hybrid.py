@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from evidra.errors import InvalidInputError
-from evidra.registry import Registry
-from evidra.retrieval.base import Exclude, Hit, Retriever, check_exclude, check_k
+from evidra.core.errors import InvalidInputError
+from evidra.core.registry import Registry
+from evidra.retrieval.interfaces import Exclude, Hit, Retriever, check_exclude, check_k
 
 DEFAULT_RULE = "zscore"
 DEFAULT_DEPTH = 100  # a serve-index answers at most --max-k (100) hits per query

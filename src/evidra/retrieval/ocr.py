@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from evidra.errors import MissingDependencyError, require
+from evidra.core.errors import MissingDependencyError, require
 
 if TYPE_CHECKING:
-    from evidra.types import Page
+    from evidra.core.types import Page
 
 
 def ocr_words(image: Any, *, lang: str = "eng", min_conf: float = 0.0) -> list[str]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 
 def mean_pool(page: Tensor, factor: int) -> Tensor:

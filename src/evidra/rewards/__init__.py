@@ -1,50 +1,30 @@
-"""Scoring rules of the five papers, built from shared primitives (text, boxes, ranking, judge).
+"""What the methods' rewards share: the reward protocol and its registry, box and text primitives,
+scope spans, guards, the judge (rule and model-based) and its prompt registry.
 
-Importing the package registers every paper's reward in ``REWARDS`` (``lat.*``, ``evisrag.*``,
-``vragrl.*``, ``lang2act.*``, ``cave``). Each is a set of named components weighted by one
-mapping (``rewards.base.weighted_sum``); the paper's rules are the default and the released
-code's rules are registered variants of their own (``*.upstream``; see docs/rewards.md and
-docs/rewards_vragrl_lang2act.md).
+A paper's own reward lives in its folder (``methods/<paper>/reward.py``) and registers itself in
+``REWARDS`` when that folder is imported; each is a set of named components weighted by one mapping
+(``rewards.reward.weighted_sum``), the paper's rules by default and the released code's rules as
+registered variants (``*.upstream``; see docs/rewards.md and docs/rewards_vragrl_lang2act.md).
 """
 
-from evidra.rewards import cave, cave_reward, evisrag, lang2act, lat, vragrl
-from evidra.rewards.base import REWARDS, Reward, RewardFn, RewardResult, check_weights, weighted_sum
-from evidra.rewards.cave_reward import CaveReward
-from evidra.rewards.evisrag import EvisragReward
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_http import OpenAIJudge
 from evidra.rewards.judge_prompts import JUDGE_PROMPTS, JudgePrompt
 from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
-from evidra.rewards.lang2act import Lang2ActReward
-from evidra.rewards.lat import LatReward
-from evidra.rewards.lat_scoring import LatConfig, Similarity
-from evidra.rewards.vragrl import VragRLReward
+from evidra.rewards.reward import REWARDS, Reward, RewardFn, RewardResult, check_weights, weighted_sum
 
 __all__ = [
     "JUDGE_PROMPTS",
     "REWARDS",
-    "CaveReward",
-    "EvisragReward",
     "Judge",
     "JudgeItem",
     "JudgePrompt",
-    "Lang2ActReward",
-    "LatConfig",
-    "LatReward",
     "OpenAIJudge",
     "Reward",
     "RewardFn",
     "RewardResult",
     "RuleJudge",
-    "Similarity",
     "Verdict",
-    "VragRLReward",
-    "cave",
-    "cave_reward",
     "check_weights",
-    "evisrag",
-    "lang2act",
-    "lat",
-    "vragrl",
     "weighted_sum",
 ]

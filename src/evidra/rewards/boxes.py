@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, overload
 
-from evidra.tagscan import find_blocks, parse_digits
-from evidra.types import Box, CoordSpace
+from evidra.core.tagscan import find_blocks, parse_digits
+from evidra.core.types import Box, CoordSpace
 
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _LAT_GROUP = re.compile(r"\{[^{}]*\}|\((?:[^()]|\([^()]*\))*\)", re.DOTALL)

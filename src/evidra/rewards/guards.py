@@ -22,9 +22,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from evidra.geometry import NORM_SCALE, area
-from evidra.rewards.base import RewardResult
-from evidra.types import Box, CoordSpace, Page, Parsed, Sample
+from evidra.core.geometry import NORM_SCALE, area
+from evidra.core.types import Box, CoordSpace, Page, Parsed, Sample
+from evidra.rewards.reward import RewardResult
 
 # phrases by which an answer declines; an answer that also names something else is a hedge
 REFUSALS = (

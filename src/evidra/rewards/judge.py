@@ -9,7 +9,7 @@ Backends:
 
 * ``RuleJudge``: normalized exact / containment match, offline and deterministic.
 * ``OpenAIJudge``: any OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint
-  (vLLM, SGLang, hosted) through ``evidra.openai_client``, async with bounded concurrency,
+  (vLLM, SGLang, hosted) through ``evidra.openai.client``, async with bounded concurrency,
   timeouts, bounded backoff retries and a cache keyed by ``(model, prompt)``. The released code
   retried forever (VRAG-RL) or scored failures as 0 (Lang2Act); neither is reproduced.
 

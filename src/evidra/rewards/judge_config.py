@@ -20,7 +20,7 @@ item per request, VRAG-RL's template), ``lang2act`` (Lang2Act's batched system p
 ``cave`` (one short answer, exact match); empty uses the task's own.
 
 A recipe is a file, so the key in ``$api_key_env`` goes to its ``base_url`` only when the user's
-environment allows the pair (``EVIDRA_KEY_HOSTS=JUDGE_API_KEY@host:port``, see ``evidra.keys``);
+environment allows the pair (``EVIDRA_KEY_HOSTS=JUDGE_API_KEY@host:port``, see ``evidra.safeio.keys``);
 otherwise requests go without a key. ``evidra eval --judge-url`` is the user's own flag:
 ``build_judge(..., key_policy=KeyPolicy())``.
 """
@@ -31,14 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from evidra.errors import ConfigError, RegistryError
-from evidra.keys import KeyPolicy, check_key_hosts
-from evidra.openai_client import DEFAULT_API_KEY_ENV, check_api_key_env
-from evidra.registry import Registry
+from evidra.core.errors import ConfigError, RegistryError
+from evidra.core.registry import Registry
+from evidra.openai.client import DEFAULT_API_KEY_ENV, check_api_key_env
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_http import HttpJudgeConfig, JudgeCache, OpenAIJudge
 from evidra.rewards.judge_prompts import JUDGE_PROMPTS
 from evidra.rewards.judge_protocol import Judge
+from evidra.safeio.keys import KeyPolicy, check_key_hosts
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,19 @@ def _rule(cfg: JudgeConfig, default_prompt: str, key_policy: KeyPolicy) -> Judge
 def _openai(cfg: JudgeConfig, default_prompt: str, key_policy: KeyPolicy) -> Judge:
     style = cfg.prompt or default_prompt
     http = HttpJudgeConfig(
-        base_url=cfg.base_url, model=cfg.model, style=style,
-        api_key_env=cfg.api_key_env, batch_size=cfg.batch_size, concurrency=cfg.concurrency,
-        timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, max_wait_s=cfg.max_wait_s,
-        temperature=cfg.temperature, max_tokens=cfg.max_tokens or None, key_policy=key_policy,
-    )  # fmt: skip
+        base_url=cfg.base_url,
+        model=cfg.model,
+        style=style,
+        api_key_env=cfg.api_key_env,
+        batch_size=cfg.batch_size,
+        concurrency=cfg.concurrency,
+        timeout_s=cfg.timeout_s,
+        max_retries=cfg.max_retries,
+        max_wait_s=cfg.max_wait_s,
+        temperature=cfg.temperature,
+        max_tokens=cfg.max_tokens or None,
+        key_policy=key_policy,
+    )
     judge = OpenAIJudge(http)
     judge.client_config.key()  # a withheld key is warned about now, before any work
     return judge
@@ -104,8 +112,9 @@ def validate_judge(cfg: JudgeConfig) -> None:
             raise ConfigError(f"judge.prompt: {exc}") from None
     if cfg.kind == "openai":
         if not cfg.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"judge.base_url must be an http(s) URL of an OpenAI-compatible server, "
-                              f"got {cfg.base_url!r}")  # fmt: skip
+            raise ConfigError(
+                f"judge.base_url must be an http(s) URL of an OpenAI-compatible server, got {cfg.base_url!r}"
+            )
         if not cfg.model:
             raise ConfigError("judge.model is empty: name the model the judge server serves")
         check_api_key_env(cfg.api_key_env, "judge.api_key_env")
@@ -121,9 +130,11 @@ def validate_judge(cfg: JudgeConfig) -> None:
 
 
 def build_judge(
-    cfg: JudgeConfig, default_prompt: str = "vragrl", cache: JudgeCache | None = None,
+    cfg: JudgeConfig,
+    default_prompt: str = "vragrl",
+    cache: JudgeCache | None = None,
     key_policy: KeyPolicy | None = None,
-) -> Judge:  # fmt: skip
+) -> Judge:
     """The judge ``cfg`` describes; ``default_prompt`` is the task's paper prompt style; an
     endpoint judge keeps its replies in ``cache`` (e.g. ``DiskCache``) when one is given.
     ``key_policy``: who named ``cfg.base_url``; by default a file (``judge.base_url`` of a recipe),

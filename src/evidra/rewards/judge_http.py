@@ -1,7 +1,7 @@
 """``OpenAIJudge``: the judge over any OpenAI-compatible ``POST {base_url}/chat/completions``
 endpoint (vLLM, SGLang, hosted), with its reply caches.
 
-Requests go through ``evidra.openai_client`` (the key from ``api_key_env``, bounded backoff with
+Requests go through ``evidra.openai.client`` (the key from ``api_key_env``, bounded backoff with
 jitter on 429/5xx/connection errors/timeouts honouring ``Retry-After``, a wall-clock timeout per
 attempt), concurrently under a semaphore, with a cache keyed by ``(model, prompt)``. A reply
 that is no chat completion or holds no parseable verdicts is asked again, within the same
@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from evidra.errors import InvalidInputError, RegistryError
-from evidra.keys import KeyPolicy
-from evidra.openai_client import (
+from evidra.core.errors import InvalidInputError, RegistryError
+from evidra.openai.client import (
     DEFAULT_API_KEY_ENV,
     AsyncChatClient,
     ChatClientError,
@@ -38,6 +37,7 @@ from evidra.openai_client import (
 )
 from evidra.rewards.judge_prompts import JUDGE_PROMPTS, build_messages
 from evidra.rewards.judge_protocol import JudgeItem, Verdict, parse_verdicts
+from evidra.safeio.keys import KeyPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class HttpJudgeConfig:
     2**(r - 1))`` seconds (or the server's ``Retry-After``, up to ``max_backoff_s``), and the
     retries of one request wait at most ``max_wait_s`` in all. ``timeout_s`` bounds each
     attempt as a whole. The key is ``api_key`` when given, else ``$api_key_env`` where
-    ``key_policy`` lets it go to ``base_url`` (``evidra.keys``).
+    ``key_policy`` lets it go to ``base_url`` (``evidra.safeio.keys``).
     """
 
     base_url: str
@@ -135,10 +135,21 @@ class HttpJudgeConfig:
             raise InvalidInputError(str(exc)) from None
 
     def client_config(self) -> ClientConfig:
-        retry = RetryPolicy(max_attempts=self.max_retries + 1, backoff_s=self.backoff_s,
-                            max_backoff_s=self.max_backoff_s, max_wait_s=self.max_wait_s)  # fmt: skip
-        return ClientConfig(self.base_url, self.model, api_key_env=self.api_key_env, api_key=self.api_key,
-                            timeout_s=self.timeout_s, retry=retry, key_policy=self.key_policy)  # fmt: skip
+        retry = RetryPolicy(
+            max_attempts=self.max_retries + 1,
+            backoff_s=self.backoff_s,
+            max_backoff_s=self.max_backoff_s,
+            max_wait_s=self.max_wait_s,
+        )
+        return ClientConfig(
+            self.base_url,
+            self.model,
+            api_key_env=self.api_key_env,
+            api_key=self.api_key,
+            timeout_s=self.timeout_s,
+            retry=retry,
+            key_policy=self.key_policy,
+        )
 
 
 @dataclass
@@ -205,9 +216,12 @@ class OpenAIJudge:
                 await asyncio.sleep(retry_delay(self.client_config.retry, used, None, self._rng.random()))
             try:
                 async with sem:
-                    result = await client.chat(messages, temperature=self.config.temperature,
-                                               max_tokens=self.config.max_tokens or max(64, 20 * len(chunk)),
-                                               max_attempts=budget - used)  # fmt: skip
+                    result = await client.chat(
+                        messages,
+                        temperature=self.config.temperature,
+                        max_tokens=self.config.max_tokens or max(64, 20 * len(chunk)),
+                        max_attempts=budget - used,
+                    )
             except MalformedResponseError as exc:
                 used += exc.attempts
                 verdicts = [Verdict(None, str(exc))] * len(chunk)

@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from evidra.errors import InvalidInputError
-from evidra.registry import Registry
+from evidra.core.errors import InvalidInputError
+from evidra.core.registry import Registry
 from evidra.rewards.judge_protocol import JudgeItem
 
 Messages = list[dict[str, str]]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from evidra.tagscan import find_blocks
+from evidra.core.tagscan import find_blocks
 
 
 @dataclass(frozen=True)

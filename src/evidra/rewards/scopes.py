@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from evidra.errors import InvalidInputError
-from evidra.types import Span
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Span
 
 START, END = "start", "end"
 

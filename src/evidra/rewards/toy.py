@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from evidra.rewards.base import RewardResult
-from evidra.tagscan import first_block
-from evidra.types import Parsed, Sample, Trajectory
+from evidra.core.tagscan import first_block
+from evidra.core.types import Parsed, Sample, Trajectory
+from evidra.rewards.reward import RewardResult
 
 
 def digit_fraction(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:

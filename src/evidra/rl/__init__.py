@@ -5,7 +5,7 @@ imported here, so importing ``evidra.rl`` stays cheap.
 
 from __future__ import annotations
 
-from evidra.rl.advantages import (
+from evidra.rl.algo.advantages import (
     dr_grpo,
     group_ids,
     group_normalize,
@@ -18,8 +18,8 @@ from evidra.rl.advantages import (
     turn_credit_advantages,
     turn_masks,
 )
-from evidra.rl.estimators import ADVANTAGES, AdvantageInputs, Advantages, Estimator
-from evidra.rl.filtering import (
+from evidra.rl.algo.estimators import ADVANTAGES, AdvantageInputs, Advantages, Estimator
+from evidra.rl.algo.filtering import (
     DAPO_FILTER,
     EVISRAG_FILTER,
     DynamicSampler,
@@ -31,8 +31,8 @@ from evidra.rl.filtering import (
     mean_within,
     std_above,
 )
-from evidra.rl.kl import KL_ESTIMATORS, kl_in_reward, kl_loss, kl_penalty
-from evidra.rl.losses import (
+from evidra.rl.algo.kl import KL_ESTIMATORS, kl_in_reward, kl_loss, kl_penalty
+from evidra.rl.algo.losses import (
     LOSS_AGGREGATIONS,
     POLICY_LOSSES,
     PolicyLossOutput,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from evidra.core.registry import Registry
 from evidra.models.loading import VLM
-from evidra.registry import Registry
 from evidra.rl.config import RolloutConfig
 from evidra.rollout import GenerationBackend, HFBackend
 

@@ -7,8 +7,8 @@ import random
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from evidra.rl.checkpoint import TrainState
 from evidra.rl.config import OptimConfig
+from evidra.rl.runs.checkpoint import TrainState
 
 T = TypeVar("T")
 

@@ -31,7 +31,7 @@ class LoraConfig:
 class ModelConfig:
     path: str = ""  # a checkpoint directory, a hub id (org/name[@rev]) or tiny:qwen2_5_vl (tiny, offline)
     # auto: bfloat16 where the device computes it fast (a GPU, a CPU with AVX-512 BF16 or AMX), else
-    # float32 (evidra.rl.precision.auto_dtype)
+    # float32 (evidra.rl.parallel.precision.auto_dtype)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
     min_pixels: int | None = None
     max_pixels: int | None = None

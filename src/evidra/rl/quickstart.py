@@ -14,14 +14,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evidra.config import load_config
+from evidra.core.config import load_config
+from evidra.core.types import Sample
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM, load_vlm
 from evidra.rl.config import DataConfig, RLConfig, SFTConfig
-from evidra.rl.scoring import score_episodes
+from evidra.rl.episode_scoring import score_episodes
 from evidra.rl.tasks import Task
 from evidra.rollout import HFBackend, RolloutLimits, rollout
-from evidra.types import Sample
 
 Progress = Callable[[str], None]
 
@@ -77,7 +77,7 @@ def cold_start_then_grpo(
     """SFT on ``task``'s oracle conversations, then GRPO; held-out reward before, after SFT, after
     RL. ``overrides`` go into both stages' configs (e.g. the ``method`` section ``task`` was built
     from, so the configs written beside the checkpoints name it)."""
-    from evidra.rl.sft import SFTTrainer
+    from evidra.rl.sft.finetune import SFTTrainer
     from evidra.rl.trainer import RLTrainer
 
     say = progress or (lambda _m: None)
@@ -85,27 +85,52 @@ def cold_start_then_grpo(
     task_name = task.name
     test = task.samples(replace(data, seed=data.seed + 1000, size=held_out))
     common = [
-        *overrides, f"data.path={data.path}", f"data.size={data.size}",
-        f"data.seed={data.seed}", "model.lora.enabled=false",
-    ]  # fmt: skip
+        *overrides,
+        f"data.path={data.path}",
+        f"data.size={data.size}",
+        f"data.seed={data.seed}",
+        "model.lora.enabled=false",
+    ]
     say(f"held-out reward of the base model on {len(test)} {task_name} samples")
     before = evaluate_task(load_vlm(base_model), task, test, max_new_tokens)
     say(f"SFT cold start: {sft_steps} steps on {task_name} oracle conversations")
-    sft_cfg = load_config(SFTConfig, None, [
-        *common, f"model.path={base_model}", f"run.output_dir={out / 'sft'}", f"run.steps={sft_steps}",
-        f"run.batch_size={sft_batch_size}", "optim.lr=3e-3",
-    ])  # fmt: skip
+    sft_cfg = load_config(
+        SFTConfig,
+        None,
+        [
+            *common,
+            f"model.path={base_model}",
+            f"run.output_dir={out / 'sft'}",
+            f"run.steps={sft_steps}",
+            f"run.batch_size={sft_batch_size}",
+            "optim.lr=3e-3",
+        ],
+    )
     sft = SFTTrainer(sft_cfg, task=task)
     sft_loss = tuple(m["loss"] for m in sft.train())
     sft_model = sft.export(out / "sft-model")
     after_sft = evaluate_task(sft.vlm, task, test, max_new_tokens)
     say(f"GRPO: {rl_steps} steps with the {task_name} reward")
-    rl_cfg = load_config(RLConfig, None, [
-        *common, f"model.path={sft_model}", f"run.output_dir={out / 'rl'}", f"run.steps={rl_steps}",
-        "run.batch_size=4", "run.micro_batch_size=16", "rollout.group_size=4", "rollout.top_k=50",
-        f"rollout.max_new_tokens={max_new_tokens}", f"rollout.max_response_tokens={max_new_tokens}",
-        f"optim.lr={rl_lr}", "algo.kl=loss", "algo.kl_coef=0.04", f"rollout.temperature={temperature}",
-    ])  # fmt: skip
+    rl_cfg = load_config(
+        RLConfig,
+        None,
+        [
+            *common,
+            f"model.path={sft_model}",
+            f"run.output_dir={out / 'rl'}",
+            f"run.steps={rl_steps}",
+            "run.batch_size=4",
+            "run.micro_batch_size=16",
+            "rollout.group_size=4",
+            "rollout.top_k=50",
+            f"rollout.max_new_tokens={max_new_tokens}",
+            f"rollout.max_response_tokens={max_new_tokens}",
+            f"optim.lr={rl_lr}",
+            "algo.kl=loss",
+            "algo.kl_coef=0.04",
+            f"rollout.temperature={temperature}",
+        ],
+    )
     trainer: Any = RLTrainer(rl_cfg, task=task)
     rl_reward = tuple(m.get("reward/mean", float("nan")) for m in trainer.train())
     after_rl = evaluate_task(trainer.vlm, task, test, max_new_tokens)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evidra.errors import ConfigError
-from evidra.jsonio import read_json_lines
+from evidra.core.errors import ConfigError
+from evidra.safeio.jsonfiles import read_json_lines
 
 
 @dataclass(frozen=True)

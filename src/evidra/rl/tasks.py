@@ -15,16 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.cache import private_cache_dir
-from evidra.env.base import Environment
+from evidra.core.errors import ConfigError
+from evidra.core.registry import Registry
+from evidra.core.types import Message, Page, Parsed, Sample, Span, Trajectory
+from evidra.env.environment import Environment
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.env.toy import KeyValueEnv
-from evidra.errors import ConfigError
-from evidra.registry import Registry
-from evidra.rewards.base import RewardFn, RewardResult
+from evidra.rewards.reward import RewardFn, RewardResult
 from evidra.rewards.toy import digit_fraction, key_value_answer, parse_answer, text_length
 from evidra.rl.config import DataConfig
-from evidra.types import Message, Page, Parsed, Sample, Span, Trajectory
+from evidra.safeio.cache import private_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -156,8 +156,9 @@ def _subset(samples: list[Sample], path: str) -> list[Sample]:
             "filter with the same data section as the run"
         )
     if missing:
-        logger.warning("data.subset: %d kept ids are not among this run's samples (e.g. %r)",
-                       len(missing), missing[0])  # fmt: skip
+        logger.warning(
+            "data.subset: %d kept ids are not among this run's samples (e.g. %r)", len(missing), missing[0]
+        )
     return kept
 
 

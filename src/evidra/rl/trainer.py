@@ -21,26 +21,27 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from evidra.config import to_dict
-from evidra.devices import peak_memory_gb
-from evidra.errors import TrainingError
+from evidra.core.config import to_dict
+from evidra.core.devices import peak_memory_gb
+from evidra.core.errors import TrainingError
+from evidra.core.types import Sample
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
-from evidra.rewards.base import RewardResult
 from evidra.rewards.guards import guard, tripped
-from evidra.rl.advantages import ScopedAdvantages
+from evidra.rewards.reward import RewardResult
+from evidra.rl.algo.advantages import ScopedAdvantages
+from evidra.rl.algo.credit import loss_rows, over_turn, token_advantages
+from evidra.rl.algo.filtering import DynamicSampler, NoVarianceWatch, Round, group_filter
+from evidra.rl.algo.kl import kl_in_reward
 from evidra.rl.backends import make_backend
-from evidra.rl.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.config import RLConfig
-from evidra.rl.credit import loss_rows, over_turn, token_advantages
-from evidra.rl.engine import Engine, empty_like, pad_microbatches
-from evidra.rl.filtering import DynamicSampler, NoVarianceWatch, Round, group_filter
-from evidra.rl.kl import kl_in_reward
+from evidra.rl.episode_scoring import score_episodes
+from evidra.rl.parallel.precision import default_device, resolve_model_dtype, training_precision
+from evidra.rl.parallel.processes import Engine, empty_like, pad_microbatches
 from evidra.rl.policy import Reference, load_policy
-from evidra.rl.precision import default_device, resolve_model_dtype, training_precision
-from evidra.rl.run_folder import RunFolder
-from evidra.rl.scoring import score_episodes
+from evidra.rl.runs.checkpoint import TrainState, resume_newest, save_and_prune
+from evidra.rl.runs.folder import RunFolder
 from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
@@ -53,8 +54,7 @@ from evidra.rl.update import (
 )
 from evidra.rl.validate import local_batch_size, validate_rl_config
 from evidra.rollout import Episode, rollout
-from evidra.sink import MetricsSink
-from evidra.types import Sample
+from evidra.safeio.sink import MetricsSink
 
 logger = logging.getLogger(__name__)
 
@@ -144,8 +144,10 @@ class RLTrainer:
             episodes = rollout(self.backend, self.task.make_env, samples, r.group_size, params, limits)
         if self.task.scopes is not None:  # token spans of each reward channel (RS-GRPO)
             annotate, tok = self.task.scopes, self.vlm.tokenizer
-            episodes = [replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
-                        for ep in episodes]  # fmt: skip
+            episodes = [
+                replace(ep, trajectory=replace(ep.trajectory, scopes=annotate(ep.trajectory, tok)))
+                for ep in episodes
+            ]
         results, final = score_episodes(self.task, self.vlm, episodes, guards=self.cfg.reward.guards)
         if self.cfg.reward.guards:  # beyond the papers: a gamed reward is capped at 0
             cfg = self.cfg.reward

@@ -17,16 +17,16 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.models.context import Context, collate_split
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
 from evidra.models.prefix import PREFIX_ARCHS, PrefixBatch, build_prefix_batch, prefix_logprobs
-from evidra.rl.advantages import ScopedAdvantages
-from evidra.rl.engine import Engine
-from evidra.rl.kl import kl_penalty
-from evidra.rl.losses import POLICY_LOSSES, aggregate, aggregate_scoped
-from evidra.rl.mismatch import combined, logprob_mismatch
+from evidra.rl.algo.advantages import ScopedAdvantages
+from evidra.rl.algo.kl import kl_penalty
+from evidra.rl.algo.losses import POLICY_LOSSES, aggregate, aggregate_scoped
+from evidra.rl.algo.mismatch import combined, logprob_mismatch
+from evidra.rl.parallel.processes import Engine
 from evidra.rl.policy import Reference
 from evidra.rollout import Episode
 
@@ -260,8 +260,15 @@ def _micro_loss(
             stats.peak("mismatch/logp_abs_max", gap.max_abs)
     # per scope: (b, 1, R) log-probs against (b, K, R) advantages and masks give (b, K, R) losses
     loss_mask = mask if mb.scope_masks is None else mb.scope_masks * mask.unsqueeze(1)
-    out = loss_fn(_lift(logp, mb), _lift(mb.old_logprobs, mb), mb.advantages, loss_mask, clip_low=s.clip_low,
-                  clip_high=s.clip_high, dual_clip=s.dual_clip)  # fmt: skip
+    out = loss_fn(
+        _lift(logp, mb),
+        _lift(mb.old_logprobs, mb),
+        mb.advantages,
+        loss_mask,
+        clip_low=s.clip_low,
+        clip_high=s.clip_high,
+        dual_clip=s.dual_clip,
+    )
     per_token = out.loss  # (b, R) or (b, K, R)
     if s.tis_cap > 0:  # verl's truncated IS: weight by min(pi_old / pi_sampler, cap), no gradient
         weight = torch.exp(mb.old_logprobs - mb.sampler_logprobs).clamp(max=s.tis_cap).detach()  # (b, R)
@@ -340,11 +347,23 @@ def _aggregate(
     """The micro-batch's share of the mini-batch loss: ``s.loss_agg`` over its tokens, or with
     per-scope advantages EVisRAG's released per-scope combination (``aggregate_scoped``)."""
     if mb.scope_masks is None:
-        return aggregate(per_token, mask, s.loss_agg, global_tokens=counts.tokens, global_seqs=counts.seqs,
-                         max_len=s.max_len, world_size=world)  # fmt: skip
+        return aggregate(
+            per_token,
+            mask,
+            s.loss_agg,
+            global_tokens=counts.tokens,
+            global_seqs=counts.seqs,
+            max_len=s.max_len,
+            world_size=world,
+        )
     scopes = mb.scope_masks * mask.unsqueeze(1)  # (b, K, R)
-    return aggregate_scoped(per_token, scopes, global_scope_tokens=counts.scope_tokens,
-                            active_scopes=counts.active_scopes, world_size=world)  # fmt: skip
+    return aggregate_scoped(
+        per_token,
+        scopes,
+        global_scope_tokens=counts.scope_tokens,
+        active_scopes=counts.active_scopes,
+        world_size=world,
+    )
 
 
 def _as_minibatches(batches: Sequence[Any]) -> list[list[MicroBatch]]:

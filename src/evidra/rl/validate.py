@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evidra.config import from_dict, merge_sections, to_dict
-from evidra.errors import ConfigError, InvalidInputError, RegistryError
-from evidra.registry import Registry
+from evidra.core.config import from_dict, merge_sections, to_dict
+from evidra.core.errors import ConfigError, InvalidInputError, RegistryError
+from evidra.core.registry import Registry
 from evidra.rewards.guards import GuardConfig
 from evidra.rl.config import (
     AlgoConfig,
@@ -23,9 +23,9 @@ from evidra.rl.config import (
     RunConfig,
     SFTConfig,
 )
-from evidra.rl.precision import training_precision
+from evidra.rl.parallel.precision import training_precision
 from evidra.rl.tasks import Task
-from evidra.sink import check_report_to
+from evidra.safeio.sink import check_report_to
 
 
 def _known(registry: Registry[Any], name: str, key: str) -> None:
@@ -47,7 +47,7 @@ def _check_run(run: RunConfig) -> None:
     _check(run.save_every >= 0, f"run.save_every must be >= 0 (0: only at the end), got {run.save_every}")
     _check(run.keep_checkpoints >= 0, f"run.keep_checkpoints must be >= 0, got {run.keep_checkpoints}")
     if run.sharding == "zero3":
-        from evidra.rl.zero3 import require_deepspeed
+        from evidra.rl.parallel.zero3 import require_deepspeed
 
         require_deepspeed()  # the extra to install, before any model loads
     _check_report_to(run)
@@ -56,17 +56,21 @@ def _check_run(run: RunConfig) -> None:
 def _check_report_to(run: RunConfig) -> None:
     """Known destinations with their libraries installed; a W&B project only when W&B logs."""
     check_report_to(run.report_to)
-    _check(not run.wandb_project or "wandb" in run.report_to,
-           f"run.wandb_project={run.wandb_project!r} names a W&B project, but run.report_to="
-           f"[{', '.join(run.report_to)}] has no wandb; add wandb to run.report_to or clear "
-           "run.wandb_project")  # fmt: skip
+    _check(
+        not run.wandb_project or "wandb" in run.report_to,
+        f"run.wandb_project={run.wandb_project!r} names a W&B project, but run.report_to="
+        f"[{', '.join(run.report_to)}] has no wandb; add wandb to run.report_to or clear "
+        "run.wandb_project",
+    )
 
 
 def _check_optim(optim: OptimConfig, where: str = "optim") -> None:
     _check(optim.lr > 0, f"{where}.lr must be > 0, got {optim.lr}")
     _check(optim.weight_decay >= 0, f"{where}.weight_decay must be >= 0, got {optim.weight_decay}")
-    _check(len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas),
-           f"{where}.betas must be two numbers in [0, 1), got {list(optim.betas)}")  # fmt: skip
+    _check(
+        len(optim.betas) == 2 and all(0 <= b < 1 for b in optim.betas),
+        f"{where}.betas must be two numbers in [0, 1), got {list(optim.betas)}",
+    )
     _check(optim.warmup_steps >= 0, f"{where}.warmup_steps must be >= 0, got {optim.warmup_steps}")
     _check(0 <= optim.warmup_ratio < 1, f"{where}.warmup_ratio must be in [0, 1), got {optim.warmup_ratio}")
     _check(optim.max_grad_norm > 0, f"{where}.max_grad_norm must be > 0, got {optim.max_grad_norm}")
@@ -95,29 +99,38 @@ def _check_rollout(r: RolloutConfig) -> None:
     c = r.max_context_tokens
     _check(c >= 0, f"rollout.max_context_tokens must be >= 0 (0: no cap of its own), got {c}")
     if r.backend == "vllm" and c > 0:  # the engine refuses a context longer than its own limit
-        _check(c <= r.vllm.max_model_len, f"rollout.max_context_tokens={c} exceeds rollout.vllm."
-               f"max_model_len={r.vllm.max_model_len}; raise max_model_len to at least {c}")  # fmt: skip
+        _check(
+            c <= r.vllm.max_model_len,
+            f"rollout.max_context_tokens={c} exceeds rollout.vllm."
+            f"max_model_len={r.vllm.max_model_len}; raise max_model_len to at least {c}",
+        )
 
 
 def _check_algo(a: AlgoConfig, batch_size: int) -> None:
-    from evidra.rl.estimators import ADVANTAGES
-    from evidra.rl.kl import KL_ESTIMATORS
-    from evidra.rl.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
+    from evidra.rl.algo.estimators import ADVANTAGES
+    from evidra.rl.algo.kl import KL_ESTIMATORS
+    from evidra.rl.algo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
 
     _known(ADVANTAGES, a.advantage, "algo.advantage")
     _known(POLICY_LOSSES, a.policy_loss, "algo.policy_loss")
     _known(LOSS_AGGREGATIONS, a.loss_agg, "algo.loss_agg")
     _known(KL_ESTIMATORS, a.kl_estimator, "algo.kl_estimator")
-    _check(a.clip_low >= 0 and a.clip_high >= 0, f"algo.clip_low/clip_high must be >= 0, got {a.clip_low}, "
-           f"{a.clip_high}")  # fmt: skip
+    _check(
+        a.clip_low >= 0 and a.clip_high >= 0,
+        f"algo.clip_low/clip_high must be >= 0, got {a.clip_low}, {a.clip_high}",
+    )
     _check(a.dual_clip is None or a.dual_clip > 1, f"algo.dual_clip must be > 1 or null, got {a.dual_clip}")
-    _check(a.policy_loss != "gspo" or a.dual_clip is None, "algo.policy_loss=gspo has no dual clip; set "
-           "algo.dual_clip=null")  # fmt: skip
+    _check(
+        a.policy_loss != "gspo" or a.dual_clip is None,
+        "algo.policy_loss=gspo has no dual clip; set algo.dual_clip=null",
+    )
     _check(a.kl_coef >= 0, f"algo.kl_coef must be >= 0, got {a.kl_coef}")
     _check(a.eps > 0, f"algo.eps must be > 0, got {a.eps}")
     band = list(a.keep_mean_range)
-    _check(not band or (len(band) == 2 and band[0] < band[1]),
-           f"algo.keep_mean_range must be empty or [low, high] with low < high, got {band}")  # fmt: skip
+    _check(
+        not band or (len(band) == 2 and band[0] < band[1]),
+        f"algo.keep_mean_range must be empty or [low, high] with low < high, got {band}",
+    )
     _check(a.ppo_epochs >= 1, f"algo.ppo_epochs must be >= 1, got {a.ppo_epochs}")
     _check(a.tis_cap >= 0, f"algo.tis_cap must be >= 0 (0: off), got {a.tis_cap}")
     _check(a.max_sampling_rounds >= 1, f"algo.max_sampling_rounds must be >= 1, got {a.max_sampling_rounds}")
@@ -147,7 +160,7 @@ def _check_data(data: DataConfig, stage: str) -> None:
         fix = "pass a JSONL of messages or ShareGPT rows, or write one with `evidra data distill`"
         _check(Path(data.trajectories).is_file(), f"{where}; {fix}")
     if data.trajectories_format != "auto":
-        from evidra.rl.sft_formats import SFT_FORMATS
+        from evidra.rl.sft.formats import SFT_FORMATS
 
         _known(SFT_FORMATS, data.trajectories_format, "data.trajectories_format")
 
@@ -167,8 +180,10 @@ def validate_rl_config(cfg: RLConfig, task: Task) -> None:
     """Raise a one-line ``ConfigError`` for the first wrong name or value in ``cfg`` trained on
     ``task`` (the method's own options are checked when its task is built, ``evidra.methods``)."""
     _check_data(cfg.data, "rl")
-    _check(not cfg.data.synthetic or task.from_synthetic is not None,
-           f"task {task.name!r} trains on its own generated data only; remove data.synthetic")  # fmt: skip
+    _check(
+        not cfg.data.synthetic or task.from_synthetic is not None,
+        f"task {task.name!r} trains on its own generated data only; remove data.synthetic",
+    )
     _check_run(cfg.run)
     _check_optim(cfg.optim)
     _check_rollout(cfg.rollout)
@@ -190,16 +205,18 @@ def validate_rl_config(cfg: RLConfig, task: Task) -> None:
 def _check_scoped(a: AlgoConfig, task: Task) -> None:
     """Estimators that read reward channels need a task with scopes; ``router`` takes its loss per
     scope, each a token mean over its scope's tokens, so the aggregation must be token-mean."""
-    from evidra.rl.estimators import ADVANTAGES
+    from evidra.rl.algo.estimators import ADVANTAGES
 
     est = ADVANTAGES.get(a.advantage)
     if est.needs_scopes and not task.scope_names:
         raise ConfigError(
             f"algo.advantage={a.advantage} needs a task with scoped rewards; {task.name!r} has none"
         )
-    _check(not est.per_scope_loss or a.loss_agg == "token-mean",
-           f"algo.advantage={a.advantage} takes a token mean per scope (EVisRAG's released loss); set "
-           f"algo.loss_agg=token-mean, not {a.loss_agg}")  # fmt: skip
+    _check(
+        not est.per_scope_loss or a.loss_agg == "token-mean",
+        f"algo.advantage={a.advantage} takes a token mean per scope (EVisRAG's released loss); set "
+        f"algo.loss_agg=token-mean, not {a.loss_agg}",
+    )
 
 
 def sft_stage(cfg: RLConfig) -> SFTConfig:

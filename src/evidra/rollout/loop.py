@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from evidra.env.base import Environment, StepInfo
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Parsed, Sample, Span, Trajectory
+from evidra.env.environment import Environment, StepInfo
 from evidra.models.context import Context, encode_messages, encode_turn
 from evidra.models.generation import Generation, SamplingParams, generate_contexts
 from evidra.models.loading import VLM
-from evidra.types import Parsed, Sample, Span, Trajectory
 
 Parser = Callable[[str], Parsed]
 
@@ -188,8 +188,13 @@ def _clip(gen: Generation, budget: int, tokenizer: Any) -> Generation:
     if len(gen.token_ids) <= budget:
         return gen
     ids = gen.token_ids[:budget]
-    return replace(gen, token_ids=ids, logprobs=gen.logprobs[:budget], text=tokenizer.decode(list(ids)),
-                   finish_reason="length")  # fmt: skip
+    return replace(
+        gen,
+        token_ids=ids,
+        logprobs=gen.logprobs[:budget],
+        text=tokenizer.decode(list(ids)),
+        finish_reason="length",
+    )
 
 
 def prefetch_searches(episodes: Sequence[_Running], texts: Sequence[str]) -> int:

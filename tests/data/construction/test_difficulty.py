@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Sample
 from evidra.data.construction.difficulty import (
     answer_is_correct,
     count_successes,
@@ -16,11 +18,9 @@ from evidra.data.construction.difficulty import (
     sample_successes,
 )
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.errors import InvalidInputError
 from evidra.models.generation import SamplingParams
 from evidra.paradigms.direct import Direct
 from evidra.rollout import HFBackend, RolloutLimits
-from evidra.types import Sample
 
 
 def _s(i: str) -> Sample:
@@ -74,10 +74,16 @@ def test_sample_successes_with_the_tiny_policy(tiny_vlms: dict[str, Any], tmp_pa
         return len(seen) % 2 == 0  # every second completion "correct": counts are known by hand
 
     counts = sample_successes(
-        HFBackend(tiny_vlms["qwen2_5_vl"]), lambda s: SingleTurnEnv(Direct()), samples, 2, is_correct,
-        params=SamplingParams(max_new_tokens=4, seed=0), limits=RolloutLimits(max_new_tokens=4), batch_size=2,
+        HFBackend(tiny_vlms["qwen2_5_vl"]),
+        lambda s: SingleTurnEnv(Direct()),
+        samples,
+        2,
+        is_correct,
+        params=SamplingParams(max_new_tokens=4, seed=0),
+        limits=RolloutLimits(max_new_tokens=4),
+        batch_size=2,
         progress=steps.append,
-    )  # fmt: skip
+    )
     assert steps == [2, 1]  # three samples in batches of two
     assert seen == ["a", "a", "b", "b", "c", "c"]  # k = 2 completions per question, grouped
     assert counts == {"a": 1, "b": 1, "c": 1}

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from evidra.core.types import Message, Page, Sample, TextPart
 from evidra.data.construction.distill import accepted_records, distill
 from evidra.models.endpoint import ChatEndpoint
-from evidra.openai_client import to_openai
-from evidra.types import Message, Page, Sample, TextPart
+from evidra.openai.client import to_openai
 
 pytest.importorskip("httpx")
 
@@ -53,8 +53,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(500)
             self.end_headers()
         else:
-            data = json.dumps({"choices": [{"message": {"content": reply}, "finish_reason": "stop"}],
-                               "usage": {"completion_tokens": 5}}).encode()  # fmt: skip
+            data = json.dumps(
+                {
+                    "choices": [{"message": {"content": reply}, "finish_reason": "stop"}],
+                    "usage": {"completion_tokens": 5},
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -102,11 +106,13 @@ def _samples(tmp_path: Path) -> list[Sample]:
 
 
 def test_lat_recall_filter_resume_and_concurrency(serve: Any, tmp_path: Path) -> None:
-    srv, teacher = serve({
-        "Who founded": "<think>It says Jane [1, (1, 2), (3, 4)].</think>\n<answer>Jane Doe</answer>",
-        "When was": "<think>x</think>\n<answer>founded in 1890 or so</answer>",  # recall 0
-        "Where is": "<think>x</think>\n<answer>Porto Portugal</answer>",  # recall 1/1
-    })  # fmt: skip
+    srv, teacher = serve(
+        {
+            "Who founded": "<think>It says Jane [1, (1, 2), (3, 4)].</think>\n<answer>Jane Doe</answer>",
+            "When was": "<think>x</think>\n<answer>founded in 1890 or so</answer>",  # recall 0
+            "Where is": "<think>x</think>\n<answer>Porto Portugal</answer>",  # recall 1/1
+        }
+    )
     out = tmp_path / "lat.jsonl"
     report = distill(_samples(tmp_path), teacher, out, **_method("lat"), gamma=0.5, concurrency=2)
     assert (report.attempted, report.accepted, report.failed) == (4, 2, 1)
@@ -123,12 +129,14 @@ def test_lat_recall_filter_resume_and_concurrency(serve: Any, tmp_path: Path) ->
 
 
 def test_evisrag_keeps_right_answers_with_evidence(serve: Any, tmp_path: Path) -> None:
-    _, teacher = serve({
-        "Who founded": "<observe>a page</observe><evidence>[1]: Jane Doe founded Acme</evidence>"
-                       "<think>so</think><answer>Jane Doe</answer>",
-        "When was": "<observe>a</observe><evidence>[1]: no relevant information</evidence><think>t</think>"
-                    "<answer>insufficient to answer</answer>",
-    })  # fmt: skip
+    _, teacher = serve(
+        {
+            "Who founded": "<observe>a page</observe><evidence>[1]: Jane Doe founded Acme</evidence>"
+            "<think>so</think><answer>Jane Doe</answer>",
+            "When was": "<observe>a</observe><evidence>[1]: no relevant information</evidence>"
+            "<think>t</think><answer>insufficient to answer</answer>",
+        }
+    )
     out = tmp_path / "ev.jsonl"
     distill(_samples(tmp_path)[:2], teacher, out, **_method("evisrag"))
     rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
@@ -137,8 +145,12 @@ def test_evisrag_keeps_right_answers_with_evidence(serve: Any, tmp_path: Path) -
 
 
 def test_vragrl_regrounds_boxes_with_a_second_model(serve: Any, tmp_path: Path) -> None:
-    _, teacher = serve({"Who founded": "<think>zoom on the header</think><bbox>[0, 0, 5, 5]</bbox>"
-                                       "<think>done</think><answer>Jane Doe</answer>"})  # fmt: skip
+    _, teacher = serve(
+        {
+            "Who founded": "<think>zoom on the header</think><bbox>[0, 0, 5, 5]</bbox>"
+            "<think>done</think><answer>Jane Doe</answer>"
+        }
+    )
     _, annotator = serve({"zoom on the header": "[2, 3, 30, 20]"})
     out = tmp_path / "vrag.jsonl"
     distill(_samples(tmp_path)[:1], teacher, out, **_method("vragrl"), annotator=annotator)

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
+from evidra.core.types import Box, ImagePart, Page, Sample, Word
 from evidra.data.construction.multiexpert import MultiExpertConfig, multiexpert
 from evidra.env.search import SearchEnv, bm25_searcher
 from evidra.env.single_turn import SingleTurnEnv
-from evidra.errors import InvalidInputError
-from evidra.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
 from evidra.models.endpoint import ChatEndpoint
 from evidra.paradigms.direct import Direct
-from evidra.rl.sft_data import read_sft_data
-from evidra.types import Box, ImagePart, Page, Sample, Word
+from evidra.rl.sft.files import read_sft_data
 
 pytest.importorskip("httpx")
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from evidra.core.errors import InvalidInputError
 from evidra.data.loaders import load
 from evidra.data.loaders.beir import load_beir_corpus
 from evidra.data.loaders.vidore_v1 import load_vidore_v1_corpus
-from evidra.errors import InvalidInputError
 
 
 def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:

@@ -8,17 +8,30 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from evidra.core.errors import InvalidInputError, MissingDependencyError
+from evidra.core.types import Box
 from evidra.data.loaders import LOADERS, load
-from evidra.errors import InvalidInputError, MissingDependencyError
-from evidra.types import Box
 
 FIX = Path(__file__).parents[2] / "fixtures" / "benchmarks"
 
 
 def test_every_benchmark_is_registered() -> None:
-    expected = {"visa_wiki", "visa_paper", "visa_fineweb", "chartqa", "docvqa", "infovqa", "mpdocvqa",
-                "slidevqa", "vidoseek", "mmlongbench", "vidore", "visrag", "beir",
-                "evisrag_top3"}  # fmt: skip
+    expected = {
+        "visa_wiki",
+        "visa_paper",
+        "visa_fineweb",
+        "chartqa",
+        "docvqa",
+        "infovqa",
+        "mpdocvqa",
+        "slidevqa",
+        "vidoseek",
+        "mmlongbench",
+        "vidore",
+        "visrag",
+        "beir",
+        "evisrag_top3",
+    }
     assert expected <= set(LOADERS.names())
 
 
@@ -120,8 +133,13 @@ def test_slidevqa_relative_data_path_is_not_doubled(monkeypatch: pytest.MonkeyPa
 
 
 def test_vidoseek_pdf_pages(tmp_path: Path) -> None:
-    (s,) = load("vidoseek", FIX / "vidoseek" / "vidoseek.json", documents=FIX / "vidoseek" / "docs",
-                store=tmp_path / "store", dpi=36)  # fmt: skip
+    (s,) = load(
+        "vidoseek",
+        FIX / "vidoseek" / "vidoseek.json",
+        documents=FIX / "vidoseek" / "docs",
+        store=tmp_path / "store",
+        dpi=36,
+    )
     assert len(s.pages) == 3 and [p.page_number for p in s.pages] == [1, 2, 3]
     assert s.gold_pages == (s.pages[1].id, s.pages[2].id)  # reference_page [2, 3] is 1-based
     assert s.extras["beir_gold"] == ["report_2", "report_3"] and s.extras["hops"] == "2"
@@ -200,12 +218,21 @@ def _top3_fixture(root: Path) -> Path:
     for i, size in enumerate([(40, 50), (60, 30), (20, 20), (30, 30)]):
         Image.new("RGB", size, "white").save(folder / "imgs" / f"p{i}.png")
     rows = [
-        {"qid": "q1", "query": "Who signed the letter?",
-         "image": ["imgs/p0.png", "imgs/p1.png", "imgs/p2.png", "imgs/p3.png"],
-         "answer": ["Richard W. Mann", "R. W. Mann"], "is_sufficient": True},
-        {"qid": "q2", "query": "What year?", "image": ["imgs/p2.png", "imgs/p0.png", "imgs/p3.png"],
-         "answer": ["1967"], "is_sufficient": False},
-    ]  # fmt: skip
+        {
+            "qid": "q1",
+            "query": "Who signed the letter?",
+            "image": ["imgs/p0.png", "imgs/p1.png", "imgs/p2.png", "imgs/p3.png"],
+            "answer": ["Richard W. Mann", "R. W. Mann"],
+            "is_sufficient": True,
+        },
+        {
+            "qid": "q2",
+            "query": "What year?",
+            "image": ["imgs/p2.png", "imgs/p0.png", "imgs/p3.png"],
+            "answer": ["1967"],
+            "is_sufficient": False,
+        },
+    ]
     path = folder / "top3_test.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -225,7 +252,7 @@ def test_evisrag_top3_pages_in_rank_order_with_sufficiency(tmp_path: Path) -> No
 
 
 def test_evisrag_top3_insufficient_context_is_scored_as_a_refusal(tmp_path: Path) -> None:
-    from evidra.eval.scoring import evisrag_scores
+    from evidra.eval.sample_scoring import evisrag_scores
 
     _, q2 = load("evisrag_top3", _top3_fixture(tmp_path))
     assert evisrag_scores(q2, "insufficient to answer")["evisrag_acc"] == 1.0

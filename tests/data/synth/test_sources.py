@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from evidra.core.errors import RegistryError
+from evidra.core.types import Box, EvidenceBox, Page, Sample, Word
 from evidra.data.synth.sources import expand, mixture, sample_from_json, sample_to_json, shares, side_by_side
-from evidra.errors import RegistryError
-from evidra.types import Box, EvidenceBox, Page, Sample, Word
 
 
 def test_family_names_expand_and_typos_are_named() -> None:
@@ -27,8 +27,17 @@ def test_a_mixture_is_balanced_interleaved_cached_and_deterministic(tmp_path: Pa
     samples = mixture(["tracer", "tunnel"], tmp_path / "a", 9, seed=3)
     datasets = [s.dataset for s in samples]
     # 9 over 7 sources: the first two sources give two each, in turn with the others
-    assert datasets == ["tracer_match", "tracer_subimage", "tracer_trace", "tracer_vjump", "tunnel_chain",
-                        "tunnel_circuits", "tunnel_objreid", "tracer_match", "tracer_subimage"]  # fmt: skip
+    assert datasets == [
+        "tracer_match",
+        "tracer_subimage",
+        "tracer_trace",
+        "tracer_vjump",
+        "tunnel_chain",
+        "tunnel_circuits",
+        "tunnel_objreid",
+        "tracer_match",
+        "tracer_subimage",
+    ]
     assert all(s.id.split("-")[2] == "train" for s in samples)  # the train split, never the test one
     cache = tmp_path / "a" / "tracer+tunnel-train-seed3-n9" / "samples.json"
     rows = json.loads(cache.read_text())
@@ -57,11 +66,21 @@ def test_the_sample_cache_keeps_boxes_and_extras(tmp_path: Path) -> None:
 def test_every_typed_field_survives_the_json_round_trip() -> None:
     page = Page("p1", "p1.png", 100, 80)
     sample = Sample(
-        "s", "q?", ("a",), (page,), corpus="store", gold_pages=("p1",),
-        gold_boxes=(EvidenceBox("p1", Box(1, 2, 3, 4)),), gold_evidence={"p1": "text"}, sufficient=False,
-        answer_type="int", dataset="d", extras={"k": [1, 2]},
-        evidence_box=EvidenceBox("p1", Box(0, 0, 50, 40)), qrels={"p1": 2.0, "p9": 1.0},
-    )  # fmt: skip
+        "s",
+        "q?",
+        ("a",),
+        (page,),
+        corpus="store",
+        gold_pages=("p1",),
+        gold_boxes=(EvidenceBox("p1", Box(1, 2, 3, 4)),),
+        gold_evidence={"p1": "text"},
+        sufficient=False,
+        answer_type="int",
+        dataset="d",
+        extras={"k": [1, 2]},
+        evidence_box=EvidenceBox("p1", Box(0, 0, 50, 40)),
+        qrels={"p1": 2.0, "p9": 1.0},
+    )
     assert sample_from_json(json.loads(json.dumps(sample_to_json(sample)))) == sample
     worded = replace(sample, pages=(replace(page, words=(Word("Lisbon", Box(5, 6, 40, 18)),)),))
     assert sample_from_json(json.loads(json.dumps(sample_to_json(worded)))) == worded

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageChops
 
+from evidra.core.errors import InvalidInputError
 from evidra.data.synth._draw import COLORS
 from evidra.data.synth.tracer import bezier, crop_view, find, follow, generate_tracer
-from evidra.errors import InvalidInputError
 
 TASKS = ["vjump", "trace", "match", "subimage"]
 

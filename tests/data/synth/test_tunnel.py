@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from evidra.core.errors import InvalidInputError
 from evidra.data.synth._draw import COLORS
 from evidra.data.synth.tunnel import CELL, _near_segment, generate_tunnel, is_connected
 from evidra.data.synth.tunnel import _board_ports as _board
-from evidra.errors import InvalidInputError
 
 
 def _digest(paths: list[str]) -> str:

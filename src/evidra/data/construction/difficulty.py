@@ -13,13 +13,13 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from evidra.env.base import Environment
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Parsed, Sample
+from evidra.env.environment import Environment
 from evidra.metrics.official import official
 from evidra.models.generation import SamplingParams
-from evidra.paradigms.base import Paradigm
+from evidra.paradigms.paradigm import Paradigm
 from evidra.rollout import Episode, GenerationBackend, RolloutLimits, rollout
-from evidra.types import Parsed, Sample
 
 IsCorrect = Callable[[Sample, Episode], bool]
 
@@ -100,8 +100,13 @@ def filter_by_difficulty(
     missing = [s.id for s in samples if s.id not in successes]
     if missing:
         raise InvalidInputError(f"no success counts for samples {missing[:5]}; run sample_successes first")
-    sel = difficulty_filter({s.id: successes[s.id] for s in samples}, k, min_success=min_success,
-                            max_success=max_success, order=order)  # fmt: skip
+    sel = difficulty_filter(
+        {s.id: successes[s.id] for s in samples},
+        k,
+        min_success=min_success,
+        max_success=max_success,
+        order=order,
+    )
     by_id = {s.id: s for s in samples}
     return FilteredSet(
         curriculum=tuple(by_id[str(q)] for q in sel.curriculum),

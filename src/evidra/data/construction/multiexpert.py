@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import ImagePart, Message, Sample, TextPart, messages_to_json
 from evidra.data.construction.distill import done_ids, run_pool
-from evidra.env.base import StepInfo
+from evidra.env.environment import StepInfo
 from evidra.env.search import SearchEnv
-from evidra.errors import InvalidInputError
 from evidra.metrics.anls import anls
 from evidra.models.endpoint import ChatEndpoint, EndpointError
-from evidra.types import ImagePart, Message, Sample, TextPart, messages_to_json
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +139,9 @@ def thought_of(text: str) -> str:
     return head.rsplit("<think>", 1)[-1].split("</think>", 1)[0].strip()
 
 
-def _expert_box(expert: ChatEndpoint, history: Sequence[Message], text: str, size: tuple[int, int],
-                max_tokens: int) -> str | None:  # fmt: skip
+def _expert_box(
+    expert: ChatEndpoint, history: Sequence[Message], text: str, size: tuple[int, int], max_tokens: int
+) -> str | None:
     """pi_EM(. | H_{t-1}; T_t), Eq. 5: the region's box in the last image's pixels, or None."""
     prompt = GROUNDING_PROMPT.format(thought=thought_of(text), width=size[0], height=size[1])
     reply = expert.complete([*history, Message.text("user", prompt)], max_tokens=max_tokens).text
@@ -156,8 +157,9 @@ def _last_image_size(history: Sequence[Message]) -> tuple[int, int]:
     return (0, 0)
 
 
-def play(sample: Sample, env: SearchEnv, lm: ChatEndpoint, expert: ChatEndpoint | None,
-         cfg: MultiExpertConfig) -> Episode:  # fmt: skip
+def play(
+    sample: Sample, env: SearchEnv, lm: ChatEndpoint, expert: ChatEndpoint | None, cfg: MultiExpertConfig
+) -> Episode:
     """One episode of Eqs. 3-6 through ``env``; an endpoint failure raises ``EndpointError``."""
     history = env.reset(sample)
     turns: list[Turn] = []
@@ -237,14 +239,25 @@ def _row(sample: Sample, k: int, episode: Episode, kept: bool, reason: str, imag
     conversation = _save_images(episode.conversation, images / f"{k}")
     first = next(i for i, m in enumerate(conversation) if m.role == "assistant")
     return {
-        "id": sample.id, "method": "vragrl.multiexpert", "attempt": k, "accepted": kept, "reason": reason,
-        "answers": list(sample.answers), "prompt": messages_to_json(conversation[:first]),
-        "response": episode.turns[-1].text, "conversation": messages_to_json(conversation),
-        "meta": {"bucket": bucket(episode), "actions": list(episode.actions),
-                 "retrieved": list(episode.turns[-1].info.retrieved),
-                 "turns": [{"lm": t.lm_text, "lm_box": t.lm_box, "expert_box": t.expert_box,
-                            "info": t.info.to_json()} for t in episode.turns]},
-    }  # fmt: skip
+        "id": sample.id,
+        "method": "vragrl.multiexpert",
+        "attempt": k,
+        "accepted": kept,
+        "reason": reason,
+        "answers": list(sample.answers),
+        "prompt": messages_to_json(conversation[:first]),
+        "response": episode.turns[-1].text,
+        "conversation": messages_to_json(conversation),
+        "meta": {
+            "bucket": bucket(episode),
+            "actions": list(episode.actions),
+            "retrieved": list(episode.turns[-1].info.retrieved),
+            "turns": [
+                {"lm": t.lm_text, "lm_box": t.lm_box, "expert_box": t.expert_box, "info": t.info.to_json()}
+                for t in episode.turns
+            ],
+        },
+    }
 
 
 def _image_folder(out: Path, sample_id: str) -> Path:
@@ -307,5 +320,11 @@ def multiexpert(
     if progress is not None and len(todo) < len(samples):
         progress(len(samples) - len(todo))
     run_pool(work, todo, cfg.concurrency, progress)
-    return MultiExpertReport(len(todo), counts["episodes"], counts["accepted"], len(samples) - len(todo),
-                             counts["failed"], {k: v for k, v in sorted(buckets.items()) if v})  # fmt: skip
+    return MultiExpertReport(
+        len(todo),
+        counts["episodes"],
+        counts["accepted"],
+        len(samples) - len(todo),
+        counts["failed"],
+        {k: v for k, v in sorted(buckets.items()) if v},
+    )

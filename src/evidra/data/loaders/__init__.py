@@ -20,6 +20,6 @@ from evidra.data.loaders import (  # noqa: F401 - importing registers each loade
     vidoseek,
     visa,
 )
-from evidra.data.loaders.base import LOADERS, Loader, load, parse_options
+from evidra.data.loaders.loader import LOADERS, Loader, load, parse_options
 
 __all__ = ["LOADERS", "Loader", "load", "parse_options"]

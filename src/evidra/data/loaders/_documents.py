@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Page
 from evidra.corpus import PageStore, ingest
-from evidra.errors import InvalidInputError
-from evidra.types import Page
 
 
 def document_pages(documents: str | Path, store: str | Path, *, dpi: float = 144) -> dict[str, list[Page]]:

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evidra import imagefiles
-from evidra.errors import InvalidInputError, MissingDependencyError
-from evidra.jsonio import read_json, read_json_lines
-from evidra.types import Page, content_hash
+from evidra.core.errors import InvalidInputError, MissingDependencyError
+from evidra.core.types import Page, content_hash
+from evidra.safeio import imagefiles
+from evidra.safeio.jsonfiles import read_json, read_json_lines
 
 _SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
 
@@ -202,9 +202,15 @@ def _image_bytes(
 
 
 def materialize_page(
-    value: Any, record: Record, *, page_id: str, image_dir: Path, base: Path | None = None,
-    source: str = "", page_number: int = 1,
-) -> Page:  # fmt: skip
+    value: Any,
+    record: Record,
+    *,
+    page_id: str,
+    image_dir: Path,
+    base: Path | None = None,
+    source: str = "",
+    page_number: int = 1,
+) -> Page:
     """A ``Page`` for an image cell; in-memory bytes are written once to ``image_dir/<hash>.png``.
 
     A path in the cell resolves against ``base`` (a folder the caller trusts, such as the

@@ -14,10 +14,10 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Page, Sample
 from evidra.data.loaders._records import as_str, literal_list, materialize_page, read_records
-from evidra.data.loaders.base import LOADERS
-from evidra.errors import InvalidInputError
-from evidra.types import Page, Sample
+from evidra.data.loaders.loader import LOADERS
 
 
 def _config(root: Path, name: str) -> Path:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evidra.core.types import Sample
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
-from evidra.data.loaders.base import LOADERS, default_image_dir
-from evidra.types import Sample
+from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 _SUBSET = {0: "human", 1: "augmented", "human_test": "human", "augmented_test": "augmented"}
 
@@ -40,9 +40,13 @@ def _image_cell(rec: Record, images: Path | None) -> tuple[Any, Path | None]:
 
 
 def load_chartqa(
-    path: str | Path, *, image_dir: str | Path | None = None, images: str | Path | None = None,
-    limit: int | None = None, **_: Any,
-) -> list[Sample]:  # fmt: skip
+    path: str | Path,
+    *,
+    image_dir: str | Path | None = None,
+    images: str | Path | None = None,
+    limit: int | None = None,
+    **_: Any,
+) -> list[Sample]:
     out_dir = default_image_dir(path, image_dir)
     samples = []
     for n, rec in enumerate(read_records(path)):

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evidra.core.types import Sample
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
-from evidra.data.loaders.base import LOADERS, default_image_dir
-from evidra.types import Sample
+from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 
 def single_page_sample(rec: Record, out_dir: Path, dataset: str, extra_fields: tuple[str, ...]) -> Sample:

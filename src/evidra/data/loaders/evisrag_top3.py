@@ -20,10 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Sample
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
-from evidra.data.loaders.base import LOADERS, default_image_dir
-from evidra.errors import InvalidInputError
-from evidra.types import Sample
+from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 DEFAULT_TOPK = 3  # EVisRAG prompts with the top-3 retrieved pages
 
@@ -65,9 +65,14 @@ def _sample(rec: Record, topk: int, out_dir: Path, images: Path | None) -> Sampl
 
 
 def load_evisrag_top3(
-    path: str | Path, *, topk: int = DEFAULT_TOPK, images: str | Path | None = None,
-    image_dir: str | Path | None = None, limit: int | None = None, **_: Any,
-) -> list[Sample]:  # fmt: skip
+    path: str | Path,
+    *,
+    topk: int = DEFAULT_TOPK,
+    images: str | Path | None = None,
+    image_dir: str | Path | None = None,
+    limit: int | None = None,
+    **_: Any,
+) -> list[Sample]:
     """Samples of a ``top3_test.jsonl`` (or a folder holding one per benchmark), each with its
     first ``topk`` retrieved pages and its sufficiency label."""
     if topk < 1:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evidra.core.types import Sample
 from evidra.data.loaders._records import read_records
-from evidra.data.loaders.base import LOADERS, default_image_dir
 from evidra.data.loaders.docvqa import single_page_sample
-from evidra.types import Sample
+from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 
 def load_infovqa(

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Page, Sample
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
-from evidra.data.loaders.base import LOADERS, default_image_dir
-from evidra.errors import InvalidInputError
-from evidra.types import Page, Sample
+from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 MAX_PAGES = 20
 
@@ -34,9 +34,13 @@ def _pages(rec: Record, page_ids: list[str], images: Path, out_dir: Path) -> tup
 
 
 def load_mpdocvqa(
-    path: str | Path, *, image_dir: str | Path | None = None, images: str | Path | None = None,
-    limit: int | None = None, **_: Any,
-) -> list[Sample]:  # fmt: skip
+    path: str | Path,
+    *,
+    image_dir: str | Path | None = None,
+    images: str | Path | None = None,
+    limit: int | None = None,
+    **_: Any,
+) -> list[Sample]:
     out_dir = default_image_dir(path, image_dir)
     samples = []
     for rec in list(read_records(path, list_key="data"))[:limit]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evidra.core.types import Box, Page, Sample
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
-from evidra.data.loaders.base import LOADERS, default_image_dir
+from evidra.data.loaders.loader import LOADERS, default_image_dir
 from evidra.data.loaders.vidoseek import gold_of
-from evidra.types import Box, Page, Sample
 
 N_SLIDES = 20
 IMAGE_TEMPLATE = "images/{deck}/slide_{page}_1024.jpg"
@@ -57,10 +57,16 @@ def _deck(rec: Record, root: Path, template: str, out_dir: Path, n: int) -> list
 
 
 def load_slidevqa(
-    path: str | Path, *, images: str | Path | None = None, image_template: str = IMAGE_TEMPLATE,
-    bboxes: str | Path | None = None, n_slides: int = N_SLIDES, image_dir: str | Path | None = None,
-    limit: int | None = None, **_: Any,
-) -> list[Sample]:  # fmt: skip
+    path: str | Path,
+    *,
+    images: str | Path | None = None,
+    image_template: str = IMAGE_TEMPLATE,
+    bboxes: str | Path | None = None,
+    n_slides: int = N_SLIDES,
+    image_dir: str | Path | None = None,
+    limit: int | None = None,
+    **_: Any,
+) -> list[Sample]:
     out_dir = default_image_dir(path, image_dir)
     layout = _boxes(bboxes)
     samples = []

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evidra.core.types import Page, Sample
 from evidra.data.loaders._records import as_str, materialize_page, read_records
-from evidra.data.loaders.base import LOADERS, default_image_dir
-from evidra.types import Page, Sample
+from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 
 def load_vidore_v1(path: str | Path, *, limit: int | None = None, **_: Any) -> list[Sample]:

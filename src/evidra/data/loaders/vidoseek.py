@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Page, Sample
 from evidra.data.loaders._documents import document_pages
 from evidra.data.loaders._records import Record, as_str, literal_list, read_records
-from evidra.data.loaders.base import LOADERS
-from evidra.errors import InvalidInputError
-from evidra.types import Page, Sample
+from evidra.data.loaders.loader import LOADERS
 
 
 def gold_of(rec: Record, pages: list[Page], numbers: list[Any], name: str) -> tuple[str, ...]:
@@ -55,9 +55,14 @@ def _sample(rec: Record, docs: dict[str, list[Page]]) -> Sample:
 
 
 def load_vidoseek(
-    path: str | Path, *, documents: str | Path, store: str | Path, dpi: float = 144,
-    limit: int | None = None, **_: Any,
-) -> list[Sample]:  # fmt: skip
+    path: str | Path,
+    *,
+    documents: str | Path,
+    store: str | Path,
+    dpi: float = 144,
+    limit: int | None = None,
+    **_: Any,
+) -> list[Sample]:
     docs = document_pages(documents, store, dpi=dpi)
     return [_sample(r, docs) for r in list(read_records(path, list_key="examples"))[:limit]]
 

@@ -21,20 +21,93 @@ MARGIN = 72.0
 BODY_WIDTH = 612.0 - 2 * MARGIN
 
 PROJECTS = (
-    "Orion", "Vega", "Lyra", "Draco", "Aquila", "Cygnus", "Perseus", "Phoenix", "Hydra", "Pegasus",
-    "Andromeda", "Carina", "Cassini", "Kepler", "Halley", "Sirius", "Rigel", "Altair", "Deneb", "Polaris",
-    "Antares", "Castor", "Pollux", "Mira", "Electra", "Atlas", "Titan", "Helios", "Juno", "Ceres",
-)  # fmt: skip
+    "Orion",
+    "Vega",
+    "Lyra",
+    "Draco",
+    "Aquila",
+    "Cygnus",
+    "Perseus",
+    "Phoenix",
+    "Hydra",
+    "Pegasus",
+    "Andromeda",
+    "Carina",
+    "Cassini",
+    "Kepler",
+    "Halley",
+    "Sirius",
+    "Rigel",
+    "Altair",
+    "Deneb",
+    "Polaris",
+    "Antares",
+    "Castor",
+    "Pollux",
+    "Mira",
+    "Electra",
+    "Atlas",
+    "Titan",
+    "Helios",
+    "Juno",
+    "Ceres",
+)
 CITIES = (
-    "Lisbon", "Porto", "Madrid", "Seville", "Lyon", "Nantes", "Turin", "Genoa", "Munich", "Bremen",
-    "Krakow", "Gdansk", "Vienna", "Graz", "Zurich", "Basel", "Ghent", "Bruges", "Leiden", "Utrecht",
-    "Aarhus", "Bergen", "Tampere", "Uppsala", "Tallinn", "Riga", "Vilnius", "Brno", "Ljubljana", "Split",
-    "Sofia", "Varna", "Cork", "Galway", "Dundee", "Leeds", "Bristol", "Cardiff", "Malaga", "Bilbao",
-)  # fmt: skip
+    "Lisbon",
+    "Porto",
+    "Madrid",
+    "Seville",
+    "Lyon",
+    "Nantes",
+    "Turin",
+    "Genoa",
+    "Munich",
+    "Bremen",
+    "Krakow",
+    "Gdansk",
+    "Vienna",
+    "Graz",
+    "Zurich",
+    "Basel",
+    "Ghent",
+    "Bruges",
+    "Leiden",
+    "Utrecht",
+    "Aarhus",
+    "Bergen",
+    "Tampere",
+    "Uppsala",
+    "Tallinn",
+    "Riga",
+    "Vilnius",
+    "Brno",
+    "Ljubljana",
+    "Split",
+    "Sofia",
+    "Varna",
+    "Cork",
+    "Galway",
+    "Dundee",
+    "Leeds",
+    "Bristol",
+    "Cardiff",
+    "Malaga",
+    "Bilbao",
+)
 COMPANIES = (
-    "Northwind", "Bluepeak", "Redwood", "Silverline", "Greenfield", "Ironbridge", "Stonegate",
-    "Brightwater", "Eastgate", "Westbrook", "Clearview", "Highland",
-)  # fmt: skip
+    "Northwind",
+    "Bluepeak",
+    "Redwood",
+    "Silverline",
+    "Greenfield",
+    "Ironbridge",
+    "Stonegate",
+    "Brightwater",
+    "Eastgate",
+    "Westbrook",
+    "Clearview",
+    "Highland",
+)
 ABSENT = ("Zephyr", "Nimbus", "Quasar", "Boreas", "Tethys", "Umbra", "Solstice", "Meridian")  # never drawn
 FIRST = ("Ana", "Jonas", "Marta", "Pedro", "Elena", "Tomas", "Sofia", "Lukas", "Irene", "Mateo", "Clara")
 LAST = ("Silva", "Novak", "Berg", "Costa", "Weber", "Moreau", "Rossi", "Larsen", "Horvat", "Keller")
@@ -157,17 +230,33 @@ def _project_sentences(rng: random.Random, name: str) -> list[Sentence]:
         rng.randint(2016, 2024),
     )
     facts = [
-        _sentence(f"The {name} project was founded in {{0}} in {{1}}.", [year, city], [
-            (f"In which year was the {name} project founded?", (year,)),
-            (f"In which city was the {name} project founded?", (city,))]),
-        _sentence(f"The {name} project is led by {{0}}.", [person],
-                  [(f"Who leads the {name} project?", (person,))]),
-        _sentence(f"The {name} project employs {{0}} engineers.", [staff],
-                  [(f"How many engineers does the {name} project employ?", (staff,))]),
-        _sentence(f"In {when}, the {name} project received a budget of {{0}}.", [f"{budget} million euros"],
-                  [(f"What budget did the {name} project receive in {when}?",
-                    (f"{budget} million euros", f"{budget} million"))]),
-    ]  # fmt: skip
+        _sentence(
+            f"The {name} project was founded in {{0}} in {{1}}.",
+            [year, city],
+            [
+                (f"In which year was the {name} project founded?", (year,)),
+                (f"In which city was the {name} project founded?", (city,)),
+            ],
+        ),
+        _sentence(
+            f"The {name} project is led by {{0}}.", [person], [(f"Who leads the {name} project?", (person,))]
+        ),
+        _sentence(
+            f"The {name} project employs {{0}} engineers.",
+            [staff],
+            [(f"How many engineers does the {name} project employ?", (staff,))],
+        ),
+        _sentence(
+            f"In {when}, the {name} project received a budget of {{0}}.",
+            [f"{budget} million euros"],
+            [
+                (
+                    f"What budget did the {name} project receive in {when}?",
+                    (f"{budget} million euros", f"{budget} million"),
+                )
+            ],
+        ),
+    ]
     chosen = rng.sample(facts, 3) + [_sentence(f, [], []) for f in rng.sample(FILLERS, 2)]
     return [chosen[0], *rng.sample(chosen[1:], len(chosen) - 1)]
 
@@ -226,8 +315,10 @@ def _table_page(rng: random.Random, pools: Pools, m: Measure, layout: Layout, si
     title = f"Table 1: Cities of {rng.choice(REGIONS)}"
     layout.ops.append(Run(MARGIN, MARGIN + 18, title, 14))
     header = ("City", "Population", "Founded")
-    rows = [(pools.cities.draw(), f"{rng.randint(40_000, 2_500_000):,}", str(rng.randint(900, 1900)))
-            for _ in range(rng.randint(4, 7))]  # fmt: skip
+    rows = [
+        (pools.cities.draw(), f"{rng.randint(40_000, 2_500_000):,}", str(rng.randint(900, 1900)))
+        for _ in range(rng.randint(4, 7))
+    ]
     pad, row_h = 8.0, 20.0
     widths = [max(m.width(r[c], size) for r in [header, *rows]) + 2 * pad for c in range(3)]
     xs = [MARGIN, MARGIN + widths[0], MARGIN + widths[0] + widths[1], MARGIN + sum(widths)]
@@ -240,8 +331,11 @@ def _table_page(rng: random.Random, pools: Pools, m: Measure, layout: Layout, si
             run = Run(xs[c] + pad, y0 + 14, cell, size)
             layout.ops.append(run)
             if r and c:
-                question = (f"What is the population of {row[0]} according to the table?" if c == 1
-                            else f"In which year was {row[0]} founded according to the table?")  # fmt: skip
+                question = (
+                    f"What is the population of {row[0]} according to the table?"
+                    if c == 1
+                    else f"In which year was {row[0]} founded according to the table?"
+                )
                 rect = (xs[0], y0, xs[3], y0 + row_h)
                 layout.facts.append(Fact(question, (cell,), "table", run, (), (rect,), " | ".join(row)))
     for r in range(len(rows) + 2):

@@ -19,14 +19,25 @@ from typing import Any
 
 from PIL import Image
 
-from evidra.types import Box, EvidenceBox, Page, Sample
+from evidra.core.types import Box, EvidenceBox, Page, Sample
 
 COLORS: dict[str, tuple[int, int, int]] = {
-    "red": (220, 20, 20), "orange": (255, 140, 0), "yellow": (240, 220, 0), "green": (20, 160, 40),
-    "blue": (20, 60, 220), "purple": (128, 0, 160), "magenta": (230, 0, 230), "pink": (255, 150, 190),
-    "cyan": (0, 210, 230), "gray": (128, 128, 128), "lime": (150, 240, 0), "teal": (0, 128, 128),
-    "gold": (200, 160, 0), "black": (0, 0, 0), "brown": (140, 80, 20),
-}  # fmt: skip
+    "red": (220, 20, 20),
+    "orange": (255, 140, 0),
+    "yellow": (240, 220, 0),
+    "green": (20, 160, 40),
+    "blue": (20, 60, 220),
+    "purple": (128, 0, 160),
+    "magenta": (230, 0, 230),
+    "pink": (255, 150, 190),
+    "cyan": (0, 210, 230),
+    "gray": (128, 128, 128),
+    "lime": (150, 240, 0),
+    "teal": (0, 128, 128),
+    "gold": (200, 160, 0),
+    "black": (0, 0, 0),
+    "brown": (140, 80, 20),
+}
 
 Point = tuple[float, float]
 
@@ -75,9 +86,16 @@ def _evidence_box(pages: Sequence[Page], region: Region) -> EvidenceBox:
 
 
 def save_sample(
-    images: Sequence[Image.Image], out: Path, sid: str, prompt: str, answer: str, evidence: str,
-    dataset: str, meta: dict[str, Any], region: Region | None = None,
-) -> Sample:  # fmt: skip
+    images: Sequence[Image.Image],
+    out: Path,
+    sid: str,
+    prompt: str,
+    answer: str,
+    evidence: str,
+    dataset: str,
+    meta: dict[str, Any],
+    region: Region | None = None,
+) -> Sample:
     """Write the images as PNG pages and build the sample; the evidence text sits on the last
     page, ``region`` (the part of one image that holds the evidence) is its ``evidence_box``."""
     pages = []
@@ -101,6 +119,11 @@ def save_sample(
 def to_record(sample: Sample, root: Path) -> str:
     """One JSONL row in CAVE's format: id, image (relative path), prompt, answer, perception."""
     images = [str(Path(p.image_path).relative_to(root)) for p in sample.pages]
-    row = {"id": sample.id, "image": images[0] if len(images) == 1 else images, "prompt": sample.question,
-           "answer": sample.answers[0], "perception": sample.extras.get("perception", "")}  # fmt: skip
+    row = {
+        "id": sample.id,
+        "image": images[0] if len(images) == 1 else images,
+        "prompt": sample.question,
+        "answer": sample.answers[0],
+        "perception": sample.extras.get("perception", ""),
+    }
     return json.dumps(row)

@@ -17,10 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from evidra.core.errors import EvidraError, InvalidInputError
+from evidra.core.types import Box, CoordSpace, Word
 from evidra.data.synth.documents import SynthCorpus, SynthDocument, SynthQuestion
-from evidra.errors import EvidraError, InvalidInputError
-from evidra.jsonio import MAX_FILE_BYTES, read_capped_text
-from evidra.types import Box, CoordSpace, Word
+from evidra.safeio.jsonfiles import MAX_FILE_BYTES, read_capped_text
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,8 +32,14 @@ def corpus_to_json(corpus: SynthCorpus) -> str:
     def box(b: Box | None) -> list[Any] | None:
         return None if b is None else [b.x1, b.y1, b.x2, b.y2, b.space.value]
 
-    questions = [{**{f: getattr(q, f) for f in _QUESTION_FIELDS}, "gold_box": box(q.gold_box),
-                  "evidence_box": box(q.evidence_box)} for q in corpus.questions]  # fmt: skip
+    questions = [
+        {
+            **{f: getattr(q, f) for f in _QUESTION_FIELDS},
+            "gold_box": box(q.gold_box),
+            "evidence_box": box(q.evidence_box),
+        }
+        for q in corpus.questions
+    ]
     documents = [_document_json(d) for d in corpus.documents]
     return json.dumps(
         {"root": corpus.root, "dpi": corpus.dpi, "documents": documents, "questions": questions}
@@ -59,8 +65,18 @@ def _document_json(d: SynthDocument) -> dict[str, Any]:
     return {**dataclasses.asdict(replace(d, page_words=())), "page_words": words}
 
 
-_QUESTION_FIELDS = ("id", "question", "answers", "kind", "doc_id", "source", "page_number", "page_id",
-                    "evidence_text", "answerable")  # fmt: skip
+_QUESTION_FIELDS = (
+    "id",
+    "question",
+    "answers",
+    "kind",
+    "doc_id",
+    "source",
+    "page_number",
+    "page_id",
+    "evidence_text",
+    "answerable",
+)
 
 
 def corpus_from_json(text: str) -> SynthCorpus:

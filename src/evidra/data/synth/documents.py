@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Box, EvidenceBox, Page, Sample, Word, content_hash, make_page_id
 from evidra.corpus.pdfwriter import HELVETICA_ASCENT, HELVETICA_DESCENT, PdfCanvas, text_width, write_pdf
 from evidra.data.synth import _documents_layout as content
 from evidra.data.synth._documents_layout import Fact, Layout, Run
-from evidra.errors import InvalidInputError
-from evidra.types import Box, EvidenceBox, Page, Sample, Word, content_hash, make_page_id
 
 if TYPE_CHECKING:
     from PIL.ImageDraw import ImageDraw
@@ -254,9 +254,18 @@ def _question(
     parts = [target.text_box(r) for r in fact.evidence_runs]
     parts += [Box(x0 * s, y0 * s, x1 * s, y1 * s) for x0, y0, x1, y1 in fact.evidence_rects]
     return SynthQuestion(
-        qid, fact.question, fact.answers, fact.kind, doc_id, source, number, pid,
-        target.text_box(fact.answer_run), _union(parts), fact.evidence_text,
-    )  # fmt: skip
+        qid,
+        fact.question,
+        fact.answers,
+        fact.kind,
+        doc_id,
+        source,
+        number,
+        pid,
+        target.text_box(fact.answer_run),
+        _union(parts),
+        fact.evidence_text,
+    )
 
 
 def _absent(rng: random.Random, pools: content.Pools, qid: str, doc_id: str, source: str) -> SynthQuestion:

@@ -24,14 +24,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from evidra.core.errors import InvalidInputError, RegistryError
+from evidra.core.registry import Registry
+from evidra.core.types import Box, CoordSpace, EvidenceBox, Page, Sample
 from evidra.data.synth.cache import build_once, words_from_json, words_to_json
 from evidra.data.synth.tracer import TASKS as TRACER_TASKS
 from evidra.data.synth.tracer import generate_tracer
 from evidra.data.synth.tunnel import TASKS as TUNNEL_TASKS
 from evidra.data.synth.tunnel import generate_tunnel
-from evidra.errors import InvalidInputError, RegistryError
-from evidra.registry import Registry
-from evidra.types import Box, CoordSpace, EvidenceBox, Page, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -164,13 +164,23 @@ def sample_to_json(s: Sample) -> dict[str, Any]:
     """A generated sample as plain JSON (each page's words as ``words_to_json`` rows)."""
     pages = [_page_json(p) for p in s.pages]
     evidence = s.evidence_box
-    return {"id": s.id, "question": s.question, "answers": list(s.answers), "pages": pages,
-            "corpus": s.corpus, "gold_pages": list(s.gold_pages),
-            "gold_boxes": [[b.page_id, _box(b.box)] for b in s.gold_boxes],
-            "gold_evidence": dict(s.gold_evidence), "answerable": s.answerable, "sufficient": s.sufficient,
-            "answer_type": s.answer_type, "dataset": s.dataset, "extras": _plain(dict(s.extras)),
-            "evidence_box": [evidence.page_id, _box(evidence.box)] if evidence is not None else None,
-            "qrels": dict(s.qrels)}  # fmt: skip
+    return {
+        "id": s.id,
+        "question": s.question,
+        "answers": list(s.answers),
+        "pages": pages,
+        "corpus": s.corpus,
+        "gold_pages": list(s.gold_pages),
+        "gold_boxes": [[b.page_id, _box(b.box)] for b in s.gold_boxes],
+        "gold_evidence": dict(s.gold_evidence),
+        "answerable": s.answerable,
+        "sufficient": s.sufficient,
+        "answer_type": s.answer_type,
+        "dataset": s.dataset,
+        "extras": _plain(dict(s.extras)),
+        "evidence_box": [evidence.page_id, _box(evidence.box)] if evidence is not None else None,
+        "qrels": dict(s.qrels),
+    }
 
 
 def sample_from_json(row: dict[str, Any]) -> Sample:
@@ -179,13 +189,22 @@ def sample_from_json(row: dict[str, Any]) -> Sample:
     boxes = tuple(EvidenceBox(str(pid), _unbox(b)) for pid, b in row["gold_boxes"])
     evidence = row.get("evidence_box")
     return Sample(
-        id=row["id"], question=row["question"], answers=tuple(row["answers"]), pages=pages,
-        corpus=row.get("corpus"), gold_pages=tuple(row["gold_pages"]), gold_boxes=boxes,
-        gold_evidence=row["gold_evidence"], answerable=bool(row["answerable"]),
-        sufficient=row.get("sufficient"), answer_type=row.get("answer_type"), dataset=row["dataset"],
-        extras=_unplain(row["extras"]), qrels=row.get("qrels") or {},
+        id=row["id"],
+        question=row["question"],
+        answers=tuple(row["answers"]),
+        pages=pages,
+        corpus=row.get("corpus"),
+        gold_pages=tuple(row["gold_pages"]),
+        gold_boxes=boxes,
+        gold_evidence=row["gold_evidence"],
+        answerable=bool(row["answerable"]),
+        sufficient=row.get("sufficient"),
+        answer_type=row.get("answer_type"),
+        dataset=row["dataset"],
+        extras=_unplain(row["extras"]),
+        qrels=row.get("qrels") or {},
         evidence_box=EvidenceBox(str(evidence[0]), _unbox(evidence[1])) if evidence else None,
-    )  # fmt: skip
+    )
 
 
 def _page_json(p: Page) -> list[Any]:
@@ -230,10 +249,17 @@ def side_by_side(sample: Sample) -> Sample:
     question = f"The image shows {len(sample.pages)} panels from left to right: {names}. {sample.question}"
     evidence = " ".join(t for t in sample.gold_evidence.values() if t)
     return Sample(
-        id=sample.id, question=question, answers=sample.answers, pages=(page,), gold_pages=(page.id,),
-        gold_evidence={page.id: evidence} if evidence else {}, answerable=sample.answerable,
-        dataset=sample.dataset, extras=sample.extras, evidence_box=_on_panels(sample, page),
-    )  # fmt: skip
+        id=sample.id,
+        question=question,
+        answers=sample.answers,
+        pages=(page,),
+        gold_pages=(page.id,),
+        gold_evidence={page.id: evidence} if evidence else {},
+        answerable=sample.answerable,
+        dataset=sample.dataset,
+        extras=sample.extras,
+        evidence_box=_on_panels(sample, page),
+    )
 
 
 def _on_panels(sample: Sample, panels: Page) -> EvidenceBox | None:

@@ -30,9 +30,9 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Sample
 from evidra.data.synth._draw import COLORS, region_around, regular_polygon, save_sample
-from evidra.errors import InvalidInputError
-from evidra.types import Sample
 
 NODE_COLORS = ("red", "blue", "green", "orange", "purple")
 CURVE_COLORS = ("red", "blue", "green", "orange", "purple", "teal", "magenta", "brown")
@@ -69,8 +69,12 @@ def vjump(rng: random.Random, out: Path, sid: str) -> Sample:
     slots = rng.sample([(80 + 110 * (k % 4), 80 + 120 * (k // 4)) for k in range(12)], n)
     arrows = []
     for i in range(n):  # an arrow must not pass over a third node, or it would read as two arrows
-        clear = [j for j in range(n) if j != i and all(_clearance(slots[i], slots[j], slots[m]) > 30
-                                                       for m in range(n) if m not in (i, j))]  # fmt: skip
+        clear = [
+            j
+            for j in range(n)
+            if j != i
+            and all(_clearance(slots[i], slots[j], slots[m]) > 30 for m in range(n) if m not in (i, j))
+        ]
         arrows.append(rng.choice(clear or [j for j in range(n) if j != i]))
     rules = [rng.choice(("arrow", "color")) for _ in range(rng.randint(2, 4))]
     start = rng.randrange(n)
@@ -84,8 +88,14 @@ def vjump(rng: random.Random, out: Path, sid: str) -> Sample:
         ox, oy = -6 * uy, 6 * ux  # offset sideways so that A->B and B->A stay two separate arrows
         tip = (x2 - 24 * ux + ox, y2 - 24 * uy + oy)
         draw.line([(x1 + 24 * ux + ox, y1 + 24 * uy + oy), tip], fill="black", width=2)
-        draw.polygon([tip, (tip[0] - 10 * ux + 5 * uy, tip[1] - 10 * uy - 5 * ux),
-                      (tip[0] - 10 * ux - 5 * uy, tip[1] - 10 * uy + 5 * ux)], fill="black")  # fmt: skip
+        draw.polygon(
+            [
+                tip,
+                (tip[0] - 10 * ux + 5 * uy, tip[1] - 10 * uy - 5 * ux),
+                (tip[0] - 10 * ux - 5 * uy, tip[1] - 10 * uy + 5 * ux),
+            ],
+            fill="black",
+        )
     for i, (x, y) in enumerate(slots):
         draw.ellipse((x - 20, y - 20, x + 20, y + 20), fill=COLORS[colors[i]])
         draw.text((x - 3, y - 6), string.ascii_uppercase[i], fill="white")
@@ -147,8 +157,10 @@ def trace(rng: random.Random, out: Path, sid: str) -> Sample:
         "Which number does it end at on the right?"
     )
     mid = bezier(controls[q], 0.5)
-    evidence = (f"The curve from letter {letter} is {curves[q]['color']}; halfway it passes "
-                f"({round(mid[0])}, {round(mid[1])}).")  # fmt: skip
+    evidence = (
+        f"The curve from letter {letter} is {curves[q]['color']}; halfway it passes "
+        f"({round(mid[0])}, {round(mid[1])})."
+    )
     meta = {"curves": curves, "targets": targets, "query": q, "ends": ys}
     region = (0, region_around([bezier(controls[q], s / 20) for s in range(21)], 12))
     return save_sample([image], out, sid, prompt, answer, evidence, "tracer_trace", meta, region)
@@ -191,8 +203,7 @@ def match(rng: random.Random, out: Path, sid: str) -> Sample:
     hits = find(grid, template)
     answer = "yes" if hits else "no"
     block = [row[c : c + 2] for row in grid[r : r + 2]]
-    evidence = (f"Template: {_cells(template)}. Grid block at row {r + 1}, column {c + 1}: "
-                f"{_cells(block)}.")  # fmt: skip
+    evidence = f"Template: {_cells(template)}. Grid block at row {r + 1}, column {c + 1}: {_cells(block)}."
     prompt = (
         "The left box shows a 2x2 template of rotated triangles. Does exactly this template, with the "
         "same orientations and arrangement, appear somewhere in the grid on the right? Answer yes or no."

@@ -23,9 +23,9 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from evidra.core.errors import InvalidInputError
+from evidra.core.types import Sample
 from evidra.data.synth._draw import COLORS, region_around, regular_polygon, save_sample, transform_points
-from evidra.errors import InvalidInputError
-from evidra.types import Sample
 
 CHAIN_COLORS = (
     "red",
@@ -81,8 +81,13 @@ def chain(rng: random.Random, out: Path, sid: str, steps: int = 2) -> Sample:
         f"names the next cell. After {steps} steps, what color are you on? Answer with the color in "
         "braces, e.g. {red}."
     )
-    meta = {"start_pair": list(start), "final_color": final, "chain": [list(cells[j]) for j in order],
-            "cells": [list(c) for c in cells], "labels": [labels[i] for i in range(9)]}  # fmt: skip
+    meta = {
+        "start_pair": list(start),
+        "final_color": final,
+        "chain": [list(cells[j]) for j in order],
+        "cells": [list(c) for c in cells],
+        "labels": [labels[i] for i in range(9)],
+    }
     corners = [((j % 3 + dx) * CELL, (j // 3 + dy) * CELL) for j in order for dx in (0, 1) for dy in (0, 1)]
     region = (0, region_around(corners, 0))
     return save_sample([image], out, sid, prompt, final, " -> ".join(path), "tunnel_chain", meta, region)
@@ -160,11 +165,15 @@ def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max
         draw.ellipse((x - 10, y - 10, x + 10, y + 10), fill="white", outline="black")
         draw.text((x - 4, y - 6), str(k + 1), fill="black")
     query = rng.choice(wires)
-    prompt = (f"Which component does the wire from port {query['port']} on the breadboard connect to? "
-              "Answer with the component name in braces, e.g. {C3}.")  # fmt: skip
+    prompt = (
+        f"Which component does the wire from port {query['port']} on the breadboard connect to? "
+        "Answer with the component name in braces, e.g. {C3}."
+    )
     end = query["path"][-1]
-    evidence = (f"The {query['color']} wire leaves port {query['port']} and ends at the port at "
-                f"({round(end[0])}, {round(end[1])}).")  # fmt: skip
+    evidence = (
+        f"The {query['color']} wire leaves port {query['port']} and ends at the port at "
+        f"({round(end[0])}, {round(end[1])})."
+    )
     meta = {"query_port": query["port"], "correct_comp": query["comp"], "wires": wires, "components": comps}
     region = (0, region_around(query["path"], 24))
     return save_sample([image], out, sid, prompt, query["comp"], evidence, "tunnel_circuits", meta, region)
@@ -245,14 +254,18 @@ def objreid(rng: random.Random, out: Path, sid: str) -> Sample:
                 factor = 1 + rng.choice((-1, 1)) * rng.uniform(0.1, 0.33)
                 moved[j] = {**moved[j], "points": transform_points(pts, 0.0, factor, (cx, cy))}
     answer = "yes" if same else "no"
-    prompt = ("The first image shows an object made of several shapes. Does this SAME object appear in the "
-              "second image, possibly rotated or scaled? Respond with {yes} or {no}.")  # fmt: skip
+    prompt = (
+        "The first image shows an object made of several shapes. Does this SAME object appear in the "
+        "second image, possibly rotated or scaled? Respond with {yes} or {no}."
+    )
     shown = moved[max(jittered) if jittered else -1]  # a jittered shape, else the last (never centred)
     cx, cy = (sum(v) / len(shown["points"]) for v in zip(*shown["points"], strict=True))
     kind = "round" if len(shown["points"]) == 32 else f"{len(shown['points'])}-sided"
-    evidence = (f"Image 2 shows image 1 turned by {round(math.degrees(angle))} degrees and scaled by "
-                f"{scale:.2f} about its centre; its {shown['color']} {kind} shape is at "
-                f"({round(cx)}, {round(cy)}).")  # fmt: skip
+    evidence = (
+        f"Image 2 shows image 1 turned by {round(math.degrees(angle))} degrees and scaled by "
+        f"{scale:.2f} about its centre; its {shown['color']} {kind} shape is at "
+        f"({round(cx)}, {round(cy)})."
+    )
     meta = {"angle": angle, "scale": scale, "jittered": sorted(jittered), "n_shapes": len(shapes)}
     region = (1, region_around([p for s in moved for p in s["points"]], 12))
     images = [_render(shapes), _render(moved)]

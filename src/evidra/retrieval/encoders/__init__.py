@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evidra.retrieval.base import ENCODERS, Encoder, EncoderOptions
 from evidra.retrieval.encoders import colvision, dse, sentence
 from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
+from evidra.retrieval.interfaces import ENCODERS, Encoder, EncoderOptions
 
 __all__ = ["BM25Params", "BM25Retriever", "colvision", "dse", "load_encoder", "sentence"]
 

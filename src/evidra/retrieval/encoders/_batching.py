@@ -8,7 +8,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 
 T = TypeVar("T")
 

@@ -31,11 +31,11 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from evidra.jsonio import MAX_FILE_BYTES, read_capped_text
 from evidra.retrieval.encoders._bm25_params import BM25Params
 from evidra.retrieval.encoders._bm25_terms import IDF_METHOD, METHOD, TermCounts, bm25s_module
 from evidra.retrieval.encoders._bm25_text import LANGUAGES
-from evidra.staging import fsync_path
+from evidra.safeio.jsonfiles import MAX_FILE_BYTES, read_capped_text
+from evidra.safeio.staging import fsync_path
 
 MANIFEST = "bm25.index.json"
 LEGACY_FILE = "bm25.json"  # the single JSON file of evidra before the bm25s engine
@@ -72,10 +72,16 @@ def write_index(
     folder = Path(tempfile.mkdtemp(prefix="bm25-", dir=root))
     try:
         pages = {
-            "k1": params.k1, "b": params.b, "method": METHOD, "idf_method": IDF_METHOD,
-            "language": params.language, "stopwords": params.stopwords, "stem": params.stem,
-            "ids": list(ids), "images": [os.path.relpath(p, base) if p else "" for p in images],
-        }  # fmt: skip
+            "k1": params.k1,
+            "b": params.b,
+            "method": METHOD,
+            "idf_method": IDF_METHOD,
+            "language": params.language,
+            "stopwords": params.stopwords,
+            "stem": params.stem,
+            "ids": list(ids),
+            "images": [os.path.relpath(p, base) if p else "" for p in images],
+        }
         (folder / "pages.json").write_text(json.dumps(pages))
         with open(folder / "counts.npz", "wb") as f:
             np.savez_compressed(f, indptr=counts.indptr, terms=counts.terms, counts=counts.counts)

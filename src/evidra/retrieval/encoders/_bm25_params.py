@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evidra.errors import InvalidInputError
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.encoders._bm25_text import LANGUAGES, Analyzer
 
 

@@ -29,8 +29,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from evidra.errors import InvalidInputError
-from evidra.registry import Registry
+from evidra.core.errors import InvalidInputError
+from evidra.core.registry import Registry
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 

@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from evidra.errors import CorpusError, InvalidInputError
-from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
+from evidra.core.errors import CorpusError, InvalidInputError
 from evidra.retrieval.encoders._batching import check_texts
 from evidra.retrieval.encoders._bm25_files import IndexFileError, read_index, write_index
 from evidra.retrieval.encoders._bm25_params import BM25Params
 from evidra.retrieval.encoders._bm25_terms import TermCounts, build_engine, top_rows
+from evidra.retrieval.interfaces import Exclude, Hit, check_exclude, check_k
 
 __all__ = ["BM25Params", "BM25Retriever"]
 

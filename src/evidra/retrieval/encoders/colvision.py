@@ -25,10 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
-from evidra.devices import resolve_device
-from evidra.errors import ModelLoadError
-from evidra.jsonio import read_capped_text
-from evidra.retrieval.base import ENCODERS, EncoderOptions
+from evidra.core.devices import resolve_device
+from evidra.core.errors import ModelLoadError
 from evidra.retrieval.encoders._batching import batches, check_texts, torch_dtype, unpad
 from evidra.retrieval.encoders.colvision_native import (
     Layout,
@@ -37,9 +35,11 @@ from evidra.retrieval.encoders.colvision_native import (
     native_family,
     write_renamed_adapter,
 )
+from evidra.retrieval.interfaces import ENCODERS, EncoderOptions
+from evidra.safeio.jsonfiles import read_capped_text
 
 if TYPE_CHECKING:
-    from evidra.types import Page
+    from evidra.core.types import Page
 
 logger = logging.getLogger(__name__)
 

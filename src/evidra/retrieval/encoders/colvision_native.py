@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from evidra.confined import inside
-from evidra.errors import ModelLoadError
-from evidra.jsonio import read_capped_text
+from evidra.core.errors import ModelLoadError
+from evidra.safeio.confined import inside
+from evidra.safeio.jsonfiles import read_capped_text
 
 NATIVE_CLASSES = {"qwen2_vl": ("ColQwen2", "colqwen2"), "paligemma": ("ColPali", "colpali")}
 PEFT_PREFIX = "base_model.model."  # peft saves adapter weights under the wrapped model's names

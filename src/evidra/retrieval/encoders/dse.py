@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
-from evidra.devices import resolve_device
-from evidra.errors import InvalidInputError
-from evidra.retrieval.base import ENCODERS, EncoderOptions
+from evidra.core.devices import resolve_device
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.encoders._batching import batches, check_texts
+from evidra.retrieval.interfaces import ENCODERS, EncoderOptions
 
 if TYPE_CHECKING:
-    from evidra.types import Page
+    from evidra.core.types import Page
+    from evidra.models.loading import VLM
 
 Pooling = Literal["last", "mean", "weighted"]
 POOLINGS = ("last", "mean", "weighted")
@@ -71,7 +72,7 @@ class SingleVectorEncoder:
 
     kind: Literal["single"] = "single"
 
-    def __init__(self, vlm: Any, *, pooling: Pooling, options: EncoderOptions, name: str = "dse") -> None:
+    def __init__(self, vlm: VLM, *, pooling: Pooling, options: EncoderOptions, name: str = "dse") -> None:
         if pooling not in POOLINGS:
             raise InvalidInputError(f"unknown pooling {pooling!r}; use one of {', '.join(POOLINGS)}")
         self.vlm = vlm

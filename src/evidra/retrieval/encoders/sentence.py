@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from torch import Tensor
 
-from evidra.devices import resolve_device
-from evidra.errors import ModelLoadError, require
+from evidra.core.devices import resolve_device
+from evidra.core.errors import ModelLoadError, require
 from evidra.models.references import resolve_model_ref
-from evidra.retrieval.base import ENCODERS, EncoderOptions
 from evidra.retrieval.encoders._batching import check_texts
+from evidra.retrieval.interfaces import ENCODERS, EncoderOptions
 from evidra.retrieval.ocr import page_text
 
 if TYPE_CHECKING:
-    from evidra.types import Page
+    from evidra.core.types import Page
 
 
 class SentenceEncoder:

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from evidra.devices import resolve_device
-from evidra.errors import InvalidInputError
-from evidra.retrieval.base import Hit, PageBatch
+from evidra.core.devices import resolve_device
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.index._shards import PageRecord, ShardStore
+from evidra.retrieval.interfaces import Hit, PageBatch
 
 
 def pick_device(device: str) -> torch.device:
@@ -107,9 +107,13 @@ class ShardWrites(ABC):
 
 
 def write_inputs(
-    page_ids: Sequence[str], embeddings: Sequence[Tensor], image_paths: Sequence[str] | None, dim: int, *,
+    page_ids: Sequence[str],
+    embeddings: Sequence[Tensor],
+    image_paths: Sequence[str] | None,
+    dim: int,
+    *,
     single: bool,
-) -> tuple[list[np.ndarray], list[str]]:  # fmt: skip
+) -> tuple[list[np.ndarray], list[str]]:
     """Checked float16 arrays and their image paths (``""`` when none are given)."""
     arrays = check_embeddings(page_ids, embeddings, dim, single=single)
     images = list(image_paths) if image_paths is not None else [""] * len(arrays)

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval.base import Hit
+from evidra.core.errors import InvalidInputError
+from evidra.retrieval.interfaces import Hit
 from evidra.retrieval.pooling import cluster_pool, mean_pool
 
 Pooling = Literal["mean", "clustered"]

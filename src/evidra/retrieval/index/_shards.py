@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from evidra.confined import inside
-from evidra.errors import CorpusError, InvalidInputError
-from evidra.staging import fsync_path
+from evidra.core.errors import CorpusError, InvalidInputError
+from evidra.safeio.confined import inside
+from evidra.safeio.staging import fsync_path
 
 logger = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
+from evidra.retrieval.interfaces import Exclude, Hit, check_exclude, check_k
 
 
 class DenseIndex(ShardWrites):

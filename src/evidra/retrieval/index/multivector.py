@@ -1,8 +1,9 @@
 """The embedded default index: exact MaxSim over fp16 multi-vector shards (torch, GPU if present).
 
 Scoring runs in the dtype ``MaxSimOptions.compute_dtype`` names; ``auto`` takes the fastest one
-this machine has that keeps search exact (``evidra.retrieval.compute``: bf16 on CPUs with AVX-512
-bf16 or AMX, fp32 on CPUs with neither, fp16 on GPU). bf16 keeps 8 significant bits, so scores
+this machine has that keeps search exact (``evidra.retrieval.kernels.compute_dtype``: bf16 on
+CPUs with AVX-512 bf16 or AMX, fp32 on CPUs with neither, fp16 on GPU). bf16 keeps 8 significant
+bits, so scores
 move by up to ~0.01 and near-tied pages swap (top-10 agreement with fp32 0.98 on the benchmark's
 pages); the best ``k + rescore`` pages per query by bf16 are therefore re-scored in fp32 from the
 fp16 shards, which restored agreement 1.000, and auto never picks bf16 when ``rescore`` is 0.
@@ -18,9 +19,9 @@ can run on this machine (``_dtype_for``, ``_kernel_for``): the same arithmetic a
 written, so reopening it does not move a score; where they cannot, ``auto`` chooses afresh and says
 so in one log line. Name a dtype or kernel in ``MaxSimOptions`` to choose another.
 
-Exact search scores every live page (``evidra.retrieval.maxsim``), on CUDA by default with one fused
+Exact search scores every live page (``evidra.retrieval.kernels.maxsim``), on CUDA by default with one fused
 Triton kernel that never writes the similarity matrix (``MaxSimOptions.kernel``,
-``evidra.retrieval.kernels``); with ``prefilter="pooled"`` a
+``evidra.retrieval.kernels.choice``); with ``prefilter="pooled"`` a
 first stage scores mean-pooled vectors (``pool_factor`` consecutive patches per vector) held in
 memory (``"clustered"``: the same number of vectors, means of k-means clusters of similar patches
 wherever they sit; ``"signbits"``: one bit per dimension, 16x less than fp16, scored asymmetrically),
@@ -45,12 +46,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from evidra.errors import InvalidInputError
-from evidra.retrieval import compute, kernels
-from evidra.retrieval.base import Exclude, Hit, check_exclude, check_k
+from evidra.core.errors import InvalidInputError
 from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
-from evidra.retrieval.maxsim import Block, build_blocks, pack_signs
+from evidra.retrieval.interfaces import Exclude, Hit, check_exclude, check_k
+from evidra.retrieval.kernels import choice as kernels
+from evidra.retrieval.kernels import compute_dtype as compute
+from evidra.retrieval.kernels.maxsim import Block, build_blocks, pack_signs
 from evidra.retrieval.pooling import cluster_pool, mean_pool
 
 logger = logging.getLogger(__name__)
@@ -105,8 +107,11 @@ class MultiVectorIndex(ShardWrites):
         self._score = kernels.KERNELS.get(self.kernel)
         logger.debug(
             "exact MaxSim on %s: %s kernel, %s held in %s",
-            self.device, self.kernel, self.compute_dtype, self.storage_dtype,
-        )  # fmt: skip
+            self.device,
+            self.kernel,
+            self.compute_dtype,
+            self.storage_dtype,
+        )
         self._load()
 
     @classmethod

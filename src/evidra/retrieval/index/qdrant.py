@@ -34,8 +34,7 @@ from typing import Any, Literal
 
 from torch import Tensor
 
-from evidra.errors import CorpusError, require
-from evidra.retrieval.base import Exclude, Hit, PageBatch, check_exclude, check_k
+from evidra.core.errors import CorpusError, require
 from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.index._qdrant_points import (
     AddByUpdate,
@@ -48,6 +47,7 @@ from evidra.retrieval.index._qdrant_points import (
     payloads_of,
     point_id,
 )
+from evidra.retrieval.interfaces import Exclude, Hit, PageBatch, check_exclude, check_k
 
 __all__ = ["QdrantIndex", "check_server", "point_id"]
 

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from torch import Tensor
 
-from evidra.errors import CorpusError, InvalidInputError, require
-from evidra.retrieval.base import Exclude, Hit, PageBatch, check_exclude, check_k
+from evidra.core.errors import CorpusError, InvalidInputError, require
 from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.index._qdrant_points import (
     AddByUpdate,
@@ -47,6 +46,7 @@ from evidra.retrieval.index._qdrant_points import (
     payloads_of,
     point_id,
 )
+from evidra.retrieval.interfaces import Exclude, Hit, PageBatch, check_exclude, check_k
 
 if TYPE_CHECKING:
     import qdrant_edge

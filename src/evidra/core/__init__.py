@@ -1,0 +1,1 @@
+"""Records and errors, the registries and config, box geometry and conventions."""

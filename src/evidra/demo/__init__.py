@@ -1,0 +1,1 @@
+"""The offline end-to-end demo (``make demo``) and its HTML report."""

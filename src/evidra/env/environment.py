@@ -1,0 +1,126 @@
+"""The environment protocol: one episode of a paradigm, turn by turn.
+
+``reset(sample)`` returns the prompt messages; ``step(text)`` takes the policy's text of one
+turn and returns the observation to insert (user messages with text and images) or ``done``.
+A single-turn paradigm is an environment that ends after one step, so one rollout loop serves
+every paradigm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from evidra.core.registry import Registry
+from evidra.core.types import Message, Parsed, Sample
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What one environment step did: read by the trainer's metrics, the rewards that look at
+    actions (VRAG-RL's retrieved pages, CAVE's zoom ratios) and the evaluation's process scores.
+
+    ``action`` is the action's name (``answer``, ``search``, ``bbox``, ``zoom``, a tool's name,
+    ``invalid`` for a turn that named no valid action, ``none`` when the turn limit ended the episode
+    on a turn without one). Regions (``crop``) are page pixels.
+    """
+
+    action: str = "answer"
+    invalid: bool = False
+    reason: str = ""  # why the action was invalid
+    answer: str | None = None
+    query: str | None = None  # a search's query
+    page_id: str | None = None  # the page a search inserted or a crop/zoom cut (None: no result)
+    crop: tuple[int, int, int, int] | None = None  # (x1, y1, x2, y2) in page pixels
+    area_ratio: float | None = None  # crop area / page area
+    hit: bool | None = None  # a lookup found its key (key-value environments)
+    retrieved: tuple[str, ...] = ()  # page ids inserted so far, first insertion first
+    invalid_count: int = 0  # invalid turns so far
+    turn: int = 0  # policy turns so far, this one included
+    turn_limit: bool = False  # the episode ended because it reached its turn limit
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields that differ from their defaults, JSON-ready (tuples as lists)."""
+        out: dict[str, Any] = {"action": self.action}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> StepInfo:
+        """The inverse of ``to_json``; keys it does not know (older rows) are ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in row.items() if k in known}
+        if values.get("crop") is not None:
+            values["crop"] = tuple(int(v) for v in values["crop"])
+        values["retrieved"] = tuple(str(v) for v in values.get("retrieved") or ())
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What the environment answers to one policy turn."""
+
+    observation: tuple[Message, ...] = ()  # inserted as the next user turn(s); empty when done
+    done: bool = False
+    info: StepInfo = StepInfo()
+    # the environment's parse of this turn's text (its paradigm's ``parse``), kept so that scoring
+    # reuses it instead of parsing the text again; None when the environment parsed nothing
+    parsed: Parsed | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "observation", tuple(self.observation))
+
+
+class Environment(Protocol):
+    """One episode at a time; create one instance per episode (they keep state)."""
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Strings that end a policy turn besides end-of-turn (e.g. ``</search>``)."""
+        ...
+
+    def reset(self, sample: Sample) -> list[Message]: ...
+
+    def step(self, text: str) -> StepResult: ...
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A search an environment is about to run for the policy's text of this turn: the rollout
+    loop gathers the requests of every active episode and asks each index once per turn."""
+
+    searcher: Any  # the index (anything with ``search(queries, k, exclude)``)
+    query: str
+    k: int
+    exclude: frozenset[str]
+
+
+class BatchedSearch(Protocol):
+    """An environment whose searches the rollout loop may run in a batch for it."""
+
+    def pending_search(self, text: str) -> SearchRequest | None:
+        """The search ``step(text)`` would run, or None."""
+        ...
+
+    def prefetch(self, hits: Any) -> None:
+        """The hits of that search, used by the next ``step`` instead of asking the index."""
+        ...
+
+
+ENVIRONMENTS: Registry[Any] = Registry("environment")
+
+
+def play_script(env: Environment, sample: Sample, turns: list[str]) -> list[Message]:
+    """The conversation of ``turns`` played through ``env`` (an oracle trajectory for SFT):
+    the prompt, then each assistant turn followed by the observation it produced."""
+    messages = env.reset(sample)
+    for text in turns:
+        result = env.step(text)
+        messages.append(Message.text("assistant", text))
+        messages.extend(result.observation)
+    return messages  # name -> factory(**options) -> Environment

@@ -1,0 +1,1 @@
+"""HTTP plumbing both sides share: capped, strictly decoded replies; capped, timed request bodies."""

@@ -1,0 +1,1 @@
+"""The one OpenAI-compatible client: wire format, streamed replies, the HTTP client."""

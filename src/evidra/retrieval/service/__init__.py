@@ -1,0 +1,1 @@
+"""The search service (``evidra serve-index``): its app, server, terms and clients."""

@@ -1,0 +1,1 @@
+"""Where training runs: processes, precision and sharding."""

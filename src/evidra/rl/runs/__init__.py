@@ -1,0 +1,1 @@
+"""A run on disk: its folder, checkpoints, export and model card."""

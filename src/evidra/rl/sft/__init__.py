@@ -1,0 +1,1 @@
+"""Supervised fine-tuning: the cold start, its data files and formats."""
