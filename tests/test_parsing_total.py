@@ -30,6 +30,7 @@ from evidra.methods.lang2act import format as l2a
 from evidra.methods.lang2act import reward as lang2act
 from evidra.methods.lat import parse as lat_parse
 from evidra.methods.lat import rules as lat_scoring
+from evidra.methods.lat import upstream_boxes
 from evidra.methods.vragrl import reward as vragrl
 from evidra.metrics import qa
 from evidra.paradigms import PARADIGMS, search_agent
@@ -185,7 +186,7 @@ def _targets() -> dict[str, Callable[[str], object]]:
         "boxes.vrag": boxes.parse_vrag_boxes,
         "boxes.qwen2": boxes.parse_qwen2_boxes,
         "boxes.extract_tag": lambda s: boxes.extract_tag(s, "think", "all"),
-        "boxes.lat_extract_metadata": boxes.lat_extract_metadata,
+        "upstream_boxes.lat_extract_metadata": upstream_boxes.lat_extract_metadata,
         "evisrag.entries": evisrag.evidence_entries,
         "lat.strip_cited_boxes": lat_parse.strip_cited_boxes,
         "lat.strip_answer_boxes": lat_parse.strip_answer_boxes,
@@ -340,7 +341,7 @@ WORST = [
     ("rewards/lang2act.toolrl.paper", "<tool name='a' args='", WRAPPERS[1]),
     ("paradigms/search_agent", "<bbox>", WRAPPERS[3]),
     ("paradigms/direct", "<think>", WRAPPERS[0]),
-    ("helpers/boxes.lat_extract_metadata", "{", WRAPPERS[0]),
+    ("helpers/upstream_boxes.lat_extract_metadata", "{", WRAPPERS[0]),
     ("helpers/lat.strip_answer_boxes", "Bounding box: {", WRAPPERS[0]),
     ("rewards/evisrag.perception", "<evidence>", WRAPPERS[0]),
     ("rewards/vragrl.pattern", "<search>", WRAPPERS[0]),

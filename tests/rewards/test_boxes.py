@@ -5,16 +5,13 @@ from __future__ import annotations
 import pytest
 
 from evidra.core.types import CoordSpace
+from evidra.methods.lat.upstream_boxes import lat_extract_metadata, lat_read_json_box, py_int, py_int_list
 from evidra.rewards.boxes import (
     extract_tag,
-    lat_extract_metadata,
-    lat_read_json_box,
     parse_lat_boxes,
     parse_qwen2_boxes,
     parse_visa_box,
     parse_vrag_boxes,
-    py_int,
-    py_int_list,
 )
 
 

@@ -13,6 +13,7 @@ from PIL import Image
 
 from evidra.methods.evisrag import reward as evisrag
 from evidra.methods.lat import rules as lat_scoring
+from evidra.methods.lat import upstream_boxes
 from evidra.metrics import qa, text
 from evidra.rewards import boxes, scopes
 
@@ -116,7 +117,7 @@ def test_parsers_never_raise(s: str) -> None:
             got = boxes.extract_tag(s, tag, which)  # type: ignore[call-overload]
             assert got is None or got in s
         assert all(block in s for block in boxes.extract_tag(s, tag, "all"))
-    meta = boxes.lat_extract_metadata(s)
+    meta = upstream_boxes.lat_extract_metadata(s)
     assert meta and all(isinstance(m["image_id"], int) for m in meta)
 
 

@@ -26,14 +26,14 @@ from evidra.methods.lat.rules import (
     stepwise_attribution,
 )
 from evidra.methods.lat.similarity import StepQuery
-from evidra.metrics.text import normalize_lat, token_recall
-from evidra.rewards.boxes import (
+from evidra.methods.lat.upstream_boxes import (
     lat_extract_metadata,
     lat_has_similar_bbox,
     lat_iou_eval,
     lat_iou_train,
     py_int,
 )
+from evidra.metrics.text import normalize_lat, token_recall
 from evidra.rewards.reward import REWARDS
 
 Same = Callable[[Any, Any], bool]

@@ -23,7 +23,8 @@ import regex
 from evidra.core.geometry import is_valid_box
 from evidra.core.tagscan import BlockScanner, find_blocks, first_block
 from evidra.core.types import CoordSpace
-from evidra.rewards.boxes import extract_tag, lat_read_json_box, parse_lat_boxes, py_int, py_int_list
+from evidra.methods.lat.upstream_boxes import lat_read_json_box, py_int, py_int_list
+from evidra.rewards.boxes import extract_tag, parse_lat_boxes
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage

@@ -31,15 +31,15 @@ from evidra.methods.lat.parse import (
     strip_cited_boxes,
     think_text,
 )
-from evidra.metrics.text import NO_ANSWER, normalize_lat, soft_exact_match, token_recall
-from evidra.rewards.boxes import (
+from evidra.methods.lat.upstream_boxes import (
     lat_box_union,
     lat_iou_train,
     lat_read_json_box,
-    parse_lat_boxes,
     py_int,
     py_int_list,
 )
+from evidra.metrics.text import NO_ANSWER, normalize_lat, soft_exact_match, token_recall
+from evidra.rewards.boxes import parse_lat_boxes
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
