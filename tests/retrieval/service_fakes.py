@@ -15,9 +15,11 @@ class SlowRetriever:
     def __init__(self, per_query_s: float = 0.0) -> None:
         self.per_query_s = per_query_s
         self.searched = 0
+        self.started = threading.Event()  # set when a search begins
         self.lock = threading.Lock()
 
     def search(self, queries: Sequence[str], k: int = 10, exclude: Exclude = None) -> list[list[Hit]]:
+        self.started.set()
         time.sleep(self.per_query_s * len(queries))
         with self.lock:
             self.searched += len(queries)

@@ -81,9 +81,9 @@ def test_qrels_and_queries_in_both_layouts(tmp_path: Path) -> None:
 
 def test_package_exports_are_lazy_and_complete() -> None:
     import evidra.retrieval as retrieval
-    from evidra.retrieval import base, hybrid
+    from evidra.retrieval import hybrid, interfaces
 
-    assert retrieval.Hit is base.Hit and retrieval.HybridRetriever is hybrid.HybridRetriever
+    assert retrieval.Hit is interfaces.Hit and retrieval.HybridRetriever is hybrid.HybridRetriever
     assert all(getattr(retrieval, name) is not None for name in retrieval.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = retrieval.nope
