@@ -277,24 +277,13 @@ class RAG:
             )
         k = self.k if k is None else k
         check_k(k)
-        allowed = self._allowed(where)
-        if allowed is not None and self.retriever.filters:  # a serve-index service filters itself
-            return self.retriever.search(question, k, where=_where(where))
-        exclude = () if allowed is None else set(self.store.page_ids()) - allowed
-        return self.retriever.search(question, k, exclude=exclude)
+        return self.retriever.retrieve(question, k, _where(where))
 
     def _allowed(self, where: Where | Sequence[str] | None) -> set[str] | None:
         """The page ids ``where`` accepts (None: no filter); none at all is an error naming it."""
-        chosen = _where(where)
-        if not chosen:
-            return None
-        allowed = set(self.store.page_ids_where(chosen))
-        if not allowed:
-            raise InvalidInputError(
-                f"no page of store {self.store.root} matches {chosen}; filter on file=NAME, doc=ID, "
-                "page=N, title=TEXT or a --meta key given at ingest (see `evidra pages`)"
-            )
-        return allowed
+        from evidra.retrieval.lifecycle.attach import allowed_pages
+
+        return allowed_pages(self.store, _where(where))
 
     def ask(
         self,
@@ -406,8 +395,7 @@ class RAG:
         return [], self.store.pages()
 
     def _no_hits(self, question: str) -> Answer:
-        where = self.retriever.where if self.retriever is not None else ()
-        return Answer(question, None, (), None, (), (), where, "", (), "no_hits", no_hits=True)
+        return no_hits(question, self.retriever.where if self.retriever is not None else ())
 
     @property
     def box_format(self) -> BoxFormat:
@@ -486,6 +474,11 @@ class RAG:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def no_hits(question: str, index: Sequence[str]) -> Answer:
+    """The answer when the index at ``index`` found no page for ``question``: no model was asked."""
+    return Answer(question, None, (), None, (), (), tuple(index), "", (), "no_hits", no_hits=True)
 
 
 def _check_model(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
+from evidra.app.mcp_server import IMAGE_SIDE
 from evidra.app.workspace import ModelSpec, Workspace
 from evidra.data.synth.documents import SynthCorpus
 
@@ -38,7 +42,7 @@ async def _session(workspace: Workspace) -> dict[str, Any]:
         page = await client.call_tool("page", {"page_id": hit["page_id"]})
         answer = await client.call_tool("ask", {"question": question, "k": 2})
         refused = await client.call_tool("search", {"query": "q", "k": 500})
-    return {"tools": tools, "hit": hit, "page": page, "answer": answer, "refused": refused}
+    return {"tools": tools, "hit": hit, "found": found, "page": page, "answer": answer, "refused": refused}
 
 
 def test_search_page_and_ask_tools(tmp_path: Path, corpus: SynthCorpus, tiny_dirs: dict[str, Path]) -> None:
@@ -48,6 +52,11 @@ def test_search_page_and_ask_tools(tmp_path: Path, corpus: SynthCorpus, tiny_dir
     finally:
         workspace.close()
     assert got["tools"] == ["ask", "page", "search"]
+    label, shown = got["found"].content[1:3]  # the first hit's label, then its page as PNG content
+    assert label.text == got["hit"]["label"] and shown.type == "image" and shown.mime_type == "image/png"
+    png = base64.b64decode(shown.data)
+    assert png.startswith(b"\x89PNG") and max(Image.open(io.BytesIO(png)).size) <= IMAGE_SIDE
+    assert got["hit"]["image_attached"] is True and "image" not in got["hit"]  # no URL to fetch
     assert got["hit"]["label"].endswith(" p. 2") and got["hit"]["document"] == "doc_000.pdf"
     text, image = got["page"].content
     assert (

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from evidra.app.crops import crop_frame
 from evidra.core.types import Box, Page
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class Evidence:
     document: str
     page_number: int | None
     box: Box | None
+    crop: Box | None = None  # the region a crop shows: the box grown to whole lines (``crops``)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -48,15 +50,22 @@ class Evidence:
             "label": self.label,
             "document": self.document,
             "page": self.page_number,
-            "box": [round(c, 1) for c in self.box.as_tuple()] if self.box is not None else None,
+            "box": _rounded(self.box),
+            "crop": _rounded(self.crop),
         }
+
+
+def _rounded(box: Box | None) -> list[float] | None:
+    return [round(c, 1) for c in box.as_tuple()] if box is not None else None
 
 
 def _evidence(c: Citation, pages: Mapping[str, Page]) -> Evidence:
     page = pages.get(c.page_id) if c.page_id else None
     if page is None:
         return Evidence(c.step, c.text, None, "", "", None, None)
-    return Evidence(c.step, c.text, page.id, citation_label(page), page.source, page.page_number, c.box)
+    crop = crop_frame(c.box, page.words, page.width, page.height) if c.box is not None else None
+    label = citation_label(page)
+    return Evidence(c.step, c.text, page.id, label, page.source, page.page_number, c.box, crop)
 
 
 def evidence(answer: Answer) -> list[Evidence]:
@@ -100,17 +109,23 @@ def page_json(page: Page, score: float | None = None, matches: list[Box] | None 
     if score is not None:
         out["score"] = round(score, 4)
     if matches is not None:
-        out["matches"] = [[round(c, 1) for c in b.as_tuple()] for b in matches]
+        out["matches"] = [_rounded(b) for b in matches]
+        if matches:  # what a search card's crop shows: the first match's whole line
+            out["crop"] = _rounded(crop_frame(matches[0], page.words, page.width, page.height))
     return out
 
 
 def answer_json(answer: Answer) -> dict[str, Any]:
     """The answer, its evidence and the pages it was given, as the app sends it; ``parsed`` says
     whether the model's output held a readable answer (``answer`` is None when not)."""
+    from evidra.rag_view import NO_HITS
+
     return {
         "question": answer.question,
         "answer": answer.text,
         "parsed": answer.parsed,  # False: the output held no readable answer (show it as raw text)
+        "no_hits": answer.no_hits,  # True: no page matched, no model was asked (``notice`` says so)
+        "notice": NO_HITS if answer.no_hits else "",
         "evidence": [e.as_json() for e in evidence(answer)],
         "pages": [page_json(p) for p in answer.pages],
         "errors": list(answer.errors),

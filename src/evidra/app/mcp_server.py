@@ -3,7 +3,9 @@
 Tools, for agent hosts (Claude Desktop, IDEs, any MCP client), over stdio:
 
 - ``search(query, k=5)``: the top pages, each with its citation label (document, page), page id
-  and score; no model needed;
+  and score, then each page's image itself (base64 PNG image content, at most ``IMAGE_SIDE``
+  pixels a side and ``MAX_SEARCH_IMAGE_BYTES`` in all: a hit past the cap says
+  ``image_attached: false``, and ``page`` gives it); no model needed;
 - ``page(page_id)``: the page image (PNG) and its label, for the host's own model to read;
 - ``ask(question, k=3)``: evidra's model answers over the top pages; the reply holds the answer,
   every cited step with its document, page and box (page pixels), and the pages read.
@@ -14,6 +16,9 @@ are refused with a one-line tool error, as ``evidra serve`` refuses them.
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evidra.app.citations import answer_json, citation_label, page_json
@@ -25,7 +30,10 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
     from evidra.app.workspace import Workspace
+    from evidra.core.types import Page
 
+IMAGE_SIDE = 1024  # pixels of the longest side of a search hit's page image
+MAX_SEARCH_IMAGE_BYTES = 4 << 20  # PNG bytes of all the images of one search (the rest: none)
 INSTRUCTIONS = (
     "Search and read the user's documents. `search` finds pages by text, `page` returns a page image, "
     "`ask` answers a question with evidence: every step cites a document, a page and a box."
@@ -49,6 +57,39 @@ def _checked(fn: Any) -> Any:
     return wrapper
 
 
+def _image_path(workspace: Workspace, page: Page) -> Path | None:
+    try:
+        return workspace.image_of(page).path
+    except EvidraError:  # a page whose image is gone or not an image: its hit comes without one
+        return None
+
+
+def _hit_images(paths: list[Path | None]) -> list[bytes | None]:
+    """Each page image as a PNG whose longest side is at most ``IMAGE_SIDE`` pixels, while all of
+    them stay under ``MAX_SEARCH_IMAGE_BYTES`` (None for an image past the cap)."""
+    import io
+
+    from PIL import Image as PILImage
+
+    from evidra.safeio.imagefiles import decode
+
+    out: list[bytes | None] = []
+    total = 0
+    for path in paths:
+        if path is None:
+            out.append(None)
+            continue
+        page = decode(path, f"page image {path.name}")
+        page.thumbnail((IMAGE_SIDE, IMAGE_SIDE), PILImage.Resampling.LANCZOS)
+        buf = io.BytesIO()
+        page.save(buf, format="PNG")
+        png = buf.getvalue()
+        fits = total + len(png) <= MAX_SEARCH_IMAGE_BYTES
+        total += len(png) if fits else 0
+        out.append(png if fits else None)
+    return out
+
+
 def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPServer:
     """The MCP server over a started ``workspace``."""
     try:
@@ -60,12 +101,22 @@ def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPS
     options = options or ServeOptions()
     server: MCPServer = MCPServer("evidra", instructions=INSTRUCTIONS)
 
-    @server.tool()
+    @server.tool(structured_output=False)
     @_checked
-    async def search(query: str, k: int = 5) -> dict[str, Any]:
-        """Pages of the user's documents that match ``query`` (BM25 or the visual index), best first."""
+    async def search(query: str, k: int = 5) -> list[Any]:
+        """Pages of the user's documents that match ``query`` (BM25 or the visual index), best
+        first: a JSON list of hits, then each hit's page image (PNG) after its label."""
         found = await workspace.search(question_of(query, options), k_of(k, 5, options))
-        return {"query": query, "hits": [page_json(page, hit.score) for hit, page in found]}
+        images = await asyncio.to_thread(_hit_images, [_image_path(workspace, page) for _, page in found])
+        hits, content = [], []
+        for (hit, page), png in zip(found, images, strict=True):
+            record = page_json(page, hit.score)
+            del record["image"]  # a URL of this server, which an agent host cannot fetch
+            record["image_attached"] = png is not None
+            hits.append(record)
+            if png is not None:
+                content += [citation_label(page), Image(data=png, format="png")]
+        return [json.dumps({"query": query, "hits": hits}, ensure_ascii=False), *content]
 
     @server.tool(structured_output=False)
     @_checked

@@ -56,8 +56,10 @@ class Turn:
 def tail(answer: Answer) -> str:
     """What follows the model's text in the reply: the answer and its sources."""
     from evidra.rag import UNREADABLE
+    from evidra.rag_view import NO_HITS
 
-    lines = [f"Answer: {answer.text}" if answer.parsed else f"Answer: ({UNREADABLE})"]
+    said = answer.text if answer.parsed else f"({NO_HITS if answer.no_hits else UNREADABLE})"
+    lines = [f"Answer: {said}"]
     if sources := sources_line(answer):
         lines.append(sources)
     return "\n\n" + "\n".join(lines)

@@ -7,9 +7,11 @@ document), ``/login`` (when a key is set). JSON: ``GET /api/documents``, ``GET /
 202 with the upload job, which ingests and indexes it: ``evidra.app.uploads``), ``GET
 /api/uploads`` and ``GET /api/uploads/<id>`` (the jobs and how far each is), ``DELETE
 /api/uploads/<id>`` (cancels one), ``POST /api/index`` (adds pages the index lacks; NDJSON
-progress lines), ``POST /api/ask`` (``{"question", "k", "history"}``, the history being the
-earlier turns as chat messages; NDJSON events: ``pages``, ``token``..., ``answer`` or
-``error``), ``GET /pages/<id>/image`` (PNG, JPEG or WebP, told by the file's first bytes),
+progress lines), ``POST /api/ask`` (``{"question", "k", "history", "conversation"}``, the
+history being the earlier turns as chat messages; NDJSON events: ``pages``, ``token``...,
+``answer`` or ``error``; the answer is kept in the named conversation, else a new one, and its
+event carries both ids: ``evidra.app.conversation_routes`` lists, reopens, deletes and exports
+them), ``GET /pages/<id>/image`` (PNG, JPEG or WebP, told by the file's first bytes),
 ``GET /health``. ``/v1/models`` and ``/v1/chat/completions`` are ``evidra.app.openai_api``.
 Refusals are one-line JSON errors, as ``serve-index`` answers them; every response carries the
 headers of ``evidra.app.headers`` (``nosniff``, a content security policy).
@@ -42,6 +44,7 @@ from starlette.types import ASGIApp
 
 from evidra.app.auth import COOKIE, Guard, session_token
 from evidra.app.citations import answer_json, citation_label, matched_words, page_json
+from evidra.app.conversation_routes import check_conversation, conversation_routes, keep
 from evidra.app.errors import RETRY_AFTER_S, Busy, NotFound, Unsupported
 from evidra.app.headers import SecurityHeaders
 from evidra.app.http import HeldStream, ServeOptions, k_of, question_of, read_json
@@ -180,13 +183,25 @@ class Pages:
             raise HttpError(
                 409, "this server has no model; start it with --model or --endpoint to ask questions"
             )
+        kept = await check_conversation(self.workspace, body.get("conversation"))
         ticket = self.workspace.admit()  # Busy (503) here, before the stream starts
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             async for event in answer_events(self.workspace, question, k, history, ticket):
-                yield event_json(event)
+                if isinstance(event, Done):
+                    yield {**event_json(event), **await self._keep(kept, event)}
+                else:
+                    yield event_json(event)
 
         return _ndjson(events(), ticket)
+
+    async def _keep(self, conversation: str | None, done: Done) -> dict[str, Any]:
+        """The answer kept in its conversation: the ids to reopen it by, or why it was not kept."""
+        try:
+            cid, turn = await keep(self.workspace, conversation, done.answer)
+        except EvidraError as exc:
+            return {"not_kept": str(exc).splitlines()[0][:300]}
+        return {"conversation": cid, "turn": turn}
 
     async def health(self, request: Request) -> Response:
         docs = await self.workspace.documents()
@@ -235,7 +250,11 @@ def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: boo
     """The ASGI app over ``workspace`` (see the module docstring); the security headers wrap it
     whole, so even a server error's 500 carries them."""
     app = Starlette(
-        routes=[*Pages(workspace, options).routes(), *chat_routes(workspace, options)],
+        routes=[
+            *Pages(workspace, options).routes(),
+            *chat_routes(workspace, options),
+            *conversation_routes(workspace),
+        ],
         middleware=[
             Middleware(AccessLog, enabled=options.access_log),
             Middleware(Guard, key=options.api_key, loopback_only=loopback_only),

@@ -8,8 +8,12 @@ files with a store connection of its own. A search therefore answers while the m
 an answer or a large upload is being ingested: the store's SQLite file is switched to WAL mode
 when the workspace opens it, so readers see the last committed state while a file's pages are
 written. The index is the one given, else the one registered in the store, else
-``<store>/index-bm25``, built when the first documents arrive. Every method is async and runs
-its work on the owning thread.
+``<store>/index-bm25``, built when the first documents arrive; several indexes or a
+``serve-index`` URL (``SearchSpec``) are opened and fused as ``evidra ask`` does
+(``evidra.retrieval.lifecycle.attach``), and then uploaded pages are stored but not indexed. Every search
+goes through ``StoreRetriever.retrieve``, the one retrieval path of ``RAG`` and ``evidra ask``,
+with the workspace's metadata filter. Every method is async and runs its work on the owning
+thread.
 """
 
 from __future__ import annotations
@@ -32,10 +36,14 @@ from evidra.openai.client import DEFAULT_API_KEY_ENV
 
 if TYPE_CHECKING:
     from evidra.core.types import Message, Page
+    from evidra.corpus.conversations import Conversations
+    from evidra.corpus.metadata import Where
     from evidra.corpus.store import PageStore
     from evidra.models.streaming import OnText
     from evidra.rag import RAG, Answer
+    from evidra.retrieval.hybrid import Fusion
     from evidra.retrieval.interfaces import Hit
+    from evidra.retrieval.lifecycle.attach import StoreRetriever
     from evidra.retrieval.lifecycle.index_folder import Engine
 
 logger = logging.getLogger(__name__)
@@ -68,6 +76,19 @@ class ModelSpec:
     api_key_env: str = DEFAULT_API_KEY_ENV
     structured: bool | None = None  # None: on for an endpoint, off for a checkpoint
     box_format: str | None = None  # None: chosen from the model
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """How a workspace retrieves, as ``evidra ask`` does (``evidra.cli._retrieval``): ``indexes``
+    are directories or ``serve-index`` URLs (none: the store's own; two or more: fused by
+    ``fusion``), ``encoder`` the checkpoint of a moved visual index, ``where`` the metadata
+    filter every search and answer keeps to (``["file=a.pdf"]``)."""
+
+    indexes: tuple[str, ...] = ()
+    fusion: Fusion | None = None
+    encoder: str = ""
+    where: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,15 +174,27 @@ class Workspace:
     """See the module docstring. ``start`` opens everything; ``close`` releases it."""
 
     def __init__(
-        self, store: str | Path, index: str | Path | None = None, model: ModelSpec | None = None
+        self,
+        store: str | Path,
+        index: str | Path | None = None,
+        model: ModelSpec | None = None,
+        search: SearchSpec | None = None,
     ) -> None:
+        from evidra.corpus.metadata import parse_where
+
         self.store_root = Path(store).expanduser().resolve()
-        self.index_arg = Path(index).expanduser().resolve() if index is not None else None
+        search = search or SearchSpec()
+        if index is not None:
+            search = replace(search, indexes=(str(index), *search.indexes))
+        self.search_spec = search
+        self.where: Where = parse_where(search.where)  # a malformed filter fails before anything opens
         self.model = model
         self._data = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evidra-data")
         self._model = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evidra-model")
         self._store: PageStore | None = None  # data thread only
-        self._engine: Engine | None = None  # data thread only
+        self._engine: Engine | None = None  # data thread only: the one index pages are added to
+        self._attached: StoreRetriever | None = None  # data thread only: indexes fused or served
+        self._kept: Conversations | None = None  # data thread only: the store's conversations
         self._rag: RAG | None = None  # model thread only
         self.index_root: Path | None = None
         self._asking = 0  # questions between arrival and answer (event-loop side)
@@ -209,18 +242,37 @@ class Workspace:
     async def image_file(self, page_id: str) -> PageImage:
         """The page's image with its media type, refused (``NotFound``) unless it is a file inside
         the store folder whose first bytes are a PNG, JPEG or WebP image."""
-        page = await self.page(page_id)
+        return self.image_of(await self.page(page_id))
+
+    def image_of(self, page: Page) -> PageImage:
+        """``image_file`` of a page already read (any thread: it reads only the file)."""
         path = Path(page.image_path).resolve()
         if not path.is_relative_to(self.store_root) or not path.is_file():
-            raise NotFound(f"page {page_id!r} has no image inside the store")
+            raise NotFound(f"page {page.id!r} has no image inside the store")
         with path.open("rb") as f:
             media_type = image_type(f.read(16))
         if media_type is None:
-            raise NotFound(f"the image of page {page_id!r} is not a PNG, JPEG or WebP file; ingest it again")
+            raise NotFound(f"the image of page {page.id!r} is not a PNG, JPEG or WebP file; ingest it again")
         return PageImage(path, media_type)
 
     async def search(self, query: str, k: int) -> list[tuple[Hit, Page]]:
         return await self._on_data(self._search, query, k)
+
+    async def with_kept(self, fn: Callable[[PageStore, Conversations], T]) -> T:
+        """``fn`` over the page store and its kept conversations, on the data thread."""
+
+        def run() -> T:
+            assert self._kept is not None, "the workspace is not started"
+            return fn(self._opened(), self._kept)
+
+        return await self._on_data(run)
+
+    @property
+    def index_where(self) -> tuple[str, ...]:
+        """Where pages are retrieved from: the index folder, or the indexes and URLs fused."""
+        if self._attached is not None:
+            return self._attached.where
+        return (str(self.index_root),) if self.index_root is not None else ()
 
     async def index_new(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Add the store's pages the index lacks (building the default index first if none), once
@@ -259,6 +311,7 @@ class Workspace:
         question with the earlier user turns, the model reads them (``evidra.core.conversation``).
         ``ticket`` is a place taken by ``admit`` (one is taken here, or ``Busy``, without it)."""
         from evidra.core.conversation import retrieval_query
+        from evidra.rag import no_hits
 
         if ticket is None:
             ticket = self.admit()
@@ -266,18 +319,15 @@ class Workspace:
             ticket.hold()
         try:
             found = await self.search(retrieval_query(question, history), k)
-            if not found:
-                raise InvalidInputError(
-                    f"no page matches {question[:80]!r}; ask with words the documents use"
-                )
+            if not found:  # as RAG.ask says it: nothing in the index scores, no model is asked
+                return no_hits(question, self.index_where)
             if on_pages is not None:
                 on_pages(found)
             ids = [page.id for _, page in found]
             answer = await self._on_model(self._ask, question, ids, on_text, tuple(history))
         finally:
             ticket.drop()
-        where = (str(self.index_root),) if self.index_root else ()
-        return replace(answer, retrieved=tuple(hit for hit, _ in found), index=where)
+        return replace(answer, retrieved=tuple(hit for hit, _ in found), index=self.index_where)
 
     # -- on the data thread --------------------------------------------------------------------
 
@@ -288,26 +338,45 @@ class Workspace:
         return await asyncio.get_running_loop().run_in_executor(self._model, fn, *args)
 
     def _open(self) -> None:
+        from evidra.corpus.conversations import Conversations
         from evidra.corpus.store import PageStore
-        from evidra.retrieval.lifecycle.attach import registered_index
-        from evidra.retrieval.lifecycle.index_folder import MANIFEST, open_index
+        from evidra.retrieval.lifecycle.attach import attach, is_url
 
         self._store = PageStore.create(self.store_root)
         _write_ahead_log(self.store_root)
+        self._kept = Conversations(self.store_root)
         removed = remove_leftovers()
         if removed:
             logger.info("removed %d upload folders of servers that no longer run", removed)
-        registered = registered_index(self._store)
-        root = self.index_arg or (Path(registered) if registered else self.store_root / DEFAULT_INDEX)
+        spec = self.search_spec
+        if len(spec.indexes) > 1 or any(is_url(i) for i in spec.indexes):
+            self._attached = attach(spec.indexes, self._store, spec.encoder, spec.fusion)
+        else:
+            self._open_own(spec)
+
+    def _open_own(self, spec: SearchSpec) -> None:
+        """The one index folder uploads are added to: given, registered, or ``DEFAULT_INDEX``."""
+        from evidra.retrieval.lifecycle.attach import registered_index
+        from evidra.retrieval.lifecycle.index_folder import MANIFEST, open_index
+
+        if spec.fusion is not None:
+            raise InvalidInputError("fusion options apply to two or more indexes; pass another --index")
+        registered = registered_index(self._opened())
+        given = Path(spec.indexes[0]).expanduser().resolve() if spec.indexes else None
+        root = given or (Path(registered) if registered else self.store_root / DEFAULT_INDEX)
         self.index_root = root
         if (root / MANIFEST).is_file():
-            self._engine = open_index(root)
-        elif self.index_arg is not None and root.exists() and any(root.iterdir()):
+            self._engine = open_index(root, encoder_path=spec.encoder or None)
+        elif given is not None and root.exists() and any(root.iterdir()):
             raise InvalidInputError(
                 f"{str(root)!r} holds no index; pass an `evidra index build` folder or a new path"
             )
 
     def _close_data(self) -> None:
+        if self._kept is not None:
+            self._kept.close()
+        if self._attached is not None:
+            self._attached.close()
         if self._engine is not None:
             self._engine.close()
         if self._store is not None:
@@ -339,12 +408,23 @@ class Workspace:
             raise NotFound(f"no page {page_id[:80]!r} in the store")
         return store.get(page_id, with_words=False)
 
-    def _search(self, query: str, k: int) -> list[tuple[Hit, Page]]:
+    def _retriever(self) -> StoreRetriever | None:
+        """The indexes fused or served, else the workspace's own index (None before it exists)."""
+        from evidra.retrieval.lifecycle.attach import StoreRetriever
+
+        if self._attached is not None:
+            return self._attached
         if self._engine is None:
+            return None
+        return StoreRetriever(self._opened(), self.index_where, self._engine.retriever)
+
+    def _search(self, query: str, k: int) -> list[tuple[Hit, Page]]:
+        retriever = self._retriever()
+        if retriever is None:
             return []
-        (hits,) = self._engine.retriever.search([query], k=k)
+        hits = retriever.retrieve(query, k, self.where)
         store = self._opened()
-        return [(h, store.get(h.page_id)) for h in hits if h.page_id in store]  # words: where it matched
+        return [(h, store.get(h.page_id)) for h in hits]  # with words: the app marks where it matched
 
     def _index_new_waited(self, progress: Callable[[int, int], None] | None) -> int:
         """``_index_new`` on the data thread, waited for (from the ingest thread)."""
@@ -354,6 +434,11 @@ class Workspace:
         from evidra.retrieval.lifecycle.index_folder import build_index
 
         store = self._opened()
+        if self._attached is not None:
+            raise InvalidInputError(
+                f"this server searches {', '.join(self._attached.where)}, which it does not add pages to; "
+                "add them with `evidra index add --index DIR --store S` to each and restart it"
+            )
         have = set(self._engine.index.page_ids()) if self._engine is not None else set()
         new = [p for p in store.pages() if p.id not in have]
         if not new:

@@ -28,7 +28,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from evidra.cli._answer_model import add_endpoint_args, check_endpoint_args, endpoint_options
-from evidra.cli._fusion import add_fusion_args, fusion_from_args
+from evidra.cli._fusion import fusion_from_args
+from evidra.cli._retrieval import add_retrieval_args
 from evidra.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -46,31 +47,10 @@ def register(subparsers: Any) -> None:
     model_help = "Qwen-VL model: a directory, a hub id (org/name), tiny:ARCH, or a training run or checkpoint"
     p.add_argument("--model", default=None, metavar="PATH", help=model_help + " (or --endpoint)")
     add_endpoint_args(p)
-    p.add_argument(
-        "--index",
-        action="append",
-        default=[],
-        metavar="DIR|URL",
-        help="index directory or `evidra serve-index` URL to retrieve pages from (repeat: hybrid search, "
-        "fused by --fusion); "
-        "default: the index registered in the store by `evidra index build --store`",
-    )
-    add_fusion_args(p)
-    p.add_argument(
-        "--encoder",
-        default="",
-        metavar="DIR",
-        help="encoder checkpoint of a visual --index, if moved since `index build` "
-        "(default: the one it recorded)",
-    )
-    p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages to retrieve (default: 3)")
-    p.add_argument(
-        "--where",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="only pages whose document matches: file=NAME, doc=ID, page=N, title=TEXT or a --meta key "
-        "of ingest (repeatable: one key's values are alternatives, different keys must all match)",
+    add_retrieval_args(
+        p,
+        "the index registered in the store by `evidra index build --store`",
+        "pages to retrieve",
     )
     p.add_argument("--page", action="append", default=[], metavar="ID", help="page id to show (repeatable)")
     p.add_argument(

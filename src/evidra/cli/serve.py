@@ -3,10 +3,13 @@
 evidra serve --store store/ --model ckpt/Qwen2.5-VL-7B      # http://127.0.0.1:8000
 evidra serve --store store/                                 # search and read only, no model
 evidra serve --store store/ --endpoint http://127.0.0.1:8001/v1 --model-name Qwen/Qwen2.5-VL-7B-Instruct
+evidra serve --store store/ --index idx-colqwen2 --index idx-bm25 --where file=report.pdf --model M
 
 Open the URL: add documents (files or a folder; each is ingested and indexed, a bad file is
 listed and skipped), search, ask and watch the answer arrive with every cited box drawn on its
-page. The same server speaks the OpenAI chat-completions API at ``/v1/chat/completions``.
+page. Retrieval takes ``evidra ask``'s options (``--index`` repeated for hybrid search or a
+``serve-index`` URL, ``--fusion``, ``--where``). The same server speaks the OpenAI
+chat-completions API at ``/v1/chat/completions``.
 It binds to 127.0.0.1 unless ``--host`` says otherwise; with EVIDRA_APP_API_KEY set every
 request needs ``Authorization: Bearer $EVIDRA_APP_API_KEY`` (browsers sign in at /login).
 """
@@ -18,19 +21,20 @@ import os
 from typing import Any
 
 from evidra.cli._answer_model import add_endpoint_args, check_endpoint_args
+from evidra.cli._fusion import fusion_from_args
+from evidra.cli._retrieval import add_retrieval_args
 
 MIB = 1 << 20
 
 
 def add_workspace_options(p: argparse.ArgumentParser) -> None:
-    """The store, index and model options ``serve`` and ``mcp`` share."""
+    """The store, retrieval and model options ``serve`` and ``mcp`` share (retrieval: as ``ask``)."""
     p.add_argument("--store", required=True, metavar="S", help="page store directory (created if missing)")
-    p.add_argument(
-        "--index",
-        default=None,
-        metavar="DIR",
-        help="index directory (default: the store's registered index, else S/index-bm25, "
-        "built on the first upload)",
+    add_retrieval_args(
+        p,
+        "the store's registered index, else S/index-bm25, built on the first upload; with two or more "
+        "or a URL, uploads are stored but not indexed",
+        "pages an answer reads",
     )
     p.add_argument(
         "--model",
@@ -40,7 +44,6 @@ def add_workspace_options(p: argparse.ArgumentParser) -> None:
         "without it (and without --endpoint): search only",
     )
     add_endpoint_args(p)
-    p.add_argument("-k", "--k", type=int, default=3, dest="k", help="pages an answer reads (default: 3)")
     p.add_argument("--paradigm", default="coe", help="output format (default: coe, every step cites a box)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens an answer may have")
     p.add_argument("--device", default="auto", help="model device: auto | cpu | cuda")
@@ -58,6 +61,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--max-upload-mb", type=int, default=256, help="largest document accepted (default: 256)")
+    p.add_argument(
+        "--max-uploads",
+        type=int,
+        default=2,
+        metavar="N",
+        help="uploads received, queued or read at once; more are answered 503, retried (default: 2)",
+    )
     p.add_argument("--max-connections", type=int, default=512, help="open connections (default: 512)")
     p.add_argument(
         "--access-log",
@@ -70,11 +80,12 @@ def register(subparsers: Any) -> None:
 
 def open_workspace(args: argparse.Namespace) -> Any:
     """A started ``Workspace`` from the shared options (the model loads last)."""
-    from evidra.app.workspace import ModelSpec, Workspace
+    from evidra.app.workspace import ModelSpec, SearchSpec, Workspace
     from evidra.paradigms import PARADIGMS
 
     PARADIGMS.get(args.paradigm)
     check_endpoint_args(args)
+    search = SearchSpec(tuple(args.index), fusion_from_args(args), args.encoder, tuple(args.where))
     model = None
     if args.model or args.endpoint:
         model = ModelSpec(
@@ -90,7 +101,7 @@ def open_workspace(args: argparse.Namespace) -> Any:
             structured=args.structured,
             box_format=args.box_format,
         )
-    workspace = Workspace(args.store, args.index, model)
+    workspace = Workspace(args.store, None, model, search)
     try:
         workspace.start_sync()
     except BaseException:
@@ -102,11 +113,15 @@ def open_workspace(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from evidra.app.http import API_KEY_ENV, ServeOptions
     from evidra.app.server import serve_forever
+    from evidra.core.errors import InvalidInputError
 
+    if args.max_uploads < 1:
+        raise InvalidInputError(f"--max-uploads must be 1 or more, got {args.max_uploads}")
     options = ServeOptions(
         k=args.k,
         max_k=max(20, args.k),
         max_upload=args.max_upload_mb * MIB,
+        max_uploads=args.max_uploads,
         max_connections=args.max_connections,
         api_key=os.environ.get(API_KEY_ENV),
         access_log=args.access_log,

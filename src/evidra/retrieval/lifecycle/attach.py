@@ -91,9 +91,36 @@ class StoreRetriever:
                 )
         return hits
 
+    def retrieve(self, question: str, k: int, where: Where | Sequence[str] | None = None) -> list[Hit]:
+        """The top ``k`` pages for ``question`` among those ``where`` accepts (``["file=a.pdf"]``;
+        ``evidra.corpus.metadata``): a filtering service keeps to them itself, any other index
+        searches with the rest excluded. ``RAG``, ``evidra ask`` and ``evidra serve`` retrieve here."""
+        from evidra.corpus.metadata import Where, parse_where
+
+        chosen = where if isinstance(where, Where) else parse_where(where)
+        allowed = allowed_pages(self.store, chosen)
+        if allowed is not None and self.filters:
+            return self.search(question, k, where=chosen)
+        exclude = () if allowed is None else set(self.store.page_ids()) - allowed
+        return self.search(question, k, exclude=exclude)
+
     def close(self) -> None:
         for close in self.closers:
             close()
+
+
+def allowed_pages(store: PageStore, where: Where) -> set[str] | None:
+    """The page ids of ``store`` that ``where`` accepts (None: no filter); none at all is an error
+    naming the filter and the keys it may use."""
+    if not where:
+        return None
+    allowed = set(store.page_ids_where(where))
+    if not allowed:
+        raise InvalidInputError(
+            f"no page of store {store.root} matches {where}; filter on file=NAME, doc=ID, "
+            "page=N, title=TEXT or a --meta key given at ingest (see `evidra pages`)"
+        )
+    return allowed
 
 
 def attach(

@@ -24,7 +24,7 @@ const plural = (n, word, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
 const docLink = (page) => `/documents/${encodeURIComponent(page.document).replaceAll("%2F", "/")}?page=${page.page}`;
 const pct = (v) => `${(100 * v).toFixed(3)}%`;
 
-function drawBox(parent, box, step, frame) {
+function drawBox(parent, box, step, frame, tagged = true) {
   // frame: [x0, y0, w, h] of the region shown, in page pixels
   const [fx, fy, fw, fh] = frame;
   const b = el("div", {class: "box", style: {
@@ -32,31 +32,60 @@ function drawBox(parent, box, step, frame) {
     width: pct((box[2] - box[0]) / fw), height: pct((box[3] - box[1]) / fh),
   }});
   b.style.setProperty("--c", colorOf(step));
-  if (step >= 0) b.append(el("b", {text: tagOf(step)}));
+  if (tagged && step >= 0) b.append(el("b", {text: tagOf(step)}));
   parent.append(b);
 }
 
-function pageView(page, marks) {
+const TAG = {w: 26, h: 20, gap: 4};  // page pixels of a tag on an enlarged page (shown near 1:1)
+
+function marginTags(view, page, marks) {
+  // an enlarged page: each box's tag just left of the line it marks (mark.crop starts where the
+  // line does, in the column's white margin), level with its box; tags of one line stand side
+  // by side, so no tag covers another, a box, or the text a box marks
+  const placed = [];  // {top, left} of each tag, page pixels
+  const seen = new Set();
+  for (const m of [...marks].sort((a, b) => a.box[1] - b.box[1] || a.step - b.step)) {
+    const key = `${m.step}:${m.box.join(",")}`;
+    if (m.step < 0 || seen.has(key)) continue;
+    seen.add(key);
+    const top = m.box[1];
+    let right = Math.min(m.box[0], (m.crop || m.box)[0]) - TAG.gap;
+    for (const p of placed) if (Math.abs(p.top - top) < TAG.h) right = Math.min(right, p.left - TAG.gap);
+    placed.push({top, left: right - TAG.w});
+    const tag = el("b", {class: "gut", text: tagOf(m.step), style: {
+      top: pct(top / page.height), left: pct((right - TAG.w) / page.width), width: pct(TAG.w / page.width),
+    }});
+    tag.style.setProperty("--c", colorOf(m.step));
+    view.append(tag);
+  }
+}
+
+function pageView(page, marks, enlarged = false) {
   const view = el("div", {class: "pg", style: {aspectRatio: `${page.width} / ${page.height}`}});
   view.append(el("img", {src: page.image, alt: page.label, loading: "lazy"}));
-  for (const m of marks) drawBox(view, m.box, m.step, [0, 0, page.width, page.height]);
+  for (const m of marks) drawBox(view, m.box, m.step, [0, 0, page.width, page.height], !enlarged);
+  if (enlarged) marginTags(view, page, marks);
   return view;
 }
 
+const CROP_PAD = 8;  // page pixels of margin around a box that comes without its crop
+
 function cropView(page, mark) {
-  // the box with a margin, at least 420 page pixels wide, shown at up to 1 screen px per page px
-  const [x0, y0, x1, y1] = mark.box;
-  const w = Math.min(page.width, Math.max(420, (x1 - x0) * 1.6));
-  const h = Math.min(page.height, Math.max(140, (y1 - y0) + 120));
-  const cx = Math.max(0, Math.min(page.width - w, (x0 + x1) / 2 - w / 2));
-  const cy = Math.max(0, Math.min(page.height - h, (y0 + y1) / 2 - h / 2));
+  // the cited region grown to the whole lines it touches, with a margin short of the lines
+  // around them (mark.crop: the server read the page's text layer), so no word is cut at either
+  // edge; the step's tag is in its heading, so the crop draws the box alone
+  const pad = mark.crop ? 0 : CROP_PAD;
+  const [x0, y0, x1, y1] = mark.crop || mark.box;
+  const cx = Math.max(0, x0 - pad), cy = Math.max(0, y0 - pad);
+  const w = Math.max(1, Math.min(page.width, x1 + pad) - cx);
+  const h = Math.max(1, Math.min(page.height, y1 + pad) - cy);
   const crop = el("div", {class: "crop", title: "click to enlarge the page", style: {
-    aspectRatio: `${w} / ${h}`, width: `${Math.min(w * 1.25, 640)}px`,
+    aspectRatio: `${w} / ${h}`, width: `${Math.min(640, Math.max(w * 1.25, Math.min(w * 2, 260)))}px`,
   }});
   crop.append(el("img", {src: page.image, alt: page.label, style: {
     width: pct(page.width / w), left: pct(-cx / w), top: pct(-cy / h),
   }}));
-  drawBox(crop, mark.box, mark.step, [cx, cy, w, h]);
+  drawBox(crop, mark.box, mark.step, [cx, cy, w, h], false);
   return crop;
 }
 
@@ -65,8 +94,8 @@ function openLightbox(page, marks) {
   $("lb-open").href = docLink(page);
   const holder = $("lb-page");
   holder.replaceChildren();
-  const view = pageView(page, marks);
-  view.style.width = `min(100%, ${Math.max(page.width, 900)}px)`;  // the page's own size: text reads as printed
+  const view = pageView(page, marks, true);
+  view.style.width = `min(100% - 48px, ${Math.max(page.width, 900)}px)`;  // the page's own size: text reads as printed
   holder.append(view);
   $("lightbox").hidden = false;
   holder.scrollTop = 0;
@@ -138,12 +167,16 @@ function showEvidence(answer) {
   }
   $("steps-title").hidden = answer.evidence.length === 0;
   const grid = $("pages");
-  grid.replaceChildren(...answer.pages.map((p, i) => pageCard(p, marks.filter((m) => m.page_id === p.page_id), `image ${i + 1}`)));
+  // "image N": the model was shown the pages in this order, and its raw output cites them so
+  grid.replaceChildren(...answer.pages.map((p, i) => pageCard(p, marks.filter((m) => m.page_id === p.page_id), `shown to the model as image ${i + 1}`)));
   $("pages-title").hidden = answer.pages.length === 0;
 }
 
-// The conversation so far: earlier questions and answers, sent as the history of a follow-up.
+// The conversation so far: earlier questions and answers, sent as the history of a follow-up;
+// the server keeps each answer in it (conversationId), so a reload or a restart reopens it (?c=).
 let conversation = [];
+let conversationId = null;
+const KEPT_ID = /^[0-9a-f]{32}$/;
 
 function showTurns() {
   const turns = $("turns");
@@ -154,6 +187,7 @@ function showTurns() {
 function ask(event) {
   event.preventDefault();
   conversation = [];
+  conversationId = null;
   return answer($("question").value.trim());
 }
 
@@ -183,16 +217,18 @@ async function answer(question) {
   $("final").hidden = true;
   $("raw").textContent = "";
   $("raw-box").open = true;
+  $("raw-box").hidden = false;
   $("timing").textContent = "";
   $("steps").replaceChildren();
   $("pages").replaceChildren();
   $("steps-title").hidden = $("pages-title").hidden = true;
+  $("exports").hidden = true;
   $("status").textContent = "Searching…";
   $("ask-button").disabled = true;
   let first = null;
   try {
     const response = await fetch("/api/ask", {method: "POST", headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({question, k: Number($("k").value), history})});
+      body: JSON.stringify({question, k: Number($("k").value), history, conversation: conversationId ?? undefined})});
     if (!response.ok) throw new Error(await failure(response));
     for await (const e of ndjson(response)) {
       if (e.type === "pages") {
@@ -202,16 +238,17 @@ async function answer(question) {
         $("raw").textContent += e.text;
         $("timing").textContent = `first token after ${first} ms`;
       } else if (e.type === "answer") {
-        $("status").textContent = e.errors.length ? `Format: ${e.errors.join("; ")}` : "";
-        // headline an answer only when it parsed; otherwise say so, the raw text folded below
-        $("answer-text").textContent = e.parsed ? e.answer : "The model's answer could not be read.";
-        $("answer-text").classList.toggle("unreadable", !e.parsed);
-        $("raw-box").open = e.parsed;
-        $("final").hidden = false;
+        showAnswer(e);
         $("timing").textContent = `first token after ${first ?? "-"} ms, done after ${e.ms} ms`;
-        showEvidence(e);
         conversation = [...history, {role: "user", content: question}, {role: "assistant", content: replyText(e)}];
-        $("follow").hidden = false;
+        if (e.conversation) {
+          conversationId = e.conversation;
+          window.history.replaceState(null, "", `/?c=${conversationId}`);
+          showExports(e.turn);
+          refreshConversations();
+        } else if (e.not_kept) {
+          $("status").textContent += ` (not kept: ${e.not_kept})`;
+        }
       } else if (e.type === "error") {
         throw new Error(e.error);
       }
@@ -224,6 +261,88 @@ async function answer(question) {
     $("ask-button").disabled = document.body.dataset.noModel === "1";
   }
   $("status").className = "status";
+}
+
+function showAnswer(e) {
+  // a new answer, or a kept one reopened: headline it only when it parsed; otherwise say so,
+  // the raw text folded below
+  $("answer").hidden = false;
+  $("hint").hidden = true;
+  $("status").textContent = e.errors.length ? `Format: ${e.errors.join("; ")}` : "";
+  $("status").className = "status";
+  const said = e.parsed ? e.answer : e.no_hits ? `No answer: ${e.notice}.` : "The model's answer could not be read.";
+  $("answer-text").textContent = said;
+  $("answer-text").classList.toggle("unreadable", !e.parsed);
+  $("raw").textContent = e.output;
+  $("raw-box").open = e.parsed;
+  $("raw-box").hidden = e.no_hits;
+  $("final").hidden = false;
+  showEvidence(e);
+  $("follow").hidden = false;
+}
+
+function showExports(turn) {
+  const base = `/api/conversations/${conversationId}/turns/${turn}/export`;
+  $("export-html").href = `${base}?format=html`;
+  $("export-md").href = `${base}?format=md`;
+  $("exports").hidden = false;
+}
+
+async function reopen(id) {
+  // a kept conversation drawn again: the earlier turns as questions and answers, the last in full
+  const response = await fetch(`/api/conversations/${id}`);
+  if (!response.ok) {
+    window.history.replaceState(null, "", "/");
+    $("hint").hidden = false;
+    return;
+  }
+  const kept = await response.json();
+  const turns = kept.turns;
+  if (!turns.length) return;
+  conversationId = kept.id;
+  conversation = turns.slice(0, -1).flatMap((t) => [{role: "user", content: t.question}, {role: "assistant", content: replyText(t)}]);
+  showTurns();
+  const last = turns[turns.length - 1];
+  $("asked").textContent = last.question;
+  $("results").hidden = true;
+  showAnswer(last);
+  $("timing").textContent = `kept ${new Date(1000 * last.created).toLocaleString()}`;
+  conversation = [...conversation, {role: "user", content: last.question}, {role: "assistant", content: replyText(last)}];
+  showExports(last.turn);
+}
+
+async function refreshConversations() {
+  const list = $("convs");
+  if (!list) return;
+  const response = await fetch("/api/conversations");
+  if (!response.ok) return;
+  const {conversations} = await response.json();
+  $("conv-count").textContent = conversations.length;
+  if (!conversations.length) {
+    list.replaceChildren(el("li", {class: "muted empty", text: "Questions you ask are kept here."}));
+    return;
+  }
+  list.replaceChildren(...conversations.map((c) => {
+    const li = el("li", {class: c.id === conversationId ? "here" : ""});
+    const open = el("a", {href: `/?c=${c.id}`, text: c.title, title: `${plural(c.turns, "answer")}, ${new Date(1000 * c.updated).toLocaleString()}`});
+    const drop = el("button", {type: "button", class: "forget", title: "delete this conversation", text: "✕"});
+    drop.addEventListener("click", () => forget(c.id));
+    li.append(open, drop);
+    return li;
+  }));
+}
+
+async function forget(id) {
+  const response = await fetch(`/api/conversations/${id}`, {method: "DELETE"});
+  if (!response.ok) return;
+  if (id === conversationId) {
+    conversationId = null;
+    conversation = [];
+    window.history.replaceState(null, "", "/");
+    $("answer").hidden = true;
+    $("hint").hidden = false;
+  }
+  await refreshConversations();
 }
 
 async function search() {
@@ -248,7 +367,7 @@ function searchCard(hit) {
   meta.append(el("a", {href: docLink(hit), text: hit.label}), el("span", {class: "muted", text: `score ${hit.score} · ${plural(hit.matches.length, "match", "matches")}`}));
   card.append(meta);
   if (marks.length) {
-    const crop = cropView(hit, marks[0]);
+    const crop = cropView(hit, {...marks[0], crop: hit.crop});  // the first match's whole line
     crop.addEventListener("click", () => openLightbox(hit, marks));
     card.append(crop);
   }
@@ -418,6 +537,12 @@ document.addEventListener("DOMContentLoaded", () => {
   drop?.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
   drop?.addEventListener("dragleave", () => drop.classList.remove("over"));
   drop?.addEventListener("drop", (e) => { e.preventDefault(); drop.classList.remove("over"); addDocuments(e.dataTransfer.files); });
+  if ($("convs")) {
+    const kept = new URLSearchParams(window.location.search).get("c");
+    if (kept && KEPT_ID.test(kept)) conversationId = kept;
+    refreshConversations();
+    if (conversationId) reopen(conversationId);
+  }
   $("lb-close")?.addEventListener("click", closeLightbox);
   $("lightbox")?.addEventListener("click", (e) => { if (e.target.id === "lightbox" || e.target.id === "lb-page") closeLightbox(); });
   document.addEventListener("keydown", pageKeys);
