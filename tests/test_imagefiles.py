@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from evidra.core import imagefiles
 from evidra.core.errors import CorpusError, InvalidInputError
-from evidra.safeio import imagefiles
 
 
 @pytest.mark.parametrize("side", [13_000, 20_000])  # under and over PIL's own bomb limit

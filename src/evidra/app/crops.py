@@ -98,7 +98,7 @@ def crop_png(image: Path, frame: Box, box: Box | None, color: str = "#2563eb") -
     longest side at most ``MAX_CROP_SIDE`` pixels."""
     from PIL import Image, ImageDraw
 
-    from evidra.safeio.imagefiles import decode
+    from evidra.core.imagefiles import decode
 
     page = decode(image, f"page image {image.name}")
     x1, y1 = int(frame.x1), int(frame.y1)

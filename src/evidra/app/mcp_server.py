@@ -71,7 +71,7 @@ def _hit_images(paths: list[Path | None]) -> list[bytes | None]:
 
     from PIL import Image as PILImage
 
-    from evidra.safeio.imagefiles import decode
+    from evidra.core.imagefiles import decode
 
     out: list[bytes | None] = []
     total = 0

@@ -165,8 +165,8 @@ class Page:
         """Load the page image as RGB; a missing or damaged file, or one over the pixel cap
         (``imagefiles.MAX_PIXELS``, checked before decoding), is a ``CorpusError`` (an ``OSError``)
         naming the page and the file."""
+        from evidra.core import imagefiles
         from evidra.core.errors import CorpusError
-        from evidra.safeio import imagefiles
 
         try:
             return imagefiles.decode(

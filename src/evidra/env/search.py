@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from evidra.core import imagefiles
 from evidra.core.errors import CorpusError, InvalidInputError
 from evidra.core.geometry import (
     CROP_RULES,
@@ -40,7 +41,6 @@ from evidra.core.types import ImagePart, Message, Page, Parsed, Sample
 from evidra.env.environment import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
 from evidra.paradigms.paradigm import Paradigm
 from evidra.paradigms.search_agent import SearchAgent, with_fetch
-from evidra.safeio import imagefiles
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage

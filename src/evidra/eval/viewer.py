@@ -26,10 +26,10 @@ from typing import Literal
 
 from markupsafe import Markup
 
+from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError
 from evidra.core.templating import render
 from evidra.core.types import Box, CoordSpace
-from evidra.safeio import imagefiles
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evidra.core import imagefiles
 from evidra.core.errors import ConfigError
 from evidra.core.types import ImagePart, Message, Parsed, Sample, Span, TextPart, Trajectory
 from evidra.env.environment import Environment, StepInfo, StepResult
 from evidra.integrations.samples import sample_from_fields
-from evidra.safeio import imagefiles
 
 EnvMaker = Callable[[Sample], Environment]
 ENDED = "The episode has ended: write the final answer."

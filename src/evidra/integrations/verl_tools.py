@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from uuid import uuid4
 
+from evidra.core import imagefiles
 from evidra.core.errors import ConfigError, InvalidInputError
 from evidra.core.types import ImagePart, Message, Page, Sample, TextPart
 from evidra.env.environment import Environment
@@ -57,7 +58,6 @@ from evidra.integrations._verl_compat import (
 )
 from evidra.integrations.samples import sample_from_fields
 from evidra.integrations.trl_env import BBOX_TOOL, ENDED, SEARCH_TOOL, ZOOM_TOOL, Episode, ToolSpec
-from evidra.safeio import imagefiles
 
 __all__ = [
     "EPISODES_ATTRIBUTE",

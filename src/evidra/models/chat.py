@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import ImagePart, Message, TextPart
-from evidra.safeio import imagefiles
 
 
 def load_image(part: ImagePart) -> Any:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError, MissingDependencyError
 from evidra.core.types import Page, content_hash
-from evidra.safeio import imagefiles
 from evidra.safeio.jsonfiles import read_json, read_json_lines
 
 _SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")

@@ -16,11 +16,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Box, EvidenceBox, Page, Sample
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
 from evidra.data.loaders.loader import LOADERS, default_image_dir
-from evidra.safeio import imagefiles
 
 NO_ANSWER = "No Answer"  # VISA's expected output when the positive is absent
 FIRST_SCREEN = 980  # Wiki-VISA screenshots are 980 px wide; y1 < 980 is the "first page"

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError
 from evidra.core.registry import Registry
 from evidra.core.types import ImagePart, Message, Part, Role, TextPart
 from evidra.data.loaders._records import inside_folder
-from evidra.safeio import imagefiles
 
 IMAGE_TOKEN = "<image>"  # LLaMA-Factory's image placeholder (its IMAGE_PLACEHOLDER default)
 
