@@ -43,7 +43,7 @@ from evidra.models.generation import Generation, SamplingParams
 from evidra.models.loading import VLM, load_vlm
 from evidra.models.prefix import cache_kwargs, output_cache
 from evidra.models.tiny import build_tiny
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.rl.tasks import task_samples
 from evidra.rollout import RolloutLimits, rollout
 

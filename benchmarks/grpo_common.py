@@ -114,7 +114,7 @@ def run_evidra(
     from evidra.env import SingleTurnEnv
     from evidra.paradigms import Direct
     from evidra.rewards.reward import RewardResult
-    from evidra.rl.config import RLConfig
+    from evidra.rl.run_config import RLConfig
     from evidra.rl.tasks import TASKS, Task
     from evidra.rl.trainer import RLTrainer
 

@@ -41,7 +41,7 @@ def cpu_features() -> str:
 
 def run(backend: str, workdir: Path, steps: int) -> list[dict[str, float]]:
     from evidra.core.config import load_config
-    from evidra.rl.config import RLConfig
+    from evidra.rl.run_config import RLConfig
     from evidra.rl.trainer import RLTrainer
 
     cfg = load_config(

@@ -6,7 +6,7 @@ import pytest
 
 from evidra.core.config import apply_overrides, dump_config, load_config
 from evidra.core.errors import ConfigError
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 
 
 def test_yaml_plus_dotted_overrides(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import yaml
 from evidra.core.config import dump_config, load_config, read_config_file
 from evidra.core.errors import ConfigError
 from evidra.methods import resolve
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -135,7 +135,7 @@ def test_a_line_over_its_cap_is_one_line(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_an_oversized_cache_is_rebuilt_not_read(tmp_path: Path) -> None:
     """A synthetic-data cache over its cap is a cache to rebuild, nothing to refuse."""
-    from evidra.data.synth.cache import build_once
+    from evidra.data.synth.corpus_json import build_once
 
     cache = _plant(tmp_path / "samples.json")
     built: list[Any] = []

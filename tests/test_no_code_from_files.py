@@ -12,7 +12,7 @@ import pytest
 
 from evidra.core.config import load_config
 from evidra.core.errors import CheckpointError, ConfigError
-from evidra.rl.config import DataConfig, RLConfig
+from evidra.rl.run_config import DataConfig, RLConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from evidra.cli.main import main
 from evidra.core.config import load_config
 from evidra.core.errors import ConfigError
 from evidra.methods import check_config, task_for
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.tasks import task_samples
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 from evidra.cli.main import main
 from evidra.core.config import load_config
 from evidra.methods import check_config
-from evidra.rl.config import RLConfig, SFTConfig
+from evidra.rl.run_config import RLConfig, SFTConfig
 from evidra.rl.validate import sft_stage
 
 ROOT = Path(__file__).resolve().parents[2]

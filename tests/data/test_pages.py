@@ -13,7 +13,7 @@ from evidra.core.types import Box, EvidenceBox, Page, Sample
 from evidra.data.pages import top_pages
 from evidra.methods import build_task, check_config
 from evidra.retrieval.interfaces import Hit
-from evidra.rl.config import DataConfig, RLConfig
+from evidra.rl.run_config import DataConfig, RLConfig
 from evidra.rl.tasks import task_samples
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from evidra.methods import METHODS, api
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "short_answer.py"
 

@@ -12,7 +12,7 @@ import torch
 
 from evidra.core.config import load_config
 from evidra.rl.algo.filtering import group_filter
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 
 ROOT = Path(__file__).parents[2]
 RECIPES = ["lat", "evisrag", "evisrag_upstream", "lang2act_stage1", "lang2act_stage2", "vragrl", "cave"]

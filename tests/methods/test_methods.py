@@ -21,7 +21,7 @@ from evidra.paradigms import PARADIGMS
 from evidra.retrieval.interfaces import Hit
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_http import OpenAIJudge
-from evidra.rl.config import DataConfig, RLConfig
+from evidra.rl.run_config import DataConfig, RLConfig
 from evidra.rl.tasks import task_samples
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from evidra.core.config import load_config
 from evidra.core.errors import ConfigError
-from evidra.rl.config import RLConfig, SFTConfig
+from evidra.rl.run_config import RLConfig, SFTConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p.stem for p in (ROOT / "configs" / "tiny").glob("*.yaml"))

@@ -16,7 +16,7 @@ from evidra.models.context import encode_messages
 from evidra.models.generation import SamplingParams, sequence_logprobs
 from evidra.models.loading import load_vlm
 from evidra.models.tiny import build_tiny
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.trainer import RLTrainer
 from evidra.rollout import HFBackend, RolloutLimits, rollout
 

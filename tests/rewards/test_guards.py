@@ -18,7 +18,7 @@ import pytest
 from evidra.core.types import Sample
 from evidra.methods import build_task
 from evidra.rewards.guards import GuardConfig, guard, tripped
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 
 SECTIONS: dict[str, dict[str, Any]] = {
     "lat": {"name": "lat"},

@@ -21,7 +21,7 @@ from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig, build_judge
 from evidra.rewards.judge_http import OpenAIJudge
 from evidra.rewards.judge_protocol import JudgeItem
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.safeio.keys import KeyPolicy
 
 

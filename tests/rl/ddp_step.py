@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from evidra.core.config import load_config
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.trainer import RLTrainer
 
 

@@ -18,7 +18,7 @@ import torch
 
 from evidra.core.config import load_config
 from evidra.core.errors import CheckpointError
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import load_checkpoint
 from evidra.rl.trainer import RLTrainer
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from evidra.core.config import load_config
-from evidra.rl.config import RLConfig, SFTConfig
+from evidra.rl.run_config import RLConfig, SFTConfig
 from evidra.rl.sft.finetune import SFTTrainer
 from evidra.rl.trainer import RLTrainer
 

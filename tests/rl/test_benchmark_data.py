@@ -13,7 +13,7 @@ from evidra.cli.main import main
 from evidra.core.errors import ConfigError, InvalidInputError
 from evidra.core.types import Page, Sample
 from evidra.methods import build_task
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.rl.tasks import TASKS, task_samples, usable
 
 FIX = Path(__file__).parents[1] / "fixtures" / "benchmarks"
@@ -175,7 +175,7 @@ def test_lat_recipe_trains_on_a_benchmark_from_its_yaml(tmp_path: Path) -> None:
 
     from evidra.core.config import load_config
     from evidra.methods import rl_trainer
-    from evidra.rl.config import RLConfig
+    from evidra.rl.run_config import RLConfig
 
     root = Path(__file__).resolve().parents[2]
     overrides = [
@@ -207,7 +207,7 @@ def test_lat_recipe_trains_on_a_benchmark_from_its_yaml(tmp_path: Path) -> None:
 
 
 def test_sft_writes_oracles_for_benchmark_samples_with_gold_evidence(tmp_path: Path) -> None:
-    from evidra.rl.config import SFTConfig
+    from evidra.rl.run_config import SFTConfig
     from evidra.rl.sft.finetune import _task_conversations
 
     convs = _task_conversations(SFTConfig(data=_visa(tmp_path, "lat")), build_task(dict(name="lat")))
@@ -226,7 +226,7 @@ def test_vragrl_recipe_trains_on_a_benchmark_with_an_index(
 
     from evidra.core.config import load_config
     from evidra.methods import rl_trainer
-    from evidra.rl.config import RLConfig
+    from evidra.rl.run_config import RLConfig
 
     idx = tmp_path / "idx"
     assert (

@@ -17,7 +17,7 @@ import torch
 
 from evidra.cli.main import main
 from evidra.core.config import load_config
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import list_checkpoints, verify_checkpoint
 from evidra.rl.trainer import RLTrainer
 

@@ -25,7 +25,7 @@ def test_components_are_routed_to_channels() -> None:
 def test_lat_rewards_train_under_rs_grpo_scopes(tmp_path: Path) -> None:
     from evidra.core.config import load_config
     from evidra.methods import rl_trainer
-    from evidra.rl.config import RLConfig
+    from evidra.rl.run_config import RLConfig
 
     cfg = load_config(
         RLConfig,

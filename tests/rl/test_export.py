@@ -14,7 +14,7 @@ import yaml
 from evidra.core.config import load_config
 from evidra.core.errors import CheckpointError, EvidraError, ModelLoadError
 from evidra.models.loading import load_vlm
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import list_checkpoints, load_trainable_weights
 from evidra.rl.runs.export import PROVENANCE, export_model, resolve_trained_model
 from evidra.rl.trainer import RLTrainer

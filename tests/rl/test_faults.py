@@ -13,7 +13,7 @@ from evidra.core.config import load_config
 from evidra.core.errors import CheckpointError, TrainingError
 from evidra.core.types import Parsed, Sample, Trajectory
 from evidra.rewards.reward import RewardResult
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import WEIGHTS, list_checkpoints, load_trainable_weights, verify_checkpoint
 from evidra.rl.tasks import TASKS
 from evidra.rl.trainer import RLTrainer

@@ -13,7 +13,7 @@ from statistics import mean
 import pytest
 
 from evidra.core.config import load_config
-from evidra.rl.config import RLConfig, SFTConfig
+from evidra.rl.run_config import RLConfig, SFTConfig
 from evidra.rl.sft.finetune import SFTTrainer
 from evidra.rl.trainer import RLTrainer
 from evidra.safeio.sink import read_metrics

@@ -15,7 +15,7 @@ from evidra.core.errors import ConfigError
 from evidra.rl.algo.credit import token_advantages
 from evidra.rl.algo.kl import KL_ESTIMATORS
 from evidra.rl.algo.losses import LOSS_AGGREGATIONS, POLICY_LOSSES
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.trainer import RLTrainer
 from evidra.rl.update import UpdateSettings, episode_tensors, policy_update, reference_logprobs
 from evidra.rl.validate import local_batch_size

@@ -13,7 +13,7 @@ import yaml
 
 from evidra.core.config import load_config
 from evidra.methods import METHODS, method_facts, rl_trainer
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.export import PROVENANCE, export_model
 from evidra.rl.runs.model_card import CardInput, MethodFacts, Paper, base_license, hub_id, model_card
 from evidra.safeio.sink import read_metrics

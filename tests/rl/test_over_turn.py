@@ -9,7 +9,7 @@ from evidra.env.environment import StepInfo
 from evidra.models.context import Context
 from evidra.rl.algo.advantages import grpo
 from evidra.rl.algo.credit import loss_rows, over_turn
-from evidra.rl.config import AlgoConfig
+from evidra.rl.run_config import AlgoConfig
 from evidra.rollout import Episode
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evidra.core.config import load_config
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.trainer import RLTrainer
 
 

@@ -11,8 +11,8 @@ import torch
 
 from evidra.core.config import load_config
 from evidra.core.errors import ConfigError
-from evidra.rl.config import LoraConfig, ModelConfig, RLConfig
 from evidra.rl.parallel.precision import auto_dtype, resolve_model_dtype, training_precision
+from evidra.rl.run_config import LoraConfig, ModelConfig, RLConfig
 from evidra.rl.trainer import RLTrainer
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from evidra.core.config import load_config
 from evidra.methods import build_task, rl_trainer, task_for
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,7 +99,7 @@ METHOD_SECTIONS: dict[str, dict[str, object]] = {
 @pytest.mark.parametrize("task", ["lat", "evisrag", "lang2act.stage1", "lang2act.stage2"])
 def test_oracle_conversation_earns_the_full_reward(task: str, tmp_path: Path) -> None:
     """The SFT cold-start answer built from the gold evidence scores the maximum."""
-    from evidra.rl.config import DataConfig
+    from evidra.rl.run_config import DataConfig
 
     t = build_task(METHOD_SECTIONS[task])
     samples = t.samples(DataConfig(size=6, path=str(tmp_path)))
@@ -127,7 +127,7 @@ def test_evisrag_upstream_variant_trains_on_the_six_released_scopes(tmp_path: Pa
 @pytest.mark.parametrize("task", ["lat", "evisrag", "lang2act.stage2"])
 def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
     from evidra.methods import sft_trainer
-    from evidra.rl.config import SFTConfig
+    from evidra.rl.run_config import SFTConfig
 
     over = [
         "model.path=tiny:qwen2_5_vl",
@@ -151,7 +151,7 @@ def test_lat_colqwen2_loads_the_retriever_from_its_checkpoint(
 ) -> None:
     from evidra.core.errors import ConfigError
     from evidra.methods import build_task
-    from evidra.rl.config import DataConfig
+    from evidra.rl.run_config import DataConfig
 
     with pytest.raises(ConfigError, match=r"needs method\.similarity_checkpoint"):
         build_task(dict(name="lat", similarity="colqwen2"))  # no checkpoint named
@@ -173,7 +173,7 @@ def test_lat_colqwen2_loads_the_retriever_from_its_checkpoint(
 def test_lang2act_task_with_a_toolbox_file(tmp_path: Path) -> None:
     from evidra.methods.lang2act.method import make_lang2act_task
     from evidra.methods.lang2act.paradigm import Tool, load_toolbox, save_toolbox
-    from evidra.rl.config import DataConfig
+    from evidra.rl.run_config import DataConfig
 
     save_toolbox([Tool("count_rows", "Image k: table", "Count rows.")], tmp_path / "box.json")
     task = make_lang2act_task("lang2act.custom", 2, load_toolbox(tmp_path / "box.json"))

@@ -14,7 +14,7 @@ import pytest
 
 from evidra.core.config import load_config
 from evidra.methods import rl_trainer, task_for
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ from typing import Any  # noqa: E402
 from evidra.methods import build_task  # noqa: E402
 from evidra.models.context import Context  # noqa: E402
 from evidra.models.generation import Generation, SamplingParams  # noqa: E402
-from evidra.rl.config import DataConfig  # noqa: E402
+from evidra.rl.run_config import DataConfig  # noqa: E402
 from evidra.rollout import RolloutLimits, rollout  # noqa: E402
 
 
@@ -170,7 +170,7 @@ def test_cave_scripted_episodes_get_turn_credits(small_vlm: Any, tmp_path: Path)
 @pytest.mark.parametrize("task", ["vragrl", "cave"])
 def test_oracle_conversations_cold_start_sft(task: str, tmp_path: Path) -> None:
     from evidra.methods import sft_trainer
-    from evidra.rl.config import SFTConfig
+    from evidra.rl.run_config import SFTConfig
 
     over = [
         "model.path=tiny:qwen2_5_vl",

@@ -15,7 +15,7 @@ import pytest
 from evidra.cli.main import main
 from evidra.core.config import load_config
 from evidra.core.errors import ConfigError, MissingDependencyError
-from evidra.rl.config import RLConfig, SFTConfig
+from evidra.rl.run_config import RLConfig, SFTConfig
 from evidra.rl.sft.finetune import SFTTrainer
 from evidra.rl.trainer import RLTrainer
 

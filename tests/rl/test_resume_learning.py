@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from evidra.core.config import load_config
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import WEIGHTS
 from evidra.rl.trainer import RLTrainer
 from evidra.safeio.sink import read_metrics

@@ -16,7 +16,7 @@ from evidra.core.errors import ConfigError
 from evidra.core.types import Parsed, Sample, Trajectory
 from evidra.rewards.reward import RewardResult
 from evidra.rl.algo.filtering import NoVarianceWatch, no_variance
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.tasks import TASKS
 from evidra.rl.trainer import RLTrainer
 from evidra.safeio.sink import read_metrics

@@ -14,7 +14,7 @@ from evidra.core.types import Span
 from evidra.methods import build_task, check_config, rl_trainer
 from evidra.models.generation import Generation
 from evidra.rewards.reward import RewardResult
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.tasks import TASKS, Task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from evidra.cli.main import main
 from evidra.core.config import load_config
 from evidra.core.errors import ConfigError
 from evidra.retrieval.lifecycle.fingerprint import fingerprint, short
-from evidra.rl.config import RLConfig, SFTConfig
+from evidra.rl.run_config import RLConfig, SFTConfig
 from evidra.rl.runs.checkpoint import list_checkpoints
 from evidra.rl.runs.folder import (
     MAX_RECORD_BYTES,

@@ -11,7 +11,7 @@ import torch
 from evidra.core.config import load_config
 from evidra.core.errors import ConfigError
 from evidra.rl.common import make_optimizer
-from evidra.rl.config import OptimConfig, RLConfig
+from evidra.rl.run_config import OptimConfig, RLConfig
 from evidra.rl.trainer import RLTrainer
 
 

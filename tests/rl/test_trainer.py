@@ -10,7 +10,7 @@ import torch
 from evidra.core.config import load_config
 from evidra.core.errors import ConfigError
 from evidra.rl.algo.credit import token_advantages
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import list_checkpoints
 from evidra.rl.trainer import RLTrainer
 

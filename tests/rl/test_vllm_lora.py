@@ -14,7 +14,7 @@ from evidra.core.config import load_config
 from evidra.core.types import Message
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import SamplingParams, forward_logprobs
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.trainer import RLTrainer
 
 pytestmark = pytest.mark.vllm

@@ -18,7 +18,7 @@ from evidra.core.types import Message, Sample
 from evidra.env import KeyValueEnv
 from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import SamplingParams, forward_logprobs
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 from evidra.rl.trainer import RLTrainer
 from evidra.rollout import HFBackend, RolloutLimits, rollout
 

@@ -14,8 +14,8 @@ import pytest
 
 from evidra.core.config import load_config
 from evidra.core.errors import CheckpointError, ConfigError
-from evidra.rl.config import RLConfig, RunConfig
 from evidra.rl.parallel.precision import Precision
+from evidra.rl.run_config import RLConfig, RunConfig
 
 pytest.importorskip("deepspeed", reason="ZeRO-3 needs the deepspeed extra (in .[dev])")
 

@@ -50,7 +50,7 @@ class MethodEval:
 
     def samples(self, bench: str, samples: list[Any], data_path: str | None) -> list[Any]:
         """The benchmark's samples as the method's task takes them (kept, filled, pages cut)."""
-        from evidra.rl.config import DataConfig
+        from evidra.rl.run_config import DataConfig
 
         if self.task.from_benchmark is not None:
             data = DataConfig(source=bench, path=data_path or ".", size=0)

@@ -178,7 +178,7 @@ def _recipe(args: argparse.Namespace, stage: str, *, policy: bool = False) -> tu
     from evidra.core.config import load_config
     from evidra.methods import check_config, resolve
     from evidra.models.references import check_model_ref
-    from evidra.rl.config import RLConfig
+    from evidra.rl.run_config import RLConfig
     from evidra.rl.tasks import task_samples
 
     cfg = load_config(RLConfig, args.config, args.overrides)
@@ -198,7 +198,7 @@ def _distill_method(args: argparse.Namespace) -> Any:
     """The method of ``--method`` (else the recipe's), which must have a distillation filter."""
     from evidra.core.config import load_config
     from evidra.methods import METHODS, get_method, resolve
-    from evidra.rl.config import RLConfig
+    from evidra.rl.run_config import RLConfig
 
     name = args.method
     if name is None:

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(args.export, "--export")
         check_export_target(Path(args.export))
     from evidra.cli._ranks import rank_output
-    from evidra.rl.config import RLConfig, SFTConfig
+    from evidra.rl.run_config import RLConfig, SFTConfig
 
     cfg: RLConfig | SFTConfig = (
         load_config(SFTConfig, args.config, args.overrides)
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _trainer(cfg: Any) -> Any:
     """The trainer of ``cfg``; an SFT run on a data file says what it read."""
-    from evidra.rl.config import SFTConfig
+    from evidra.rl.run_config import SFTConfig
 
     if isinstance(cfg, SFTConfig):
         from evidra.methods import sft_trainer

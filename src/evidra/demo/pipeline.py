@@ -117,7 +117,7 @@ def _questions(n_docs: int, seed: int, out: Path) -> tuple[list[Sample], Path]:
     from evidra.data.synth.documents import DOCS_DIR
     from evidra.methods import build_task
     from evidra.methods._synth import QUESTIONS_PER_DOC, cache_dir
-    from evidra.rl.config import DataConfig
+    from evidra.rl.run_config import DataConfig
 
     data = DataConfig(path=str(out / "data"), size=n_docs * QUESTIONS_PER_DOC, seed=seed)
     unique = {s.id: s for s in build_task({"name": TASK}).samples(data)}
@@ -266,8 +266,8 @@ def _learn(
 ) -> tuple[dict[str, Any], str]:
     """SFT on the oracle answers to the demo's questions, then GRPO; the trained model's folder."""
     from evidra.methods import build_task
-    from evidra.rl.config import DataConfig
     from evidra.rl.quickstart import cold_start_then_grpo
+    from evidra.rl.run_config import DataConfig
     from evidra.rl.runs.export import resolve_trained_model
 
     data = DataConfig(path=str(out / "data"), size=size, seed=seed)

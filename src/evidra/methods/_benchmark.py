@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from evidra.core.types import Sample
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.rl.tasks import usable
 
 Check = Callable[[Sample], str | None]

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from evidra.core.types import Sample
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.safeio.cache import private_cache_dir as _private_cache_dir
 
 logger = logging.getLogger(__name__)

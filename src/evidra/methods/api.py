@@ -45,7 +45,7 @@ from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_prompts import JUDGE_PROMPTS
 from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
 from evidra.rewards.reward import REWARDS, Reward, RewardFn, RewardResult, check_weights, weighted_sum
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.rl.runs.model_card import Paper
 from evidra.rl.tasks import Task
 

@@ -15,7 +15,7 @@ from typing import Any
 from evidra.core.errors import ConfigError, RegistryError
 from evidra.methods.method import METHODS, Method, Resources
 from evidra.models.references import check_model_ref
-from evidra.rl.config import DataConfig, RLConfig, SFTConfig
+from evidra.rl.run_config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.runs.model_card import MethodFacts
 from evidra.rl.tasks import Task, plain_task
 

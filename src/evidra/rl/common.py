@@ -7,7 +7,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from evidra.rl.config import OptimConfig
+from evidra.rl.run_config import OptimConfig
 from evidra.rl.runs.checkpoint import TrainState
 
 T = TypeVar("T")

@@ -19,8 +19,8 @@ from evidra.core.errors import ConfigError
 from evidra.models.adapters import LoraSpec, apply_lora, freeze
 from evidra.models.loading import VLM, load_vlm
 from evidra.models.references import resolve_model_ref
-from evidra.rl.config import ModelConfig
 from evidra.rl.parallel.precision import Precision, reference_copy, training_precision
+from evidra.rl.run_config import ModelConfig
 
 logger = logging.getLogger(__name__)
 

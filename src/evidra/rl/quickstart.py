@@ -18,8 +18,8 @@ from evidra.core.config import load_config
 from evidra.core.types import Sample
 from evidra.models.generation import SamplingParams
 from evidra.models.loading import VLM, load_vlm
-from evidra.rl.config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.episode_scoring import score_episodes
+from evidra.rl.run_config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.tasks import Task
 from evidra.rollout import HFBackend, RolloutLimits, rollout
 

@@ -23,7 +23,7 @@ from evidra.env.single_turn import SingleTurnEnv
 from evidra.env.toy import KeyValueEnv
 from evidra.rewards.reward import RewardFn, RewardResult
 from evidra.rewards.toy import digit_fraction, key_value_answer, parse_answer, text_length
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.safeio.cache import private_cache_dir
 
 logger = logging.getLogger(__name__)

@@ -33,13 +33,13 @@ from evidra.rl.algo.advantages import ScopedAdvantages
 from evidra.rl.algo.credit import loss_rows, over_turn, token_advantages
 from evidra.rl.algo.filtering import DynamicSampler, NoVarianceWatch, Round, group_filter
 from evidra.rl.algo.kl import kl_in_reward
-from evidra.rl.backends import make_backend
 from evidra.rl.common import DataCursor, make_optimizer
-from evidra.rl.config import RLConfig
 from evidra.rl.episode_scoring import score_episodes
+from evidra.rl.generation_backends import make_backend
 from evidra.rl.parallel.precision import default_device, resolve_model_dtype, training_precision
 from evidra.rl.parallel.processes import Engine, empty_like, pad_microbatches
 from evidra.rl.policy import Reference, load_policy
+from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.runs.folder import RunFolder
 from evidra.rl.tasks import Task, config_task, task_samples

@@ -14,7 +14,8 @@ from evidra.core.config import from_dict, merge_sections, to_dict
 from evidra.core.errors import ConfigError, InvalidInputError, RegistryError
 from evidra.core.registry import Registry
 from evidra.rewards.guards import GuardConfig
-from evidra.rl.config import (
+from evidra.rl.parallel.precision import training_precision
+from evidra.rl.run_config import (
     AlgoConfig,
     DataConfig,
     OptimConfig,
@@ -23,7 +24,6 @@ from evidra.rl.config import (
     RunConfig,
     SFTConfig,
 )
-from evidra.rl.parallel.precision import training_precision
 from evidra.rl.tasks import Task
 from evidra.safeio.sink import check_report_to
 

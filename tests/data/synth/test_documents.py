@@ -18,7 +18,7 @@ from evidra.core.types import Box, Page, Word, content_hash, make_page_id
 from evidra.corpus import PageStore, ingest
 from evidra.data.synth import NO_ANSWER, SynthCorpus, generate_documents, generate_image_documents
 from evidra.data.synth._documents_layout import PROJECTS, _Pool
-from evidra.data.synth.cache import corpus_from_json, corpus_to_json
+from evidra.data.synth.corpus_json import corpus_from_json, corpus_to_json
 
 TOL = 1.5  # pixels: rounding of the rendered bitmap size (PDFium rounds 1650.0 up to 1651)
 

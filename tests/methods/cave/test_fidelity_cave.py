@@ -17,7 +17,7 @@ from evidra.methods import build_task
 from evidra.methods.cave.credits import WEIGHTS
 from evidra.methods.cave.method import MAX_ROUNDS, zoom_region
 from evidra.methods.cave.reward import CaveReward
-from evidra.rl.config import DataConfig, RLConfig, SFTConfig
+from evidra.rl.run_config import DataConfig, RLConfig, SFTConfig
 
 ROOT = Path(__file__).parents[3]
 SCENARIOS = expand(["tracer", "tunnel"])  # four TRACER-style families, three Tunnel-Vision-style types

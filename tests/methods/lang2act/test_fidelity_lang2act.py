@@ -10,7 +10,7 @@ from evidra.core.config import load_config
 from evidra.core.errors import ConfigError
 from evidra.core.types import Parsed, Sample
 from evidra.methods import build_task
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 
 ROOT = Path(__file__).parents[3]
 SAMPLE = Sample("s", "What is the total?", ("42",))

@@ -12,7 +12,7 @@ import pytest
 from evidra.core.config import load_config
 from evidra.core.types import Parsed, Sample
 from evidra.methods import build_task
-from evidra.rl.config import RLConfig
+from evidra.rl.run_config import RLConfig
 
 ROOT = Path(__file__).parents[3]
 RECIPE = ROOT / "configs/vragrl.yaml"

@@ -27,7 +27,7 @@ from typing import Any
 from evidra.core.errors import InvalidInputError, RegistryError
 from evidra.core.registry import Registry
 from evidra.core.types import Box, CoordSpace, EvidenceBox, Page, Sample
-from evidra.data.synth.cache import build_once, words_from_json, words_to_json
+from evidra.data.synth.corpus_json import build_once, words_from_json, words_to_json
 from evidra.data.synth.tracer import TASKS as TRACER_TASKS
 from evidra.data.synth.tracer import generate_tracer
 from evidra.data.synth.tunnel import TASKS as TUNNEL_TASKS

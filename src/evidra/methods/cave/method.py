@@ -32,7 +32,7 @@ from evidra.methods.method import METHODS, Method, Resources, merged_weights, me
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_protocol import Judge
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.rl.runs.model_card import Paper
 from evidra.rl.tasks import Task, synthetic_mixture, usable
 

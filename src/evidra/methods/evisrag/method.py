@@ -38,7 +38,7 @@ from evidra.methods.evisrag.paradigm import (
 )
 from evidra.methods.evisrag.reward import UPSTREAM_COMPONENTS, evisrag_reward
 from evidra.methods.method import METHODS, Method, Resources, merged_weights
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.rl.runs.model_card import Paper
 from evidra.rl.tasks import Task
 

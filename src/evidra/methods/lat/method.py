@@ -30,7 +30,7 @@ from evidra.methods.lat.reward import LatReward, LazySimilarity, lat_reward
 from evidra.methods.lat.similarity import StepSimilarity, TextOverlapSimilarity
 from evidra.methods.method import METHODS, Method, Resources, merged_weights
 from evidra.methods.scoped import LAT_ROUTES, LAT_RULES, with_scopes
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.rl.runs.model_card import Paper
 from evidra.rl.tasks import Task
 

@@ -43,7 +43,7 @@ from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_config import JudgeConfig
 from evidra.rewards.judge_protocol import Judge
 from evidra.rewards.reward import RewardResult
-from evidra.rl.config import DataConfig
+from evidra.rl.run_config import DataConfig
 from evidra.rl.runs.model_card import Paper
 from evidra.rl.tasks import Task, usable
 
@@ -68,7 +68,7 @@ def corpus_dir(cfg: DataConfig, name: str) -> Path:
 def synth_once(root: Path, build: Callable[[Path], SynthCorpus]) -> SynthCorpus:
     """``build(root)`` once per folder, across processes; later calls read its JSON (nothing in it
     can run; one that does not parse is rebuilt with a warning)."""
-    from evidra.data.synth.cache import build_once, corpus_from_json, corpus_to_json
+    from evidra.data.synth.corpus_json import build_once, corpus_from_json, corpus_to_json
 
     return build_once(
         root / "corpus.json", lambda: build(root), corpus_to_json, corpus_from_json, "corpus cache"

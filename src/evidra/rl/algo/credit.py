@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from evidra.rewards.reward import RewardResult
 from evidra.rl.algo.advantages import ScopedAdvantages, scope_masks_from_spans
 from evidra.rl.algo.estimators import ADVANTAGES, AdvantageInputs
-from evidra.rl.config import AlgoConfig
+from evidra.rl.run_config import AlgoConfig
 from evidra.rollout import Episode
 
 if TYPE_CHECKING:

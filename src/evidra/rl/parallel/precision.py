@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 from evidra.core.errors import ConfigError
-from evidra.rl.config import ModelConfig
+from evidra.rl.run_config import ModelConfig
 
 logger = logging.getLogger(__name__)
 

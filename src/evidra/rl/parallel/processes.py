@@ -29,8 +29,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from evidra.core.errors import ConfigError
-from evidra.rl.config import RunConfig
 from evidra.rl.parallel.precision import Precision
+from evidra.rl.run_config import RunConfig
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from evidra.core.config import from_dict, parse_yaml
 from evidra.core.errors import CheckpointError, ConfigError, InvalidInputError, ModelLoadError
-from evidra.rl.config import ModelConfig
+from evidra.rl.run_config import ModelConfig
 from evidra.rl.runs.checkpoint import list_checkpoints, load_trainable_weights
 from evidra.rl.runs.model_card import CARD, CardInput, MethodFacts, model_card
 from evidra.safeio.jsonfiles import read_capped_text

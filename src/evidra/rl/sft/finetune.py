@@ -27,10 +27,10 @@ from evidra.models.context import Context, collate_split, encode_messages
 from evidra.models.generation import forward_logprobs
 from evidra.models.loading import VLM
 from evidra.rl.common import DataCursor, make_optimizer
-from evidra.rl.config import SFTConfig
 from evidra.rl.parallel.precision import default_device, resolve_model_dtype, training_precision
 from evidra.rl.parallel.processes import Engine
 from evidra.rl.policy import load_policy
+from evidra.rl.run_config import SFTConfig
 from evidra.rl.runs.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.runs.folder import RunFolder
 from evidra.rl.sft.files import SFTData, read_sft_data

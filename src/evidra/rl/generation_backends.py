@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from evidra.core.registry import Registry
 from evidra.models.loading import VLM
-from evidra.rl.config import RolloutConfig
+from evidra.rl.run_config import RolloutConfig
 from evidra.rollout import GenerationBackend, HFBackend
 
 
