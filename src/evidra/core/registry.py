@@ -14,20 +14,44 @@ a "did you mean" error instead of an ImportError deep inside a run.
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
 from evidra.core.errors import RegistryError
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+# the entry-point group under which installed packages (evidra itself included) name the modules that
+# register methods; importing one registers its paradigm, reward and judge prompt as well
+METHOD_PLUGINS = "evidra.methods"
 
 
 class Registry(Generic[T]):
-    """Maps names to objects of one kind (functions, classes, factories)."""
+    """Maps names to objects of one kind (functions, classes, factories).
 
-    def __init__(self, kind: str) -> None:
+    With ``plugins`` (an entry-point group), the first lookup of a name not registered yet imports
+    every module named under that group, once, so a method's own parts (its paradigm, its reward)
+    are found by name without importing the method first; a module that fails to import is
+    skipped with one warning line.
+    """
+
+    def __init__(self, kind: str, *, plugins: str | None = None) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._plugins = plugins
+
+    def _load_plugins(self) -> None:
+        group, self._plugins = self._plugins, None  # once, and never again while loading
+        if group is None:
+            return
+        for point in entry_points(group=group):
+            try:
+                point.load()
+            except Exception as exc:  # another package's module: one line, the rest still load
+                logger.warning("%s: plugin %s (%s) did not load: %s", self.kind, point.name, point.value, exc)
 
     def register(self, name: str, *, overwrite: bool = False) -> Callable[[T], T]:
         """Decorator that registers its target under ``name``."""
@@ -48,6 +72,8 @@ class Registry(Generic[T]):
         self._items[name] = obj
 
     def get(self, name: str) -> T:
+        if name not in self._items:
+            self._load_plugins()
         try:
             return self._items[name]
         except KeyError:
@@ -57,16 +83,19 @@ class Registry(Generic[T]):
             raise RegistryError(f"unknown {self.kind} {name!r}{hint} Known: {known}") from None
 
     def names(self) -> list[str]:
+        self._load_plugins()
         return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._items:
+            self._load_plugins()
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.names())
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {self.names()})"

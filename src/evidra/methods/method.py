@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from evidra.core.config import from_dict
 from evidra.core.errors import ConfigError, InvalidInputError, RegistryError
-from evidra.core.registry import Registry
+from evidra.core.registry import METHOD_PLUGINS, Registry
 from evidra.core.types import Sample
 from evidra.rewards.judge_config import JudgeConfig, build_judge, validate_judge
 from evidra.rewards.judge_prompts import JUDGE_PROMPTS
@@ -43,7 +43,7 @@ __all__ = ["ENTRY_POINT_GROUP", "METHODS", "Method", "Resources", "import_method
 
 logger = logging.getLogger(__name__)
 
-ENTRY_POINT_GROUP = "evidra.methods"  # installed packages add methods under this entry-point group
+ENTRY_POINT_GROUP = METHOD_PLUGINS  # installed packages add methods under this entry-point group
 # the modules of this package that define no method (the first lookup imports every other one)
 _NOT_METHODS = ("api", "evaluation", "method", "resolve", "scoped")
 UNKNOWN_METHOD_FIX = (

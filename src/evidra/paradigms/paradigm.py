@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from evidra.core.registry import Registry
+from evidra.core.registry import METHOD_PLUGINS, Registry
 from evidra.core.tagscan import first_block
 from evidra.core.types import Message, Page, Parsed, Sample
 
@@ -28,7 +28,7 @@ class Paradigm(Protocol):
     def reward_names(self) -> tuple[str, ...]: ...
 
 
-PARADIGMS: Registry[Callable[[], Paradigm]] = Registry("paradigm")  # name -> factory
+PARADIGMS: Registry[Callable[[], Paradigm]] = Registry("paradigm", plugins=METHOD_PLUGINS)  # name -> factory
 
 
 def first_tag(text: str, tag: str) -> str | None:

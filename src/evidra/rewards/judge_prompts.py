@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from evidra.core.errors import InvalidInputError
-from evidra.core.registry import Registry
+from evidra.core.registry import METHOD_PLUGINS, Registry
 from evidra.rewards.judge_protocol import JudgeItem
 
 Messages = list[dict[str, str]]
@@ -37,7 +37,7 @@ class JudgePrompt:
     per_request: int = 0
 
 
-JUDGE_PROMPTS: Registry[JudgePrompt] = Registry("judge prompt")
+JUDGE_PROMPTS: Registry[JudgePrompt] = Registry("judge prompt", plugins=METHOD_PLUGINS)
 
 
 # --- the released prompts (verbatim, see tests/fixtures/conformance/README.md) -----------------

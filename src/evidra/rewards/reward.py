@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from evidra.core.errors import InvalidInputError
-from evidra.core.registry import Registry
+from evidra.core.registry import METHOD_PLUGINS, Registry
 from evidra.core.types import Parsed, Sample, Trajectory
 
 
@@ -124,4 +124,4 @@ class Reward(RewardFn, Protocol):
     def reweighted(self, weights: Mapping[str, float]) -> Reward: ...
 
 
-REWARDS: Registry[RewardFn] = Registry("reward")
+REWARDS: Registry[RewardFn] = Registry("reward", plugins=METHOD_PLUGINS)
