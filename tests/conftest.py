@@ -74,6 +74,21 @@ def _no_network() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _no_judge_server() -> Iterator[None]:
+    """The VRAG-RL and Lang2Act recipes name a judge server on 127.0.0.1:8001 with the rule judge
+    as fallback; a test never asks a server it did not start, so the fallback scores (a test of the
+    probe itself calls ``endpoint_unreachable`` imported before this patch, or passes ``probe=``)."""
+    from evidra.rewards import judge_fallback
+
+    def offline(url: str, timeout_s: float = 3.0) -> str:
+        return "no judge server in tests"
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(judge_fallback, "endpoint_unreachable", offline)
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _one_thread() -> None:
     import torch
 

@@ -13,7 +13,7 @@ from evidra.core.types import Box, Page, Sample
 from evidra.corpus import PageStore
 from evidra.data.synth.documents import SynthCorpus, generate_documents
 from evidra.methods.lat.paradigm import format_box, parse_coe
-from evidra.methods.lat.similarity import TextOverlapSimilarity, verify_steps
+from evidra.methods.lat.similarity import TEXT_OVERLAP_TAU, TextOverlapSimilarity, verify_steps
 from evidra.rag import verdict_citation
 from evidra.rag_view import citation_record, format_verdict
 
@@ -108,8 +108,9 @@ def test_cli_prints_each_step(
     assert main(["-q", *args, sample.question]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"answer: {sample.answers[0]}"
-    assert out[2] == "evidence: 1/2 steps supported (tau 0.3)"
-    assert out[3].startswith("  step 1: supported [similarity 1.000 >= tau 0.3]")
+    # no --retriever: the text layer's word overlap, with the tau calibrated for it
+    assert out[2] == f"evidence: 1/2 steps supported (tau {TEXT_OVERLAP_TAU})"
+    assert out[3].startswith(f"  step 1: supported [similarity 1.000 >= tau {TEXT_OVERLAP_TAU}]")
     assert out[4].startswith("  step 2: unsupported")
     assert "ImageSize" in "".join(getattr(p, "text", "") for p in seen[0][0][0].content)
     assert main(["-q", *args, "--json", sample.question]) == 0

@@ -35,6 +35,17 @@ def test_lat_iou50_needs_the_right_page_and_overlap() -> None:
     assert score(s, Prediction("s", ("t",), "x", answer_page=1, answer_box=(40, 10, 80, 30)))["iou50"] == 0.0
 
 
+def test_lat_iou50_counts_only_an_iou_above_one_half() -> None:
+    """LAT §5.1: IoU@0.5 is the share of answer boxes whose IoU with the gold box "exceeds 0.5"."""
+    s = _sample(dataset="visa_wiki")
+    # gold (10,10,50,30), area 800; (10,10,30,30): intersection 400, union 800 -> IoU exactly 0.5
+    at_half = score(s, Prediction("s", ("t",), "Jane Doe", answer_page=1, answer_box=(10, 10, 30, 30)))
+    assert at_half["iou50"] == 0.0
+    # (10,10,31,30): intersection 420, union 800 -> IoU 0.525
+    above = score(s, Prediction("s", ("t",), "Jane Doe", answer_page=1, answer_box=(10, 10, 31, 30)))
+    assert above["iou50"] == 1.0
+
+
 def test_unanswerable_visa_rule() -> None:
     s = _sample(answerable=False, gold_pages=(), gold_boxes=(), answers=("No Answer",))
     ok = score(s, Prediction("s", ("t",), "No answer."))

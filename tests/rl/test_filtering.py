@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from evidra.core.errors import EvidraError, InvalidInputError
 from evidra.data.construction.difficulty import difficulty_filter
+from evidra.rewards.reward import RewardResult
 from evidra.rl.algo.filtering import (
     DAPO_FILTER,
     EVISRAG_FILTER,
@@ -18,8 +21,11 @@ from evidra.rl.algo.filtering import (
     all_of,
     filter_groups,
     mean_within,
+    sampling_rewards,
     std_above,
 )
+from evidra.rl.run_config import AlgoConfig
+from evidra.rl.trainer import RLTrainer
 
 
 def test_std_filter_drops_groups_with_equal_rewards() -> None:
@@ -51,6 +57,51 @@ def test_bad_predicate_and_shape() -> None:
         filter_groups(torch.zeros(4))
     with pytest.raises(InvalidInputError, match="bool tensor"):
         filter_groups(torch.zeros(2, 2), lambda r: r.mean(dim=1))
+
+
+# EVisRAG's four channels (Eq. 8): observe/evidence = mean(perception, format), think/answer =
+# mean(derivation, format). A reads the evidence right and answers wrong (perception 1,
+# derivation 0, format 1), B the reverse: both totals are 2, the channels differ.
+CHANNELS = ("observe", "evidence", "think", "answer")
+A = RewardResult(2.0, scopes={"observe": 1.0, "evidence": 1.0, "think": 0.5, "answer": 0.5})
+B = RewardResult(2.0, scopes={"observe": 0.5, "evidence": 0.5, "think": 1.0, "answer": 1.0})
+
+
+def test_dapo_under_rs_grpo_keeps_equal_totals_with_differing_channels() -> None:
+    """RS-GRPO normalises each channel in its group: A and B get advantages of opposite sign on
+    every channel ((1 - 0.75) / 0.25 = +1 for A's evidence), so the group carries signal although
+    its totals are equal."""
+    assert sampling_rewards([[A, B]]).tolist() == [[2.0, 2.0]]
+    assert DAPO_FILTER(sampling_rewards([[A, B]])).tolist() == [False]
+    channels = sampling_rewards([[A, B], [A, A]], CHANNELS, per_scope=True)  # (P, G, K) = (2, 2, 4)
+    assert tuple(channels.shape) == (2, 2, 4)
+    assert filter_groups(channels, DAPO_FILTER).tolist() == [True, False]
+    with pytest.raises(InvalidInputError, match=r"\(P, G\)"):
+        mean_within(0.01, 6.9)(channels)  # the released band reads the overall reward only
+
+
+@pytest.mark.parametrize(
+    ("advantage", "keep_mean_range", "kept"),
+    [("rs_grpo", (), 1), ("router", (), 1), ("grpo", (), 0), ("router", (0.01, 6.9), 1)],
+)
+def test_the_trainer_filters_rs_grpo_groups_on_their_channels(
+    advantage: str, keep_mean_range: tuple[float, ...], kept: int
+) -> None:
+    """The trainer's own sampling loop: under RS-GRPO (or the router) the group of A and B is
+    kept; under plain GRPO (totals only) it has no signal and is dropped; the released band reads
+    the totals (mean 2 lies inside (0.01, 6.9))."""
+    algo = AlgoConfig(
+        advantage=advantage, dynamic_sampling=True, max_sampling_rounds=1, keep_mean_range=keep_mean_range
+    )
+    trainer = SimpleNamespace(
+        cfg=SimpleNamespace(algo=algo),
+        task=SimpleNamespace(scope_names=CHANNELS),
+        local_batch=1,
+        next_samples=lambda: [],
+        _rollout=lambda samples: [([], [A, B])],
+    )
+    groups, sampled, stats = RLTrainer._collect(trainer)  # type: ignore[arg-type]
+    assert len(groups) == kept and len(sampled) == 1 and stats["sampling/filtered_groups"] == 1 - kept
 
 
 class FakeGenerator:

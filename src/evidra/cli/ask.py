@@ -84,7 +84,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--retriever", default=None, metavar="PATH", help="ColQwen2 checkpoint or hub id for --verify"
     )
-    p.add_argument("--tau", type=float, default=0.3, help="similarity threshold for --verify (LAT: 0.3)")
+    p.add_argument(
+        "--tau",
+        type=float,
+        default=None,
+        help="similarity threshold for --verify (default: LAT's 0.3 with --retriever, else the "
+        "text-layer similarity's calibrated threshold)",
+    )
     p.set_defaults(func=run)
 
 
@@ -181,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
     from evidra.rag import UNREADABLE
     from evidra.rag_view import NO_HITS, answer_record, caption, format_citation, format_verdict, write_html
 
+    if args.tau is None:
+        from evidra.methods.lat.similarity import LAT_TAU, TEXT_OVERLAP_TAU
+
+        args.tau = LAT_TAU if args.retriever else TEXT_OVERLAP_TAU
     with _open(args) as rag:
         similarity = _similarity(args.retriever, args.device) if args.verify else None
         answer = rag.ask(

@@ -138,7 +138,8 @@ def _judge_arguments(p: Any) -> None:
         default=None,
         metavar="NAME",
         help="a registered judge prompt (evidra.rewards.judge_prompts): vragrl (one answer "
-        "a request), lang2act (batched) or cave (default: --method's, else vragrl)",
+        "a request), lang2act (batched), lang2act.eval (Lang2Act's evaluation prompt) or cave "
+        "(default: --method's evaluation prompt, else vragrl)",
     )
     j.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at once")
     j.add_argument("--judge-timeout", type=float, default=60.0, metavar="SECONDS", help="per judge request")
@@ -149,7 +150,7 @@ def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> An
     """The judge of ``--judge`` (None without it); bad options fail here, before any model loads."""
     if args.judge is None:
         return None
-    prompt = args.judge_prompt or (method.method.judge_prompt if method is not None else "vragrl")
+    prompt = args.judge_prompt or (method.method.evaluation_judge_prompt if method is not None else "vragrl")
     from evidra.rewards.judge_config import JudgeConfig, build_judge
     from evidra.rewards.judge_http import DiskCache
 

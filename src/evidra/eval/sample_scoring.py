@@ -5,7 +5,7 @@ box in it is already in page pixels. ``score`` returns a flat ``{metric: value}`
 
 * the official answer metric of the sample's benchmark (``evidra.metrics.official``, registered
   per dataset name), e.g. ``anls`` for DocVQA, ``relaxed_accuracy`` for ChartQA;
-* LAT's soft ``em`` and ``iou50`` (answer box on the gold page with IoU >= 0.5; an unanswerable
+* LAT's soft ``em`` and ``iou50`` (answer box on the gold page with IoU > 0.5; an unanswerable
   item counts when the answer says "No answer" and gives no box, the VISA rule; LAT §5.1);
 * EVisRAG's ``evisrag_acc`` / ``evisrag_f1`` against "insufficient to answer" when the sample's
   context is insufficient (EVisRAG Eq. 12, ``src/evisrag/eval.py``);
@@ -63,8 +63,12 @@ class Prediction:
     scores: Mapping[str, float] = field(default_factory=dict)
 
 
+IOU50_THRESHOLD = 0.5  # LAT §5.1: the share of answer boxes whose IoU "exceeds 0.5" (strictly, as Eq. 9)
+
+
 def lat_scores(sample: Sample, pred: str, p: Prediction) -> dict[str, float]:
-    """LAT's soft EM and IoU@0.5 (LAT §5.1; VISA's box rule for unanswerable items)."""
+    """LAT's soft EM and IoU@0.5 (LAT §5.1; VISA's box rule for unanswerable items): a box at
+    exactly IoU 0.5 does not count."""
     golds = sample.answers if sample.answerable else ("No answer",)
     em = any(soft_exact_match(normalize_lat(pred), normalize_lat(g), allow_empty=False) for g in golds)
     if not sample.answerable:
@@ -73,7 +77,7 @@ def lat_scores(sample: Sample, pred: str, p: Prediction) -> dict[str, float]:
     if p.answer_box is not None and p.answer_page is not None and 0 <= p.answer_page < len(sample.pages):
         page_id = sample.pages[p.answer_page].id
         box = Box.from_points(*p.answer_box)
-        hit = any(g.page_id == page_id and iou(box, g.box) >= 0.5 for g in sample.gold_boxes)
+        hit = any(g.page_id == page_id and iou(box, g.box) > IOU50_THRESHOLD for g in sample.gold_boxes)
     return {"em": float(em), "iou50": float(hit)} if sample.gold_boxes else {"em": float(em)}
 
 

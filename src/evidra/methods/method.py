@@ -80,6 +80,8 @@ class Method(Generic[O]):
     summary: str = ""  # one line for listings and error messages
     layout: str = "official"  # the eval table layout its paper reports (evidra.eval.tables.LAYOUTS)
     judge_prompt: str = "vragrl"  # its answer judge's prompt: a name in evidra.rewards.judge_prompts
+    # the prompt its paper evaluates answers with (evidra eval --judge); "": judge_prompt
+    eval_judge_prompt: str = ""
     distill: DistillFilter | None = None  # keeps a teacher trajectory or not (evidra data distill)
     # its distillation re-locates the teacher's boxes with a grounding model (``--annotator``)
     regrounds_boxes: bool = False
@@ -89,6 +91,12 @@ class Method(Generic[O]):
 
     def __post_init__(self) -> None:
         JUDGE_PROMPTS.get(self.judge_prompt)  # a registered prompt, or "unknown judge prompt ..."
+        JUDGE_PROMPTS.get(self.evaluation_judge_prompt)
+
+    @property
+    def evaluation_judge_prompt(self) -> str:
+        """The judge prompt ``evidra eval --method NAME --judge ...`` asks by default."""
+        return self.eval_judge_prompt or self.judge_prompt
 
     def parse_options(self, section: Mapping[str, Any]) -> O:
         """The options of the ``method:`` section (without ``name``): an unknown key is a one-line

@@ -1,4 +1,5 @@
-"""Reward-hacking guards: checks beyond the papers, off by default (``reward.guards: true``).
+"""Reward-hacking guards: checks beyond the papers, off by default (``reward.guards: true``; the
+VRAG-RL and Lang2Act recipes turn them on for their offline rule-judge fallback).
 
 The papers' rewards can be gamed by a policy that learns their blind spots, each measured on
 hand-made completions (``tests/rewards/test_guards.py``):
@@ -158,3 +159,9 @@ def guard(result: RewardResult, trips: Sequence[str]) -> RewardResult:
         scopes={k: min(v, 0.0) for k, v in result.scopes.items()},
         turns=tuple(min(t, 0.0) for t in result.turns),
     )
+
+
+def guarded(result: RewardResult, parsed: Parsed, sample: Sample, cfg: GuardConfig) -> RewardResult:
+    """``result`` after the guards of ``cfg`` read ``parsed`` on ``sample``: how the trainer scores
+    an episode when ``reward.guards`` is on (unchanged when it is off)."""
+    return guard(result, tripped(parsed, sample, cfg))

@@ -13,11 +13,13 @@ judge:
   timeout_s: 60                      # one request, wall clock
   max_retries: 3                     # bounded; a judgement that still fails is unscored, not 0
   max_wait_s: 120                    # total backoff of one request's retries
+  fallback: rule                     # no endpoint configured or reachable: the rule judge, said once
 ```
 
 ``prompt`` picks a registered judge prompt (``evidra.rewards.judge_prompts``): ``vragrl`` (one
-item per request, VRAG-RL's template), ``lang2act`` (Lang2Act's batched system prompt) or
-``cave`` (one short answer, exact match); empty uses the task's own.
+item per request, VRAG-RL's template), ``lang2act`` (Lang2Act's batched system prompt),
+``lang2act.eval`` (Lang2Act's evaluation prompt, Figure 16) or ``cave`` (one short answer, exact
+match); empty uses the task's own.
 
 A recipe is a file, so the key in ``$api_key_env`` goes to its ``base_url`` only when the user's
 environment allows the pair (``EVIDRA_KEY_HOSTS=JUDGE_API_KEY@host:port``, see ``evidra.safeio.keys``);
@@ -35,6 +37,7 @@ from evidra.core.errors import ConfigError, RegistryError
 from evidra.core.registry import Registry
 from evidra.openai.client import DEFAULT_API_KEY_ENV, check_api_key_env
 from evidra.rewards.judge import RuleJudge
+from evidra.rewards.judge_fallback import FallbackJudge, offline_fallback
 from evidra.rewards.judge_http import HttpJudgeConfig, JudgeCache, OpenAIJudge
 from evidra.rewards.judge_prompts import JUDGE_PROMPTS
 from evidra.rewards.judge_protocol import Judge
@@ -51,7 +54,7 @@ class JudgeConfig:
     model: str = ""  # openai: the model name the server serves
     # openai: environment variable holding the API key (sent as a Bearer token; none when unset); "": none
     api_key_env: str = DEFAULT_API_KEY_ENV
-    prompt: str = ""  # a JUDGE_PROMPTS name (vragrl | lang2act | cave); "": the task's own
+    prompt: str = ""  # a JUDGE_PROMPTS name (vragrl | lang2act | lang2act.eval | cave); "": the task's own
     batch_size: int = 10  # items per request with the lang2act prompt (toolrl 10, actionrl 5)
     concurrency: int = 8
     timeout_s: float = 60.0
@@ -59,6 +62,10 @@ class JudgeConfig:
     max_wait_s: float = 120.0  # total wait between the retries of one request
     temperature: float = 0.0
     max_tokens: int = 0  # 0: the server's default
+    # openai: what scores when no base_url is set, or the endpoint does not answer on first use
+    # (``evidra.rewards.judge_fallback``): rule (the rule judge, one log line says so); "": nothing
+    # (an unreachable endpoint leaves answers unscored)
+    fallback: Literal["", "rule"] = ""
 
     @property
     def is_default(self) -> bool:
@@ -78,6 +85,8 @@ def _rule(cfg: JudgeConfig, default_prompt: str, key_policy: KeyPolicy) -> Judge
 
 @JUDGES.register("openai")
 def _openai(cfg: JudgeConfig, default_prompt: str, key_policy: KeyPolicy) -> Judge:
+    if not cfg.base_url:  # validate_judge allows this only with a fallback
+        return offline_fallback(_rule(cfg, default_prompt, key_policy), "no judge endpoint is configured")
     style = cfg.prompt or default_prompt
     http = HttpJudgeConfig(
         base_url=cfg.base_url,
@@ -95,6 +104,8 @@ def _openai(cfg: JudgeConfig, default_prompt: str, key_policy: KeyPolicy) -> Jud
     )
     judge = OpenAIJudge(http)
     judge.client_config.key()  # a withheld key is warned about now, before any work
+    if cfg.fallback:
+        return FallbackJudge(judge, _rule(cfg, default_prompt, key_policy), cfg.base_url)
     return judge
 
 
@@ -110,7 +121,7 @@ def validate_judge(cfg: JudgeConfig) -> None:
             JUDGE_PROMPTS.get(cfg.prompt)
         except RegistryError as exc:
             raise ConfigError(f"judge.prompt: {exc}") from None
-    if cfg.kind == "openai":
+    if cfg.kind == "openai" and (cfg.base_url or not cfg.fallback):
         if not cfg.base_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"judge.base_url must be an http(s) URL of an OpenAI-compatible server, got {cfg.base_url!r}"
@@ -142,6 +153,7 @@ def build_judge(
     validate_judge(cfg)
     policy = key_policy if key_policy is not None else KeyPolicy.file("judge.base_url")
     judge = JUDGES.get(cfg.kind)(cfg, default_prompt, policy)
-    if cache is not None and isinstance(judge, OpenAIJudge):
-        judge.cache = cache
+    endpoint = judge.primary if isinstance(judge, FallbackJudge) else judge
+    if cache is not None and isinstance(endpoint, OpenAIJudge):
+        endpoint.cache = cache
     return judge

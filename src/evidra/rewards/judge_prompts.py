@@ -8,6 +8,9 @@ names its paper's default.
 * ``vragrl``: VRAG-RL Eq. 11, one item as the only (user) message; the released rm.py text.
 * ``lang2act``: Lang2Act Eq. 2 / Eq. 14, a batch as system prompt + one user message; the
   released toolrl.py text.
+* ``lang2act.eval``: Lang2Act's evaluation judge (§4 "Evaluation Metrics", Figure 16, verbatim),
+  one item per request as system prompt + user prompt; what ``evidra eval --method lang2act
+  --judge openai`` asks.
 * ``cave``: CAVE's answer-correctness anchor (§3.3). The paper prints no judge prompt; its
   benchmarks (TRACER, Tunnel Vision) score short answers (a colour, yes/no, a letter, a
   component name) by exact match of the braced answer, so this prompt (our wording) asks for
@@ -142,6 +145,37 @@ def _lang2act(items: Sequence[JudgeItem]) -> Messages:
     ]
 
 
+# --- Lang2Act's evaluation judge (Figure 16, verbatim from the paper) -------------------------
+
+LANG2ACT_EVAL_JUDGE_SYSTEM_PROMPT = "You are an expert evaluation system for a question answering chatbot. You will be given one evaluation item. You will see a query, a reference answer, and a generated answer. Your task is to evaluate the correctness of the generated answer. Your response **MUST** be exactly one line, formatted as `<judge>True</judge>` if the generated answer is correct, or `<judge>False</judge>` otherwise. Do not add any other text or explanations."  # noqa: E501
+
+LANG2ACT_EVAL_JUDGE_USER_TEMPLATE = (
+    "Query: {query}\n\nReference Answer: {reference_answer}\n\nGenerated Answer: {generated_answer}"
+)
+
+
+def lang2act_eval_user_message(item: JudgeItem) -> str:
+    """Figure 16's user prompt for one item (single-pass substitution).
+
+    >>> print(lang2act_eval_user_message(JudgeItem("Q?", "A", "B")))
+    Query: Q?
+    <BLANKLINE>
+    Reference Answer: A
+    <BLANKLINE>
+    Generated Answer: B
+    """
+    values = {"query": item.query, "reference_answer": item.reference, "generated_answer": item.generated}
+    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), LANG2ACT_EVAL_JUDGE_USER_TEMPLATE)
+
+
+def _lang2act_eval(items: Sequence[JudgeItem]) -> Messages:
+    _one(items, "lang2act.eval")
+    return [
+        {"role": "system", "content": LANG2ACT_EVAL_JUDGE_SYSTEM_PROMPT},
+        {"role": "user", "content": lang2act_eval_user_message(items[0])},
+    ]
+
+
 # --- CAVE (our wording; the paper prints none) -----------------------------------------------
 
 CAVE_JUDGE_SYSTEM_PROMPT = """You grade answers to visual reasoning puzzles. Each reference answer is short: a colour, yes or no, a letter, a number, or the name of a component or object.
@@ -167,6 +201,7 @@ def _one(items: Sequence[JudgeItem], name: str) -> None:
 
 JUDGE_PROMPTS.add("vragrl", JudgePrompt("vragrl", _vragrl, per_request=1))
 JUDGE_PROMPTS.add("lang2act", JudgePrompt("lang2act", _lang2act))
+JUDGE_PROMPTS.add("lang2act.eval", JudgePrompt("lang2act.eval", _lang2act_eval, per_request=1))
 JUDGE_PROMPTS.add("cave", JudgePrompt("cave", _cave, per_request=1))
 
 

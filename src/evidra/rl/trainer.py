@@ -27,11 +27,12 @@ from evidra.core.errors import TrainingError
 from evidra.core.types import Sample
 from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
-from evidra.rewards.guards import guard, tripped
+from evidra.rewards.guards import guarded
 from evidra.rewards.reward import RewardResult
 from evidra.rl.algo.advantages import ScopedAdvantages
 from evidra.rl.algo.credit import loss_rows, over_turn, token_advantages
-from evidra.rl.algo.filtering import DynamicSampler, NoVarianceWatch, Round, group_filter
+from evidra.rl.algo.estimators import ADVANTAGES
+from evidra.rl.algo.filtering import DynamicSampler, NoVarianceWatch, Round, group_filter, sampling_rewards
 from evidra.rl.algo.kl import kl_in_reward
 from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.episode_scoring import score_episodes
@@ -152,15 +153,13 @@ class RLTrainer:
         if self.cfg.reward.guards:  # beyond the papers: a gamed reward is capped at 0
             cfg = self.cfg.reward
             pairs = zip(results, final, episodes, strict=True)
-            results = [guard(res, tripped(p, ep.sample, cfg)) for res, p, ep in pairs]
+            results = [guarded(res, p, ep.sample, cfg) for res, p, ep in pairs]
         g = r.group_size
         return [(episodes[i : i + g], results[i : i + g]) for i in range(0, len(episodes), g)]
 
     def _collect(self) -> tuple[list[Group], list[Group], dict[str, float]]:
         """The groups to train on, every group sampled for them (dynamic sampling may draw
         several rounds and drop groups), and the sampling counts."""
-        import torch
-
         if not self.cfg.algo.dynamic_sampling:
             groups = self._rollout(self.next_samples())
             return groups, groups, {}
@@ -169,10 +168,12 @@ class RLTrainer:
         def generate(_round: int) -> Round[Group]:
             groups = self._rollout(self.next_samples())
             sampled.extend(groups)
-            rewards = torch.tensor([[res.total for res in results] for _, results in groups])  # (P, G)
-            return Round(groups, rewards)
+            rewards = sampling_rewards([results for _, results in groups], self.task.scope_names, per_scope)
+            return Round(groups, rewards)  # rewards (P, G), or (P, G, K) channels
 
         a = self.cfg.algo
+        # RS-GRPO normalises each channel in its group: DAPO keeps a group when any channel varies
+        per_scope = ADVANTAGES.get(a.advantage).needs_scopes and not a.keep_mean_range
         keep = group_filter(a.keep_mean_range)
         sampler: DynamicSampler[Group] = DynamicSampler(
             self.local_batch, keep, max_rounds=a.max_sampling_rounds, on_short="partial"

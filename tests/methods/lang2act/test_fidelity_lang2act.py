@@ -57,3 +57,13 @@ def test_stage1_recipe_states_the_reward_it_trains() -> None:
     assert "r_ans alone (Eq. 2" in header and "method.weights={answer: 0.8, format: 0.2}" in header
     cfg = load_config(RLConfig, path, ["model.path=x"])
     assert build_task(cfg.method).reward.weights == {"answer": 1.0, "format": 0.0}
+
+
+def test_the_reward_table_states_stage1_as_eq2() -> None:
+    """docs/rewards_vragrl_lang2act.md's Lang2Act table: paper mode r_ans alone (Eq. 2), the
+    released 0.8 / 0.2 sum in the upstream column only."""
+    table = (ROOT / "docs/rewards_vragrl_lang2act.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| 1 (`actionrl`) |"))
+    paper, upstream = (cell.strip() for cell in row.split("|")[2:4])
+    assert "r_ans` alone (Eq. 2)" in paper and "0.8" not in paper
+    assert "0.8 * r_ans + 0.2 * format" in upstream

@@ -72,3 +72,14 @@ def test_the_docs_state_both_readings_and_the_reward_model() -> None:
     agents = (ROOT / "docs/agents.md").read_text()
     assert "Qwen2.5-7B-Instruct" in agents and "KL 0.01)" not in agents
     assert "multi-expert trajectory sampling" not in agents.split("## Not done", 1)[1]
+
+
+def test_the_docs_name_colpali_as_the_papers_retriever() -> None:
+    """App. B: "The vision-based retriever is built upon ... ColPali"; ColQwen2 is the released
+    engine's, and no page says the paper uses it."""
+    agents = " ".join((ROOT / "docs/agents.md").read_text().split())
+    assert "The paper's vision-based retriever is ColPali (App. B" in agents
+    assert "The paper uses ColQwen2" not in agents and "ColQwen2 as in the paper" not in agents
+    vragrl = (ROOT / "docs/methods.md").read_text().split("### VRAG-RL (`configs/vragrl.yaml`)")[1]
+    assert "| both | retriever | ColPali (vision)" in vragrl.split("### CAVE")[0]
+    assert "App. B: ColPali" in RECIPE.read_text()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from evidra.core.errors import InvalidInputError
@@ -90,6 +90,18 @@ def belief_gains(states: Sequence[StateScore]) -> list[float]:
     [1.0, -0.5]
     """
     return [b.answer - a.answer for a, b in itertools.pairwise(states)]
+
+
+def evidence_units(texts: Iterable[str]) -> tuple[str, ...]:
+    """CAVE §3.2.2's evidence units, "a set of textualized visual evidence units": each distinct
+    non-empty text once (whitespace collapsed), in first-seen order, so a unit stated on two pages
+    weighs as much in the mean gain as any other.
+
+    >>> evidence_units(["A red gear.", "", "A red  gear. ", "A blue pipe."])
+    ('A red gear.', 'A blue pipe.')
+    """
+    units = (" ".join(text.split()) for text in texts)
+    return tuple(dict.fromkeys(unit for unit in units if unit))
 
 
 def evidence_gains(states: Sequence[StateScore]) -> list[float]:

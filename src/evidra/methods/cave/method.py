@@ -25,7 +25,7 @@ from evidra.data.synth.sources import side_by_side
 from evidra.env.environment import play_script
 from evidra.env.zoom import ZoomEnv
 from evidra.methods._benchmark import adapter, first_gold_page, has_pages, images_on_disk, is_answerable
-from evidra.methods.cave.credits import WEIGHTS, CaveParams
+from evidra.methods.cave.credits import WEIGHTS, CaveParams, evidence_units
 from evidra.methods.cave.paradigm import TOOL_NAME, ZoomAgent
 from evidra.methods.cave.reward import CaveReward
 from evidra.methods.method import METHODS, Method, Resources, merged_weights, method_judge
@@ -72,7 +72,7 @@ def oracle(sample: Sample) -> list[Message]:
     tool use): zoom on the region that holds the evidence, with a margin, state the evidence seen
     there, answer. A sample without such a region answers from the whole image."""
     box = zoom_region(sample)
-    evidence = " ".join(t for t in sample.gold_evidence.values() if t) or "The image shows the answer."
+    evidence = " ".join(evidence_units(sample.gold_evidence.values())) or "The image shows the answer."
     final = f"<answer>{sample.answers[0]}</answer>"
     if box is None:
         return play_script(make_env(sample), sample, [f"<think>{evidence}</think>{final}"])

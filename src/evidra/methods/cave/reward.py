@@ -9,7 +9,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from evidra.core.types import Parsed, Sample, Trajectory
-from evidra.methods.cave.credits import COMPONENTS, WEIGHTS, CaveParams, Outcome, StateScore, cave_reward
+from evidra.methods.cave.credits import (
+    COMPONENTS,
+    WEIGHTS,
+    CaveParams,
+    Outcome,
+    StateScore,
+    cave_reward,
+    evidence_units,
+)
 from evidra.methods.cave.states import score_states
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_protocol import Judge, JudgeItem
@@ -81,7 +89,7 @@ class CaveReward:
             traj = ep.trajectory
             starts = [span.start for span in traj.turns] or [0]
             answer = ep.sample.answers[0] if ep.sample.answers else ""
-            units = [text for text in ep.sample.gold_evidence.values() if text]
+            units = list(evidence_units(ep.sample.gold_evidence.values()))  # a set (§3.2.2)
             rows.append((ep.context, len(traj.prompt_ids), starts, answer, units))
         states = score_states(vlm, rows, top_k=self.params.top_k)
         out = []

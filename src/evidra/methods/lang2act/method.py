@@ -126,6 +126,7 @@ LANG2ACT = Method(
     paradigm="toolchain",
     summary="Lang2Act: linguistic tools emerge in stage 1, curated into a toolbox, used in stage 2",
     judge_prompt="lang2act",
+    eval_judge_prompt="lang2act.eval",  # §4 and Figure 16: the evaluation judge's own prompt
     stages=("filter", "toolbox"),
     citation=Paper(
         "Lang2Act: Fine-Grained Visual Reasoning through Self-Emergent Linguistic Toolchains",

@@ -4,10 +4,13 @@ R = R_acc + R_step + R_ground + R_format. The paper gives no weights and the rel
 the four unweighted (range -1..4), so every weight is 1 (``method.weights`` changes them).
 R_step's similarity is injected (``LatOptions.similarity``, or ``Resources.similarity``):
 
-* ``text_overlap``: :class:`~evidra.methods.lat.similarity.TextOverlapSimilarity` (offline, page text
-  layer inside the box vs the step text), so the recipe runs without a retriever;
 * ``colqwen2``: ColQwen2 late interaction, as the paper, from ``method.similarity_checkpoint``,
-  loaded on first use.
+  loaded on first use; tau = 0.3 (§4), calibrated on that score;
+* ``text_overlap``: :class:`~evidra.methods.lat.similarity.TextOverlapSimilarity` (offline, page text
+  layer inside the box vs the step text), so the recipe runs without a retriever; its scale is not
+  ColQwen2's, so its tau is ``TEXT_OVERLAP_TAU``, calibrated on evidra's synthetic documents;
+* ``auto`` (the default): ``colqwen2`` when ``method.similarity_checkpoint`` names a retriever,
+  else ``text_overlap``.
 
 ``method.scoped`` routes the rewards to token scopes for RS-GRPO (``methods/scoped.py``).
 """
@@ -27,7 +30,7 @@ from evidra.methods.lat.batch import episode_scorer, with_step_text
 from evidra.methods.lat.construction import lat_filter
 from evidra.methods.lat.paradigm import ChainOfEvidence, coe_oracle_text, parse_coe
 from evidra.methods.lat.reward import LatReward, LazySimilarity, lat_reward
-from evidra.methods.lat.similarity import StepSimilarity, TextOverlapSimilarity
+from evidra.methods.lat.similarity import LAT_TAU, TEXT_OVERLAP_TAU, StepSimilarity, TextOverlapSimilarity
 from evidra.methods.method import METHODS, Method, Resources, merged_weights
 from evidra.methods.scoped import LAT_ROUTES, LAT_RULES, with_scopes
 from evidra.rl.run_config import DataConfig
@@ -43,10 +46,11 @@ class LatOptions:
     reward_mode: Literal["paper", "upstream"] = "paper"
     # reward component (accuracy, step, ground, format) -> weight over its default of 1
     weights: Mapping[str, float] = field(default_factory=dict)
-    # R_step's similarity of a cropped box and a reasoning step: text_overlap (offline, the page's
-    # text layer inside the box) or colqwen2 (late interaction, as the paper)
-    similarity: Literal["text_overlap", "colqwen2"] = "text_overlap"
-    similarity_checkpoint: str = ""  # with similarity=colqwen2: the ColQwen2 checkpoint directory
+    # R_step's similarity of a cropped box and a reasoning step: auto (colqwen2 when
+    # similarity_checkpoint names a retriever, else text_overlap), text_overlap (offline, the page's
+    # text layer inside the box, its own calibrated tau) or colqwen2 (late interaction, as the paper)
+    similarity: Literal["auto", "text_overlap", "colqwen2"] = "auto"
+    similarity_checkpoint: str = ""  # the ColQwen2 checkpoint directory (colqwen2, or auto)
     # route the rewards to token scopes (evidence rewards on the reasoning, accuracy on the answer)
     # for algo.advantage=rs_grpo
     scoped: bool = False
@@ -91,24 +95,34 @@ def make_lat_task(name: str, reward: LatReward) -> Task:
     )
 
 
+def with_similarity(reward: LatReward, similarity: StepSimilarity) -> LatReward:
+    """``reward`` scoring R_step with ``similarity`` against that similarity's tau: LAT's 0.3 for
+    a retriever's score, ``TEXT_OVERLAP_TAU`` for the word overlap (another scale)."""
+    tau = TEXT_OVERLAP_TAU if isinstance(similarity, TextOverlapSimilarity) else LAT_TAU
+    return replace(reward, similarity=similarity, config=replace(reward.config, tau=tau))
+
+
 def _reward(cfg: LatOptions, resources: Resources) -> LatReward:
     reward = lat_reward(cfg.reward_mode)
     reward = replace(reward, weights=merged_weights("lat", reward.weights, cfg.weights))
     if resources.similarity is not None:
-        return replace(reward, similarity=resources.similarity)
-    if cfg.similarity == "text_overlap":
+        return with_similarity(reward, resources.similarity)
+    kind = cfg.similarity
+    if kind == "auto":  # the paper's similarity when a retriever is given
+        kind = "colqwen2" if cfg.similarity_checkpoint else "text_overlap"
+    if kind == "text_overlap":
         if cfg.similarity_checkpoint:
             raise ConfigError(
-                "method.similarity_checkpoint is for method.similarity=colqwen2; set the similarity "
-                "or remove the checkpoint"
+                "method.similarity_checkpoint is for method.similarity=colqwen2 (or auto); set the "
+                "similarity or remove the checkpoint"
             )
-        return replace(reward, similarity=TextOverlapSimilarity())
+        return with_similarity(reward, TextOverlapSimilarity())
     if not cfg.similarity_checkpoint:
         raise ConfigError(
             "method.similarity=colqwen2 needs method.similarity_checkpoint (a ColQwen2 checkpoint "
             "directory), or use method.similarity=text_overlap (offline)"
         )
-    return replace(reward, similarity=colqwen2_loader(cfg.similarity_checkpoint))
+    return with_similarity(reward, colqwen2_loader(cfg.similarity_checkpoint))
 
 
 def build_lat(cfg: LatOptions, resources: Resources) -> Task:

@@ -2,12 +2,13 @@
 
 Samples are questions about synthetic PDFs (``evidra.data.synth.documents``), ingested into a
 page store so every page has its text layer; the search engine is an in-process BM25 index
-over all pages of that corpus (the paper uses ColQwen2; any ``Searcher`` fits ``SearchEnv``,
+over all pages of that corpus (the paper's retriever is ColPali, App. B; any ``Searcher`` fits ``SearchEnv``,
 e.g. ``SearchClient`` to ``evidra serve-index``, through ``method.index`` or
 ``Resources.searcher``). The reward is VRAG-RL Eq. 12, by default with the released code's
 weights (0.2 NDCG of the retrieved pages, 0.7 judge, 0.1 pattern; the paper gives none but
 gamma; ``method.weights``, which ``configs/vragrl.yaml`` sets to gamma = 0 after SFT) and the
-offline ``RuleJudge`` (``method.judge``; the paper's judge is Qwen2.5-7B-Instruct); the retrieved
+judge of ``method.judge`` (default: the offline ``RuleJudge``; the recipe asks the paper's
+Qwen2.5-7B-Instruct on an OpenAI-compatible endpoint, the rule judge its fallback); the retrieved
 page ids come from the environment's infos, which is why this
 task scores whole episodes (``Task.score_episodes``). ``method.reward_mode=upstream`` scores as the
 released reward manager: the whole decoded episode is checked, and without both a ``<search>``

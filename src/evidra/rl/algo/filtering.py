@@ -4,7 +4,9 @@ and offline difficulty filtering of a dataset.
 Group predicates work on a (P, G) reward tensor and return which groups to keep (P,):
 
 * :func:`std_above` keeps groups whose rewards are not all equal (DAPO: ``0 < acc < 1``; with
-  continuous rewards OpenRLHF #1270 asks for exactly this std test);
+  continuous rewards OpenRLHF #1270 asks for exactly this std test). Given (P, G, K) reward
+  channels (:func:`sampling_rewards` for RS-GRPO, which normalises each channel in its group), it
+  keeps a group when any channel varies: equal totals with differing channels still carry signal;
 * :func:`mean_within` keeps groups whose mean is strictly inside ``(low, high)`` (EasyR1's
   ``online_filtering`` 0.01/0.99; EVisRAG keeps ``0.01 < mean(overall) < 6.9``);
 * :func:`all_of` combines predicates. ``DAPO_FILTER`` and ``EVISRAG_FILTER`` are the presets.
@@ -25,38 +27,45 @@ import torch
 from torch import Tensor
 
 from evidra.core.errors import EvidraError, InvalidInputError
+from evidra.rewards.reward import RewardResult
 
 GroupPredicate = Callable[[Tensor], Tensor]  # (P, G) rewards -> (P,) bool keep
 T = TypeVar("T")
 
 
-def _as_groups(rewards: Tensor) -> Tensor:
-    if rewards.dim() != 2 or rewards.shape[1] < 1:
-        raise InvalidInputError(f"group rewards must be (P, G), got shape {tuple(rewards.shape)}")
-    return rewards.to(torch.float64)  # (P, G)
+def _as_groups(rewards: Tensor, channels: bool = True) -> Tensor:
+    shapes = "(P, G) or (P, G, K)" if channels else "(P, G)"
+    if rewards.dim() not in ((2, 3) if channels else (2,)) or rewards.shape[1] < 1:
+        raise InvalidInputError(f"group rewards must be {shapes}, got shape {tuple(rewards.shape)}")
+    return rewards.to(torch.float64)  # (P, G) or (P, G, K)
 
 
 def std_above(tol: float = 0.0) -> GroupPredicate:
-    """Keep groups whose population std exceeds ``tol`` (their rewards are not all equal).
+    """Keep groups whose population std exceeds ``tol`` (their rewards are not all equal); for
+    (P, G, K) reward channels, groups where any channel's std does.
 
     >>> std_above()(torch.tensor([[1.0, 1.0], [0.0, 1.0]])).tolist()
     [False, True]
+    >>> std_above()(torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])).tolist()  # totals 1, 1; channels differ
+    [True]
     """
 
     def keep(rewards: Tensor) -> Tensor:
-        groups = _as_groups(rewards)  # (P, G)
-        return groups.std(dim=1, correction=0) > tol  # (P,)
+        groups = _as_groups(rewards)  # (P, G) or (P, G, K)
+        spread = groups.std(dim=1, correction=0) > tol  # (P,) or (P, K)
+        return spread if spread.dim() == 1 else spread.any(dim=1)  # (P,)
 
     return keep
 
 
 def mean_within(low: float, high: float) -> GroupPredicate:
-    """Keep groups whose mean reward lies strictly between ``low`` and ``high``."""
+    """Keep groups whose mean reward lies strictly between ``low`` and ``high`` ((P, G) totals:
+    a band on the overall reward, as EVisRAG's released filter reads it)."""
     if not low < high:
         raise InvalidInputError(f"mean_within needs low < high, got ({low}, {high})")
 
     def keep(rewards: Tensor) -> Tensor:
-        mean = _as_groups(rewards).mean(dim=1)  # (P,)
+        mean = _as_groups(rewards, channels=False).mean(dim=1)  # (P,)
         return (mean > low) & (mean < high)
 
     return keep
@@ -91,8 +100,28 @@ def group_filter(keep_mean_range: Sequence[float] = ()) -> GroupPredicate:
     return mean_within(*keep_mean_range) if keep_mean_range else DAPO_FILTER
 
 
+def sampling_rewards(
+    groups: Sequence[Sequence[RewardResult]], scope_names: Sequence[str] = (), per_scope: bool = False
+) -> Tensor:
+    """What dynamic sampling reads of each group's results: the totals (P, G), or, when the
+    advantage normalises each reward channel in its group (``per_scope``: RS-GRPO, the router),
+    the channels ``scope_names`` (P, G, K). A group whose totals are equal but whose channels
+    differ gets non-zero per-channel advantages, so DAPO must keep it.
+
+    >>> a = RewardResult(1.0, scopes={"x": 1.0, "y": 0.0})
+    >>> b = RewardResult(1.0, scopes={"x": 0.0, "y": 1.0})
+    >>> DAPO_FILTER(sampling_rewards([[a, b]])).tolist()  # totals 1, 1
+    [False]
+    >>> DAPO_FILTER(sampling_rewards([[a, b]], ("x", "y"), per_scope=True)).tolist()
+    [True]
+    """
+    if per_scope and scope_names:
+        return torch.tensor([[[r.scopes.get(n, 0.0) for n in scope_names] for r in g] for g in groups])
+    return torch.tensor([[r.total for r in g] for g in groups])  # (P, G)
+
+
 def filter_groups(rewards: Tensor, predicate: GroupPredicate = DAPO_FILTER) -> Tensor:
-    """Keep mask (P,) of the groups of ``rewards`` (P, G) that pass ``predicate``."""
+    """Keep mask (P,) of the groups of ``rewards`` (P, G), or (P, G, K), that pass ``predicate``."""
     keep = predicate(_as_groups(rewards))  # (P,)
     if keep.shape != (rewards.shape[0],) or keep.dtype != torch.bool:
         raise InvalidInputError(
