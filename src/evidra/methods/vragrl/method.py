@@ -94,8 +94,8 @@ class Corpora:
     BM25 for the task's own corpus and for benchmark pages.
     """
 
-    def __init__(self, searcher: Searcher | None = None, index: str = "") -> None:
-        self.searcher, self.index = searcher, index
+    def __init__(self, searcher: Searcher | None = None, index: str = "", fetch: bool = False) -> None:
+        self.searcher, self.index, self.fetch = searcher, index, fetch
         self.known: dict[str, tuple[Searcher, dict[str, Page]]] = {}
 
     def _given(self, gold: set[str]) -> Searcher | None:
@@ -156,7 +156,7 @@ class Corpora:
             searcher, pages = bm25_searcher(sample.pages), {p.id: p for p in sample.pages}
         else:
             searcher, pages = self._store(sample.corpus)
-        return SearchEnv(searcher, pages, max_turns=MAX_TURNS)
+        return SearchEnv(searcher, pages, max_turns=MAX_TURNS, fetch=self.fetch)
 
 
 def _scored_text(vlm: VLM, ep: Any, rules: VragRLRules) -> str:
@@ -240,6 +240,8 @@ class VragrlOptions:
     weights: Mapping[str, float] = field(default_factory=dict)
     judge: JudgeConfig = field(default_factory=JudgeConfig)  # r_Ans's judge; default: the offline rule
     index: str = ""  # the search engine: an index directory or a serve-index URL; empty: BM25
+    # ALDEN's <fetch>N</fetch> beside <search>: the policy may open page N of the episode's corpus
+    fetch: bool = False
 
 
 def build_vragrl(cfg: VragrlOptions, resources: Resources) -> Task:
@@ -249,7 +251,7 @@ def build_vragrl(cfg: VragrlOptions, resources: Resources) -> Task:
     except InvalidInputError as exc:
         raise ConfigError(f"method.weights: {exc}") from None
     judge = method_judge(cfg.judge, resources, VRAGRL.judge_prompt, RuleJudge())
-    return make_vragrl_task(judge, cfg.reward_mode, weights, Corpora(resources.searcher, cfg.index))
+    return make_vragrl_task(judge, cfg.reward_mode, weights, Corpora(resources.searcher, cfg.index, cfg.fetch))
 
 
 VRAGRL = Method(
