@@ -31,6 +31,8 @@ from evidra.methods.lang2act import reward as lang2act
 from evidra.methods.lat import parse as lat_parse
 from evidra.methods.lat import rules as lat_scoring
 from evidra.methods.lat import upstream_boxes
+from evidra.methods.unidoc import paradigm as unidoc_paradigm
+from evidra.methods.unidoc import reward as unidoc
 from evidra.methods.vragrl import reward as vragrl
 from evidra.metrics import qa
 from evidra.paradigms import PARADIGMS, search_agent
@@ -57,6 +59,10 @@ FRAGMENTS = [
     "</bbox>",
     "<observe>",
     "</observe>",
+    "<select>",
+    "</select>",
+    "<information>",
+    "</information>",
     "<evidence>",
     "</evidence>",
     "<description>",
@@ -188,6 +194,8 @@ def _targets() -> dict[str, Callable[[str], object]]:
         "boxes.extract_tag": lambda s: boxes.extract_tag(s, "think", "all"),
         "upstream_boxes.lat_extract_metadata": upstream_boxes.lat_extract_metadata,
         "evisrag.entries": evisrag.evidence_entries,
+        "unidoc.region": unidoc_paradigm.parse_region,
+        "unidoc.format": lambda s: unidoc.format_score([s]),
         "lat.strip_cited_boxes": lat_parse.strip_cited_boxes,
         "lat.strip_answer_boxes": lat_parse.strip_answer_boxes,
         "lat.plan_upstream": lambda s: lat_parse.plan_steps_upstream(s, PAGES, single_image=False),

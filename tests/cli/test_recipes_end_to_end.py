@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
 # the paradigm the exported model is evaluated in, where it is not its method's own: the agents
 # answer directly on the single-turn synthetic documents
-PARADIGM = {"lang2act_stage1": "toolchain.stage1", "vragrl": "direct", "cave": "direct"}
+PARADIGM = {"lang2act_stage1": "toolchain.stage1", "vragrl": "direct", "cave": "direct", "unidoc": "direct"}
 
 
 def _small(tmp: Path, name: str) -> list[str]:

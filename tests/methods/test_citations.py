@@ -9,7 +9,7 @@ import yaml
 from evidra.methods import METHODS
 
 CFF = Path(__file__).resolve().parents[2] / "CITATION.cff"
-PAPERS = {"lat", "evisrag", "lang2act", "vragrl", "cave"}
+PAPERS = {"lat", "evisrag", "lang2act", "vragrl", "cave", "unidoc"}
 
 
 def test_every_paper_method_cites_its_paper_as_citation_cff_does() -> None:

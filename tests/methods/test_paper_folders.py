@@ -11,7 +11,7 @@ import pytest
 from evidra.methods import METHODS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "evidra"
-PAPERS = ("lat", "evisrag", "lang2act", "vragrl", "cave")
+PAPERS = ("lat", "evisrag", "lang2act", "vragrl", "cave", "unidoc")
 SHARED = ("rewards", "paradigms", "metrics", "env", "rollout", "eval", "rl")
 
 
@@ -23,7 +23,7 @@ def test_each_paper_has_its_method_and_reward_in_its_folder(paper: str) -> None:
     assert method.build.__module__ == f"evidra.methods.{paper}.method"
 
 
-@pytest.mark.parametrize("paper", ["lat", "evisrag", "lang2act", "cave"])
+@pytest.mark.parametrize("paper", ["lat", "evisrag", "lang2act", "cave", "unidoc"])
 def test_a_paper_with_its_own_output_format_keeps_its_parser_in_its_folder(paper: str) -> None:
     from evidra.paradigms import PARADIGMS
 

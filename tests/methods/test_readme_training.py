@@ -28,6 +28,7 @@ COMPONENTS: dict[str, set[str]] = {
     "lang2act_stage2": {"answer", "tool"},
     "vragrl": {"retrieval", "answer", "pattern"},
     "cave": {"accuracy", "format"},
+    "unidoc": {"answer", "retrieval", "select", "crop", "format"},
 }
 
 

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = {  # recipe -> (reward components the paper names, rl advantage)
     "vragrl": ({"retrieval", "answer", "pattern"}, "grpo"),
     "cave": ({"accuracy", "format", "belief", "evidence", "focus"}, "turn_credit"),
+    "unidoc": ({"answer", "retrieval", "select", "crop", "format"}, "grpo"),
 }
 
 
@@ -131,6 +132,76 @@ def test_vragrl_scripted_episodes_score_the_paper_reward(small_vlm: Any, tmp_pat
     assert results[0].total == pytest.approx(1.0)
     assert results[1].components["retrieval"] == 0.0 and results[1].components["answer"] == 0.0
     assert results[1].total == pytest.approx(0.1)
+
+
+def test_unidoc_scripted_episodes_score_each_action_type(small_vlm: Any, tmp_path: Path) -> None:
+    import json
+
+    from evidra.core.geometry import Displayed, page_box_to_displayed
+    from evidra.eval.sample_scoring import Prediction
+    from evidra.methods.evaluation import reward_scorer
+
+    task = build_task(dict(name="unidoc"))
+    sample = task.samples(DataConfig(task="unidoc", size=1, path=str(tmp_path)))[0]
+    q, a = sample.question, sample.answers[0]
+    gold = next(p for p in sample.pages if p.id == sample.gold_pages[0])
+    assert sample.evidence_box is not None and sample.evidence_box.page_id == gold.id
+    region = page_box_to_displayed(
+        sample.evidence_box.box, Displayed.page(gold.id, gold.image_path, gold.size)
+    )
+    right = [
+        f"<think>a</think><search>{q}</search>",
+        "<think>b</think><select>0</select>",
+        f"<think>c</think><bbox>{json.dumps(region)}</bbox>",
+        f"<think>d</think><information>{a}</information><answer>{a}</answer>",
+    ]
+    wrong = [
+        "<think>a</think><search>zzz unknown words</search>",
+        "<think>b</think><select>0</select>",
+        "<think>c</think><answer>nobody</answer>",
+    ]
+    episodes = rollout(
+        Scripted(small_vlm, [right, wrong]),
+        task.make_env,
+        [sample],
+        2,
+        SamplingParams(max_new_tokens=64),
+        RolloutLimits(6, 64, 8000),
+    )
+    good, bad = episodes
+    assert [i.action for i in good.infos] == ["search", "select", "bbox", "answer"]
+    assert good.infos[0].candidates[0] == gold.id  # BM25 ranks the gold page first for the question
+    assert good.context.num_images == len(good.infos[0].candidates) + 2  # candidates, the kept page, the crop
+    assert [i.action for i in bad.infos] == ["search", "select", "answer"] and bad.infos[1].invalid
+    results = task.score_episodes(small_vlm, episodes)
+    # gold at rank 1 (NDCG 1), kept (1), its evidence region cropped (F1 1), format 1, judge right
+    assert {k: round(v, 6) for k, v in results[0].components.items()} == {
+        "answer": 1.0,
+        "retrieval": 1.0,
+        "select": 1.0,
+        "crop": 1.0,
+        "format": 1.0,
+    }
+    assert results[0].total == pytest.approx(1.0)
+    assert results[1].total == 0.0 and results[1].components["format"] == 0.0  # no select: the gate
+    # evaluation scores the same episode with the same reward, from the recorded steps
+    pred = Prediction(sample.id, good.trajectory.texts, a, infos=good.infos)
+    scores = reward_scorer(task)(sample, pred)
+    assert scores["reward"] == pytest.approx(results[0].total) and scores["reward/select"] == 1.0
+
+
+@pytest.mark.slow
+def test_tiny_unidoc_recipe_trains_from_the_cli(tmp_path: Path) -> None:
+    import json
+
+    from evidra.cli.main import main
+
+    config = str(ROOT / "configs" / "tiny" / "unidoc.yaml")
+    over = [f"run.output_dir={tmp_path / 'run'}", f"data.path={tmp_path / 'data'}", "run.steps=1"]
+    assert main(["-q", "train", "rl", "--config", config, *over]) == 0
+    (row,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert math.isfinite(row["loss"])
+    assert {f"reward/{c}" for c in ("answer", "retrieval", "select", "crop", "format")} <= set(row)
 
 
 def test_cave_scripted_episodes_get_turn_credits(small_vlm: Any, tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ class StepInfo:
     area_ratio: float | None = None  # crop area / page area
     hit: bool | None = None  # a lookup found its key (key-value environments)
     retrieved: tuple[str, ...] = ()  # page ids inserted so far, first insertion first
+    candidates: tuple[str, ...] = ()  # the pages one search showed to choose from, best first
     invalid_count: int = 0  # invalid turns so far
     turn: int = 0  # policy turns so far, this one included
     turn_limit: bool = False  # the episode ended because it reached its turn limit
@@ -58,6 +59,7 @@ class StepInfo:
         if values.get("crop") is not None:
             values["crop"] = tuple(int(v) for v in values["crop"])
         values["retrieved"] = tuple(str(v) for v in values.get("retrieved") or ())
+        values["candidates"] = tuple(str(v) for v in values.get("candidates") or ())
         return cls(**values)
 
 

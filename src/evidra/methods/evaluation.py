@@ -8,7 +8,8 @@ trajectory without token ids: what a text-level reward reads). The result lands 
 prediction's scores as ``reward`` and ``reward/<component>``, the names training logs in
 ``metrics.jsonl``; an episode the reward could not score (a judge that failed) counts in
 ``reward/unscored``. Rewards that need the policy's log-probs (CAVE's teacher-forced process
-credits, ``Task.score_episodes``) are not recomputed here: the outcome part of its reward is.
+credits, ``Task.score_episodes``) are not recomputed here: the outcome part of its reward is. A
+task whose reward reads the environment's step infos (``Task.score_steps``) is scored with them.
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ def reward_scorer(task: Task) -> Scorer:
         retrieved = pred.infos[-1].retrieved if pred.infos else ()
         if retrieved:
             parsed = dataclasses.replace(parsed, retrieved=retrieved)
-        result = task.reward(parsed, sample, text_trajectory(pred.texts))
+        trajectory = text_trajectory(pred.texts)
+        if task.score_steps is not None:  # a reward that reads what the environment did
+            result = task.score_steps(parsed, sample, trajectory, pred.infos)
+        else:
+            result = task.reward(parsed, sample, trajectory)
         if not result.scored:
             return {"reward/unscored": 1.0}
         return {"reward": result.total, **{f"reward/{k}": v for k, v in result.components.items()}}

@@ -18,7 +18,7 @@ from typing import Any
 from evidra.core.errors import ConfigError
 from evidra.core.registry import Registry
 from evidra.core.types import Message, Page, Parsed, Sample, Span, Trajectory
-from evidra.env.environment import Environment
+from evidra.env.environment import Environment, StepInfo
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.env.toy import KeyValueEnv
 from evidra.rewards.reward import RewardFn, RewardResult
@@ -42,6 +42,10 @@ class Task:
     # (policy VLM, episodes) -> one result per episode: rewards that need the policy model or the
     # environments' infos (CAVE's teacher-forced credits, VRAG-RL's retrieved pages); replaces score
     score_episodes: Callable[[Any, Sequence[Any]], list[RewardResult]] | None = None
+    # (final parse, sample, policy turns, the environment's step infos) -> result: a reward that
+    # reads what the environment did (UniDoc-RL's candidates, selections and crops), for the
+    # evaluation of finished episodes; None: ``reward`` on the final parse
+    score_steps: Callable[[Parsed, Sample, Trajectory, tuple[StepInfo, ...]], RewardResult] | None = None
     # published-benchmark samples (``data.source``) -> this task's: keep the usable ones, fill
     # what the task needs (``evidra.methods._benchmark``); None: the task's own data only
     from_benchmark: Callable[[list[Sample], DataConfig], list[Sample]] | None = None

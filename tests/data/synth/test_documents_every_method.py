@@ -23,6 +23,7 @@ COMPONENTS = {
     "lang2act": {"answer", "format", "tool"},
     "vragrl": {"answer", "retrieval", "pattern"},
     "cave": {"accuracy", "format", "belief", "evidence", "focus"},
+    "unidoc": {"answer", "retrieval", "select", "crop", "format"},
 }
 
 

@@ -251,7 +251,9 @@ def build_vragrl(cfg: VragrlOptions, resources: Resources) -> Task:
     except InvalidInputError as exc:
         raise ConfigError(f"method.weights: {exc}") from None
     judge = method_judge(cfg.judge, resources, VRAGRL.judge_prompt, RuleJudge())
-    return make_vragrl_task(judge, cfg.reward_mode, weights, Corpora(resources.searcher, cfg.index, cfg.fetch))
+    return make_vragrl_task(
+        judge, cfg.reward_mode, weights, Corpora(resources.searcher, cfg.index, cfg.fetch)
+    )
 
 
 VRAGRL = Method(
