@@ -42,8 +42,10 @@ if TYPE_CHECKING:
     from evidra.corpus.metadata import PageMeta, Where
     from evidra.corpus.store import PageStore
     from evidra.methods.lat.similarity import StepSimilarity, StepVerdict
+    from evidra.models.decode import TokenMask
     from evidra.models.endpoint import AnsweringEndpoint
     from evidra.models.generation import SamplingParams
+    from evidra.models.grammar import AnswerGrammar
     from evidra.models.loading import VLM
     from evidra.models.streaming import OnText
     from evidra.retrieval.hybrid import Fusion
@@ -110,7 +112,9 @@ class RAG:
 
     ``structured`` asks for a JSON answer instead of the paradigm's format; ``box_format`` is the
     model's box convention (None: chosen from the model); ``box_format_given`` says the user named
-    it, so that it applies to boxes the paradigm reads as page pixels too."""
+    it, so that it applies to boxes the paradigm reads as page pixels too. ``constrained`` decodes
+    a structured answer of an in-process model under its grammar (``evidra.models.grammar``), so
+    that it always parses."""
 
     def __init__(
         self,
@@ -126,7 +130,9 @@ class RAG:
         structured: bool = False,
         box_format: BoxFormat | None = None,
         box_format_given: bool = False,
+        constrained: bool = False,
     ) -> None:
+        from evidra.models.endpoint import AnsweringEndpoint
         from evidra.models.generation import SamplingParams
         from evidra.paradigms import PARADIGMS
 
@@ -139,6 +145,8 @@ class RAG:
         self.structured = structured
         self._box_format = box_format  # None: chosen from the model at the first box
         self.box_format_given = box_format_given
+        self.constrained = constrained and structured and not isinstance(vlm, AnsweringEndpoint)
+        self._grammar: AnswerGrammar | None = None  # built at the first constrained answer
         self._keep = keep  # a temporary folder holding the store, removed with this object
 
     @classmethod
@@ -176,7 +184,9 @@ class RAG:
         serving ``model_name``, its key in the environment variable ``api_key_env``.
         ``structured`` (default: ``default_structured``, on for an endpoint and a released
         ``-Instruct`` checkpoint, off for others, usually trained on their paradigm's format) asks
-        for a JSON answer; ``box_format`` names the model's box
+        for a JSON answer, which an in-process model writes under its grammar (``structured=True``
+        without the ``grammar`` extra is an error; by default it is then used when installed);
+        ``box_format`` names the model's box
         convention (``evidra.core.box_formats``; default: chosen from the model).
         """
         from evidra.corpus import PageStore
@@ -187,12 +197,15 @@ class RAG:
         check_k(k)
         fmt = _check_model(model, endpoint, model_name, api_key_env, box_format)
         _check_refs(model, encoder)
+        use_json = structured if structured is not None else default_structured(model, endpoint)
+        constrained = use_json and endpoint is None and _grammar_wanted(explicit=structured is not None)
+        if constrained:  # a budget too small for any constrained answer is said before the model loads
+            _check_budget(params)
         opened = store if isinstance(store, PageStore) else PageStore.open(store)
         retriever = None
         try:
             where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
             retriever = attach(where, opened, str(encoder), fusion) if where else None
-            use_json = structured if structured is not None else default_structured(model, endpoint)
             if endpoint is not None:
                 vlm: VLM | AnsweringEndpoint = _connect(endpoint, str(model_name), api_key_env, use_json)
             else:
@@ -215,6 +228,7 @@ class RAG:
             structured=use_json,
             box_format=fmt,
             box_format_given=fmt is not None,
+            constrained=constrained,
         )
 
     @classmethod
@@ -320,7 +334,7 @@ class RAG:
         if not shown:  # nothing in the index scores for the question: say so, ask no model
             return self._no_hits(question)
         chat = with_history(self._messages(question, shown), recent(history))
-        text, finish_reason = self._write(chat, on_text)
+        text, finish_reason = self._write(chat, on_text, len(shown))
         parsed = self._parse(text, shown)
         placed, box_errors = self._on_pages(parsed, shown)
         steps = self._citations(placed, shown)
@@ -353,8 +367,9 @@ class RAG:
 
         return structured.parse(text, [p.id for p in shown]) if self.structured else self.paradigm.parse(text)
 
-    def _write(self, chat: list[Message], on_text: OnText | None) -> tuple[str, str]:
-        """The model's text for ``chat`` and why it stopped, from this process or the endpoint."""
+    def _write(self, chat: list[Message], on_text: OnText | None, pages: int) -> tuple[str, str]:
+        """The model's text for ``chat`` (showing ``pages`` images) and why it stopped, from this
+        process (under the answer's grammar when ``constrained``) or the endpoint."""
         from evidra.models.endpoint import AnsweringEndpoint
         from evidra.models.generation import generate
 
@@ -364,9 +379,21 @@ class RAG:
                 chat, max_tokens=p.max_new_tokens, temperature=p.temperature, stop=p.stop, on_text=on_text
             )
             return done.text, done.finish_reason
-        streaming = {"on_text": on_text} if on_text is not None else {}
-        (gen,) = generate(self.vlm, [chat], p, **streaming)
+        mask = self._answer_mask(pages)
+        extra: dict[str, Any] = {"on_text": on_text} if on_text is not None else {}
+        (gen,) = generate(self.vlm, [chat], p, **extra, **({"mask": mask} if mask is not None else {}))
         return gen.text, gen.finish_reason
+
+    def _answer_mask(self, pages: int) -> TokenMask | None:
+        """A fresh grammar mask for one constrained answer citing ``pages`` images, else None."""
+        from evidra.models.endpoint import AnsweringEndpoint
+        from evidra.models.grammar import AnswerGrammar, AnswerLimits
+
+        if not self.constrained or isinstance(self.vlm, AnsweringEndpoint):
+            return None
+        if self._grammar is None:
+            self._grammar = AnswerGrammar.for_model(self.vlm)
+        return self._grammar.mask(AnswerLimits.for_budget(self.params.max_new_tokens, pages))
 
     def _sources(self, pages: Sequence[Page]) -> tuple[PageMeta, ...]:
         known = self.store.page_meta()
@@ -520,6 +547,27 @@ def default_structured(model: str | Path | None, endpoint: str | None) -> bool:
         return True
     name = Path(str(model)).name.lower() if model is not None else ""
     return name.endswith("instruct")
+
+
+def _check_budget(params: SamplingParams | None) -> None:
+    from evidra.models.generation import SamplingParams
+    from evidra.models.grammar import AnswerLimits
+
+    AnswerLimits.for_budget((params or SamplingParams()).max_new_tokens, pages=1)
+
+
+def _grammar_wanted(explicit: bool) -> bool:
+    """Whether an in-process structured answer is decoded under its grammar: always when asked
+    for (xgrammar missing is then an error naming the extra), else when xgrammar is installed."""
+    from evidra.models.grammar import grammar_available, require_xgrammar
+
+    if explicit:
+        require_xgrammar()
+        return True
+    if grammar_available():
+        return True
+    logger.warning("structured answers are decoded without a grammar: pip install 'evidra[grammar]'")
+    return False
 
 
 def _connect(endpoint: str, model_name: str, api_key_env: str, structured: bool) -> AnsweringEndpoint:

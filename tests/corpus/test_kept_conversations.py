@@ -67,8 +67,12 @@ def test_hostile_records_are_capped_checked_or_left_out(tmp_path: Path) -> None:
     good = json.loads(json.dumps({**_turn().__dict__, "cited": [c.__dict__ for c in _turn().cited]}))
     del good["id"], good["created"]
     long = {**good, "question": "Q" * 50_000, "output": "o" * 200_000}
-    bad_boxes = {**good, "cited": [{"step": 1, "text": "x", "page_id": "p1", "box": ["1", 2, 3, 4],
-                                    "crop": [0, 0, float("inf"), 1]}]}  # fmt: skip
+    bad_boxes = {
+        **good,
+        "cited": [
+            {"step": 1, "text": "x", "page_id": "p1", "box": ["1", 2, 3, 4], "crop": [0, 0, float("inf"), 1]}
+        ],
+    }
     records = [
         json.dumps(long),
         json.dumps(bad_boxes).replace("Infinity", "1e400"),

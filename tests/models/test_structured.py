@@ -95,3 +95,9 @@ def test_the_request_asks_for_the_schema_and_shows_each_page_labelled() -> None:
     texts = [p.text for p in message.content if isinstance(p, TextPart)]
     assert [i.page_id for i in images] == IDS and texts[:2] == ["Image 1:", "Image 2:"]
     assert texts[2] == "Question: When?" and "JSON" in texts[3]
+
+
+def test_a_raw_control_character_inside_a_string_is_read() -> None:
+    # grammar-constrained decoding (xgrammar) admits a raw tab where strict JSON wants "\t"
+    parsed = parse('{"answer": "a\tb", "steps": [{"text": "x\x01", "page": 1, "box": [1, 2, 3, 4]}]}', IDS)
+    assert parsed.answer == "a\tb" and parsed.steps[0].text == "x\x01" and parsed.errors == ()

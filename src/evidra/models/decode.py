@@ -15,10 +15,20 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from evidra.models.context import Context, collate_left
 from evidra.models.prefix import _rope_owner, cache_kwargs, output_cache
+
+
+class TokenMask(Protocol):
+    """Constrains which tokens may come next (``evidra.models.grammar.GrammarMask``)."""
+
+    def __call__(self, logits: Any) -> Any:
+        """``logits`` (B, V) with every forbidden token at ``-inf``."""
+
+    def accept(self, tokens: Any) -> None:
+        """Advance each row by its drawn token (B,); a negative id skips the row (it has ended)."""
 
 
 def _distinct(contexts: Sequence[Context]) -> tuple[list[Context], list[int]]:
@@ -88,6 +98,7 @@ def decode(
     suppress: Sequence[int] = (),
     stopped: Callable[[list[int]], bool] | None = None,
     check_every: int = 4,
+    allowed: TokenMask | None = None,
 ) -> tuple[Any, Any]:
     """Sample after each context; returns ``(tokens (B, T), logprobs (B, T))`` padded after EOS.
 
@@ -95,7 +106,8 @@ def decode(
     (checked every ``check_every`` tokens) once ``stopped`` says
     their tokens so far contain a stop string; the caller cuts at the exact stop position
     (generation is autoregressive, so the tokens before the cut are what an immediate stop
-    would have kept; this check only saves the work after it).
+    would have kept; this check only saves the work after it). With ``allowed`` each token is
+    drawn among those it allows (a grammar); the recorded log-probs stay those of the unmasked logits.
     """
     import torch
 
@@ -135,7 +147,10 @@ def decode(
     logprobs: list[Any] = []
     early = (*suppress, *eos_ids)  # before min_new_tokens: end-of-turn tokens are not sampled either
     for _ in range(params.max_new_tokens):
-        token = _choose(logits, params, early if len(tokens) < params.min_tokens else suppress)  # (B,)
+        scores = logits if allowed is None else allowed(logits)
+        token = _choose(scores, params, early if len(tokens) < params.min_tokens else suppress)  # (B,)
+        if allowed is not None:
+            allowed.accept(torch.where(done, torch.full_like(token, -1), token))
         token = torch.where(done, torch.full_like(token, pad_id), token)
         lp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, token[:, None]).squeeze(-1)
         tokens.append(token)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Message
 from evidra.models.context import Context, collate_left, collate_split, encode_messages
-from evidra.models.decode import decode
+from evidra.models.decode import TokenMask, decode
 from evidra.models.loading import VLM
 from evidra.models.prefix import PREFIX_ARCHS
 from evidra.models.streaming import OnText, TextCallback
@@ -122,18 +122,23 @@ def _to(inputs: dict[str, Any], device: Any) -> dict[str, Any]:
 
 
 def generate(
-    vlm: VLM, chats: Sequence[Sequence[Message]], params: SamplingParams, *, on_text: OnText | None = None
+    vlm: VLM,
+    chats: Sequence[Sequence[Message]],
+    params: SamplingParams,
+    *,
+    on_text: OnText | None = None,
+    mask: TokenMask | None = None,
 ) -> list[Generation]:
     """Sample one completion per conversation, all prompts in one left-padded batch; with
-    ``on_text`` (one conversation only) each new piece of text is handed to it as it is made."""
+    ``on_text`` (one conversation only) each new piece of text is handed to it as it is made;
+    with ``mask`` (a grammar, ``evidra.models.grammar``) only the tokens it allows are drawn."""
     if on_text is not None and len(chats) != 1:
         raise InvalidInputError(f"on_text streams one conversation, got {len(chats)}")
     contexts = [encode_messages(vlm.processor, chat) for chat in chats]
     if on_text is None:
-        return generate_contexts(vlm, contexts, params)
-    return generate_contexts(
-        vlm, contexts, params, engine="hf", streamer=TextCallback(vlm.tokenizer, on_text, vlm.eos_token_ids)
-    )
+        return generate_contexts(vlm, contexts, params, mask=mask)
+    streamer = TextCallback(vlm.tokenizer, on_text, vlm.eos_token_ids)
+    return generate_contexts(vlm, contexts, params, engine="hf", streamer=streamer, mask=mask)
 
 
 def generate_contexts(
@@ -143,12 +148,14 @@ def generate_contexts(
     *,
     engine: str = "auto",
     streamer: Any = None,
+    mask: TokenMask | None = None,
 ) -> list[Generation]:
     """Sample one completion after each tokenized context (multi-turn rollouts call this).
 
     ``engine="auto"`` uses evidra's shared-prompt sampling loop (``models.decode``) for
     Qwen2-VL / Qwen2.5-VL and transformers' ``generate`` otherwise; ``"hf"`` forces the latter,
-    which also takes a transformers ``streamer``.
+    which also takes a transformers ``streamer``. ``mask`` (one row per context) limits the
+    tokens drawn; log-probs stay those of the unmasked logits.
     """
     import torch
 
@@ -166,9 +173,10 @@ def generate_contexts(
                 eos_ids=vlm.eos_token_ids,
                 suppress=vlm.vision_token_ids,
                 stopped=stopped,
+                allowed=mask,
             )
         else:
-            sampled, logprobs = _hf_generate(vlm, contexts, params, streamer)
+            sampled, logprobs = _hf_generate(vlm, contexts, params, streamer, mask)
     return _finish(vlm, contexts, params, sampled.cpu(), logprobs.cpu())
 
 
@@ -181,10 +189,16 @@ def _stop_checker(tokenizer: Any, stop: Sequence[str]) -> Any:
 
 
 def _hf_generate(
-    vlm: VLM, contexts: Sequence[Context], params: SamplingParams, streamer: Any = None
+    vlm: VLM,
+    contexts: Sequence[Context],
+    params: SamplingParams,
+    streamer: Any = None,
+    mask: TokenMask | None = None,
 ) -> tuple[Any, Any]:
     """transformers' ``generate``: sampled ids (B, T) and their log-probs (B, T)."""
     import torch
+
+    from evidra.models.grammar import hf_logits_processor
 
     inputs = _to(collate_left(contexts, vlm.pad_token_id, vlm.image_token_id), vlm.device)
     prompt_len = inputs["input_ids"].shape[1]
@@ -193,6 +207,7 @@ def _hf_generate(
         generation_config=_generation_config(vlm, params),
         tokenizer=vlm.tokenizer,
         streamer=streamer,
+        logits_processor=[hf_logits_processor(mask)] if mask is not None else None,
     )
     sampled = out.sequences[:, prompt_len:]  # (B, T)
     temperature = params.temperature if not params.greedy else 1.0

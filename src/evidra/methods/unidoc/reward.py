@@ -128,7 +128,7 @@ def box_f1(targets: Sequence[Box], predicted: Sequence[Box], threshold: float = 
     of targets whose best IoU over ``predicted`` reaches ``threshold``.
 
     >>> box_f1([Box(0, 0, 10, 10)], [Box(0, 0, 10, 10), Box(50, 50, 60, 60)])  # P 1/2, R 1
-    0.666666662222222
+    0.6666666577777778
     """
     if not targets and not predicted:
         return 1.0
