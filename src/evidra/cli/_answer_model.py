@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TypedDict
 
 from evidra.core.errors import InvalidInputError
 from evidra.openai.client import DEFAULT_API_KEY_ENV
@@ -65,7 +65,17 @@ def check_endpoint_args(args: argparse.Namespace, model_option: str = "--model")
         BOX_FORMATS.get(args.box_format.strip().lower())
 
 
-def endpoint_options(args: argparse.Namespace) -> dict[str, Any]:
+class EndpointOptions(TypedDict):
+    """The ``RAG.load`` keywords of the answer-model options."""
+
+    endpoint: str | None
+    model_name: str | None
+    api_key_env: str
+    structured: bool | None
+    box_format: str | None
+
+
+def endpoint_options(args: argparse.Namespace) -> EndpointOptions:
     """The ``RAG.load`` keywords of these options."""
     return {
         "endpoint": args.endpoint,

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from evidra.core.types import Sample
+    from evidra.eval.sample_scoring import Prediction
+    from evidra.methods.method import Method
+    from evidra.rl.tasks import Task
 
 DEFAULT_MAX_TURNS = 8  # a method's environment ends its episodes itself; this only bounds them
 
 
-def add_arguments(p: Any) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("a trained method (its paradigm, environment and reward)")
     g.add_argument(
         "--method",
@@ -41,14 +47,14 @@ def add_arguments(p: Any) -> None:
 class MethodEval:
     """The resolved method of ``--method`` and the task built from its options."""
 
-    method: Any
-    task: Any
+    method: Method[Any]
+    task: Task
 
     @property
     def variant(self) -> str:
         return f"method={self.method.name}"
 
-    def samples(self, bench: str, samples: list[Any], data_path: str | None) -> list[Any]:
+    def samples(self, bench: str, samples: list[Sample], data_path: str | None) -> list[Sample]:
         """The benchmark's samples as the method's task takes them (kept, filled, pages cut)."""
         from evidra.rl.run_config import DataConfig
 
@@ -57,7 +63,7 @@ class MethodEval:
             samples = self.task.from_benchmark(samples, data)
         return self.task.select_pages(samples) if self.task.select_pages is not None else samples
 
-    def score(self, samples: list[Any], preds: list[Any]) -> list[Any]:
+    def score(self, samples: list[Sample], preds: list[Prediction]) -> list[Prediction]:
         """``preds`` with the method's reward added (after the cache, so cached rows get it too)."""
         from evidra.methods.evaluation import reward_scorer
 

@@ -8,12 +8,18 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError
 
+if TYPE_CHECKING:
+    from evidra.core.types import Sample
+    from evidra.eval.sample_scoring import ExtraScorer
+    from evidra.methods.lang2act.paradigm import Tool
+    from evidra.paradigms.paradigm import Paradigm
 
-def add_arguments(p: Any) -> None:
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what the paradigm sees and how steps are scored")
     g.add_argument(
         "--pages-per-question",
@@ -41,18 +47,18 @@ def add_arguments(p: Any) -> None:
 @dataclass(frozen=True)
 class EvalOptions:
     pages: int = 0  # page budget per question; 0: every page
-    toolbox: tuple[Any, ...] = ()  # Tool records of --toolbox; empty: the paradigm's own
+    toolbox: tuple[Tool, ...] = ()  # the tools of --toolbox; empty: the paradigm's own
     toolbox_name: str = ""
-    sa: Any = None  # an ExtraScorer giving "sa", or None
+    sa: ExtraScorer | None = None  # gives "sa"
 
-    def variant(self, paradigm: Any) -> str:
+    def variant(self, paradigm: Paradigm) -> str:
         """How this run's prompts differ from the paradigm's defaults (part of its cache key)."""
         parts = [f"top{self.pages}"] if self.pages else []
         if self.toolbox and _lists_tools(paradigm):
             parts.append(f"toolbox={self.toolbox_name}")
         return ",".join(parts)
 
-    def paradigm(self, name: str, explicit: bool) -> Any:
+    def paradigm(self, name: str, explicit: bool) -> Paradigm:
         """The registered paradigm ``name``; with ``--toolbox``, prompting with its tools. A
         paradigm that lists no tools keeps its own prompt under ``--paradigm all`` and is an
         error when named."""
@@ -68,7 +74,7 @@ class EvalOptions:
             raise InvalidInputError(f"--toolbox: {exc}") from None
 
 
-def _lists_tools(paradigm: Any) -> bool:
+def _lists_tools(paradigm: Paradigm) -> bool:
     from evidra.methods.lang2act.paradigm import Toolchain
 
     return isinstance(paradigm, Toolchain) and paradigm.stage == 2
@@ -84,7 +90,7 @@ def parse_options(args: argparse.Namespace) -> EvalOptions:
         raise InvalidInputError("--pages-per-question shows pages up front; --env search finds them itself")
     if args.index and args.env != "search" and not args.pages_per_question:
         raise InvalidInputError("--index is for --env search, or ranks pages with --pages-per-question K")
-    tools: tuple[Any, ...] = ()
+    tools: tuple[Tool, ...] = ()
     if args.toolbox:
         from evidra.methods.lang2act.paradigm import load_toolbox
 
@@ -92,7 +98,7 @@ def parse_options(args: argparse.Namespace) -> EvalOptions:
     return EvalOptions(args.pages_per_question, tools, Path(args.toolbox).stem if args.toolbox else "")
 
 
-def with_pages(samples: list[Any], args: argparse.Namespace) -> list[Any]:
+def with_pages(samples: list[Sample], args: argparse.Namespace) -> list[Sample]:
     """The samples with their top ``--pages-per-question`` pages (ranked by ``--index``)."""
     if not args.pages_per_question:
         return samples

@@ -5,14 +5,16 @@ imports another's module at import time)."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from evidra.core.types import Sample
     from evidra.eval.retrieval import Layout
+    from evidra.retrieval.index import MaxSimOptions
+    from evidra.retrieval.interfaces import EncoderOptions
 
 
-def _options(args: argparse.Namespace) -> tuple[Any, Any]:
+def _options(args: argparse.Namespace) -> tuple[EncoderOptions, MaxSimOptions]:
     from evidra.core.devices import resolve_device
     from evidra.retrieval.index import MaxSimOptions
     from evidra.retrieval.interfaces import EncoderOptions

@@ -15,7 +15,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 PLAIN_EVERY_S = 30.0  # without a terminal: at least one line this often while work goes on
 _shown = {"bars": True}  # set by show_bars for the command being run
@@ -31,7 +34,7 @@ def bars_shown() -> bool:
     return _shown["bars"]
 
 
-def is_terminal(stream: Any) -> bool:
+def is_terminal(stream: TextIO) -> bool:
     """Whether ``stream`` is an open terminal (False for files, pipes, closed or odd streams)."""
     try:
         return bool(stream.isatty())
@@ -39,7 +42,7 @@ def is_terminal(stream: Any) -> bool:
         return False
 
 
-def open_bar(**tqdm_kwargs: Any) -> Any:
+def open_bar(**tqdm_kwargs: Any) -> tqdm[NoReturn] | PlainLines:
     """A bar on stderr: tqdm's on a terminal, ``PlainLines`` otherwise; disabled under ``-q``."""
     from tqdm import tqdm
 
@@ -49,7 +52,7 @@ def open_bar(**tqdm_kwargs: Any) -> Any:
     return PlainLines(**{k: tqdm_kwargs[k] for k in keys if tqdm_kwargs.get(k) is not None})
 
 
-def advance(bar: Any) -> Callable[[int], None]:
+def advance(bar: tqdm[NoReturn] | PlainLines) -> Callable[[int], None]:
     """A ``progress(n)`` callback that moves a bar by ``n``."""
 
     def step(n: int) -> None:
@@ -180,9 +183,9 @@ class LazyBar:
 
     def __init__(self, **tqdm_kwargs: Any) -> None:
         self._kwargs = tqdm_kwargs
-        self._bar: Any = None
+        self._bar: tqdm[NoReturn] | PlainLines | None = None
 
-    def _open(self, **late: Any) -> Any:
+    def _open(self, **late: Any) -> tqdm[NoReturn] | PlainLines:
         if self._bar is None:
             self._bar = open_bar(**{**self._kwargs, **late})
         return self._bar

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.cli._index_common import _options
 from evidra.cli._terminal import json_line, shown
 
+if TYPE_CHECKING:
+    from evidra.corpus.metadata import PageMeta
+    from evidra.retrieval.interfaces import Hit
 
-def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, Any], set[str]]:
+
+def _search_metadata(args: argparse.Namespace) -> tuple[dict[str, PageMeta], set[str]]:
     """Each page's ``PageMeta`` from the index's store (``{}`` without one), and the page ids that
     ``--where`` rules out."""
     from evidra.core.errors import InvalidInputError
@@ -65,7 +69,7 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hit_line(hit: Any, meta: Any) -> str:
+def _hit_line(hit: Hit, meta: PageMeta | None) -> str:
     """Where a hit is: file and page, title and page id (with its store), else page id and image;
     every stored name shown with its control characters written out (``_terminal``)."""
     if meta is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 # C0 (newline and tab included), DEL, C1, and the Unicode controls that reorder or break lines
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -38,7 +37,7 @@ def shown(text: object, keep: str = "") -> str:
     return _UNSAFE.sub(lambda m: m[0] if m[0] in keep else _escape(m[0]), str(text))
 
 
-def json_line(record: Any, *, ascii_only: bool = False) -> str:
+def json_line(record: object, *, ascii_only: bool = False) -> str:
     """``record`` as one line of JSON holding no raw control character: ``json`` escapes C0
     itself; DEL, C1 and the bidi controls are written as ``\\uXXXX`` here, which reads back as
     the same string. Other non-ASCII text is kept as it is unless ``ascii_only``.

@@ -25,7 +25,7 @@ cited boxes, images inside the file). ``evidra.RAG`` is the same thing as a Pyth
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.cli._answer_model import add_endpoint_args, check_endpoint_args, endpoint_options
 from evidra.cli._fusion import fusion_from_args
@@ -33,10 +33,11 @@ from evidra.cli._retrieval import add_retrieval_args
 from evidra.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from evidra.methods.lat.similarity import StepSimilarity
     from evidra.rag import RAG
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "ask",
         help="answer a question over the pages of a store",
@@ -94,7 +95,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _similarity(retriever: str | None, device: str) -> Any:
+def _similarity(retriever: str | None, device: str) -> StepSimilarity:
     from evidra.methods.lat.similarity import ColQwen2Similarity, TextOverlapSimilarity
 
     return ColQwen2Similarity.load(retriever, device=device) if retriever else TextOverlapSimilarity()

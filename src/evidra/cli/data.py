@@ -18,16 +18,26 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.cli._progress import LazyBar
 from evidra.core.errors import ConfigError
 from evidra.openai.client import DEFAULT_API_KEY_ENV, check_api_key_env
 
+if TYPE_CHECKING:
+    from evidra.core.types import Sample
+    from evidra.methods.lang2act.toolbox import CurationModel
+    from evidra.methods.method import Method
+    from evidra.models.generation import SamplingParams
+    from evidra.models.loading import VLM
+    from evidra.rl.run_config import RLConfig
+    from evidra.rl.tasks import Task
+    from evidra.rollout import RolloutLimits
+
 logger = logging.getLogger(__name__)
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "data",
         help="training-data construction: teacher distillation, difficulty filtering, tool curation",
@@ -40,12 +50,12 @@ def register(subparsers: Any) -> None:
     _toolbox_parser(sub)
 
 
-def _recipe_arguments(p: Any) -> None:
+def _recipe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, metavar="FILE", help="training recipe whose samples are used")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. data.size=100")
 
 
-def _api_key_argument(p: Any) -> None:
+def _api_key_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--api-key-env",
         default=DEFAULT_API_KEY_ENV,
@@ -55,7 +65,7 @@ def _api_key_argument(p: Any) -> None:
     )
 
 
-def _distill_parser(sub: Any) -> None:
+def _distill_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "distill",
         help="teacher trajectories -> SFT JSONL, kept by the paper's filter",
@@ -87,7 +97,7 @@ def _distill_parser(sub: Any) -> None:
     p.set_defaults(func=run_distill)
 
 
-def _multiexpert_parser(sub: Any) -> None:
+def _multiexpert_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "multiexpert",
         help="VRAG-RL multi-expert episodes (large model + grounding expert) -> SFT JSONL",
@@ -114,7 +124,7 @@ def _multiexpert_parser(sub: Any) -> None:
     p.set_defaults(func=run_multiexpert)
 
 
-def _filter_parser(sub: Any) -> None:
+def _filter_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "filter",
         help="difficulty filtering by the policy's pass rate over k samples",
@@ -137,7 +147,7 @@ def _filter_parser(sub: Any) -> None:
     p.set_defaults(func=run_filter)
 
 
-def _toolbox_parser(sub: Any) -> None:
+def _toolbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "toolbox",
         help="Lang2Act tool curation: stage-1 trajectories -> toolbox JSON",
@@ -170,7 +180,9 @@ def _toolbox_parser(sub: Any) -> None:
 # --- shared pieces ---------------------------------------------------------------------------
 
 
-def _recipe(args: argparse.Namespace, stage: str, *, policy: bool = False) -> tuple[Any, Any, list[Any]]:
+def _recipe(
+    args: argparse.Namespace, stage: str, *, policy: bool = False
+) -> tuple[RLConfig, Task, list[Sample]]:
     """The recipe's config, task (with its toolbox and judge) and samples; checked before loading.
     A recipe whose method lists its data stages (``Method.stages``) must list ``stage``; with
     ``policy``, the model sampled from (``--model``, else ``model.path``) must name one, before
@@ -194,7 +206,7 @@ def _recipe(args: argparse.Namespace, stage: str, *, policy: bool = False) -> tu
     return cfg, task, task_samples(task, cfg.data)
 
 
-def _distill_method(args: argparse.Namespace) -> Any:
+def _distill_method(args: argparse.Namespace) -> Method[Any]:
     """The method of ``--method`` (else the recipe's), which must have a distillation filter."""
     from evidra.core.config import load_config
     from evidra.methods import METHODS, get_method, resolve
@@ -213,7 +225,7 @@ def _distill_method(args: argparse.Namespace) -> Any:
     return method
 
 
-def _policy(model: str | None, cfg: Any, out: Path) -> Any:
+def _policy(model: str | None, cfg: RLConfig, out: Path) -> VLM:
     """The policy to sample from: ``--model`` (a directory, run or checkpoint) or the recipe's path."""
     from evidra.models.loading import load_vlm
     from evidra.rl.policy import resolve_model_path
@@ -225,7 +237,7 @@ def _policy(model: str | None, cfg: Any, out: Path) -> Any:
     return load_vlm(path, min_pixels=cfg.model.min_pixels, max_pixels=cfg.model.max_pixels)
 
 
-def _sampling(cfg: Any) -> tuple[Any, Any]:
+def _sampling(cfg: RLConfig) -> tuple[SamplingParams, RolloutLimits]:
     from evidra.models.generation import SamplingParams
 
     r = cfg.rollout
@@ -258,6 +270,7 @@ def run_distill(args: argparse.Namespace) -> int:
         else None
     )
     _, _, samples = _recipe(args, "distill")  # the endpoints' URLs checked first
+    assert method.distill is not None  # _distill_method refuses a method without a filter
     with LazyBar(total=len(samples), unit="sample", desc="distill") as progress:
         report = distill(
             samples,
@@ -406,7 +419,7 @@ def run_toolbox(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top-k must be >= 1, got {args.top_k}")
     check_api_key_env(args.api_key_env, "--api-key-env")
     out = Path(args.out)
-    curator: Any = None
+    curator: CurationModel | None = None
     if args.curator:  # its URL checked before the trajectories are read or generated
         curator = OpenAIChatModel(args.curator, args.curator_model, api_key_env=args.api_key_env)
     else:

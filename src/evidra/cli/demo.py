@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "demo",
         help="run the offline end-to-end demo",

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.cli._eval_method import DEFAULT_MAX_TURNS, MethodEval, parse_method
 from evidra.cli._eval_method import add_arguments as add_method_options
@@ -32,10 +33,22 @@ from evidra.cli._progress import advance, open_bar
 from evidra.core.errors import InvalidInputError
 from evidra.openai.client import DEFAULT_API_KEY_ENV, check_api_key_env
 
+if TYPE_CHECKING:
+    from evidra.core.types import Page, Sample
+    from evidra.env.environment import Environment
+    from evidra.env.search import Searcher
+    from evidra.eval.report import RunResult
+    from evidra.eval.runner import EnvFactory, ModelBackend, RunConfig
+    from evidra.eval.sample_scoring import Prediction
+    from evidra.paradigms.paradigm import Paradigm
+    from evidra.rewards.judge_protocol import Judge
+
+    SearchCorpus = tuple[Searcher, dict[str, Page]]  # a benchmark's searcher and its pages by id
+
 logger = logging.getLogger(__name__)
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "eval",
         help="evaluate paradigms on benchmarks with a local checkpoint or an OpenAI-compatible endpoint",
@@ -117,7 +130,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _judge_arguments(p: Any) -> None:
+def _judge_arguments(p: argparse.ArgumentParser) -> None:
     j = p.add_argument_group("answer judge (adds the Judge Acc column; unscored answers are counted apart)")
     j.add_argument(
         "--judge",
@@ -146,7 +159,7 @@ def _judge_arguments(p: Any) -> None:
     j.add_argument("--judge-retries", type=int, default=3, help="retries of a failed judge request")
 
 
-def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> Any:
+def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> Judge | None:
     """The judge of ``--judge`` (None without it); bad options fail here, before any model loads."""
     if args.judge is None:
         return None
@@ -173,7 +186,7 @@ def _judge(args: argparse.Namespace, out: Path, method: MethodEval | None) -> An
     return build_judge(cfg, cfg.prompt or "vragrl", cache, KeyPolicy())  # --judge-url is the user's flag
 
 
-def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
+def _with_judge(judge: Judge | None, samples: list[Sample], preds: list[Prediction]) -> list[Prediction]:
     """``preds`` with the judge's scores added: every answer of the run in one judge call (an
     endpoint judge runs its requests concurrently); not written to the prediction cache."""
     if judge is None:
@@ -191,12 +204,12 @@ def _with_judge(judge: Any, samples: list[Any], preds: list[Any]) -> list[Any]:
     return [replace(p, scores={**p.scores, **extra}) for p, extra in zip(preds, scores, strict=True)]
 
 
-def _samples(args: argparse.Namespace, out: Path, method: MethodEval | None) -> dict[str, list[Any]]:
+def _samples(args: argparse.Namespace, out: Path, method: MethodEval | None) -> dict[str, list[Sample]]:
     """Each benchmark's samples, with their top ``--pages-per-question`` pages when given, as
     ``--method``'s task takes them."""
     from evidra.eval.benchmarks import synthetic_samples
 
-    benches: dict[str, list[Any]] = {}
+    benches: dict[str, list[Sample]] = {}
     for name in args.synthetic:
         benches[name] = synthetic_samples(name, out / "data", args.n, seed=args.seed)[: args.limit]
     if args.benchmark:
@@ -227,7 +240,7 @@ def _check_references(args: argparse.Namespace) -> None:
         check_model_ref(args.sa_retriever, "ColQwen2 retriever", option="--sa-retriever")
 
 
-def _backend(args: argparse.Namespace) -> tuple[Any, str]:
+def _backend(args: argparse.Namespace) -> tuple[ModelBackend, str]:
     from evidra.eval.runner import EndpointModel, LocalModel
 
     if args.model and not args.endpoint:
@@ -249,7 +262,9 @@ def _backend(args: argparse.Namespace) -> tuple[Any, str]:
     raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
 
 
-def _env_factory(name: str | None, paradigm: Any, corpus: Any, args: argparse.Namespace) -> Any:
+def _env_factory(
+    name: str | None, paradigm: Paradigm, corpus: SearchCorpus | None, args: argparse.Namespace
+) -> EnvFactory | None:
     """``make_env`` for ``--env``: the environment class called with ``paradigm=``; ``search``
     also gets ``corpus``, the benchmark's ``(searcher, pages)`` from ``_search_corpus``."""
     if name is None:
@@ -260,10 +275,11 @@ def _env_factory(name: str | None, paradigm: Any, corpus: Any, args: argparse.Na
     limit = _turn_field(env_cls)
     turns = {limit: args.max_turns} if limit and args.max_turns is not None else {}
     if name == "search":
+        assert corpus is not None  # run() searches a corpus for --env search
         searcher, pages = corpus
         return lambda sample: env_cls(searcher, pages, paradigm=paradigm, **turns)
 
-    def make(sample: Any) -> Any:
+    def make(sample: Sample) -> Environment:
         try:
             return env_cls(paradigm=paradigm, **turns)
         except TypeError as exc:
@@ -275,7 +291,7 @@ def _env_factory(name: str | None, paradigm: Any, corpus: Any, args: argparse.Na
     return make
 
 
-def _turn_field(env_cls: Any) -> str | None:
+def _turn_field(env_cls: type) -> str | None:
     """The environment's own turn-limit field (``max_turns`` or ``max_rounds``), if any."""
     import dataclasses
 
@@ -300,7 +316,7 @@ def _max_turns(args: argparse.Namespace) -> int:
     return int(value) if isinstance(value, int) else 1
 
 
-def _search_corpus(args: argparse.Namespace, samples: list[Any]) -> Any:
+def _search_corpus(args: argparse.Namespace, samples: list[Sample]) -> SearchCorpus:
     """``(searcher, pages)`` over every page of a benchmark (VRAG-RL's corpus), built once per
     benchmark: ``--index`` (directory or URL), else BM25 over the pages' text layer."""
     from evidra.env.search import bm25_searcher
@@ -339,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
     paradigms = PARADIGMS.names() if every else args.paradigm
     if method is not None and not args.paradigm:
         paradigms = [method.method.paradigm]  # the paradigm the method's policy writes
-    runs: list[Any] = []
+    runs: list[RunResult] = []
     for bench, samples in benches.items():
         corpus = _search_corpus(args, samples) if args.env == "search" else None
         for paradigm in paradigms:
@@ -377,12 +393,12 @@ def run(args: argparse.Namespace) -> int:
 def _run_one(
     args: argparse.Namespace,
     how: tuple[EvalOptions, MethodEval | None],
-    backend: Any,
+    backend: ModelBackend,
     key: tuple[str, str, str],
-    samples: list[Any],
-    corpus: Any,
-    progress: Any,
-) -> tuple[list[Any], Any]:
+    samples: list[Sample],
+    corpus: SearchCorpus | None,
+    progress: Callable[[int], None],
+) -> tuple[list[Prediction], RunConfig]:
     """One benchmark x paradigm: its predictions (cached in ``OUT/predictions.jsonl``) and config."""
     from evidra.eval.runner import RunConfig, run_eval
 
@@ -419,7 +435,7 @@ def _run_one(
     return (method.score(samples, preds) if method is not None else preds), cfg
 
 
-def _plots(runs: list[Any], out: Path) -> list[Path]:
+def _plots(runs: list[RunResult], out: Path) -> list[Path]:
     """A comparison PNG per headline metric when matplotlib (extra [plots]) is installed."""
     from evidra.core.errors import MissingDependencyError
     from evidra.eval.plots import plot_comparison

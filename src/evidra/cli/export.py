@@ -7,10 +7,9 @@ evidra export runs/lat/checkpoints/step-000200 ckpt/lat-lora --adapter   # the P
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "export",
         help="write a training run's model as a loadable Hugging Face model directory",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.cli._fusion import add_fusion_args
 from evidra.cli._index_common import _layout, _load_dataset, _options
@@ -39,11 +39,13 @@ from evidra.cli._progress import LazyBar
 
 if TYPE_CHECKING:
     from evidra.core.types import Page
+    from evidra.retrieval.lifecycle.index_folder import Engine
+    from evidra.retrieval.lifecycle.qdrant_build import QdrantSpec
 
 _FORMATS = ("auto", "beir", "vidore_v1")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("index", help="build, update, search and evaluate retrieval indexes")
     sub = p.add_subparsers(dest="index_command", metavar="ACTION", required=True)
 
@@ -272,7 +274,7 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build(args: argparse.Namespace, qdrant: Any) -> Any:
+def _build(args: argparse.Namespace, qdrant: QdrantSpec | None) -> Engine:
     """The pages of the build's source (a benchmark's images extracted under ``--out``), embedded."""
     from evidra.retrieval.encoders.bm25 import BM25Params
     from evidra.retrieval.lifecycle.backends import text_index
@@ -297,7 +299,7 @@ def _build(args: argparse.Namespace, qdrant: Any) -> Any:
         )
 
 
-def _qdrant_spec(args: argparse.Namespace) -> Any:
+def _qdrant_spec(args: argparse.Namespace) -> QdrantSpec | None:
     from evidra.core.errors import InvalidInputError
     from evidra.retrieval.lifecycle.index_folder import QdrantSpec
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from evidra.cli._progress import LazyBar
 from evidra.corpus.limits import (
@@ -16,7 +15,7 @@ from evidra.corpus.limits import (
 from evidra.corpus.pdf import DEFAULT_MAX_PAGES, DEFAULT_MAX_PIXELS
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "ingest",
         help="ingest a folder of PDFs and images into a page store",

@@ -10,13 +10,12 @@ An agent host starts this command and talks MCP over its stdin/stdout; tools: ``
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from evidra.cli._answer_model import check_endpoint_args
 from evidra.cli.serve import add_workspace_options, open_workspace
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("mcp", help="MCP server (stdio) with search, page and ask tools over a store")
     add_workspace_options(p)
     p.set_defaults(func=run)

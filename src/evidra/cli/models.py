@@ -11,10 +11,9 @@ command taking a model accepts all three (``evidra.models.references``).
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from evidra.models.tiny import TINY_KINDS
 
     p = subparsers.add_parser(

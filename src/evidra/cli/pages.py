@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "pages", help="list the pages of a page store", description="List the pages of S."
     )

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.cli._answer_model import add_endpoint_args, check_endpoint_args
 from evidra.cli._fusion import fusion_from_args
 from evidra.cli._retrieval import add_retrieval_args
+
+if TYPE_CHECKING:
+    from evidra.app.workspace import Workspace
 
 MIB = 1 << 20
 
@@ -53,7 +56,7 @@ def add_workspace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pixels", type=int, default=None, help="image pixel limit per page")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "serve", help="web app over a page store: add documents, search, ask with evidence"
     )
@@ -78,7 +81,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def open_workspace(args: argparse.Namespace) -> Any:
+def open_workspace(args: argparse.Namespace) -> Workspace:
     """A started ``Workspace`` from the shared options (the model loads last)."""
     from evidra.app.workspace import ModelSpec, SearchSpec, Workspace
     from evidra.paradigms import PARADIGMS

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.cli.index import scoring_options
 
+if TYPE_CHECKING:
+    from evidra.corpus.metadata import PageMeta
 
-def register(subparsers: Any) -> None:
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("serve-index", help="serve a retrieval index over HTTP (batched search)")
     p.add_argument("--index", required=True, help="index directory from `evidra index build`")
     p.add_argument(
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pages(args: argparse.Namespace) -> Any:
+def _pages(args: argparse.Namespace) -> dict[str, PageMeta] | None:
     """The metadata of the index's pages, from --store or the store the index recorded (None without)."""
     from pathlib import Path
 

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from evidra.rl.run_config import RLConfig, SFTConfig
+    from evidra.rl.sft.finetune import SFTTrainer
+    from evidra.rl.trainer import RLTrainer
 
 _MODES = {
     "sft": (
@@ -34,7 +39,7 @@ _MODES = {
 }
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "train",
         help="supervised (sft) or reinforcement learning (rl) training",
@@ -104,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trainer(cfg: Any) -> Any:
+def _trainer(cfg: RLConfig | SFTConfig) -> RLTrainer | SFTTrainer:
     """The trainer of ``cfg``; an SFT run on a data file says what it read."""
     from evidra.rl.run_config import SFTConfig
 
@@ -120,10 +125,12 @@ def _trainer(cfg: Any) -> Any:
     return rl_trainer(cfg)
 
 
-def _train(trainer: Any, mode: str) -> None:
+def _train(trainer: RLTrainer | SFTTrainer, mode: str) -> None:
     from evidra.cli._progress import open_bar
+    from evidra.rl.sft.finetune import SFTTrainer
 
-    total = trainer.steps if mode == "sft" else trainer.cfg.run.steps  # sft: or epochs x examples / batch
+    # sft: run.steps, or epochs x examples / batch
+    total = trainer.steps if isinstance(trainer, SFTTrainer) else trainer.cfg.run.steps
     keys = ("loss", "reward/mean", "kl")
     with open_bar(total=total, initial=trainer.state.step, desc=f"train {mode}", unit="step") as bar:
 

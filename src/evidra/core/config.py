@@ -34,7 +34,7 @@ from evidra.core.errors import ConfigError
 T = TypeVar("T")
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def _coerce(value: object, tp: Any, where: str) -> object:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return value
@@ -83,7 +83,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     raise ConfigError(f"{where} must be {getattr(tp, '__name__', tp)}, got {value!r}")
 
 
-def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+def from_dict(cls: type[T], data: Mapping[str, object], where: str = "") -> T:
     """Build the dataclass ``cls`` from a nested mapping, checking keys and types."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
@@ -116,7 +116,7 @@ def _sibling(path: str, key: str) -> str:
     return f"{section}.{key}" if section else key
 
 
-def to_dict(obj: Any) -> Any:
+def to_dict(obj: object) -> Any:
     """A plain nested dict/list version of a config (for YAML and JSON)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -127,7 +127,7 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def apply_overrides(data: Mapping[str, object], overrides: Sequence[str]) -> dict[str, object]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML scalars/lists) to a nested dict."""
     out = yaml.safe_load(yaml.safe_dump(data)) or {}  # deep copy
     for item in overrides:
@@ -143,7 +143,8 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         fix = "; the value is read as YAML: a number, true/false, text, or a list such as [1, 2]"
         shown = item if len(item) <= 80 else f"{item[:77]}..."
         value = parse_yaml(raw, f"override {shown!r}", fix) if raw.strip() else ""
-        node[parts[-1]] = _plain({parts[-1]: value}, f"override {shown!r}")[parts[-1]]  # replaces anyway
+        plain = _plain_mapping({parts[-1]: value}, f"override {shown!r}")
+        node[parts[-1]] = plain[parts[-1]]  # replaces anyway
     return out
 
 
@@ -151,13 +152,15 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 class Replace:
     """A value tagged ``!replace`` in a recipe: it replaces the base's value instead of merging."""
 
-    value: Any
+    value: object
 
 
 REPLACE_TAG = "!replace"
 
 
-def merge_sections(base: Mapping[str, Any], over: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+def merge_sections(
+    base: Mapping[str, object], over: Mapping[str, object], where: str = ""
+) -> dict[str, object]:
     """``base`` with ``over`` merged in, recursively for nested mappings; a ``Replace`` value
     replaces the base's whole.
 
@@ -171,8 +174,8 @@ def merge_sections(base: Mapping[str, Any], over: Mapping[str, Any], where: str 
         here = f"{where}.{key}" if where else str(key)
         if isinstance(value, Replace):
             out[key] = value.value
-        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge_sections(out[key], value, here)
+        elif isinstance(value, Mapping) and isinstance(current := out.get(key), Mapping):
+            out[key] = merge_sections(current, value, here)
         else:
             out[key] = value
     return out
@@ -214,10 +217,10 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(str(exc).split())
 
 
-def _nesting_within(value: Any, limit: int) -> bool:
+def _nesting_within(value: object, limit: int) -> bool:
     """Whether ``value`` nests at most ``limit`` mappings/lists deep (walked without recursion;
     a node shared through YAML aliases is visited once per depth, a cycle counts as too deep)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[tuple[object, int]] = [(value, 0)]
     seen: set[tuple[int, int]] = set()
     while stack:
         node, depth = stack.pop()
@@ -238,7 +241,7 @@ class _NoAliasLoader(yaml.SafeLoader):
     few lines of nested aliases expand to billions of values (a "billion laughs" file) in
     whatever walks the result."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise _AliasFound(f"YAML alias *{event.anchor} at line {event.start_mark.line + 1}")
@@ -259,7 +262,7 @@ def _construct_replace(loader: yaml.SafeLoader, node: yaml.Node) -> Replace:
 _NoAliasLoader.add_constructor(REPLACE_TAG, _construct_replace)
 
 
-def _plain(value: Any, where: str) -> Any:
+def _plain(value: object, where: str) -> object:
     """``value`` with its ``Replace`` markers taken off (a marked key with nothing to replace
     keeps its value); a marker that is not the value of a key is a ``ConfigError``."""
     if isinstance(value, Replace):
@@ -270,11 +273,16 @@ def _plain(value: Any, where: str) -> Any:
     if isinstance(value, list):
         return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, Mapping):
-        return {k: _plain(v.value if isinstance(v, Replace) else v, f"{where}.{k}") for k, v in value.items()}
+        return _plain_mapping(value, where)
     return value
 
 
-def _safe_load(text: str) -> Any:
+def _plain_mapping(value: Mapping[str, object], where: str) -> dict[str, object]:
+    """``_plain`` of a mapping: a value marked ``Replace`` keeps its value."""
+    return {k: _plain(v.value if isinstance(v, Replace) else v, f"{where}.{k}") for k, v in value.items()}
+
+
+def _safe_load(text: str) -> object:
     """``yaml.safe_load`` with ``_NoAliasLoader``."""
     loader = _NoAliasLoader(text)
     try:
@@ -283,7 +291,7 @@ def _safe_load(text: str) -> Any:
         loader.dispose()
 
 
-def parse_yaml(text: str, what: str, fix: str = "") -> Any:
+def parse_yaml(text: str, what: str, fix: str = "") -> object:
     """``text`` parsed as YAML; malformed or too deeply nested text, or text with an alias, is a
     one-line ``ConfigError`` naming ``what`` (a config file, an override) and ending with ``fix``.
 
@@ -306,7 +314,7 @@ def parse_yaml(text: str, what: str, fix: str = "") -> Any:
     return value
 
 
-def read_config_file(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def read_config_file(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str, object]:
     """The mapping of YAML file ``path``, merged over the file its ``base:`` names (recursively)."""
     file = Path(path)
     if not file.is_file():
@@ -323,11 +331,11 @@ def read_config_file(path: str | Path, seen: tuple[Path, ...] = ()) -> dict[str,
         raise ConfigError(f"config file {str(file)!r} must hold a mapping at the top level{tagged}")
     base = data.pop(BASE_KEY, None)
     if base is None:
-        return _plain(data, str(file))
+        return _plain_mapping(data, str(file))
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"{BASE_KEY}: in {str(file)!r} must name a config file, got {base!r}")
     merged = merge_sections(read_config_file(file.parent / base, (*seen, file.resolve())), data)
-    return _plain(merged, str(file))
+    return _plain_mapping(merged, str(file))
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
@@ -349,7 +357,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     return from_dict(cls, apply_overrides(data, [o for o in overrides if o not in staged]))
 
 
-def dump_config(cfg: Any, path: str | Path) -> Path:
+def dump_config(cfg: object, path: str | Path) -> Path:
     """Write the resolved config as YAML."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,10 @@ Every place that picks a device accepts ``auto`` and resolves it here, when the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 AUTO = "auto"
 
@@ -37,7 +40,7 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return "bfloat16" if resolve_device(device).startswith("cuda") else "float32"
 
 
-def peak_memory_gb(device: Any, *, reset: bool = True) -> float | None:
+def peak_memory_gb(device: torch.device | str, *, reset: bool = True) -> float | None:
     """The most memory torch held allocated on ``device`` (a CUDA device) since the last reset, in
     GB, then reset; None elsewhere (a CPU process's peak is its resident set, not torch's)."""
     import torch

@@ -9,7 +9,6 @@ page ids, document names, step text) reaches the page escaped, without a call to
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
@@ -29,7 +28,7 @@ def environment() -> Environment:
     )
 
 
-def render(template: str, **context: Any) -> str:
+def render(template: str, **context: object) -> str:
     """``template`` (a file name under ``evidra/templates``) rendered with ``context``."""
     return environment().get_template(template).render(**context)
 

@@ -33,7 +33,7 @@ class CoordSpace(str, Enum):
     NORM1000 = "norm1000"  # 0..1000 relative to the image (Qwen2-VL, Qwen3-VL)
 
 
-def _freeze_mapping(obj: object, name: str, value: Mapping[str, Any] | None) -> None:
+def _freeze_mapping(obj: object, name: str, value: Mapping[str, object] | None) -> None:
     """Store ``value`` on a frozen dataclass as a read-only copy."""
     object.__setattr__(obj, name, MappingProxyType(dict(value or {})))
 
@@ -430,7 +430,7 @@ def _part_json(part: Part) -> dict[str, str]:
     return {"type": "image", "image": str(part.image)}
 
 
-def messages_to_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def messages_to_json(messages: Sequence[Message]) -> list[dict[str, object]]:
     """Messages as JSON, images by path (not inlined).
 
     >>> messages_to_json([Message.text("user", "hi")])
@@ -439,7 +439,7 @@ def messages_to_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [{"role": m.role, "content": [_part_json(p) for p in m.content]} for m in messages]
 
 
-def _part(item: dict[str, Any]) -> Part:
+def _part(item: Mapping[str, object]) -> Part:
     if item["type"] == "text":
         return TextPart(str(item["text"]))
     if item["type"] == "image":

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError, MissingDependencyError
 from evidra.eval.tables import LABELS, ResultRow
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def _pyplot() -> Any:
+
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
 
@@ -138,7 +142,7 @@ def bar_chart_png(groups: Mapping[str, Mapping[str, float]], *, title: str, ylab
     return _png_bytes(plt, fig)
 
 
-def _png_bytes(plt: Any, fig: Any) -> bytes:
+def _png_bytes(plt: ModuleType, fig: Figure) -> bytes:
     import io
 
     fig.tight_layout()
@@ -148,7 +152,7 @@ def _png_bytes(plt: Any, fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def _save(plt: Any, fig: Any, out_png: str | Path) -> Path:
+def _save(plt: ModuleType, fig: Figure, out_png: str | Path) -> Path:
     """Lay out, write (creating the folder) and close a figure."""
     fig.tight_layout()
     out = Path(out_png)

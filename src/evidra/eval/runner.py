@@ -81,7 +81,9 @@ class RawEpisode:
 
 
 class ModelBackend(Protocol):
-    spec: VisionSpec  # how the model's box coordinates map back to page pixels
+    @property
+    def spec(self) -> VisionSpec:
+        """How the model's box coordinates map back to page pixels."""
 
     def run(self, samples: Sequence[Sample], make_env: EnvFactory, cfg: RunConfig) -> list[RawEpisode]: ...
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.core.errors import ConfigError
 from evidra.integrations.trl_env import ToolSpec
 
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
 VERL_AVAILABLE = importlib.util.find_spec("verl") is not None
-_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_TYPES: dict[object, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
 @dataclass(frozen=True)
@@ -23,8 +26,8 @@ class PlainToolResponse:
     """verl's ``ToolResponse`` fields, for use without verl."""
 
     text: str | None = None
-    image: list[Any] | None = None
-    video: list[Any] | None = None
+    image: list[PILImage] | None = None
+    video: list[object] | None = None
 
     def is_empty(self) -> bool:
         return not self.text and not self.image and not self.video
@@ -60,7 +63,7 @@ else:
     _Base, _Response = PlainBaseTool, PlainToolResponse
 
 
-def param_type(kind: Any) -> str:
+def param_type(kind: object) -> str:
     """The JSON schema type of a ``ToolSpec`` parameter type.
 
     >>> param_type(str), param_type(list[int])
@@ -69,14 +72,14 @@ def param_type(kind: Any) -> str:
     return _TYPES.get(kind, "array")
 
 
-def _param_schema(kind: Any, description: str) -> dict[str, Any]:
+def _param_schema(kind: object, description: str) -> dict[str, object]:
     if kind in _TYPES:
         return {"type": _TYPES[kind], "description": description}
     item = getattr(kind, "__args__", (int,))[0]
     return {"type": "array", "description": description, "items": {"type": _TYPES.get(item, "number")}}
 
 
-def openai_schema(spec: ToolSpec) -> dict[str, Any]:
+def openai_schema(spec: ToolSpec) -> dict[str, object]:
     """The OpenAI function tool schema of an evidra tool (what verl renders into the prompt).
 
     >>> from evidra.integrations.trl_env import SEARCH_TOOL
@@ -113,7 +116,7 @@ def schema_object(schema: Mapping[str, Any]) -> Any:
         ) from None
 
 
-def _check_schema(schema: Mapping[str, Any]) -> None:
+def _check_schema(schema: Mapping[str, object]) -> None:
     """What verl's ``OpenAIFunctionToolSchema`` requires of the parts evidra reads."""
     function = schema.get("function")
     if not isinstance(schema.get("type"), str) or not isinstance(function, Mapping):

@@ -27,7 +27,7 @@ def _plain_parse(text: str) -> Parsed:
     return Parsed(text=text)
 
 
-def _last_assistant_text(completion: Any) -> str:
+def _last_assistant_text(completion: object) -> str:
     """The text of a multi-turn completion's last assistant message (tool results follow the
     assistant turns that called them; a rollout cut at the length limit may end on one)."""
     if isinstance(completion, Sequence) and not isinstance(completion, str):
@@ -63,7 +63,7 @@ def registered_reward(reward: RewardFn | str) -> RewardFn:
         raise ConfigError(f"reward: {exc.args[0]}") from None
 
 
-def method_reward(name: str, **options: Any) -> tuple[RewardFn, Parser]:
+def method_reward(name: str, **options: object) -> tuple[RewardFn, Parser]:
     """The reward and parser a registered method (``evidra.methods.METHODS``) trains with, its
     ``options`` checked as the recipe's ``method:`` section would be: what the adapters take,
     ``as_trl_reward(*method_reward("lat"))``, so another framework trains on the same reward.
@@ -81,7 +81,7 @@ def method_reward(name: str, **options: Any) -> tuple[RewardFn, Parser]:
 
 def as_trl_reward(
     reward: RewardFn | str, parse: Parser = _plain_parse, name: str | None = None
-) -> Callable[..., list]:
+) -> Callable[..., list[float | None]]:
     """A TRL ``GRPOTrainer`` reward function: ``f(prompts, completions, completion_ids, **columns)``.
 
     Dataset columns arrive as lists (one value per completion); TRL's own extras
@@ -101,9 +101,9 @@ def as_trl_reward(
     framework_keys = {"trainer_state", "log_extra", "log_metric", "environments"}
 
     def reward_func(
-        prompts: Sequence[Any],
-        completions: Sequence[Any],
-        completion_ids: Sequence[Any] | None = None,
+        prompts: Sequence[object],
+        completions: Sequence[object],
+        completion_ids: Sequence[Sequence[int]] | None = None,
         **columns: Any,
     ) -> list[float | None]:
         environments = columns.get("environments") or ()
@@ -135,7 +135,7 @@ RETRIEVED_FIELD = "retrieved_pages"  # the key evidra's verl tools write into ex
 
 def as_verl_compute_score(
     reward: RewardFn | str, parse: Parser = _plain_parse, keys: Sequence[str] | None = None
-) -> Callable[..., dict[str, Any]]:
+) -> Callable[..., dict[str, float]]:
     """A verl ``compute_score(data_source, solution_str, ground_truth, extra_info=None)``.
 
     Every sample returns the same keys (verl collects each key into one list per batch):
@@ -153,17 +153,17 @@ def as_verl_compute_score(
     def compute_score(
         data_source: str,
         solution_str: str,
-        ground_truth: Any,
-        extra_info: Mapping[str, Any] | None = None,
-        **_: Any,
-    ) -> dict[str, Any]:
+        ground_truth: object,
+        extra_info: Mapping[str, object] | None = None,
+        **_: object,
+    ) -> dict[str, float]:
         fields = {**dict(extra_info or {}), "answers": ground_truth, "data_source": data_source}
         parsed = parse(solution_str)
         if not parsed.retrieved:
             parsed = dataclasses.replace(parsed, retrieved=as_strings(fields.get(RETRIEVED_FIELD)))
         result: RewardResult = reward(parsed, sample_from_fields(fields), None)
         total = result.total if result.scored else 0.0
-        out: dict[str, Any] = {"score": total, "scored": float(result.scored)}
+        out: dict[str, float] = {"score": total, "scored": float(result.scored)}
         out.update({k: float(result.components.get(k, 0.0)) for k in names})
         return out
 

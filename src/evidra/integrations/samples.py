@@ -9,7 +9,6 @@ gives the same sample wherever it is scored.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from evidra.core.types import Sample
 
@@ -17,7 +16,7 @@ ANSWER_KEYS = ("answers", "answer", "ground_truth", "reference_answer", "short_a
 QUESTION_KEYS = ("question", "query", "problem")
 
 
-def message_text(value: Any) -> str:
+def message_text(value: object) -> str:
     """Text of a prompt or completion in TRL's shapes: a string, a message list (the last
     message's content), a message, or a list of content parts (their text parts joined)."""
     if isinstance(value, str):
@@ -33,7 +32,7 @@ def message_text(value: Any) -> str:
     return "" if value is None or isinstance(value, Sequence) else str(value)
 
 
-def as_strings(value: Any) -> tuple[str, ...]:
+def as_strings(value: object) -> tuple[str, ...]:
     """A column's value as strings: none, one string, or each item of a list as a string."""
     if value is None:
         return ()
@@ -44,7 +43,7 @@ def as_strings(value: Any) -> tuple[str, ...]:
     return (str(value),)
 
 
-def sample_from_fields(fields: Mapping[str, Any], *, index: int = 0, prompt: Any = None) -> Sample:
+def sample_from_fields(fields: Mapping[str, object], *, index: int = 0, prompt: object = None) -> Sample:
     """An evidra ``Sample`` from one dataset row's fields (TRL columns or verl ``extra_info``).
 
     The question comes from ``question``/``query``/``problem`` or else the prompt's last user

@@ -39,13 +39,17 @@ import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evidra.core import imagefiles
 from evidra.core.errors import ConfigError
 from evidra.core.types import ImagePart, Message, Parsed, Sample, Span, TextPart, Trajectory
 from evidra.env.environment import Environment, StepInfo, StepResult
 from evidra.integrations.samples import sample_from_fields
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 EnvMaker = Callable[[Sample], Environment]
 ENDED = "The episode has ended: write the final answer."
@@ -62,7 +66,7 @@ class ToolSpec:
 
     name: str
     description: str
-    params: Mapping[str, tuple[Any, str]]
+    params: Mapping[str, tuple[object, str]]  # the type is an annotation: str, int, list[int]
     action: Callable[..., str]
 
     def __post_init__(self) -> None:
@@ -149,14 +153,14 @@ class Episode:
         )
 
 
-def trl_content(messages: Sequence[Message]) -> str | list[dict[str, Any]]:
+def trl_content(messages: Sequence[Message]) -> str | list[dict[str, object]]:
     """evidra messages as TRL tool-result / reset content: their text joined by newlines, or,
     when they hold images, a list of ``{"type": "text"|"image"}`` blocks (PIL images; paths are
     opened) that TRL routes to a VLM's processor."""
     parts = [p for m in messages for p in m.content]
     if not any(isinstance(p, ImagePart) for p in parts):
         return "\n".join(m.plain_text for m in messages)
-    blocks: list[dict[str, Any]] = []
+    blocks: list[dict[str, object]] = []
     for p in parts:
         if isinstance(p, TextPart):
             blocks.append({"type": "text", "text": p.text})
@@ -165,10 +169,10 @@ def trl_content(messages: Sequence[Message]) -> str | list[dict[str, Any]]:
     return blocks
 
 
-def _pil(image: Any) -> Any:
-    if hasattr(image, "convert"):
-        return image
-    return imagefiles.decode(image, f"image {str(image)!r}")
+def _pil(image: str | Path | PILImage) -> PILImage:
+    if isinstance(image, (str, Path)):
+        return imagefiles.decode(image, f"image {str(image)!r}")
+    return image
 
 
 class TRLEnvironment:
@@ -179,13 +183,13 @@ class TRLEnvironment:
     """
 
     _make_env: EnvMaker
-    _to_sample: Callable[[Mapping[str, Any]], Sample]
+    _to_sample: Callable[[Mapping[str, object]], Sample]
     _prompt_from_env: bool = False
 
     def __init__(self) -> None:
         self.evidra_episode: Episode | None = None
 
-    def reset(self, **row: Any) -> str | list[dict[str, Any]] | None:
+    def reset(self, **row: object) -> str | list[dict[str, object]] | None:
         """Start an episode for the dataset row (TRL passes the row's columns)."""
         sample = type(self)._to_sample(row)
         env = type(self)._make_env(sample)
@@ -193,7 +197,7 @@ class TRLEnvironment:
         self.evidra_episode = Episode(sample, env, list(prompt))
         return trl_content(prompt) if type(self)._prompt_from_env else None
 
-    def _act(self, text: str) -> str | list[dict[str, Any]]:
+    def _act(self, text: str) -> str | list[dict[str, object]]:
         episode = self.evidra_episode
         if episode is None:
             raise RuntimeError("reset was not called before a tool call")
@@ -204,8 +208,8 @@ class TRLEnvironment:
         return content if content else (ENDED if result.done else "")
 
 
-def _tool_method(spec: ToolSpec) -> Callable[..., Any]:
-    def tool(self: TRLEnvironment, **kwargs: Any) -> str | list[dict[str, Any]]:
+def _tool_method(spec: ToolSpec) -> Callable[..., str | list[dict[str, object]]]:
+    def tool(self: TRLEnvironment, **kwargs: object) -> str | list[dict[str, object]]:
         return self._act(spec.action(**kwargs))
 
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
@@ -225,7 +229,7 @@ def as_trl_environment(
     make_env: EnvMaker,
     tools: Sequence[ToolSpec],
     *,
-    to_sample: Callable[[Mapping[str, Any]], Sample] | None = None,
+    to_sample: Callable[[Mapping[str, object]], Sample] | None = None,
     prompt_from_env: bool = False,
     name: str = "EvidraEnvironment",
 ) -> type[TRLEnvironment]:
@@ -245,10 +249,10 @@ def as_trl_environment(
     if len(set(names)) != len(names):
         raise ConfigError(f"duplicate tool names: {names}")
 
-    def default_sample(row: Mapping[str, Any]) -> Sample:
+    def default_sample(row: Mapping[str, object]) -> Sample:
         return sample_from_fields(row, prompt=row.get("prompt"))
 
-    attrs: dict[str, Any] = {t.name: _tool_method(t) for t in tools}
+    attrs: dict[str, object] = {t.name: _tool_method(t) for t in tools}
     attrs.update(
         _make_env=staticmethod(make_env),
         _to_sample=staticmethod(to_sample or default_sample),

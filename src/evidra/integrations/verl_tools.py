@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import uuid4
 
 from evidra.core import imagefiles
@@ -58,6 +58,11 @@ from evidra.integrations._verl_compat import (
 )
 from evidra.integrations.samples import sample_from_fields
 from evidra.integrations.trl_env import BBOX_TOOL, ENDED, SEARCH_TOOL, ZOOM_TOOL, Episode, ToolSpec
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
+    from evidra.retrieval.interfaces import Retriever
 
 __all__ = [
     "EPISODES_ATTRIBUTE",
@@ -80,7 +85,7 @@ _WRAPPERS = ("<tool_response>", "</tool_response>")
 
 # environments -------------------------------------------------------------------------------------
 @lru_cache(maxsize=8)
-def _search_backend(index: str, store: str) -> tuple[Any, dict[str, Page]]:
+def _search_backend(index: str, store: str) -> tuple[Retriever, dict[str, Page]]:
     """The searcher and pages of a tool config, opened once per process (verl's worker)."""
     from evidra.env.search import bm25_searcher
 
@@ -98,7 +103,7 @@ def _search_backend(index: str, store: str) -> tuple[Any, dict[str, Page]]:
     return bm25_searcher(pages.values()), pages
 
 
-def _zoom_page(fields: Mapping[str, Any], image_root: str) -> Page:
+def _zoom_page(fields: Mapping[str, object], image_root: str) -> Page:
 
     from evidra.data.loaders._records import inside_folder
 
@@ -157,12 +162,12 @@ class EvidraTool(_Base):
             )
         super().__init__(config, schema)
         self.invalid_penalty = float(config.get("invalid_penalty", 0.0))
-        self._created: dict[str, dict[str, Any]] = {}  # instance id -> the row's create kwargs
+        self._created: dict[str, dict[str, object]] = {}  # instance id -> the row's create kwargs
 
     def get_openai_tool_schema(self) -> Any:
         return self.tool_schema
 
-    def make_sample(self, fields: Mapping[str, Any]) -> Sample:
+    def make_sample(self, fields: Mapping[str, object]) -> Sample:
         """The episode's sample from the row's create kwargs (``sample_from_fields``)."""
         return sample_from_fields(fields)
 
@@ -171,7 +176,10 @@ class EvidraTool(_Base):
         raise NotImplementedError(f"{type(self).__name__} starts no episode")
 
     async def create(
-        self, instance_id: str | None = None, create_kwargs: Mapping[str, Any] | None = None, **kwargs: Any
+        self,
+        instance_id: str | None = None,
+        create_kwargs: Mapping[str, object] | None = None,
+        **kwargs: object,
     ) -> tuple[str, Any]:
         """Remember the row's create kwargs (verl passes them as ``create_kwargs=``; older loops
         spread them as keywords) for the episode this call may start."""
@@ -179,7 +187,7 @@ class EvidraTool(_Base):
         self._created[instance_id] = {**kwargs, **dict(create_kwargs or {})}
         return instance_id, _Response()
 
-    def _store(self, instance_id: str, agent_data: Any) -> tuple[dict[str, _Session], str]:
+    def _store(self, instance_id: str, agent_data: object) -> tuple[dict[str, _Session], str]:
         """Where the trajectory's session lives: on verl's ``agent_data`` when given, else by
         instance id."""
         if agent_data is None:
@@ -188,7 +196,7 @@ class EvidraTool(_Base):
             setattr(agent_data, EPISODES_ATTRIBUTE, {})
         return getattr(agent_data, EPISODES_ATTRIBUTE), self.env_kind
 
-    def _session(self, instance_id: str, agent_data: Any) -> _Session | None:
+    def _session(self, instance_id: str, agent_data: object) -> _Session | None:
         """The trajectory's session, started here (reset with the row's sample) when this tool
         starts episodes and none is running."""
         store, key = self._store(instance_id, agent_data)
@@ -197,7 +205,7 @@ class EvidraTool(_Base):
             store[key] = _Session(Episode(sample, env, list(env.reset(sample))))
         return store.get(key)
 
-    def _action(self, parameters: Mapping[str, Any]) -> str | None:
+    def _action(self, parameters: Mapping[str, object]) -> str | None:
         """The action text of a call, or None when its arguments do not fit the schema."""
         args = {}
         for name, (kind, _) in self.spec.params.items():
@@ -208,13 +216,13 @@ class EvidraTool(_Base):
         return self.spec.action(**args)
 
     async def execute(
-        self, instance_id: str, parameters: Mapping[str, Any], **kwargs: Any
-    ) -> tuple[Any, float, dict[str, Any]]:
+        self, instance_id: str, parameters: Mapping[str, object], **kwargs: object
+    ) -> tuple[Any, float, dict[str, bool]]:
         """Play the call as the environment's action; the observation is the tool's response."""
         agent_data = kwargs.get("agent_data")
         session = self._session(instance_id, agent_data)
         action = self._action(parameters or {})
-        images: list[Any]
+        images: list[PILImage]
         if action is None:
             text = f"Invalid call of {self.name}: expected arguments {_arguments(self.spec)}."
             images, invalid, done = [], True, False
@@ -232,7 +240,7 @@ class EvidraTool(_Base):
         return _Response(**fields), reward, {"invalid": invalid, "done": done}
 
     @staticmethod
-    async def _step(episode: Episode, action: str) -> tuple[str, list[Any], bool, bool]:
+    async def _step(episode: Episode, action: str) -> tuple[str, list[PILImage], bool, bool]:
         """Text, images, invalid and done of one action (searches and crops run in a thread)."""
         if episode.done:
             return ENDED, [], False, True
@@ -240,12 +248,12 @@ class EvidraTool(_Base):
         text, images = _observation(result.observation)
         return text or (ENDED if result.done else ""), images, result.info.invalid, result.done
 
-    async def calc_reward(self, instance_id: str, **kwargs: Any) -> float:
+    async def calc_reward(self, instance_id: str, **kwargs: object) -> float:
         """The summed step rewards of the trajectory's episode so far (0 before it starts)."""
         store, key = self._store(instance_id, kwargs.get("agent_data"))
         return store[key].reward if key in store else 0.0
 
-    async def release(self, instance_id: str, **kwargs: Any) -> None:
+    async def release(self, instance_id: str, **kwargs: object) -> None:
         """Forget the call's instance; a session kept by instance id goes with it."""
         self._created.pop(instance_id, None)
         _BY_INSTANCE.pop(f"{self.env_kind}:{instance_id}", None)
@@ -255,7 +263,7 @@ def _arguments(spec: ToolSpec) -> str:
     return ", ".join(f"{name} ({param_type(kind)})" for name, (kind, _) in spec.params.items())
 
 
-def _observation(messages: Sequence[Message]) -> tuple[str, list[Any]]:
+def _observation(messages: Sequence[Message]) -> tuple[str, list[PILImage]]:
     """An observation as verl's tool response: its text joined, its images as PIL images."""
     from evidra.models.chat import load_image
 
@@ -267,7 +275,7 @@ def _observation(messages: Sequence[Message]) -> tuple[str, list[Any]]:
     return "".join(texts), images
 
 
-def _record(agent_data: Any, episode: Episode | None, invalid: bool) -> None:
+def _record(agent_data: object, episode: Episode | None, invalid: bool) -> None:
     """The call in verl's per-trajectory ``extra_fields`` (the reward function's ``extra_info``):
     the pages retrieved so far, the evidra tool calls and the invalid ones among them."""
     fields = getattr(agent_data, "extra_fields", None)
@@ -332,7 +340,7 @@ class ZoomTool(EvidraTool):
     env_kind = "zoom"
     options = frozenset({"image_root", "max_rounds"})
 
-    def make_sample(self, fields: Mapping[str, Any]) -> Sample:
+    def make_sample(self, fields: Mapping[str, object]) -> Sample:
         page = _zoom_page(fields, str(self.config.get("image_root") or ""))
         return replace(sample_from_fields(fields), pages=(page,))
 
@@ -346,7 +354,7 @@ class ZoomTool(EvidraTool):
 TOOLS: dict[str, type[EvidraTool]] = {"search": SearchTool, "crop": CropTool, "zoom": ZoomTool}
 
 
-def tool_config(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def tool_config(tools: Mapping[str, Mapping[str, object]]) -> dict[str, list[dict[str, object]]]:
     """The YAML document verl's ``tool_config_path`` reads, for ``{tool: config}`` (tool one of
     search, crop, zoom); each config is checked as the tool will check it.
 
@@ -354,7 +362,7 @@ def tool_config(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     >>> entry["class_name"], entry["config"], entry["tool_schema"]["function"]["name"]
     ('evidra.integrations.verl_tools.CropTool', {'type': 'native'}, 'bbox')
     """
-    entries = []
+    entries: list[dict[str, object]] = []
     for name, options in tools.items():
         if name not in TOOLS:
             raise ConfigError(f"unknown evidra verl tool {name!r}; known: {sorted(TOOLS)}")
@@ -370,7 +378,7 @@ def tool_config(tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {"tools": entries}
 
 
-def write_tool_config(path: str | Path, tools: Mapping[str, Mapping[str, Any]]) -> Path:
+def write_tool_config(path: str | Path, tools: Mapping[str, Mapping[str, object]]) -> Path:
     """Write ``tool_config(tools)`` as YAML at ``path`` (for ``multi_turn.tool_config_path``)."""
     import yaml
 

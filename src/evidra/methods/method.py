@@ -26,7 +26,7 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from evidra.core.config import from_dict
 from evidra.core.errors import ConfigError, InvalidInputError, RegistryError
@@ -38,6 +38,12 @@ from evidra.rewards.judge_protocol import Judge
 from evidra.rewards.reward import check_weights as check_reward_weights
 from evidra.rl.runs.model_card import Paper
 from evidra.rl.tasks import Task
+
+if TYPE_CHECKING:
+    from evidra.data.construction.distill import Filter
+    from evidra.methods.lang2act.paradigm import Tool
+    from evidra.methods.lat.similarity import StepSimilarity
+    from evidra.retrieval.interfaces import Retriever
 
 __all__ = ["ENTRY_POINT_GROUP", "METHODS", "Method", "Resources", "import_method_module", "merged_weights"]
 
@@ -58,14 +64,14 @@ O = TypeVar("O")
 class Resources:
     """Services a run hands to a method instead of letting it build them from the config."""
 
-    searcher: Any = None  # a text-to-pages searcher (``search(queries, k)``): vragrl's engine, page ranking
+    searcher: Retriever | None = None  # text-to-pages search: vragrl's engine, page ranking
     judge: Judge | None = None  # the answer judge client; None: built from the options' ``judge``
-    similarity: Any = None  # lat's ``StepSimilarity``; None: from the options' ``similarity``
+    similarity: StepSimilarity | None = None  # lat's; None: from the options' ``similarity``
 
 
-# (sample, teacher text, paradigm, options of the distillation run) -> verdict; see
+# (sample, teacher text, the distillation run's context) -> verdict; see
 # ``evidra.data.construction.distill``
-DistillFilter = Callable[..., Any]
+DistillFilter: TypeAlias = "Filter"
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ class Method(Generic[O]):
         """The judge prompt ``evidra eval --method NAME --judge ...`` asks by default."""
         return self.eval_judge_prompt or self.judge_prompt
 
-    def parse_options(self, section: Mapping[str, Any]) -> O:
+    def parse_options(self, section: Mapping[str, object]) -> O:
         """The options of the ``method:`` section (without ``name``): an unknown key is a one-line
         ``ConfigError`` with a "did you mean" and the method's options; types are checked."""
         known = [f.name for f in dataclasses.fields(self.options)]  # type: ignore[arg-type]
@@ -116,7 +122,7 @@ class Method(Generic[O]):
             validate_judge(judge)
         return options
 
-    def task(self, section: Mapping[str, Any] | None = None, resources: Resources | None = None) -> Task:
+    def task(self, section: Mapping[str, object] | None = None, resources: Resources | None = None) -> Task:
         """The task of this method with the options of ``section`` (checked first)."""
         return self.build(self.parse_options(section or {}), resources or Resources())
 
@@ -200,7 +206,7 @@ def method_judge(config: JudgeConfig, resources: Resources, prompt: str, default
     return build_judge(config, prompt)
 
 
-def load_tools(path: str) -> tuple[Any, ...]:
+def load_tools(path: str) -> tuple[Tool, ...]:
     """The tools of a ``toolbox`` option (a ``ConfigError`` naming the file when it does not load)."""
     from evidra.methods.lang2act.paradigm import load_toolbox
 

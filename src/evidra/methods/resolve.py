@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.core.errors import ConfigError, RegistryError
 from evidra.methods.method import METHODS, Method, Resources
@@ -18,6 +18,12 @@ from evidra.models.references import check_model_ref
 from evidra.rl.run_config import DataConfig, RLConfig, SFTConfig
 from evidra.rl.runs.model_card import MethodFacts
 from evidra.rl.tasks import Task, plain_task
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+
+    from evidra.rl.sft.finetune import SFTTrainer
+    from evidra.rl.trainer import RLTrainer
 
 # the paper task names data.task took before methods had a section -> the section that replaced each
 FORMER_TASKS: dict[str, str] = {
@@ -37,7 +43,7 @@ class Resolved:
     """A method and its checked options: what a run trains and evaluates."""
 
     method: Method[Any]
-    options: Any
+    options: object  # an instance of ``method.options``
 
     def task(self, resources: Resources | None = None) -> Task:
         return self.method.build(self.options, resources or Resources())
@@ -51,7 +57,7 @@ def get_method(name: str) -> Method[Any]:
         raise ConfigError(f"method.name: {exc.args[0]}") from None
 
 
-def resolve_section(section: Mapping[str, Any]) -> Resolved:
+def resolve_section(section: Mapping[str, object]) -> Resolved:
     """The method ``section["name"]`` with the rest of ``section`` as its options (checked)."""
     name = section.get("name", "")
     if not isinstance(name, str) or not name:
@@ -60,12 +66,12 @@ def resolve_section(section: Mapping[str, Any]) -> Resolved:
     return Resolved(method, method.parse_options({k: v for k, v in section.items() if k != "name"}))
 
 
-def build_task(section: Mapping[str, Any], resources: Resources | None = None) -> Task:
+def build_task(section: Mapping[str, object], resources: Resources | None = None) -> Task:
     """The task of the method a ``method:`` section names, its options checked first."""
     return resolve_section(section).task(resources)
 
 
-def method_section(cfg: RLConfig | SFTConfig) -> dict[str, Any] | None:
+def method_section(cfg: RLConfig | SFTConfig) -> dict[str, object] | None:
     """The run's method section; None for a plain task."""
     if cfg.data.task in FORMER_TASKS:
         raise ConfigError(
@@ -111,7 +117,7 @@ def check_config(cfg: RLConfig | SFTConfig) -> Task:
     return task
 
 
-def method_facts(config: Mapping[str, Any]) -> MethodFacts | None:
+def method_facts(config: Mapping[str, object]) -> MethodFacts | None:
     """The method a run's resolved config (``config.yaml``, read as a plain mapping) trained, as
     an export's model card names it with its paper; None for a plain task or a method not
     registered here."""
@@ -123,7 +129,9 @@ def method_facts(config: Mapping[str, Any]) -> MethodFacts | None:
     return MethodFacts(method.name, method.summary, method.paradigm, method.citation)
 
 
-def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
+def rl_trainer(
+    cfg: RLConfig, resources: Resources | None = None, accelerator: Accelerator | None = None
+) -> RLTrainer:
     """An ``RLTrainer`` for ``cfg`` on the task of its method (built with ``resources``).
 
     >>> from evidra.core.config import load_config                                   # doctest: +SKIP
@@ -139,7 +147,9 @@ def rl_trainer(cfg: RLConfig, resources: Resources | None = None, accelerator: A
     return RLTrainer(cfg, accelerator, task=task)
 
 
-def sft_trainer(cfg: SFTConfig, resources: Resources | None = None, accelerator: Any = None) -> Any:
+def sft_trainer(
+    cfg: SFTConfig, resources: Resources | None = None, accelerator: Accelerator | None = None
+) -> SFTTrainer:
     """An ``SFTTrainer`` for ``cfg``: on its data file (``data.trajectories``) or on the oracle
     conversations of its method's task."""
     from evidra.rl.sft.finetune import SFTTrainer

@@ -23,7 +23,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from evidra.core.errors import EvidraError, InvalidInputError
 
@@ -132,7 +132,7 @@ def parse_json(data: str | bytes, where: str, error: type[EvidraError] = Invalid
         raise error(f"{where} is not JSON ({reason})") from None
 
 
-def _open(path: Path, what: str, error: type[EvidraError], fix: str) -> Any:
+def _open(path: Path, what: str, error: type[EvidraError], fix: str) -> BinaryIO:
     try:
         return path.open("rb")
     except OSError as exc:

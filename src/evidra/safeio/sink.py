@@ -20,11 +20,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from evidra.core.errors import ConfigError, MissingDependencyError, RegistryError
 from evidra.core.registry import Registry
 from evidra.safeio.jsonfiles import read_lines
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ class SinkSettings:
 
     output_dir: Path
     wandb_project: str = ""
-    config: dict[str, Any] | None = None
+    config: dict[str, object] | None = None
 
 
 class ScalarWriter(Protocol):
@@ -47,27 +51,30 @@ class ScalarWriter(Protocol):
     def close(self) -> None: ...
 
 
+L = TypeVar("L")  # what a reporter's ``load`` gives: its library, a module or a writer class
+
+
 @dataclass(frozen=True)
-class Reporter:
+class Reporter(Generic[L]):
     """A destination of ``run.report_to``; ``extra`` is the ``pip install 'evidra[EXTRA]'`` it needs."""
 
     extra: str
-    load: Callable[[], Any]  # the library (raises ImportError when it is not installed)
-    open: Callable[[Any, SinkSettings], ScalarWriter]
+    load: Callable[[], L]  # the library (raises ImportError when it is not installed)
+    open: Callable[[L, SinkSettings], ScalarWriter]
 
 
-REPORTERS: Registry[Reporter | None] = Registry("report_to destination")
+REPORTERS: Registry[Reporter[Any] | None] = Registry("report_to destination")
 REPORTERS.add(JSONL, None)  # MetricsSink writes it itself
 
 
-def _load_tensorboard() -> Any:
+def _load_tensorboard() -> type[SummaryWriter]:
     from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
     return SummaryWriter
 
 
 class _TensorBoard:
-    def __init__(self, summary_writer: Any, settings: SinkSettings) -> None:
+    def __init__(self, summary_writer: type[SummaryWriter], settings: SinkSettings) -> None:
         self._writer = summary_writer(str(settings.output_dir / "tensorboard"))
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
@@ -78,14 +85,14 @@ class _TensorBoard:
         self._writer.close()
 
 
-def _load_wandb() -> Any:
+def _load_wandb() -> ModuleType:
     import wandb
 
     return wandb
 
 
 class _WandB:
-    def __init__(self, wandb: Any, settings: SinkSettings) -> None:
+    def __init__(self, wandb: ModuleType, settings: SinkSettings) -> None:
         project = settings.wandb_project or DEFAULT_WANDB_PROJECT
         self._run = wandb.init(project=project, dir=str(settings.output_dir), config=settings.config or {})
 
@@ -100,14 +107,14 @@ REPORTERS.add("tensorboard", Reporter("tensorboard", _load_tensorboard, _TensorB
 REPORTERS.add("wandb", Reporter("wandb", _load_wandb, _WandB))
 
 
-def _reporter(name: str) -> Reporter | None:
+def _reporter(name: str) -> Reporter[Any] | None:
     try:
         return REPORTERS.get(name)
     except RegistryError as exc:
         raise ConfigError(f"run.report_to: {exc.args[0]}") from None
 
 
-def _library(name: str, reporter: Reporter) -> Any:
+def _library(name: str, reporter: Reporter[L]) -> L:
     try:
         return reporter.load()
     except ImportError as exc:
@@ -136,7 +143,7 @@ class MetricsSink:
         *,
         report_to: Sequence[str] = (JSONL,),
         wandb_project: str = "",
-        config: dict[str, Any] | None = None,
+        config: dict[str, object] | None = None,
         enabled: bool = True,
     ) -> None:
         self.path = Path(output_dir) / "metrics.jsonl"
@@ -171,7 +178,7 @@ class MetricsSink:
         for _, raw in read_lines(self.path, "metrics file"):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             record = _record(line)
-            if record is not None and isinstance(record.get("step"), int) and record["step"] <= step:
+            if record is not None and isinstance(at := record.get("step"), int) and at <= step:
                 kept.append(line)
         self.path.write_text("".join(ln + "\n" for ln in kept))
 

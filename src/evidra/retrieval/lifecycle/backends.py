@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar
 
 from evidra.core.errors import CorpusError
 from evidra.core.registry import Registry
@@ -27,10 +27,13 @@ from evidra.retrieval.encoders.bm25 import BM25Params, BM25Retriever
 from evidra.retrieval.index.dense import DenseIndex
 from evidra.retrieval.index.multivector import MaxSimOptions, MultiVectorIndex
 from evidra.retrieval.index.qdrant_edge import EdgeQdrantIndex, shard_folder
-from evidra.retrieval.interfaces import Encoder, PageBatch
+from evidra.retrieval.interfaces import Encoder, PageBatch, VectorIndex
 from evidra.retrieval.lifecycle.manifest import MANIFEST, IndexSpec, load_bm25, save_bm25
 from evidra.retrieval.lifecycle.qdrant_build import QdrantSpec, check_target, publish_alias, stage_collection
 from evidra.retrieval.ocr import page_text
+
+if TYPE_CHECKING:
+    from evidra.retrieval.index.qdrant import QdrantIndex
 
 Progress = Callable[[int], None]  # called with the number of pages just embedded (bm25: read)
 
@@ -55,37 +58,42 @@ class AddRequest:
     progress: Progress | None = None
 
 
-class OpenFn(Protocol):
-    def __call__(self, root: Path, spec: IndexSpec, options: StoreOptions, /) -> Any: ...
+S = TypeVar("S", bound="VectorIndex | BM25Retriever")  # what a backend stores pages in
+S_co = TypeVar("S_co", bound="VectorIndex | BM25Retriever", covariant=True)
+S_contra = TypeVar("S_contra", bound="VectorIndex | BM25Retriever", contravariant=True)
 
 
-class AddFn(Protocol):
-    def __call__(self, store: Any, request: AddRequest, /) -> None: ...
+class OpenFn(Protocol[S_co]):
+    def __call__(self, root: Path, spec: IndexSpec, options: StoreOptions, /) -> S_co: ...
 
 
-class CommitFn(Protocol):
-    def __call__(self, root: Path, store: Any, /) -> None: ...
+class AddFn(Protocol[S_contra]):
+    def __call__(self, store: S_contra, request: AddRequest, /) -> None: ...
 
 
-class FinishFn(Protocol):
-    def __call__(self, store: Any, spec: IndexSpec, /) -> None: ...
+class CommitFn(Protocol[S_contra]):
+    def __call__(self, root: Path, store: S_contra, /) -> None: ...
 
 
-def _nothing_to_finish(store: Any, spec: IndexSpec) -> None:
+class FinishFn(Protocol[S_contra]):
+    def __call__(self, store: S_contra, spec: IndexSpec, /) -> None: ...
+
+
+def _nothing_to_finish(store: VectorIndex | BM25Retriever, spec: IndexSpec) -> None:
     """The store's pages are visible as soon as they are in."""
 
 
 @dataclass(frozen=True)
-class IndexBackend:
-    create: OpenFn  # a new, empty store at root
-    open: OpenFn  # the store of an existing index
-    add: AddFn
-    commit: CommitFn  # after add or delete
-    finish: FinishFn = _nothing_to_finish  # after a build's last page, before the store closes
+class IndexBackend(Generic[S]):
+    create: OpenFn[S]  # a new, empty store at root
+    open: OpenFn[S]  # the store of an existing index
+    add: AddFn[S]
+    commit: CommitFn[S]  # after add or delete
+    finish: FinishFn[S] = _nothing_to_finish  # after a build's last page, before the store closes
     embeds: bool = True  # pages go in as embeddings of the index's encoder
 
 
-INDEXES: Registry[IndexBackend] = Registry("index backend")
+INDEXES: Registry[IndexBackend[Any]] = Registry("index backend")  # each backend its own store type
 
 
 def text_index(encoder: str) -> bool:
@@ -117,16 +125,16 @@ def page_texts(pages: Sequence[Page], ocr: bool, progress: Progress | None) -> d
     return texts
 
 
-def _add_vectors(store: Any, request: AddRequest) -> None:
+def _add_vectors(store: VectorIndex, request: AddRequest) -> None:
     store.add_batches(embedded(request), replace=request.replace)
 
 
-def _add_texts(store: Any, request: AddRequest) -> None:
+def _add_texts(store: BM25Retriever, request: AddRequest) -> None:
     texts = page_texts(request.pages, request.ocr, request.progress)
     store.add(texts, {p.id: p.image_path for p in request.pages}, replace=request.replace)
 
 
-def _no_commit(root: Path, store: Any) -> None:
+def _no_commit(root: Path, store: VectorIndex) -> None:
     """Vector stores commit their own batches."""
 
 
@@ -148,7 +156,7 @@ def _server(root: Path, spec: IndexSpec) -> QdrantSpec:
     return spec.qdrant
 
 
-def _create_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+def _create_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> QdrantIndex:
     """A new collection, noted in the (staging) folder before it exists."""
     server = _server(root, spec)
     index = stage_collection(server, root).connect(spec.dim, create=True)
@@ -160,17 +168,25 @@ def _create_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
     return index
 
 
-def _open_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+def _open_qdrant(root: Path, spec: IndexSpec, options: StoreOptions) -> QdrantIndex:
     return _server(root, spec).connect(spec.dim, create=False)
 
 
-def _publish_qdrant(store: Any, spec: IndexSpec) -> None:
+def _publish_qdrant(store: QdrantIndex, spec: IndexSpec) -> None:
     """Every page is in: only now does the asked-for collection name show them."""
     assert spec.qdrant is not None
     publish_alias(store, spec.qdrant.collection, spec.qdrant.where)
 
 
-def _edge_shard(root: Path, spec: IndexSpec) -> tuple[Path, dict[str, Any]]:
+class EdgeSearch(TypedDict):
+    """How a Qdrant Edge shard searches (``EdgeQdrantIndex`` options)."""
+
+    candidates: int
+    pool_factor: int
+    pooling: str
+
+
+def _edge_shard(root: Path, spec: IndexSpec) -> tuple[Path, EdgeSearch]:
     """The shard folder ``spec`` names inside ``root``, and the search options to open it with."""
     if spec.qdrant is None or spec.dim < 1 or spec.qdrant.url:
         raise CorpusError(
@@ -178,20 +194,20 @@ def _edge_shard(root: Path, spec: IndexSpec) -> tuple[Path, dict[str, Any]]:
         )
     q = spec.qdrant
     folder = shard_folder(root, q.path, f"qdrant.path in {root / MANIFEST}")
-    return folder, {"candidates": q.candidates, "pool_factor": q.pool_factor, "pooling": q.pooling}
+    return folder, EdgeSearch(candidates=q.candidates, pool_factor=q.pool_factor, pooling=q.pooling)
 
 
-def _create_edge(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+def _create_edge(root: Path, spec: IndexSpec, options: StoreOptions) -> EdgeQdrantIndex:
     folder, search = _edge_shard(root, spec)
     return EdgeQdrantIndex.create(folder, spec.dim, **search)
 
 
-def _open_edge(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+def _open_edge(root: Path, spec: IndexSpec, options: StoreOptions) -> EdgeQdrantIndex:
     folder, search = _edge_shard(root, spec)
     return EdgeQdrantIndex.open(folder, spec.dim, root=root, **search)
 
 
-def _create_maxsim(root: Path, spec: IndexSpec, options: StoreOptions) -> Any:
+def _create_maxsim(root: Path, spec: IndexSpec, options: StoreOptions) -> MultiVectorIndex:
     return MultiVectorIndex.create(root, spec.dim, options=options.maxsim, encoder=spec.encoder)
 
 

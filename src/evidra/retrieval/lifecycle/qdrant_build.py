@@ -31,6 +31,9 @@ from evidra.safeio.jsonfiles import read_capped_text
 from evidra.safeio.keys import KeyPolicy
 
 if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
+    from qdrant_client.http.models import AliasOperations
+
     from evidra.retrieval.index.qdrant import QdrantIndex
 
 logger = logging.getLogger(__name__)
@@ -78,7 +81,7 @@ class QdrantSpec:
         policy = KeyPolicy() if self.key_from_user else KeyPolicy.file("the index's retriever.json")
         return policy.key("QDRANT_API_KEY", self.url)
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, object]:
         """The spec as written to a file (without ``key_from_user``)."""
         out = asdict(self)
         out.pop("key_from_user")
@@ -143,7 +146,7 @@ def publish_alias(index: QdrantIndex, name: str, where: str) -> None:
 
     check_target(index, name, where)  # it may have been filled since the build began
     client = index.client
-    ops: list[Any] = []
+    ops: list[AliasOperations] = []
     if name in {a.alias_name for a in client.get_aliases().aliases}:
         ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=name)))
     elif client.collection_exists(name):
@@ -153,7 +156,7 @@ def publish_alias(index: QdrantIndex, name: str, where: str) -> None:
     client.update_collection_aliases(change_aliases_operations=ops)
 
 
-def drop_collection(client: Any, name: str) -> None:
+def drop_collection(client: QdrantClient, name: str) -> None:
     """Drop collection ``name`` and every alias pointing at it."""
     from qdrant_client import models
 

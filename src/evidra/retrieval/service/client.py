@@ -32,7 +32,7 @@ import asyncio
 import threading
 import weakref
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 import httpx
 
@@ -82,8 +82,8 @@ def where_json(where: WhereFilter) -> dict[str, list[str]]:
     return out
 
 
-def _body(queries: Sequence[str], k: int, exclude: Exclude, where: dict[str, list[str]]) -> dict[str, Any]:
-    body: dict[str, Any] = {"queries": list(queries), "k": k}
+def _body(queries: Sequence[str], k: int, exclude: Exclude, where: dict[str, list[str]]) -> dict[str, object]:
+    body: dict[str, object] = {"queries": list(queries), "k": k}
     if exclude is not None:
         body["exclude"] = [sorted(e) for e in exclude]
     if where:
@@ -140,7 +140,7 @@ class AsyncSearchClient:
         headers = {**REQUEST_HEADERS, **({"Authorization": f"Bearer {self._key}"} if self._key else {})}
         self._client = httpx.AsyncClient(timeout=timeout, trust_env=False, headers=headers)
 
-    async def _post(self, body: dict[str, Any]) -> tuple[int, bytes]:
+    async def _post(self, body: dict[str, object]) -> tuple[int, bytes]:
         async with self._client.stream("POST", self.url, json=body) as response:
             ok = response.status_code == 200
             cap = self.max_reply_bytes if ok else ERROR_BODY_BYTES
@@ -178,6 +178,15 @@ class AsyncSearchClient:
         await self.aclose()
 
 
+class _ClientOptions(TypedDict):
+    """The keywords ``SearchClient`` hands each ``AsyncSearchClient`` it opens."""
+
+    timeout: float
+    api_key: str | None
+    key_policy: KeyPolicy | None
+    max_reply_bytes: int
+
+
 class SearchClient:
     """Blocking client, safe to share among threads: calls run on a private event loop (one
     keep-alive pool per instance), each bounded as a whole by ``timeout``."""
@@ -191,7 +200,7 @@ class SearchClient:
         key_policy: KeyPolicy | None = None,
         max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
-        self._options: dict[str, Any] = dict(
+        self._options = _ClientOptions(
             timeout=timeout, api_key=api_key, key_policy=key_policy, max_reply_bytes=max_reply_bytes
         )
         self._base_url = base_url

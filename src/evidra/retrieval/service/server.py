@@ -79,7 +79,7 @@ logger = logging.getLogger(__name__)
 BATCH_RECORD = 1000  # retriever calls remembered in SearchService.batches
 STOP_S = 60  # how long stopping may take (uvicorn cancels requests still in flight after 5 s)
 
-Receive = Callable[[], Awaitable[Any]]  # an ASGI receive channel
+Receive = Callable[[], Awaitable[Mapping[str, object]]]  # an ASGI receive channel
 
 
 class ServiceError(EvidraError):
@@ -167,7 +167,7 @@ class SearchService:
         future: asyncio.Future[list[list[Hit]]] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Pending(request.queries, request.k, request.exclude, future))
         left = asyncio.ensure_future(_disconnected(receive))
-        either: list[asyncio.Future[Any]] = [future, left]
+        either: list[asyncio.Future[list[list[Hit]]] | asyncio.Future[None]] = [future, left]
         try:
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if not future.done():
@@ -285,7 +285,7 @@ class SearchService:
 
 
 @contextlib.contextmanager
-def on_a_thread(server: Any, sock: socket.socket, url: str, what: str) -> Iterator[None]:
+def on_a_thread(server: uvicorn.Server, sock: socket.socket, url: str, what: str) -> Iterator[None]:
     """Run a uvicorn ``server`` on ``sock`` in a background thread until the block ends; ``what``
     names it in the error when it does not start within 30 s."""
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="evidra-server")

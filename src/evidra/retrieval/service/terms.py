@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.corpus.metadata import PageMeta, parse_where
@@ -120,7 +119,7 @@ def filtered(request: SearchRequest, pages: Mapping[str, PageMeta] | None) -> Se
     return replace(request, exclude=[[*e, *out] for e in request.exclude])
 
 
-def _json(body: bytes) -> Any:
+def _json(body: bytes) -> object:
     try:
         return json.loads(body or b"null")
     except json.JSONDecodeError as exc:

@@ -23,7 +23,8 @@ import logging
 import math
 import resource
 import time
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable
+from typing import ClassVar
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -135,7 +136,9 @@ class GuardedProtocol(H11Protocol):
             self.transport.close()  # a head, or the rest of a body left unread, overstayed the deadline
 
 
-def make_server(app: Any, *, idle_timeout_s: float, max_connections: int = MAX_CONNECTIONS) -> uvicorn.Server:
+def make_server(
+    app: Callable[..., Awaitable[None]], *, idle_timeout_s: float, max_connections: int = MAX_CONNECTIONS
+) -> uvicorn.Server:
     """A uvicorn server for ``app`` that configures no logging (the CLI does that)."""
     protocol = type(
         "GuardedProtocol", (GuardedProtocol,), {"max_connections": connection_cap(max_connections)}

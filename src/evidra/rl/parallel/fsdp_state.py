@@ -21,11 +21,15 @@ DCP folder of older evidra versions is refused in one line.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.core.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
+    from torch.optim import Optimizer
 
 FORMAT = 1
 MAX_MANIFEST_BYTES = 64 << 20  # keys, shapes and param groups: far below this for any model
@@ -33,15 +37,15 @@ _DCP_METADATA = ".metadata"
 _SCALARS = (bool, int, float, str, type(None))
 
 
-def save(model: Any, optimizer: Any, folder: Path, rank: int, world: int) -> None:
+def save(model: torch.nn.Module, optimizer: Optimizer, folder: Path, rank: int, world: int) -> None:
     """Write this process's share of the optimizer state (every process calls this)."""
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     state: dict[str, Any] = dict(get_optimizer_state_dict(model, optimizer))
-    tensors: dict[str, Any] = {}
-    entries: dict[str, Any] = {}
-    values: dict[str, Any] = {}
+    tensors: dict[str, torch.Tensor] = {}
+    entries: dict[str, dict[str, object]] = {}
+    values: dict[str, object] = {}
     for key, value in _flat(state["state"]):
         if hasattr(value, "to_local"):  # a DTensor: this process's shard
             local = value.to_local()
@@ -70,7 +74,12 @@ def save(model: Any, optimizer: Any, folder: Path, rank: int, world: int) -> Non
 
 
 def load(
-    model: Any, optimizer: Any, folder: Path, rank: int, world: int, agree: Callable[[bool], bool]
+    model: torch.nn.Module,
+    optimizer: Optimizer,
+    folder: Path,
+    rank: int,
+    world: int,
+    agree: Callable[[bool], bool],
 ) -> None:
     """Restore this process's share; ``CheckpointError`` (one line) if the files do not fit this
     run. ``agree(ok)`` is True when every process read its share, so that all raise together
@@ -113,7 +122,7 @@ def _flat(state: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(f"state/{fqn}/{name}", value) for fqn, per in state.items() for name, value in per.items()]
 
 
-def _entry(value: Any, local: Any, placements: list[str] | None) -> dict[str, Any]:
+def _entry(value: torch.Tensor, local: torch.Tensor, placements: list[str] | None) -> dict[str, object]:
     return {
         "shape": list(value.shape),
         "local": list(local.shape),
@@ -122,7 +131,7 @@ def _entry(value: Any, local: Any, placements: list[str] | None) -> dict[str, An
     }
 
 
-def _plain(group: dict[str, Any]) -> dict[str, Any]:
+def _plain(group: Mapping[str, object]) -> dict[str, object]:
     out = {k: list(v) if isinstance(v, tuple) else v for k, v in group.items()}
     bad = [k for k, v in out.items() if k != "params" and not _is_plain(v)]
     if bad:
@@ -130,13 +139,13 @@ def _plain(group: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _is_plain(value: Any) -> bool:
+def _is_plain(value: object) -> bool:
     return isinstance(value, _SCALARS) or (
         isinstance(value, list) and all(isinstance(v, _SCALARS) for v in value)
     )
 
 
-def _manifest(path: Path, rank: int, world: int) -> dict[str, Any]:
+def _manifest(path: Path, rank: int, world: int) -> dict[str, object]:
     try:
         if path.stat().st_size > MAX_MANIFEST_BYTES:
             raise ValueError(f"over {MAX_MANIFEST_BYTES >> 20} MiB")
@@ -150,7 +159,7 @@ def _manifest(path: Path, rank: int, world: int) -> dict[str, Any]:
     return data
 
 
-def _tensors(path: Path) -> dict[str, Any]:
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -161,7 +170,9 @@ def _tensors(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"FSDP2 optimizer shard {path} is unreadable ({reason})") from None
 
 
-def _fill(template: dict[str, Any], manifest: dict[str, Any], tensors: dict[str, Any], where: str) -> None:
+def _fill(
+    template: dict[str, Any], manifest: Mapping[str, object], tensors: Mapping[str, torch.Tensor], where: str
+) -> None:
     """Copy the stored shards and values into ``template`` in place, after checking each against it."""
     entries, values = manifest.get("tensors"), manifest.get("values")
     if not isinstance(entries, dict) or not isinstance(values, dict):
@@ -194,7 +205,7 @@ def _owners(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [per for per in state.values() for _ in per]
 
 
-def _groups(live: list[dict[str, Any]], stored: Any, where: str) -> list[dict[str, Any]]:
+def _groups(live: list[dict[str, Any]], stored: object, where: str) -> list[dict[str, Any]]:
     """The stored param groups, typed like this run's (tuples where it has tuples)."""
     if not isinstance(stored, list) or len(stored) != len(live):
         raise CheckpointError(f"{where}: the optimizer's parameter groups differ from this run's")
@@ -217,7 +228,7 @@ def _groups(live: list[dict[str, Any]], stored: Any, where: str) -> list[dict[st
     return out
 
 
-def _no_grad() -> Any:
+def _no_grad() -> torch.no_grad:
     import torch
 
     return torch.no_grad()

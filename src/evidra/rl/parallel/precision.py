@@ -29,13 +29,18 @@ bf16 hardware path. An explicit ``bfloat16`` on such a CPU is kept, with a warni
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from evidra.core.errors import ConfigError
 from evidra.rl.run_config import ModelConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from evidra.retrieval.kernels.compute_dtype import CpuFeatures, Rates
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +57,7 @@ class Precision:
         return self.compute != "float32"
 
     @contextmanager
-    def autocast(self, device: Any) -> Iterator[None]:
+    def autocast(self, device: torch.device | str) -> Iterator[None]:
         """Run the enclosed forward (and its backward) in the compute dtype where it is lower."""
         import torch
 
@@ -61,7 +66,7 @@ class Precision:
         with torch.autocast(device_type=device_type, dtype=dtype, enabled=self.mixed):
             yield
 
-    def cast_frozen(self, model: Any) -> int:
+    def cast_frozen(self, model: torch.nn.Module) -> int:
         """Store the frozen floating-point parameters of ``model`` in the compute dtype; returns
         how many were cast. The trainable ones stay fp32 (the master copy)."""
         if not self.mixed:
@@ -80,7 +85,12 @@ class Precision:
 Dtype = Literal["float32", "bfloat16"]
 
 
-def auto_dtype(device: Any, *, features: Any = None, probe: Any = None) -> Dtype:
+def auto_dtype(
+    device: torch.device | str,
+    *,
+    features: CpuFeatures | None = None,
+    probe: Callable[[torch.device], Rates] | None = None,
+) -> Dtype:
     """The compute dtype ``model.dtype: auto`` stands for on ``device`` (a name or torch device).
 
     ``features`` (``compute.CpuFeatures``) and ``probe`` (device -> GEMM rates) replace this
@@ -105,7 +115,7 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def resolve_model_dtype(cfg: ModelConfig, device: Any) -> ModelConfig:
+def resolve_model_dtype(cfg: ModelConfig, device: torch.device | str) -> ModelConfig:
     """``cfg`` with ``dtype: auto`` replaced by ``auto_dtype(device)``; an explicit bfloat16 on a
     CPU without a bf16 hardware path is kept, with a warning that names the faster choice."""
     import torch
@@ -126,7 +136,7 @@ def resolve_model_dtype(cfg: ModelConfig, device: Any) -> ModelConfig:
     return cfg
 
 
-def training_precision(cfg: ModelConfig, device: Any = None) -> Precision:
+def training_precision(cfg: ModelConfig, device: torch.device | str | None = None) -> Precision:
     """The precision a training run uses for ``cfg`` (see the module docstring); ``dtype: auto``
     resolves for ``device`` (default: ``default_device()``)."""
     if cfg.dtype == "auto":
@@ -143,7 +153,7 @@ def training_precision(cfg: ModelConfig, device: Any = None) -> Precision:
     return Precision(load="float32", compute=cfg.dtype)
 
 
-def reference_copy(model: Any, precision: Precision) -> Any:
+def reference_copy(model: torch.nn.Module, precision: Precision) -> torch.nn.Module:
     """A frozen copy of ``model`` for the KL term, stored in the compute dtype."""
     import copy
 

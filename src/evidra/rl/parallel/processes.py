@@ -26,21 +26,31 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from evidra.core.errors import ConfigError
 from evidra.rl.parallel.precision import Precision
 from evidra.rl.run_config import RunConfig
 
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+    from deepspeed import DeepSpeedEngine
+    from torch.distributed.fsdp import FSDPModule
+    from torch.optim import Optimizer
+
+    from evidra.rl.update import MicroBatch
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+S = TypeVar("S")  # a learning-rate scheduler, handed back as it came
 
 
 class Engine:
     """The accelerator, the precision and the sharding of one training run."""
 
-    def __init__(self, run: RunConfig, precision: Precision, accelerator: Any = None) -> None:
+    def __init__(self, run: RunConfig, precision: Precision, accelerator: Accelerator | None = None) -> None:
         import torch
         from accelerate import Accelerator
         from accelerate.utils import DistributedType
@@ -50,7 +60,8 @@ class Engine:
         self.sharding = run.sharding
         self.sharded = run.sharding == "fsdp2"  # FSDP2's fully_shard (ZeRO-3 is ``self.zero3``)
         self.zero3 = run.sharding == "zero3"
-        self._frozen: list[Any] = []  # ZeRO-3 engines of frozen models, kept alive with their hooks
+        # ZeRO-3 engines of frozen models, kept alive with their hooks
+        self._frozen: list[DeepSpeedEngine] = []
         if self.acc.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
             raise ConfigError(
                 f"this accelerate config uses {self.acc.distributed_type.value}; evidra shards with "
@@ -64,7 +75,7 @@ class Engine:
 
     # processes ------------------------------------------------------------------------------
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         return self.acc.device
 
     @property
@@ -79,7 +90,7 @@ class Engine:
     def is_main_process(self) -> bool:
         return bool(self.acc.is_main_process)
 
-    def sum(self, tensor: Any) -> Any:
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` summed over processes."""
         return tensor if self.num_processes == 1 else self.acc.reduce(tensor, "sum")
 
@@ -101,8 +112,11 @@ class Engine:
 
     # model and optimizer --------------------------------------------------------------------
     def prepare(
-        self, model: Any, make_optimizer: Callable[[Any], tuple[Any, Any]], max_grad_norm: float | None = None
-    ) -> tuple[Any, Any, Any]:
+        self,
+        model: torch.nn.Module,
+        make_optimizer: Callable[[torch.nn.Module], tuple[Optimizer, S]],
+        max_grad_norm: float | None = None,
+    ) -> tuple[torch.nn.Module, Optimizer, S]:
         """``(model, optimizer, scheduler)`` ready to train: sharded or DDP-wrapped. The
         scheduler drives the torch optimizer's learning rates under every sharding."""
         if self.zero3:
@@ -119,7 +133,7 @@ class Engine:
         model, optimizer = self.acc.prepare(model, optimizer)
         return model, optimizer, scheduler
 
-    def prepare_frozen(self, model: Any) -> Any:
+    def prepare_frozen(self, model: torch.nn.Module) -> torch.nn.Module:
         """A frozen model (the KL reference) sharded like the policy, or as it is."""
         if self.zero3:
             from evidra.rl.parallel import zero3
@@ -129,9 +143,10 @@ class Engine:
             shard_model(model, Precision(self.precision.compute, self.precision.compute))
         return model
 
-    def unwrap(self, model: Any) -> Any:
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.zero3:
-            return model.module if hasattr(model, "module") else model
+            inner: torch.nn.Module = getattr(model, "module", model)  # the DeepSpeedEngine's module
+            return inner
         return model if self.sharded else self.acc.unwrap_model(model)
 
     def autocast(self) -> AbstractContextManager[None]:
@@ -139,20 +154,21 @@ class Engine:
         cast the sharded cases)."""
         return nullcontext() if self.sharded or self.zero3 else self.precision.autocast(self.device)
 
-    def backward(self, loss: Any, model: Any = None) -> None:
+    def backward(self, loss: torch.Tensor, model: torch.nn.Module | None = None) -> None:
         if self.zero3:
-            model.backward(loss)  # the DeepSpeedEngine: reduce-scatters into the partitions
+            engine = cast("DeepSpeedEngine", model)
+            engine.backward(loss)  # reduce-scatters into the partitions
             return
         self.acc.backward(loss)
 
-    def no_sync(self, model: Any) -> AbstractContextManager[Any]:
+    def no_sync(self, model: torch.nn.Module) -> AbstractContextManager[None]:
         """Skip the gradient all-reduce of a micro-batch that is not the last (DDP only; FSDP2
         and ZeRO-3 reduce-scatter every micro-batch's gradient, which keeps memory sharded)."""
         if self.sharded or self.zero3 or self.num_processes == 1:
             return nullcontext()
         return self.acc.no_sync(model)
 
-    def optimizer_step(self, model: Any, optimizer: Any, max_norm: float) -> float:
+    def optimizer_step(self, model: torch.nn.Module, optimizer: Optimizer, max_norm: float) -> float:
         """Clip the gradients to ``max_norm`` and step; returns the pre-clip norm. A non-finite
         norm is returned without stepping (the gradients are dropped)."""
         import math
@@ -168,7 +184,7 @@ class Engine:
         optimizer.step()
         return norm
 
-    def clip_grad_norm(self, model: Any, max_norm: float) -> float:
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float) -> float:
         import torch
 
         params = [p for p in model.parameters() if p.requires_grad]
@@ -178,7 +194,7 @@ class Engine:
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
     @contextmanager
-    def generation(self, model: Any) -> Iterator[None]:
+    def generation(self, model: torch.nn.Module) -> Iterator[None]:
         """Sampling with every shard all-gathered once and kept until the rollout ends; an
         unsharded model samples under ``torch.inference_mode`` (see ``no_autograd``)."""
         if self.zero3:
@@ -216,13 +232,13 @@ class Engine:
         self.acc.wait_for_everyone()
 
 
-def fsdp_modules(model: Any) -> list[Any]:
+def fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
     from torch.distributed.fsdp import FSDPModule
 
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
-def shard_model(model: Any, precision: Precision) -> Any:
+def shard_model(model: torch.nn.Module, precision: Precision) -> torch.nn.Module:
     """``fully_shard`` every decoder layer and vision block (``_no_split_modules``), then the root."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -231,7 +247,8 @@ def shard_model(model: Any, precision: Precision) -> Any:
     policy = MixedPrecisionPolicy(
         param_dtype=compute if precision.mixed else None, reduce_dtype=torch.float32, cast_forward_inputs=True
     )
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_base = getattr(model, "get_base_model", None)  # a PEFT model's base
+    base = get_base() if get_base is not None else model
     blocks = set(getattr(base, "_no_split_modules", None) or ())
     if not blocks:
         raise ConfigError(f"{type(base).__name__} names no layer classes (_no_split_modules) to shard")
@@ -256,6 +273,6 @@ def pad_microbatches(batches: Sequence[T], target: int, empty: Callable[[T], T])
     return out
 
 
-def empty_like(mb: Any) -> Any:
+def empty_like(mb: MicroBatch) -> MicroBatch:
     """A copy of micro-batch ``mb`` whose loss mask is all zero, marked as padding."""
     return replace(mb, loss_mask=mb.loss_mask * 0, padding=True)

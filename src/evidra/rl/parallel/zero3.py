@@ -24,10 +24,17 @@ import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import CheckpointError, ConfigError
 from evidra.rl.parallel.precision import Precision
+
+if TYPE_CHECKING:
+    import torch
+    from deepspeed import DeepSpeedEngine
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
+    from torch.optim import Optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +42,7 @@ logger = logging.getLogger(__name__)
 _OBJECT_KEYS = ("loss_scaler", "zero_stage")
 
 
-def require_deepspeed() -> Any:
+def require_deepspeed() -> ModuleType:
     try:
         import deepspeed
     except ImportError as exc:
@@ -45,11 +52,11 @@ def require_deepspeed() -> Any:
     return deepspeed
 
 
-def ds_config(precision: Precision, max_grad_norm: float | None, *, train: bool = True) -> dict[str, Any]:
+def ds_config(precision: Precision, max_grad_norm: float | None, *, train: bool = True) -> dict[str, object]:
     """The DeepSpeed config of a ZeRO-3 run. evidra splits batches and steps its own LR schedule,
     so DeepSpeed sees one micro-batch per step: the micro-batches of a step accumulate their
     gradients (each loss is already divided by the step's global token count) until ``step``."""
-    cfg: dict[str, Any] = {
+    cfg: dict[str, object] = {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": False},
@@ -63,8 +70,8 @@ def ds_config(precision: Precision, max_grad_norm: float | None, *, train: bool 
 
 
 def initialize(
-    model: Any, optimizer: Any, precision: Precision, max_grad_norm: float | None
-) -> tuple[Any, Any]:
+    model: torch.nn.Module, optimizer: Optimizer, precision: Precision, max_grad_norm: float | None
+) -> tuple[DeepSpeedEngine, DeepSpeedZeroOptimizer_Stage3]:
     """``(DeepSpeedEngine, ZeRO-3 optimizer)`` for ``model`` and its torch optimizer."""
     deepspeed = require_deepspeed()
     engine, zero_opt, _, _ = deepspeed.initialize(
@@ -74,7 +81,7 @@ def initialize(
     return engine, zero_opt
 
 
-def initialize_frozen(model: Any, precision: Precision) -> Any:
+def initialize_frozen(model: torch.nn.Module, precision: Precision) -> DeepSpeedEngine:
     """A frozen model (the KL reference) partitioned like the policy; its forward gathers each
     layer's weights on the fly. The returned engine must stay referenced."""
     deepspeed = require_deepspeed()
@@ -84,7 +91,7 @@ def initialize_frozen(model: Any, precision: Precision) -> Any:
 
 
 @contextmanager
-def gathered(model: Any) -> Iterator[None]:
+def gathered(model: torch.nn.Module) -> Iterator[None]:
     """Every parameter of ``model`` gathered whole for the enclosed block (sampling: processes
     whose episodes end at different lengths issue no collectives while decoding)."""
     deepspeed = require_deepspeed()
@@ -92,7 +99,7 @@ def gathered(model: Any) -> Iterator[None]:
         yield
 
 
-def step(engine: Any) -> float:
+def step(engine: DeepSpeedEngine) -> float:
     """One optimizer step (clipping inside); the pre-clip gradient norm, or ``inf`` when
     DeepSpeed skipped the step because the norm was not finite."""
     engine.step()
@@ -102,7 +109,7 @@ def step(engine: Any) -> float:
     return float(norm)
 
 
-def full_trainable(model: Any, is_main: bool) -> dict[str, Any]:
+def full_trainable(model: torch.nn.Module, is_main: bool) -> dict[str, torch.Tensor]:
     """The trainable parameters gathered whole from their fp32 master partitions (on every
     process, as it is a collective); only the main process keeps them."""
     from deepspeed.utils import safe_get_full_fp32_param
@@ -116,7 +123,7 @@ def full_trainable(model: Any, is_main: bool) -> dict[str, Any]:
     return out
 
 
-def save_optimizer(optimizer: Any, folder: Path, rank: int) -> None:
+def save_optimizer(optimizer: DeepSpeedZeroOptimizer_Stage3, folder: Path, rank: int) -> None:
     """This process's optimizer partition: tensors and plain values only."""
     import torch
 
@@ -125,7 +132,7 @@ def save_optimizer(optimizer: Any, folder: Path, rank: int) -> None:
     torch.save(state, folder / f"rank-{rank:05d}.pt")
 
 
-def load_optimizer(optimizer: Any, folder: Path, rank: int, world: int) -> None:
+def load_optimizer(optimizer: DeepSpeedZeroOptimizer_Stage3, folder: Path, rank: int, world: int) -> None:
     """Restore this process's partition (fp32 masters, moments) and the bf16 weights from it."""
     import torch
 
@@ -144,6 +151,6 @@ def load_optimizer(optimizer: Any, folder: Path, rank: int, world: int) -> None:
     state["loss_scaler"] = optimizer.loss_scaler  # an object, so never stored: bf16 and fp32 do not scale
     if state.get("partition_count") != optimizer.partition_count:
         raise CheckpointError(f"checkpoint {folder.parent}: partition count differs from this run's")
-    partitions: list[Any] = [None] * world
+    partitions: list[object] = [None] * world
     partitions[rank] = state
     optimizer.load_state_dict(partitions, load_optimizer_states=True, load_from_fp32_weights=True)

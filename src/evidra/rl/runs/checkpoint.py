@@ -22,7 +22,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, NotRequired, TypedDict, cast
 
 from evidra.core.config import dump_config
 from evidra.core.errors import CheckpointError
@@ -30,7 +30,14 @@ from evidra.safeio.confined import inside
 from evidra.safeio.jsonfiles import read_capped_text
 
 if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+    from torch.distributed.checkpoint.state_dict import ValueType
+    from torch.optim import Optimizer
+    from torch.optim.lr_scheduler import LRScheduler
+
     from evidra.rl.parallel.processes import Engine
+    from evidra.rl.run_config import RLConfig, SFTConfig
 
 logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^step-(\d{6})$")
@@ -45,7 +52,23 @@ class TrainState:
     data_offset: int
 
 
-def rng_state() -> dict[str, Any]:
+class RngState(TypedDict):
+    """Every RNG state of a process, as plain types and tensors."""
+
+    python: tuple[object, ...]
+    numpy: tuple[str, Tensor, int, int, float]  # NumPy's (kind, keys, pos, has_gauss, cached)
+    torch: Tensor
+
+
+class TrainerFile(TypedDict):
+    """``trainer.pt``: the scheduler and RNG states, and the optimizer's unless it is sharded."""
+
+    scheduler: dict[str, object]
+    rng: RngState
+    optimizer: NotRequired[dict[str, object]]
+
+
+def rng_state() -> RngState:
     """Python, NumPy and torch RNG states as plain types and tensors (loadable with weights_only)."""
     import numpy as np
     import torch
@@ -61,7 +84,7 @@ def rng_state() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     import numpy as np
     import torch
 
@@ -71,12 +94,12 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def trainable_state(model: Any) -> dict[str, Any]:
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Only the parameters that train (adapter weights under LoRA), detached on CPU."""
     return {n: p.detach().cpu().clone().contiguous() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def load_trainable_weights(folder: str | Path) -> dict[str, Any]:
+def load_trainable_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     """The trainable tensors of a checkpoint: ``weights.safetensors`` if present, else ``weights.pt``."""
     import torch
     from safetensors import SafetensorError
@@ -99,10 +122,10 @@ def load_trainable_weights(folder: str | Path) -> dict[str, Any]:
 def save_checkpoint(
     output_dir: str | Path,
     state: TrainState,
-    model: Any,
-    optimizer: Any,
-    scheduler: Any,
-    config: Any,
+    model: torch.nn.Module,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    config: RLConfig | SFTConfig,
     engine: Engine | None = None,
 ) -> Path:
     """Write ``step-NNNNNN/`` atomically; every process calls this when the run is sharded."""
@@ -163,7 +186,7 @@ def _raise_unwritten(exc: Exception, root: Path, name: str) -> NoReturn:
     ) from exc
 
 
-def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
+def _gather_trainable(model: torch.nn.Module, engine: Engine | None) -> dict[str, torch.Tensor]:
     if engine is not None and engine.zero3:
         from evidra.rl.parallel import zero3
 
@@ -173,11 +196,11 @@ def _gather_trainable(model: Any, engine: Engine | None) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
-    full: dict[str, Any] = dict(get_model_state_dict(model, options=options))
+    full = cast("dict[str, torch.Tensor]", get_model_state_dict(model, options=options))  # parameters only
     return {k: v.contiguous() for k, v in full.items()}
 
 
-def dump_run_config(cfg: Any, path: str | Path) -> Path:
+def dump_run_config(cfg: RLConfig | SFTConfig, path: str | Path) -> Path:
     """Write a run's resolved config, its ``model.path`` made absolute when it is a local folder,
     so the run's checkpoints and exports still find their base model from any directory."""
     from dataclasses import replace
@@ -194,11 +217,11 @@ def dump_run_config(cfg: Any, path: str | Path) -> Path:
 
 def _write_main(
     tmp: Path,
-    weights: dict[str, Any],
+    weights: dict[str, torch.Tensor],
     state: TrainState,
-    optimizer: Any,
-    scheduler: Any,
-    config: Any,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    config: RLConfig | SFTConfig,
     *,
     sharded: bool,
 ) -> None:
@@ -206,7 +229,7 @@ def _write_main(
     from safetensors.torch import save_file
 
     save_file(weights, str(tmp / WEIGHTS))
-    trainer = {"scheduler": scheduler.state_dict(), "rng": rng_state()}
+    trainer: TrainerFile = {"scheduler": scheduler.state_dict(), "rng": rng_state()}
     if not sharded:
         trainer["optimizer"] = optimizer.state_dict()
     torch.save(trainer, tmp / "trainer.pt")
@@ -262,7 +285,11 @@ def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
 
 
 def load_checkpoint(
-    path: str | Path, model: Any, optimizer: Any, scheduler: Any, engine: Engine | None = None
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    engine: Engine | None = None,
 ) -> TrainState:
     """Restore weights, optimizer, scheduler and RNG states in place; return the train state.
 
@@ -303,7 +330,12 @@ def load_checkpoint(
 
 
 def _restore_optimizer(
-    folder: Path, model: Any, optimizer: Any, scheduler: Any, trainer: dict[str, Any], engine: Engine | None
+    folder: Path,
+    model: torch.nn.Module,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    trainer: TrainerFile,
+    engine: Engine | None,
 ) -> None:
     if engine is not None and engine.zero3:  # the fp32 master partitions restore the weights too
         from evidra.rl.parallel import zero3
@@ -321,7 +353,9 @@ def _restore_optimizer(
     scheduler.load_state_dict(trainer["scheduler"])
 
 
-def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: Engine | None) -> None:
+def _restore_weights(
+    folder: Path, model: torch.nn.Module, weights: dict[str, torch.Tensor], engine: Engine | None
+) -> None:
     import torch
 
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -349,7 +383,8 @@ def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: 
     if engine is not None and engine.sharded:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+        state = cast("dict[str, ValueType]", weights)
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
         return
     params = dict(model.named_parameters())
     with torch.no_grad():
@@ -358,7 +393,11 @@ def _restore_weights(folder: Path, model: Any, weights: dict[str, Any], engine: 
 
 
 def resume_newest(
-    output_dir: str | Path, model: Any, optimizer: Any, scheduler: Any, engine: Engine | None = None
+    output_dir: str | Path,
+    model: torch.nn.Module,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    engine: Engine | None = None,
 ) -> TrainState | None:
     """Load the newest checkpoint that verifies and reads; a corrupt one is named in a warning
     and the previous complete one is used. None when no checkpoint is usable (a fresh start)."""
@@ -376,10 +415,10 @@ def resume_newest(
 def save_and_prune(
     output_dir: str | Path,
     state: TrainState,
-    model: Any,
-    optimizer: Any,
-    scheduler: Any,
-    config: Any,
+    model: torch.nn.Module,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    config: RLConfig | SFTConfig,
     engine: Engine,
 ) -> Path:
     """``save_checkpoint`` on every process, then keep the newest ``config.run.keep_checkpoints``."""

@@ -22,7 +22,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core.config import from_dict, parse_yaml
 from evidra.core.errors import CheckpointError, ConfigError, InvalidInputError, ModelLoadError
@@ -33,6 +33,8 @@ from evidra.safeio.jsonfiles import read_capped_text
 from evidra.safeio.staging import give_default_modes
 
 if TYPE_CHECKING:
+    import torch
+
     from evidra.models.loading import VLM
 
 logger = logging.getLogger(__name__)
@@ -91,7 +93,10 @@ def read_checkpoint(source: str | Path) -> TrainedCheckpoint:
     config_file = folder / "config.yaml"
     try:
         data = parse_yaml(read_capped_text(config_file, "checkpoint config"), str(config_file)) or {}
-        model = from_dict(ModelConfig, data.get("model") or {}, "model")
+        section = (data.get("model") or {}) if isinstance(data, dict) else None
+        if not isinstance(section, Mapping):
+            raise ConfigError("it holds no model section")
+        model = from_dict(ModelConfig, section, "model")
     except (OSError, ConfigError, AttributeError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CheckpointError(
@@ -138,7 +143,7 @@ def relocated(recorded: str, checkpoint: Path) -> Path | None:
     return None
 
 
-def _load_weights_into(model: Any, ckpt: TrainedCheckpoint) -> None:
+def _load_weights_into(model: torch.nn.Module, ckpt: TrainedCheckpoint) -> None:
     """Copy the checkpoint's trainable tensors into the rebuilt policy, checking they fit."""
     import torch
 
@@ -164,7 +169,7 @@ def _load_weights_into(model: Any, ckpt: TrainedCheckpoint) -> None:
             params[name].copy_(value)
 
 
-def rebuild_policy(ckpt: TrainedCheckpoint) -> Any:
+def rebuild_policy(ckpt: TrainedCheckpoint) -> VLM:
     """The trained policy (``VLM``) of a checkpoint, on CPU, in the run's dtype."""
     from evidra.rl.policy import load_policy
 
@@ -251,7 +256,7 @@ def export_model(
     out_dir: str | Path,
     *,
     adapter_only: bool = False,
-    method_facts: Callable[[Mapping[str, Any]], MethodFacts | None] | None = None,
+    method_facts: Callable[[Mapping[str, object]], MethodFacts | None] | None = None,
 ) -> Path:
     """Write the trained model of a run or checkpoint ``source`` as a model directory ``out_dir``.
 

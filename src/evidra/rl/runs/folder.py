@@ -30,10 +30,10 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 
@@ -45,6 +45,11 @@ from evidra.rl.policy import resolve_model_path
 from evidra.rl.runs.checkpoint import dump_run_config, list_checkpoints
 from evidra.safeio.jsonfiles import parse_json
 
+if TYPE_CHECKING:
+    import torch
+
+    from evidra.rl.run_config import RLConfig, SFTConfig
+
 logger = logging.getLogger(__name__)
 
 Kind = Literal["rl", "sft"]
@@ -55,7 +60,7 @@ MAX_RECORD_BYTES = 4 << 20  # a record is a few KB: a name and a shape per train
 MAX_TENSORS = 100_000
 _FINGERPRINT = re.compile(r"(sha256:[0-9a-f]{64})?")
 _SHOWN = 80  # characters of a value shown in a message
-_ABSENT: Any = object()  # a key one of two configs lacks
+_ABSENT = object()  # a key one of two configs lacks
 # keys a resume may change (a key or a whole section): they change how long the run goes, how
 # often it saves and logs, and how a step is split in memory, not what trains or on what
 _RESUMABLE_RUN = frozenset(
@@ -101,13 +106,13 @@ class RunRecord:
         return json.dumps(body, indent=1)
 
 
-def method_of(cfg: Any) -> str:
+def method_of(cfg: RLConfig | SFTConfig) -> str:
     """The method a config trains: ``method.name``, else the plain task ``data.task``."""
     section = cfg.method if isinstance(cfg.method, Mapping) else {}
     return str(section.get("name") or cfg.data.task)
 
 
-def trainable_shapes(model: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def trainable_shapes(model: torch.nn.Module) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """(name, full shape) of each trainable parameter, by name (ZeRO-3 keeps the shape aside)."""
     shapes = [
         (name, tuple(int(d) for d in (getattr(p, "ds_shape", None) or p.shape)))
@@ -149,7 +154,7 @@ def _read_capped(path: Path, cap: int) -> bytes:
     return raw
 
 
-def _record_problem(data: Any) -> str:
+def _record_problem(data: object) -> str:
     """What makes ``data`` no run record; "" when it is one."""
     if not isinstance(data, dict):
         return "not a JSON object"
@@ -170,14 +175,14 @@ def _record_problem(data: Any) -> str:
     return ""
 
 
-def _is_tensor_entry(item: Any) -> bool:
+def _is_tensor_entry(item: object) -> bool:
     if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
         return False
     shape = item[1]
     return isinstance(shape, list) and len(shape) <= 8 and all(type(d) is int and d >= 0 for d in shape)
 
 
-def read_run_config(out: Path) -> dict[str, Any] | None:
+def read_run_config(out: Path) -> dict[str, object] | None:
     """The run's ``config.yaml`` as a mapping; None when there is none (capped, no YAML aliases)."""
     path = out / RUN_CONFIG
     if not path.exists() and not path.is_symlink():
@@ -194,13 +199,13 @@ def read_run_config(out: Path) -> dict[str, Any] | None:
     return data
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     """``value`` on one line, cut to ``_SHOWN`` characters (a recorded value may be hostile)."""
     text = "(absent)" if value is _ABSENT else repr(value)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
-def _leaves(data: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+def _leaves(data: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
     """(dotted key, value) of every non-mapping value of ``data``, in order."""
     for key, value in data.items():
         dotted = f"{prefix}{key}"
@@ -210,15 +215,15 @@ def _leaves(data: Mapping[Any, Any], prefix: str = "") -> Iterator[tuple[str, An
             yield dotted, value
 
 
-def _plain(cfg: Any) -> dict[str, Any]:
+def _plain(cfg: RLConfig | SFTConfig) -> dict[str, object]:
     """``cfg`` as its ``config.yaml`` reads back (tuples as lists)."""
-    data: dict[str, Any] = yaml.safe_load(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    data: dict[str, object] = yaml.safe_load(yaml.safe_dump(to_dict(cfg), sort_keys=False))
     return data
 
 
 def config_changes(
-    recorded: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any]
-) -> Iterator[tuple[str, Any, Any]]:
+    recorded: Mapping[str, object], now: Mapping[str, object], defaults: Mapping[str, object]
+) -> Iterator[tuple[str, object, object]]:
     """(key, recorded value, this start's) of every leaf that differs, this start's keys first. A key
     the recorded config lacks (a field added since it was written) counts as its default.
 
@@ -244,7 +249,7 @@ def _key(key: str) -> str:
     return key if key.isprintable() and len(key) <= _SHOWN else _show(key)
 
 
-def _publish(path: Path, write: Any) -> None:
+def _publish(path: Path, write: Callable[[Path], object]) -> None:
     """``write(tmp)`` then one rename onto ``path``: a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     write(tmp)
@@ -256,7 +261,11 @@ class RunFolder:
     for a fresh run, its record."""
 
     def __init__(
-        self, cfg: Any, kind: Kind, recorded: RunRecord | None, recorded_config: dict[str, Any] | None
+        self,
+        cfg: RLConfig | SFTConfig,
+        kind: Kind,
+        recorded: RunRecord | None,
+        recorded_config: dict[str, object] | None,
     ) -> None:
         self.cfg, self.kind = cfg, kind
         self.out = Path(cfg.run.output_dir)
@@ -268,7 +277,7 @@ class RunFolder:
         self.where = f"run folder {str(self.out)!r}"
 
     @classmethod
-    def open(cls, cfg: Any, kind: Kind) -> RunFolder:
+    def open(cls, cfg: RLConfig | SFTConfig, kind: Kind) -> RunFolder:
         """Read the folder's record and config and check this start against them, before anything
         loads: a ``ConfigError`` names the first difference."""
         out = Path(cfg.run.output_dir)
@@ -371,7 +380,7 @@ class RunFolder:
             logger.info("%s: base model %s moved to %s (same fingerprint)", self.where, rec.base, self.base)
         return folder
 
-    def check_shapes(self, model: Any) -> None:
+    def check_shapes(self, model: torch.nn.Module) -> None:
         """The names and shapes of ``model``'s trainable tensors against the recorded ones, before a
         checkpoint loads."""
         self.trainable = trainable_shapes(model)

@@ -21,7 +21,6 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -70,7 +69,7 @@ class MethodFacts:
     paper: Paper | None = None
 
 
-def _text(value: Any, limit: int = 200) -> str:
+def _text(value: object, limit: int = 200) -> str:
     """A value of a run's files as one inert line for markdown code spans."""
     line = " ".join(str(value).split()).replace("`", "'")
     return line if len(line) <= limit else f"{line[: limit - 3]}..."
@@ -81,7 +80,7 @@ def _read(path: Path) -> bytes:
         return fh.read(MAX_READ)
 
 
-def read_config(path: Path) -> dict[str, Any]:
+def read_config(path: Path) -> dict[str, object]:
     """A checkpoint's resolved config as a mapping ({} when unreadable: the card says less)."""
     try:
         data = parse_yaml(_read(path).decode("utf-8", errors="replace"), str(path))
@@ -90,7 +89,7 @@ def read_config(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+def _section(config: Mapping[str, object], name: str) -> Mapping[str, object]:
     value = config.get(name)
     return value if isinstance(value, Mapping) else {}
 
@@ -150,7 +149,7 @@ def hub_id(model_path: str, base: Path) -> str:
 class CardInput:
     """The facts of one export."""
 
-    config: Mapping[str, Any]  # the checkpoint's resolved config
+    config: Mapping[str, object]  # the checkpoint's resolved config
     config_sha256: str
     step: int
     metrics: Mapping[str, float]
@@ -167,7 +166,7 @@ class CardInput:
         base: Path,
         out: str,
         adapter_only: bool,
-        method_facts: Callable[[Mapping[str, Any]], MethodFacts | None] | None = None,
+        method_facts: Callable[[Mapping[str, object]], MethodFacts | None] | None = None,
     ) -> CardInput:
         """The facts of exporting ``checkpoint``, whose resolved config is ``recipe``."""
         config = read_config(recipe)
@@ -211,14 +210,14 @@ def _front_matter(facts: CardInput) -> str:
     stage = "sft" if _is_sft(facts.config) else "reinforcement-learning"
     method = [facts.method.name] if facts.method else []
     tags = ["evidra", *method, stage, "visual-document-rag", *(["lora"] if lora else [])]
-    front: dict[str, Any] = {"library_name": "peft" if facts.adapter_only else "transformers"}
+    front: dict[str, object] = {"library_name": "peft" if facts.adapter_only else "transformers"}
     front |= {"base_model": base_id} if base_id else {}
     front |= {"license": license_} if license_ else {}
     front |= {"tags": tags, "pipeline_tag": "image-text-to-text" if _sees(facts.base) else "text-generation"}
     return f"---\n{yaml.safe_dump(front, sort_keys=False)}---"
 
 
-def _is_sft(config: Mapping[str, Any]) -> bool:
+def _is_sft(config: Mapping[str, object]) -> bool:
     return "epochs" in config  # only the SFT stage's config has it
 
 
