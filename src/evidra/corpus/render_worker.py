@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from evidra.core.errors import CorpusError
-from evidra.corpus.renderer import DocKind
+from evidra.corpus.renderer import DocKind, render_document
 
 if TYPE_CHECKING:
     from evidra.corpus.pdf import RenderedPage
@@ -182,25 +182,14 @@ class _Replies:
 
 
 def _pages(job: Job, replies: _Replies) -> Iterator[RenderedPage]:
-    from evidra.corpus.images import render_image
-    from evidra.corpus.pdf import render_pdf
-
     def opened(pages: int) -> None:
         replies.send({"t": "open", "pages": pages})
 
-    if job.kind == "pdf":
-        return render_pdf(
-            job.data,
-            job.dpi,
-            job.name,
-            max_pixels=job.max_pixels,
-            max_pages=job.max_pages,
-            max_doc_pixels=job.max_doc_pixels,
-            on_open=opened,
-        )
-    return render_image(
+    return render_document(
+        job.kind,
         job.data,
         job.name,
+        job.dpi,
         max_pixels=job.max_pixels,
         max_pages=job.max_pages,
         max_doc_pixels=job.max_doc_pixels,

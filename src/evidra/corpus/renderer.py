@@ -9,7 +9,7 @@ measuring what the isolation costs (``benchmarks/pdf_workers.py``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -30,6 +30,33 @@ class Cancelled(EvidraError):
 def kind_of(path: Path) -> DocKind:
     """``"pdf"`` for a ``.pdf`` file, else ``"image"`` (the suffixes ingest reads are known)."""
     return "pdf" if path.suffix.lower() in PDF_SUFFIXES else "image"
+
+
+def render_document(
+    kind: DocKind,
+    data: bytes,
+    name: str,
+    dpi: float,
+    *,
+    max_pixels: int,
+    max_pages: int,
+    max_doc_pixels: int | None,
+    on_open: Callable[[int], None] | None = None,
+) -> Iterator[RenderedPage]:
+    """The pages of the document in ``data``: ``render_pdf`` at ``dpi``, or ``render_image``."""
+    if kind == "pdf":
+        return render_pdf(
+            data,
+            dpi,
+            name,
+            max_pixels=max_pixels,
+            max_pages=max_pages,
+            max_doc_pixels=max_doc_pixels,
+            on_open=on_open,
+        )
+    return render_image(
+        data, name, max_pixels=max_pixels, max_pages=max_pages, max_doc_pixels=max_doc_pixels, on_open=on_open
+    )
 
 
 class Renderer(Protocol):
@@ -64,11 +91,15 @@ class InProcess:
         limits: Limits,
         cancel: threading.Event | None = None,
     ) -> Generator[RenderedPage, None, None]:
-        caps = (limits.max_pixels, limits.max_pages, limits.max_doc_pixels)
-        if kind == "pdf":
-            pages = render_pdf(data, dpi, name, max_pixels=caps[0], max_pages=caps[1], max_doc_pixels=caps[2])
-        else:
-            pages = render_image(data, name, max_pixels=caps[0], max_pages=caps[1], max_doc_pixels=caps[2])
+        pages = render_document(
+            kind,
+            data,
+            name,
+            dpi,
+            max_pixels=limits.max_pixels,
+            max_pages=limits.max_pages,
+            max_doc_pixels=limits.max_doc_pixels,
+        )
         for page in pages:
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{name}: cancelled")

@@ -6,11 +6,17 @@ and text layer via ``evidra.corpus``) and each question gets its document's page
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from evidra.core.errors import InvalidInputError
-from evidra.core.types import Page
+from evidra.core.types import Page, Sample
 from evidra.corpus import PageStore, ingest
+from evidra.data.loaders._records import Record, read_records
+from evidra.data.loaders.loader import Loader
+
+SampleOf = Callable[[Record, dict[str, list[Page]]], Sample]  # a record and the documents' pages
 
 
 def document_pages(documents: str | Path, store: str | Path, *, dpi: float = 144) -> dict[str, list[Page]]:
@@ -24,3 +30,23 @@ def document_pages(documents: str | Path, store: str | Path, *, dpi: float = 144
         for page in ps.pages(with_words=False):
             by_source.setdefault(Path(page.source).name, []).append(page)
     return {k: sorted(v, key=lambda p: p.page_number) for k, v in by_source.items()}
+
+
+def documents_loader(sample: SampleOf, *, list_key: str | None = None) -> Loader:
+    """The loader of a benchmark of questions over PDFs: it ingests the PDFs under ``documents``
+    into the page store ``store`` at ``dpi``, then makes each record of ``path`` (under
+    ``list_key`` in a JSON file, up to ``limit``) into a ``Sample`` with ``sample``."""
+
+    def load(
+        path: str | Path,
+        *,
+        documents: str | Path,
+        store: str | Path,
+        dpi: float = 144,
+        limit: int | None = None,
+        **_: Any,
+    ) -> list[Sample]:
+        docs = document_pages(documents, store, dpi=dpi)
+        return [sample(r, docs) for r in list(read_records(path, list_key=list_key))[:limit]]
+
+    return load

@@ -7,13 +7,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import AnswerType, Page, Sample
-from evidra.data.loaders._documents import document_pages
-from evidra.data.loaders._records import Record, as_str, literal_list, read_records
+from evidra.data.loaders._documents import documents_loader
+from evidra.data.loaders._records import Record, as_str, literal_list
 from evidra.data.loaders.loader import LOADERS
 from evidra.data.loaders.vidoseek import gold_of
 
@@ -55,17 +52,6 @@ def _sample(rec: Record, docs: dict[str, list[Page]]) -> Sample:
     )
 
 
-def load_mmlongbench(
-    path: str | Path,
-    *,
-    documents: str | Path,
-    store: str | Path,
-    dpi: float = 144,
-    limit: int | None = None,
-    **_: Any,
-) -> list[Sample]:
-    docs = document_pages(documents, store, dpi=dpi)
-    return [_sample(r, docs) for r in list(read_records(path))[:limit]]
-
+load_mmlongbench = documents_loader(_sample)
 
 LOADERS.add("mmlongbench", load_mmlongbench)

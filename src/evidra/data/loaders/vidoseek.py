@@ -13,8 +13,8 @@ from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Page, Sample
-from evidra.data.loaders._documents import document_pages
-from evidra.data.loaders._records import Record, as_str, literal_list, read_records
+from evidra.data.loaders._documents import documents_loader
+from evidra.data.loaders._records import Record, as_str, literal_list
 from evidra.data.loaders.loader import LOADERS
 
 
@@ -54,17 +54,6 @@ def _sample(rec: Record, docs: dict[str, list[Page]]) -> Sample:
     )
 
 
-def load_vidoseek(
-    path: str | Path,
-    *,
-    documents: str | Path,
-    store: str | Path,
-    dpi: float = 144,
-    limit: int | None = None,
-    **_: Any,
-) -> list[Sample]:
-    docs = document_pages(documents, store, dpi=dpi)
-    return [_sample(r, docs) for r in list(read_records(path, list_key="examples"))[:limit]]
-
+load_vidoseek = documents_loader(_sample, list_key="examples")
 
 LOADERS.add("vidoseek", load_vidoseek)

@@ -106,6 +106,42 @@ class ShardWrites(ABC):
         """Make committed ``records`` searchable in memory, after dropping the ``superseded`` ids."""
 
 
+class ShardIndex(ShardWrites):
+    """An index held in shards and searched from memory: which row holds each live page
+    (``_row_of``), which rows are alive (``_alive``, ``(N,)`` bool), and deletes that clear both."""
+
+    _row_of: dict[str, int]
+    _alive: Tensor
+
+    @property
+    def dim(self) -> int:
+        return self.store.dim
+
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    def __contains__(self, page_id: object) -> bool:
+        return page_id in self._row_of
+
+    def page_ids(self) -> list[str]:
+        return sorted(self._row_of)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _drop(self, page_ids: Iterable[str]) -> None:
+        """Take ``page_ids`` (all present) out of the search; their rows stay, dead."""
+        for pid in page_ids:
+            self._alive[self._row_of.pop(pid)] = False
+
+    def _delete(self, page_ids: Sequence[str]) -> list[str]:
+        """Delete the stored ones of ``page_ids`` from disk and the search; the ids deleted."""
+        present = self.store.contains(page_ids)
+        self.store.delete_pages(present)
+        self._drop(present)
+        return present
+
+
 def write_inputs(
     page_ids: Sequence[str],
     embeddings: Sequence[Tensor],

@@ -11,14 +11,16 @@ engine embedded in the process) store a page the same way, so both build their p
 * payload: the caller's fields, then ``page_id`` and ``image_path``.
 
 Their filter classes are spelled alike (``Filter``, ``FieldCondition``, ``MatchValue``,
-``MatchAny``), so ``payload_filter`` builds either from the module it is given.
+``MatchAny``), so ``payload_filter`` builds either from the module it is given. What the two
+indexes do alike around their engines' calls (``add``, ``add_batches``, ``page_ids``, whether a
+page is stored) is ``PointStore``'s, over the one call each engine spells its own way.
 """
 
 from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -26,7 +28,8 @@ import torch
 from torch import Tensor
 
 from evidra.core.errors import InvalidInputError
-from evidra.retrieval.interfaces import Hit
+from evidra.retrieval.index._common import check_embeddings
+from evidra.retrieval.interfaces import Exclude, Hit, PageBatch, check_exclude, check_k
 from evidra.retrieval.pooling import cluster_pool, mean_pool
 
 Pooling = Literal["mean", "clustered"]
@@ -68,6 +71,29 @@ def payloads_of(
     return [{**m, "page_id": p, "image_path": i} for p, i, m in zip(page_ids, images, more, strict=True)]
 
 
+# a page as a point: its id, its named vectors (``multi``, ``pooled``) as nested lists, its payload
+PagePoint = tuple[str, dict[str, list[list[float]]], dict[str, Any]]
+
+
+def query_filters(
+    models: Any,
+    queries: Sequence[Tensor],
+    dim: int,
+    k: int,
+    exclude: Exclude,
+    where: Mapping[str, Any] | None,
+) -> list[tuple[list[list[float]], Any]]:
+    """Each query's vectors as nested lists and its ``payload_filter``, after checking ``k``,
+    ``exclude`` and the queries."""
+    check_k(k)
+    excl = check_exclude(exclude, len(queries))
+    check_queries(queries, dim)
+    return [
+        (q.float().tolist(), payload_filter(models, skip, where))
+        for q, skip in zip(queries, excl, strict=True)
+    ]
+
+
 def check_queries(queries: Sequence[Tensor], dim: int) -> None:
     for i, q in enumerate(queries):
         if q.ndim != 2 or q.shape[0] == 0 or q.shape[1] != dim:
@@ -100,10 +126,21 @@ def hit_of(payload: Mapping[str, Any] | None, score: float) -> Hit:
 
 
 class AddByUpdate(ABC):
-    """``add`` of both Qdrant indexes: refuse pages already present, then ``update``."""
+    """What both Qdrant indexes do alike over their engines: ``add`` refuses pages already
+    present, then updates; ``add_batches`` stores batch after batch; ``page_ids`` scrolls through
+    every point; a page is present where its point is stored; pages become points alike."""
+
+    dim: int
+    pooling: Pooling
+    pool_factor: int
 
     @abstractmethod
-    def _present(self, page_ids: Sequence[str]) -> list[str]: ...
+    def _stored(self, point_ids: list[str]) -> set[str]:
+        """Which of ``point_ids`` are stored (one request)."""
+
+    @abstractmethod
+    def _scroll(self, offset: Any) -> tuple[list[str], Any]:
+        """The page ids of up to 1,000 points from ``offset`` on, and the next offset (None at the end)."""
 
     @abstractmethod
     def update(
@@ -113,6 +150,50 @@ class AddByUpdate(ABC):
         image_paths: Sequence[str] | None = None,
         payloads: Sequence[Mapping[str, Any]] | None = None,
     ) -> None: ...
+
+    def __contains__(self, page_id: object) -> bool:
+        return isinstance(page_id, str) and bool(self._present([page_id]))
+
+    def _present(self, page_ids: Sequence[str]) -> list[str]:
+        """The ids of ``page_ids`` already stored, in their order: one request, not one per id."""
+        if not page_ids:
+            return []
+        stored = self._stored([point_id(p) for p in page_ids])
+        return [p for p in page_ids if point_id(p) in stored]
+
+    def page_ids(self) -> list[str]:
+        out: list[str] = []
+        offset = None
+        while True:
+            ids, offset = self._scroll(offset)
+            out += ids
+            if offset is None:
+                return sorted(out)
+
+    def _points(
+        self,
+        page_ids: Sequence[str],
+        embeddings: Sequence[Tensor],
+        image_paths: Sequence[str] | None,
+        payloads: Sequence[Mapping[str, Any]] | None,
+    ) -> list[PagePoint]:
+        """The pages as points, after checking them (nested lists: both engines take them twice
+        as fast as numpy arrays)."""
+        arrays = check_embeddings(page_ids, embeddings, self.dim, single=False)
+        fields = payloads_of(page_ids, image_paths, payloads)
+        vectors = page_vectors(arrays, self.pooling, self.pool_factor)
+        return [
+            (point_id(pid), {"multi": full.tolist(), "pooled": pooled.tolist()}, payload)
+            for pid, (full, pooled), payload in zip(page_ids, vectors, fields, strict=True)
+        ]
+
+    def _add_each(self, batches: Iterable[PageBatch], replace: bool) -> int:
+        """Store each batch as it comes (with ``update`` where ``replace``); the pages stored."""
+        n = 0
+        for batch in batches:
+            (self.update if replace else self.add)(batch.page_ids, batch.embeddings, batch.image_paths)
+            n += len(batch.page_ids)
+        return n
 
     def add(
         self,

@@ -18,12 +18,12 @@ import torch
 from torch import Tensor
 
 from evidra.core.errors import InvalidInputError
-from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
+from evidra.retrieval.index._common import ShardIndex, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
 from evidra.retrieval.interfaces import Exclude, Hit, check_exclude, check_k
 
 
-class DenseIndex(ShardWrites):
+class DenseIndex(ShardIndex):
     """One vector per page, exact top-k by inner product."""
 
     kind: Literal["single"] = "single"
@@ -56,22 +56,8 @@ class DenseIndex(ShardWrites):
         self._matrix = torch.from_numpy(matrix).to(self.device)  # (N, D) float16
         self._alive = torch.ones(len(self._ids), dtype=torch.bool)
 
-    @property
-    def dim(self) -> int:
-        return self.store.dim
-
-    def __len__(self) -> int:
-        return len(self._row_of)
-
-    def __contains__(self, page_id: object) -> bool:
-        return page_id in self._row_of
-
-    def page_ids(self) -> list[str]:
-        return sorted(self._row_of)
-
     def _attach(self, records: Sequence[PageRecord], superseded: Sequence[str]) -> None:
-        for pid in superseded:
-            self._alive[self._row_of.pop(pid)] = False
+        self._drop(superseded)
         if not records:
             return
         shards = {n: np.load(self.store.shard_path(n)) for n in dict.fromkeys(r.shard for r in records)}
@@ -86,18 +72,11 @@ class DenseIndex(ShardWrites):
         self._alive = torch.cat([self._alive, torch.ones(len(records), dtype=torch.bool)])
 
     def delete(self, page_ids: Sequence[str]) -> int:
-        present = self.store.contains(page_ids)
-        self.store.delete_pages(present)
-        for pid in present:
-            self._alive[self._row_of.pop(pid)] = False
-        return len(present)
+        return len(self._delete(page_ids))
 
     def compact(self) -> None:
         self.store.compact()
         self._load()
-
-    def close(self) -> None:
-        self.store.close()
 
     def search(self, queries: Sequence[Tensor], k: int = 10, exclude: Exclude = None) -> list[list[Hit]]:
         check_k(k)

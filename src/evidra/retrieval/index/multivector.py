@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from evidra.core.errors import InvalidInputError
-from evidra.retrieval.index._common import ShardWrites, exclusion_mask, pick_device, top_hits
+from evidra.retrieval.index._common import ShardIndex, exclusion_mask, pick_device, top_hits
 from evidra.retrieval.index._shards import PageRecord, ShardStore
 from evidra.retrieval.interfaces import Exclude, Hit, check_exclude, check_k
 from evidra.retrieval.kernels import choice as kernels
@@ -89,7 +89,7 @@ class MaxSimOptions:
             raise InvalidInputError(f"rescore must be >= 0 (0: no fp32 re-scoring), got {self.rescore}")
 
 
-class MultiVectorIndex(ShardWrites):
+class MultiVectorIndex(ShardIndex):
     """Late-interaction index; see the module docstring."""
 
     kind: Literal["multi"] = "multi"
@@ -185,19 +185,6 @@ class MultiVectorIndex(ShardWrites):
         vectors = sum(int(b.lengths.sum()) for b in self._blocks)  # real ones: no filler, no tiling
         return -(-vectors // self.options.block_tokens)
 
-    @property
-    def dim(self) -> int:
-        return self.store.dim
-
-    def __len__(self) -> int:
-        return len(self._row_of)
-
-    def __contains__(self, page_id: object) -> bool:
-        return page_id in self._row_of
-
-    def page_ids(self) -> list[str]:
-        return sorted(self._row_of)
-
     def image_path(self, page_id: str) -> str:
         return self._images[self._row_of[page_id]]
 
@@ -217,18 +204,14 @@ class MultiVectorIndex(ShardWrites):
         }
 
     def _attach(self, records: Sequence[PageRecord], superseded: Sequence[str]) -> None:
-        for pid in superseded:
-            self._alive[self._row_of.pop(pid)] = False
+        self._drop(superseded)
         for name in dict.fromkeys(r.shard for r in records):
             self._shards[name] = np.load(self.store.shard_path(name), mmap_mode="r")
         views = [self._shards[r.shard][r.offset : r.offset + r.length] for r in records]
         self._append([r.page_id for r in records], views, [r.image_path for r in records])
 
     def delete(self, page_ids: Sequence[str]) -> int:
-        present = self.store.contains(page_ids)
-        self.store.delete_pages(present)
-        for pid in present:
-            self._alive[self._row_of.pop(pid)] = False
+        present = self._delete(page_ids)
         if present and self.store.dead_fraction() > self.options.compact_at:
             self.compact()
         return len(present)
@@ -240,9 +223,6 @@ class MultiVectorIndex(ShardWrites):
         self._views = []
         self.store.compact()
         self._load()
-
-    def close(self) -> None:
-        self.store.close()
 
     # -- search --------------------------------------------------------------------------------
 

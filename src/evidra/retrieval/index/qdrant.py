@@ -35,19 +35,15 @@ from typing import Any, Literal
 from torch import Tensor
 
 from evidra.core.errors import CorpusError, require
-from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.index._qdrant_points import (
     AddByUpdate,
     Pooling,
     check_pooling,
-    check_queries,
     hit_of,
-    page_vectors,
-    payload_filter,
-    payloads_of,
     point_id,
+    query_filters,
 )
-from evidra.retrieval.interfaces import Exclude, Hit, PageBatch, check_exclude, check_k
+from evidra.retrieval.interfaces import Exclude, Hit, PageBatch
 
 __all__ = ["QdrantIndex", "check_server", "point_id"]
 
@@ -212,15 +208,10 @@ class QdrantIndex(AddByUpdate):
     ) -> None:
         from qdrant_client import models
 
-        arrays = check_embeddings(page_ids, embeddings, self.dim, single=False)
-        fields = payloads_of(page_ids, image_paths, payloads)
+        pages = self._points(page_ids, embeddings, image_paths, payloads)
         points = [
-            models.PointStruct(
-                id=point_id(pid), vector={"multi": full.tolist(), "pooled": pooled.tolist()}, payload=payload
-            )
-            for pid, (full, pooled), payload in zip(
-                page_ids, page_vectors(arrays, self.pooling, self.pool_factor), fields, strict=True
-            )
+            models.PointStruct(id=pid, vector=dict(vectors), payload=payload)
+            for pid, vectors, payload in pages
         ]
         if points:
             self.client.upsert(self.collection, points=points, wait=True)
@@ -228,11 +219,7 @@ class QdrantIndex(AddByUpdate):
     def add_batches(self, batches: Iterable[PageBatch], *, replace: bool = False) -> int:
         """Store each batch as it comes: not atomic, unlike the embedded stores. A failed or killed
         call leaves the batches stored before it; adding the same pages again completes it."""
-        n = 0
-        for batch in batches:
-            (self.update if replace else self.add)(batch.page_ids, batch.embeddings, batch.image_paths)
-            n += len(batch.page_ids)
-        return n
+        return self._add_each(batches, replace)
 
     def delete(self, page_ids: Sequence[str]) -> int:
         from qdrant_client import models
@@ -248,27 +235,15 @@ class QdrantIndex(AddByUpdate):
     def __len__(self) -> int:
         return int(self.client.count(self.collection, exact=True).count)
 
-    def __contains__(self, page_id: object) -> bool:
-        return isinstance(page_id, str) and bool(self._present([page_id]))
+    def _stored(self, point_ids: list[str]) -> set[str]:
+        found = self.client.retrieve(self.collection, ids=point_ids, with_payload=False)
+        return {str(point.id) for point in found}
 
-    def _present(self, page_ids: Sequence[str]) -> list[str]:
-        """The ids of ``page_ids`` already stored, in their order: one request, not one per id."""
-        if not page_ids:
-            return []
-        found = self.client.retrieve(self.collection, ids=[point_id(p) for p in page_ids], with_payload=False)
-        stored = {str(point.id) for point in found}
-        return [p for p in page_ids if point_id(p) in stored]
-
-    def page_ids(self) -> list[str]:
-        out: list[str] = []
-        offset = None
-        while True:
-            points, offset = self.client.scroll(
-                self.collection, limit=1000, offset=offset, with_payload=["page_id"]
-            )
-            out += [str(p.payload["page_id"]) for p in points]
-            if offset is None:
-                return sorted(out)
+    def _scroll(self, offset: Any) -> tuple[list[str], Any]:
+        points, offset = self.client.scroll(
+            self.collection, limit=1000, offset=offset, with_payload=["page_id"]
+        )
+        return [str(p.payload["page_id"]) for p in points], offset
 
     def search(
         self,
@@ -280,13 +255,8 @@ class QdrantIndex(AddByUpdate):
         """Top ``k`` per query; ``where`` keeps points whose payload equals every given value."""
         from qdrant_client import models
 
-        check_k(k)
-        excl = check_exclude(exclude, len(queries))
-        check_queries(queries, self.dim)
         requests = []
-        for q, skip in zip(queries, excl, strict=True):
-            vec = q.float().tolist()
-            flt = payload_filter(models, skip, where)
+        for vec, flt in query_filters(models, queries, self.dim, k, exclude, where):
             prefetch = (
                 models.Prefetch(query=vec, using="pooled", limit=max(self.candidates, k), filter=flt)
                 if self.candidates > 0

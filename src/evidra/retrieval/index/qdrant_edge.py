@@ -34,19 +34,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from torch import Tensor
 
 from evidra.core.errors import CorpusError, InvalidInputError, require
-from evidra.retrieval.index._common import check_embeddings
 from evidra.retrieval.index._qdrant_points import (
     AddByUpdate,
     Pooling,
     check_pooling,
-    check_queries,
     hit_of,
-    page_vectors,
-    payload_filter,
-    payloads_of,
     point_id,
+    query_filters,
 )
-from evidra.retrieval.interfaces import Exclude, Hit, PageBatch, check_exclude, check_k
+from evidra.retrieval.interfaces import Exclude, Hit, PageBatch
 
 if TYPE_CHECKING:
     import qdrant_edge
@@ -226,13 +222,8 @@ class EdgeQdrantIndex(AddByUpdate):
         payloads: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         qe = _edge()
-        arrays = check_embeddings(page_ids, embeddings, self.dim, single=False)
-        fields = payloads_of(page_ids, image_paths, payloads)
-        vectors = page_vectors(arrays, self.pooling, self.pool_factor)
-        points = [  # nested lists: the engine takes them twice as fast as numpy arrays
-            qe.Point(point_id(pid), {"multi": full.tolist(), "pooled": pooled.tolist()}, payload)
-            for pid, (full, pooled), payload in zip(page_ids, vectors, fields, strict=True)
-        ]
+        pages = self._points(page_ids, embeddings, image_paths, payloads)
+        points = [qe.Point(pid, vectors, payload) for pid, vectors, payload in pages]
         if points:
             with _engine_errors(f"cannot write to the Qdrant Edge shard at {self.folder}"):
                 self.shard.update(qe.UpdateOperation.upsert_points(points))
@@ -240,10 +231,7 @@ class EdgeQdrantIndex(AddByUpdate):
     def add_batches(self, batches: Iterable[PageBatch], *, replace: bool = False) -> int:
         """Store each batch as it comes, like a Qdrant server: a failed or killed call leaves the
         batches stored before it; adding the same pages again completes it."""
-        n = 0
-        for batch in batches:
-            (self.update if replace else self.add)(batch.page_ids, batch.embeddings, batch.image_paths)
-            n += len(batch.page_ids)
+        n = self._add_each(batches, replace)
         with _engine_errors(f"cannot flush the Qdrant Edge shard at {self.folder}"):
             self.shard.flush()
         return n
@@ -262,29 +250,15 @@ class EdgeQdrantIndex(AddByUpdate):
     def __len__(self) -> int:
         return int(self.shard.count(_edge().CountRequest(exact=True)))
 
-    def __contains__(self, page_id: object) -> bool:
-        return isinstance(page_id, str) and bool(self._present([page_id]))
+    def _stored(self, point_ids: list[str]) -> set[str]:
+        found = self.shard.retrieve([*point_ids], with_payload=False, with_vector=False)
+        return {str(record.id) for record in found}
 
-    def _present(self, page_ids: Sequence[str]) -> list[str]:
-        """The ids of ``page_ids`` already stored, in their order: one request, not one per id."""
-        if not page_ids:
-            return []
-        found = self.shard.retrieve([point_id(p) for p in page_ids], with_payload=False, with_vector=False)
-        stored = {str(record.id) for record in found}
-        return [p for p in page_ids if point_id(p) in stored]
-
-    def page_ids(self) -> list[str]:
+    def _scroll(self, offset: Any) -> tuple[list[str], Any]:
         qe = _edge()
-        out: list[str] = []
-        offset = None
         fields = qe.PayloadSelector.Include(["page_id"])
-        while True:
-            records, offset = self.shard.scroll(
-                qe.ScrollRequest(offset=offset, limit=1000, with_payload=fields)
-            )
-            out += [str((r.payload or {}).get("page_id", "")) for r in records]
-            if offset is None:
-                return sorted(out)
+        records, offset = self.shard.scroll(qe.ScrollRequest(offset=offset, limit=1000, with_payload=fields))
+        return [str((r.payload or {}).get("page_id", "")) for r in records], offset
 
     def search(
         self,
@@ -295,13 +269,8 @@ class EdgeQdrantIndex(AddByUpdate):
     ) -> list[list[Hit]]:
         """Top ``k`` per query; ``where`` keeps points whose payload equals every given value."""
         qe = _edge()
-        check_k(k)
-        excl = check_exclude(exclude, len(queries))
-        check_queries(queries, self.dim)
         requests = []
-        for q, skip in zip(queries, excl, strict=True):
-            vec = q.float().tolist()
-            flt = payload_filter(qe, skip, where)
+        for vec, flt in query_filters(qe, queries, self.dim, k, exclude, where):
             prefetch = (
                 [
                     qe.Prefetch(

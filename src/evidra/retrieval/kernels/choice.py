@@ -35,7 +35,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -45,25 +45,11 @@ from evidra.core.registry import Registry
 from evidra.retrieval.kernels import compute_dtype as compute
 from evidra.retrieval.kernels import maxsim, maxsim_amx, maxsim_avx512, maxsim_avx512_bf16
 from evidra.retrieval.kernels.maxsim import Block
+from evidra.retrieval.kernels.native import BlockScorer
 
 logger = logging.getLogger(__name__)
 
 KernelName = Literal["auto", "torch", "triton", "avx512", "amx", "avx512_bf16"]
-
-
-class BlockScorer(Protocol):
-    """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32,
-    ``-inf`` for rows in no block; products in ``dtype`` (default: the blocks' own)."""
-
-    def __call__(
-        self,
-        queries: Sequence[Tensor],
-        blocks: Sequence[Block],
-        n_rows: int,
-        *,
-        max_elements: int,
-        dtype: torch.dtype | None,
-    ) -> Tensor: ...
 
 
 KERNELS: Registry[BlockScorer] = Registry("MaxSim kernel")

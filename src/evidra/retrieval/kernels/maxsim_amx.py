@@ -27,12 +27,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from evidra.retrieval.kernels import maxsim, maxsim_avx512, native
+from evidra.retrieval.kernels import maxsim_avx512, native
 from evidra.retrieval.kernels.maxsim import Block
 
 logger = logging.getLogger(__name__)
@@ -43,14 +42,7 @@ KERNEL = native.Kernel("maxsim_amx.c", FLAGS, "AMX")
 NEEDS = frozenset({"amx_tile", "amx_bf16", "avx512f"})  # CPU flags it runs on
 _ARGS = (
     ctypes.c_void_p,
-    ctypes.c_int,
-    ctypes.c_int64,
-    ctypes.c_int64,
-    ctypes.c_void_p,
-    ctypes.c_int64,
-    ctypes.c_int64,
-    ctypes.c_void_p,
-    ctypes.c_int64,
+    *native.BLOCK_ARGS,
     ctypes.c_void_p,
     ctypes.c_int64,
     ctypes.c_void_p,
@@ -65,52 +57,15 @@ def cpu_has_amx() -> bool:
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    if not cpu_has_amx():
-        return None
-    lib = native.load(KERNEL)
-    if lib is None:
-        return None
+    return native.open_library(FUSED) if cpu_has_amx() else None
+
+
+def _permitted(lib: ctypes.CDLL) -> bool:
+    """Whether Linux lets this process use the tile data registers (asked before the first call)."""
     if lib.evidra_amx_permit() != 0:
         logger.info("Linux refused this process the AMX tile registers: exact search scores in torch")
-        return None
-    lib.evidra_maxsim_amx.restype = ctypes.c_int
-    lib.evidra_maxsim_amx.argtypes = _ARGS
-    return lib
-
-
-def available() -> bool:
-    """Whether the kernel runs here: AMX, a compiler that built it and Linux's permission (once)."""
-    return _library() is not None
-
-
-def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
-    """Whether the kernel can score ``blocks`` in ``dtype`` (else the AVX-512 or torch scorer does)."""
-    if not blocks or (dtype or blocks[0].vectors.dtype) != torch.bfloat16:
         return False
-    return native.fit_blocks(blocks, "amx", (torch.bfloat16,), _dim(blocks[0]), 32, MAX_DIM)
-
-
-def score_blocks(
-    queries: Sequence[Tensor],
-    blocks: Sequence[Block],
-    n_rows: int,
-    *,
-    max_elements: int = 1 << 25,
-    dtype: torch.dtype | None = None,
-) -> Tensor:
-    """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32,
-    ``-inf`` for rows in no block (``maxsim.score_blocks``'s contract)."""
-    lib = _library()
-    if lib is None or not fits(blocks, dtype):
-        rows = [untile(b) for b in blocks]
-        return maxsim_avx512.score_blocks(queries, rows, n_rows, max_elements=max_elements, dtype=dtype)
-    run = functools.partial(_run, lib, blocks)
-    return native.score_split(queries, blocks, n_rows, arrange, run, summed=True)
-
-
-def hold(blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
-    """``blocks`` as the index holds them for this kernel: tiled where it scores them in ``dtype``."""
-    return [tile(b) for b in blocks] if fits(blocks, dtype) else list(blocks)
+    return True
 
 
 def tile(block: Block) -> Block:
@@ -118,25 +73,12 @@ def tile(block: Block) -> Block:
     rounded up to 16 (zero vectors past every page's length): each tile of 16 vectors x 32
     dimensions is 1 KB in one piece, so the kernel reads a page front to back, which one query's
     scan (bound by memory) ran 10% faster on than tiles cut out of rows 256 bytes apart."""
-    if block.tiled:
-        return block
-    block = maxsim.round_up(block)
-    c, length, dim = block.vectors.shape
-    tiles = block.vectors.view(c, length // 16, 16, dim // 32, 32).transpose(2, 3).contiguous()
-    return Block(vectors=tiles, rows=block.rows, pad=block.pad, lengths=block.lengths, layout="amx")
+    return native.tile_slices(block, "amx", 32)
 
 
 def untile(block: Block) -> Block:
     """A ``tile`` d block back in the row-major ``(C, L', D)`` layout (a copy)."""
-    if block.layout != "amx":
-        return block
-    c, n_tiles, slices, _, _ = block.vectors.shape
-    vectors = block.vectors.transpose(2, 3).reshape(c, n_tiles * 16, slices * 32)
-    return Block(vectors=vectors, rows=block.rows, pad=block.pad, lengths=block.lengths)
-
-
-def _dim(block: Block) -> int:
-    return int(block.vectors.shape[2] * 32 if block.layout == "amx" else block.vectors.shape[-1])
+    return native.untile_slices(block, "amx", 32)
 
 
 def arrange(tokens: Tensor) -> Tensor:
@@ -151,27 +93,26 @@ def arrange(tokens: Tensor) -> Tensor:
     return padded.view(tiles, 16, dim // 32, 16, 2).permute(0, 2, 3, 1, 4).contiguous()
 
 
-def _run(
-    lib: ctypes.CDLL, blocks: Sequence[Block], queries: native.Packed, scores: list[Tensor], part: native.Part
-) -> None:
-    runs = native.aligned(queries.tokens.shape[0] * 16)  # running maxima, one register per 16 tokens
-    for i, begin, end in part:
-        block = blocks[i]
-        vectors = block.vectors
-        rc = lib.evidra_maxsim_amx(
-            vectors.data_ptr(),
-            int(block.tiled),
-            block.length,
-            _dim(block),
-            block.lengths.data_ptr(),
-            begin,
-            end,
-            queries.tokens.data_ptr(),
-            queries.count,
-            queries.owner.data_ptr(),
-            queries.queries,
-            runs.data_ptr(),
-            scores[i].data_ptr(),
-        )
-        if rc != 0:
-            raise RuntimeError(f"the AMX kernel refused dim {_dim(block)}")  # fits() rules it out
+FUSED = native.Fused(
+    kernel=KERNEL,
+    library=_library,
+    functions={"evidra_maxsim_amx": _ARGS},
+    dtype=torch.bfloat16,
+    storage=frozenset({torch.bfloat16}),
+    layout="amx",
+    width=32,  # tiles (C, L'/16, D/32, 16, 32)
+    multiple=32,
+    max_dim=MAX_DIM,
+    tile=tile,
+    untile=untile,
+    arrange=arrange,
+    scratch=lambda queries: queries.tokens.shape[0] * 16,  # running maxima, one register per 16 tokens
+    fallback=maxsim_avx512.score_blocks,
+    trailing=lambda queries: (queries.owner.data_ptr(), queries.queries),
+    summed=True,  # the kernel sums each query's token maxima itself
+    ready=_permitted,
+)
+available = FUSED.available  # AMX, a compiler that built it and Linux's permission
+fits = FUSED.fits  # else the AVX-512 or torch scorer scores
+hold = FUSED.hold
+score_blocks = FUSED.score_blocks

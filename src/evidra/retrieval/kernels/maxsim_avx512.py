@@ -34,20 +34,8 @@ MAX_DIM = 256
 FLAGS = ("-O3", "-mavx512f", "-mfma", "-mf16c", "-shared", "-fPIC")
 KERNEL = native.Kernel("maxsim_avx512.c", FLAGS, "AVX-512")
 _KINDS = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-_ARGS = (
-    ctypes.c_void_p,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int64,
-    ctypes.c_int64,
-    ctypes.c_void_p,
-    ctypes.c_int64,
-    ctypes.c_int64,
-    ctypes.c_void_p,
-    ctypes.c_int64,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-)
+# pages, their dtype's code (``_KINDS``), BLOCK_ARGS, running maxima, best
+_ARGS = (ctypes.c_void_p, ctypes.c_int, *native.BLOCK_ARGS, ctypes.c_void_p, ctypes.c_void_p)
 _PAGE_ARGS = (
     ctypes.c_void_p,
     ctypes.c_void_p,
@@ -73,45 +61,7 @@ def compile_kernel(compiler: str | None = None, folder: Path | None = None) -> P
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    if not cpu_has_avx512():
-        return None
-    lib = native.load(KERNEL)
-    if lib is not None:
-        lib.evidra_maxsim_block.restype = ctypes.c_int
-        lib.evidra_maxsim_block.argtypes = _ARGS
-        lib.evidra_maxsim_pages.restype = ctypes.c_int
-        lib.evidra_maxsim_pages.argtypes = _PAGE_ARGS
-    return lib
-
-
-def available() -> bool:
-    """Whether the kernel runs here: an AVX-512 CPU and a C compiler that built it (once per process)."""
-    return _library() is not None
-
-
-def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
-    """Whether the kernel can score ``blocks`` in ``dtype`` (else the torch scorer does)."""
-    if not blocks or (dtype or maxsim.compute_dtype(blocks[0].vectors)) != torch.float32:
-        return False
-    return native.fit_blocks(blocks, "avx512", _KINDS, _dim(blocks[0]), 16, MAX_DIM)
-
-
-def score_blocks(
-    queries: Sequence[Tensor],
-    blocks: Sequence[Block],
-    n_rows: int,
-    *,
-    max_elements: int = 1 << 25,
-    dtype: torch.dtype | None = None,
-) -> Tensor:
-    """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32,
-    ``-inf`` for rows in no block (``maxsim.score_blocks``'s contract)."""
-    lib = _library()
-    if lib is None or not fits(blocks, dtype):
-        rows = [untile(b) for b in blocks]
-        return maxsim.score_blocks(queries, rows, n_rows, max_elements=max_elements, dtype=dtype)
-    run = functools.partial(_run, lib, blocks)
-    return native.score_split(queries, blocks, n_rows, _arrange, run)
+    return native.open_library(FUSED) if cpu_has_avx512() else None
 
 
 def score_pages(
@@ -203,11 +153,6 @@ def _fit_pages(pages: Sequence[Tensor]) -> bool:
     )
 
 
-def hold(blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
-    """``blocks`` as the index holds them for this kernel: tiled where it scores them in ``dtype``."""
-    return [tile(b) for b in blocks] if fits(blocks, dtype) else list(blocks)
-
-
 def tile(block: Block) -> Block:
     """``block`` in the layout this kernel reads without transposing: ``(C, L'/16, D, 16)``, ``L'``
     the block's length rounded up to 16 (the extra vectors are zeros past every page's length)."""
@@ -228,11 +173,6 @@ def untile(block: Block) -> Block:
     return Block(vectors=vectors, rows=block.rows, pad=block.pad, lengths=block.lengths)
 
 
-def _dim(block: Block) -> int:
-    """``D``: the vectors' dimension, in either layout."""
-    return int(block.vectors.shape[2] if block.layout == "avx512" else block.vectors.shape[-1])
-
-
 def _arrange(tokens: Tensor) -> Tensor:
     """Query tokens ``(T, D)`` as the kernel reads them: ``(groups, D, GROUP)``, zero-padded."""
     t, dim = tokens.shape
@@ -242,26 +182,24 @@ def _arrange(tokens: Tensor) -> Tensor:
     return padded.view(groups, GROUP, dim).transpose(1, 2).contiguous()
 
 
-def _run(
-    lib: ctypes.CDLL, blocks: Sequence[Block], queries: native.Packed, best: list[Tensor], part: native.Part
-) -> None:
-    runs = native.aligned(queries.count * 16)  # running maxima, one AVX-512 register per token
-    for i, begin, end in part:
-        block = blocks[i]
-        vectors = block.vectors
-        rc = lib.evidra_maxsim_block(
-            vectors.data_ptr(),
-            _KINDS[vectors.dtype],
-            int(block.tiled),
-            block.length,
-            _dim(block),
-            block.lengths.data_ptr(),
-            begin,
-            end,
-            queries.tokens.data_ptr(),
-            queries.count,
-            runs.data_ptr(),
-            best[i].data_ptr(),
-        )
-        if rc != 0:
-            raise RuntimeError(f"the AVX-512 MaxSim kernel refused dim {_dim(block)}")  # fits() rules it out
+FUSED = native.Fused(
+    kernel=KERNEL,
+    library=_library,
+    functions={"evidra_maxsim_block": _ARGS, "evidra_maxsim_pages": _PAGE_ARGS},
+    dtype=torch.float32,
+    storage=frozenset(_KINDS),
+    layout="avx512",
+    width=1,  # tiles (C, L'/16, D, 16)
+    multiple=16,
+    max_dim=MAX_DIM,
+    tile=tile,
+    untile=untile,
+    arrange=_arrange,
+    scratch=lambda queries: queries.count * 16,  # running maxima, one AVX-512 register per token
+    fallback=maxsim.score_blocks,
+    leading=lambda block: (_KINDS[block.vectors.dtype],),
+)
+available = FUSED.available  # an AVX-512 CPU and a C compiler that built it
+fits = FUSED.fits  # else the torch scorer scores
+hold = FUSED.hold
+score_blocks = FUSED.score_blocks

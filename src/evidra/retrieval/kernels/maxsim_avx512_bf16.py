@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from evidra.retrieval.kernels import maxsim, maxsim_avx512, native
+from evidra.retrieval.kernels import maxsim_avx512, native
 from evidra.retrieval.kernels.maxsim import Block
 
 GROUP = 24  # query tokens per pass in the kernel (GROUP in the C source)
@@ -42,19 +41,7 @@ MAX_DIM = 512  # MAX_DIM in the C source
 FLAGS = ("-O3", "-mavx512f", "-mavx512bf16", "-shared", "-fPIC")
 KERNEL = native.Kernel("maxsim_avx512_bf16.c", FLAGS, "AVX-512 BF16")
 NEEDS = frozenset({"avx512f", "avx512_bf16"})  # CPU flags it runs on
-_ARGS = (
-    ctypes.c_void_p,  # pages
-    ctypes.c_int,  # tiled
-    ctypes.c_int64,  # length
-    ctypes.c_int64,  # dim
-    ctypes.c_void_p,  # lengths
-    ctypes.c_int64,  # begin
-    ctypes.c_int64,  # end
-    ctypes.c_void_p,  # queries
-    ctypes.c_int64,  # tokens
-    ctypes.c_void_p,  # best (scratch)
-    ctypes.c_void_p,  # out
-)
+_ARGS = (ctypes.c_void_p, *native.BLOCK_ARGS, ctypes.c_void_p, ctypes.c_void_p)  # pages, ..., maxima, best
 
 
 def cpu_has_bf16() -> bool:
@@ -64,77 +51,23 @@ def cpu_has_bf16() -> bool:
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    if not cpu_has_bf16():  # never built, nor loaded, where the instruction is missing
-        return None
-    lib = native.load(KERNEL)
-    if lib is not None:
-        lib.evidra_maxsim_bf16_block.restype = ctypes.c_int
-        lib.evidra_maxsim_bf16_block.argtypes = _ARGS
-    return lib
-
-
-def available() -> bool:
-    """Whether the kernel runs here: AVX512_BF16 and a compiler that built it (once per process)."""
-    return _library() is not None
-
-
-def fits(blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
-    """Whether the kernel can score ``blocks`` in ``dtype`` (else the AVX-512 or torch scorer does)."""
-    if not blocks or (dtype or blocks[0].vectors.dtype) != torch.bfloat16:
-        return False
-    return native.fit_blocks(blocks, LAYOUT, (torch.bfloat16,), _dim(blocks[0]), 32, MAX_DIM)
-
-
-def score_blocks(
-    queries: Sequence[Tensor],
-    blocks: Sequence[Block],
-    n_rows: int,
-    *,
-    max_elements: int = 1 << 25,
-    dtype: torch.dtype | None = None,
-) -> Tensor:
-    """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32,
-    ``-inf`` for rows in no block (``maxsim.score_blocks``'s contract)."""
-    lib = _library()
-    if lib is None or not fits(blocks, dtype):
-        rows = [untile(b) for b in blocks]
-        return maxsim_avx512.score_blocks(queries, rows, n_rows, max_elements=max_elements, dtype=dtype)
-    run = functools.partial(_run, lib, blocks)
-    return native.score_split(queries, blocks, n_rows, arrange, run)
+    # never built, nor loaded, where the instruction is missing
+    return native.open_library(FUSED) if cpu_has_bf16() else None
 
 
 LAYOUT = "avx512_bf16"  # ``Block.layout`` of the blocks this kernel holds
-
-
-def hold(blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
-    """``blocks`` as the index holds them for this kernel: tiled where it scores them in ``dtype``."""
-    return [tile(b) for b in blocks] if fits(blocks, dtype) else list(blocks)
 
 
 def tile(block: Block) -> Block:
     """``block`` as the kernel reads it without transposing: ``(C, L'/16, D/2, 16, 2)``, ``L'`` the
     block's length rounded up to 16 (zero vectors past every page's length): per 16 vectors, row
     ``k`` holds dimensions ``2k`` and ``2k + 1`` of each, 64 bytes that one instruction reads."""
-    if block.tiled:
-        return block
-    block = maxsim.round_up(block)
-    c, length, dim = block.vectors.shape
-    tiles = block.vectors.view(c, length // 16, 16, dim // 2, 2).transpose(2, 3).contiguous()
-    return Block(vectors=tiles, rows=block.rows, pad=block.pad, lengths=block.lengths, layout=LAYOUT)
+    return native.tile_slices(block, LAYOUT, 2)
 
 
 def untile(block: Block) -> Block:
     """A ``tile`` d block back in the row-major ``(C, L', D)`` layout every scorer reads (a copy)."""
-    if block.layout != LAYOUT:
-        return block
-    c, n_tiles, pairs, _, _ = block.vectors.shape
-    vectors = block.vectors.transpose(2, 3).reshape(c, n_tiles * 16, pairs * 2)
-    return Block(vectors=vectors, rows=block.rows, pad=block.pad, lengths=block.lengths)
-
-
-def _dim(block: Block) -> int:
-    """``D``: the vectors' dimension, in either layout."""
-    return int(block.vectors.shape[2] * 2 if block.layout == LAYOUT else block.vectors.shape[-1])
+    return native.untile_slices(block, LAYOUT, 2)
 
 
 def arrange(tokens: Tensor) -> Tensor:
@@ -148,24 +81,23 @@ def arrange(tokens: Tensor) -> Tensor:
     return pairs.view(groups, GROUP, dim // 2).transpose(1, 2).contiguous()
 
 
-def _run(
-    lib: ctypes.CDLL, blocks: Sequence[Block], queries: native.Packed, best: list[Tensor], part: native.Part
-) -> None:
-    runs = native.aligned(queries.count * 16)  # running maxima, one AVX-512 register per token
-    for i, begin, end in part:
-        block = blocks[i]
-        rc = lib.evidra_maxsim_bf16_block(
-            block.vectors.data_ptr(),
-            int(block.tiled),
-            block.length,
-            _dim(block),
-            block.lengths.data_ptr(),
-            begin,
-            end,
-            queries.tokens.data_ptr(),
-            queries.count,
-            runs.data_ptr(),
-            best[i].data_ptr(),
-        )
-        if rc != 0:  # fits() rules it out
-            raise RuntimeError(f"the AVX-512 BF16 MaxSim kernel refused dim {_dim(block)}")
+FUSED = native.Fused(
+    kernel=KERNEL,
+    library=_library,
+    functions={"evidra_maxsim_bf16_block": _ARGS},
+    dtype=torch.bfloat16,
+    storage=frozenset({torch.bfloat16}),
+    layout=LAYOUT,
+    width=2,  # tiles (C, L'/16, D/2, 16, 2)
+    multiple=32,
+    max_dim=MAX_DIM,
+    tile=tile,
+    untile=untile,
+    arrange=arrange,
+    scratch=lambda queries: queries.count * 16,  # running maxima, one AVX-512 register per token
+    fallback=maxsim_avx512.score_blocks,
+)
+available = FUSED.available  # AVX512_BF16 and a compiler that built it
+fits = FUSED.fits  # else the AVX-512 or torch scorer scores
+hold = FUSED.hold
+score_blocks = FUSED.score_blocks

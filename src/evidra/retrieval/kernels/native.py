@@ -10,6 +10,11 @@ Each kernel scores a range of pages of one block per call and writes each query 
 similarity per page; ``score_split`` cuts the pages into ``torch.get_num_threads()`` ranges of
 about equal vector counts, runs one range per thread (ctypes releases the GIL for the call) and
 sums the tokens' maxima per query.
+
+A kernel module describes its kernel once (``Fused``: its C source and entry points, the dtype it
+scores, how it holds blocks and lays out query tokens, what one call takes beyond the arguments
+all kernels take, the scorer it passes on to); its ``available``, ``fits``, ``hold`` and
+``score_blocks`` are that record's. What stays in the module is what differs between kernels.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -134,6 +139,21 @@ def load(kernel: Kernel) -> ctypes.CDLL | None:
             detail.decode(errors="replace")[:300],
         )
         return None
+
+
+class BlockScorer(Protocol):
+    """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32,
+    ``-inf`` for rows in no block; products in ``dtype`` (default: the blocks' own)."""
+
+    def __call__(
+        self,
+        queries: Sequence[Tensor],
+        blocks: Sequence[Block],
+        n_rows: int,
+        *,
+        max_elements: int,
+        dtype: torch.dtype | None,
+    ) -> Tensor: ...
 
 
 Part = list[tuple[int, int, int]]  # (block, first page, end page) ranges one thread scores
@@ -281,3 +301,147 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         if workers not in _POOLS:
             _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="evidra-maxsim")
         return _POOLS[workers]
+
+
+def tile_slices(block: Block, layout: str, width: int) -> Block:
+    """``block`` as ``(C, L'/16, D/width, 16, width)``: per 16 vectors, ``width`` dimensions of each
+    side by side, one slice of dimensions after another; ``L'`` the block's length rounded up to
+    16 (zero vectors past every page's length)."""
+    if block.tiled:
+        return block
+    block = maxsim.round_up(block)
+    c, length, dim = block.vectors.shape
+    tiles = block.vectors.view(c, length // 16, 16, dim // width, width).transpose(2, 3).contiguous()
+    return Block(vectors=tiles, rows=block.rows, pad=block.pad, lengths=block.lengths, layout=layout)
+
+
+def untile_slices(block: Block, layout: str, width: int) -> Block:
+    """A ``tile_slices`` d block of ``layout`` back in the row-major ``(C, L', D)`` layout (a copy)."""
+    if block.layout != layout:
+        return block
+    c, n_tiles, slices, _, _ = block.vectors.shape
+    vectors = block.vectors.transpose(2, 3).reshape(c, n_tiles * 16, slices * width)
+    return Block(vectors=vectors, rows=block.rows, pad=block.pad, lengths=block.lengths)
+
+
+CType = type[ctypes.c_void_p] | type[ctypes.c_int] | type[ctypes.c_int64]
+# the arguments every kernel's block call takes after the pages' address (and what ``leading``
+# adds): tiled, L, D, the pages' lengths, first page, end page, query tokens, T
+BLOCK_ARGS: tuple[CType, ...] = (
+    ctypes.c_int,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+)
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One fused CPU kernel: what its module says about it, and ``available``, ``fits``, ``hold``
+    and ``score_blocks``, which the module hands out as its own.
+
+    ``functions`` maps each C function to its argument types (each returns 0 for done); the first
+    scores pages ``[begin, end)`` of one block, called with the pages' address, ``leading``,
+    ``BLOCK_ARGS``, ``trailing``, the running maxima (``scratch`` fp32 elements per thread) and
+    the block's output. A block held as the kernel's tiles has ``layout`` and its dimension ``D``
+    spread as ``shape[2] * width``."""
+
+    kernel: Kernel
+    library: Callable[[], ctypes.CDLL | None]  # the module's cached ``open_library``, or None
+    functions: dict[str, tuple[CType, ...]]
+    dtype: torch.dtype  # the compute dtype it scores in
+    storage: frozenset[torch.dtype]  # the dtypes it reads blocks in
+    layout: str  # ``Block.layout`` of the blocks it holds
+    width: int
+    multiple: int  # D must be a positive multiple of this ...
+    max_dim: int  # ... up to this (MAX_DIM in the C source)
+    tile: Callable[[Block], Block]  # a block as the kernel holds it
+    untile: Callable[[Block], Block]  # and back in rows, for the scorer it passes on to
+    arrange: Callable[[Tensor], Tensor]  # query tokens (T, D) as the kernel reads them
+    scratch: Callable[[Packed], int]
+    fallback: BlockScorer  # scores the calls this kernel cannot take
+    leading: Callable[[Block], tuple[int, ...]] = lambda block: ()
+    trailing: Callable[[Packed], tuple[int, ...]] = lambda queries: ()
+    summed: bool = False  # the kernel sums each query's token maxima itself
+    ready: Callable[[ctypes.CDLL], bool] = lambda lib: True  # asked once, after loading it
+
+    def available(self) -> bool:
+        """Whether the kernel runs here: its CPU flags and a compiler that built it (once per process)."""
+        return self.library() is not None
+
+    def dim(self, block: Block) -> int:
+        """``D``: the vectors' dimension, in rows or in the kernel's tiles."""
+        shape = block.vectors.shape
+        return int(shape[2] * self.width if block.layout == self.layout else shape[-1])
+
+    def fits(self, blocks: Sequence[Block], dtype: torch.dtype | None) -> bool:
+        """Whether the kernel can score ``blocks`` in ``dtype`` (the blocks' own by default); the
+        scorer it passes on to takes the calls it cannot."""
+        if not blocks or (dtype or maxsim.compute_dtype(blocks[0].vectors)) != self.dtype:
+            return False
+        dim = self.dim(blocks[0])
+        return fit_blocks(blocks, self.layout, self.storage, dim, self.multiple, self.max_dim)
+
+    def hold(self, blocks: Sequence[Block], dtype: torch.dtype) -> list[Block]:
+        """``blocks`` as the index holds them for this kernel: tiled where it scores them in ``dtype``."""
+        return [self.tile(b) for b in blocks] if self.fits(blocks, dtype) else list(blocks)
+
+    def score_blocks(
+        self,
+        queries: Sequence[Tensor],
+        blocks: Sequence[Block],
+        n_rows: int,
+        *,
+        max_elements: int = 1 << 25,
+        dtype: torch.dtype | None = None,
+    ) -> Tensor:
+        """Exact MaxSim of every query against every page in ``blocks``: ``(Q, n_rows)`` float32,
+        ``-inf`` for rows in no block (``maxsim.score_blocks``'s contract)."""
+        lib = self.library()
+        if lib is None or not self.fits(blocks, dtype):
+            rows = [self.untile(b) for b in blocks]
+            return self.fallback(queries, rows, n_rows, max_elements=max_elements, dtype=dtype)
+        run = functools.partial(self._run, lib, blocks)
+        return score_split(queries, blocks, n_rows, self.arrange, run, summed=self.summed)
+
+    def _run(
+        self, lib: ctypes.CDLL, blocks: Sequence[Block], queries: Packed, out: list[Tensor], part: Part
+    ) -> None:
+        score = getattr(lib, next(iter(self.functions)))
+        runs = aligned(self.scratch(queries))
+        for i, begin, end in part:
+            block = blocks[i]
+            rc = score(
+                block.vectors.data_ptr(),
+                *self.leading(block),
+                int(block.tiled),
+                block.length,
+                self.dim(block),
+                block.lengths.data_ptr(),
+                begin,
+                end,
+                queries.tokens.data_ptr(),
+                queries.count,
+                *self.trailing(queries),
+                runs.data_ptr(),
+                out[i].data_ptr(),
+            )
+            if rc != 0:  # fits() rules it out
+                raise RuntimeError(f"the {self.kernel.label} MaxSim kernel refused dim {self.dim(block)}")
+
+
+def open_library(fused: Fused) -> ctypes.CDLL | None:
+    """The kernel's library with its functions typed, built if need be; None where it cannot be
+    built or is not ``ready`` to run."""
+    lib = load(fused.kernel)
+    if lib is None or not fused.ready(lib):
+        return None
+    for name, argtypes in fused.functions.items():
+        function = getattr(lib, name)
+        function.restype = ctypes.c_int
+        function.argtypes = argtypes
+    return lib
