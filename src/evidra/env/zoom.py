@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evidra.env.base import ENVIRONMENTS, StepInfo, StepResult
-from evidra.env.search import resized
+from evidra.env.search import resized, too_thin
 from evidra.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
 from evidra.paradigms.base import Paradigm
 from evidra.paradigms.zoom_agent import ZoomAgent
@@ -65,6 +65,8 @@ class ZoomEnv:
             return self._invalid(f"the box {list(action.box.as_tuple())} lies outside the {page.width}x"
                                  f"{page.height} image")  # fmt: skip
         size = process_image_size(x2 - x1, y2 - y1, self.max_pixels, self.min_pixels)
+        if (thin := too_thin(action.box.as_tuple(), size)) is not None:
+            return self._invalid(thin)
         crop = resized(page.open_image().crop((x1, y1, x2, y2)), size)
         self.zooms.append((x1, y1, x2, y2))
         ratio = (x2 - x1) * (y2 - y1) / float(page.width * page.height)

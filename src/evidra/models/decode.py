@@ -80,9 +80,12 @@ def _inverse_cdf(probs: Any) -> Any:
 def decode(
     model: Any, contexts: Sequence[Context], params: Any, *, pad_id: int, image_token_id: int,
     eos_ids: Sequence[int], suppress: Sequence[int] = (), stopped: Callable[[list[int]], bool] | None = None,
-    check_every: int = 4,
+    check_every: int = 4, force: Any = None,
 ) -> tuple[Any, Any]:  # fmt: skip
     """Sample after each context; returns ``(tokens (B, T), logprobs (B, T))`` padded after EOS.
+
+    ``force`` (B, >= max_new_tokens) takes its token at each step instead of a sampled one (a
+    scripted turn scored as the model decodes it); log-probs are still those of the logits.
 
     Rows stop at an EOS token (never sampled before ``params.min_tokens`` new tokens), or
     (checked every ``check_every`` tokens) once ``stopped`` says
@@ -128,7 +131,10 @@ def decode(
     logprobs: list[Any] = []
     early = (*suppress, *eos_ids)  # before min_new_tokens: end-of-turn tokens are not sampled either
     for _ in range(params.max_new_tokens):
-        token = _choose(logits, params, early if len(tokens) < params.min_tokens else suppress)  # (B,)
+        if force is None:
+            token = _choose(logits, params, early if len(tokens) < params.min_tokens else suppress)  # (B,)
+        else:
+            token = force[:, len(tokens)]  # (B,)
         token = torch.where(done, torch.full_like(token, pad_id), token)
         lp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, token[:, None]).squeeze(-1)
         tokens.append(token)
