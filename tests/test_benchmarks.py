@@ -492,3 +492,20 @@ def test_token_logprobs_benchmark_compares_every_way_on_the_same_numbers(
         out,
         re.M,
     )
+
+
+@pytest.mark.slow
+def test_rollout_conformance_benchmark_prints_every_family_and_the_total(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--episodes", "4", "--families", "qwen2_5_vl", "qwen2", "--minutes", "5"]
+    out = _run("rollout_conformance", argv, monkeypatch, capsys)
+    assert re.search(
+        r"^qwen2_5_vl: 4 episodes in \d+ s \(\S+ episodes/s; 4 would take \S+ min here\)$", out, re.M
+    )
+    assert re.search(
+        r"max \|sampler - trainer\| log-prob \S+; mismatches images=0 ids=0 logprobs=0$", out, re.M
+    )
+    for family in ("qwen2_5_vl", "qwen2"):
+        assert f"RESULT family={family} episodes=4 mismatches=0" in out
+    assert out.rstrip().endswith("RESULT episodes=8 mismatches=0")

@@ -160,3 +160,11 @@ def test_a_search_service_cannot_choose_which_local_file_an_episode_opens(
             search_module._open = real_open  # type: ignore[assignment]
     assert opened == [] and not step.done
     assert "not in this corpus" in step.observation[0].plain_text
+
+
+def test_a_crop_too_thin_for_the_processor_is_invalid(pages: dict[str, Page]) -> None:
+    env = SearchEnv(bm25_searcher(pages.values()), pages, max_turns=10)
+    search, thin = _run(env, ["<search>revenue 2021</search>", "<bbox>[10, 0, 11, 800]</bbox>"])
+    assert search.info.page_id == "pA"
+    assert thin.info.invalid and not thin.done
+    assert "is too thin: its sides differ" in thin.observation[0].plain_text

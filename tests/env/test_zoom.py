@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from evidra.core.types import ImagePart, Page, Sample
@@ -48,3 +50,20 @@ def test_invalid_zooms_and_round_limit(pages: dict[str, Page]) -> None:
     assert "outside" in steps[0].observation[0].plain_text
     assert "image_zoom_in_tool" in steps[1].observation[0].plain_text
     assert steps[4].done and steps[4].info.turn_limit and env.invalid == 4
+
+
+def test_a_crop_too_thin_for_the_processor_is_an_invalid_zoom(
+    pages: dict[str, Page], tiny_vlms: dict[str, Any]
+) -> None:
+    from evidra.models.context import encode_turn
+
+    env = ZoomEnv(ZoomAgent(), max_rounds=4, min_pixels=28 * 28 * 2, max_pixels=320 * 320)
+    env.reset(_sample(pages["pA"]))
+    thin = env.step(CALL.format(box="[10, 0, 11, 1500]"))  # shown at 1 x 1533 (grown to min_pixels)
+    assert thin.info.invalid and not thin.done and env.zooms == []
+    reply = thin.observation[0].plain_text
+    assert "the box [10, 0, 11, 1500] is too thin: its sides differ 1533-fold (at most 200)" in reply
+    narrow = env.step(CALL.format(box="[10, 0, 20, 1500]"))  # 150-fold: the processor takes it
+    assert narrow.info.action == "zoom"
+    encoded = encode_turn(tiny_vlms["qwen2_5_vl"].processor, narrow.observation, close_previous=True)
+    assert encoded.num_images == 1

@@ -59,6 +59,7 @@ INVALID_FETCH_MESSAGE = (
     "</fetch>, a region of the last image inside <bbox>[x1, y1, x2, y2]</bbox>, or the final answer "
     "inside <answer> and </answer>. Please try again."
 )
+MAX_ASPECT_RATIO = 200  # Qwen-VL's image processor refuses an image whose sides differ more than this
 MAX_PAGE_DIGITS = 6  # a page number of more digits names no page (and is never converted)
 NO_RESULT_MESSAGE = "No new page matches the query <search>{query}</search>; try another query."
 UNKNOWN_PAGE_MESSAGE = (
@@ -83,6 +84,20 @@ def bm25_searcher(pages: Iterable[Page]) -> BM25Retriever:
     if not any(p.words for p in pages):
         raise InvalidInputError("no page has a text layer for BM25; ingest PDFs (or OCR images) first")
     return BM25Retriever.build({p.id: p.text for p in pages}, images={p.id: p.image_path for p in pages})
+
+
+def too_thin(box: Sequence[float], size: tuple[int, int]) -> str | None:
+    """Why a crop shown at ``size`` (w, h) cannot go to a Qwen-VL policy (sides that differ more
+    than ``MAX_ASPECT_RATIO``-fold: the processor would raise and end the whole rollout), or None.
+
+    >>> too_thin([10.0, 0.0, 11.0, 300.0], (4, 1200))
+    'the box [10, 0, 11, 300] is too thin: its sides differ 300-fold (at most 200)'
+    """
+    ratio = max(size) / min(size)
+    if ratio <= MAX_ASPECT_RATIO:
+        return None
+    shown = ", ".join(f"{v:g}" for v in box)
+    return f"the box [{shown}] is too thin: its sides differ {ratio:.0f}-fold (at most {MAX_ASPECT_RATIO})"
 
 
 def resized(image: PILImage, size: tuple[int, int]) -> PILImage:
@@ -220,8 +235,10 @@ class SearchEnv:
         )
         if x2 <= x1 or y2 <= y1:
             return self._invalid(f"the box {list(box.as_tuple())} covers no pixel of the last image")
-        image = _open(page.image_path).crop((x1, y1, x2, y2))
         size = process_image_size(x2 - x1, y2 - y1, self.max_pixels, self.min_pixels)
+        if (thin := too_thin(box.as_tuple(), size)) is not None:
+            return self._invalid(thin)
+        image = _open(page.image_path).crop((x1, y1, x2, y2))
         self._shown = Displayed(page.page_id, page.image_path, page.page_size, (x1, y1, x2, y2), size)
         w, h = page.page_size
         ratio = (x2 - x1) * (y2 - y1) / float(w * h)

@@ -16,7 +16,7 @@ from typing import Any
 from evidra.core.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
 from evidra.core.types import ImagePart, Message, Page, Parsed, Sample, TextPart
 from evidra.env.environment import ENVIRONMENTS, StepInfo, StepResult
-from evidra.env.search import resized
+from evidra.env.search import resized, too_thin
 from evidra.paradigms.paradigm import Paradigm
 
 INVALID_MESSAGE = (
@@ -66,6 +66,8 @@ class ZoomEnv:
                 f"the box {list(action.box.as_tuple())} lies outside the {page.width}x{page.height} image"
             )
         size = process_image_size(x2 - x1, y2 - y1, self.max_pixels, self.min_pixels)
+        if (thin := too_thin(action.box.as_tuple(), size)) is not None:
+            return self._invalid(thin)
         crop = resized(page.open_image().crop((x1, y1, x2, y2)), size)
         self.zooms.append((x1, y1, x2, y2))
         ratio = (x2 - x1) * (y2 - y1) / float(page.width * page.height)

@@ -99,8 +99,12 @@ def decode(
     stopped: Callable[[list[int]], bool] | None = None,
     check_every: int = 4,
     allowed: TokenMask | None = None,
+    force: Any = None,  # a (B, T) tensor of token ids
 ) -> tuple[Any, Any]:
     """Sample after each context; returns ``(tokens (B, T), logprobs (B, T))`` padded after EOS.
+
+    ``force`` (B, >= max_new_tokens) takes its token at each step instead of a sampled one (a
+    scripted turn scored as the model decodes it); log-probs are still those of the logits.
 
     Rows stop at an EOS token (never sampled before ``params.min_tokens`` new tokens), or
     (checked every ``check_every`` tokens) once ``stopped`` says
@@ -147,8 +151,11 @@ def decode(
     logprobs: list[Any] = []
     early = (*suppress, *eos_ids)  # before min_new_tokens: end-of-turn tokens are not sampled either
     for _ in range(params.max_new_tokens):
-        scores = logits if allowed is None else allowed(logits)
-        token = _choose(scores, params, early if len(tokens) < params.min_tokens else suppress)  # (B,)
+        if force is None:
+            scores = logits if allowed is None else allowed(logits)
+            token = _choose(scores, params, early if len(tokens) < params.min_tokens else suppress)  # (B,)
+        else:
+            token = force[:, len(tokens)]  # (B,)
         if allowed is not None:
             allowed.accept(torch.where(done, torch.full_like(token, -1), token))
         token = torch.where(done, torch.full_like(token, pad_id), token)
