@@ -14,7 +14,7 @@ R_step's similarity is injected (``LatOptions.similarity``, or ``Resources.simil
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -26,7 +26,7 @@ from evidra.methods._synth import synth_samples
 from evidra.methods.base import METHODS, Method, Resources, merged_weights
 from evidra.methods.combined import LAT_ROUTES, LAT_RULES, with_scopes
 from evidra.paradigms.coe import ChainOfEvidence, coe_oracle_text, parse_coe
-from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity
+from evidra.rewards.embedding import StepSimilarity, TextOverlapSimilarity, require_step_text
 from evidra.rewards.lat import LatReward, LazySimilarity, lat_reward
 from evidra.rewards.lat_batch import episode_scorer, with_step_text
 from evidra.rl.config import DataConfig
@@ -75,6 +75,22 @@ def lat_oracle(sample: Sample) -> list[Message]:
     ]
 
 
+def lat_synthetic(text_only: bool) -> Callable[[list[Sample], DataConfig], list[Sample]]:
+    """``Task.from_synthetic``: the generated samples a chain of evidence can cite (a gold answer
+    box; with the text-overlap similarity, pages with a text layer), e.g. ``data.synthetic=[reading]``."""
+
+    def kept(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
+        named = f"data.synthetic={list(cfg.synthetic)}"
+        out = [s for s in samples if s.gold_boxes or not s.answerable]
+        if not out:
+            raise ConfigError(f"{named} gives no sample with a gold answer box; LAT cites boxes: use reading")
+        if text_only:
+            require_step_text(out, named)
+        return out
+
+    return kept
+
+
 def make_lat_task(name: str, reward: LatReward) -> Task:
     text_only = isinstance(reward.similarity, TextOverlapSimilarity)
     benchmark = adapter(IMAGE_QA, name=name)
@@ -86,6 +102,7 @@ def make_lat_task(name: str, reward: LatReward) -> Task:
         reward=reward,
         oracle=lat_oracle,
         from_benchmark=with_step_text(benchmark) if text_only else benchmark,
+        from_synthetic=lat_synthetic(text_only),
         # the whole batch's steps in one similarity call (a retriever embeds them together)
         score_episodes=None if text_only else episode_scorer(reward, parse_coe),
     )
