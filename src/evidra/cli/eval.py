@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     src = p.add_argument_group("benchmarks")
     synth_help = (
-        "synthetic benchmark: documents, tunnel.chain|circuits|objreid, tracer.vjump|trace|match|subimage"
+        "synthetic benchmark: documents, reading, tunnel.chain|circuits|objreid, "
+        "tracer.vjump|trace|match|subimage"
     )
     src.add_argument("--synthetic", action="append", default=[], metavar="NAME", help=synth_help)
     src.add_argument(

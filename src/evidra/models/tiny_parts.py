@@ -202,16 +202,23 @@ def special_token_ids(tokenizer: Any) -> dict[str, int]:
     }
 
 
-def text_config(tokenizer: Any, arch: Arch, hidden: int, rope_theta: float | None = None) -> dict[str, Any]:
+def text_config(
+    tokenizer: Any, arch: Arch, hidden: int, rope_theta: float | None = None, layers: int = 2
+) -> dict[str, Any]:
     """The text model's fields of a tiny ``arch`` config (``tiny_config``; the text-only models
     start from them), its vocabulary and special ids those of ``tokenizer``."""
     pad, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2]}
+    half = hidden // 8  # half a head of 4 heads: the rotary pairs, split over time, height, width
+    rope: dict[str, Any] = {
+        "rope_type": "default",
+        "rope_theta": 1e6,
+        "mrope_section": [half // 2, half // 4, half // 4],
+    }
     cfg: dict[str, Any] = {
         "vocab_size": len(tokenizer),
         "hidden_size": hidden,
         "intermediate_size": 2 * hidden,
-        "num_hidden_layers": 2,
+        "num_hidden_layers": layers,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "max_position_embeddings": 8192,
@@ -244,7 +251,9 @@ def _vision_config(arch: Arch, hidden: int) -> dict[str, Any]:
     }
 
 
-def tiny_config(arch: Arch, tokenizer: Any, hidden: int = 64, rope_theta: float | None = None) -> Any:
+def tiny_config(
+    arch: Arch, tokenizer: Any, hidden: int = 64, rope_theta: float | None = None, layers: int = 2
+) -> Any:
     """A transformers config for a tiny model of ``arch`` matching ``tokenizer``'s ids.
 
     ``rope_theta`` replaces the released base (1e6, Qwen3-VL 5e6): with a head of 16 dimensions
@@ -258,7 +267,7 @@ def tiny_config(arch: Arch, tokenizer: Any, hidden: int = 64, rope_theta: float 
         "qwen3_vl": transformers.Qwen3VLConfig,
     }[arch]
     return cls(
-        text_config=text_config(tokenizer, arch, hidden, rope_theta),
+        text_config=text_config(tokenizer, arch, hidden, rope_theta, layers),
         vision_config=_vision_config(arch, hidden),
         tie_word_embeddings=False,
         **special_token_ids(tokenizer),

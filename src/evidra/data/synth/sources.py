@@ -1,7 +1,8 @@
 """Synthetic sample sources by name, and training mixtures of them.
 
 ``SYNTHETIC`` names every generator: ``documents`` (rendered one-page documents with gold
-boxes and the PDF's text layer), ``tunnel.<task>`` (Tunnel-Vision-style) and
+boxes and the PDF's text layer), ``reading`` (small pages a tiny model can learn to read:
+large labels and numbers, a table, a chart, with their words), ``tunnel.<task>`` (Tunnel-Vision-style) and
 ``tracer.<scenario>`` (TRACER-style). A family name (``tunnel``, ``tracer``) stands for all of
 its members. ``evidra eval --synthetic`` and the training data option ``data.synthetic`` read
 the same names.
@@ -49,6 +50,13 @@ def _documents(out: Path, n: int, seed: int, split: str) -> list[Sample]:
     return list(corpus.samples(dataset="synth_documents"))[:n]
 
 
+def _reading(out: Path, n: int, seed: int, split: str) -> list[Sample]:
+    """Small pages of a few large labels and numbers, a table or a chart (``synth.reading``)."""
+    from evidra.data.synth.reading import generate_reading
+
+    return generate_reading(out / f"reading_{split}_{seed}", n, seed=seed, split=split)
+
+
 def _tunnel(task: str, out: Path, n: int, seed: int, split: str) -> list[Sample]:
     return generate_tunnel(out, task, n, seed=seed, split=split)
 
@@ -58,6 +66,7 @@ def _tracer(task: str, out: Path, n: int, seed: int, split: str) -> list[Sample]
 
 
 SYNTHETIC.add("documents", _documents)
+SYNTHETIC.add("reading", _reading)
 for _task in TUNNEL_TASKS:
     SYNTHETIC.add(f"tunnel.{_task}", partial(_tunnel, _task))
 for _task in TRACER_TASKS:

@@ -17,7 +17,7 @@ R_step's similarity is injected (``LatOptions.similarity``, or ``Resources.simil
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -30,7 +30,13 @@ from evidra.methods.lat.batch import episode_scorer, with_step_text
 from evidra.methods.lat.construction import lat_filter
 from evidra.methods.lat.paradigm import ChainOfEvidence, coe_oracle_text, parse_coe
 from evidra.methods.lat.reward import LatReward, LazySimilarity, lat_reward
-from evidra.methods.lat.similarity import LAT_TAU, TEXT_OVERLAP_TAU, StepSimilarity, TextOverlapSimilarity
+from evidra.methods.lat.similarity import (
+    LAT_TAU,
+    TEXT_OVERLAP_TAU,
+    StepSimilarity,
+    TextOverlapSimilarity,
+    require_step_text,
+)
 from evidra.methods.method import METHODS, Method, Resources, merged_weights
 from evidra.methods.scoped import LAT_ROUTES, LAT_RULES, with_scopes
 from evidra.rl.run_config import DataConfig
@@ -79,6 +85,22 @@ def lat_oracle(sample: Sample) -> list[Message]:
     ]
 
 
+def lat_synthetic(text_only: bool) -> Callable[[list[Sample], DataConfig], list[Sample]]:
+    """``Task.from_synthetic``: the generated samples a chain of evidence can cite (a gold answer
+    box; with the text-overlap similarity, pages with a text layer), e.g. ``data.synthetic=[reading]``."""
+
+    def kept(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
+        named = f"data.synthetic={list(cfg.synthetic)}"
+        out = [s for s in samples if s.gold_boxes or not s.answerable]
+        if not out:
+            raise ConfigError(f"{named} gives no sample with a gold answer box; LAT cites boxes: use reading")
+        if text_only:
+            require_step_text(out, named)
+        return out
+
+    return kept
+
+
 def make_lat_task(name: str, reward: LatReward) -> Task:
     text_only = isinstance(reward.similarity, TextOverlapSimilarity)
     benchmark = adapter(IMAGE_QA, name=name)
@@ -90,6 +112,7 @@ def make_lat_task(name: str, reward: LatReward) -> Task:
         reward=reward,
         oracle=lat_oracle,
         from_benchmark=with_step_text(benchmark) if text_only else benchmark,
+        from_synthetic=lat_synthetic(text_only),
         # the whole batch's steps in one similarity call (a retriever embeds them together)
         score_episodes=None if text_only else episode_scorer(reward, parse_coe),
     )

@@ -1,0 +1,71 @@
+"""The reading suite: deterministic pages whose gold boxes hold ink and the answer's word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from evidra.core.errors import InvalidInputError
+from evidra.core.geometry import iou
+from evidra.core.types import Box, Sample
+from evidra.data.synth.reading import KINDS, LABELS, generate_reading
+from evidra.data.synth.sources import SYNTHETIC, mixture, synthetic_samples
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
+    return generate_reading(tmp_path_factory.mktemp("reading"), 12, seed=3, split="train")
+
+
+def _ink(path: str, box: Box) -> float:
+    """Share of dark pixels inside ``box``."""
+    gray = np.asarray(Image.open(path).convert("L"), dtype=np.float32)
+    crop = gray[int(box.y1) : int(box.y2) + 1, int(box.x1) : int(box.x2) + 1]
+    return float((crop < 128).mean()) if crop.size else 0.0
+
+
+def test_every_kind_asks_for_a_number_written_inside_its_gold_box(pages: list[Sample]) -> None:
+    assert {s.extras["kind"] for s in pages} == set(KINDS)
+    for s in pages:
+        page, gold = s.pages[0], s.gold_boxes[0].box
+        answer = s.answers[0]
+        assert answer.isdigit() and 10 <= int(answer) <= 99
+        assert any(label in s.question for label in LABELS)
+        # the text layer holds the answer inside its gold box, and the label the question names
+        inside = [w.text for w in page.words if iou(w.box, gold) > 0.9]
+        assert inside == [answer], (s.id, inside)
+        label = next(label for label in LABELS if label in s.question)
+        assert label in {w.text for w in page.words}
+        assert _ink(page.image_path, gold) > 0.05  # the number is drawn where its box says
+        evidence = s.evidence_box
+        assert evidence is not None and evidence.page_id == page.id
+        b = evidence.box
+        assert b.x1 <= gold.x1 and b.y1 <= gold.y1 and b.x2 >= gold.x2 and b.y2 >= gold.y2
+        assert s.gold_evidence[page.id] == f"{label} {answer}"
+        assert b.x1 >= 0 and b.x2 <= page.width and b.y1 >= 0 and b.y2 <= page.height
+
+
+def test_same_seed_same_pages_and_test_split_differs(tmp_path: Path, pages: list[Sample]) -> None:
+    again = generate_reading(tmp_path / "again", 12, seed=3, split="train")
+    assert [s.pages[0].id for s in again] == [s.pages[0].id for s in pages]
+    assert [s.question for s in again] == [s.question for s in pages]
+    held_out = generate_reading(tmp_path / "test", 12, seed=3, split="test")
+    assert not {s.pages[0].id for s in held_out} & {s.pages[0].id for s in pages}
+
+
+def test_registered_as_a_synthetic_source_and_a_training_mixture(tmp_path: Path) -> None:
+    assert "reading" in SYNTHETIC
+    samples = synthetic_samples("reading", tmp_path, 3, seed=1, split="test")
+    assert [s.dataset for s in samples] == ["synth_reading"] * 3
+    mixed = mixture(["reading"], tmp_path / "mix", 4, seed=1)
+    assert len(mixed) == 4 and all(s.pages[0].words for s in mixed)
+    assert mixture(["reading"], tmp_path / "mix", 4, seed=1) == mixed  # read back from its cache
+
+
+@pytest.mark.parametrize(("n", "size"), [(-1, 168), (2, 50)])
+def test_bad_sizes_are_refused(tmp_path: Path, n: int, size: int) -> None:
+    with pytest.raises(InvalidInputError, match="reading pages"):
+        generate_reading(tmp_path, n, size=size)
