@@ -13,8 +13,6 @@ from evidra.openai.client import DEFAULT_API_KEY_ENV
 
 def add_endpoint_args(p: argparse.ArgumentParser) -> None:
     """``--endpoint``, ``--model-name``, ``--api-key-env``, ``--structured`` and ``--box-format``."""
-    from evidra.core.box_formats import BOX_FORMATS
-
     p.add_argument(
         "--endpoint",
         default=None,
@@ -36,12 +34,19 @@ def add_endpoint_args(p: argparse.ArgumentParser) -> None:
         help="ask for a JSON answer whose steps cite a page and a box (default: on for --endpoint and "
         "a released *-Instruct --model, off for a checkpoint trained on its paradigm's format)",
     )
+    add_box_format_arg(p)
+
+
+def add_box_format_arg(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: str = "") -> None:
+    """``--box-format NAME``: the box convention the model writes (``evidra.core.box_formats``)."""
+    from evidra.core.box_formats import BOX_FORMATS
+
     p.add_argument(
         "--box-format",
         default=None,
         metavar="NAME",
         help=f"box convention the model writes ({', '.join(BOX_FORMATS.names())}; "
-        "default: chosen from the model's config or name)",
+        f"default: {default or 'chosen from the model config or name'})",
     )
 
 

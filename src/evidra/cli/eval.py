@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evidra.cli._answer_model import add_box_format_arg
 from evidra.cli._eval_method import DEFAULT_MAX_TURNS, MethodEval, parse_method
 from evidra.cli._eval_method import add_arguments as add_method_options
 from evidra.cli._eval_options import EvalOptions, load_sa, parse_options, with_pages
@@ -101,7 +102,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {DEFAULT_API_KEY_ENV}; none is sent when it is unset)",
     )
     model.add_argument(
-        "--arch", default="qwen2_5_vl", help="box convention of the endpoint model (default qwen2_5_vl)"
+        "--arch", default="qwen2_5_vl", help="resize of the endpoint model's images (default qwen2_5_vl)"
+    )
+    add_box_format_arg(
+        model,
+        "an endpoint's from --model-name; a --model checkpoint writes what its training taught, read "
+        "through its own resize",
     )
     env_help = "episode environment built from the paradigm, e.g. zoom (default: single turn)"
     p.add_argument("--env", default=None, metavar="NAME", help=env_help)
@@ -231,8 +237,11 @@ def _samples(args: argparse.Namespace, out: Path, method: MethodEval | None) -> 
 def _check_references(args: argparse.Namespace) -> None:
     """``--model`` (or ``--endpoint``'s URL) and ``--sa-retriever`` name what they must, checked
     in a second; the model itself loads after the data is prepared."""
+    from evidra.core.box_formats import BOX_FORMATS
     from evidra.models.references import check_model_ref
 
+    if args.box_format is not None:
+        BOX_FORMATS.get(args.box_format.strip().lower())  # "unknown box format ..., did you mean"
     if args.model and not args.endpoint:
         check_model_ref(args.model, "Qwen-VL model", option="--model", need_config=False)  # a run too
     else:
@@ -242,6 +251,7 @@ def _check_references(args: argparse.Namespace) -> None:
 
 
 def _backend(args: argparse.Namespace) -> tuple[ModelBackend, str]:
+    from evidra.core.box_formats import BOX_FORMATS, box_format_for
     from evidra.eval.runner import EndpointModel, LocalModel
 
     if args.model and not args.endpoint:
@@ -252,14 +262,16 @@ def _backend(args: argparse.Namespace) -> tuple[ModelBackend, str]:
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
         vlm = load_vlm(resolve_trained_model(args.model), dtype=dtype, device=device)
-        return LocalModel(vlm), Path(args.model).name
+        given = BOX_FORMATS.get(args.box_format.strip().lower()) if args.box_format else None
+        return LocalModel(vlm, given), Path(args.model).name
     if args.endpoint and args.model_name:
         from evidra.core.geometry import vision_spec
         from evidra.models.endpoint import ChatEndpoint
 
         check_api_key_env(args.api_key_env, "--api-key-env")
         endpoint = ChatEndpoint(args.endpoint, args.model_name, api_key_env=args.api_key_env)
-        return EndpointModel(endpoint, vision_spec(args.arch)), args.model_name
+        fmt = box_format_for(args.model_name, None, args.box_format)
+        return EndpointModel(endpoint, vision_spec(args.arch), box_format=fmt), args.model_name
     raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
 
 

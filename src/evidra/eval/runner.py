@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from evidra.core.box_formats import BoxFormat
 from evidra.core.errors import InvalidInputError
-from evidra.core.geometry import ImageFrame, VisionSpec, clip_box, convert_box
+from evidra.core.geometry import ImageFrame, VisionSpec, clip_box, convert_box, model_input_size
 from evidra.core.types import Box, CoordSpace, Message, Page, Parsed, Sample, Span
 from evidra.env.environment import Environment, StepInfo
 from evidra.env.single_turn import SingleTurnEnv
@@ -93,6 +94,7 @@ class LocalModel:
     """A local checkpoint (``evidra.models.load_vlm``) through ``evidra.rollout``."""
 
     vlm: VLM
+    box_format: BoxFormat | None = None  # given (--box-format): its boxes read by that convention
 
     @property
     def spec(self) -> VisionSpec:
@@ -137,6 +139,7 @@ class EndpointModel:
     endpoint: ChatEndpoint
     spec: VisionSpec
     workers: int = 4
+    box_format: BoxFormat | None = None  # the served model's convention (its family's, or --box-format)
 
     def _episode(self, sample: Sample, make_env: EnvFactory, cfg: RunConfig) -> RawEpisode:
         env = make_env(sample)
@@ -167,15 +170,29 @@ class EndpointModel:
             return list(pool.map(lambda s: self._episode(s, make_env, cfg), samples))
 
 
-def _page_box(
-    box: Box | None, page: Page | None, spec: VisionSpec
-) -> tuple[float, float, float, float] | None:
-    """A parsed box in page pixels of ``page`` (clipped), or None when it cannot be placed."""
-    if box is None or page is None:
-        return None
-    if box.space is not CoordSpace.PAGE:
-        box = convert_box(box, CoordSpace.PAGE, ImageFrame.for_page(page.width, page.height, spec))
-    return clip_box(box, page.width, page.height).as_tuple()
+@dataclass(frozen=True)
+class BoxReading:
+    """How a prediction's boxes reach page pixels: the model's resize, and the box convention of the
+    model's family when it is known (an endpoint's, or one the user named)."""
+
+    spec: VisionSpec
+    box_format: BoxFormat | None = None
+    in_process: bool = False  # the model saw pages through ``spec`` (its own processor)
+
+    def page_box(self, box: Box | None, page: Page | None) -> tuple[float, float, float, float] | None:
+        """A parsed box in page pixels of ``page`` (clipped), or None when it cannot be placed. A box
+        the paradigm reads as page pixels (LAT's chain of evidence states each page's size) stays;
+        any other goes through the model's box convention when one is known, else through ``spec``."""
+        if box is None or page is None:
+            return None
+        if box.space is CoordSpace.PAGE:
+            return clip_box(box, page.width, page.height).as_tuple()
+        if self.box_format is None:
+            box = convert_box(box, CoordSpace.PAGE, ImageFrame.for_page(page.width, page.height, self.spec))
+            return clip_box(box, page.width, page.height).as_tuple()
+        seen = model_input_size(page.width, page.height, self.spec) if self.in_process else None
+        mapped = self.box_format.to_page(box.as_tuple(), (page.width, page.height), seen)
+        return mapped.box.as_tuple() if mapped.box is not None else None
 
 
 def _page_at(sample: Sample, index: int | None) -> Page | None:
@@ -195,21 +212,27 @@ def _turns_parsed(raw: RawEpisode, paradigm: Paradigm) -> list[Parsed]:
 
 
 def to_prediction(
-    sample: Sample, raw: RawEpisode, paradigm: Paradigm, spec: VisionSpec, extra: Sequence[ExtraScorer] = ()
+    sample: Sample,
+    raw: RawEpisode,
+    paradigm: Paradigm,
+    spec: VisionSpec | BoxReading,
+    extra: Sequence[ExtraScorer] = (),
 ) -> Prediction:
     """Parse every turn (reusing the environment's parse when it used this paradigm's parser);
-    the answer (and its box) comes from the last turn that gave one."""
+    the answer (and its box) comes from the last turn that gave one. ``spec`` places the boxes on
+    the pages (a ``BoxReading`` when the model's box convention is known)."""
+    reading = spec if isinstance(spec, BoxReading) else BoxReading(spec)
     parsed = _turns_parsed(raw, paradigm)
     final = next((p for p in reversed(parsed) if p.answer is not None), parsed[-1] if parsed else None)
     steps = tuple(
-        StepBox(s.text, s.page_index, _page_box(s.box, _page_at(sample, s.page_index), spec))
+        StepBox(s.text, s.page_index, reading.page_box(s.box, _page_at(sample, s.page_index)))
         for p in parsed
         for s in p.steps
     )
     page = final.answer_page if final is not None else None
     if page is None and len(sample.pages) == 1:
         page = 0  # single-image prompts cite no page number
-    box = _page_box(final.answer_box, _page_at(sample, page), spec) if final is not None else None
+    box = reading.page_box(final.answer_box, _page_at(sample, page)) if final is not None else None
     pred = Prediction(
         sample_id=sample.id,
         texts=raw.texts,
@@ -306,9 +329,15 @@ def run_eval(
     with path.open("a", encoding="utf-8") as fh:
         for batch in _batches(todo, cfg.batch_size):
             for sample, raw in zip(batch, model.run(batch, factory, cfg), strict=True):
-                done[sample.id] = to_prediction(sample, raw, paradigm, model.spec, extra_scores)
+                done[sample.id] = to_prediction(sample, raw, paradigm, _reading(model), extra_scores)
                 fh.write(prediction_to_json(done[sample.id], cfg.key) + "\n")
             fh.flush()
             if progress:
                 progress(len(batch))
     return [done[s.id] for s in samples]
+
+
+def _reading(model: ModelBackend) -> BoxReading:
+    """How ``model``'s boxes reach the page: its resize, and its box convention where it has one."""
+    fmt = getattr(model, "box_format", None)
+    return BoxReading(model.spec, fmt if isinstance(fmt, BoxFormat) else None, isinstance(model, LocalModel))
