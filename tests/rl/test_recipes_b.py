@@ -390,12 +390,16 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     assert [s.dataset for s in chain] == ["tunnel_chain"] * 2
     with pytest.raises(ConfigError, match=r"remove data\.synthetic"):
         task_samples(
+            build_task(dict(name="evisrag")), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",))
+        )
+    with pytest.raises(ConfigError, match=r"no sample with a gold answer box; LAT cites boxes: use reading"):
+        task_samples(
             build_task(dict(name="lat")), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",))
         )
     cases = [
         ("cave", ["data.synthetic=[tracr]"], r"did you mean 'tracer"),
         ("cave", ["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
-        ("lat", ["data.synthetic=[tracer]"], "remove data.synthetic"),
+        ("evisrag", ["data.synthetic=[tracer]"], "remove data.synthetic"),
         ("cave", ["method.name=lat"], r"method\.judge is no option of method 'lat'"),
     ]
     for recipe, bad, match in cases:
