@@ -16,11 +16,14 @@ from evidra.core.tagscan import find_blocks
 def lat_iou_train(box1: Sequence[float], box2: Sequence[float]) -> float:
     """LAT training IoU (``src/grpo.py``): 0 if ``box1`` is not 4 long; no reordering.
 
-    Documented deviation: upstream raises ZeroDivisionError when the union is 0 and IndexError
-    when ``box2`` is shorter than 4; here both give 0.0.
+    Documented deviation: upstream raises ZeroDivisionError when the union is 0, IndexError
+    when ``box2`` is shorter than 4 and OverflowError for integers past float's range; here all
+    three give 0.0.
 
     >>> lat_iou_train([0, 0, 14, 10], [0, 0, 10, 10])
     0.7142857142857143
+    >>> lat_iou_train([0, 0, 10**400, 10], [0, 0, 10, 10])
+    0.0
     """
     if len(box1) != 4 or len(box2) < 4:
         return 0.0
@@ -28,7 +31,10 @@ def lat_iou_train(box1: Sequence[float], box2: Sequence[float]) -> float:
     ix2, iy2 = min(box1[2], box2[2]), min(box1[3], box2[3])
     inter = (ix2 - ix1) * (iy2 - iy1) if ix1 < ix2 and iy1 < iy2 else 0
     union = lat_box_union(box1, box2)
-    return float(inter) / union if union != 0 else 0.0
+    try:
+        return float(inter) / union if union != 0 else 0.0
+    except OverflowError:  # integers past float's range (upstream raises): no overlap to measure
+        return 0.0
 
 
 def lat_iou_eval(box1: Sequence[float], box2: Sequence[float]) -> float:
@@ -43,7 +49,10 @@ def lat_iou_eval(box1: Sequence[float], box2: Sequence[float]) -> float:
         0, min(box1[3], box2[3]) - max(box1[1], box2[1])
     )
     union = (box1[2] - box1[0]) * (box1[3] - box1[1]) + (box2[2] - box2[0]) * (box2[3] - box2[1]) - inter
-    return 0.0 if union == 0 else float(inter) / union
+    try:
+        return 0.0 if union == 0 else float(inter) / union
+    except OverflowError:  # integers past float's range (upstream raises): no overlap to measure
+        return 0.0
 
 
 def lat_has_similar_bbox(
