@@ -38,7 +38,7 @@ from evidra.rl.common import DataCursor, make_optimizer
 from evidra.rl.episode_scoring import score_episodes
 from evidra.rl.generation_backends import make_backend
 from evidra.rl.parallel.precision import default_device, resolve_model_dtype, training_precision
-from evidra.rl.parallel.processes import Engine, empty_like, pad_microbatches
+from evidra.rl.parallel.processes import Engine, pad_microbatches
 from evidra.rl.policy import Reference, load_policy
 from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import TrainState, resume_newest, save_and_prune
@@ -47,6 +47,7 @@ from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
     UpdateSettings,
+    empty_like,
     episode_tensors,
     mismatch_stats,
     policy_update,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from evidra.core.errors import InvalidInputError
@@ -392,3 +392,8 @@ class _Stats:
 
     def result(self) -> dict[str, float]:
         return {**{k: v / self._counts.get(k, 1) for k, v in self._sums.items()}, **self._peaks}
+
+
+def empty_like(mb: MicroBatch) -> MicroBatch:
+    """A copy of micro-batch ``mb`` whose loss mask is all zero, marked as padding."""
+    return replace(mb, loss_mask=mb.loss_mask * 0, padding=True)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from evidra.core.errors import ConfigError
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule
     from torch.optim import Optimizer
 
-    from evidra.rl.update import MicroBatch
 
 logger = logging.getLogger(__name__)
 
@@ -271,8 +269,3 @@ def pad_microbatches(batches: Sequence[T], target: int, empty: Callable[[T], T])
     while len(out) < target:
         out.append(empty(out[-1]))
     return out
-
-
-def empty_like(mb: MicroBatch) -> MicroBatch:
-    """A copy of micro-batch ``mb`` whose loss mask is all zero, marked as padding."""
-    return replace(mb, loss_mask=mb.loss_mask * 0, padding=True)
