@@ -43,6 +43,8 @@ PAGE = Page(
 #   x2 = 2100*2996/4960 = 1268.5 -> 1268, y2 = 1980*4256/7016 = 1201.1 -> 1201;
 # * Qwen2.5-VL in-process at max_pixels 1,003,520: the image becomes 840 x 1176, so
 #   1200*840/4960 = 203.2 -> 203, 1800*1176/7016 = 301.7 -> 302, 355.6 -> 356, 331.9 -> 332;
+# * pixels of the image as an endpoint is sent it (the long side cut to 2048: 1448 x 2048):
+#   1200*1448/4960 = 350.3 -> 350, 1800*2048/7016 = 525.4 -> 525, 613.1 -> 613, 578.0 -> 578;
 # * pixels of the image as sent at 150 dpi (1240 x 1754, a quarter per side): 300 450 525 495.
 GRID: list[float] = [242, 257, 423, 282]
 KNOWN: list[tuple[str, list[float], tuple[int, int] | None]] = [
@@ -55,7 +57,7 @@ KNOWN: list[tuple[str, list[float], tuple[int, int] | None]] = [
     ("gemini", [257, 242, 282, 423], None),
     ("molmo", [24.2, 25.7, 42.3, 28.2], None),
     ("norm1", [0.242, 0.257, 0.423, 0.282], None),
-    ("pixels", [1200, 1800, 2100, 1980], None),
+    ("pixels", [350, 525, 613, 578], None),
     ("pixels", [300, 450, 525, 495], (1240, 1754)),
 ]
 

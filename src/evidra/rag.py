@@ -57,6 +57,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_K = 3
 DEFAULT_PARADIGM = "coe"  # LAT's chain of evidence: every step cites a page and a box
 UNREADABLE = "the model's answer could not be read"  # said instead of an answer that did not parse
+DEFAULT_MAX_NEW_TOKENS = 256  # a paradigm's answer: a few short tagged steps
+STRUCTURED_MAX_NEW_TOKENS = 1024  # a JSON answer spends ~40 tokens of keys and box per step besides its text
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,9 @@ class RAG:
         self.paradigm_name = paradigm
         self.paradigm = PARADIGMS.get(paradigm)()
         self.k, self.max_pages = k, max_pages
-        self.params = params or SamplingParams(max_new_tokens=256, temperature=0.0)
+        self.params = params or SamplingParams(
+            max_new_tokens=default_max_new_tokens(structured), temperature=0.0
+        )
         self.structured = structured
         self._box_format = box_format  # None: chosen from the model at the first box
         self.box_format_given = box_format_given
@@ -203,11 +207,15 @@ class RAG:
             _check_budget(params)
         opened = store if isinstance(store, PageStore) else PageStore.open(store)
         retriever = None
+        read_as = fmt  # the box format boxes are read by (an endpoint's is chosen when it connects)
         try:
             where = _locations(index) if index is not None else [w for w in [registered_index(opened)] if w]
             retriever = attach(where, opened, str(encoder), fusion) if where else None
             if endpoint is not None:
-                vlm: VLM | AnsweringEndpoint = _connect(endpoint, str(model_name), api_key_env, use_json)
+                read_as = fmt or _named_box_format(str(model_name))  # the size pages are sent at too
+                vlm: VLM | AnsweringEndpoint = _connect(
+                    endpoint, str(model_name), api_key_env, use_json, read_as
+                )
             else:
                 vlm = _load_local(model, device, dtype, max_pixels)
         except BaseException:
@@ -226,7 +234,7 @@ class RAG:
             params=params,
             keep=keep,
             structured=use_json,
-            box_format=fmt,
+            box_format=read_as,
             box_format_given=fmt is not None,
             constrained=constrained,
         )
@@ -549,11 +557,21 @@ def default_structured(model: str | Path | None, endpoint: str | None) -> bool:
     return name.endswith("instruct")
 
 
+def default_max_new_tokens(structured: bool) -> int:
+    """Tokens an answer may have when the caller names no number: room for several cited steps of
+    a structured JSON answer (256 leaves room for about one), else the paradigm's 256.
+
+    >>> default_max_new_tokens(True), default_max_new_tokens(False)
+    (1024, 256)
+    """
+    return STRUCTURED_MAX_NEW_TOKENS if structured else DEFAULT_MAX_NEW_TOKENS
+
+
 def _check_budget(params: SamplingParams | None) -> None:
-    from evidra.models.generation import SamplingParams
     from evidra.models.grammar import AnswerLimits
 
-    AnswerLimits.for_budget((params or SamplingParams()).max_new_tokens, pages=1)
+    budget = params.max_new_tokens if params is not None else default_max_new_tokens(True)
+    AnswerLimits.for_budget(budget, pages=1)
 
 
 def _grammar_wanted(explicit: bool) -> bool:
@@ -570,11 +588,21 @@ def _grammar_wanted(explicit: bool) -> bool:
     return False
 
 
-def _connect(endpoint: str, model_name: str, api_key_env: str, structured: bool) -> AnsweringEndpoint:
+def _connect(
+    endpoint: str, model_name: str, api_key_env: str, structured: bool, box_format: BoxFormat
+) -> AnsweringEndpoint:
+    """The server at ``endpoint``; its pages go at the resolution of ``box_format``'s family, the
+    frame its pixel boxes are read in (``BoxFormat.seen_size``)."""
     from evidra.models.endpoint import AnsweringEndpoint, ChatEndpoint
 
-    chat = ChatEndpoint(endpoint, model_name, api_key_env=api_key_env)
+    chat = ChatEndpoint.for_model(endpoint, model_name, box_format, api_key_env=api_key_env)
     return AnsweringEndpoint(chat, structured=structured)
+
+
+def _named_box_format(model_name: str) -> BoxFormat:
+    from evidra.core.box_formats import box_format_for
+
+    return box_format_for(model_name, None, None)
 
 
 def _load_local(model: str | Path | None, device: str, dtype: str, max_pixels: int | None) -> VLM:

@@ -67,7 +67,7 @@ class ModelSpec:
 
     path: str
     paradigm: str = "coe"
-    max_new_tokens: int = 256
+    max_new_tokens: int | None = None  # None: by the answer's mode (``rag.default_max_new_tokens``)
     device: str = "auto"
     dtype: str = "auto"
     max_pixels: int | None = None
@@ -465,7 +465,8 @@ class Workspace:
         from evidra.models.generation import SamplingParams
         from evidra.rag import RAG
 
-        params = SamplingParams(max_new_tokens=spec.max_new_tokens, temperature=0.0)
+        given = spec.max_new_tokens
+        params = SamplingParams(max_new_tokens=given, temperature=0.0) if given is not None else None
         self._rag = RAG.load(
             self.store_root,
             [],

@@ -65,7 +65,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--dtype", default="auto", help="model weights: auto (bfloat16 on a GPU) | float32 | bfloat16"
     )
-    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens the model may write")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens the model may write (default: 1024 for a structured answer, 256 in a paradigm's format)",
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--max-pixels", type=int, default=None, help="image pixel limit per page")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -158,7 +163,7 @@ def _open(args: argparse.Namespace) -> RAG:
         paradigm=args.paradigm,
         k=args.k,
         max_pages=args.max_pages,
-        params=SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature),
+        params=SamplingParams(max_new_tokens=_max_new_tokens(args), temperature=args.temperature),
         dtype=dtype,
         device=device,
         max_pixels=args.max_pixels,
@@ -166,6 +171,15 @@ def _open(args: argparse.Namespace) -> RAG:
         fusion=fusion,
         **endpoint_options(args),
     )
+
+
+def _max_new_tokens(args: argparse.Namespace) -> int:
+    """``--max-new-tokens``, else the default of the answer's mode (``rag.default_max_new_tokens``)."""
+    from evidra.rag import default_max_new_tokens
+
+    if args.max_new_tokens is not None:
+        return int(args.max_new_tokens)
+    return default_max_new_tokens(_structured(args))
 
 
 def _structured(args: argparse.Namespace) -> bool:

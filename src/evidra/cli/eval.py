@@ -106,8 +106,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_box_format_arg(
         model,
-        "an endpoint's from --model-name; a --model checkpoint writes what its training taught, read "
-        "through its own resize",
+        "an endpoint's from --model-name, which also sets the size its images are sent at; a --model "
+        "checkpoint writes what its training taught, read through its own resize. The search and "
+        "zoom environments read a crop box by it too",
     )
     env_help = "episode environment built from the paradigm, e.g. zoom (default: single turn)"
     p.add_argument("--env", default=None, metavar="NAME", help=env_help)
@@ -269,8 +270,8 @@ def _backend(args: argparse.Namespace) -> tuple[ModelBackend, str]:
         from evidra.models.endpoint import ChatEndpoint
 
         check_api_key_env(args.api_key_env, "--api-key-env")
-        endpoint = ChatEndpoint(args.endpoint, args.model_name, api_key_env=args.api_key_env)
-        fmt = box_format_for(args.model_name, None, args.box_format)
+        fmt = box_format_for(args.model_name, None, args.box_format)  # also the size images are sent at
+        endpoint = ChatEndpoint.for_model(args.endpoint, args.model_name, fmt, api_key_env=args.api_key_env)
         return EndpointModel(endpoint, vision_spec(args.arch), box_format=fmt), args.model_name
     raise InvalidInputError("pass --model PATH (local checkpoint) or --endpoint URL with --model-name NAME")
 

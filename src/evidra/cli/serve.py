@@ -48,7 +48,12 @@ def add_workspace_options(p: argparse.ArgumentParser) -> None:
     )
     add_endpoint_args(p)
     p.add_argument("--paradigm", default="coe", help="output format (default: coe, every step cites a box)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens an answer may have")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens an answer may have (default: 1024 for a structured answer, 256 in a paradigm's format)",
+    )
     p.add_argument("--device", default="auto", help="model device: auto | cpu | cuda")
     p.add_argument(
         "--dtype", default="auto", help="model weights: auto (bfloat16 on a GPU) | float32 | bfloat16"

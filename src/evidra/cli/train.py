@@ -7,7 +7,11 @@ Runs on one process as is, or on several under ``accelerate launch``:
 
 (``--config_file configs/accelerate/1node.yaml`` gives the same values). Without them accelerate
 prints five lines on the defaults it used before evidra starts. Only rank 0 speaks after that
-(``cli._ranks``).
+(``cli._ranks``). ``--processes N`` starts the same N processes itself; a failure is then one line
+naming its cause, the launcher's full report kept in ``<run.output_dir>/logs/launch.log``
+(``cli._launcher``):
+
+    evidra train rl --processes 2 --config configs/tiny/lat.yaml algo.mini_batch_size=2
 """
 
 from __future__ import annotations
@@ -66,6 +70,14 @@ def _mode_options(p: argparse.ArgumentParser) -> None:
         choices=["messages", "sharegpt", "evidra"],
         help="the --data file's format (default: detected from its rows)",
     )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train on N processes of this machine (one per GPU) through `accelerate launch`; a failure "
+        "is one line naming its cause, the full output in <run.output_dir>/logs/launch.log (default: 1)",
+    )
     p.set_defaults(func=run)
 
 
@@ -87,14 +99,21 @@ def run(args: argparse.Namespace) -> int:
 
         check_output_dir(args.export, "--export")
         check_export_target(Path(args.export))
-    from evidra.cli._ranks import rank_output
+    from evidra.cli._ranks import launch, rank_output
     from evidra.rl.run_config import RLConfig, SFTConfig
+
+    if args.processes < 1:
+        raise ConfigError(f"--processes must be 1 or more, got {args.processes}")
 
     cfg: RLConfig | SFTConfig = (
         load_config(SFTConfig, args.config, args.overrides)
         if args.mode == "sft"
         else load_config(RLConfig, args.config, args.overrides)
     )
+    if args.processes > 1 and launch().world == 1:  # asked here, not yet started by a launcher
+        from evidra.cli._launcher import train_on_processes
+
+        return train_on_processes(args, cfg.run.output_dir)
     with rank_output(cfg.run.output_dir):  # under a launcher, ranks other than 0 write to their logs
         trainer = _trainer(cfg)
         _train(trainer, args.mode)

@@ -32,6 +32,7 @@ from evidra.core.errors import InvalidInputError
 from evidra.core.geometry import (
     NORM_SCALE,
     VISION_SPECS,
+    Displayed,
     ImageFrame,
     VisionSpec,
     clip_box,
@@ -46,6 +47,12 @@ logger = logging.getLogger(__name__)
 Order = Literal["xyxy", "yxyx"]
 SLACK = 0.01  # a coordinate may overshoot its frame by 1% of the frame's side (then it is clipped)
 DEFAULT_FORMAT = "norm1000"
+# Images sent to a model's server (``evidra.models.endpoint``): a family's resize is capped at
+# Qwen2/2.5-VL's released maximum, whose worst-case PNG (3 bytes a pixel) stays under the 64 MiB
+# of one data URL once in base64; a family without a known resize gets its long side cut to the
+# 2048 pixels OpenAI's vision input scales every image to fit.
+MAX_SENT_PIXELS = 28 * 28 * 16384
+MAX_SENT_SIDE = 2048
 
 
 @dataclass(frozen=True)
@@ -79,12 +86,33 @@ class BoxFormat:
     resize: VisionSpec | None = None  # the family's own resize (only MODEL pixels depend on it)
 
     def seen_size(self, page_size: tuple[int, int]) -> tuple[int, int]:
-        """``(w, h)`` of the image the model saw for a page of ``page_size``, by the family's resize."""
+        """``(w, h)`` at which evidra sends an image of ``page_size`` to a model of this family, which
+        is the image the model sees: the family's own resize (sides multiples of its factor within
+        its pixel bounds, at most ``MAX_SENT_PIXELS``), so that its server's processor leaves it as
+        it is; without one, the long side cut to ``MAX_SENT_SIDE``. ``InvalidInputError`` for an
+        image too narrow for the family's resize (aspect ratio above 200).
+
+        >>> BOX_FORMATS.get("qwen2.5-vl").seen_size((1275, 1650))
+        (1288, 1652)
+        >>> BOX_FORMATS.get("norm1").seen_size((2480, 3508))
+        (1448, 2048)
+        """
         width, height = page_size
-        if self.space is not CoordSpace.MODEL or self.resize is None:
-            return width, height
-        h, w = smart_resize(height, width, self.resize.factor, self.resize.min_pixels, self.resize.max_pixels)
+        if self.resize is None:
+            return capped_size(page_size, MAX_SENT_SIDE)
+        spec = self.resize
+        h, w = smart_resize(
+            height, width, spec.factor, spec.min_pixels, min(spec.max_pixels, MAX_SENT_PIXELS)
+        )
         return w, h
+
+    def sent_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """``seen_size``, or the long side cut to ``MAX_SENT_SIDE`` for an image the family's resize
+        refuses (the server then decides): the size every image goes to an endpoint at."""
+        try:
+            return self.seen_size(size)
+        except InvalidInputError:
+            return capped_size(size, MAX_SENT_SIDE)
 
     def to_page(
         self, values: Sequence[object], page_size: tuple[int, int], seen_size: tuple[int, int] | None = None
@@ -102,7 +130,9 @@ class BoxFormat:
         x1, y1, x2, y2 = numbers if self.order == "xyxy" else (numbers[1], numbers[0], numbers[3], numbers[2])
         if x2 < x1 or y2 < y1:
             return MappedBox(None, f"inverted box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) in {self.name}")
-        if seen_size is None:
+        if seen_size is None and self.space is not CoordSpace.MODEL:
+            seen_size = page_size  # a grid or page pixels: the size sent does not matter
+        elif seen_size is None:
             try:  # a page too narrow for the family's resize is a page this model cannot cite
                 seen_size = self.seen_size(page_size)
             except InvalidInputError as exc:
@@ -161,6 +191,47 @@ def _extent(fmt: BoxFormat, width: float, height: float) -> str:
     if fmt.space is CoordSpace.NORM1000:
         return f"0..{fmt.unit:g} ({fmt.name})"
     return f"{width:g}x{height:g} px ({fmt.name})"
+
+
+def capped_size(size: tuple[int, int], side: int) -> tuple[int, int]:
+    """``size`` (w, h) scaled down so that its long side is at most ``side`` (unchanged when it is).
+
+    >>> capped_size((2480, 3508), 2048), capped_size((800, 600), 2048)
+    ((1448, 2048), (800, 600))
+    """
+    width, height = size
+    longest = max(width, height)
+    if longest <= side:
+        return width, height
+    return max(1, round(width * side / longest)), max(1, round(height * side / longest))
+
+
+def on_shown(fmt: BoxFormat, values: Sequence[object], shown: Displayed) -> MappedBox:
+    """A box the model wrote in convention ``fmt`` on the image ``shown`` (a page, or a crop of one,
+    displayed at ``shown.size``), in pixels of that image as displayed: the frame in which the search
+    environment maps a crop (``evidra.core.geometry.crop_displayed``). Never raises on ``values``.
+
+    A grid or pixel convention is read against the displayed image (sent at ``fmt.seen_size`` of
+    it); ``page`` pixels are coordinates on the raw page, read within the region ``shown`` covers.
+
+    >>> shown = Displayed("p", "p.png", (1000, 2000), (0, 0, 1000, 2000), (448, 896))
+    >>> mapped = on_shown(BOX_FORMATS.get("qwen3-vl"), [100, 100, 300, 200], shown)
+    >>> [round(v, 1) for v in mapped.box.as_tuple()]
+    [44.8, 89.6, 134.4, 179.2]
+    """
+    if fmt.space is not CoordSpace.PAGE:
+        return fmt.to_page(values, shown.size)
+    numbers, error = _four_numbers(values)
+    if numbers is None:
+        return MappedBox(None, error)
+    rx0, ry0, rx1, ry1 = shown.region
+    x1, y1, x2, y2 = numbers
+    mapped = fmt.to_page((x1 - rx0, y1 - ry0, x2 - rx0, y2 - ry0), (rx1 - rx0, ry1 - ry0))
+    if mapped.box is None:
+        return mapped
+    sx, sy = shown.size[0] / (rx1 - rx0), shown.size[1] / (ry1 - ry0)
+    box = mapped.box
+    return MappedBox(Box(box.x1 * sx, box.y1 * sy, box.x2 * sx, box.y2 * sy, CoordSpace.MODEL))
 
 
 BOX_FORMATS: Registry[BoxFormat] = Registry("box format")

@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from evidra.core.registry import Registry
 from evidra.core.types import Message, Parsed, Sample
+
+if TYPE_CHECKING:
+    from evidra.core.box_formats import BoxFormat
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,15 @@ class Environment(Protocol):
     def reset(self, sample: Sample) -> list[Message]: ...
 
     def step(self, text: str) -> StepResult: ...
+
+
+@runtime_checkable
+class ReadsBoxes(Protocol):
+    """An environment whose actions carry a box (a crop, a zoom): it reads them by ``box_format``
+    (``evidra.core.box_formats``), the answering model's convention; None reads them in the
+    environment's own frame, as evidra's trained policies write them."""
+
+    box_format: BoxFormat | None
 
 
 @dataclass(frozen=True)

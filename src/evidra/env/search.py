@@ -8,6 +8,11 @@ the image (resized by VRAG's ``process_image``, so the policy's boxes live in th
 invalid action gets an explanatory message and is counted (``StepInfo.invalid``). After
 ``max_turns`` policy turns without an answer the episode ends (``StepInfo.turn_limit``).
 
+A model of another family writes its box in its own convention (Qwen3-VL on a 0-1000 grid, ...):
+with ``box_format`` set (``evidra.core.box_formats``; an evaluation sets the served model's) the
+box is first read by it on the last image shown, then cropped as above. Without it (the default,
+what training and evidra's own checkpoints use) the box is pixels of that image, as released.
+
 With ``fetch=True`` the policy may also write ALDEN's ``<fetch>N</fetch>``: the page numbered N
 (from 1) in the order of the episode's pages (a sample's document, in page order) is inserted as a
 search result would be. A page number that is not a whole number, or names no page, is an invalid
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from evidra.core import imagefiles
+from evidra.core.box_formats import BoxFormat, on_shown
 from evidra.core.errors import CorpusError, InvalidInputError
 from evidra.core.geometry import (
     CROP_RULES,
@@ -121,6 +127,9 @@ class SearchEnv:
     top_k: int = 5
     stop: tuple[str, ...] = ("</search>", "</bbox>", "</answer>")
     fetch: bool = False  # ALDEN's <fetch>N</fetch>: open the episode's page N directly
+    # the convention a <bbox> is written in (``evidra.core.box_formats``); None: pixels of the image
+    # last shown, as VRAG-RL's policies (and evidra's trained checkpoints) write it
+    box_format: BoxFormat | None = None
     retrieved: list[str] = field(default_factory=list, init=False)
     invalid: int = field(default=0, init=False)
     turns: int = field(default=0, init=False)
@@ -230,9 +239,15 @@ class SearchEnv:
         assert self._shown is not None and self._last_page is not None
         box = parsed.action.box
         page = self._last_page if CROP_RULES.get(self.crop_mode).from_last_page else self._shown
-        x1, y1, x2, y2 = crop_displayed(
-            box.as_tuple(), self._shown, self._last_page, self.crop_mode, self.pad_crops
-        )
+        values = box.as_tuple()
+        if self.box_format is not None:  # another family's convention: first to the displayed pixels
+            mapped = on_shown(self.box_format, values, self._shown)
+            if mapped.box is None:
+                return self._invalid(
+                    f"the box {list(values)} cannot be placed on the last image: {mapped.error}"
+                )
+            values = mapped.box.as_tuple()
+        x1, y1, x2, y2 = crop_displayed(values, self._shown, self._last_page, self.crop_mode, self.pad_crops)
         if x2 <= x1 or y2 <= y1:
             return self._invalid(f"the box {list(box.as_tuple())} covers no pixel of the last image")
         size = process_image_size(x2 - x1, y2 - y1, self.max_pixels, self.min_pixels)

@@ -5,7 +5,8 @@ answers. A valid zoom returns the cropped region, enlarged to at least the displ
 inside ``<tool_response>`` as a user turn; it records the crop's area ratio (the ``rho_t``
 of the adaptive-focus credit, CAVE §3.2.3). Invalid calls get an explanatory message and are
 counted; the episode ends at the answer or after ``max_rounds`` rounds (CAVE App. D.1 limits
-each rollout's rounds).
+each rollout's rounds). With ``box_format`` set (an evaluation sets the served model's family's
+convention, ``evidra.core.box_formats``) a zoom box is read by it instead of as original pixels.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evidra.core.box_formats import BoxFormat
 from evidra.core.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
-from evidra.core.types import ImagePart, Message, Page, Parsed, Sample, TextPart
+from evidra.core.types import Box, ImagePart, Message, Page, Parsed, Sample, TextPart
 from evidra.env.environment import ENVIRONMENTS, StepInfo, StepResult
 from evidra.env.search import resized, too_thin
 from evidra.paradigms.paradigm import Paradigm
@@ -36,6 +38,9 @@ class ZoomEnv:
     max_pixels: int = VRAG_MAX_PIXELS
     min_pixels: int = VRAG_MIN_PIXELS
     stop: tuple[str, ...] = ("</tool_call>", "</answer>")
+    # the convention a zoom box is written in (``evidra.core.box_formats``); None: pixels of the
+    # original image, as CAVE's prompt asks and evidra's trained checkpoints write
+    box_format: BoxFormat | None = None
     rounds: int = field(default=0, init=False)
     invalid: int = field(default=0, init=False)
     zooms: list[tuple[int, int, int, int]] = field(default_factory=list, init=False)
@@ -59,12 +64,10 @@ class ZoomEnv:
             reason = next((e for e in parsed.errors if "think" not in e), "no valid action")
             return self._invalid(reason)
         page = self._page
-        x1, y1 = max(0, int(action.box.x1)), max(0, int(action.box.y1))
-        x2, y2 = min(page.width, int(action.box.x2)), min(page.height, int(action.box.y2))
-        if x2 <= x1 or y2 <= y1:
-            return self._invalid(
-                f"the box {list(action.box.as_tuple())} lies outside the {page.width}x{page.height} image"
-            )
+        region = self._region(action.box, page)
+        if isinstance(region, str):
+            return self._invalid(region)
+        x1, y1, x2, y2 = region
         size = process_image_size(x2 - x1, y2 - y1, self.max_pixels, self.min_pixels)
         if (thin := too_thin(action.box.as_tuple(), size)) is not None:
             return self._invalid(thin)
@@ -78,6 +81,21 @@ class ZoomEnv:
         return self._result(
             (obs,), False, action="zoom", page_id=page.id, crop=(x1, y1, x2, y2), area_ratio=ratio
         )
+
+    def _region(self, box: Box, page: Page) -> tuple[int, int, int, int] | str:
+        """The page region (whole pixels) of a zoom box, or why there is none: the box is page
+        pixels unless ``box_format`` names the model's convention."""
+        values = box.as_tuple()
+        if self.box_format is not None:
+            mapped = self.box_format.to_page(values, (page.width, page.height))
+            if mapped.box is None:
+                return f"the box {list(values)} cannot be placed on the image: {mapped.error}"
+            box = mapped.box
+        x1, y1 = max(0, int(box.x1)), max(0, int(box.y1))
+        x2, y2 = min(page.width, int(box.x2)), min(page.height, int(box.y2))
+        if x2 <= x1 or y2 <= y1:
+            return f"the box {list(values)} lies outside the {page.width}x{page.height} image"
+        return x1, y1, x2, y2
 
     def _invalid(self, reason: str) -> StepResult:
         self.invalid += 1

@@ -25,7 +25,7 @@ from evidra.core.box_formats import BoxFormat
 from evidra.core.errors import InvalidInputError
 from evidra.core.geometry import ImageFrame, VisionSpec, clip_box, convert_box, model_input_size
 from evidra.core.types import Box, CoordSpace, Message, Page, Parsed, Sample, Span
-from evidra.env.environment import Environment, StepInfo
+from evidra.env.environment import Environment, ReadsBoxes, StepInfo
 from evidra.env.single_turn import SingleTurnEnv
 from evidra.eval.sample_scoring import ExtraScorer, Prediction, StepBox, score
 from evidra.models.endpoint import ChatEndpoint
@@ -318,7 +318,8 @@ def run_eval(
     paradigm with a curated toolbox: ``toolchain.with_toolbox``); name it in ``cfg.variant``.
     """
     paradigm = paradigm if paradigm is not None else PARADIGMS.get(cfg.paradigm)()
-    factory = make_env or (lambda s: SingleTurnEnv(paradigm))
+    fmt = getattr(model, "box_format", None)
+    factory = boxes_read_as(make_env or (lambda s: SingleTurnEnv(paradigm)), fmt)
     path = Path(cache)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = read_cache(path, cfg.key)
@@ -335,6 +336,21 @@ def run_eval(
             if progress:
                 progress(len(batch))
     return [done[s.id] for s in samples]
+
+
+def boxes_read_as(make_env: EnvFactory, fmt: BoxFormat | None) -> EnvFactory:
+    """``make_env`` whose environments read their crop and zoom boxes by ``fmt``, the model's box
+    convention, chosen once for the run (``ReadsBoxes``); None leaves them in their own frame."""
+    if not isinstance(fmt, BoxFormat):
+        return make_env
+
+    def make(sample: Sample) -> Environment:
+        env = make_env(sample)
+        if isinstance(env, ReadsBoxes):
+            env.box_format = fmt
+        return env
+
+    return make
 
 
 def _reading(model: ModelBackend) -> BoxReading:

@@ -6,7 +6,10 @@ through ``evidra.openai.client`` (images as base64 data URLs, text parts in mess
 keeps what the harness records: the text, the completion tokens, the finish reason and the
 latency. The key comes from ``api_key`` or the variable ``api_key_env`` (``OPENAI_API_KEY``);
 ``retries`` extra attempts on 429/5xx/connection errors/timeouts, waiting at most
-``max_wait_s`` in all; ``timeout_s`` bounds each attempt as a whole.
+``max_wait_s`` in all; ``timeout_s`` bounds each attempt as a whole. ``ChatEndpoint.for_model``
+sends every image at the resolution the model's family expects (Qwen2/2.5-VL: sides multiples of
+28 within its pixel bounds; Qwen3-VL: of 32; a family of no known resize: the long side at most
+2048), the size its box convention reads pixel boxes in (``evidra.core.box_formats``).
 
 ``AnsweringEndpoint`` is such a server answering ``evidra.RAG``'s questions: with ``structured``
 it asks for a JSON answer (``evidra.models.structured``) through ``response_format``, and asks
@@ -20,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evidra.core.box_formats import BoxFormat
 from evidra.core.types import Message
 from evidra.openai.client import (
     DEFAULT_API_KEY_ENV,
@@ -28,6 +32,7 @@ from evidra.openai.client import (
     ChatHTTPError,
     endpoint_config,
 )
+from evidra.openai.wire import ImageSize
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +60,9 @@ class ChatEndpoint:
     retries: int = 2  # extra attempts on 429/5xx/connection errors/timeouts
     api_key_env: str = DEFAULT_API_KEY_ENV
     max_wait_s: float = 120.0  # total wait between attempts of one call
+    # the (w, h) each image is sent at, from its own: the model family's resize (``BoxFormat.sent_size``
+    # of its box format, ``for_model``); None: images go as they are
+    image_size: ImageSize | None = field(default=None, repr=False, compare=False)
     client: ChatClient = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -66,8 +74,16 @@ class ChatEndpoint:
             timeout_s=self.timeout_s,
             retries=self.retries,
             max_wait_s=self.max_wait_s,
+            image_size=self.image_size,
         )
         object.__setattr__(self, "client", ChatClient(config))
+
+    @classmethod
+    def for_model(cls, base_url: str, model: str, box_format: BoxFormat, **options: Any) -> ChatEndpoint:
+        """The endpoint of a model whose family's box convention is ``box_format``: every image goes
+        at the size that family's own resize gives it (``BoxFormat.sent_size``), the frame in which
+        its pixel boxes are read back."""
+        return cls(base_url, model, image_size=box_format.sent_size, **options)
 
     def complete(
         self,

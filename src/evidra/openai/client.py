@@ -16,6 +16,8 @@ hosted APIs), used by the evaluation endpoint, the LLM judge and the data-constr
 * **Timeout**: ``timeout_s`` bounds every attempt as a whole, wall clock over connect, send and
   every read, so a server that trickles a byte at a time cannot hold a call; a call lasts at
   most ``max_attempts * timeout_s + max_wait_s``.
+* **Images**: sent as data URLs, each resized to ``ClientConfig.image_size`` of its size when
+  that is set (an answering or evaluated model's family resize, ``evidra.models.endpoint``).
 * **Replies**: the text of every choice (``n`` samples), read through ``evidra.http.replies``: at most
   ``max_reply_bytes`` decoded bytes (gzip inflated within the cap), strict JSON. A 2xx body over
   the cap, not JSON, or not a chat completion raises ``MalformedResponseError`` (not retried:
@@ -63,8 +65,8 @@ from evidra.openai.wire import ChatHTTPError as ChatHTTPError
 from evidra.openai.wire import ChatResult as ChatResult
 from evidra.openai.wire import ChatUnavailableError as ChatUnavailableError
 from evidra.openai.wire import Choice as Choice
+from evidra.openai.wire import ImageSize, parse_completion, request_body, server_message
 from evidra.openai.wire import MalformedResponseError as MalformedResponseError
-from evidra.openai.wire import parse_completion, request_body, server_message
 from evidra.openai.wire import to_openai as to_openai
 from evidra.safeio.keys import KeyPolicy, redact
 
@@ -156,6 +158,8 @@ class ClientConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     key_policy: KeyPolicy = field(default_factory=KeyPolicy)  # who named base_url (the user by default)
     max_reply_bytes: int = MAX_REPLY_BYTES  # a longer reply (decoded) is refused
+    # the (w, h) each image is sent at, from its own (the model family's resize); None: as it is
+    image_size: ImageSize | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -198,6 +202,7 @@ def endpoint_config(
     retries: int = 2,
     max_wait_s: float = 120.0,
     key_policy: KeyPolicy | None = None,
+    image_size: ImageSize | None = None,
 ) -> ClientConfig:
     """A ``ClientConfig`` from the flat fields the endpoint and teacher configs carry:
     ``retries`` extra attempts, the default backoff, ``max_wait_s`` of waiting in all."""
@@ -212,6 +217,7 @@ def endpoint_config(
         timeout_s=timeout_s,
         retry=retry,
         key_policy=key_policy or KeyPolicy(),
+        image_size=image_size,
     )
 
 
@@ -293,6 +299,7 @@ class AsyncChatClient:
             temperature=temperature,
             stop=stop,
             response_format=response_format,
+            size_for=self.config.image_size,
         )
         stream = _Stream(on_text) if on_text is not None else None
         if stream is not None:

@@ -4,7 +4,9 @@ Pure functions with no I/O besides reading an image file for its data URL; the H
 that sends these bodies is ``evidra.openai.client``. evidra ``Message``s become OpenAI
 messages whose content is a list of parts in order: ``{"type": "text"}`` and
 ``{"type": "image_url"}`` with the image inlined as a base64 data URL, so the server needs no
-access to evidra's files.
+access to evidra's files. Given ``size_for`` (an endpoint's: the model family's resize, see
+``evidra.core.box_formats.BoxFormat.sent_size``), each image is resized to the size it gives
+before it is encoded, PNG unless that passes ``MAX_IMAGE_BYTES`` (then JPEG).
 
 >>> from evidra.core.types import Message
 >>> to_openai([Message.text("user", "hi")])
@@ -19,17 +21,23 @@ import base64
 import io
 import json
 import mimetypes
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evidra.core.errors import EvidraError
+from evidra.core import imagefiles
+from evidra.core.errors import EvidraError, InvalidInputError
 from evidra.core.types import ImagePart, Message, TextPart
 from evidra.http.replies import ReplyError, loads
 from evidra.safeio.keys import redact
 
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
 WireMessage = dict[str, Any]  # one OpenAI chat message, as sent
+ImageSize = Callable[[tuple[int, int]], tuple[int, int]]  # an image's (w, h) -> the (w, h) it is sent at
+MAX_IMAGE_BYTES = imagefiles.MAX_DATA_URL_BYTES  # encoded bytes of one image sent (a data URL's cap)
 
 
 class ChatClientError(EvidraError, RuntimeError):
@@ -81,20 +89,53 @@ class ChatResult:
         return self.choices[0].text
 
 
-def _image_url(part: ImagePart) -> str:
-    if isinstance(part.image, (str, Path)):
-        path = Path(part.image)
-        mime = mimetypes.guess_type(path.name)[0] or "image/png"
-        data = path.read_bytes()
-    else:
-        buf = io.BytesIO()
-        part.image.save(buf, format="PNG")
-        mime, data = "image/png", buf.getvalue()
+def _data_url(mime: str, data: bytes) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
 
 
-def to_openai(messages: Sequence[Message]) -> list[WireMessage]:
-    """evidra messages -> OpenAI chat messages (content parts in order, images as data URLs)."""
+def _encoded(image: PILImage) -> tuple[str, bytes]:
+    """``image`` as PNG, or as JPEG (quality 90) when the PNG passes ``MAX_IMAGE_BYTES``; a JPEG
+    still over it is an error naming the size (nothing shrinks an image behind the caller's back,
+    whose boxes are read at the size sent)."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    if buf.tell() <= MAX_IMAGE_BYTES:
+        return "image/png", buf.getvalue()
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG", quality=90)
+    if buf.tell() > MAX_IMAGE_BYTES:
+        raise InvalidInputError(
+            f"an image of {image.width}x{image.height} pixels is {buf.tell()} bytes even as JPEG, over the "
+            f"{MAX_IMAGE_BYTES} bytes an image may have; send a smaller one"
+        )
+    return "image/jpeg", buf.getvalue()
+
+
+def _image_url(part: ImagePart, size_for: ImageSize | None = None) -> str:
+    """The image of ``part`` as a data URL: as it is without ``size_for``; with it, resized to
+    ``size_for((w, h))`` (a file of that size already, and under the cap, goes as its own bytes)."""
+    source = part.image
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if size_for is not None:
+            size = imagefiles.size(path, f"image {path.name}")
+            if size_for(size) != size:
+                return _image_url(ImagePart(imagefiles.decode(path, f"image {path.name}")), size_for)
+        data = path.read_bytes()
+        if len(data) <= MAX_IMAGE_BYTES:
+            return _data_url(mimetypes.guess_type(path.name)[0] or "image/png", data)
+        return _data_url(*_encoded(imagefiles.decode(path, f"image {path.name}")))
+    target = size_for(source.size) if size_for is not None else source.size
+    if target != source.size:
+        from PIL.Image import Resampling
+
+        source = source.convert("RGB").resize(target, Resampling.BICUBIC)  # Qwen-VL's processor's filter
+    return _data_url(*_encoded(source))
+
+
+def to_openai(messages: Sequence[Message], size_for: ImageSize | None = None) -> list[WireMessage]:
+    """evidra messages -> OpenAI chat messages (content parts in order, images as data URLs, each
+    resized to ``size_for`` of its size when given: the resolution the model's family expects)."""
     out: list[WireMessage] = []
     for m in messages:
         parts: list[dict[str, Any]] = []
@@ -102,14 +143,16 @@ def to_openai(messages: Sequence[Message]) -> list[WireMessage]:
             if isinstance(p, TextPart):
                 parts.append({"type": "text", "text": p.text})
             elif isinstance(p, ImagePart):
-                parts.append({"type": "image_url", "image_url": {"url": _image_url(p)}})
+                parts.append({"type": "image_url", "image_url": {"url": _image_url(p, size_for)}})
         out.append({"role": m.role, "content": parts})
     return out
 
 
-def wire_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[WireMessage]:
+def wire_messages(
+    messages: Sequence[Message | Mapping[str, Any]], size_for: ImageSize | None = None
+) -> list[WireMessage]:
     """evidra ``Message``s converted, OpenAI messages (mappings) passed through as they are."""
-    return [to_openai([m])[0] if isinstance(m, Message) else dict(m) for m in messages]
+    return [to_openai([m], size_for)[0] if isinstance(m, Message) else dict(m) for m in messages]
 
 
 def request_body(
@@ -121,10 +164,16 @@ def request_body(
     temperature: float = 0.0,
     stop: Sequence[str] = (),
     response_format: Mapping[str, Any] | None = None,
+    size_for: ImageSize | None = None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions``; unset options are left to the server.
-    ``response_format`` asks for structured output (``{"type": "json_schema", ...}``)."""
-    body: dict[str, Any] = {"model": model, "messages": wire_messages(messages), "temperature": temperature}
+    ``response_format`` asks for structured output (``{"type": "json_schema", ...}``);
+    ``size_for`` gives the size each image is sent at (None: as it is)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": wire_messages(messages, size_for),
+        "temperature": temperature,
+    }
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     if n != 1:
