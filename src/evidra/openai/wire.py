@@ -22,14 +22,14 @@ import mimetypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import EvidraError
+from evidra.core.jsonvalue import JSON, JSONObject, at, need_int, need_object
 from evidra.core.types import ImagePart, Message, TextPart
 from evidra.http.replies import ReplyError, loads
 from evidra.safeio.keys import redact
 
-WireMessage = dict[str, Any]  # one OpenAI chat message, as sent
+WireMessage = JSONObject  # one OpenAI chat message, as sent
 
 
 class ChatClientError(EvidraError, RuntimeError):
@@ -97,7 +97,7 @@ def to_openai(messages: Sequence[Message]) -> list[WireMessage]:
     """evidra messages -> OpenAI chat messages (content parts in order, images as data URLs)."""
     out: list[WireMessage] = []
     for m in messages:
-        parts: list[dict[str, Any]] = []
+        parts: list[JSON] = []
         for p in m.content:
             if isinstance(p, TextPart):
                 parts.append({"type": "text", "text": p.text})
@@ -107,24 +107,25 @@ def to_openai(messages: Sequence[Message]) -> list[WireMessage]:
     return out
 
 
-def wire_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[WireMessage]:
+def wire_messages(messages: Sequence[Message | Mapping[str, JSON]]) -> list[WireMessage]:
     """evidra ``Message``s converted, OpenAI messages (mappings) passed through as they are."""
     return [to_openai([m])[0] if isinstance(m, Message) else dict(m) for m in messages]
 
 
 def request_body(
     model: str,
-    messages: Sequence[Message | Mapping[str, Any]],
+    messages: Sequence[Message | Mapping[str, JSON]],
     *,
     n: int = 1,
     max_tokens: int | None = None,
     temperature: float = 0.0,
     stop: Sequence[str] = (),
-    response_format: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    response_format: Mapping[str, JSON] | None = None,
+) -> JSONObject:
     """The JSON body of ``POST /chat/completions``; unset options are left to the server.
     ``response_format`` asks for structured output (``{"type": "json_schema", ...}``)."""
-    body: dict[str, Any] = {"model": model, "messages": wire_messages(messages), "temperature": temperature}
+    wired: list[JSON] = list(wire_messages(messages))
+    body: JSONObject = {"model": model, "messages": wired, "temperature": temperature}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     if n != 1:
@@ -136,26 +137,28 @@ def request_body(
     return body
 
 
-def _choice(raw: Any) -> Choice:
-    content = raw["message"]["content"]
+def _choice(raw: JSON) -> Choice:
+    content = at(raw, "message", "content")
     if content is not None and not isinstance(content, str):
         raise TypeError(f"message content is {type(content).__name__}, not text")
-    return Choice(content or "", str(raw.get("finish_reason") or "stop"))
+    finish = raw.get("finish_reason") if isinstance(raw, dict) else None
+    return Choice(content or "", str(finish or "stop"))
 
 
 def parse_completion(
-    data: Any, url: str, attempts: int, latency_s: float, secrets: Sequence[str | None] = ()
+    data: JSON, url: str, attempts: int, latency_s: float, secrets: Sequence[str | None] = ()
 ) -> ChatResult:
     """A decoded JSON reply -> ``ChatResult``; ``MalformedResponseError`` when it is not one (its
     message shows the start of the reply, with each of ``secrets`` replaced by ``***``)."""
     try:
-        raw = data["choices"]
+        reply = need_object(data, "the reply")
+        raw = reply["choices"]
         if not isinstance(raw, list) or not raw:
             raise ValueError("'choices' is empty or not a list")
-        ordered = sorted(raw, key=lambda c: int(c.get("index", 0)))
+        ordered = sorted(raw, key=lambda c: need_int(need_object(c, "a choice").get("index", 0), "index"))
         choices = tuple(_choice(c) for c in ordered)
-        usage = data.get("usage") or {}
-        tokens = int(usage.get("completion_tokens") or 0)
+        usage = need_object(reply.get("usage") or {}, "usage")
+        tokens = need_int(usage.get("completion_tokens") or 0, "completion_tokens")
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         shown = redact(json.dumps(data), secrets)[:120]
         raise MalformedResponseError(
@@ -174,7 +177,7 @@ def server_message(text: str, limit: int = 200, secrets: Sequence[str | None] = 
     >>> server_message("<html>Bad Gateway</html>", limit=12)
     '<html>Bad G…'
     """
-    found: Any = text
+    found: JSON = text
     try:
         data = loads(text)
     except ReplyError:
