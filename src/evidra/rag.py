@@ -389,7 +389,9 @@ class RAG:
             return done.text, done.finish_reason
         mask = self._answer_mask(pages)
         extra: dict[str, Any] = {"on_text": on_text} if on_text is not None else {}
-        (gen,) = generate(self.vlm, [chat], p, **extra, **({"mask": mask} if mask is not None else {}))
+        if mask is not None:
+            extra["mask"] = mask
+        (gen,) = generate(self.vlm, [chat], p, **extra)
         return gen.text, gen.finish_reason
 
     def _answer_mask(self, pages: int) -> TokenMask | None:

@@ -25,6 +25,7 @@ from evidra.core.errors import ConfigError
 from evidra.openai.client import DEFAULT_API_KEY_ENV, check_api_key_env
 
 if TYPE_CHECKING:
+    from evidra.core.jsonvalue import JSON
     from evidra.core.types import Sample
     from evidra.methods.lang2act.toolbox import CurationModel
     from evidra.methods.method import Method
@@ -379,12 +380,24 @@ def _read_trajectories(path: str) -> list[str]:
 
     texts = []
     for n, row in read_json_lines(path, "--trajectories", ConfigError, "pass the JSONL of trajectories"):
-        try:
-            text = row["response"] if "response" in row else row["texts"][-1]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ConfigError(f"--trajectories {path!r} line {n}: no 'response' or 'texts' ({exc})") from None
-        texts.append(str(text))
+        text = _trajectory_text(row)
+        if text is None:
+            raise ConfigError(
+                f"--trajectories {path!r} line {n}: no 'response' or 'texts'; "
+                "pass JSON objects with a 'response' or a non-empty list 'texts'"
+            )
+        texts.append(text)
     return texts
+
+
+def _trajectory_text(row: JSON) -> str | None:
+    """The last text of a trajectory row: its 'response', else the last of its 'texts'."""
+    if not isinstance(row, dict):
+        return None
+    if "response" in row:
+        return str(row["response"])
+    texts = row.get("texts")
+    return str(texts[-1]) if isinstance(texts, list) and texts else None
 
 
 STAGE1_BATCH = 8  # samples rolled out together when data toolbox generates trajectories

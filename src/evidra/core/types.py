@@ -219,7 +219,7 @@ class Sample:
     sufficient: bool | None = None  # EVisRAG's sufficiency label; None when unknown
     answer_type: AnswerType | None = None
     dataset: str = ""
-    extras: Mapping[str, Any] = field(default_factory=dict)
+    extras: Mapping[str, object] = field(default_factory=dict)
     evidence_box: EvidenceBox | None = None
     qrels: Mapping[str, float] = field(default_factory=dict)  # page id -> graded relevance
 

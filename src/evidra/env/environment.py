@@ -18,6 +18,8 @@ from evidra.core.types import Message, Parsed, Sample
 
 if TYPE_CHECKING:
     from evidra.core.box_formats import BoxFormat
+    from evidra.env.search import Searcher
+    from evidra.retrieval.interfaces import Hit
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,9 @@ class StepInfo:
     turn: int = 0  # policy turns so far, this one included
     turn_limit: bool = False  # the episode ended because it reached its turn limit
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The fields that differ from their defaults, JSON-ready (tuples as lists)."""
-        out: dict[str, Any] = {"action": self.action}
+        out: dict[str, object] = {"action": self.action}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value != f.default:
@@ -108,7 +110,7 @@ class SearchRequest:
     """A search an environment is about to run for the policy's text of this turn: the rollout
     loop gathers the requests of every active episode and asks each index once per turn."""
 
-    searcher: Any  # the index (anything with ``search(queries, k, exclude)``)
+    searcher: Searcher  # the index (anything with ``search(queries, k, exclude)``)
     query: str
     k: int
     exclude: frozenset[str]
@@ -121,7 +123,7 @@ class BatchedSearch(Protocol):
         """The search ``step(text)`` would run, or None."""
         ...
 
-    def prefetch(self, hits: Any) -> None:
+    def prefetch(self, hits: list[Hit]) -> None:
         """The hits of that search, used by the next ``step`` instead of asking the index."""
         ...
 

@@ -17,6 +17,8 @@ from evidra.eval.tables import LABELS, ResultRow
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from evidra.core.jsonvalue import JSONObject
+
 
 def _pyplot() -> ModuleType:
     try:
@@ -29,6 +31,20 @@ def _pyplot() -> ModuleType:
             "plots need matplotlib; install the extra: pip install 'evidra[plots]'"
         ) from exc
     return plt
+
+
+def _points(rows: Sequence[JSONObject], key: str, path: str | Path) -> tuple[list[float], list[float]]:
+    """(steps, values) of metric ``key`` in the records that log it; a value or step that is not
+    a number is one line naming the file and the key."""
+    steps: list[float] = []
+    values: list[float] = []
+    for r in (r for r in rows if key in r and "step" in r):
+        step, value = r["step"], r[key]
+        if not isinstance(step, (int, float)) or not isinstance(value, (int, float)):
+            raise InvalidInputError(f"{path}: {key!r} at step {step!r} is {value!r}, not a number")
+        steps.append(step)
+        values.append(float(value))
+    return steps, values
 
 
 def smooth(values: Sequence[float], window: int) -> list[float]:
@@ -62,8 +78,7 @@ def plot_training(
     plt = _pyplot()
     fig, axes = plt.subplots(len(present), 1, figsize=(6, 2.6 * len(present)), squeeze=False)
     for ax, key in zip(axes[:, 0], present, strict=True):
-        pts = [(r["step"], float(r[key])) for r in rows if key in r and "step" in r]
-        steps, values = [p[0] for p in pts], [p[1] for p in pts]
+        steps, values = _points(rows, key, metrics_jsonl)
         ax.plot(steps, values, alpha=0.4 if window > 1 else 1.0, label=key)
         if window > 1:
             ax.plot(steps, smooth(values, window), label=f"{key} (avg {window})")

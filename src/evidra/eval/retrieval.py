@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 from evidra.core.errors import InvalidInputError
+from evidra.core.jsonvalue import as_object
 from evidra.metrics.ranking import mrr_at_k, ndcg_at_k, recall_at_k
 from evidra.retrieval.interfaces import Retriever, check_k
 from evidra.safeio.jsonfiles import read_json_lines
@@ -50,7 +51,7 @@ _QRELS_FORMAT = (
 _CORPUS_ID_KEYS = ("corpus-id", "corpus_id", "doc-id", "docid")
 
 
-def _rows(path: Path, expected: str, columns: Sequence[Sequence[str]]) -> list[dict[str, str]]:
+def _rows(path: Path, expected: str, columns: Sequence[Sequence[str]]) -> Sequence[Mapping[str, object]]:
     """The records of a JSONL/TSV/CSV file; a table's header must name one of each of ``columns``."""
     if not path.is_file():
         raise InvalidInputError(f"{str(path)!r} does not exist; pass {expected}")
@@ -59,7 +60,8 @@ def _rows(path: Path, expected: str, columns: Sequence[Sequence[str]]) -> list[d
             return _table(path, expected, columns)
         except (UnicodeDecodeError, csv.Error) as exc:
             raise InvalidInputError(f"{path} is not a UTF-8 table ({exc}); expected {expected}") from None
-    return [row for _, row in read_json_lines(path, "file", fix=f"pass {expected}")]
+    rows = read_json_lines(path, "file", fix=f"pass {expected}")
+    return [as_object(row, f"{path} line {n} (expected {expected})") for n, row in rows]
 
 
 def _table(path: Path, expected: str, columns: Sequence[Sequence[str]]) -> list[dict[str, str]]:
@@ -102,14 +104,21 @@ def load_qrels(path: str | Path) -> Qrels:
     for row in rows:
         qid = _field(row, _ID_KEYS, p, "query id")
         doc = _field(row, _CORPUS_ID_KEYS, p, "corpus id")
-        try:
-            score = float(row.get("score", 1))
-        except (TypeError, ValueError):
-            raise InvalidInputError(
-                f"{p}: relevance {row.get('score')!r} of ({qid}, {doc}) is not a number"
-            ) from None
+        score = _number(row.get("score", 1))
+        if score is None:
+            raise InvalidInputError(f"{p}: relevance {row.get('score')!r} of ({qid}, {doc}) is not a number")
         out.setdefault(qid, {})[doc] = score
     return out
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a float (a JSON number, or a table's text); None when it is none."""
+    if not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
 
 
 def check_judged(queries: Mapping[str, str], qrels: Qrels, source: str) -> None:

@@ -41,6 +41,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from evidra.core.errors import EvidraError
+from evidra.core.jsonvalue import JSON
 
 if TYPE_CHECKING:
     import httpx
@@ -138,14 +139,15 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | str) -> JSON:
     """Decoded JSON of a reply, finite numbers only; ``ReplyError`` for anything else."""
     try:
-        return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+        value: JSON = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:
         raise ReplyError("JSON nested too deeply to decode") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the hooks above, int() digit limit
         raise ReplyError(f"a body that is not JSON ({' '.join(str(exc).split())[:120]})") from None
+    return value
 
 
 def shown(data: bytes, limit: int = 200) -> str:

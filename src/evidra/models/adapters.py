@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.models.loading import VLM
+
+if TYPE_CHECKING:
+    import torch
 
 LM_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -42,7 +45,7 @@ def apply_lora(vlm: VLM, spec: LoraSpec | None = None) -> VLM:
     return replace(vlm, model=get_peft_model(vlm.model, config))
 
 
-def trainable_parameter_names(model: Any) -> list[str]:
+def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
     return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
@@ -51,7 +54,7 @@ def merge_lora(vlm: VLM) -> VLM:
     return replace(vlm, model=vlm.model.merge_and_unload())
 
 
-def freeze(model: Any, prefixes: Sequence[str]) -> int:
+def freeze(model: torch.nn.Module, prefixes: Sequence[str]) -> int:
     """Disable gradients of parameters whose name starts with any prefix; returns how many."""
     count = 0
     for name, param in model.named_parameters():

@@ -17,12 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError
-from evidra.models.context import Context
+from evidra.models.context import Context, cat_vision
 from evidra.models.loading import VLM
 from evidra.models.prefix import _rope_owner
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from evidra.models.hf_types import HFModel, ModelInputs
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ def prefix_context(context: Context, length: int, image_token_id: int) -> Contex
     """
     ids = context.token_ids[:length]
     placeholders = sum(1 for i in ids if i == image_token_id)
-    if context.image_grid_thw is None or placeholders == 0:
+    if context.image_grid_thw is None or context.pixel_values is None or placeholders == 0:
         return Context(ids)
     sizes = [int(g.prod()) for g in context.image_grid_thw]  # patches per image
     k, tokens, rows = 0, 0, 0
@@ -50,7 +55,7 @@ def prefix_context(context: Context, length: int, image_token_id: int) -> Contex
     return Context(ids, context.pixel_values[:rows], context.image_grid_thw[:k], context.images[:k])
 
 
-def _attention(model: Any) -> str:
+def _attention(model: HFModel) -> str:
     config = getattr(model, "config", None)
     text = getattr(config, "text_config", None) or config
     return str(getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", ""))
@@ -61,7 +66,7 @@ def packable(vlm: VLM) -> bool:
     return _attention(vlm.model) in ("sdpa", "eager")
 
 
-def _positions(vlm: VLM, head: Context) -> Any:
+def _positions(vlm: VLM, head: Context) -> Tensor:
     """Positions ``(3, L)`` of the context tokens (``(1, L)`` for a text-only policy)."""
     import torch
 
@@ -79,7 +84,7 @@ def _positions(vlm: VLM, head: Context) -> Any:
     return pos[:, 0].cpu()  # (3, L)
 
 
-def _allowed(length: int, branches: Sequence[Branch]) -> Any:
+def _allowed(length: int, branches: Sequence[Branch]) -> Tensor:
     """``(N, N)`` bool: causal over the context, each branch over its prefix and itself."""
     import torch
 
@@ -101,11 +106,11 @@ class Packed:
     whose logits predict ``targets[k]`` (branch 0's tokens, then branch 1's, ...)."""
 
     head: Context  # the longest prefix, with its images
-    ids: Any  # (N,) the row's tokens
-    positions: Any  # (P, N) rope positions (P = 3 for a VLM, 1 for a text-only policy)
-    allowed: Any  # (N, N) which keys each query sees
-    keep: Any  # (K,)
-    targets: Any  # (K,)
+    ids: Tensor  # (N,) the row's tokens
+    positions: Tensor  # (P, N) rope positions (P = 3 for a VLM, 1 for a text-only policy)
+    allowed: Tensor  # (N, N) which keys each query sees
+    keep: Tensor  # (K,)
+    targets: Tensor  # (K,)
 
 
 def pack(vlm: VLM, context: Context, branches: Sequence[Branch]) -> Packed:
@@ -141,7 +146,7 @@ def pack(vlm: VLM, context: Context, branches: Sequence[Branch]) -> Packed:
     )
 
 
-def collate_packed(vlm: VLM, rows: Sequence[Packed]) -> tuple[dict[str, Any], Any]:
+def collate_packed(vlm: VLM, rows: Sequence[Packed]) -> tuple[ModelInputs, Tensor]:
     """Model inputs of right-padded packed rows and ``keep`` ``(B, K)`` (short rows repeat their
     last position). A padding query sees only itself, so no softmax row is empty."""
     import torch
@@ -155,21 +160,18 @@ def collate_packed(vlm: VLM, rows: Sequence[Packed]) -> tuple[dict[str, Any], An
         n = len(r.ids)
         ids[i, :n], allowed[i, :n, :n], positions[:, i, :n] = r.ids, r.allowed, r.positions
         keep[i] = torch.cat([r.keep, r.keep[-1:].expand(k - len(r.keep))])
-    mask: Any = allowed[:, None]  # (B, 1, N, N)
+    mask = allowed[:, None]  # (B, 1, N, N)
     if _attention(vlm.model) == "eager":  # eager attention adds the mask to the scores
         mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
-    inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+    inputs: ModelInputs = {"input_ids": ids, "attention_mask": mask}
     inputs["position_ids"] = positions if vlm.image_token_id >= 0 else positions[0]
     if vlm.image_token_id >= 0:
         inputs["mm_token_type_ids"] = (ids == vlm.image_token_id).long()
-    images = [r.head for r in rows if r.head.pixel_values is not None]
-    if images:
-        inputs["pixel_values"] = torch.cat([h.pixel_values for h in images], dim=0)
-        inputs["image_grid_thw"] = torch.cat([h.image_grid_thw for h in images], dim=0)
+    inputs.update(cat_vision([r.head for r in rows]))
     return inputs, keep
 
 
-def branch_logits(vlm: VLM, rows: Sequence[Packed]) -> list[tuple[Any, Any]]:
+def branch_logits(vlm: VLM, rows: Sequence[Packed]) -> list[tuple[Tensor, Tensor]]:
     """``(logits (K, V) float32, targets (K,))`` of each packed row, from one no-grad forward."""
     import torch
 

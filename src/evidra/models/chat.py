@@ -9,14 +9,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import ImagePart, Message, TextPart
 
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
-def load_image(part: ImagePart) -> Any:
+
+class ChatPart(TypedDict, total=False):
+    """One part of a chat-template message: ``{"type": "text", "text": ...}`` or ``{"type": "image"}``."""
+
+    type: str
+    text: str
+
+
+class ChatMessage(TypedDict):
+    """A message as chat templates read it (a text-only template's content may be one string)."""
+
+    role: str
+    content: list[ChatPart] | str
+
+
+def load_image(part: ImagePart) -> Image:
     """The part's image as an RGB PIL image (paths are opened and fully read)."""
     from PIL import Image
 
@@ -30,12 +47,12 @@ def load_image(part: ImagePart) -> Any:
     raise InvalidInputError(f"ImagePart.image must be a path or a PIL image, got {type(part.image).__name__}")
 
 
-def to_chat_dicts(messages: Sequence[Message]) -> tuple[list[dict[str, Any]], list[Any]]:
+def to_chat_dicts(messages: Sequence[Message]) -> tuple[list[ChatMessage], list[Image]]:
     """Messages in the chat-template format, plus their images in order of appearance."""
-    chat: list[dict[str, Any]] = []
-    images: list[Any] = []
+    chat: list[ChatMessage] = []
+    images: list[Image] = []
     for msg in messages:
-        content: list[dict[str, Any]] = []
+        content: list[ChatPart] = []
         for part in msg.content:
             if isinstance(part, TextPart):
                 content.append({"type": "text", "text": part.text})

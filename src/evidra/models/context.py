@@ -15,11 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Message
-from evidra.models.chat import to_chat_dicts
+from evidra.models.chat import ChatMessage, to_chat_dicts
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+    from torch import Tensor
+
+    from evidra.models.hf_types import ModelInputs, Processor
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,9 +33,9 @@ class Context:
     """Token ids of a conversation prefix and the vision inputs of its images, in order."""
 
     token_ids: tuple[int, ...]
-    pixel_values: Any = None  # (patches, D) float tensor, or None without images
-    image_grid_thw: Any = None  # (images, 3) long tensor, or None
-    images: tuple[Any, ...] = ()  # the images (PIL) the pixel values came from, in the same order
+    pixel_values: Tensor | None = None  # (patches, D) float tensor, or None without images
+    image_grid_thw: Tensor | None = None  # (images, 3) long tensor, or None
+    images: tuple[Image, ...] = ()  # the images (PIL) the pixel values came from, in the same order
 
     @property
     def num_images(self) -> int:
@@ -42,7 +48,7 @@ class Context:
         """This context followed by ``other`` (ids and images concatenated in order)."""
         import torch
 
-        def cat(a: Any, b: Any) -> Any:
+        def cat(a: Tensor | None, b: Tensor | None) -> Tensor | None:
             if a is None:
                 return b
             return a if b is None else torch.cat([a, b], dim=0)
@@ -58,7 +64,7 @@ class Context:
         return Context(self.token_ids + tuple(ids), self.pixel_values, self.image_grid_thw, self.images)
 
 
-def encode_text(processor: Any, text: str, images: Sequence[Any] = ()) -> Context:
+def encode_text(processor: Processor, text: str, images: Sequence[Image] = ()) -> Context:
     """Tokenize already-templated ``text``; each image placeholder is expanded by the processor."""
     enc = processor(text=[text], images=list(images) or None, return_tensors="pt")
     return Context(
@@ -70,7 +76,7 @@ def encode_text(processor: Any, text: str, images: Sequence[Any] = ()) -> Contex
 
 
 def encode_messages(
-    processor: Any, messages: Sequence[Message], *, add_generation_prompt: bool = True
+    processor: Processor, messages: Sequence[Message], *, add_generation_prompt: bool = True
 ) -> Context:
     """A conversation rendered with the chat template and tokenized with its images."""
     chat, images = to_chat_dicts(messages)
@@ -82,7 +88,7 @@ _SENTINEL = "\u2063evidra-observation-boundary\u2063"
 _END_OF_TURN = "<|im_end|>"
 
 
-def encode_turn(processor: Any, messages: Sequence[Message], *, close_previous: bool) -> Context:
+def encode_turn(processor: Processor, messages: Sequence[Message], *, close_previous: bool) -> Context:
     """Tokens inserted after a policy turn: the observation turn(s), then the next assistant header.
 
     The messages are rendered with the checkpoint's own chat template behind a sentinel system
@@ -91,7 +97,7 @@ def encode_turn(processor: Any, messages: Sequence[Message], *, close_previous: 
     (``</search>``), ``close_previous`` keeps the ``<|im_end|>`` that closes it.
     """
     chat, images = to_chat_dicts(messages)
-    sentinel = {"role": "system", "content": [{"type": "text", "text": _SENTINEL}]}
+    sentinel: ChatMessage = {"role": "system", "content": [{"type": "text", "text": _SENTINEL}]}
     rendered = str(
         processor.apply_chat_template([sentinel, *chat], tokenize=False, add_generation_prompt=True)
     )
@@ -111,7 +117,8 @@ def _image_tokens(context: Context) -> int:
     return int(context.image_grid_thw.prod(dim=1).sum()) // 4
 
 
-def _cat_vision(contexts: Sequence[Context]) -> dict[str, Any]:
+def cat_vision(contexts: Sequence[Context]) -> ModelInputs:
+    """``pixel_values`` and ``image_grid_thw`` of the contexts' images, in order; {} without images."""
     import torch
 
     pixels = [c.pixel_values for c in contexts if c.pixel_values is not None]
@@ -121,7 +128,7 @@ def _cat_vision(contexts: Sequence[Context]) -> dict[str, Any]:
     return {"pixel_values": torch.cat(pixels, dim=0), "image_grid_thw": torch.cat(grids, dim=0)}
 
 
-def collate_left(contexts: Sequence[Context], pad_id: int, image_token_id: int) -> dict[str, Any]:
+def collate_left(contexts: Sequence[Context], pad_id: int, image_token_id: int) -> ModelInputs:
     """Left-padded model inputs for a batch of contexts (what generation needs)."""
     import torch
 
@@ -138,11 +145,11 @@ def collate_left(contexts: Sequence[Context], pad_id: int, image_token_id: int) 
         "input_ids": ids,
         "attention_mask": mask,
         **_types(ids, mask, image_token_id),
-        **_cat_vision(contexts),
+        **cat_vision(contexts),
     }
 
 
-def _types(ids: Any, mask: Any, image_token_id: int) -> dict[str, Any]:
+def _types(ids: Tensor, mask: Tensor, image_token_id: int) -> ModelInputs:
     """``mm_token_type_ids`` (1 on image tokens) for a VLM; nothing for a text-only model (id -1)."""
     if image_token_id < 0:
         return {}
@@ -151,7 +158,7 @@ def _types(ids: Any, mask: Any, image_token_id: int) -> dict[str, Any]:
 
 def collate_split(
     contexts: Sequence[Context], prompt_lens: Sequence[int], pad_id: int, image_token_id: int
-) -> tuple[dict[str, Any], Any, Any]:
+) -> tuple[ModelInputs, Tensor, Tensor]:
     """Inputs for teacher forcing: prompts left-padded, responses right-padded.
 
     ``contexts[i]`` is prompt + response with all images; its first ``prompt_lens[i]`` tokens
@@ -183,6 +190,6 @@ def collate_split(
         "input_ids": ids,
         "attention_mask": mask,
         **_types(ids, mask, image_token_id),
-        **_cat_vision(contexts),
+        **cat_vision(contexts),
     }
     return inputs, ids[:, p_width:], mask[:, p_width:]

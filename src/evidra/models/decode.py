@@ -15,19 +15,27 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from evidra.models.context import Context, collate_left
 from evidra.models.prefix import _rope_owner, cache_kwargs, output_cache
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+    from transformers import PreTrainedModel
+
+    from evidra.models.generation import SamplingParams
+    from evidra.models.hf_types import HFModel, KVCache
 
 
 class TokenMask(Protocol):
     """Constrains which tokens may come next (``evidra.models.grammar.GrammarMask``)."""
 
-    def __call__(self, logits: Any) -> Any:
+    def __call__(self, logits: Tensor) -> Tensor:
         """``logits`` (B, V) with every forbidden token at ``-inf``."""
 
-    def accept(self, tokens: Any) -> None:
+    def accept(self, tokens: Tensor) -> None:
         """Advance each row by its drawn token (B,); a negative id skips the row (it has ended)."""
 
 
@@ -49,7 +57,7 @@ def _distinct(contexts: Sequence[Context]) -> tuple[list[Context], list[int]]:
     return unique, index
 
 
-def _choose(logits: Any, params: Any, suppress: Sequence[int]) -> Any:
+def _choose(logits: Tensor, params: SamplingParams, suppress: Sequence[int]) -> Tensor:
     """Next tokens (B,) from raw logits (B, V) under the sampling parameters."""
     import torch
 
@@ -70,7 +78,7 @@ def _choose(logits: Any, params: Any, suppress: Sequence[int]) -> Any:
     return _inverse_cdf(scores.softmax(dim=-1))
 
 
-def _inverse_cdf(probs: Any) -> Any:
+def _inverse_cdf(probs: Tensor) -> Tensor:
     """One draw per row of ``probs`` (B, V): the first token whose cumulative mass exceeds
     ``u * total`` with ``u ~ U[0, 1)``. The same distribution as ``torch.multinomial``, with one
     random number per row instead of one per vocabulary entry (about 20x less work on CPU).
@@ -88,9 +96,9 @@ def _inverse_cdf(probs: Any) -> Any:
 
 
 def decode(
-    model: Any,
+    model: HFModel,
     contexts: Sequence[Context],
-    params: Any,
+    params: SamplingParams,
     *,
     pad_id: int,
     image_token_id: int,
@@ -99,8 +107,8 @@ def decode(
     stopped: Callable[[list[int]], bool] | None = None,
     check_every: int = 4,
     allowed: TokenMask | None = None,
-    force: Any = None,  # a (B, T) tensor of token ids
-) -> tuple[Any, Any]:
+    force: Tensor | None = None,  # (B, T) token ids
+) -> tuple[Tensor, Tensor]:
     """Sample after each context; returns ``(tokens (B, T), logprobs (B, T))`` padded after EOS.
 
     ``force`` (B, >= max_new_tokens) takes its token at each step instead of a sampled one (a
@@ -133,7 +141,7 @@ def decode(
     mask = inputs["attention_mask"].index_select(0, index)  # (B, L)
     logits = head.logits[:, -1].index_select(0, index)  # (B, V)
     stack = _TextStack.find(model)
-    advance: Callable[[Any, Any], Any]
+    advance: Callable[[Tensor, Tensor], Tensor]
     if stack is not None:
         advance = functools.partial(
             stack.step, cache=_SlotCache(output_cache(head), index, mask, params.max_new_tokens)
@@ -147,8 +155,8 @@ def decode(
     temperature = 1.0 if params.greedy else params.temperature
     eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
     done = torch.zeros(len(rows), dtype=torch.bool, device=device)
-    tokens: list[Any] = []
-    logprobs: list[Any] = []
+    tokens: list[Tensor] = []
+    logprobs: list[Tensor] = []
     early = (*suppress, *eos_ids)  # before min_new_tokens: end-of-turn tokens are not sampled either
     for _ in range(params.max_new_tokens):
         if force is None:
@@ -177,12 +185,12 @@ def decode(
 class _ModelStep:
     """One token through the whole model with transformers' own cache (any attention kind)."""
 
-    def __init__(self, model: Any, cache: Any, index: Any, mask: Any) -> None:
+    def __init__(self, model: HFModel, cache: KVCache, index: Tensor, mask: Tensor) -> None:
         cache.reorder_cache(index)
         self.model, self.cache, self.mask = model, cache, mask
         self.cache_kwarg = next(iter(cache_kwargs(model, None)))  # read once, not per token
 
-    def __call__(self, token: Any, pos: Any) -> Any:
+    def __call__(self, token: Tensor, pos: Tensor) -> Tensor:
         import torch
 
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)  # (B, L + 1)
@@ -208,11 +216,11 @@ class _SlotCache:
     column True) is kept as one ``(B, 1, 1, L)`` tensor whose prefix each step reads.
     """
 
-    def __init__(self, prefill: Any, index: Any, mask: Any, new_tokens: int) -> None:
+    def __init__(self, prefill: KVCache, index: Tensor, mask: Tensor, new_tokens: int) -> None:
         import torch
 
-        self.keys: list[Any] = []
-        self.values: list[Any] = []
+        self.keys: list[Tensor] = []
+        self.values: list[Tensor] = []
         for layer in prefill.layers:
             for src, dst in ((layer.keys, self.keys), (layer.values, self.values)):
                 rows = src.index_select(0, index)  # (B, H, Lp, d)
@@ -224,7 +232,9 @@ class _SlotCache:
         full[:, : self.length] = mask.bool()
         self.mask = full[:, None, None, :]  # (B, 1, 1, L_max)
 
-    def update(self, keys: Any, values: Any, layer_idx: int, *_: Any, **__: Any) -> tuple[Any, Any]:
+    def update(
+        self, keys: Tensor, values: Tensor, layer_idx: int, *_: object, **__: object
+    ) -> tuple[Tensor, Tensor]:
         end = self.length + keys.shape[2]
         self.keys[layer_idx][:, :, self.length : end] = keys
         self.values[layer_idx][:, :, self.length : end] = values
@@ -241,12 +251,12 @@ class _TextStack:
     adapters and every numeric detail are unchanged (tests compare with ``generate``).
     """
 
-    text: Any  # the *TextModel: embed_tokens, rotary_emb, layers, norm
-    head: Any  # lm_head
+    text: PreTrainedModel  # the *TextModel: embed_tokens, rotary_emb, layers, norm
+    head: torch.nn.Module  # lm_head
     cache_kwarg: str = "past_key_values"  # the layers' cache argument ("cache" from transformers 5.24)
 
     @staticmethod
-    def find(model: Any) -> _TextStack | None:
+    def find(model: HFModel) -> _TextStack | None:
         text = next((m for m in model.modules() if type(m).__name__ in _TEXT_MODELS), None)
         getter = getattr(model, "get_output_embeddings", None)  # absent on DDP-style wrappers
         head = getter() if getter is not None else None
@@ -256,12 +266,12 @@ class _TextStack:
             and set(text.config.layer_types) == {"full_attention"}
             and text.config._attn_implementation in ("sdpa", "eager")
         )
-        if not usable or text is None:
+        if not usable or text is None or head is None:
             return None
         params = inspect.signature(text.layers[0].forward).parameters
         return _TextStack(text, head, "cache" if "cache" in params else "past_key_values")
 
-    def step(self, token: Any, pos: Any, *, cache: _SlotCache) -> Any:
+    def step(self, token: Tensor, pos: Tensor, *, cache: _SlotCache) -> Tensor:
         """Logits ``(B, V)`` after feeding ``token`` (B,) at text positions ``pos`` (B,)."""
         hidden = self.text.embed_tokens(token[:, None])  # (B, 1, H)
         rope = self.text.rotary_emb(hidden, pos.view(1, -1, 1).expand(3, -1, -1))

@@ -19,11 +19,13 @@ once more without it, saying so in the log, when the server refuses that field (
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from evidra.core.box_formats import BoxFormat
+from evidra.core.jsonvalue import JSONObject
 from evidra.core.types import Message
 from evidra.openai.client import (
     DEFAULT_API_KEY_ENV,
@@ -92,7 +94,7 @@ class ChatEndpoint:
         max_tokens: int = 512,
         temperature: float = 0.0,
         stop: Sequence[str] = (),
-        response_format: Mapping[str, Any] | None = None,
+        response_format: JSONObject | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> Completion:
         """The first choice for ``messages``; with ``on_text`` streamed, each piece handed to it."""
@@ -139,18 +141,20 @@ class AnsweringEndpoint:
         from evidra.models.structured import response_format
 
         schema = response_format() if self.structured and not self._schema_refused else None
-        options: dict[str, Any] = {
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "stop": stop,
-            "on_text": on_text,
-        }
+        ask = partial(
+            self.endpoint.complete,
+            messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop=stop,
+            on_text=on_text,
+        )
         try:
-            done = self.endpoint.complete(messages, response_format=schema, **options)
+            done = ask(response_format=schema)
         except ChatHTTPError as exc:
             if schema is None or exc.status != 400:
                 raise
-            done = self.endpoint.complete(messages, **options)
+            done = ask()
             self._schema_refused = True  # the request without it went through: the field was the cause
             logger.warning(
                 "%s refused response_format (%s); asked without it: the JSON answer now rests on the "

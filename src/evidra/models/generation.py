@@ -9,9 +9,9 @@ as the "old" policy log-prob; ``sequence_logprobs`` recomputes the same in one f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, overload
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Message
@@ -20,6 +20,14 @@ from evidra.models.decode import TokenMask, decode
 from evidra.models.loading import VLM
 from evidra.models.prefix import PREFIX_ARCHS
 from evidra.models.streaming import OnText, TextCallback
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+    from transformers import GenerationConfig
+    from transformers.generation.streamers import BaseStreamer
+
+    from evidra.models.hf_types import HFModel, ModelInputs, Tokenizer
 
 FinishReason = Literal["eos", "stop", "length"]
 
@@ -71,10 +79,10 @@ class Generation:
     finish_reason: FinishReason
 
 
-def _generation_config(vlm: VLM, params: SamplingParams) -> Any:
+def _generation_config(vlm: VLM, params: SamplingParams) -> GenerationConfig:
     from transformers import GenerationConfig
 
-    sampling: dict[str, Any] = {"do_sample": False}
+    sampling: dict[str, object] = {"do_sample": False}
     if not params.greedy:
         sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p}
         sampling["top_k"] = params.top_k  # 0 disables it (None would mean transformers' default of 50)
@@ -94,7 +102,9 @@ def _generation_config(vlm: VLM, params: SamplingParams) -> Any:
     )
 
 
-def _cut(ids: list[int], eos: set[int], stop: Sequence[str], tokenizer: Any) -> tuple[int, FinishReason]:
+def _cut(
+    ids: list[int], eos: set[int], stop: Sequence[str], tokenizer: Tokenizer
+) -> tuple[int, FinishReason]:
     """Length of the completion inside a padded row of generated ids, and why it ended."""
     end, reason = len(ids), "length"
     for i, tok in enumerate(ids):
@@ -117,7 +127,7 @@ def _cut(ids: list[int], eos: set[int], stop: Sequence[str], tokenizer: Any) -> 
     return end, reason  # type: ignore[return-value]
 
 
-def _to(inputs: dict[str, Any], device: Any) -> dict[str, Any]:
+def _to(inputs: ModelInputs, device: torch.device) -> ModelInputs:
     return {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
 
 
@@ -147,7 +157,7 @@ def generate_contexts(
     params: SamplingParams,
     *,
     engine: str = "auto",
-    streamer: Any = None,
+    streamer: BaseStreamer | TextCallback | None = None,
     mask: TokenMask | None = None,
 ) -> list[Generation]:
     """Sample one completion after each tokenized context (multi-turn rollouts call this).
@@ -180,7 +190,7 @@ def generate_contexts(
     return _finish(vlm, contexts, params, sampled.cpu(), logprobs.cpu())
 
 
-def _stop_checker(tokenizer: Any, stop: Sequence[str]) -> Any:
+def _stop_checker(tokenizer: Tokenizer, stop: Sequence[str]) -> Callable[[list[int]], bool]:
     def stopped(ids: list[int]) -> bool:
         text = tokenizer.decode(ids, skip_special_tokens=False)
         return any(s in text for s in stop)
@@ -192,9 +202,9 @@ def _hf_generate(
     vlm: VLM,
     contexts: Sequence[Context],
     params: SamplingParams,
-    streamer: Any = None,
+    streamer: BaseStreamer | TextCallback | None = None,
     mask: TokenMask | None = None,
-) -> tuple[Any, Any]:
+) -> tuple[Tensor, Tensor]:
     """transformers' ``generate``: sampled ids (B, T) and their log-probs (B, T)."""
     import torch
 
@@ -216,7 +226,7 @@ def _hf_generate(
 
 
 def _finish(
-    vlm: VLM, contexts: Sequence[Context], params: SamplingParams, sampled: Any, logprobs: Any
+    vlm: VLM, contexts: Sequence[Context], params: SamplingParams, sampled: Tensor, logprobs: Tensor
 ) -> list[Generation]:
     """Cut each row at its first end-of-turn token or stop string and package it."""
     tokenizer = vlm.tokenizer
@@ -239,14 +249,41 @@ def _finish(
     return results
 
 
+@overload
 def forward_logprobs(
-    model: Any,
-    inputs: dict[str, Any],
-    response_ids: Any,
+    model: HFModel,
+    inputs: ModelInputs,
+    response_ids: Tensor,
+    temperature: float = ...,
+    *,
+    with_entropy: Literal[False] = ...,
+) -> Tensor: ...
+@overload
+def forward_logprobs(
+    model: HFModel,
+    inputs: ModelInputs,
+    response_ids: Tensor,
+    temperature: float = ...,
+    *,
+    with_entropy: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def forward_logprobs(
+    model: HFModel,
+    inputs: ModelInputs,
+    response_ids: Tensor,
+    temperature: float = ...,
+    *,
+    with_entropy: bool,
+) -> Tensor | tuple[Tensor, Tensor]: ...
+def forward_logprobs(
+    model: HFModel,
+    inputs: ModelInputs,
+    response_ids: Tensor,
     temperature: float = 1.0,
     *,
     with_entropy: bool = False,
-) -> Any:
+) -> Tensor | tuple[Tensor, Tensor]:
     """Log-probs ``(B, R)`` of ``response_ids``, the last R columns of ``inputs["input_ids"]``.
 
     Differentiable: the trainer calls this under autograd. Only the last R + 1 positions'
@@ -266,7 +303,7 @@ def forward_logprobs(
 
 def teacher_forcing_batch(
     vlm: VLM, chats: Sequence[Sequence[Message]], completions: Sequence[Sequence[int]]
-) -> tuple[dict[str, Any], Any, Any]:
+) -> tuple[ModelInputs, Tensor, Tensor]:
     """Model inputs to score ``completions`` after their prompts: ``(inputs, ids (B, R), mask (B, R))``."""
     if len(chats) != len(completions):
         raise InvalidInputError(f"{len(chats)} conversations but {len(completions)} completions")

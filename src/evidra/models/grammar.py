@@ -30,14 +30,21 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError, MissingDependencyError
+from evidra.core.jsonvalue import JSONObject
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from torch import Tensor
+    from transformers import LogitsProcessor
+    from xgrammar import CompiledGrammar
+
     from evidra.models.decode import TokenMask
+    from evidra.models.hf_types import Tokenizer
     from evidra.models.loading import VLM
 
 logger = logging.getLogger(__name__)
@@ -83,10 +90,10 @@ class AnswerLimits:
         longest = {"answer": "x" * (BYTES_PER_CHAR * self.answer_chars), "steps": [step] * self.steps}
         return len(json.dumps(longest, separators=(", ", ": "))) + 1
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> JSONObject:
         """``ANSWER_SCHEMA`` bounded by these limits (pages as image numbers, boxes as four numbers)."""
-        number = {"type": "number", "minimum": 0, "maximum": MAX_BOX}
-        step = {
+        number: JSONObject = {"type": "number", "minimum": 0, "maximum": MAX_BOX}
+        step: JSONObject = {
             "type": "object",
             "properties": {
                 "text": {"type": "string", "maxLength": self.text_chars},
@@ -96,7 +103,7 @@ class AnswerLimits:
             "required": ["text", "page", "box"],
             "additionalProperties": False,
         }
-        answer = {"anyOf": [{"type": "string", "maxLength": self.answer_chars}, {"type": "null"}]}
+        answer: JSONObject = {"anyOf": [{"type": "string", "maxLength": self.answer_chars}, {"type": "null"}]}
         return {
             "type": "object",
             "properties": {
@@ -108,7 +115,7 @@ class AnswerLimits:
         }
 
 
-def require_xgrammar() -> Any:
+def require_xgrammar() -> ModuleType:
     """The ``xgrammar`` module, or one line naming the extra that installs it."""
     try:
         import xgrammar
@@ -135,7 +142,7 @@ class AnswerGrammar:
     ``vocab_size`` is the width of the model's logits (it may exceed the tokenizer's length; the
     extra ids are never allowed); ``eos_ids`` end a completed answer."""
 
-    def __init__(self, tokenizer: Any, vocab_size: int, eos_ids: Sequence[int]) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int, eos_ids: Sequence[int]) -> None:
         xgr = require_xgrammar()
         info = xgr.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size, stop_token_ids=list(eos_ids)
@@ -167,14 +174,14 @@ class GrammarMask:
     token drawn for it. A row whose grammar has ended (its end-of-turn token accepted) is left as
     it is: the sampler pads it."""
 
-    def __init__(self, compiled: Any, rows: int, vocab_size: int) -> None:
+    def __init__(self, compiled: CompiledGrammar, rows: int, vocab_size: int) -> None:
         xgr = require_xgrammar()
         self._xgr = xgr
         self._matchers = [xgr.GrammarMatcher(compiled) for _ in range(rows)]
         self._bitmask = xgr.allocate_token_bitmask(rows, vocab_size)  # (B, ceil(V / 32)) int32
         self._ended = [False] * rows
 
-    def __call__(self, logits: Any) -> Any:
+    def __call__(self, logits: Tensor) -> Tensor:
         """A float32 copy of ``logits`` (B, V) with every token the grammar forbids at ``-inf`` (the
         logits themselves stay whole: log-probs are read from them)."""
         import torch
@@ -189,7 +196,7 @@ class GrammarMask:
         self._xgr.apply_token_bitmask_inplace(scores, bitmask, indices=live)
         return scores
 
-    def accept(self, tokens: Any) -> None:
+    def accept(self, tokens: Tensor) -> None:
         """Advance each live row by its drawn token (``tokens`` (B,); a negative id skips the row)."""
         for i, token in enumerate(tokens.tolist()):
             if self._ended[i] or token < 0:
@@ -202,7 +209,7 @@ class GrammarMask:
                 self._ended[i] = True
 
 
-def hf_logits_processor(mask: TokenMask) -> Any:
+def hf_logits_processor(mask: TokenMask) -> LogitsProcessor:
     """``mask`` as a transformers ``LogitsProcessor`` for ``model.generate``."""
     from transformers import LogitsProcessor
 
@@ -210,7 +217,7 @@ def hf_logits_processor(mask: TokenMask) -> Any:
         def __init__(self) -> None:
             self.prompt_len: int | None = None
 
-        def __call__(self, input_ids: Any, scores: Any) -> Any:
+        def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
             if self.prompt_len is not None and input_ids.shape[1] > self.prompt_len:
                 mask.accept(input_ids[:, -1])  # the token drawn at the previous step
             self.prompt_len = input_ids.shape[1]

@@ -16,7 +16,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.devices import resolve_device
 from evidra.core.errors import ModelLoadError
@@ -24,6 +24,13 @@ from evidra.core.geometry import VISION_SPECS, VisionSpec
 from evidra.models.references import resolve_model_ref
 from evidra.models.speedups import fast_patch_embed
 from evidra.safeio.jsonfiles import read_capped_text
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import ColQwen2ForRetrieval, ColQwen2Processor, ProcessorMixin
+
+    from evidra.models.hf_types import HFModel, Processor, Tokenizer
+    from evidra.models.processors import TextProcessor
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +43,8 @@ _REFETCH = "the checkpoint is damaged: copy or download it again"
 class VLM:
     """A loaded policy model with its processor and the facts the rest of evidra needs."""
 
-    model: Any  # transformers PreTrainedModel (or a PEFT wrapper around one)
-    processor: Any
+    model: HFModel
+    processor: Processor
     arch: str
     spec: VisionSpec | None  # None for a text-only policy
     path: Path
@@ -47,7 +54,7 @@ class VLM:
         return self.spec is None
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         return self.processor.tokenizer
 
     @property
@@ -78,7 +85,7 @@ class VLM:
         return tuple(sorted(ids))
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
 
@@ -105,7 +112,7 @@ def read_model_type(path: str | Path, kind: str = "Qwen-VL model") -> str:
     return str(model_type)
 
 
-def _torch_dtype(dtype: str | Any) -> Any:
+def _torch_dtype(dtype: str | torch.dtype) -> str | torch.dtype:
     import torch
 
     if not isinstance(dtype, str) or dtype == "auto":
@@ -118,7 +125,7 @@ def _torch_dtype(dtype: str | Any) -> Any:
 
 def load_processor(
     path: str | Path, arch: str, *, min_pixels: int | None = None, max_pixels: int | None = None
-) -> Any:
+) -> ProcessorMixin:
     """Load the image-only processor of a checkpoint; tokenizer left-padded for generation."""
     from evidra.models.processors import image_only_processor_class
 
@@ -137,7 +144,7 @@ def load_processor(
     return processor
 
 
-def processor_spec(processor: Any, arch: str) -> VisionSpec:
+def processor_spec(processor: ProcessorMixin, arch: str) -> VisionSpec:
     """The vision facts (patch, merge, pixel limits) this processor actually applies."""
     ip = processor.image_processor
     size = ip.size
@@ -154,7 +161,7 @@ def processor_spec(processor: Any, arch: str) -> VisionSpec:
 def load_vlm(
     path: str | Path,
     *,
-    dtype: str | Any = "float32",
+    dtype: str | torch.dtype = "float32",
     device: str = "cpu",
     min_pixels: int | None = None,
     max_pixels: int | None = None,
@@ -176,7 +183,7 @@ def load_vlm(
         raise ModelLoadError(
             f"{str(path)!r} is a {arch!r} checkpoint; load_vlm supports {', '.join(SUPPORTED_ARCHS)}"
         )
-    kwargs: dict[str, Any] = {"dtype": _torch_dtype(dtype), "local_files_only": True}
+    kwargs: dict[str, object] = {"dtype": _torch_dtype(dtype), "local_files_only": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     spec: VisionSpec | None = None
@@ -195,7 +202,7 @@ def load_vlm(
     return VLM(model=model, processor=processor, arch=arch, spec=spec, path=Path(path))
 
 
-def _from_pretrained(auto_class: str, path: str | Path, kwargs: dict[str, Any]) -> Any:
+def _from_pretrained(auto_class: str, path: str | Path, kwargs: dict[str, object]) -> HFModel:
     import transformers
 
     try:
@@ -204,7 +211,7 @@ def _from_pretrained(auto_class: str, path: str | Path, kwargs: dict[str, Any]) 
         raise ModelLoadError(f"could not load model weights from {str(path)!r}: {exc}") from exc
 
 
-def _text_processor(path: str | Path) -> Any:
+def _text_processor(path: str | Path) -> TextProcessor:
     from transformers import AutoTokenizer
 
     from evidra.models.processors import TextProcessor
@@ -217,7 +224,9 @@ def _text_processor(path: str | Path) -> Any:
     return TextProcessor(tokenizer)
 
 
-def load_colqwen2(path: str | Path, *, dtype: str | Any = "float32", device: str = "cpu") -> tuple[Any, Any]:
+def load_colqwen2(
+    path: str | Path, *, dtype: str | torch.dtype = "float32", device: str = "cpu"
+) -> tuple[ColQwen2ForRetrieval, ColQwen2Processor]:
     """Load a ColQwen2 retriever and its processor: ``(model, processor)``."""
     from transformers import ColQwen2ForRetrieval, ColQwen2Processor
 

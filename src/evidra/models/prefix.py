@@ -17,10 +17,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Literal, overload
 
 from evidra.core.errors import InvalidInputError
 from evidra.models.context import Context, collate_left
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import PreTrainedModel
+    from transformers.utils import ModelOutput
+
+    from evidra.models.hf_types import HFModel, KVCache, ModelInputs
 
 PREFIX_ARCHS = ("qwen2_vl", "qwen2_5_vl")  # checked against the plain forward in tests
 
@@ -29,13 +36,13 @@ PREFIX_ARCHS = ("qwen2_vl", "qwen2_5_vl")  # checked against the plain forward i
 class PrefixBatch:
     """Distinct prompts (left-padded) and the right-padded responses that follow them."""
 
-    prompt_inputs: dict[str, Any]  # (P, Lp) model inputs of the distinct prompts
-    prompt_index: Any  # (B,) which prompt each response follows
-    response_ids: Any  # (B, R)
-    response_mask: Any  # (B, R)
+    prompt_inputs: ModelInputs  # (P, Lp) model inputs of the distinct prompts
+    prompt_index: Tensor  # (B,) which prompt each response follows
+    response_ids: Tensor  # (B, R)
+    response_mask: Tensor  # (B, R)
 
 
-def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+def cache_kwargs(model: HFModel, cache: KVCache | None) -> dict[str, KVCache | None]:
     """The KV cache as the model's forward takes it: ``cache=`` from transformers 5.24 (where
     ``past_key_values=`` is deprecated), ``past_key_values=`` before."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -47,13 +54,14 @@ def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
     return {"cache": cache} if takes_cache else {"past_key_values": cache}
 
 
-def output_cache(out: Any) -> Any:
+def output_cache(out: ModelOutput) -> KVCache:
     """The KV cache a forward returned (``out.cache`` from transformers 5.24)."""
     fields = getattr(out, "__dataclass_fields__", {})
     return out.cache if "cache" in fields else out.past_key_values
 
 
-def _rope_owner(model: Any) -> Any:
+def _rope_owner(model: HFModel) -> PreTrainedModel | None:
+    """The module that computes 3D rope positions (``get_rope_index``) and keeps ``rope_deltas``."""
     for module in model.modules():
         if hasattr(module, "rope_deltas") and hasattr(module, "get_rope_index"):
             return module
@@ -83,9 +91,21 @@ def build_prefix_batch(
     return PrefixBatch(inputs, torch.tensor(list(prompt_index), dtype=torch.long), ids, mask)
 
 
+@overload
 def prefix_logprobs(
-    model: Any, batch: PrefixBatch, temperature: float = 1.0, *, with_entropy: bool = False
-) -> Any:
+    model: HFModel, batch: PrefixBatch, temperature: float = ..., *, with_entropy: Literal[False] = ...
+) -> Tensor: ...
+@overload
+def prefix_logprobs(
+    model: HFModel, batch: PrefixBatch, temperature: float = ..., *, with_entropy: Literal[True]
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def prefix_logprobs(
+    model: HFModel, batch: PrefixBatch, temperature: float = ..., *, with_entropy: bool
+) -> Tensor | tuple[Tensor, Tensor]: ...
+def prefix_logprobs(
+    model: HFModel, batch: PrefixBatch, temperature: float = 1.0, *, with_entropy: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
     """Log-probs ``(B, R)`` of each response token, computing each distinct prompt once
     (and the detached entropies ``(B, R)`` with ``with_entropy``, as ``forward_logprobs``)."""
     import torch

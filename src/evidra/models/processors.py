@@ -10,10 +10,18 @@ loads a real checkpoint directory (``preprocessor_config.json`` with legacy ``mi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from evidra.core.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from transformers import ProcessorMixin
+
+    from evidra.models.chat import ChatMessage
+    from evidra.models.hf_types import Encoding, Tokenizer
 
 _BASES = {
     "qwen2_vl": "Qwen2VLProcessor",
@@ -23,7 +31,7 @@ _BASES = {
 
 
 @cache
-def image_only_processor_class(arch: str) -> type[Any]:
+def image_only_processor_class(arch: str) -> type[ProcessorMixin]:
     """The processor class for ``arch`` with the video sub-processor removed."""
     import transformers
 
@@ -35,11 +43,11 @@ def image_only_processor_class(arch: str) -> type[Any]:
         ) from None
 
     def __init__(
-        self: Any,
-        image_processor: Any = None,
-        tokenizer: Any = None,
-        chat_template: Any = None,
-        **kwargs: Any,
+        self: ProcessorMixin,
+        image_processor: object = None,
+        tokenizer: Tokenizer | None = None,
+        chat_template: str | None = None,
+        **kwargs: object,
     ) -> None:
         # ProcessorMixin zips positional sub-processors with the attributes of *this* signature,
         # so the base's trailing ``video_processor=None`` is dropped rather than validated.
@@ -58,27 +66,29 @@ class TextProcessor:
     text parts are joined into one string first. An image is an error, not silently dropped.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
 
-    def __call__(self, text: Any = None, images: Any = None, **kwargs: Any) -> Any:
+    def __call__(
+        self, text: str | list[str] | None = None, images: Sequence[object] | None = None, **kwargs: Any
+    ) -> Encoding:
         if images:
             raise ModelLoadError(
                 "a text-only policy was given images; train it on a text task or load a Qwen-VL checkpoint"
             )
         return self.tokenizer(text, **kwargs)
 
-    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
+    def apply_chat_template(self, conversation: Sequence[ChatMessage], **kwargs: Any) -> Any:
         return self.tokenizer.apply_chat_template([_flatten(m) for m in conversation], **kwargs)
 
-    def decode(self, *args: Any, **kwargs: Any) -> Any:
+    def decode(self, *args: Any, **kwargs: Any) -> str:
         return self.tokenizer.decode(*args, **kwargs)
 
-    def save_pretrained(self, path: Any) -> Any:
+    def save_pretrained(self, path: str | Path) -> tuple[str, ...]:
         return self.tokenizer.save_pretrained(path)
 
 
-def _flatten(message: dict[str, Any]) -> dict[str, Any]:
+def _flatten(message: ChatMessage) -> ChatMessage:
     content = message.get("content")
     if isinstance(content, str) or content is None:
         return message

@@ -9,19 +9,26 @@ weights (so checkpoints, LoRA and gradients are untouched).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from evidra.models.hf_types import HFModel
 
 
-def _is_patch_conv(module: Any) -> bool:
-    proj: Any = getattr(module, "proj", None)
+def _is_patch_conv(module: torch.nn.Module) -> bool:
+    proj = getattr(module, "proj", None)
     return (
-        type(proj).__name__ == "Conv3d"
+        proj is not None
+        and type(proj).__name__ == "Conv3d"
         and tuple(proj.kernel_size) == tuple(proj.stride)
         and type(module).__name__.endswith("PatchEmbed")
     )
 
 
-def fast_patch_embed(model: Any) -> int:
+def fast_patch_embed(model: HFModel) -> int:
     """Route every kernel-equals-stride Conv3d patch embedding through ``F.linear``; returns how many."""
     import torch.nn.functional as F
 
@@ -31,7 +38,7 @@ def fast_patch_embed(model: Any) -> int:
             continue
         proj = module.proj
 
-        def forward(hidden_states: Any, _proj: Any = proj) -> Any:
+        def forward(hidden_states: Tensor, _proj: torch.nn.Conv3d = proj) -> Tensor:
             weight = _proj.weight  # (embed, C, T, P, P)
             flat = hidden_states.reshape(-1, weight[0].numel()).to(weight.dtype)  # (patches, C*T*P*P)
             return F.linear(flat, weight.reshape(weight.shape[0], -1), _proj.bias)  # (patches, embed)

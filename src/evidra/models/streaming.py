@@ -17,8 +17,13 @@ callback may raise (e.g. ``StreamCancelled`` when the reader left): generation s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from evidra.models.hf_types import Tokenizer
 
 OnText = Callable[[str], None]
 
@@ -30,7 +35,7 @@ class StreamCancelled(Exception):
 class TextCallback:
     """A transformers streamer (``put``/``end``) calling ``on_text`` with each new piece of text."""
 
-    def __init__(self, tokenizer: Any, on_text: OnText, end_ids: Collection[int] = ()) -> None:
+    def __init__(self, tokenizer: Tokenizer, on_text: OnText, end_ids: Collection[int] = ()) -> None:
         self.tokenizer = tokenizer
         self.on_text = on_text
         self.end_ids = frozenset(end_ids)
@@ -38,7 +43,7 @@ class TextCallback:
         self.sent = 0  # characters of the decoded text handed on so far
         self._prompt_seen = False
 
-    def put(self, value: Any) -> None:
+    def put(self, value: Tensor | Sequence[int]) -> None:
         ids = value.reshape(-1).tolist() if hasattr(value, "reshape") else list(value)
         if not self._prompt_seen:  # the first call carries the prompt
             self._prompt_seen = True

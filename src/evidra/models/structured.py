@@ -24,15 +24,15 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.core.types import Box, CoordSpace, ImagePart, Message, Page, Parsed, Step, TextPart
 
 MAX_STEPS = 32  # steps read from one answer; more are cut (and said so)
 MAX_TEXT = 4000  # characters kept of one step's text or of the answer
 NO_ANSWER = "No answer"  # a null answer: the pages do not answer the question (as LAT's format says it)
 
-ANSWER_SCHEMA: dict[str, Any] = {
+ANSWER_SCHEMA: JSONObject = {
     "type": "object",
     "properties": {
         "answer": {"type": ["string", "null"]},
@@ -67,7 +67,7 @@ INSTRUCTION = (
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
-def response_format() -> dict[str, Any]:
+def response_format() -> JSONObject:
     """The ``response_format`` of a chat-completions request that holds the reply to the schema."""
     return {"type": "json_schema", "json_schema": {"name": "evidra_answer", "schema": ANSWER_SCHEMA}}
 
@@ -100,16 +100,17 @@ def parse(text: str, page_ids: Sequence[str]) -> Parsed:
     return Parsed(text=text, answer=answer, steps=tuple(steps), errors=tuple(errors))
 
 
-def _load(text: str) -> tuple[Any, str | None]:
+def _load(text: str) -> tuple[JSON, str | None]:
     fenced = _FENCE.match(text)
     body = fenced.group(1) if fenced else text.strip()
     if not body:
         return None, "the answer is empty"
     try:
         # strict=False: a raw control character inside a string (a tab) is read, as grammars allow it
-        return json.loads(body, parse_constant=_no_constant, strict=False), None
+        data: JSON = json.loads(body, parse_constant=_no_constant, strict=False)
     except (ValueError, RecursionError) as exc:
         return None, f"the answer is not JSON: {type(exc).__name__}: {str(exc)[:120]}"
+    return data, None
 
 
 def _no_constant(name: str) -> float:

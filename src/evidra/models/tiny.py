@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from evidra.core.errors import InvalidInputError
 from evidra.models.tiny_parts import (
@@ -29,6 +29,9 @@ from evidra.models.tiny_parts import (
     tiny_image_processor,
 )
 from evidra.models.tiny_retrievers import build_tiny_colpali, build_tiny_colqwen2
+
+if TYPE_CHECKING:
+    from evidra.models.hf_types import Tokenizer
 
 __all__ = [
     "ARCHS",
@@ -111,7 +114,7 @@ def build_tiny(
     return out
 
 
-def save_processor(arch: Arch, out: Path, tokenizer: Any, *, min_pixels: int, max_pixels: int) -> None:
+def save_processor(arch: Arch, out: Path, tokenizer: Tokenizer, *, min_pixels: int, max_pixels: int) -> None:
     """Save the processor of ``tokenizer`` into checkpoint directory ``out``, in the released layout.
 
     Used for the tiny models and for random full-size ones (``benchmarks/grpo_step_gpu.py``).

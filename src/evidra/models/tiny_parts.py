@@ -12,7 +12,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+from evidra.core.jsonvalue import JSONObject
+
+if TYPE_CHECKING:
+    from transformers import BaseImageProcessor, PreTrainedTokenizerFast
+
+    from evidra.models.hf_types import ModelConfig, Tokenizer
 
 Arch = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 ARCHS: tuple[Arch, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
@@ -158,7 +165,7 @@ def _training_corpus(n_lines: int = 3000, seed: int = 0) -> list[str]:
     return lines
 
 
-def build_tokenizer(vocab_size: int = 2048, seed: int = 0) -> Any:
+def build_tokenizer(vocab_size: int = 2048, seed: int = 0) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE with Qwen2's pre-tokenizer; returns a ``PreTrainedTokenizerFast``."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -191,7 +198,7 @@ def build_tokenizer(vocab_size: int = 2048, seed: int = 0) -> Any:
     return fast
 
 
-def special_token_ids(tokenizer: Any) -> dict[str, int]:
+def special_token_ids(tokenizer: Tokenizer) -> dict[str, int]:
     """The image / video / vision-span token ids of ``tokenizer``, as a Qwen-VL config names them."""
     get = tokenizer.convert_tokens_to_ids
     return {
@@ -203,18 +210,18 @@ def special_token_ids(tokenizer: Any) -> dict[str, int]:
 
 
 def text_config(
-    tokenizer: Any, arch: Arch, hidden: int, rope_theta: float | None = None, layers: int = 2
-) -> dict[str, Any]:
+    tokenizer: Tokenizer, arch: Arch, hidden: int, rope_theta: float | None = None, layers: int = 2
+) -> JSONObject:
     """The text model's fields of a tiny ``arch`` config (``tiny_config``; the text-only models
     start from them), its vocabulary and special ids those of ``tokenizer``."""
     pad, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
     half = hidden // 8  # half a head of 4 heads: the rotary pairs, split over time, height, width
-    rope: dict[str, Any] = {
+    rope: JSONObject = {
         "rope_type": "default",
         "rope_theta": 1e6,
         "mrope_section": [half // 2, half // 4, half // 4],
     }
-    cfg: dict[str, Any] = {
+    cfg: JSONObject = {
         "vocab_size": len(tokenizer),
         "hidden_size": hidden,
         "intermediate_size": 2 * hidden,
@@ -236,7 +243,7 @@ def text_config(
     return cfg
 
 
-def _vision_config(arch: Arch, hidden: int) -> dict[str, Any]:
+def _vision_config(arch: Arch, hidden: int) -> JSONObject:
     if arch == "qwen2_vl":
         return {"depth": 2, "embed_dim": hidden, "hidden_size": hidden, "mlp_ratio": 2, "num_heads": 4}
     common = {"depth": 2, "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_heads": 4}
@@ -252,8 +259,8 @@ def _vision_config(arch: Arch, hidden: int) -> dict[str, Any]:
 
 
 def tiny_config(
-    arch: Arch, tokenizer: Any, hidden: int = 64, rope_theta: float | None = None, layers: int = 2
-) -> Any:
+    arch: Arch, tokenizer: Tokenizer, hidden: int = 64, rope_theta: float | None = None, layers: int = 2
+) -> ModelConfig:
     """A transformers config for a tiny model of ``arch`` matching ``tokenizer``'s ids.
 
     ``rope_theta`` replaces the released base (1e6, Qwen3-VL 5e6): with a head of 16 dimensions
@@ -274,10 +281,10 @@ def tiny_config(
     )
 
 
-def tiny_image_processor(arch: Arch, min_pixels: int, max_pixels: int) -> Any:
+def tiny_image_processor(arch: Arch, min_pixels: int, max_pixels: int) -> BaseImageProcessor:
     from transformers import Qwen2VLImageProcessorPil
 
-    kwargs: dict[str, Any] = {"min_pixels": min_pixels, "max_pixels": max_pixels}
+    kwargs: dict[str, object] = {"min_pixels": min_pixels, "max_pixels": max_pixels}
     if arch == "qwen3_vl":
         kwargs.update(patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3)
     return Qwen2VLImageProcessorPil(**kwargs)

@@ -11,14 +11,24 @@ cached (``VisionFeatureCache.applicable`` is False).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+    from transformers import PreTrainedModel
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    from evidra.models.hf_types import HFModel
+
+    ImageFeatures = Callable[..., BaseModelOutputWithPooling]  # (pixel_values, image_grid_thw, **kwargs)
 
 SUPPORTED = ("Qwen2VLModel", "Qwen2_5_VLModel")
 
 
-def _inner(model: Any) -> Any:
+def _inner(model: HFModel) -> PreTrainedModel | None:
     """The module that owns ``get_image_features`` and ``visual`` (through PEFT/DDP wrappers)."""
     for module in model.modules():
         if type(module).__name__ in SUPPORTED:
@@ -27,10 +37,11 @@ def _inner(model: Any) -> Any:
 
 
 class VisionFeatureCache:
-    def __init__(self, models: Sequence[Any]) -> None:
+    def __init__(self, models: Sequence[HFModel]) -> None:
         self.inners = [m for m in (_inner(model) for model in models) if m is not None]
-        self._store: dict[tuple[bytes, tuple[int, ...]], Any] = {}
-        self._w: Any = None  # random directions of the fingerprint: rows (n,), columns (c, 4)
+        self._store: dict[tuple[bytes, tuple[int, ...]], Tensor] = {}
+        # random directions of the fingerprint: rows (n,), columns (c, 4)
+        self._w: tuple[Tensor, Tensor] | None = None
         self.hits = self.misses = 0
 
     @property
@@ -40,7 +51,7 @@ class VisionFeatureCache:
             not any(p.requires_grad for p in inner.visual.parameters()) for inner in self.inners
         )
 
-    def _key(self, pixels: Any, grid: Any) -> tuple[bytes, tuple[int, ...]]:
+    def _key(self, pixels: Tensor, grid: Tensor) -> tuple[bytes, tuple[int, ...]]:
         """Fingerprint of an image's patches ``(n, c)``: the bilinear forms ``r^T X W``, bit-exact.
 
         ``r`` (n) and ``W`` (c, 4) are fixed random directions. Equal pixels give equal forms
@@ -57,7 +68,7 @@ class VisionFeatureCache:
         shape = f"{x.shape[0]}x{x.shape[1]}".encode()
         return digest.cpu().numpy().tobytes() + shape, tuple(int(v) for v in grid.tolist())
 
-    def _weights(self, n: int, c: int, device: Any) -> tuple[Any, Any]:
+    def _weights(self, n: int, c: int, device: torch.device) -> tuple[Tensor, Tensor]:
         import torch
 
         w = self._w
@@ -68,11 +79,14 @@ class VisionFeatureCache:
             self._w = w = (rows, cols)
         return w[0][:n], w[1][:c]
 
-    def _patched(self, original: Any) -> Any:
+    def _patched(self, original: ImageFeatures) -> ImageFeatures:
         import torch
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-        def get_image_features(pixel_values: Any, image_grid_thw: Any = None, **kwargs: Any) -> Any:
+        def get_image_features(
+            pixel_values: Tensor, image_grid_thw: Tensor | None = None, **kwargs: Any
+        ) -> BaseModelOutputWithPooling:
+            assert image_grid_thw is not None  # Qwen-VL passes the grid of every image
             sizes = image_grid_thw.prod(-1).tolist()  # patches per image
             chunks = torch.split(pixel_values, sizes)
             keys = [self._key(c, g) for c, g in zip(chunks, image_grid_thw, strict=True)]
@@ -103,7 +117,7 @@ class VisionFeatureCache:
                 self._store.clear()
 
 
-def _normal(tensor: Any) -> Any:
+def _normal(tensor: Tensor) -> Tensor:
     """``tensor``, or a normal copy of it if it was made under ``torch.inference_mode`` (sampling
     runs there): a later policy forward uses the features under autograd."""
     import torch

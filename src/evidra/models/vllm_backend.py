@@ -37,13 +37,19 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 from evidra.core.errors import ConfigError, EvidraError, InvalidInputError
 from evidra.models.context import Context
 from evidra.models.generation import FinishReason, Generation, SamplingParams
 from evidra.models.loading import VLM
 from evidra.models.vllm_prompt import vllm_prompt
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from evidra.models.hf_types import HFModel, Processor
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +82,7 @@ class VLLMConfig:
             )
 
 
-def _import_vllm() -> Any:
+def _import_vllm() -> ModuleType:
     try:
         import vllm
     except ImportError as exc:
@@ -113,10 +119,10 @@ def sampling_kwargs(
     seed: int,
     suppress: Sequence[int] = (),
     max_tokens: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """vLLM ``SamplingParams`` (or ``/v1/completions`` fields) for one row; ``suppress``: never
     sampled; ``max_tokens``: this row's own cap, below ``params.max_new_tokens``."""
-    extra: dict[str, Any] = {"logit_bias": {int(t): -100.0 for t in suppress}} if suppress else {}
+    extra: dict[str, object] = {"logit_bias": {int(t): -100.0 for t in suppress}} if suppress else {}
     cap = params.max_new_tokens if max_tokens is None else min(max_tokens, params.max_new_tokens)
     if params.min_new_tokens:  # vLLM's name; its stop strings, like transformers', still stop
         extra["min_tokens"] = min(params.min_new_tokens, cap)
@@ -157,7 +163,7 @@ def to_generation(
     )
 
 
-def policy_weights(model: Any) -> Iterator[tuple[str, Any]]:
+def policy_weights(model: HFModel) -> Iterator[tuple[str, Tensor]]:
     """The policy's weights under checkpoint names, LoRA merged in (call inside ``merged``)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     for name, tensor in inner.state_dict().items():
@@ -169,11 +175,11 @@ def policy_weights(model: Any) -> Iterator[tuple[str, Any]]:
 class _Merged:
     """Context manager: LoRA folded into the base weights while the weights are read."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: HFModel) -> None:
         self.model = model
         self.lora = hasattr(model, "merge_adapter")
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> HFModel:
         if self.lora:
             self.model.merge_adapter()
         return self.model
@@ -195,7 +201,7 @@ class VLLMBackend:
         self.sleeping = False
         if cfg.enable_sleep and not self.on_gpu:
             logger.info("rollout.vllm.enable_sleep: sleep mode needs a GPU; vLLM stays awake on CPU")
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "model": str(vlm.path),
             "dtype": cfg.dtype or dtype,
             "max_model_len": cfg.max_model_len,
@@ -216,7 +222,7 @@ class VLLMBackend:
             raise VLLMError(f"vLLM could not start on {vlm.path}: {exc}") from exc
 
     @property
-    def processor(self) -> Any:
+    def processor(self) -> Processor:
         return self.vlm.processor
 
     def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
@@ -257,7 +263,7 @@ class VLLMBackend:
             )
         return room
 
-    def _prompt(self, context: Context) -> Any:
+    def _prompt(self, context: Context) -> dict[str, object]:
         spec = self.vlm.spec
         if spec is None:
             return vllm_prompt(context, -1, min_pixels=0, max_pixels=0).as_tokens_prompt()
@@ -275,7 +281,7 @@ class VLLMBackend:
             self.llm.sleep(level=1)
             self.sleeping = True
 
-    def sync(self, model: Any) -> None:
+    def sync(self, model: HFModel) -> None:
         """Load the policy's current weights into the engine and drop the stale prefix cache."""
         if self.sleeping:
             self.llm.wake_up(tags=["weights"])
@@ -296,7 +302,7 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def save_weights(model: Any, out_dir: str | Path) -> Path:
+def save_weights(model: HFModel, out_dir: str | Path) -> Path:
     """Write the policy's merged weights as ``model.safetensors`` (what a server reloads)."""
     from safetensors.torch import save_file
 

@@ -17,10 +17,13 @@ Pure: builds the request, imports nothing from vLLM, so it is tested without it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError
 from evidra.models.context import Context
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 
 @dataclass(frozen=True)
@@ -28,12 +31,12 @@ class VLLMPrompt:
     """What ``vllm.LLM.generate`` takes for one row (as a ``TokensPrompt`` dict)."""
 
     prompt_token_ids: tuple[int, ...]  # each image's placeholder run collapsed to one token
-    images: tuple[Any, ...] = ()  # PIL images, in the order of their placeholders
+    images: tuple[Image, ...] = ()  # in the order of their placeholders
     min_pixels: int | None = None
     max_pixels: int | None = None
 
-    def as_tokens_prompt(self) -> dict[str, Any]:
-        prompt: dict[str, Any] = {"prompt_token_ids": list(self.prompt_token_ids)}
+    def as_tokens_prompt(self) -> dict[str, object]:
+        prompt: dict[str, object] = {"prompt_token_ids": list(self.prompt_token_ids)}
         if self.images:
             prompt["multi_modal_data"] = {"image": list(self.images)}
             prompt["mm_processor_kwargs"] = {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels}

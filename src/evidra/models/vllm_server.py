@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
+from evidra.core.jsonvalue import JSON, JSONObject, at, json_kind
 from evidra.http.replies import ERROR_BODY_BYTES, REQUEST_HEADERS, ReplyError, loads, read_capped, shown
 from evidra.models.context import Context
 from evidra.models.generation import Generation, SamplingParams
@@ -33,26 +34,36 @@ from evidra.models.vllm_backend import (
     to_generation,
 )
 
+if TYPE_CHECKING:
+    from evidra.models.hf_types import HFModel, Processor
+
 logger = logging.getLogger(__name__)
 
 _RESET_TRIES = 20
 MAX_REPLY_BYTES = 64 * 2**20  # a completion with its token ids and log-probs; far above any real one
 
 
-def completion_fields(data: Any, url: str) -> tuple[list[int], list[float], bool]:
+def completion_fields(data: JSON, url: str) -> tuple[list[int], list[float], bool]:
     """Token ids, their log-probs and whether a stop string ended it, of a ``/v1/completions``
     reply; ``VLLMError`` naming what is missing when it is not one."""
     try:
-        choice = data["choices"][0]
-        ids = choice.get("token_ids")
-        if ids is None:
+        choice = at(data, "choices", 0)
+        if not isinstance(choice, dict):
+            raise TypeError(f"the first choice is {json_kind(choice)}")
+        given = choice.get("token_ids")
+        if given is None:
             raise VLLMError(f"vLLM server {url} returned no token_ids; it needs vLLM >= 0.10")
-        logprobs = choice["logprobs"]["token_logprobs"]
-        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        logprobs = at(choice, "logprobs", "token_logprobs")
+        ids = (
+            [i for i in given if isinstance(i, int) and not isinstance(i, bool)]
+            if isinstance(given, list)
+            else []
+        )
+        if not isinstance(given, list) or len(ids) != len(given):
             raise TypeError("token_ids is not a list of integers")
         if not isinstance(logprobs, list) or len(logprobs) != len(ids):
             raise TypeError("token_logprobs is not a list as long as token_ids")
-        values = [float(v) for v in logprobs]
+        values = [_number(v) for v in logprobs]
     except VLLMError:
         raise
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
@@ -61,6 +72,13 @@ def completion_fields(data: Any, url: str) -> tuple[list[int], list[float], bool
             f"{shown(str(exc).encode(), 80)})"
         ) from None
     return ids, values, isinstance(choice.get("stop_reason"), str)
+
+
+def _number(value: JSON) -> float:
+    """A log-prob as a float (a JSON number, or one written as text)."""
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"a log-prob is {json_kind(value)}")
+    return float(value)
 
 
 class VLLMServerBackend:
@@ -77,10 +95,10 @@ class VLLMServerBackend:
         self.model_name = self._served_model()
 
     @property
-    def processor(self) -> Any:
+    def processor(self) -> Processor:
         return self.vlm.processor
 
-    def _post(self, path: str, body: dict[str, Any]) -> Any:
+    def _post(self, path: str, body: Mapping[str, object]) -> JSON:
         import httpx
 
         try:
@@ -105,7 +123,7 @@ class VLLMServerBackend:
         try:
             with self.client.stream("GET", self.url + "/v1/models") as response:
                 data = loads(read_capped(response, MAX_REPLY_BYTES))
-            return str(data["data"][0]["id"])
+            return str(at(data, "data", 0, "id"))
         except (httpx.HTTPError, ReplyError, KeyError, IndexError, TypeError) as exc:
             raise VLLMError(
                 f"no vLLM server at rollout.vllm.server_url={self.url} ({type(exc).__name__}: "
@@ -134,7 +152,7 @@ class VLLMServerBackend:
     def release(self) -> None:
         """Nothing to free: the server runs on its own devices."""
 
-    def sync(self, model: Any) -> None:
+    def sync(self, model: HFModel) -> None:
         """Write the merged weights to ``weights_dir`` and have the server reload them in place."""
         if not self.cfg.weights_dir:
             raise VLLMError(
@@ -142,7 +160,7 @@ class VLLMServerBackend:
             )
         path = save_weights(model, self.cfg.weights_dir)
         # the worker's reload_weights(weights_path=...) reads every safetensors file in the folder
-        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path.resolve())}}
+        rpc: JSONObject = {"method": "reload_weights", "kwargs": {"weights_path": str(path.resolve())}}
         self._post("/collective_rpc", rpc)
         # KV blocks cached under the old weights must go; the reset fails while requests still
         # hold blocks (none should: sync runs between rollouts), so it is retried, then an error

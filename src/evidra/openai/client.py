@@ -50,6 +50,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from evidra.core.errors import ConfigError, InvalidInputError
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.core.types import Message
 from evidra.http.replies import (
     ERROR_BODY_BYTES,
@@ -77,7 +78,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 T = TypeVar("T")
-ChatMessages = Sequence[Message | Mapping[str, Any]]
+ChatMessages = Sequence[Message | Mapping[str, JSON]]
 OnText = Callable[[str], None]  # receives each piece of a streamed reply
 
 
@@ -268,7 +269,7 @@ class AsyncChatClient:
         temperature: float = 0.0,
         stop: Sequence[str] = (),
         max_attempts: int | None = None,
-        response_format: Mapping[str, Any] | None = None,
+        response_format: Mapping[str, JSON] | None = None,
         on_text: OnText | None = None,
     ) -> ChatResult:
         """The text choices for ``messages``; ``max_attempts`` overrides the policy's;
@@ -307,7 +308,7 @@ class AsyncChatClient:
         return await self._with_retries(body, max_attempts or self.config.retry.max_attempts, stream)
 
     async def _with_retries(
-        self, body: dict[str, Any], attempts: int, stream: _Stream | None = None
+        self, body: JSONObject, attempts: int, stream: _Stream | None = None
     ) -> ChatResult:
         policy, url = self.config.retry, self.config.url
         waited = 0.0
@@ -343,7 +344,7 @@ class AsyncChatClient:
             return parse_completion(data, url, attempt, time.perf_counter() - start, (self.config.key(),))
         raise AssertionError("unreachable: the loop returns or raises")
 
-    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str | None, bytes]:
+    async def _post(self, body: JSONObject, headers: dict[str, str]) -> tuple[int, str | None, bytes]:
         """Status, ``Retry-After`` and the body (capped: a whole 2xx one, the start of another)."""
         assert self._http is not None
         async with self._http.stream("POST", self.config.url, json=body, headers=headers) as response:
@@ -353,8 +354,8 @@ class AsyncChatClient:
             return response.status_code, response.headers.get("Retry-After"), raw
 
     async def _post_stream(
-        self, body: dict[str, Any], headers: dict[str, str], stream: _Stream
-    ) -> tuple[int, str | None, bytes, Any]:
+        self, body: JSONObject, headers: dict[str, str], stream: _Stream
+    ) -> tuple[int, str | None, bytes, JSON]:
         """Status, ``Retry-After``, an error body (capped) or the streamed reply as a completion."""
         from evidra.openai.stream import read_stream
 
@@ -370,7 +371,7 @@ class AsyncChatClient:
             reply = await read_stream(response.aiter_raw(), self.config.max_reply_bytes, stream.hand_on)
             return response.status_code, None, b"", reply
 
-    async def _attempt(self, body: dict[str, Any], stream: _Stream | None = None) -> Any:
+    async def _attempt(self, body: JSONObject, stream: _Stream | None = None) -> JSON:
         """One request; its decoded JSON, or ``_Transient`` / ``ChatClientError``."""
         import httpx
 
@@ -378,7 +379,7 @@ class AsyncChatClient:
 
         url, key = self.config.url, self.config.key()
         headers = {**REQUEST_HEADERS, **({"Authorization": f"Bearer {key}"} if key else {})}
-        streamed: Any = None
+        streamed: JSON = None
         try:  # wait_for bounds the whole attempt; httpx's own timeouts bound each phase only
             if stream is None:
                 status, retry_after, raw = await asyncio.wait_for(
@@ -481,7 +482,7 @@ class ChatClient:
         temperature: float = 0.0,
         stop: Sequence[str] = (),
         max_attempts: int | None = None,
-        response_format: Mapping[str, Any] | None = None,
+        response_format: Mapping[str, JSON] | None = None,
         on_text: OnText | None = None,
     ) -> ChatResult:
         """``AsyncChatClient.chat``, blocking; ``on_text`` runs on the client's own thread."""

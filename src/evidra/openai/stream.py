@@ -16,9 +16,9 @@ end; an ``{"error": ...}`` event (vLLM sends one when generation fails mid-way) 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from evidra.core.errors import EvidraError
+from evidra.core.jsonvalue import JSON, JSONObject, at, need_int, need_object
 from evidra.http.replies import ReplyError, loads
 
 DONE = "[DONE]"
@@ -47,19 +47,21 @@ class EventLines:
         return out
 
 
-def chunk_delta(data: Any) -> tuple[str, str | None, int | None]:
+def chunk_delta(data: JSON) -> tuple[str, str | None, int | None]:
     """The text piece, finish reason and completion tokens (when reported) of one chunk."""
     if isinstance(data, dict) and data.get("error") is not None:
         error = data["error"]
         message = error.get("message") if isinstance(error, dict) else error
         raise StreamFailed(" ".join(str(message).split())[:200] or "an error event")
     try:
-        usage = data.get("usage") or {}
-        tokens = int(usage["completion_tokens"]) if "completion_tokens" in usage else None
-        if not data.get("choices"):
+        chunk = need_object(data, "the chunk")
+        usage = chunk.get("usage") or {}
+        reported = isinstance(usage, dict) and "completion_tokens" in usage
+        tokens = need_int(at(usage, "completion_tokens"), "completion_tokens") if reported else None
+        if not chunk.get("choices"):
             return "", None, tokens  # a usage-only chunk
-        choice = data["choices"][0]
-        piece = (choice.get("delta") or {}).get("content") or ""
+        choice = need_object(at(chunk, "choices", 0), "a choice")
+        piece = need_object(choice.get("delta") or {}, "a delta").get("content") or ""
         finish = choice.get("finish_reason")
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise ReplyError(
@@ -70,9 +72,7 @@ def chunk_delta(data: Any) -> tuple[str, str | None, int | None]:
     return piece, str(finish) if finish else None, tokens
 
 
-async def read_stream(
-    chunks: AsyncIterator[bytes], cap: int, on_text: Callable[[str], None]
-) -> dict[str, Any]:
+async def read_stream(chunks: AsyncIterator[bytes], cap: int, on_text: Callable[[str], None]) -> JSONObject:
     """The streamed reply as a chat completion; each non-empty text piece goes to ``on_text``."""
     lines = EventLines(cap)
     pieces: list[str] = []
@@ -92,6 +92,10 @@ async def read_stream(
     return _completion("".join(pieces), finish, tokens)
 
 
-def _completion(text: str, finish: str, tokens: int) -> dict[str, Any]:
-    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+def _completion(text: str, finish: str, tokens: int) -> JSONObject:
+    choice: JSONObject = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": finish,
+    }
     return {"choices": [choice], "usage": {"completion_tokens": tokens}}

@@ -24,10 +24,11 @@ import mimetypes
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core import imagefiles
 from evidra.core.errors import EvidraError, InvalidInputError
+from evidra.core.jsonvalue import JSON, JSONObject, at, need_int, need_object
 from evidra.core.types import ImagePart, Message, TextPart
 from evidra.http.replies import ReplyError, loads
 from evidra.safeio.keys import redact
@@ -35,7 +36,7 @@ from evidra.safeio.keys import redact
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
 
-WireMessage = dict[str, Any]  # one OpenAI chat message, as sent
+WireMessage = JSONObject  # one OpenAI chat message, as sent
 ImageSize = Callable[[tuple[int, int]], tuple[int, int]]  # an image's (w, h) -> the (w, h) it is sent at
 MAX_IMAGE_BYTES = imagefiles.MAX_DATA_URL_BYTES  # encoded bytes of one image sent (a data URL's cap)
 
@@ -138,7 +139,7 @@ def to_openai(messages: Sequence[Message], size_for: ImageSize | None = None) ->
     resized to ``size_for`` of its size when given: the resolution the model's family expects)."""
     out: list[WireMessage] = []
     for m in messages:
-        parts: list[dict[str, Any]] = []
+        parts: list[JSON] = []
         for p in m.content:
             if isinstance(p, TextPart):
                 parts.append({"type": "text", "text": p.text})
@@ -149,7 +150,7 @@ def to_openai(messages: Sequence[Message], size_for: ImageSize | None = None) ->
 
 
 def wire_messages(
-    messages: Sequence[Message | Mapping[str, Any]], size_for: ImageSize | None = None
+    messages: Sequence[Message | Mapping[str, JSON]], size_for: ImageSize | None = None
 ) -> list[WireMessage]:
     """evidra ``Message``s converted, OpenAI messages (mappings) passed through as they are."""
     return [to_openai([m], size_for)[0] if isinstance(m, Message) else dict(m) for m in messages]
@@ -157,23 +158,20 @@ def wire_messages(
 
 def request_body(
     model: str,
-    messages: Sequence[Message | Mapping[str, Any]],
+    messages: Sequence[Message | Mapping[str, JSON]],
     *,
     n: int = 1,
     max_tokens: int | None = None,
     temperature: float = 0.0,
     stop: Sequence[str] = (),
-    response_format: Mapping[str, Any] | None = None,
+    response_format: Mapping[str, JSON] | None = None,
     size_for: ImageSize | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The JSON body of ``POST /chat/completions``; unset options are left to the server.
     ``response_format`` asks for structured output (``{"type": "json_schema", ...}``);
     ``size_for`` gives the size each image is sent at (None: as it is)."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": wire_messages(messages, size_for),
-        "temperature": temperature,
-    }
+    wired: list[JSON] = list(wire_messages(messages, size_for))
+    body: JSONObject = {"model": model, "messages": wired, "temperature": temperature}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     if n != 1:
@@ -185,26 +183,28 @@ def request_body(
     return body
 
 
-def _choice(raw: Any) -> Choice:
-    content = raw["message"]["content"]
+def _choice(raw: JSON) -> Choice:
+    content = at(raw, "message", "content")
     if content is not None and not isinstance(content, str):
         raise TypeError(f"message content is {type(content).__name__}, not text")
-    return Choice(content or "", str(raw.get("finish_reason") or "stop"))
+    finish = raw.get("finish_reason") if isinstance(raw, dict) else None
+    return Choice(content or "", str(finish or "stop"))
 
 
 def parse_completion(
-    data: Any, url: str, attempts: int, latency_s: float, secrets: Sequence[str | None] = ()
+    data: JSON, url: str, attempts: int, latency_s: float, secrets: Sequence[str | None] = ()
 ) -> ChatResult:
     """A decoded JSON reply -> ``ChatResult``; ``MalformedResponseError`` when it is not one (its
     message shows the start of the reply, with each of ``secrets`` replaced by ``***``)."""
     try:
-        raw = data["choices"]
+        reply = need_object(data, "the reply")
+        raw = reply["choices"]
         if not isinstance(raw, list) or not raw:
             raise ValueError("'choices' is empty or not a list")
-        ordered = sorted(raw, key=lambda c: int(c.get("index", 0)))
+        ordered = sorted(raw, key=lambda c: need_int(need_object(c, "a choice").get("index", 0), "index"))
         choices = tuple(_choice(c) for c in ordered)
-        usage = data.get("usage") or {}
-        tokens = int(usage.get("completion_tokens") or 0)
+        usage = need_object(reply.get("usage") or {}, "usage")
+        tokens = need_int(usage.get("completion_tokens") or 0, "completion_tokens")
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         shown = redact(json.dumps(data), secrets)[:120]
         raise MalformedResponseError(
@@ -223,7 +223,7 @@ def server_message(text: str, limit: int = 200, secrets: Sequence[str | None] = 
     >>> server_message("<html>Bad Gateway</html>", limit=12)
     '<html>Bad G…'
     """
-    found: Any = text
+    found: JSON = text
     try:
         data = loads(text)
     except ReplyError:

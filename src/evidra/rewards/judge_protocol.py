@@ -44,6 +44,20 @@ class Judge(Protocol):
     def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]: ...
 
 
+def judge_present(judge: Judge, items: Sequence[JudgeItem | None]) -> list[Verdict]:
+    """A verdict for each of ``items``: the present ones judged in one batched call, a missing
+    one (None: nothing to judge, such as an episode without an answer) ``Verdict(False)``.
+
+    >>> class Yes:
+    ...     def judge(self, items): return [Verdict(True) for _ in items]
+    >>> [v.value for v in judge_present(Yes(), [JudgeItem("q", "a", "a"), None])]
+    [True, False]
+    """
+    present = [item for item in items if item is not None]
+    verdicts = iter(judge.judge(present) if present else [])
+    return [next(verdicts) if item is not None else Verdict(False) for item in items]
+
+
 # --- verdict parsing -------------------------------------------------------------------------
 
 

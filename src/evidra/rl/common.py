@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from evidra.rl.run_config import OptimConfig
 from evidra.rl.runs.checkpoint import TrainState
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 
@@ -55,7 +58,7 @@ def make_optimizer(model: Any, cfg: OptimConfig, total_steps: int = 1) -> tuple[
     return optimizer, scheduler
 
 
-def fused_adamw(params: Sequence[Any]) -> bool:
+def fused_adamw(params: Sequence[torch.Tensor]) -> bool:
     """Whether AdamW runs fused over ``params``: every one a plain floating-point tensor on one
     CPU or CUDA device (a sharded DTensor keeps torch's default path)."""
     import torch

@@ -29,6 +29,7 @@ from typing import Any, Literal, Protocol
 from evidra.core.errors import EvidraError
 from evidra.models.generation import Generation
 from evidra.models.loading import VLM
+from evidra.models.processors import TextProcessor
 from evidra.rl.algo.mismatch import logprob_mismatch
 from evidra.rl.update import MicroBatch, episode_tensors
 from evidra.rollout import Episode
@@ -127,7 +128,9 @@ def image_problems_of(vlm: VLM, ep: Episode) -> list[str]:
         return [f"{len(runs)} <|image_pad|> runs for {context.num_images} images"]
     if not runs:
         return []
-    assert vlm.spec is not None  # a context with images comes from a vision-language policy
+    # a context with images comes from a vision-language policy
+    assert vlm.spec is not None and not isinstance(vlm.processor, TextProcessor)
+    assert context.pixel_values is not None and context.image_grid_thw is not None
     merge = vlm.spec.merge_size**2
     problems = []
     patches = 0  # pixel rows of the images before image k

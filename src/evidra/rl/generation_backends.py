@@ -7,18 +7,21 @@ A training backend generates (``GenerationBackend``), frees its memory for the p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from evidra.core.registry import Registry
 from evidra.models.loading import VLM
 from evidra.rl.run_config import RolloutConfig
 from evidra.rollout import GenerationBackend, HFBackend
 
+if TYPE_CHECKING:
+    from evidra.models.hf_types import HFModel
+
 
 class TrainingBackend(GenerationBackend, Protocol):
     def release(self) -> None: ...
 
-    def sync(self, model: Any) -> None: ...
+    def sync(self, model: HFModel) -> None: ...
 
 
 BackendFactory = Callable[[RolloutConfig, VLM, str], TrainingBackend]

@@ -13,13 +13,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import ConfigError
 from evidra.models.adapters import LoraSpec, apply_lora, freeze
 from evidra.models.loading import VLM, load_vlm
 from evidra.models.references import resolve_model_ref
 from evidra.rl.parallel.precision import Precision, reference_copy, training_precision
+
+if TYPE_CHECKING:
+    from evidra.models.hf_types import HFModel
 from evidra.rl.run_config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -63,7 +66,7 @@ def load_policy(
     return vlm
 
 
-def _enable_checkpointing(model: Any) -> None:
+def _enable_checkpointing(model: HFModel) -> None:
     """Activation checkpointing, non-reentrant: ``activation_checkpointing_enable`` from
     transformers 5.24, the deprecated ``gradient_checkpointing_enable`` before."""
     kwargs = {"use_reentrant": False}
@@ -78,7 +81,7 @@ def _enable_checkpointing(model: Any) -> None:
 class Reference:
     """Computes reference log-probs: adapter disabled (LoRA) or a frozen copy (full FT)."""
 
-    model: Any  # the policy itself under LoRA, else a frozen copy (in the compute dtype)
+    model: HFModel  # the policy itself under LoRA, else a frozen copy (in the compute dtype)
     lora: bool
 
     @classmethod
@@ -88,7 +91,7 @@ class Reference:
         return cls(reference_copy(policy.model, precision or Precision("float32", "float32")), False)
 
     @contextmanager
-    def active(self) -> Iterator[Any]:
+    def active(self) -> Iterator[HFModel]:
         """The model to run under ``torch.no_grad()`` for reference log-probs."""
         ctx = self.model.disable_adapter() if self.lora else nullcontext()
         with ctx:

@@ -46,14 +46,10 @@ def read_subset(path: str | Path) -> list[str]:
     """
     ids: list[str] = []
     for n, row in read_json_lines(path, "data.subset", ConfigError, "write it with `evidra data filter`"):
-        try:
-            sample_id, kept = row["id"], row.get("kept", True)
-        except (KeyError, TypeError, AttributeError):
-            raise ConfigError(
-                f"data.subset: {str(path)!r} line {n} is not a JSON object with an id"
-            ) from None
-        if kept:
-            ids.append(str(sample_id))
+        if not isinstance(row, dict) or "id" not in row:
+            raise ConfigError(f"data.subset: {str(path)!r} line {n} is not a JSON object with an id")
+        if row.get("kept", True):
+            ids.append(str(row["id"]))
     if not ids:
         raise ConfigError(f"data.subset: {str(path)!r} keeps no sample")
     return ids

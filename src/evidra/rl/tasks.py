@@ -13,7 +13,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.core.errors import ConfigError
 from evidra.core.registry import Registry
@@ -25,6 +25,9 @@ from evidra.rewards.reward import RewardFn, RewardResult
 from evidra.rewards.toy import digit_fraction, key_value_answer, parse_answer, text_length
 from evidra.rl.run_config import DataConfig
 from evidra.safeio.cache import private_cache_dir
+
+if TYPE_CHECKING:
+    from evidra.models.hf_types import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ class Task:
     reward: RewardFn
     oracle: Callable[[Sample], list[Message]] | None = None  # a correct conversation, for SFT
     scope_names: tuple[str, ...] = ()  # reward channels with token scopes (RS-GRPO)
-    scopes: Callable[[Trajectory, Any], Mapping[str, tuple[Span, ...]]] | None = None  # (traj, tokenizer)
+    scopes: Callable[[Trajectory, Tokenizer], Mapping[str, tuple[Span, ...]]] | None = None
     # (policy VLM, episodes) -> one result per episode: rewards that need the policy model or the
     # environments' infos (CAVE's teacher-forced credits, VRAG-RL's retrieved pages); replaces score
     score_episodes: Callable[[Any, Sequence[Any]], list[RewardResult]] | None = None
@@ -240,15 +243,30 @@ def _key_value_samples(cfg: DataConfig) -> list[Sample]:
     return out
 
 
+def _corpus(sample: Sample) -> dict[str, str]:
+    """The key -> value corpus a ``toy.key_value`` sample carries in its extras."""
+    corpus = sample.extras.get("corpus")
+    if not isinstance(corpus, Mapping):
+        raise ConfigError(f"toy.key_value sample {sample.id!r}: extras['corpus'] must map keys to values")
+    return {str(k): str(v) for k, v in corpus.items()}
+
+
+def _round(sample: Sample) -> int:
+    rounds = sample.extras.get("round")
+    if not isinstance(rounds, int):
+        raise ConfigError(f"toy.key_value sample {sample.id!r}: extras['round'] must be an integer")
+    return rounds
+
+
 def _key_value_oracle(sample: Sample) -> list[Message]:
     """A cold-start conversation: every other sample searches first, the rest guess directly.
 
     The mixture is deliberate: after SFT the policy calls the tool about half of the time, and
     RL has to discover that searching pays (a guess is right 1 time in 90).
     """
-    env = KeyValueEnv(dict(sample.extras["corpus"]))
+    env = KeyValueEnv(_corpus(sample))
     key, value = sample.extras["key"], sample.answers[0]
-    if sample.extras["round"] % 2:  # each key: searched in even rounds, guessed in odd ones
+    if _round(sample) % 2:  # each key: searched in even rounds, guessed in odd ones
         guess = str(random.Random(sample.id).randint(10, 99))
         return [*env.reset(sample), Message.text("assistant", f"<answer>{guess}</answer>")]
     return [
@@ -284,7 +302,7 @@ TASKS.add(
     Task(
         name="toy.key_value",
         samples=_key_value_samples,
-        make_env=lambda s: KeyValueEnv(dict(s.extras["corpus"])),
+        make_env=lambda s: KeyValueEnv(_corpus(s)),
         parse=parse_answer,
         reward=key_value_answer,
         oracle=_key_value_oracle,

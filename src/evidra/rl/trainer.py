@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.config import to_dict
 from evidra.core.devices import peak_memory_gb
@@ -58,6 +58,10 @@ from evidra.rl.validate import local_batch_size, validate_rl_config
 from evidra.rollout import Episode, rollout
 from evidra.safeio.sink import MetricsSink
 
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from torch import Tensor
+
 logger = logging.getLogger(__name__)
 
 Group = tuple[list[Episode], list[RewardResult]]
@@ -68,7 +72,9 @@ class RLTrainer:
     ``evidra.methods``: ``evidra.methods.rl_trainer(cfg)``) or the plain task ``data.task`` names;
     a config naming a method without its task is an error."""
 
-    def __init__(self, cfg: RLConfig, accelerator: Any = None, task: Task | None = None) -> None:
+    def __init__(
+        self, cfg: RLConfig, accelerator: Accelerator | None = None, task: Task | None = None
+    ) -> None:
         from accelerate.utils import set_seed
 
         task = task if task is not None else config_task(cfg.method, cfg.data, "rl_trainer")
@@ -319,7 +325,7 @@ class RLTrainer:
             return True
         return n_mini * self.cfg.algo.ppo_epochs > 1  # one step per batch: the current log-probs are old
 
-    def _kl_in_reward(self, rewards: Any, tensors: list[MicroBatch], ref: Any) -> Any:
+    def _kl_in_reward(self, rewards: Tensor, tensors: list[MicroBatch], ref: list[Tensor] | None) -> Tensor:
         if self.cfg.algo.kl != "reward" or ref is None:
             return rewards
         import torch
@@ -406,7 +412,7 @@ def _split(items: list[Group], n: int) -> list[list[Group]]:
     return out
 
 
-def _group_rewards(groups: list[Group]) -> Any:
+def _group_rewards(groups: list[Group]) -> Tensor:
     """The groups' rewards (P, G); NaN where an episode earned none (unscored or non-finite)."""
     import torch
 
@@ -439,7 +445,7 @@ def _reward_metrics(results: list[RewardResult]) -> dict[str, float]:
     return out
 
 
-def _advantage_metrics(advantages: Any) -> dict[str, float]:
+def _advantage_metrics(advantages: Tensor | ScopedAdvantages) -> dict[str, float]:
     """How large the advantages are, and how many are 0 (no learning signal)."""
     if isinstance(advantages, ScopedAdvantages):  # per scope: the advantages on the scopes' tokens
         advantages = advantages.values[advantages.masks > 0]

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Literal, overload
 
 from evidra.core.errors import InvalidInputError
 from evidra.models.context import Context, collate_split
@@ -29,6 +29,12 @@ from evidra.rl.algo.mismatch import combined, logprob_mismatch
 from evidra.rl.parallel.processes import Engine
 from evidra.rl.policy import Reference
 from evidra.rollout import Episode
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from evidra.models.hf_types import HFModel, ModelInputs
 
 
 @dataclass(frozen=True)
@@ -51,24 +57,34 @@ class UpdateSettings:
 @dataclass(eq=False)
 class MicroBatch:
     rows: slice  # which episodes of the step these are
-    inputs: dict[str, Any] | None  # plain path: prompts left-padded, responses right-padded
+    inputs: ModelInputs | None  # plain path: prompts left-padded, responses right-padded
     prefix: PrefixBatch | None  # shared-prompt path (single-turn responses without images)
-    response_ids: Any  # (b, R)
-    loss_mask: Any  # (b, R): 1 on policy tokens, 0 on padding and observations
-    old_logprobs: Any  # (b, R): the clipped ratio's "old" log-probs, 0 off the mask
-    sampler_logprobs: Any  # (b, R): the sampling engine's log-probs of the same tokens
-    advantages: Any = None  # (b, R), set from the step's (N, L) token advantages; (b, K, R) per scope
+    response_ids: Tensor  # (b, R)
+    loss_mask: Tensor  # (b, R): 1 on policy tokens, 0 on padding and observations
+    old_logprobs: Tensor  # (b, R): the clipped ratio's "old" log-probs, 0 off the mask
+    sampler_logprobs: Tensor  # (b, R): the sampling engine's log-probs of the same tokens
+    advantages: Tensor | None = None  # (b, R), from the step's (N, L) token advantages; (b, K, R) per scope
     padding: bool = False  # an empty copy that only keeps sharded processes in step
-    scope_masks: Any = None  # (b, K, R) with per-scope advantages: the loss is taken per scope
+    scope_masks: Tensor | None = None  # (b, K, R) with per-scope advantages: the loss is taken per scope
 
-    def logprobs(self, model: Any, temperature: float, *, with_entropy: bool = False) -> Any:
+    @overload
+    def logprobs(
+        self, model: HFModel, temperature: float, *, with_entropy: Literal[False] = ...
+    ) -> Tensor: ...
+    @overload
+    def logprobs(
+        self, model: HFModel, temperature: float, *, with_entropy: Literal[True]
+    ) -> tuple[Tensor, Tensor]: ...
+    def logprobs(
+        self, model: HFModel, temperature: float, *, with_entropy: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Log-probs (b, R) of the responses under ``model`` (and entropies if asked)."""
         if self.prefix is not None:
             return prefix_logprobs(model, self.prefix, temperature, with_entropy=with_entropy)
         assert self.inputs is not None
         return forward_logprobs(model, self.inputs, self.response_ids, temperature, with_entropy=with_entropy)
 
-    def set_advantages(self, all_rows: Any) -> None:
+    def set_advantages(self, all_rows: Tensor | ScopedAdvantages) -> None:
         """Take this micro-batch's rows of the step's ``(N, L)`` advantages (or of its
         ``ScopedAdvantages``, with their scope masks), cut or padded to its width."""
         width, device = self.loss_mask.shape[1], self.loss_mask.device
@@ -79,14 +95,14 @@ class MicroBatch:
         self.advantages = _width(all_rows[self.rows], width).to(device)  # (b, R)
 
 
-def _width(x: Any, width: int) -> Any:
+def _width(x: Tensor, width: int) -> Tensor:
     """``x`` cut or zero-padded to ``width`` along its last dimension."""
     import torch.nn.functional as F
 
     return x[..., :width] if x.shape[-1] >= width else F.pad(x, (0, width - x.shape[-1]))
 
 
-def _checkpointing(model: Any) -> bool:
+def _checkpointing(model: HFModel) -> bool:
     """Whether activation checkpointing is on (``is_activation_checkpointing`` from transformers
     5.24, ``is_gradient_checkpointing`` before)."""
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
@@ -161,7 +177,7 @@ def episode_tensors(
 
 def reference_logprobs(
     reference: Reference, batches: Sequence[MicroBatch], temperature: float, engine: Engine | None = None
-) -> list[Any]:
+) -> list[Tensor]:
     """Reference-policy log-probs ``(b, R)`` per micro-batch, without gradients."""
     import torch
 
@@ -177,18 +193,18 @@ def reference_logprobs(
 class _Counts:
     """A mini-batch's normalisers, summed over its micro-batches and processes."""
 
-    tokens: Any  # () masked tokens
-    seqs: Any  # () sequences with at least one masked token
-    scope_tokens: Any = None  # (K,) masked tokens of each scope (per-scope loss only)
+    tokens: Tensor  # () masked tokens
+    seqs: Tensor  # () sequences with at least one masked token
+    scope_tokens: Tensor | None = None  # (K,) masked tokens of each scope (per-scope loss only)
     active_scopes: int = 0  # scopes with a non-zero advantage on one of their tokens
 
 
-def _row_mask(mb: MicroBatch, valid: Any) -> Any:
+def _row_mask(mb: MicroBatch, valid: Tensor) -> Tensor:
     """(b, R): policy tokens of the scored episodes."""
     return mb.loss_mask * valid[mb.rows].to(mb.loss_mask)[:, None]
 
 
-def _global_counts(batches: Sequence[MicroBatch], valid: Any, engine: Engine) -> _Counts:
+def _global_counts(batches: Sequence[MicroBatch], valid: Tensor, engine: Engine) -> _Counts:
     import torch
 
     tokens = torch.zeros((), device=batches[0].loss_mask.device)
@@ -203,6 +219,7 @@ def _global_counts(batches: Sequence[MicroBatch], valid: Any, engine: Engine) ->
     scope_tokens = torch.zeros(k, device=tokens.device)  # (K,)
     hit = torch.zeros(k, device=tokens.device)  # (K,)
     for mb in batches:
+        assert mb.scope_masks is not None  # set_advantages gives every micro-batch of a step scopes
         m = mb.scope_masks * _row_mask(mb, valid)[:, None]  # (b, K, R)
         scope_tokens += m.sum(dim=(0, 2))
         hit += ((mb.advantages != 0) & (m > 0)).any(dim=2).any(dim=0).float()
@@ -211,7 +228,7 @@ def _global_counts(batches: Sequence[MicroBatch], valid: Any, engine: Engine) ->
 
 
 def recompute_old_logprobs(
-    model: Any, minibatches: Sequence[Sequence[MicroBatch]], temperature: float, engine: Engine
+    model: HFModel, minibatches: Sequence[Sequence[MicroBatch]], temperature: float, engine: Engine
 ) -> None:
     """Replace every micro-batch's old log-probs by the trainer's own, before any update.
 
@@ -238,18 +255,25 @@ def mismatch_stats(batches: Sequence[Sequence[MicroBatch]]) -> dict[str, float]:
     return combined(parts).metrics()
 
 
-def _lift(x: Any, mb: MicroBatch) -> Any:
+def _lift(x: Tensor, mb: MicroBatch) -> Tensor:
     """``x`` (b, R) as (b, 1, R) when ``mb`` takes its loss per scope, to broadcast over scopes."""
     return x if mb.scope_masks is None else x.unsqueeze(1)
 
 
 def _micro_loss(
-    model: Any, mb: MicroBatch, mask: Any, ref: Any, s: UpdateSettings, stats: _Stats, on_policy: bool
-) -> Any:
+    model: HFModel,
+    mb: MicroBatch,
+    mask: Tensor,
+    ref: Tensor | None,
+    s: UpdateSettings,
+    stats: _Stats,
+    on_policy: bool,
+) -> Tensor:
     """Per-token loss (b, R) of one micro-batch: clipped surrogate (+ TIS weight) (+ KL); (b, K, R),
     one row per scope, with per-scope advantages."""
     import torch
 
+    assert mb.advantages is not None  # policy_update refuses micro-batches without advantages
     loss_fn = POLICY_LOSSES.get(s.policy_loss)
     logp, entropy = mb.logprobs(model, s.temperature, with_entropy=True)  # (b, R) each
     if on_policy:  # one optimizer step per batch: the old policy is this one, exactly
@@ -287,12 +311,12 @@ def _micro_loss(
 
 
 def policy_update(
-    model: Any,
-    optimizer: Any,
+    model: HFModel,
+    optimizer: torch.optim.Optimizer,
     engine: Engine,
     batches: Sequence[MicroBatch] | Sequence[Sequence[MicroBatch]],
-    valid: Any,
-    ref: Sequence[Any] | None,
+    valid: Tensor,
+    ref: Sequence[Tensor] | None,
     s: UpdateSettings,
 ) -> dict[str, float]:
     """``ppo_epochs`` passes over the mini-batches, one optimizer step per mini-batch.
@@ -342,8 +366,8 @@ def policy_update(
 
 
 def _aggregate(
-    per_token: Any, mask: Any, mb: MicroBatch, counts: _Counts, s: UpdateSettings, world: int
-) -> Any:
+    per_token: Tensor, mask: Tensor, mb: MicroBatch, counts: _Counts, s: UpdateSettings, world: int
+) -> Tensor:
     """The micro-batch's share of the mini-batch loss: ``s.loss_agg`` over its tokens, or with
     per-scope advantages EVisRAG's released per-scope combination (``aggregate_scoped``)."""
     if mb.scope_masks is None:
@@ -366,10 +390,12 @@ def _aggregate(
     )
 
 
-def _as_minibatches(batches: Sequence[Any]) -> list[list[MicroBatch]]:
-    if batches and isinstance(batches[0], MicroBatch):
-        return [list(batches)]
-    return [list(group) for group in batches]
+def _as_minibatches(
+    batches: Sequence[MicroBatch] | Sequence[Sequence[MicroBatch]],
+) -> list[list[MicroBatch]]:
+    """A flat list of micro-batches as one mini-batch; a list of mini-batches as it is."""
+    flat = [mb for mb in batches if isinstance(mb, MicroBatch)]
+    return [flat] if flat else [list(group) for group in batches if not isinstance(group, MicroBatch)]
 
 
 class _Stats:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Parsed, Sample, Span, Trajectory
@@ -23,6 +23,9 @@ from evidra.models.context import Context, encode_messages, encode_turn
 from evidra.models.generation import Generation, SamplingParams, generate_contexts
 from evidra.models.loading import VLM
 
+if TYPE_CHECKING:
+    from evidra.models.hf_types import HFModel, Processor, Tokenizer
+
 Parser = Callable[[str], Parsed]
 
 
@@ -30,7 +33,7 @@ class GenerationBackend(Protocol):
     """Generates after tokenized contexts. HF ``generate`` here; a vLLM server fits the same shape."""
 
     @property
-    def processor(self) -> Any: ...
+    def processor(self) -> Processor: ...
 
     def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]: ...
 
@@ -42,7 +45,7 @@ class HFBackend:
     vlm: VLM
 
     @property
-    def processor(self) -> Any:
+    def processor(self) -> Processor:
         return self.vlm.processor
 
     def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
@@ -51,7 +54,7 @@ class HFBackend:
     def release(self) -> None:
         """Nothing to free: generation uses the policy itself."""
 
-    def sync(self, model: Any) -> None:
+    def sync(self, model: HFModel) -> None:
         """Nothing to copy: generation always sees the policy's current weights."""
 
 
@@ -183,7 +186,7 @@ class _Running:
         )
 
 
-def _clip(gen: Generation, budget: int, tokenizer: Any) -> Generation:
+def _clip(gen: Generation, budget: int, tokenizer: Tokenizer) -> Generation:
     """Cut a generation to the episode's remaining token budget (the batch shared one limit)."""
     if len(gen.token_ids) <= budget:
         return gen
@@ -216,7 +219,7 @@ def prefetch_searches(episodes: Sequence[_Running], texts: Sequence[str]) -> int
     return sum(len(e) for e in batches.values())
 
 
-def _apply_turn(ep: _Running, gen: Generation, processor: Any) -> None:
+def _apply_turn(ep: _Running, gen: Generation, processor: Processor) -> None:
     """Record one policy turn, let the environment answer, insert its observation."""
     ep.add_policy(gen)
     result = ep.env.step(gen.text)

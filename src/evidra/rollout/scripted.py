@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.models.context import Context, collate_left
 from evidra.models.decode import decode
@@ -27,6 +27,11 @@ from evidra.models.generation import FinishReason, Generation, SamplingParams
 from evidra.models.loading import VLM
 from evidra.models.prefix import PREFIX_ARCHS
 from evidra.rollout.loop import GenerationBackend, HFBackend
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from evidra.models.hf_types import Processor, Tokenizer
 
 Script = Callable[[Context, SamplingParams], "Turn | None"]  # None: let the model sample this turn
 
@@ -39,7 +44,7 @@ class Turn:
     end_of_turn: bool = False
 
 
-def split_tokens(tokenizer: Any, text: str, rng: random.Random, max_piece: int = 8) -> list[int]:
+def split_tokens(tokenizer: Tokenizer, text: str, rng: random.Random, max_piece: int = 8) -> list[int]:
     """Ids of ``text`` tokenised in random pieces of 1 to ``max_piece`` characters: they decode to
     ``text`` but are usually not the tokenizer's own (canonical) ids for it."""
     ids: list[int] = []
@@ -68,7 +73,7 @@ class ScriptedBackend:
         )  # samples the free turns (a vLLM engine, say)
 
     @property
-    def processor(self) -> Any:
+    def processor(self) -> Processor:
         return self.vlm.processor
 
     def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:
@@ -132,8 +137,8 @@ def forced_generation(
 
 
 def _generate_forced(
-    vlm: VLM, contexts: Sequence[Context], table: Any, width: int, temperature: float
-) -> Any:
+    vlm: VLM, contexts: Sequence[Context], table: Tensor, width: int, temperature: float
+) -> Tensor:
     """Log-probs (B, T) of ``table``'s tokens decoded by ``model.generate`` with a forcing processor."""
     import torch
     from transformers import GenerationConfig, LogitsProcessorList
@@ -170,10 +175,10 @@ def _generation(
 class _Force:
     """A logits processor that leaves only row ``b``'s target token at each decoding step."""
 
-    def __init__(self, table: Any, start: int) -> None:
+    def __init__(self, table: Tensor, start: int) -> None:
         self.table, self.start = table, start  # (B, T + 1) target ids; prompt width
 
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         import torch
 
         step = input_ids.shape[1] - self.start

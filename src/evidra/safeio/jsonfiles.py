@@ -23,9 +23,10 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from evidra.core.errors import EvidraError, InvalidInputError
+from evidra.core.jsonvalue import JSON
 
 MAX_LINE_BYTES = 256 << 20  # one JSONL record (a benchmark row may carry base64 page images)
 MAX_FILE_BYTES = 1 << 30  # one JSON document read whole
@@ -108,7 +109,7 @@ def read_capped_text(
     return read_capped(path, what, cap, fix).decode("utf-8")
 
 
-def parse_json(data: str | bytes, where: str, error: type[EvidraError] = InvalidInputError) -> Any:
+def parse_json(data: str | bytes, where: str, error: type[EvidraError] = InvalidInputError) -> JSON:
     """``data`` decoded as UTF-8 JSON; ``where`` names it in the error ("--data 'a.jsonl' line 3").
 
     >>> parse_json('{"a": [1]}', "x")
@@ -124,12 +125,13 @@ def parse_json(data: str | bytes, where: str, error: type[EvidraError] = Invalid
             byte = f"byte {exc.start} is {data[exc.start]:#04x}"
             raise error(f"{where} is not UTF-8 text ({byte}); pass a UTF-8 JSON file") from None
     try:
-        return json.loads(data)
+        value: JSON = json.loads(data)
     except RecursionError:
         raise error(f"{where} nests JSON too deeply to read; a record nests a few levels") from None
     except ValueError as exc:  # JSONDecodeError, and integers longer than Python converts
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise error(f"{where} is not JSON ({reason})") from None
+    return value
 
 
 def _open(path: Path, what: str, error: type[EvidraError], fix: str) -> BinaryIO:
@@ -173,7 +175,7 @@ def read_json_lines(
     what: str,
     error: type[EvidraError] = InvalidInputError,
     fix: str = "pass a JSON Lines file",
-) -> Iterator[tuple[int, Any]]:
+) -> Iterator[tuple[int, JSON]]:
     """``(line number, value)`` for each non-blank line of JSON Lines file ``path``, read one line
     at a time; ``what`` names the option or setting the file came from in errors, ``fix`` says
     what to pass when the file cannot be opened."""
@@ -183,7 +185,7 @@ def read_json_lines(
 
 def read_json(
     path: str | Path, what: str, error: type[EvidraError] = InvalidInputError, fix: str = "pass a JSON file"
-) -> Any:
+) -> JSON:
     """The JSON document in file ``path`` (at most ``MAX_FILE_BYTES``, measured before reading)."""
     file = Path(path)
     with _open(file, what, error, fix) as fh:

@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from evidra.core.errors import ConfigError, MissingDependencyError, RegistryError
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.core.registry import Registry
 from evidra.safeio.jsonfiles import read_lines
 
@@ -187,16 +188,16 @@ class MetricsSink:
             writer.close()
 
 
-def _record(line: str) -> dict[str, Any] | None:
+def _record(line: str) -> JSONObject | None:
     """One metrics line, or None for a torn or foreign one (a run killed mid-write)."""
     try:
-        record = json.loads(line)
+        record: JSON = json.loads(line)
     except (ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+def read_metrics(path: str | Path) -> list[JSONObject]:
     """The records of a metrics file; a torn line (a run killed mid-write) is skipped."""
     lines = (raw.decode("utf-8", errors="replace") for _, raw in read_lines(path, "metrics file"))
     return [r for line in lines if (r := _record(line)) is not None]

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
+from evidra.core.jsonvalue import JSONObject, as_object
 from evidra.core.types import Message, Sample, messages_to_json
 from evidra.models.endpoint import ChatEndpoint, EndpointError
 from evidra.paradigms.paradigm import Paradigm
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 class Verdict:
     accepted: bool
     response: str  # the (possibly re-annotated) trajectory text to train on
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,8 @@ def distill(
     return DistillReport(len(todo), counts["accepted"], len(samples) - len(todo), counts["failed"])
 
 
-def accepted_records(path: str | Path) -> list[dict[str, Any]]:
+def accepted_records(path: str | Path) -> list[JSONObject]:
     """The accepted rows of a distillation file (the SFT cold-start set)."""
-    rows = [row for _, row in read_json_lines(path, "distillation file")]
+    where = f"distillation file {str(path)!r} line"
+    rows = [as_object(row, f"{where} {n}") for n, row in read_json_lines(path, "distillation file")]
     return [r for r in rows if r.get("accepted")]

@@ -235,7 +235,9 @@ def _save_images(conversation: Sequence[Message], folder: Path) -> list[Message]
     return out
 
 
-def _row(sample: Sample, k: int, episode: Episode, kept: bool, reason: str, images: Path) -> dict[str, Any]:
+def _row(
+    sample: Sample, k: int, episode: Episode, kept: bool, reason: str, images: Path
+) -> dict[str, object]:
     conversation = _save_images(episode.conversation, images / f"{k}")
     first = next(i for i, m in enumerate(conversation) if m.role == "assistant")
     return {

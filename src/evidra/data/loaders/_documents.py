@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Page, Sample
@@ -44,7 +43,7 @@ def documents_loader(sample: SampleOf, *, list_key: str | None = None) -> Loader
         store: str | Path,
         dpi: float = 144,
         limit: int | None = None,
-        **_: Any,
+        **_: object,
     ) -> list[Sample]:
         docs = document_pages(documents, store, dpi=dpi)
         return [sample(r, docs) for r in list(read_records(path, list_key=list_key))[:limit]]

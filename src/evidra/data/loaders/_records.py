@@ -23,10 +23,10 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError, MissingDependencyError
+from evidra.core.jsonvalue import JSON
 from evidra.core.types import Page, content_hash
 from evidra.safeio.jsonfiles import read_json, read_json_lines
 
@@ -37,7 +37,7 @@ _SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
 class Record:
     """One row of a benchmark file, with where it came from for error messages."""
 
-    data: Mapping[str, Any]
+    data: Mapping[str, object]
     file: Path
     index: int
     root: Path | None = None  # the dataset folder its paths must stay in (default: the file's folder)
@@ -49,10 +49,10 @@ class Record:
     def where(self) -> str:
         return f"{self.file}, record {self.index}"
 
-    def get(self, name: str, default: Any = None) -> Any:
+    def get(self, name: str, default: object = None) -> object:
         return self.data.get(name, default)
 
-    def require(self, name: str) -> Any:
+    def require(self, name: str) -> object:
         """The field's value; a clear error naming the file, record and field if it is absent."""
         if name not in self.data or self.data[name] is None:
             known = ", ".join(sorted(self.data)) or "(no fields)"
@@ -62,7 +62,7 @@ class Record:
             )
         return self.data[name]
 
-    def require_any(self, *names: str) -> Any:
+    def require_any(self, *names: str) -> object:
         """The first present field among ``names`` (benchmarks renamed columns between releases)."""
         for name in names:
             if self.data.get(name) is not None:
@@ -70,12 +70,12 @@ class Record:
         return self.require(names[0])
 
 
-def _iter_json(path: Path, list_key: str | None) -> Iterator[Mapping[str, Any]]:
+def _iter_json(path: Path, list_key: str | None) -> Iterator[JSON]:
     if path.suffix == ".jsonl":
         yield from (row for _, row in read_json_lines(path, "benchmark file"))
         return
     data = read_json(path, "benchmark file")
-    if isinstance(data, Mapping):
+    if isinstance(data, dict):
         key = list_key if list_key in data else next((k for k in ("data", "examples") if k in data), None)
         if key is None:
             raise InvalidInputError(f"{path}: expected a list of records or a {list_key or 'data'!r} key")
@@ -85,7 +85,7 @@ def _iter_json(path: Path, list_key: str | None) -> Iterator[Mapping[str, Any]]:
     yield from data
 
 
-def _iter_arrow(path: Path) -> Iterator[Mapping[str, Any]]:
+def _iter_arrow(path: Path) -> Iterator[object]:
     try:
         import pyarrow.ipc as ipc
         import pyarrow.parquet as pq
@@ -145,7 +145,7 @@ def read_records(
             yield Record(row, file, i, folder)
 
 
-def literal_list(value: Any, record: Record, name: str) -> list[Any]:
+def literal_list(value: object, record: Record, name: str) -> list[object]:
     """A list field that may be stored as a Python/JSON literal string (lmms-lab, MMLongBench)."""
     if isinstance(value, str):
         try:
@@ -173,7 +173,7 @@ def inside_folder(path: Path, folder: Path) -> bool:
 
 
 def _image_bytes(
-    value: Any, base: Path, record: Record, allowed: Sequence[Path]
+    value: object, base: Path, record: Record, allowed: Sequence[Path]
 ) -> tuple[bytes | None, Path | None]:
     """Bytes or an existing file behind an image cell: path string, raw bytes or HF struct."""
     if isinstance(value, (bytes, bytearray)):
@@ -202,7 +202,7 @@ def _image_bytes(
 
 
 def materialize_page(
-    value: Any,
+    value: object,
     record: Record,
     *,
     page_id: str,
@@ -234,5 +234,39 @@ def materialize_page(
     return Page(page_id, str(path), size[0], size[1], source=source, page_number=page_number)
 
 
-def as_str(value: Any) -> str:
+def as_str(value: object) -> str:
     return "" if value is None else str(value)
+
+
+def as_int(value: object, record: Record, name: str) -> int:
+    """An integer field as a record stores it: a number, or its digits as text."""
+    if isinstance(value, (int, float, str)):
+        try:
+            return int(value)
+        except (ValueError, OverflowError):
+            pass
+    raise InvalidInputError(f"{record.where()}: field {name!r} must be an integer, got {value!r:.80}")
+
+
+def as_float(value: object, record: Record, name: str) -> float:
+    """A number field as a record stores it: a number, or its digits as text."""
+    if isinstance(value, (int, float, str)):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise InvalidInputError(f"{record.where()}: field {name!r} must be a number, got {value!r:.80}")
+
+
+def as_mapping(value: object, record: Record, name: str) -> Mapping[str, object]:
+    """A field that holds an object (a JSON object, a parquet struct)."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{record.where()}: field {name!r} must be an object, got {value!r:.80}")
+    return value
+
+
+def as_list(value: object, record: Record, name: str) -> list[object]:
+    """A field that holds a list (a JSON list, a parquet list column)."""
+    if not isinstance(value, (list, tuple)):
+        raise InvalidInputError(f"{record.where()}: field {name!r} must be a list, got {value!r:.80}")
+    return list(value)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Page, Sample
-from evidra.data.loaders._records import as_str, literal_list, materialize_page, read_records
+from evidra.data.loaders._records import as_float, as_str, literal_list, materialize_page, read_records
 from evidra.data.loaders.loader import LOADERS
 
 
@@ -38,7 +37,7 @@ def load_qrels(root: str | Path) -> dict[str, dict[str, float]]:
     if not tsvs:
         for rec in read_records(path):
             qid, cid = as_str(rec.require("query-id")), as_str(rec.require("corpus-id"))
-            qrels.setdefault(qid, {})[cid] = float(rec.get("score", 1))
+            qrels.setdefault(qid, {})[cid] = as_float(rec.get("score", 1), rec, "score")
     return qrels
 
 
@@ -54,7 +53,7 @@ def load_beir_corpus(root: str | Path, *, image_dir: str | Path | None = None) -
 
 
 def load_beir(
-    path: str | Path, *, dataset: str = "beir", subset: str = "", limit: int | None = None, **_: Any
+    path: str | Path, *, dataset: str = "beir", subset: str = "", limit: int | None = None, **_: object
 ) -> list[Sample]:
     """Queries of a BEIR-layout folder; ``subset`` (e.g. "chartqa") selects VisRAG's scoring rule."""
     root = Path(path)

@@ -9,7 +9,6 @@ human_test/augmented_test, ``question``, ``answer``, ``image``) and the original
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from evidra.core.types import Sample
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
@@ -32,7 +31,7 @@ def _answers(rec: Record) -> tuple[str, ...]:
     return (as_str(rec.require("answer")),)
 
 
-def _image_cell(rec: Record, images: Path | None) -> tuple[Any, Path | None]:
+def _image_cell(rec: Record, images: Path | None) -> tuple[object, Path | None]:
     """The image cell and the folder its path resolves against (``images``, else ``png/``)."""
     if rec.get("image") is not None:
         return rec.data["image"], None
@@ -45,7 +44,7 @@ def load_chartqa(
     image_dir: str | Path | None = None,
     images: str | Path | None = None,
     limit: int | None = None,
-    **_: Any,
+    **_: object,
 ) -> list[Sample]:
     out_dir = default_image_dir(path, image_dir)
     samples = []

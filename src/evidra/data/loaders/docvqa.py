@@ -9,7 +9,6 @@ rows load with no answers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from evidra.core.types import Sample
 from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
@@ -34,7 +33,7 @@ def single_page_sample(rec: Record, out_dir: Path, dataset: str, extra_fields: t
 
 
 def load_docvqa(
-    path: str | Path, *, image_dir: str | Path | None = None, limit: int | None = None, **_: Any
+    path: str | Path, *, image_dir: str | Path | None = None, limit: int | None = None, **_: object
 ) -> list[Sample]:
     out_dir = default_image_dir(path, image_dir)
     records = list(read_records(path, list_key="data"))[:limit]

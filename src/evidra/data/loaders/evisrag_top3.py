@@ -18,7 +18,6 @@ EVisRAG's Acc / F1 score an insufficient question as "insufficient to answer".
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Sample
@@ -71,7 +70,7 @@ def load_evisrag_top3(
     images: str | Path | None = None,
     image_dir: str | Path | None = None,
     limit: int | None = None,
-    **_: Any,
+    **_: object,
 ) -> list[Sample]:
     """Samples of a ``top3_test.jsonl`` (or a folder holding one per benchmark), each with its
     first ``topk`` retrieved pages and its sufficiency label."""

@@ -8,7 +8,6 @@ JSON names the image ``image_local_name``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from evidra.core.types import Sample
 from evidra.data.loaders._records import read_records
@@ -17,7 +16,7 @@ from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 
 def load_infovqa(
-    path: str | Path, *, image_dir: str | Path | None = None, limit: int | None = None, **_: Any
+    path: str | Path, *, image_dir: str | Path | None = None, limit: int | None = None, **_: object
 ) -> list[Sample]:
     out_dir = default_image_dir(path, image_dir)
     records = list(read_records(path, list_key="data"))[:limit]

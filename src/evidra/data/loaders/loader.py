@@ -11,7 +11,6 @@ import contextlib
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from evidra.core.registry import Registry
 from evidra.core.types import Sample
@@ -30,7 +29,7 @@ def default_image_dir(path: str | Path, image_dir: str | Path | None) -> Path:
     return data_files(path)[0].parent / "evidra_images"
 
 
-def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
+def parse_options(raw: Mapping[str, object]) -> dict[str, object]:
     """Loader options given as text (``--option n_slides=3``, ``data.options``) to values.
 
     A value that reads as JSON (numbers, ``true``/``false``, lists) becomes that value; anything
@@ -39,7 +38,7 @@ def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
     >>> parse_options({"n_slides": "3", "oracle": "true", "pool": "train.jsonl"})
     {'n_slides': 3, 'oracle': True, 'pool': 'train.jsonl'}
     """
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in raw.items():
         if isinstance(value, str):
             with contextlib.suppress(ValueError):  # not JSON: a path or a name stays a string
@@ -48,6 +47,6 @@ def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load(name: str, path: str | Path, **options: Any) -> list[Sample]:
+def load(name: str, path: str | Path, **options: object) -> list[Sample]:
     """Load benchmark ``name`` from ``path`` (see each loader for its options)."""
     return LOADERS.get(name)(path, **options)

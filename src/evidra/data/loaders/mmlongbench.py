@@ -10,7 +10,7 @@ from __future__ import annotations
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import AnswerType, Page, Sample
 from evidra.data.loaders._documents import documents_loader
-from evidra.data.loaders._records import Record, as_str, literal_list
+from evidra.data.loaders._records import Record, as_int, as_str, literal_list
 from evidra.data.loaders.loader import LOADERS
 from evidra.data.loaders.vidoseek import gold_of
 
@@ -31,7 +31,10 @@ def _sample(rec: Record, docs: dict[str, list[Page]]) -> Sample:
     fmt = as_str(rec.require("answer_format"))
     if fmt not in _FORMATS:
         raise InvalidInputError(f"{rec.where()}: answer_format {fmt!r} is not one of {sorted(_FORMATS)}")
-    evidence = [int(p) for p in literal_list(rec.get("evidence_pages") or "[]", rec, "evidence_pages")]
+    evidence = [
+        as_int(p, rec, "evidence_pages")
+        for p in literal_list(rec.get("evidence_pages") or "[]", rec, "evidence_pages")
+    ]
     sources = literal_list(rec.get("evidence_sources") or "[]", rec, "evidence_sources")
     return Sample(
         id=f"{doc_id}#{rec.index}",

@@ -9,11 +9,17 @@ field as a string: ``answers`` and ``page_ids`` are Python list literals and the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Page, Sample
-from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
+from evidra.data.loaders._records import (
+    Record,
+    as_int,
+    as_str,
+    literal_list,
+    materialize_page,
+    read_records,
+)
 from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 MAX_PAGES = 20
@@ -39,7 +45,7 @@ def load_mpdocvqa(
     image_dir: str | Path | None = None,
     images: str | Path | None = None,
     limit: int | None = None,
-    **_: Any,
+    **_: object,
 ) -> list[Sample]:
     out_dir = default_image_dir(path, image_dir)
     samples = []
@@ -47,7 +53,7 @@ def load_mpdocvqa(
         page_ids = [as_str(p) for p in literal_list(rec.require("page_ids"), rec, "page_ids")]
         pages = _pages(rec, page_ids, Path(images) if images else rec.file.parent / "images", out_dir)
         idx_raw = rec.get("answer_page_idx")
-        idx = int(idx_raw) if idx_raw not in (None, "") else None
+        idx = as_int(idx_raw, rec, "answer_page_idx") if idx_raw not in (None, "") else None
         if idx is not None and not 0 <= idx < len(pages):
             raise InvalidInputError(f"{rec.where()}: answer_page_idx {idx} outside {len(pages)} pages")
         samples.append(

@@ -11,10 +11,19 @@ they describe slide regions, not the answer's evidence, so they are not gold box
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from evidra.core.errors import InvalidInputError
 from evidra.core.types import Box, Page, Sample
-from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
+from evidra.data.loaders._records import (
+    Record,
+    as_int,
+    as_list,
+    as_mapping,
+    as_str,
+    literal_list,
+    materialize_page,
+    read_records,
+)
 from evidra.data.loaders.loader import LOADERS, default_image_dir
 from evidra.data.loaders.vidoseek import gold_of
 
@@ -22,22 +31,33 @@ N_SLIDES = 20
 IMAGE_TEMPLATE = "images/{deck}/slide_{page}_1024.jpg"
 
 
-def _boxes(path: str | Path | None) -> dict[str, dict[int, list[dict[str, Any]]]]:
-    out: dict[str, dict[int, list[dict[str, Any]]]] = {}
+Layout = dict[int, list[dict[str, object]]]  # page -> its boxes: {"id", "class", "box" (xyxy)}
+
+
+def _boxes(path: str | Path | None) -> dict[str, Layout]:
+    out: dict[str, Layout] = {}
     if path is None:
         return out
     for rec in read_records(path):
         deck = out.setdefault(as_str(rec.require("deck_name")), {})
-        for page, items in rec.require("bboxes"):
-            deck[int(page)] = [
-                {
-                    "id": it.get("bbox_id"),
-                    "class": it.get("class"),
-                    "box": Box.from_xywh(*it["bbox"]).as_tuple(),
-                }
-                for it in items
-            ]
+        for entry in as_list(rec.require("bboxes"), rec, "bboxes"):
+            pair = as_list(entry, rec, "bboxes")
+            if len(pair) != 2:
+                raise InvalidInputError(f"{rec.where()}: bboxes holds {entry!r:.80}, not [page, boxes]")
+            page, items = pair
+            deck[as_int(page, rec, "bboxes")] = [_layout_box(it, rec) for it in as_list(items, rec, "bboxes")]
     return out
+
+
+def _layout_box(item: object, rec: Record) -> dict[str, object]:
+    """One annotated box, its ``bbox`` ``[x, y, w, h]`` converted to xyxy."""
+    box = as_mapping(item, rec, "bboxes")
+    given = as_list(box.get("bbox"), rec, "bbox")
+    xywh = [v for v in given if isinstance(v, (int, float))]
+    if len(xywh) != 4 or len(given) != 4:
+        raise InvalidInputError(f"{rec.where()}: bbox must be [x, y, w, h], got {given!r:.80}")
+    x, y, w, h = xywh
+    return {"id": box.get("bbox_id"), "class": box.get("class"), "box": Box.from_xywh(x, y, w, h).as_tuple()}
 
 
 def _deck(rec: Record, root: Path, template: str, out_dir: Path, n: int) -> list[Page]:
@@ -65,7 +85,7 @@ def load_slidevqa(
     n_slides: int = N_SLIDES,
     image_dir: str | Path | None = None,
     limit: int | None = None,
-    **_: Any,
+    **_: object,
 ) -> list[Sample]:
     out_dir = default_image_dir(path, image_dir)
     layout = _boxes(bboxes)
@@ -73,7 +93,10 @@ def load_slidevqa(
     for rec in list(read_records(path))[:limit]:
         root = Path(images) if images else rec.file.parent
         pages = _deck(rec, root, image_template, out_dir, n_slides)
-        evidence = [int(p) for p in literal_list(rec.require("evidence_pages"), rec, "evidence_pages")]
+        evidence = [
+            as_int(p, rec, "evidence_pages")
+            for p in literal_list(rec.require("evidence_pages"), rec, "evidence_pages")
+        ]
         deck = as_str(rec.require("deck_name"))
         samples.append(
             Sample(

@@ -10,14 +10,13 @@ gives the pages.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from evidra.core.types import Page, Sample
 from evidra.data.loaders._records import as_str, materialize_page, read_records
 from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 
-def load_vidore_v1(path: str | Path, *, limit: int | None = None, **_: Any) -> list[Sample]:
+def load_vidore_v1(path: str | Path, *, limit: int | None = None, **_: object) -> list[Sample]:
     """One sample per distinct query; gold pages are all images the query was asked about."""
     qrels: dict[str, dict[str, float]] = {}
     for rec in read_records(path):

@@ -8,17 +8,17 @@ page store. Retrieval ids follow the official ``{pdfstem}_{page}`` convention (k
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Page, Sample
 from evidra.data.loaders._documents import documents_loader
-from evidra.data.loaders._records import Record, as_str, literal_list
+from evidra.data.loaders._records import Record, as_int, as_mapping, as_str, literal_list
 from evidra.data.loaders.loader import LOADERS
 
 
-def gold_of(rec: Record, pages: list[Page], numbers: list[Any], name: str) -> tuple[str, ...]:
+def gold_of(rec: Record, pages: list[Page], numbers: Sequence[int], name: str) -> tuple[str, ...]:
     """Page ids of 1-based page ``numbers``; an error naming the record if one is out of range."""
     out = []
     for n in numbers:
@@ -29,12 +29,15 @@ def gold_of(rec: Record, pages: list[Page], numbers: list[Any], name: str) -> tu
 
 
 def _sample(rec: Record, docs: dict[str, list[Page]]) -> Sample:
-    meta = rec.require("meta_info")
+    meta = as_mapping(rec.require("meta_info"), rec, "meta_info")
     file_name = as_str(meta.get("file_name"))
     if file_name not in docs:
         raise InvalidInputError(f"{rec.where()}: document {file_name!r} is not among the ingested PDFs")
     pages = docs[file_name]
-    ref = [int(p) for p in literal_list(meta.get("reference_page") or [], rec, "reference_page")]
+    ref = [
+        as_int(p, rec, "reference_page")
+        for p in literal_list(meta.get("reference_page") or [], rec, "reference_page")
+    ]
     qtype = as_str(meta.get("query_type")).split("_")
     stem = Path(file_name).stem
     return Sample(

@@ -14,12 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Box, EvidenceBox, Page, Sample
-from evidra.data.loaders._records import Record, as_str, literal_list, materialize_page, read_records
+from evidra.data.loaders._records import (
+    Record,
+    as_float,
+    as_int,
+    as_str,
+    literal_list,
+    materialize_page,
+    read_records,
+)
 from evidra.data.loaders.loader import LOADERS, default_image_dir
 
 NO_ANSWER = "No Answer"  # VISA's expected output when the positive is absent
@@ -47,7 +54,7 @@ def _box(rec: Record) -> Box:
     raw = literal_list(rec.require("bounding_box"), rec, "bounding_box")
     if len(raw) != 4:
         raise InvalidInputError(f"{rec.where()}: bounding_box must be [x1, y1, x2, y2], got {raw!r}")
-    x1, y1, x2, y2 = (float(v) for v in raw)
+    x1, y1, x2, y2 = (as_float(v, rec, "bounding_box") for v in raw)
     return Box.from_points(x1, y1, x2, y2)
 
 
@@ -94,7 +101,7 @@ def _sample(
 ) -> Sample:
     row_id = as_str(rec.require("id"))
     candidates = [as_str(c) for c in literal_list(rec.get("candidates") or [], rec, "candidates")]
-    pos_idx = int(rec.get("pos_idx", 0) if candidates else 0)
+    pos_idx = as_int(rec.get("pos_idx", 0), rec, "pos_idx") if candidates else 0
     if oracle or not candidates:
         candidates, pos_idx = [row_id], 0
     if not -1 <= pos_idx < len(candidates):
@@ -137,7 +144,7 @@ def load_visa(
     oracle: bool = False,
     official_resize: bool = False,
     limit: int | None = None,
-    **_: Any,
+    **_: object,
 ) -> list[Sample]:
     """Questions of the files at ``path``; ``pool`` adds rows (the other split) for candidates.
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from PIL import Image
 
@@ -93,7 +92,7 @@ def save_sample(
     answer: str,
     evidence: str,
     dataset: str,
-    meta: dict[str, Any],
+    meta: Mapping[str, object],
     region: Region | None = None,
 ) -> Sample:
     """Write the images as PNG pages and build the sample; the evidence text sits on the last

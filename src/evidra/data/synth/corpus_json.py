@@ -29,7 +29,7 @@ T = TypeVar("T")
 def corpus_to_json(corpus: SynthCorpus) -> str:
     """The corpus as JSON (boxes as ``[x1, y1, x2, y2, space]``): a cache nothing can execute."""
 
-    def box(b: Box | None) -> list[Any] | None:
+    def box(b: Box | None) -> list[float | str] | None:
         return None if b is None else [b.x1, b.y1, b.x2, b.y2, b.space.value]
 
     questions = [
@@ -46,7 +46,7 @@ def corpus_to_json(corpus: SynthCorpus) -> str:
     )
 
 
-def words_to_json(words: Sequence[Word]) -> list[list[Any]]:
+def words_to_json(words: Sequence[Word]) -> list[list[str | float]]:
     """A page's text layer as ``[text, x1, y1, x2, y2]`` rows (page pixels).
 
     >>> words_from_json(words_to_json([Word("Orion", Box(1.0, 2.0, 30.0, 12.0))]))[0].text

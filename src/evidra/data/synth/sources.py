@@ -138,7 +138,7 @@ def mixture(
 # ---- a JSON cache of samples (nothing in it can run) -------------------------------------------
 
 
-def _box(b: Box) -> list[Any]:
+def _box(b: Box) -> list[float | str]:
     return [b.x1, b.y1, b.x2, b.y2, b.space.value]
 
 
@@ -146,7 +146,7 @@ def _unbox(v: Sequence[Any]) -> Box:
     return Box(float(v[0]), float(v[1]), float(v[2]), float(v[3]), CoordSpace(v[4]))
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """JSON-able ``value``: a Box becomes ``{"__box__": [...]}``, tuples become lists."""
     if isinstance(value, Box):
         return {"__box__": _box(value)}
@@ -169,7 +169,7 @@ def _unplain(value: Any) -> Any:
     return value
 
 
-def sample_to_json(s: Sample) -> dict[str, Any]:
+def sample_to_json(s: Sample) -> dict[str, object]:
     """A generated sample as plain JSON (each page's words as ``words_to_json`` rows)."""
     pages = [_page_json(p) for p in s.pages]
     evidence = s.evidence_box
@@ -216,7 +216,7 @@ def sample_from_json(row: dict[str, Any]) -> Sample:
     )
 
 
-def _page_json(p: Page) -> list[Any]:
+def _page_json(p: Page) -> list[object]:
     return [p.id, p.image_path, p.width, p.height, p.source, p.page_number, p.dpi, words_to_json(p.words)]
 
 

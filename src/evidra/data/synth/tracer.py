@@ -24,9 +24,8 @@ from __future__ import annotations
 import math
 import random
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from PIL import Image, ImageDraw
 
@@ -316,6 +315,9 @@ def generate_tracer(
     ]
 
 
-def describe(sample: Sample) -> dict[str, Any]:
+def describe(sample: Sample) -> dict[str, object]:
     """The generator state behind a sample (for analysis and tests)."""
-    return dict(sample.extras["meta"])
+    meta = sample.extras.get("meta")
+    if not isinstance(meta, Mapping):
+        raise InvalidInputError(f"sample {sample.id!r} is no TRACER sample: it has no extras['meta']")
+    return dict(meta)

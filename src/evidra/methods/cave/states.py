@@ -19,12 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evidra.methods.cave.credits import StateScore
 from evidra.models.branches import Branch, branch_logits, pack, packable, prefix_context
 from evidra.models.context import Context, collate_split
 from evidra.models.loading import VLM
+
+if TYPE_CHECKING:
+    from evidra.models.hf_types import Tokenizer
 
 ANSWER_PREFIX = "<answer> "
 ANSWER_SUFFIX = " </answer>"
@@ -45,7 +48,7 @@ class TargetScore:
     uncertainty: float  # mean over body positions of top-k entropy / log k, in [0, 1]
 
 
-def make_target(tokenizer: Any, body: str, prefix: str = "", suffix: str = "") -> Target:
+def make_target(tokenizer: Tokenizer, body: str, prefix: str = "", suffix: str = "") -> Target:
     """Tokenise prefix, body and suffix apart so the body's interval is exact."""
 
     def enc(text: str) -> list[int]:

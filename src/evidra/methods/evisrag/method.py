@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from evidra.core.registry import Registry
 from evidra.core.types import Message, Sample, Span, Trajectory
@@ -41,6 +41,9 @@ from evidra.methods.method import METHODS, Method, Resources, merged_weights
 from evidra.rl.run_config import DataConfig
 from evidra.rl.runs.model_card import Paper
 from evidra.rl.tasks import Task
+
+if TYPE_CHECKING:
+    from evidra.models.hf_types import Tokenizer
 
 
 def evisrag_samples(cfg: DataConfig) -> list[Sample]:
@@ -68,7 +71,7 @@ class EvisragOptions:
 
 # which token span each reward channel trains, per reward variant: the paper's four scopes (Eq. 7) or
 # the released router's six components
-ScopeFn = Callable[[Trajectory, Any], Mapping[str, tuple[Span, ...]]]
+ScopeFn = Callable[[Trajectory, "Tokenizer"], Mapping[str, tuple[Span, ...]]]
 SCOPE_RULES: Registry[tuple[tuple[str, ...], ScopeFn]] = Registry("EVisRAG scope rules")
 SCOPE_RULES.add("paper", (SCOPE_NAMES, evidence_scopes))
 SCOPE_RULES.add("upstream", (UPSTREAM_COMPONENTS, upstream_scopes))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.tagscan import parse_digits
@@ -24,6 +24,9 @@ from evidra.metrics.text import INSUFFICIENT_ANSWER, NO_RELEVANT_INFORMATION
 from evidra.paradigms.paradigm import PARADIGMS
 from evidra.rewards.boxes import extract_tag
 from evidra.rewards.scopes import PAPER_SCOPE_RULES, UPSTREAM_SCOPE_RULES, rule_spans, scope_spans
+
+if TYPE_CHECKING:
+    from evidra.models.hf_types import Tokenizer
 
 # EVisRAG Figure 10, verbatim (the backticks are in the paper's template).
 EVIDENCE_PROMPT = """You are an AI Visual QA assistant. I will provide you with a question and several images. Please follow the four steps below:
@@ -112,14 +115,14 @@ def parse_evidence(text: str) -> Parsed:
 
 
 def marker_ids(
-    tokenizer: Any, markers: Sequence[str] = ("<evidence>", "<think>", "<answer>")
+    tokenizer: Tokenizer, markers: Sequence[str] = ("<evidence>", "<think>", "<answer>")
 ) -> dict[str, list[int]]:
     """Token ids of each scope marker as the policy's tokenizer writes it."""
     return {m: list(tokenizer.encode(m, add_special_tokens=False)) for m in markers}
 
 
 def token_ids_scopes(
-    trajectory: Trajectory, tokenizer: Any, rules: Mapping[str, tuple[str, str]] = UPSTREAM_SCOPE_RULES
+    trajectory: Trajectory, tokenizer: Tokenizer, rules: Mapping[str, tuple[str, str]] = UPSTREAM_SCOPE_RULES
 ) -> dict[str, tuple[Span, ...]]:
     """Scopes found as the released router finds them: the first contiguous occurrence of each
     marker's standalone token ids. A tag the tokenizer merges with a neighbour (``"><"`` is one
@@ -128,7 +131,7 @@ def token_ids_scopes(
     return {name: (span,) for name, span in spans.items()}
 
 
-def token_at_char(ids: Sequence[int], tokenizer: Any, char: int) -> int:
+def token_at_char(ids: Sequence[int], tokenizer: Tokenizer, char: int) -> int:
     """Index of the token whose decoded text covers character ``char`` of ``decode(ids)``:
     the smallest m with ``len(decode(ids[:m + 1])) > char``, by binary search (log n decodes)."""
     lo, hi = 0, len(ids)
@@ -142,7 +145,7 @@ def token_at_char(ids: Sequence[int], tokenizer: Any, char: int) -> int:
 
 
 def evidence_scopes(
-    trajectory: Trajectory, tokenizer: Any, rules: Mapping[str, tuple[str, str]] = PAPER_SCOPE_RULES
+    trajectory: Trajectory, tokenizer: Tokenizer, rules: Mapping[str, tuple[str, str]] = PAPER_SCOPE_RULES
 ) -> dict[str, tuple[Span, ...]]:
     """Token spans of each RS-GRPO scope (EVisRAG Eq. 7) on the exact sampled ids.
 
@@ -162,7 +165,7 @@ def evidence_scopes(
     return {name: (span,) for name, span in rule_spans(rules, locate, len(ids)).items()}
 
 
-def upstream_scopes(trajectory: Trajectory, tokenizer: Any) -> dict[str, tuple[Span, ...]]:
+def upstream_scopes(trajectory: Trajectory, tokenizer: Tokenizer) -> dict[str, tuple[Span, ...]]:
     """The released router's six scopes (``UPSTREAM_SCOPE_RULES``, token-id matching)."""
     return token_ids_scopes(trajectory, tokenizer, UPSTREAM_SCOPE_RULES)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from evidra.core.errors import InvalidInputError
+from evidra.core.jsonvalue import JSON
 from evidra.core.tagscan import parse_digits
 from evidra.core.types import Action, ImagePart, Message, Page, Parsed, Sample, Step, TextPart
 from evidra.methods.lang2act.format import check_strict_format, quoted_tool_calls
@@ -89,6 +90,13 @@ DEFAULT_TOOLBOX: tuple[Tool, ...] = (
 )
 
 
+def _strings(item: JSON, keys: Sequence[str]) -> list[str] | None:
+    """The string fields ``keys`` of JSON object ``item``; None unless it has every one."""
+    values = [item.get(k) for k in keys] if isinstance(item, dict) else []
+    strings = [v for v in values if isinstance(v, str)]
+    return strings if values and len(strings) == len(keys) else None
+
+
 def load_toolbox(path: str | Path) -> tuple[Tool, ...]:
     """Read a toolbox file (JSON list of ``{"name", "args", "description"}``, optional ``numeric``)."""
     data = read_json(path, "toolbox", fix="pass a JSON list of tools (`evidra data toolbox` writes one)")
@@ -96,19 +104,19 @@ def load_toolbox(path: str | Path) -> tuple[Tool, ...]:
         raise InvalidInputError(f"toolbox {str(path)!r} must be a non-empty JSON list of tools")
     tools = []
     for i, item in enumerate(data):
-        if not isinstance(item, dict) or not all(
-            isinstance(item.get(k), str) for k in ("name", "args", "description")
-        ):
+        fields = _strings(item, ("name", "args", "description"))
+        if fields is None or not isinstance(item, dict):
             raise InvalidInputError(
                 f"toolbox {str(path)!r} entry {i} must have string fields name, args, description; "
                 f"got {item!r}"
             )
-        numeric = item.get("numeric", numeric_by_hint(item["args"]))
+        name, args, description = fields
+        numeric = item.get("numeric", numeric_by_hint(args))
         if not isinstance(numeric, bool):
             raise InvalidInputError(
                 f"toolbox {str(path)!r} entry {i}: numeric must be true or false, got {numeric!r}"
             )
-        tools.append(Tool(item["name"], item["args"], item["description"], numeric))
+        tools.append(Tool(name, args, description, numeric))
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise InvalidInputError(

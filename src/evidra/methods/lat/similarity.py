@@ -33,6 +33,7 @@ from evidra.methods.lat.parse import StepPlan, _fit_aspect
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
     from torch import Tensor
+    from transformers import PreTrainedModel, ProcessorMixin
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +160,9 @@ class ColQwen2Similarity:
     """ColQwen2 (or ColPali) late-interaction similarity of crops vs step texts, batched:
     one forward for all crops and one for all texts of a call (a group)."""
 
-    def __init__(self, model: Any, processor: Any, *, batch_size: int = 16, device: str = "cpu") -> None:
+    def __init__(
+        self, model: PreTrainedModel, processor: ProcessorMixin, *, batch_size: int = 16, device: str = "cpu"
+    ) -> None:
         self.model, self.processor = model, processor
         self.batch_size, self.device = batch_size, device
 

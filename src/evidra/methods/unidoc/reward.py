@@ -33,7 +33,7 @@ from evidra.core.types import Box, Parsed, Sample, Trajectory
 from evidra.env.environment import StepInfo
 from evidra.metrics.ranking import vragrl_ndcg
 from evidra.rewards.judge import RuleJudge
-from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
+from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict, judge_present
 from evidra.rewards.reward import REWARDS, RewardResult, check_weights
 
 logger = logging.getLogger(__name__)
@@ -218,9 +218,8 @@ class UniDocReward:
         self, batch: Sequence[tuple[Parsed, Sample, Trajectory | None, tuple[StepInfo, ...]]]
     ) -> list[RewardResult]:
         prepared = [_prepare(*entry) for entry in batch]
-        to_judge = [p.item for p in prepared if p.item is not None]
-        verdicts = iter(self.judge.judge(to_judge) if to_judge else [])
-        return [self._result(p, next(verdicts) if p.item is not None else Verdict(False)) for p in prepared]
+        verdicts = judge_present(self.judge, [p.item for p in prepared])
+        return [self._result(p, v) for p, v in zip(prepared, verdicts, strict=True)]
 
     def _result(self, p: _Prepared, verdict: Verdict) -> RewardResult:
         if verdict.value is None:

@@ -37,7 +37,7 @@ from evidra.core.types import Parsed, Sample, Trajectory
 from evidra.metrics.anls import anls_vrag_upstream
 from evidra.metrics.ranking import vragrl_ndcg, vragrl_ndcg_upstream
 from evidra.rewards.judge import RuleJudge
-from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
+from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict, judge_present
 from evidra.rewards.reward import REWARDS, RewardResult, check_weights, weighted_sum
 
 logger = logging.getLogger(__name__)
@@ -333,9 +333,8 @@ class VragRLReward:
 
     def score_batch(self, batch: Sequence[tuple[Parsed, Sample, Trajectory | None]]) -> list[RewardResult]:
         prepared = [self.rules.prepare(*entry) for entry in batch]
-        to_judge = [p.item for p in prepared if p.item is not None]
-        verdicts = iter(self.judge.judge(to_judge) if to_judge else [])
-        return [self._result(p, next(verdicts) if p.item is not None else Verdict(False)) for p in prepared]
+        verdicts = judge_present(self.judge, [p.item for p in prepared])
+        return [self._result(p, v) for p, v in zip(prepared, verdicts, strict=True)]
 
     def _result(self, p: _Prepared, verdict: Verdict) -> RewardResult:
         if verdict.value is None:

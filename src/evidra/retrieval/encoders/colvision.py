@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
@@ -39,6 +39,8 @@ from evidra.retrieval.interfaces import ENCODERS, EncoderOptions
 from evidra.safeio.jsonfiles import read_capped_text
 
 if TYPE_CHECKING:
+    from transformers import BatchFeature, PreTrainedModel, ProcessorMixin
+
     from evidra.core.types import Page
 
 logger = logging.getLogger(__name__)
@@ -58,7 +60,9 @@ class ColVisionEncoder:
 
     kind: Literal["multi"] = "multi"
 
-    def __init__(self, model: Any, processor: Any, *, name: str, options: EncoderOptions) -> None:
+    def __init__(
+        self, model: PreTrainedModel, processor: ProcessorMixin, *, name: str, options: EncoderOptions
+    ) -> None:
         self.model = model
         self.processor = processor
         self.name = name
@@ -108,7 +112,7 @@ class ColVisionEncoder:
     def dim(self) -> int:
         return int(self.model.config.embedding_dim)
 
-    def _forward(self, inputs: Any) -> list[Tensor]:
+    def _forward(self, inputs: BatchFeature) -> list[Tensor]:
         inputs = inputs.to(self.options.device)
         with torch.inference_mode():
             out = self.model(**inputs).embeddings  # (B, L, D), unit norm, zero at padding
@@ -130,8 +134,8 @@ class ColVisionEncoder:
 
 
 def _load_model(
-    model_cls: Any, base: Path, arch: str, native: bool, dtype: torch.dtype
-) -> tuple[Any, Layout | None]:
+    model_cls: type[PreTrainedModel], base: Path, arch: str, native: bool, dtype: torch.dtype
+) -> tuple[PreTrainedModel, Layout | None]:
     """The retrieval model in ``base``, and the colpali-engine layout it was read from (None for a
     checkpoint in transformers' format)."""
     if native:
@@ -186,7 +190,9 @@ def _adapter_base(adapter: Path, kind: str) -> Path:
         raise ModelLoadError(f"adapter {adapter.parent}: {exc}") from None
 
 
-def _apply_adapter(model: Any, folder: Path, family: str, layout: Layout | None) -> Any:
+def _apply_adapter(
+    model: PreTrainedModel, folder: Path, family: str, layout: Layout | None
+) -> PreTrainedModel:
     """``model`` with the adapter in ``folder`` merged, renamed first if it names colpali-engine's
     modules (``layout``, the base's own, decides when the adapter's keys fit either layout)."""
     with tempfile.TemporaryDirectory(prefix="evidra-adapter-") as tmp:
@@ -194,7 +200,7 @@ def _apply_adapter(model: Any, folder: Path, family: str, layout: Layout | None)
         return _merge_adapter(model, Path(tmp) if renamed else folder, shown=folder)
 
 
-def _merge_adapter(model: Any, folder: Path, *, shown: Path) -> Any:
+def _merge_adapter(model: PreTrainedModel, folder: Path, *, shown: Path) -> PreTrainedModel:
     """``model`` with the PEFT adapter in ``folder`` applied and merged into its weights."""
     from peft import PeftModel
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -33,6 +33,9 @@ from torch import Tensor
 from evidra.core.errors import ModelLoadError
 from evidra.safeio.confined import inside
 from evidra.safeio.jsonfiles import read_capped_text
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 NATIVE_CLASSES = {"qwen2_vl": ("ColQwen2", "colqwen2"), "paligemma": ("ColPali", "colpali")}
 PEFT_PREFIX = "base_model.model."  # peft saves adapter weights under the wrapped model's names
@@ -204,7 +207,9 @@ def _read_file(file: Path) -> dict[str, Tensor]:
         raise ModelLoadError(f"could not read weights {str(file)!r} ({reason}); download it again") from None
 
 
-def load_native(model_cls: Any, folder: Path, family: str, dtype: torch.dtype) -> tuple[Any, Layout]:
+def load_native(
+    model_cls: type[PreTrainedModel], folder: Path, family: str, dtype: torch.dtype
+) -> tuple[PreTrainedModel, Layout]:
     """A transformers retrieval model holding the weights of colpali-engine checkpoint ``folder``,
     and the layout they were saved in."""
     from transformers import AutoConfig
@@ -256,7 +261,7 @@ def _check_weights(
 
 
 def write_renamed_adapter(
-    folder: Path, family: str, model: Any, out: Path, prefer: Layout | None = None
+    folder: Path, family: str, model: PreTrainedModel, out: Path, prefer: Layout | None = None
 ) -> bool:
     """Write the PEFT adapter in ``folder`` to ``out`` under transformers' module names, if it names
     colpali-engine's modules; False (nothing written) when it already names transformers' ones."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
@@ -23,6 +23,8 @@ from evidra.retrieval.interfaces import ENCODERS, EncoderOptions
 from evidra.retrieval.ocr import page_text
 
 if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
     from evidra.core.types import Page
 
 
@@ -32,7 +34,7 @@ class SentenceEncoder:
     kind: Literal["single"] = "single"
     name = "minilm"
 
-    def __init__(self, model: Any, options: EncoderOptions, *, ocr: bool = False) -> None:
+    def __init__(self, model: SentenceTransformer, options: EncoderOptions, *, ocr: bool = False) -> None:
         self.model = model
         self.options = options
         self.ocr = ocr

@@ -42,9 +42,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import EvidraError
+from evidra.core.jsonvalue import JSON, json_kind
 from evidra.retrieval.interfaces import Hit, Retriever
 from evidra.retrieval.service.terms import (
     API_KEY_ENV,
@@ -348,8 +349,23 @@ def bind_tcp(host: str, port: int) -> socket.socket:
     return sock
 
 
-def hits_from_json(rows: Sequence[Sequence[dict[str, Any]]]) -> list[list[Hit]]:
+def hits_from_json(rows: Sequence[JSON]) -> list[list[Hit]]:
     """Hits of a service's reply. Their image paths are dropped: a path the server names is a file
     of the server's machine, and opening it here would let a hostile server choose which local file
-    an episode shows; the caller opens pages from its own page store by id."""
-    return [[Hit(str(h["page_id"]), float(h["score"]), "") for h in r] for r in rows]
+    an episode shows; the caller opens pages from its own page store by id. A row or hit of
+    another shape is a ``TypeError``, a missing field a ``KeyError``, saying which."""
+    out = []
+    for row in rows:
+        if not isinstance(row, list):
+            raise TypeError(f"a hit list is {json_kind(row)}")
+        out.append([_hit(h) for h in row])
+    return out
+
+
+def _hit(h: JSON) -> Hit:
+    if not isinstance(h, dict):
+        raise TypeError(f"a hit is {json_kind(h)}, not an object")
+    page_id, score = h["page_id"], h["score"]  # a missing one is a KeyError naming it
+    if not isinstance(score, (int, float, str)):
+        raise TypeError(f"the score of hit {str(page_id)[:40]!r} is {json_kind(score)}")
+    return Hit(str(page_id), float(score), "")

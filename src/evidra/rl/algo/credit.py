@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.rewards.reward import RewardResult
 from evidra.rl.algo.advantages import ScopedAdvantages, scope_masks_from_spans
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-def _policy_mask(episodes: Sequence[Episode], length: int) -> Any:
+def _policy_mask(episodes: Sequence[Episode], length: int) -> Tensor:
     import torch
 
     policy = torch.zeros(len(episodes), length)  # (N, L)
@@ -38,7 +38,7 @@ def _policy_mask(episodes: Sequence[Episode], length: int) -> Any:
     return policy
 
 
-def _turn_credits(episodes: Sequence[Episode], results: Sequence[RewardResult]) -> tuple[Any, Any]:
+def _turn_credits(episodes: Sequence[Episode], results: Sequence[RewardResult]) -> tuple[Tensor, Tensor]:
     """Per-turn credits ``(N, T)`` (``RewardResult.turns``, 0 where a reward gives none) and a mask
     ``(N, T)`` of the turns each episode has."""
     import torch
@@ -58,8 +58,8 @@ def advantage_inputs(
     algo: AlgoConfig,
     episodes: Sequence[Episode],
     results: Sequence[RewardResult],
-    rewards: Any,
-    valid: Any,
+    rewards: Tensor,
+    valid: Tensor,
     group_size: int,
     scope_names: Sequence[str] = (),
 ) -> AdvantageInputs:
@@ -102,8 +102,8 @@ def token_advantages(
     algo: AlgoConfig,
     episodes: Sequence[Episode],
     results: Sequence[RewardResult],
-    rewards: Any,
-    valid: Any,
+    rewards: Tensor,
+    valid: Tensor,
     group_size: int,
     scope_names: Sequence[str] = (),
 ) -> Tensor | ScopedAdvantages:

@@ -39,6 +39,7 @@ import yaml
 
 from evidra.core.config import MAX_CONFIG_BYTES, parse_yaml, to_dict
 from evidra.core.errors import ConfigError
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.models.references import recorded_ref
 from evidra.retrieval.lifecycle.fingerprint import fingerprint, short
 from evidra.rl.policy import resolve_model_path
@@ -129,14 +130,13 @@ def read_record(out: Path) -> RunRecord | None:
     if not path.exists() and not path.is_symlink():
         return None
     data = parse_json(_read_capped(path, MAX_RECORD_BYTES), f"run record {str(path)!r}", ConfigError)
-    problem = _record_problem(data)
-    if problem:
+    record = _parse_record(data)
+    if isinstance(record, str):
         raise ConfigError(
-            f"run record {str(path)!r} is not one evidra writes ({problem}); use a new run.output_dir, "
+            f"run record {str(path)!r} is not one evidra writes ({record}); use a new run.output_dir, "
             "or delete the file to resume this folder unchecked"
         )
-    trainable = tuple((name, tuple(shape)) for name, shape in data["trainable"])
-    return RunRecord(data["kind"], data["method"], data["base"], data["base_fingerprint"], trainable)
+    return record
 
 
 def _read_capped(path: Path, cap: int) -> bytes:
@@ -154,32 +154,45 @@ def _read_capped(path: Path, cap: int) -> bytes:
     return raw
 
 
-def _record_problem(data: object) -> str:
-    """What makes ``data`` no run record; "" when it is one."""
+def _parse_record(data: JSON) -> RunRecord | str:
+    """The run record ``data`` holds, or what makes it none."""
     if not isinstance(data, dict):
         return "not a JSON object"
     if data.get("format") != FORMAT:
         return f"format {_show(data.get('format'))}, expected {FORMAT}"
-    if data.get("kind") not in ("rl", "sft"):
-        return f"kind {_show(data.get('kind'))}"
-    for key in ("method", "base", "base_fingerprint"):
-        if not isinstance(data.get(key), str) or len(data[key]) > 4096:
+    kind = data.get("kind")
+    if kind != "rl" and kind != "sft":
+        return f"kind {_show(kind)}"
+    method, base, base_fingerprint = (_text(data, key) for key in ("method", "base", "base_fingerprint"))
+    for key, value in (("method", method), ("base", base), ("base_fingerprint", base_fingerprint)):
+        if value is None:
             return f"{key} is not a string of at most 4096 characters"
-    if not _FINGERPRINT.fullmatch(data["base_fingerprint"]):
-        return f"base_fingerprint {_show(data['base_fingerprint'])}"
+    if base_fingerprint is None or not _FINGERPRINT.fullmatch(base_fingerprint):
+        return f"base_fingerprint {_show(base_fingerprint)}"
     trainable = data.get("trainable")
     if not isinstance(trainable, list) or len(trainable) > MAX_TENSORS:
         return f"trainable is not a list of at most {MAX_TENSORS} tensors"
-    if not all(_is_tensor_entry(item) for item in trainable):
+    entries = [_tensor_entry(item) for item in trainable]
+    tensors = tuple(entry for entry in entries if entry is not None)
+    if len(tensors) < len(entries):
         return "trainable holds an entry other than [name, [sizes]]"
-    return ""
+    return RunRecord("rl" if kind == "rl" else "sft", str(method), str(base), base_fingerprint, tensors)
 
 
-def _is_tensor_entry(item: object) -> bool:
-    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
-        return False
+def _text(data: JSONObject, key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) and len(value) <= 4096 else None
+
+
+def _tensor_entry(item: JSON) -> tuple[str, tuple[int, ...]] | None:
+    """``(name, shape)`` of a ``[name, [sizes]]`` entry; None for anything else."""
+    if not (isinstance(item, list) and len(item) == 2 and isinstance(name := item[0], str)):
+        return None
     shape = item[1]
-    return isinstance(shape, list) and len(shape) <= 8 and all(type(d) is int and d >= 0 for d in shape)
+    if not (isinstance(shape, list) and len(shape) <= 8):
+        return None
+    sizes = tuple(d for d in shape if type(d) is int and d >= 0)
+    return (name, sizes) if len(sizes) == len(shape) else None
 
 
 def read_run_config(out: Path) -> dict[str, object] | None:

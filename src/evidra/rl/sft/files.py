@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evidra.core.errors import ConfigError
+from evidra.core.jsonvalue import JSONObject
 from evidra.core.types import Message, messages_from_json
 from evidra.rl.sft.formats import SFT_FORMATS, RowSource, SFTFormat, SkippedRow
 from evidra.safeio.jsonfiles import read_json_lines
@@ -74,10 +75,10 @@ class SFTData:
         return f"{self.path} ({self.format}): {counts}{unused}"
 
 
-def _json_rows(path: Path) -> list[tuple[int, Mapping[str, Any]]]:
+def _json_rows(path: Path) -> list[tuple[int, JSONObject]]:
     rows = []
     for n, row in read_json_lines(path, "data.trajectories", ConfigError):
-        if not isinstance(row, Mapping):
+        if not isinstance(row, dict):
             raise ConfigError(f"data.trajectories: {str(path)!r} line {n} is not a JSON object")
         rows.append((n, row))
     return rows

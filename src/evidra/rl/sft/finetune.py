@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.config import to_dict
 from evidra.core.errors import ConfigError, InvalidInputError
@@ -37,6 +37,12 @@ from evidra.rl.sft.files import SFTData, read_sft_data
 from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.validate import local_batch_size, validate_sft_config
 from evidra.safeio.sink import MetricsSink
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from torch import Tensor
+
+    from evidra.models.hf_types import HFModel, Processor
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +76,7 @@ def assistant_mask(token_ids: Sequence[int], header: Sequence[int], end_id: int)
     return mask
 
 
-def make_example(processor: Any, messages: Sequence[Message]) -> SFTExample:
+def make_example(processor: Processor, messages: Sequence[Message]) -> SFTExample:
     tok = processor.tokenizer
     context = encode_messages(processor, messages, add_generation_prompt=False)
     header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
@@ -82,8 +88,8 @@ def make_example(processor: Any, messages: Sequence[Message]) -> SFTExample:
 
 
 def sft_loss(
-    model: Any, vlm: VLM, batch: Sequence[SFTExample], total_tokens: Any, engine: Engine | None = None
-) -> tuple[Any, int]:
+    model: HFModel, vlm: VLM, batch: Sequence[SFTExample], total_tokens: Tensor, engine: Engine | None = None
+) -> tuple[Tensor, int]:
     """Sum of assistant-token NLL over ``batch`` divided by the whole step's token count over all
     processes (``total_tokens``), so the micro-batch losses of a step add up to the step's
     token-mean loss (times the process count, undoing the gradient averaging of DDP / FSDP)."""
@@ -110,7 +116,7 @@ class SFTTrainer:
         self,
         cfg: SFTConfig,
         examples: Sequence[Sequence[Message]] | None = None,
-        accelerator: Any = None,
+        accelerator: Accelerator | None = None,
         task: Task | None = None,
     ) -> None:
         from accelerate.utils import set_seed
