@@ -63,9 +63,9 @@ class Setting:
     seeds: int = 3
     hidden: int = 128
     layers: int = 4  # of the language model (the vision tower has two)
-    train: int = 512  # training pages (SFT examples and RL prompts)
+    train: int = 4096  # training pages (SFT examples and RL prompts): about one pass, nothing memorised
     test: int = 32  # held-out pages
-    sft_steps: int = 80
+    sft_steps: int = 600
     sft_batch: int = 8
     sft_lr: float = 2e-3
     rl_steps: int = 8

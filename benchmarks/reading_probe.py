@@ -1,0 +1,192 @@
+"""Where a tiny Qwen-VL trained from scratch starts to read: one digit, how large and where.
+
+``benchmarks/learning.py`` trains the whole chain (SFT on LAT's chains of evidence, then GRPO)
+and measures held-out accuracy; when that stays at chance, this script asks the question under
+it with the shortest possible answer. A tiny random Qwen2.5-VL (``evidra.models.tiny``, the
+learning benchmark's size) is trained in a plain loop, cross-entropy on the answer tokens only,
+on freshly drawn 168-pixel pages (no page is seen twice), one probe per case:
+
+* ``shade``: the page is all white or all black, the answer "11" or "22" (the whole page is the
+  signal);
+* ``page_digit``: one digit drawn 140 pixels high across the page, the answer the digit twice;
+* ``big_digit``: one digit 56 pixels high (about 2 x 2 of the 6 x 6 image tokens) at a random
+  place, the answer the digit twice;
+* ``cell_digits``: a two-digit number, each digit 18-24 pixels high centred in one image
+  token's 28-pixel cell, on a random row and column (the learnable task's scale).
+
+Held-out accuracy (both answer digits right, teacher-forced argmax, 96 fixed pages) is printed
+every ``--every`` steps; chance is about 0.5 for ``shade``, 0.1 for the digits (0.011 for
+``cell_digits``). One line per case, ``RESULT case=<c> steps=<n> acc=<a> loss=<l> seconds=<s>``.
+
+    OMP_NUM_THREADS=1 python benchmarks/reading_probe.py                   # all cases, 300 steps
+    OMP_NUM_THREADS=1 python benchmarks/reading_probe.py --cases page_digit big_digit --steps 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from evidra.models.loading import VLM, load_vlm
+from evidra.models.tiny import build_tiny
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+SIDE = 168  # pixels: 6 x 6 image tokens of 28 pixels
+CELL = 28
+Page = tuple["Image", str]
+
+
+def _blank(color: str = "white") -> Image:
+    from PIL import Image
+
+    return Image.new("RGB", (SIDE, SIDE), color)
+
+
+def _font(size: int) -> object:
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=size)
+
+
+def shade(rng: random.Random) -> Page:
+    answer = rng.choice(("11", "22"))
+    return _blank("white" if answer == "11" else "black"), answer
+
+
+def page_digit(rng: random.Random) -> Page:
+    from PIL import ImageDraw
+
+    digit = str(rng.randint(0, 9))
+    image = _blank()
+    ImageDraw.Draw(image).text((SIDE / 2, SIDE / 2), digit, font=_font(140), fill="black", anchor="mm")
+    return image, digit * 2
+
+
+def big_digit(rng: random.Random) -> Page:
+    from PIL import ImageDraw
+
+    digit = str(rng.randint(0, 9))
+    image = _blank()
+    centre = (rng.randint(24, SIDE - 24), rng.randint(30, SIDE - 30))
+    ImageDraw.Draw(image).text(centre, digit, font=_font(56), fill="black", anchor="mm")
+    return image, digit * 2
+
+
+def cell_digits(rng: random.Random) -> Page:
+    from PIL import ImageDraw
+
+    number = str(rng.randint(10, 99))
+    image = _blank()
+    draw = ImageDraw.Draw(image)
+    row, col = rng.randint(0, SIDE // CELL - 1), rng.randint(0, SIDE // CELL - 2)
+    font = _font(rng.randint(18, 24))
+    for k, ch in enumerate(number):
+        draw.text(
+            (CELL * (col + k) + CELL / 2, CELL * row + CELL / 2), ch, font=font, fill="black", anchor="mm"
+        )
+    return image, number
+
+
+CASES: dict[str, Callable[[random.Random], Page]] = {
+    "shade": shade,
+    "page_digit": page_digit,
+    "big_digit": big_digit,
+    "cell_digits": cell_digits,
+}
+QUESTION = "What number?"
+
+
+def encode(vlm: VLM, pages: Sequence[Page]) -> dict[str, torch.Tensor]:
+    """The chat of each page with its answer appended; labels on the answer and its end token."""
+    processor = vlm.processor
+    chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+    prompt = processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    texts = [f"{prompt}{answer}<|im_end|>" for _, answer in pages]
+    batch = dict(
+        processor(text=texts, images=[image for image, _ in pages], return_tensors="pt", padding=True)
+    )
+    answer_len = len(processor.tokenizer(f"{pages[0][1]}<|im_end|>")["input_ids"])
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[:, -answer_len:] = batch["input_ids"][:, -answer_len:]  # padding is on the left
+    batch["labels"] = labels
+    return batch
+
+
+def accuracy(vlm: VLM, pages: Sequence[Page]) -> float:
+    """Pages whose answer digits (not the end token) are all the argmax, teacher-forced."""
+    vlm.model.eval()
+    with torch.no_grad():
+        batch = encode(vlm, pages)
+        labels = batch.pop("labels")
+        predicted = vlm.model(**batch).logits.argmax(-1)
+    vlm.model.train()
+    digits = len(pages[0][1])
+    end = labels.shape[1] - 1  # the end token's position; the digits precede it
+    right = predicted[:, end - digits - 1 : end - 1] == labels[:, end - digits : end]
+    return float(right.all(-1).float().mean())
+
+
+def probe(
+    case: str, steps: int, every: int, batch: int, lr: float, folder: Path
+) -> tuple[float, float, float]:
+    """Train a fresh tiny model on ``case``; print held-out accuracy as it goes; last acc, loss, seconds."""
+    model_dir = build_tiny(
+        "qwen2_5_vl",
+        folder / f"model-{case}",
+        seed=0,
+        hidden=128,
+        layers=4,
+        min_pixels=SIDE * SIDE,
+        max_pixels=SIDE * SIDE,
+        rope_theta=1e4,
+    )
+    vlm = load_vlm(model_dir)
+    vlm.model.train()
+    draw = CASES[case]
+    held_out = [draw(random.Random(f"held-out/{i}")) for i in range(96)]
+    stream = random.Random(f"train/{case}")
+    optimizer = torch.optim.AdamW(vlm.model.parameters(), lr=lr, weight_decay=0.0)
+    start, loss, acc = time.perf_counter(), math.nan, 0.0
+    for step in range(1, steps + 1):
+        out = vlm.model(**encode(vlm, [draw(stream) for _ in range(batch)]))
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(vlm.model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        loss = float(out.loss.detach())
+        if step % every == 0 or step == steps:
+            acc = accuracy(vlm, held_out)
+            print(f"{case} step {step}: loss {loss:.3f} held-out acc {acc:.3f}", flush=True)
+    return acc, loss, time.perf_counter() - start
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--every", type=int, default=50, help="steps between held-out scores")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="evidra-reading-probe-") as tmp:
+        for case in args.cases:
+            acc, loss, seconds = probe(case, args.steps, args.every, args.batch, args.lr, Path(tmp))
+            print(
+                f"RESULT case={case} steps={args.steps} acc={acc:.3f} loss={loss:.3f} seconds={seconds:.0f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
