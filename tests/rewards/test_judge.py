@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from evidra.core.errors import InvalidInputError
+from evidra.methods.lang2act.judge import LANG2ACT_JUDGE_SYSTEM_PROMPT
+from evidra.methods.vragrl.judge import vragrl_judge_prompt
 from evidra.rewards.judge import RuleJudge
 from evidra.rewards.judge_http import DiskCache, HttpJudgeConfig, MemoryCache, OpenAIJudge
-from evidra.rewards.judge_prompts import LANG2ACT_JUDGE_SYSTEM_PROMPT, build_messages, vragrl_judge_prompt
+from evidra.rewards.judge_prompts import build_messages
 from evidra.rewards.judge_protocol import JudgeItem, Verdict, parse_verdicts
 
 pytest.importorskip("httpx")

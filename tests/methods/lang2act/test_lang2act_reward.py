@@ -14,6 +14,7 @@ from evidra.methods.lang2act.format import (
     tool_validity,
     validate_tool_content,
 )
+from evidra.methods.lang2act.judge import lang2act_user_message
 from evidra.methods.lang2act.reward import (
     Lang2ActReward,
     actionrl_compute_score_upstream,
@@ -22,7 +23,6 @@ from evidra.methods.lang2act.reward import (
     toolrl_compute_score_upstream,
 )
 from evidra.rewards.judge import RuleJudge
-from evidra.rewards.judge_prompts import lang2act_user_message
 from evidra.rewards.judge_protocol import JudgeItem, Verdict, parse_verdicts
 from evidra.rewards.reward import REWARDS
 
