@@ -509,3 +509,16 @@ def test_rollout_conformance_benchmark_prints_every_family_and_the_total(
     for family in ("qwen2_5_vl", "qwen2"):
         assert f"RESULT family={family} episodes=4 mismatches=0" in out
     assert out.rstrip().endswith("RESULT episodes=8 mismatches=0")
+
+
+@pytest.mark.slow
+def test_rollout_conformance_benchmark_splits_a_family_over_workers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--episodes", "5", "--families", "qwen2_vl", "--workers", "2"]
+    out = _run("rollout_conformance", argv, monkeypatch, capsys)
+    # shards of 3 and 2 episodes (seed 0 and seed 1), merged into the family's one line
+    assert re.search(r"^qwen2_vl: 5 episodes in \d+ s on one worker \(", out, re.M)
+    assert "RESULT family=qwen2_vl episodes=5 mismatches=0" in out
+    assert re.search(r"^all families: 5 episodes in \d+ s with 2 worker\(s\)", out, re.M)
+    assert out.rstrip().endswith("RESULT episodes=5 mismatches=0")

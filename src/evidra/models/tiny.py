@@ -83,12 +83,14 @@ def build_tiny(
     max_pixels: int = 224 * 224,
     rope_theta: float | None = None,
     layers: int = 2,
+    heads: int = 4,
 ) -> Path:
     """Build, save and return the directory of a tiny random ``arch`` checkpoint.
 
     ``arch`` is one of ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, the text-only ``qwen2`` and
     ``qwen3``, ``colqwen2`` or ``colpali``. ``hidden`` and ``layers`` size a vision-language
-    model's language model (its vision tower has ``hidden`` channels and two blocks).
+    model's language model (its vision tower has ``hidden`` channels and two blocks); ``heads``
+    its attention heads (the language model's share ``heads // 2`` key-value heads).
     """
     import transformers
     from transformers import GenerationConfig
@@ -104,7 +106,7 @@ def build_tiny(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(seed=seed)
-    config = tiny_config(arch, tokenizer, hidden, rope_theta, layers)
+    config = tiny_config(arch, tokenizer, hidden, rope_theta, layers, heads)
     with own_random_stream(seed):
         model = transformers.AutoModelForImageTextToText.from_config(config)
     eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]

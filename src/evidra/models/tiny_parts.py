@@ -210,12 +210,18 @@ def special_token_ids(tokenizer: Tokenizer) -> dict[str, int]:
 
 
 def text_config(
-    tokenizer: Tokenizer, arch: Arch, hidden: int, rope_theta: float | None = None, layers: int = 2
+    tokenizer: Tokenizer,
+    arch: Arch,
+    hidden: int,
+    rope_theta: float | None = None,
+    layers: int = 2,
+    heads: int = 4,
 ) -> JSONObject:
     """The text model's fields of a tiny ``arch`` config (``tiny_config``; the text-only models
-    start from them), its vocabulary and special ids those of ``tokenizer``."""
+    start from them), its vocabulary and special ids those of ``tokenizer``. ``heads`` query
+    heads share ``heads // 2`` key-value heads (grouped-query attention, as released)."""
     pad, eos = tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
-    half = hidden // 8  # half a head of 4 heads: the rotary pairs, split over time, height, width
+    half = hidden // heads // 2  # half a head: the rotary pairs, split over time, height, width
     rope: JSONObject = {
         "rope_type": "default",
         "rope_theta": 1e6,
@@ -226,8 +232,8 @@ def text_config(
         "hidden_size": hidden,
         "intermediate_size": 2 * hidden,
         "num_hidden_layers": layers,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
+        "num_attention_heads": heads,
+        "num_key_value_heads": max(1, heads // 2),
         "max_position_embeddings": 8192,
         "rope_parameters": rope,
         "bos_token_id": pad,  # Qwen2-VL otherwise defaults to 151643, outside a tiny vocab
@@ -236,17 +242,17 @@ def text_config(
         "tie_word_embeddings": False,
     }
     if arch == "qwen3_vl":
-        cfg["head_dim"] = hidden // 4
+        cfg["head_dim"] = hidden // heads
         rope.update(rope_theta=5e6, mrope_interleaved=True)
     if rope_theta is not None:
         rope["rope_theta"] = rope_theta
     return cfg
 
 
-def _vision_config(arch: Arch, hidden: int) -> JSONObject:
+def _vision_config(arch: Arch, hidden: int, heads: int = 4) -> JSONObject:
     if arch == "qwen2_vl":
-        return {"depth": 2, "embed_dim": hidden, "hidden_size": hidden, "mlp_ratio": 2, "num_heads": 4}
-    common = {"depth": 2, "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_heads": 4}
+        return {"depth": 2, "embed_dim": hidden, "hidden_size": hidden, "mlp_ratio": 2, "num_heads": heads}
+    common = {"depth": 2, "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_heads": heads}
     if arch == "qwen2_5_vl":
         return {**common, "out_hidden_size": hidden, "window_size": 112, "fullatt_block_indexes": [1]}
     return {
@@ -259,7 +265,12 @@ def _vision_config(arch: Arch, hidden: int) -> JSONObject:
 
 
 def tiny_config(
-    arch: Arch, tokenizer: Tokenizer, hidden: int = 64, rope_theta: float | None = None, layers: int = 2
+    arch: Arch,
+    tokenizer: Tokenizer,
+    hidden: int = 64,
+    rope_theta: float | None = None,
+    layers: int = 2,
+    heads: int = 4,
 ) -> ModelConfig:
     """A transformers config for a tiny model of ``arch`` matching ``tokenizer``'s ids.
 
@@ -274,8 +285,8 @@ def tiny_config(
         "qwen3_vl": transformers.Qwen3VLConfig,
     }[arch]
     return cls(
-        text_config=text_config(tokenizer, arch, hidden, rope_theta, layers),
-        vision_config=_vision_config(arch, hidden),
+        text_config=text_config(tokenizer, arch, hidden, rope_theta, layers, heads),
+        vision_config=_vision_config(arch, hidden, heads),
         tie_word_embeddings=False,
         **special_token_ids(tokenizer),
     )

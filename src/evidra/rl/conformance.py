@@ -74,21 +74,25 @@ def check_episodes(
     temperature: float = 1.0,
     micro_batch_size: int = 8,
 ) -> list[EpisodeCheck]:
-    """Check ``episodes`` (rolled out by the backend ``record`` watched) against the trainer's path."""
+    """Check ``episodes`` (rolled out by the backend ``record`` watched) against the trainer's path.
+
+    The trainer's forwards take the episodes by length, ``micro_batch_size`` at a time: rows of
+    like length pad little (the collation and the checks are per row, so the order is free).
+    """
     image_problems = [image_problems_of(vlm, ep) for ep in episodes]
-    clean = [i for i, p in enumerate(image_problems) if not p]
+    clean = sorted((i for i, p in enumerate(image_problems) if not p), key=lambda i: len(episodes[i].context))
     scored: dict[int, tuple[int, float, list[tuple[CheckKind, str]]]] = {}
     for start in range(0, len(clean), micro_batch_size):
         rows = clean[start : start + micro_batch_size]
         scored.update(_score(vlm, [episodes[i] for i in rows], rows, record, tolerance, temperature))
     out = []
+    image_token_id = vlm.image_token_id  # a tokenizer lookup: read once, not per token
     for i, ep in enumerate(episodes):
         tokens, gap, problems = scored.get(i, (0, float("nan"), []))
-        ids = ep.context.token_ids
         out.append(
             EpisodeCheck(
                 ep.context.num_images,
-                sum(1 for t in ids if t == vlm.image_token_id),
+                ep.context.token_ids.count(image_token_id),
                 tokens,
                 gap,
                 tuple(("images", p) for p in image_problems[i]) + tuple(problems),

@@ -10,7 +10,7 @@ context holds ``max_images`` images. Every turn's ids and log-probs come from th
 (``rollout.scripted``); every episode goes through the trainer's path and its three checks.
 
     from evidra.models.loading import load_vlm
-    for checks in conformance_batches(load_vlm(path), folder, episodes=100):
+    for checks in conformance_batches(load_vlm(conformance_model("qwen2_5_vl", folder)), folder, 100):
         ...
 
 ``text_batches`` runs the text path the same way: a text-only policy in multi-turn key-value
@@ -61,6 +61,26 @@ class ConformanceSettings:
     tolerance: float = 1e-4
     display_min_pixels: int = 28 * 28 * 2  # what the environments show: small crops stay small
     display_max_pixels: int = 320 * 320
+    trainer_batch: int = 8  # episodes per trainer-path forward, taken by length (little padding)
+
+
+# The checks count tokens, grids and feature rows and compare log-probs: none depends on the
+# model's width. Half the default tiny width, at 16-dim heads (CPU attention kernels run 8-dim
+# heads slower), keeps every path the checks cover (two decoder layers, so the per-layer KV
+# cache; grouped-query attention, two query heads per key-value head; the vision tower and its
+# merger) and takes about a third less CPU time per episode than the default tiny model (the
+# attention over the re-prefilled contexts, the run's largest cost, runs over half the heads).
+CHECK_HIDDEN, CHECK_HEADS = 32, 2
+
+
+def conformance_model(arch: str, folder: Path) -> Path:
+    """The tiny ``arch`` checkpoint the randomized run checks, built under ``folder`` (reused)."""
+    from evidra.models.tiny import build_tiny
+
+    out = folder / f"{arch}-h{CHECK_HIDDEN}"
+    if (out / "config.json").is_file():
+        return out
+    return build_tiny(arch, out, hidden=CHECK_HIDDEN, heads=CHECK_HEADS)
 
 
 def synthetic_pages(folder: Path, count: int, rng: random.Random) -> list[Page]:
@@ -164,7 +184,9 @@ def conformance_batches(
         count = min(settings.samples_per_batch, -(-(episodes - done) // settings.group_size))
         eps, record = random_batch(vlm, kind, pages, rng, count, settings, seed=seed * 1_000_003 + batch)
         eps = eps[: episodes - done]
-        yield check_episodes(vlm, eps, record, tolerance=settings.tolerance, micro_batch_size=len(eps))
+        yield check_episodes(
+            vlm, eps, record, tolerance=settings.tolerance, micro_batch_size=settings.trainer_batch
+        )
         done, batch = done + len(eps), batch + 1
 
 
@@ -233,7 +255,9 @@ def text_batches(
         params = SamplingParams(max_new_tokens=settings.max_new_tokens, seed=seed * 1_000_003 + batch)
         eps = rollout(record, lambda _s: KeyValueEnv(corpus), samples, settings.group_size, params, limits)
         eps = eps[: episodes - done]
-        yield check_episodes(vlm, eps, record, tolerance=settings.tolerance, micro_batch_size=len(eps))
+        yield check_episodes(
+            vlm, eps, record, tolerance=settings.tolerance, micro_batch_size=settings.trainer_batch
+        )
         done, batch = done + len(eps), batch + 1
 
 
