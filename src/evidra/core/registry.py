@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Callable, Iterator
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Generic, TypeVar
 
 from evidra.core.errors import RegistryError
@@ -35,19 +35,23 @@ class Registry(Generic[T]):
     With ``plugins`` (an entry-point group), the first lookup of a name not registered yet imports
     every module named under that group, once, so a method's own parts (its paradigm, its reward)
     are found by name without importing the method first; a module that fails to import is
-    skipped with one warning line.
+    skipped with one warning line. Loading is re-entrant: a module that looks up a name while it
+    is being imported (a method naming another method's judge prompt) goes on loading the modules
+    not imported yet, so the order of the entry points does not matter.
     """
 
     def __init__(self, kind: str, *, plugins: str | None = None) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
         self._plugins = plugins
+        self._pending: list[EntryPoint] = []
 
     def _load_plugins(self) -> None:
-        group, self._plugins = self._plugins, None  # once, and never again while loading
-        if group is None:
-            return
-        for point in entry_points(group=group):
+        group, self._plugins = self._plugins, None  # listed once; each module imported once
+        if group is not None:
+            self._pending = list(entry_points(group=group))
+        while self._pending:
+            point = self._pending.pop(0)  # taken before importing: a nested lookup loads the rest
             try:
                 point.load()
             except Exception as exc:  # another package's module: one line, the rest still load
