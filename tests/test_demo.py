@@ -169,11 +169,99 @@ def test_the_trained_model_cites_boxes(tmp_path: Path, capsys: pytest.CaptureFix
     html = _check_images(out)
     assert 'cited by the answer"' in html and "<svg" not in html  # alone, or joined to a step's box
     assert html.count('<img src="data:image/png;base64,') >= 3 + len(after)  # charts + thumbnails
+    phases = ["before training", "after SFT", "after RL"]
+    held = report["held_out_questions"]  # new documents, answered at each phase
+    assert len(held) == 3 and all(r["gold_boxes"] and list(r["models"]) == phases for r in held)
+    assert not {p for r in held for p in r["pages"]} & {p for r in report["questions"] for p in r["pages"]}
+    section = html[html.index(">Held-out pages: ") : html.index(">Training questions: learned by heart<")]
+    assert all(section.count(f"<h4>{phase}</h4>") == len(held) for phase in phases)
+    pages_shown = sum(len(r["pages"]) for r in held) * len(phases)
+    assert section.count('<figure class="page">') == pages_shown
+    assert section.count('title="gold answer"') >= 2 * len(phases) * len(held)  # thumbnail + enlarged
+    assert [s["name"] for s in report["summary"]["held_out"]] == phases
     printed = capsys.readouterr().out
     assert "after training:" in printed and "held-out LAT reward: before" in printed
+    assert "held-out pages after RL:" in printed
     # another architecture into the same folder: refused without --overwrite, run from scratch with it
     again = ["-q", "demo", "--out", str(out), "--arch", "qwen3_vl", "--docs", "2", "--sft-steps", "4"]
     assert main([*again, "--rl-steps", "1"]) == 2
     assert main([*again, "--rl-steps", "1", "--overwrite"]) == 0
     summary = _report(out)["summary"]
     assert "qwen3_vl" in summary["model"] and summary["training"]["sft_steps"] == 4
+
+
+def _held_out_report(tmp_path: Path) -> str:
+    """A report of one training question and two held-out questions, answered at three phases:
+    no answer, an answer without a box, a training question's answer citing a box."""
+    from evidra.core.types import Box, EvidenceBox, Page, Parsed, Sample
+    from evidra.demo.summary import HeldOutPages, ModelAnswers, write_demo_report
+
+    Image.new("RGB", (200, 100), "white").save(tmp_path / "p.png")
+
+    def sample(name: str, gold: str) -> Sample:
+        page = Page(f"{name}-p1", str(tmp_path / "p.png"), 200, 100, source=f"{name}.pdf", page_number=1)
+        boxes = (EvidenceBox(page.id, Box(10, 10, 50, 30)),)
+        return Sample(
+            name, f"{name} question?", (gold,), pages=(page,), gold_pages=(page.id,), gold_boxes=boxes
+        )
+
+    trained, held = sample("trained", "42"), (sample("new0", "9"), sample("new1", "9"))
+    # after RL: the training question's answer, citing a box that is not the gold one
+    cited = Parsed("<answer>42</answer>", "42", answer_box=Box(100, 40, 150, 80), answer_page=0)
+    phases = (
+        (Parsed("zzz", errors=("no <answer> tag",)), "before training"),
+        (Parsed("<answer>7</answer>", "7"), "after SFT"),
+        (cited, "after RL"),
+    )
+    answers = tuple(ModelAnswers(name, (p, p), (False, False), ("stop", "stop")) for p, name in phases)
+    recalled = ModelAnswers("after training", (Parsed("<answer>42</answer>", "42"),), (True,), ("stop",))
+    path = write_demo_report(
+        tmp_path / "report.html",
+        [trained],
+        [recalled],
+        {},
+        model_name="tiny",
+        training=None,
+        given_model=False,
+        held_out=HeldOutPages(held, answers, measured=8),
+    )
+    return path.read_text()
+
+
+def test_report_shows_held_out_pages_at_each_phase_before_the_trained_questions(tmp_path: Path) -> None:
+    html = _held_out_report(tmp_path)
+    held_at, trained_at = (
+        html.index(">Held-out pages: "),
+        html.index(">Training questions: learned by heart<"),
+    )
+    held, trained = html[held_at:trained_at], html[trained_at:]
+    assert "new0 question?" in held and "new1 question?" in held and "new0" not in trained
+    for phase in ("before training", "after SFT", "after RL"):  # one answer per phase per page
+        assert held.count(f"<h4>{phase}</h4>") == 2
+    assert held.count("(no answer parsed)") == 2 and held.count("format errors: no &lt;answer&gt; tag") == 2
+    assert held.count("well-formed: no") == 2 and held.count("well-formed: yes") == 2 * 2
+    assert "answered greedily before training, after SFT and after RL:" in held
+    # every page of every phase shown (a thumbnail and its enlarged view, each with the boxes):
+    # the gold box on each, the answer's box where it cites one (after RL only)
+    assert held.count('<figure class="page">') == 6 and held.count('class="lb"') == 6
+    assert held.count('title="gold answer"') == 2 * 6
+    assert held.count('title="cited by the answer"') == 2 * 2
+    assert "Measured after RL: 2 of 2 answers are well-formed, 2 cite a box," in held
+    assert "0 are correct and 2 repeat the answer of a training question" in held
+    assert "cannot yet read a page it has not seen: it answers with what it learned" in held
+    assert "other 6 held-out questions" in held
+    assert "trained question?" in trained and "recalled from training, not read from the page" in trained
+    assert trained.count('<figure class="page">') == 1 and trained.count('title="gold answer"') == 2
+
+
+def test_held_out_questions_shown_are_answerable_and_distinct() -> None:
+    from evidra.core.types import Box, EvidenceBox, Sample
+    from evidra.demo.pipeline import _first_answerable
+
+    def sample(name: str, answerable: bool = True) -> Sample:
+        gold = (EvidenceBox("p", Box(0, 0, 1, 1)),) if answerable else ()
+        return Sample(name, "?", gold_boxes=gold, answerable=answerable)
+
+    held = [sample("a"), sample("none", False), sample("a"), sample("b"), sample("c"), sample("d")]
+    assert _first_answerable(held, 3) == [0, 3, 4]  # the repeat of "a" and the unanswerable one skipped
+    assert _first_answerable(held[:2], 3) == [0]

@@ -131,7 +131,7 @@ def test_ask_html_escapes_every_field(tmp_path: Path) -> None:
 
 def test_demo_report_escapes_every_field(tmp_path: Path) -> None:
     from evidra.core.types import Parsed, Step
-    from evidra.demo.summary import ModelAnswers, write_demo_report
+    from evidra.demo.summary import HeldOutPages, ModelAnswers, write_demo_report
 
     page = Page(_evil("page id"), _image(tmp_path), 200, 100, source=_evil("doc name"))
     sample = Sample("s1", _evil("question"), (_evil("gold"),), pages=(page,), gold_pages=(page.id,))
@@ -155,10 +155,19 @@ def test_demo_report_escapes_every_field(tmp_path: Path) -> None:
         "rl_reward": [0.1, 0.2],
     }
     path = tmp_path / "report.html"
+    held_out = HeldOutPages((sample,), (answers,), measured=2)  # a held-out section, its note too
     write_demo_report(
-        path, [sample], [answers], {}, model_name=_evil("model name"), training=training, given_model=False
+        path,
+        [sample],
+        [answers],
+        {},
+        model_name=_evil("model name"),
+        training=training,
+        given_model=False,
+        held_out=held_out,
     )
     html = path.read_text()
     assert 'title="cited by step 1"' in html and 'title="cited by the answer"' in html
+    assert 'class="section-note"' in html
     fields = ["doc name", "question", "gold", "step text", "answer", "error", "model", "model name"]
     _assert_only_escaped(html, [*fields, "stage", "component"])

@@ -12,7 +12,15 @@ from evidra.core.types import Box, Page, Sample
 from evidra.eval.report import RunResult, write_report
 from evidra.eval.sample_scoring import Prediction
 from evidra.eval.tables import ResultRow
-from evidra.eval.viewer import ViewerBox, ViewerPage, ViewerRecord, merge_coinciding, outcome, write_viewer
+from evidra.eval.viewer import (
+    ViewerBox,
+    ViewerPage,
+    ViewerRecord,
+    ViewerSection,
+    merge_coinciding,
+    outcome,
+    write_viewer,
+)
 
 
 def _image(tmp_path: Path) -> str:
@@ -25,6 +33,18 @@ def test_coinciding_boxes_become_one_with_both_labels() -> None:
     merged = merge_coinciding([ViewerBox(a, "2", "#00f"), ViewerBox(c, "3"), ViewerBox(b, "answer", "#0f0")])
     assert [(m.label, m.box, m.color) for m in merged] == [("2 · answer", a, "#00f"), ("3", c, "#16a34a")]
     assert merge_coinciding([ViewerBox(a, "1"), ViewerBox(a, "1")]) == (ViewerBox(a, "1"),)
+
+
+def test_sections_head_the_cards_after_them_and_restart_their_numbers(tmp_path: Path) -> None:
+    record = ViewerRecord("Q?", "42", (), None, ())
+    items: list[ViewerRecord | ViewerSection] = [record, ViewerSection("New <pages>", "never trained on")]
+    items += [record, record, ViewerSection("Old")]
+    html = write_viewer(items, tmp_path / "v.html").read_text()
+    assert re.findall(r'<h2 class="section">([^<]*)</h2>', html) == ["New &lt;pages&gt;"]  # "Old": no card
+    assert '<p class="section-note">never trained on</p>' in html
+    numbers = re.findall(r'<div class="rec" [^>]*id="(rec-\d+)"><h3>(\d+)\.', html)
+    assert numbers == [("rec-0", "1"), ("rec-1", "1"), ("rec-2", "2")]  # anchors stay unique
+    assert html.index("New &lt;pages&gt;") < html.index('id="rec-1"')
 
 
 def test_pages_have_captions_enlarge_and_numbered_tags(tmp_path: Path) -> None:

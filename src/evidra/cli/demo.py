@@ -74,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
         held = result.training["held_out"]
         steps = " -> ".join(f"{name} {h['reward']:.3f}" for name, h in held.items())
         print(f"[demo] held-out LAT reward: {steps}")
+    for s in result.held_out:
+        print(
+            f"[demo] held-out pages {s.name}: {s.well_formed} of {s.questions} answers well-formed, "
+            f"{s.with_boxes} cite a box, {s.correct} correct"
+        )
     print(f"[demo] report: {result.report_html.resolve()}")
     print(f"[demo] data:   {result.report_json.resolve()}")
     return 0

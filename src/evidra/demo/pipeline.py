@@ -5,15 +5,16 @@
 2. build a tiny random Qwen-VL checkpoint and load it like a real one;
 3. answer every question with LAT's chain of evidence (each step cites a page and a box);
 4. learn: an SFT cold start on LAT's oracle chain-of-evidence answers to these questions, then a
-   short GRPO run with LAT's rewards (``rl.quickstart``), measuring the reward on held-out
-   questions before and after;
+   short GRPO run with LAT's rewards (``rl.quickstart``), answering held-out questions (other
+   documents of the same generator) greedily before training, after SFT and after RL;
 5. answer every question again with the trained model;
-6. write ``report.json`` and ``report.html``: each question with both models' answers, their
-   cited boxes on the page beside the gold box, the training curves and held-out rewards.
+6. write ``report.json`` and ``report.html``: a few held-out questions with their answer at each
+   phase, then each training question with both models' answers; cited boxes on the page beside
+   the gold box, the training curves and held-out rewards.
 
 With ``model=DIR`` steps 2, 4 and 5 are replaced by one pass of that checkpoint (no training):
-the same report for a real model. The tiny model learns these questions by heart in a minute
-of CPU; it cannot read pages, so its held-out answers stay wrong.
+the same report for a real model. The tiny model learns the training questions by heart in a
+minute of CPU; the held-out section shows what it does on pages it has not seen.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Sample
-from evidra.demo.summary import ModelAnswers, ModelSummary, write_demo_report
+from evidra.demo.summary import HeldOutPages, ModelAnswers, ModelSummary, write_demo_report
 
 if TYPE_CHECKING:
     from evidra.models.loading import VLM
+    from evidra.rl.quickstart import HeldOut, LearningResult
 
 Progress = Callable[[str], None]
 MARKER = ".evidra-demo"  # written first into every demo folder; --overwrite clears only such folders
@@ -41,6 +43,9 @@ TASK = "lat"
 TINY_PIXELS, TINY_ROPE_THETA = 112 * 112, 1e4
 SFT_BATCH = 4  # conversations per SFT step: more updates per minute of CPU than 8
 DISPLAY_DPI = 144.0  # page images in the report (the model sees the 72 dpi pages of the task)
+HELD_OUT = 8  # held-out questions answered at each phase of training; their mean reward is reported
+HELD_OUT_SHOWN = 3  # of them, the first answerable ones shown page by page
+PHASES = {"before": "before training", "after_sft": "after SFT", "after_rl": "after RL"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class DemoResult:
     answers: tuple[ModelSummary, ...]  # per model that answered: before and after training, or one
     seconds: float
     training: dict[str, Any] | None = None  # curves and held-out rewards of the learning stage
+    held_out: tuple[ModelSummary, ...] = ()  # per phase: its answers to the held-out questions shown
 
 
 def prepare_out_dir(out_dir: str | Path, *, overwrite: bool) -> Path:
@@ -173,14 +179,19 @@ def run_demo(
     samples, docs_dir = _questions(n_docs, seed, out)
     images = _display_images(samples, docs_dir, out)
     ask = _Answering(samples, max_new_tokens, batch_size, say)
+    training: dict[str, Any] | None = None
+    held: HeldOutPages | None = None
     if given is not None:
         say(f"loading {model}")
-        model_name, training = str(model), None
+        model_name = str(model)
         answers = [ask(load_vlm(given), f"checkpoint {model}")]
     else:
-        model_name, answers, training = _tiny_run(
+        model_name, answers, learned = _tiny_run(
             out, arch, seed, (sft_steps, rl_steps) if train else None, ask
         )
+        if learned is not None:
+            training, held = learned.training, learned.held_out
+            images.update(_display_images(held.samples, learned.held_out_docs, out))
     say("writing the report")
     html_path = write_demo_report(
         out / "report.html",
@@ -190,6 +201,7 @@ def run_demo(
         model_name=model_name,
         training=training,
         given_model=given is not None,
+        held_out=held,
     )
     result = DemoResult(
         out_dir=out,
@@ -201,10 +213,13 @@ def run_demo(
         answers=tuple(a.summary() for a in answers),
         seconds=round(time.perf_counter() - start, 2),
         training=training,
+        held_out=tuple(a.summary() for a in held.answers) if held else (),
     )
     summary = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(result).items()}
     rows = [_row(s, i, answers) for i, s in enumerate(samples)]
-    result.report_json.write_text(json.dumps({"summary": summary, "questions": rows}, indent=2))
+    held_rows = [_row(s, i, held.answers) for i, s in enumerate(held.samples)] if held else []
+    report = {"summary": summary, "held_out_questions": held_rows, "questions": rows}
+    result.report_json.write_text(json.dumps(report, indent=2))
     return result
 
 
@@ -228,9 +243,19 @@ class _Answering:
         )
 
 
+@dataclass(frozen=True)
+class _Learned:
+    """What the learning stage gives the report."""
+
+    training: dict[str, Any]  # curves and held-out rewards (report.json's summary.training)
+    model_dir: str  # the trained model
+    held_out: HeldOutPages
+    held_out_docs: Path  # the folder of the held-out questions' PDFs
+
+
 def _tiny_run(
     out: Path, arch: str, seed: int, steps: tuple[int, int] | None, ask: _Answering
-) -> tuple[str, list[ModelAnswers], dict[str, Any] | None]:
+) -> tuple[str, list[ModelAnswers], _Learned | None]:
     """A tiny random model answers, learns (``steps``: SFT and GRPO steps, or None) and answers again."""
     from evidra.models.loading import load_vlm
     from evidra.models.tiny import build_tiny
@@ -243,9 +268,9 @@ def _tiny_run(
     answers = [ask(base, "before training")]
     if steps is None:
         return name, answers, None
-    training, trained = _learn(out, model_dir, len(ask.samples), seed, *steps, ask.max_new_tokens, ask.say)
-    answers.append(ask(load_vlm(trained), "after training"))
-    return name, answers, training
+    learned = _learn(out, model_dir, len(ask.samples), seed, *steps, ask.max_new_tokens, ask.say)
+    answers.append(ask(load_vlm(learned.model_dir), "after training"))
+    return name, answers, learned
 
 
 def _resolve_model(model: str | Path) -> str:
@@ -263,10 +288,13 @@ def _learn(
     rl_steps: int,
     max_new_tokens: int,
     say: Progress,
-) -> tuple[dict[str, Any], str]:
-    """SFT on the oracle answers to the demo's questions, then GRPO; the trained model's folder."""
+) -> _Learned:
+    """SFT on the oracle answers to the demo's questions, then GRPO; the trained model's folder
+    and its held-out answers at each phase."""
+    from evidra.data.synth.documents import DOCS_DIR
     from evidra.methods import build_task
-    from evidra.rl.quickstart import cold_start_then_grpo
+    from evidra.methods._synth import cache_dir
+    from evidra.rl.quickstart import cold_start_then_grpo, held_out_data
     from evidra.rl.run_config import DataConfig
     from evidra.rl.runs.export import resolve_trained_model
 
@@ -278,6 +306,7 @@ def _learn(
         out / "train",
         data=data,
         overrides=[f"method.name={TASK}"],
+        held_out=HELD_OUT,
         sft_steps=sft_steps,
         sft_batch_size=SFT_BATCH,
         rl_steps=rl_steps,
@@ -289,12 +318,47 @@ def _learn(
         "sft_steps": sft_steps,
         "rl_steps": rl_steps,
         "train_questions": size,
-        "held_out": {name: asdict(getattr(result, name)) for name in ("before", "after_sft", "after_rl")},
+        "held_out": {key: _mean_reward(getattr(result, key)) for key in PHASES},
         "sft_loss": list(result.sft_loss),
         "rl_reward": list(result.rl_reward),
     }
     trained = result.model_dir if rl_steps > 0 else out / "train" / "sft-model"
-    return training, resolve_trained_model(trained)
+    docs = cache_dir(held_out_data(data, HELD_OUT)) / "corpus" / DOCS_DIR
+    return _Learned(training, resolve_trained_model(trained), _held_out_pages(result), docs)
+
+
+def _mean_reward(held: HeldOut) -> dict[str, object]:
+    return {"reward": held.reward, "components": held.components, "samples": held.samples}
+
+
+def _held_out_pages(result: LearningResult) -> HeldOutPages:
+    """The first ``HELD_OUT_SHOWN`` answerable held-out questions (each once) and, per phase of
+    training, the greedy answers to them that the held-out reward scored."""
+    from evidra.methods.lat.paradigm import ChainOfEvidence
+
+    shown = _first_answerable(result.held_out_samples, HELD_OUT_SHOWN)
+    samples = tuple(result.held_out_samples[k] for k in shown)
+    parse = ChainOfEvidence().parse
+    answers = []
+    for key, name in PHASES.items():
+        held: HeldOut = getattr(result, key)
+        parsed = tuple(parse(held.outputs[k]) for k in shown)
+        correct = tuple(_score(p.answer, s) for p, s in zip(parsed, samples, strict=True))
+        finish = tuple("length" if held.truncated[k] else "stop" for k in shown)
+        answers.append(ModelAnswers(name, parsed, correct, finish))
+    return HeldOutPages(samples, tuple(answers), len(result.held_out_samples))
+
+
+def _first_answerable(samples: Sequence[Sample], n: int) -> list[int]:
+    """The indices of the first ``n`` samples with a gold box, each question once (the held-out
+    set repeats its questions when its documents have fewer than it asks for)."""
+    seen: set[str] = set()
+    picked: list[int] = []
+    for k, s in enumerate(samples):
+        if s.gold_boxes and s.id not in seen and len(picked) < n:
+            picked.append(k)
+        seen.add(s.id)
+    return picked
 
 
 def _row(sample: Sample, index: int, answers: Sequence[ModelAnswers]) -> dict[str, object]:

@@ -1,9 +1,12 @@
 """The demo's report: a summary (model, training, counts, charts) above one card per question.
 
-Each card shows the question, the gold answer and, side by side, each model's answer with the
-boxes it cited drawn on the page beside the gold boxes (a legend names every colour; a click
-enlarges a page). Page thumbnails are embedded, full-size pages linked from the report's own
-``images/`` folder and charts embedded as PNG, so the folder can be moved or zipped whole.
+After training the cards come in two sections: held-out questions (documents the model never
+trained on, answered before training, after SFT and after RL), then the training questions,
+which a tiny model learns by heart. Each card shows the question, the gold answer and, side by
+side, each model's answer with the boxes it cited drawn on the page beside the gold boxes (a
+legend names every colour; a click enlarges a page). Page thumbnails are embedded, full-size
+pages linked from the report's own ``images/`` folder and charts embedded as PNG, so the folder
+can be moved or zipped whole.
 The summary comes from ``evidra/templates/demo_summary.html.j2``, the cards from the viewer's
 template; both escape every text.
 """
@@ -76,6 +79,15 @@ class ModelAnswers:
         }
 
 
+@dataclass(frozen=True)
+class HeldOutPages:
+    """Questions over documents the model never trained on, answered at each phase of training."""
+
+    samples: tuple[Sample, ...]
+    answers: tuple[ModelAnswers, ...]  # one per phase (before training, after SFT, after RL)
+    measured: int  # how many held-out questions the held-out reward averages (these and others)
+
+
 def _has_box(p: Parsed) -> bool:
     return p.answer_box is not None or any(s.box is not None for s in p.steps)
 
@@ -140,7 +152,9 @@ def _record(sample: Sample, images: Mapping[str, str], answers: ModelAnswers | N
     )
     if answers is None or parsed is None:
         return ViewerRecord(sample.question, None, sample.answers, None, pages)
-    details = {"format errors": "; ".join(parsed.errors)} if parsed.errors else {}
+    details = {"well-formed": "yes"}
+    if parsed.errors:
+        details = {"well-formed": "no", "format errors": "; ".join(parsed.errors)}
     return ViewerRecord(
         sample.question,
         parsed.answer,
@@ -162,13 +176,71 @@ def write_demo_report(
     model_name: str,
     training: dict[str, Any] | None,
     given_model: bool,
+    held_out: HeldOutPages | None = None,
 ) -> Path:
-    """``report.html``: the summary, then one card per question (models side by side)."""
-    from evidra.eval.viewer import write_viewer
+    """``report.html``: the summary, then one card per question (models side by side); with
+    ``held_out``, first a section of held-out questions (one answer per phase), then the
+    training questions in a section of their own."""
+    from evidra.eval.viewer import ViewerItem, ViewerSection, write_viewer
 
-    cards = [tuple(_record(s, images, a, i) for a in answers) for i, s in enumerate(samples)]
+    cards: list[ViewerItem | ViewerSection] = []
+    if held_out is not None:
+        note = _held_out_note(held_out, samples)
+        cards.append(ViewerSection("Held-out pages: documents the model never trained on", note))
+        cards += [
+            tuple(_record(s, images, a, i) for a in held_out.answers) for i, s in enumerate(held_out.samples)
+        ]
+        cards.append(ViewerSection("Training questions: learned by heart", _trained_note(len(samples))))
+    cards += [tuple(_record(s, images, a, i) for a in answers) for i, s in enumerate(samples)]
     preamble = _preamble(model_name, [a.summary() for a in answers], training, given_model)
     return write_viewer(cards, path, title="evidra demo", preamble=preamble, thumbnail_width=THUMBNAIL_WIDTH)
+
+
+def _held_out_note(held: HeldOutPages, trained: Sequence[Sample]) -> str:
+    """What the held-out section shows and what was measured on it after training, in plain words."""
+    n = len(held.samples)
+    last = held.answers[-1]
+    final = last.summary()
+    recited = _recited(last, trained)
+    text = (
+        f"{n} questions over documents drawn by the same generator with another seed, answered greedily "
+        f"{_listed([a.name for a in held.answers])}: the answers whose rewards the held-out table "
+        f"averages (with those to the other {held.measured - n} held-out questions). "
+        f"Measured {last.name}: {final.well_formed} of {n} answers are well-formed, {final.with_boxes} "
+        f"cite a box, {final.correct} are correct and {recited} repeat the answer of a training question."
+    )
+    if any(a.summary().correct for a in held.answers[1:]):
+        return text
+    verdict = " This model cannot yet read a page it has not seen"
+    if recited == n:
+        return f"{text}{verdict}: it answers with what it learned for the training questions."
+    return f"{text}{verdict}."
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``"a, b and c"``.
+
+    >>> _listed(["before training", "after SFT", "after RL"])
+    'before training, after SFT and after RL'
+    """
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _recited(answers: ModelAnswers, trained: Sequence[Sample]) -> int:
+    """How many of ``answers`` are the gold answer of a training question."""
+    from evidra.metrics.text import exact_match
+
+    gold = {g for s in trained for g in s.answers}
+    return sum(
+        p.answer is not None and any(exact_match(p.answer, g) == 1.0 for g in gold) for p in answers.parsed
+    )
+
+
+def _trained_note(n: int) -> str:
+    return (
+        f"The {n} questions the model trained on, answered before and after training. Right answers "
+        "and boxes here are recalled from training, not read from the page."
+    )
 
 
 @dataclass(frozen=True)
@@ -230,4 +302,4 @@ def _preamble(
     )
 
 
-__all__ = ["ModelAnswers", "ModelSummary", "write_demo_report"]
+__all__ = ["HeldOutPages", "ModelAnswers", "ModelSummary", "write_demo_report"]

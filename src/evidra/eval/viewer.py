@@ -72,6 +72,14 @@ class ViewerRecord:
     heading: str = ""  # which model answered, when records are shown side by side
 
 
+@dataclass(frozen=True)
+class ViewerSection:
+    """A heading (and a paragraph) above the cards that follow it; their numbers start again at 1."""
+
+    title: str
+    note: str = ""
+
+
 # one card: a record, or several records answering the same question side by side
 ViewerItem = ViewerRecord | tuple[ViewerRecord, ...]
 
@@ -154,6 +162,7 @@ class _CardView:
     number: int
     answers: tuple[_AnswerView, ...]  # one per model; the first gives question and gold answers
     outcome: str  # the filter it falls under: correct | wrong | unparsed | unscored
+    section: ViewerSection | None = None  # the heading shown above this card
 
 
 OUTCOMES = ("correct", "wrong", "unparsed", "unscored")
@@ -216,18 +225,36 @@ def _page_view(page: ViewerPage, images: _Images, anchor: str) -> _PageView:
     )
 
 
-def _card_view(i: int, item: ViewerItem, images: _Images) -> _CardView:
+def _card_view(
+    i: int, number: int, item: ViewerItem, images: _Images, section: ViewerSection | None
+) -> _CardView:
     recs = item if isinstance(item, tuple) else (item,)
     anchors = [f"rec-{i}"] if len(recs) == 1 else [f"rec-{i}-{k}" for k in range(len(recs))]
     answers = tuple(
         _AnswerView(r, tuple(_page_view(p, images, f"{a}-p{k}") for k, p in enumerate(r.pages)))
         for r, a in zip(recs, anchors, strict=True)
     )
-    return _CardView(f"rec-{i}", i + 1, answers, outcome(recs[0]))
+    return _CardView(f"rec-{i}", number, answers, outcome(recs[0]), section)
+
+
+def _card_views(items: Sequence[ViewerItem | ViewerSection], images: _Images) -> list[_CardView]:
+    """Each record's card; a section goes onto the card after it (a section with no card after
+    it shows nothing)."""
+    cards: list[_CardView] = []
+    section: ViewerSection | None = None
+    number = 0
+    for item in items:
+        if isinstance(item, ViewerSection):
+            section, number = item, 0
+            continue
+        number += 1
+        cards.append(_card_view(len(cards), number, item, images, section))
+        section = None
+    return cards
 
 
 def write_viewer(
-    records: Sequence[ViewerItem],
+    records: Sequence[ViewerItem | ViewerSection],
     path: str | Path,
     title: str = "evidra report",
     *,
@@ -244,12 +271,13 @@ def write_viewer(
     models (each ``heading`` names one), side by side. ``preamble`` is HTML placed before the
     records (a training summary, charts); it is not escaped, so build it only from evidra's own
     templates (``evidra.core.templating.render``). ``filters`` adds buttons that show only the correct,
-    wrong or unparsed answers (by the first record of each card), with their counts.
+    wrong or unparsed answers (by the first record of each card), with their counts. A
+    ``ViewerSection`` among the records puts a heading above the cards after it.
     """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     images = _Images(None if embed_images else out.parent.resolve(), thumbnail_width)
-    cards = [_card_view(i, r, images) for i, r in enumerate(records)]
+    cards = _card_views(records, images)
     counts = [_Filter(o, sum(c.outcome == o for c in cards)) for o in OUTCOMES]
     shown = [_Filter("all", len(cards)), *(f for f in counts if f.count)] if filters else []
     doc = render(

@@ -2,9 +2,9 @@
 
 ``cold_start_then_grpo`` fine-tunes a checkpoint on the task's oracle conversations (SFT),
 then runs GRPO with the task's reward from the SFT model, and measures the task reward on
-held-out samples (another data seed) before training, after SFT and after RL. The demo uses it
-with LAT's rewards on synthetic documents and the tiny model; the numbers are whatever they
-measure.
+held-out samples (another data seed) before training, after SFT and after RL, keeping the
+answers it scored. The demo uses it with LAT's rewards on synthetic documents and the tiny model
+(its report shows some of those answers); the numbers are whatever they measure.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class HeldOut:
-    """Mean reward and components of greedy answers on held-out samples."""
+    """Mean reward and components of greedy answers on held-out samples, and the answers."""
 
     reward: float
     components: dict[str, float] = field(default_factory=dict)
     samples: int = 0
+    outputs: tuple[str, ...] = ()  # the final answer text to each held-out sample, in order
+    truncated: tuple[bool, ...] = ()  # per answer: cut at max_new_tokens
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,12 @@ class LearningResult:
     sft_loss: tuple[float, ...]
     rl_reward: tuple[float, ...]  # mean training reward per RL step
     model_dir: Path  # the final policy (SFT export + RL checkpoints live beside it)
+    held_out_samples: tuple[Sample, ...] = ()  # what before, after_sft and after_rl answered
+
+
+def held_out_data(data: DataConfig, size: int) -> DataConfig:
+    """The held-out samples' data: the training data's generator with another seed."""
+    return replace(data, seed=data.seed + 1000, size=size)
 
 
 def evaluate_task(vlm: VLM, task: Task, samples: Sequence[Sample], max_new_tokens: int) -> HeldOut:
@@ -55,7 +63,10 @@ def evaluate_task(vlm: VLM, task: Task, samples: Sequence[Sample], max_new_token
     scored = [r for r in results if r.scored] or results
     keys = sorted({k for r in scored for k in r.components})
     components = {k: sum(r.components.get(k, 0.0) for r in scored) / len(scored) for k in keys}
-    return HeldOut(sum(r.total for r in scored) / len(scored), components, len(scored))
+    outputs = tuple(ep.trajectory.texts[-1] if ep.trajectory.texts else "" for ep in episodes)
+    truncated = tuple(ep.trajectory.truncated for ep in episodes)
+    mean = sum(r.total for r in scored) / len(scored)
+    return HeldOut(mean, components, len(scored), outputs, truncated)
 
 
 def cold_start_then_grpo(
@@ -83,7 +94,7 @@ def cold_start_then_grpo(
     say = progress or (lambda _m: None)
     out = Path(out_dir)
     task_name = task.name
-    test = task.samples(replace(data, seed=data.seed + 1000, size=held_out))
+    test = task.samples(held_out_data(data, held_out))
     common = [
         *overrides,
         f"data.path={data.path}",
@@ -134,4 +145,4 @@ def cold_start_then_grpo(
     trainer: Any = RLTrainer(rl_cfg, task=task)
     rl_reward = tuple(m.get("reward/mean", float("nan")) for m in trainer.train())
     after_rl = evaluate_task(trainer.vlm, task, test, max_new_tokens)
-    return LearningResult(before, after_sft, after_rl, sft_loss, rl_reward, out / "rl")
+    return LearningResult(before, after_sft, after_rl, sft_loss, rl_reward, out / "rl", tuple(test))
