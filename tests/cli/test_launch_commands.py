@@ -49,7 +49,9 @@ def test_a_two_process_launch_prints_the_bar_and_the_metrics_line_only(tmp_path:
     machine without GPUs): no launcher warning, rank 0's lines on stderr, rank 1's in its log."""
     command = next(c for c in _documented() if "configs/tiny/" in c)
     argv = shlex.split(command)[2:]
-    argv = ["--multi_gpu", *argv, f"run.output_dir={tmp_path / 'run'}", "run.steps=2", "data.size=4"]
+    argv = [*argv, f"run.output_dir={tmp_path / 'run'}", "run.steps=2", "data.size=4"]
+    # a cold start is built by one process (tests/rl/test_cold_start.py); here RL starts from the base
+    argv = ["--multi_gpu", *argv, "model.cold_start.steps=0"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
     launch = [sys.executable, "-m", "accelerate.commands.launch", *argv]
     proc = subprocess.run(launch, cwd=ROOT, env=env, capture_output=True, timeout=600)

@@ -60,6 +60,7 @@ def test_the_readme_snippet_trains_the_recipes_method(
         f"data.path={tmp_path / 'data'}",
         "run.output_dir=run",
         "algo.dynamic_sampling=false",  # else a group of two equal rewards logs no reward at all
+        "model.cold_start.steps=0",  # RL from the random model: the rewards' names are the point here
     ]
     snippet, n = re.subn(
         r'"configs/\w+\.yaml"', repr(str(ROOT / "configs" / "tiny" / f"{recipe}.yaml")), snippet

@@ -51,11 +51,19 @@ class _Handler(BaseHTTPRequestHandler):
             st.bodies.append(body)
             st.in_flight += 1
             st.max_in_flight = max(st.max_in_flight, st.in_flight)
+        self._left = False
         try:
             self._respond(scenario, count, body)
         finally:
-            with st.lock:
-                st.in_flight -= 1
+            self._leave()
+
+    def _leave(self) -> None:
+        """Count this request out of flight once, before its reply is written: the client may send
+        its next request as soon as it reads the reply, before this thread would get here."""
+        if not self._left:
+            self._left = True
+            with self.state.lock:
+                self.state.in_flight -= 1
 
     def _respond(self, scenario: str, count: int, body: dict[str, Any]) -> None:
         user = body["messages"][-1]["content"]
@@ -86,6 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, payload: dict[str, Any] | None) -> None:
         data = b"not json" if payload is None else json.dumps(payload).encode()
+        self._leave()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

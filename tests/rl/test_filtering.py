@@ -102,6 +102,8 @@ def test_the_trainer_filters_rs_grpo_groups_on_their_channels(
     )
     groups, sampled, stats = RLTrainer._collect(trainer)  # type: ignore[arg-type]
     assert len(groups) == kept and len(sampled) == 1 and stats["sampling/filtered_groups"] == 1 - kept
+    # the reward the policy earned before the filter, logged whether the group was kept or not
+    assert stats["sampling/reward_mean"] == pytest.approx((A.total + B.total) / 2)
 
 
 class FakeGenerator:

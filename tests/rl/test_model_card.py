@@ -31,10 +31,12 @@ def lat_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [
             f"run.output_dir={run}",
             "run.steps=2",
+            "run.batch_size=2",
             "run.save_every=2",
             "data.size=4",
             "rollout.group_size=2",
             "rollout.max_new_tokens=8",
+            "model.cold_start.steps=0",  # the card names the base model the recipe gives
         ],
     )
     rl_trainer(cfg).train()

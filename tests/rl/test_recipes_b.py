@@ -198,6 +198,7 @@ def test_tiny_unidoc_recipe_trains_from_the_cli(tmp_path: Path) -> None:
 
     config = str(ROOT / "configs" / "tiny" / "unidoc.yaml")
     over = [f"run.output_dir={tmp_path / 'run'}", f"data.path={tmp_path / 'data'}", "run.steps=1"]
+    over = [*over, "model.cold_start.steps=0"]  # the recipe's cold start: tests/rl/test_tiny_learning.py
     assert main(["-q", "train", "rl", "--config", config, *over]) == 0
     (row,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert math.isfinite(row["loss"])
@@ -365,7 +366,7 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
 
     outcome = CaveReward(parse=ZoomAgent().parse).outcome
     from evidra.methods.cave.credits import Outcome
-    from evidra.rl.tasks import task_samples
+    from evidra.rl.tasks import plain_task, task_samples
 
     task = build_task(dict(name="cave"))
     samples = task_samples(task, DataConfig(task="cave", size=14, path=str(tmp_path)))
@@ -383,15 +384,13 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     letter, other = vjump.answers[0], "Z"
     assert outcome([f"<think>t</think><answer>{{{letter}}}</answer>"], vjump) == Outcome(1.0, 1.0)
     assert outcome([f"<think>t</think><answer>{other} {letter}</answer>"], vjump) == Outcome(0.0, 1.0)
-    # data.synthetic picks other sources through the same path; tasks without generated data refuse it
+    # data.synthetic picks other sources through the same path; a plain task's own data only refuses it
     chain = task_samples(
         task, DataConfig(task="cave", size=2, path=str(tmp_path), synthetic=("tunnel.chain",))
     )
     assert [s.dataset for s in chain] == ["tunnel_chain"] * 2
     with pytest.raises(ConfigError, match=r"remove data\.synthetic"):
-        task_samples(
-            build_task(dict(name="evisrag")), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",))
-        )
+        task_samples(plain_task("toy.digits"), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",)))
     with pytest.raises(ConfigError, match=r"no sample with a gold answer box; LAT cites boxes: use reading"):
         task_samples(
             build_task(dict(name="lat")), DataConfig(size=2, path=str(tmp_path), synthetic=("tracer",))
@@ -399,7 +398,6 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
     cases = [
         ("cave", ["data.synthetic=[tracr]"], r"did you mean 'tracer"),
         ("cave", ["data.synthetic=[tracer]", "data.source=slidevqa"], "keep one"),
-        ("evisrag", ["data.synthetic=[tracer]"], "remove data.synthetic"),
         ("cave", ["method.name=lat"], r"method\.judge is no option of method 'lat'"),
     ]
     for recipe, bad, match in cases:
@@ -408,14 +406,20 @@ def test_cave_trains_on_tracer_and_tunnel_style_samples(tmp_path: Path) -> None:
 
 
 def test_tiny_cave_recipe_trains_from_the_cli_on_its_samples(tmp_path: Path) -> None:
+    """The tiny recipe on its `reading` pages, and on the paper's mixture (the full recipe's data)."""
     import json
 
     from evidra.cli.main import main
 
-    over = [f"run.output_dir={tmp_path / 'run'}", f"data.path={tmp_path / 'data'}", "run.steps=1"]
-    assert main(["-q", "train", "rl", "--config", str(ROOT / "configs" / "tiny" / "cave.yaml"), *over]) == 0
-    (row,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert math.isfinite(row["loss"]) and {"reward/belief", "reward/evidence"} <= set(row)
+    config = str(ROOT / "configs" / "tiny" / "cave.yaml")
+    over = [f"data.path={tmp_path / 'data'}", "run.steps=1", "run.batch_size=2", "model.cold_start.steps=0"]
+    for run, data in (("reading", []), ("mix", ["data.synthetic=[tracer,tunnel]"])):
+        argv = ["-q", "train", "rl", "--config", config, *over, *data, f"run.output_dir={tmp_path / run}"]
+        assert main(argv) == 0
+        (row,) = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        assert math.isfinite(row["loss"]) and {"reward/belief", "reward/evidence"} <= set(row)
+    (drawn,) = (tmp_path / "data").glob("reading-train-seed0-n16/samples.json")
+    assert {r["dataset"] for r in json.loads(drawn.read_text())} == {"synth_reading"}
     (drawn,) = (tmp_path / "data").glob("tracer+tunnel-train-seed0-n16/samples.json")
     assert {r["dataset"] for r in json.loads(drawn.read_text())} == set(SCENARIOS)
 

@@ -142,6 +142,7 @@ def test_evisrag_upstream_recipe_trains_with_router_advantages_and_scoped_loss(
         "data.size=2",
         f"data.path={tmp_path / 'synth'}",
         f"run.output_dir={tmp_path / 'run'}",
+        "model.cold_start.steps=0",
     ]
     cfg = load_config(RLConfig, ROOT / "configs" / "tiny" / "evisrag_upstream.yaml", over)
     (row,) = rl_trainer(cfg).train()

@@ -11,10 +11,11 @@ sets an option of the method, as ``method.KEY=VALUE`` in a recipe.
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from evidra.core.errors import InvalidInputError
+from evidra.core.errors import ConfigError, InvalidInputError
 
 if TYPE_CHECKING:
     from evidra.core.types import Sample
@@ -86,5 +87,21 @@ def parse_method(args: argparse.Namespace) -> MethodEval | None:
         if "=" not in option:
             raise InvalidInputError(f"--method-option {option!r} must look like KEY=VALUE (e.g. stage=2)")
     section = apply_overrides({}, args.method_option)
-    resolved = resolve_section({**section, "name": args.method})
-    return MethodEval(resolved.method, resolved.task())
+    try:
+        resolved = resolve_section({**section, "name": args.method})
+        return MethodEval(resolved.method, resolved.task())
+    except ConfigError as exc:  # a recipe's spelling (method.stage=2) said as this command takes it
+        raise ConfigError(as_eval_options(str(exc))) from None
+
+
+_OPTION = re.compile(r"\bmethod\.(\w+)")
+
+
+def as_eval_options(message: str) -> str:
+    """A method's error, which names recipe keys, in this command's options.
+
+    >>> as_eval_options("method.stage must be 1 or 2; set method.stage=1|2 (method.name='x')")
+    "--method-option stage must be 1 or 2; set --method-option stage=1|2 (--method 'x')"
+    """
+    message = message.replace("method.name=", "--method ").replace("method.name", "--method")
+    return _OPTION.sub(r"--method-option \1", message)

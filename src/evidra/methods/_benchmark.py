@@ -43,10 +43,12 @@ def images_on_disk(sample: Sample) -> str | None:
 def adapter(
     checks: tuple[Check, ...], fill: Callable[[Sample], Sample] | None = None, name: str = "the task"
 ) -> Callable[[list[Sample], DataConfig], list[Sample]]:
-    """``Task.from_benchmark`` for a single-turn task ``name``: keep what ``checks`` accept, then ``fill``."""
+    """``Task.from_benchmark`` (or ``from_synthetic``) for a single-turn task ``name``: keep what
+    ``checks`` accept, then ``fill``."""
 
     def adapt(samples: list[Sample], cfg: DataConfig) -> list[Sample]:
-        kept = usable(samples, checks, f"{name} on {cfg.source}")
+        where = cfg.source or "+".join(cfg.synthetic)
+        kept = usable(samples, checks, f"{name} on {where}")
         return [fill(s) for s in kept] if fill is not None else kept
 
     return adapt

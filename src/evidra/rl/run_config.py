@@ -38,6 +38,9 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     freeze_vision: bool = True  # full fine-tuning only: keep the vision tower frozen
     gradient_checkpointing: bool = False
+    # SFT of ``path`` on the task's oracle conversations before RL starts, built once and cached
+    # (evidra.rl.sft.cold_start; docs/training.md); steps 0: RL starts from ``path`` itself
+    cold_start: ColdStartConfig = field(default_factory=lambda: ColdStartConfig())
     # ``dtype`` is the compute dtype. Full fine-tuning in bfloat16 keeps fp32 master weights and
     # runs forward/backward under bf16 autocast; LoRA keeps a bf16 base with fp32 adapters.
 
@@ -71,6 +74,23 @@ class DataConfig:
     }
     # the file's format: auto (detected from its rows) | evidra | messages | sharegpt
     trajectories_format: str = "auto"
+
+
+@dataclass(frozen=True)
+class ColdStartConfig:
+    """``model.cold_start``: a short SFT of the base model on the task's oracle conversations (the
+    cold start the papers run before RL), full fine-tuning of every weight (vision tower included)
+    at the run's dtype and pixel limits, then RL starts from it. Built once per set of inputs
+    (base model, method section, pixel limits, these settings, evidra's version) and cached."""
+
+    steps: int = 0  # SFT steps; 0: no cold start
+    batch_size: int = 8  # conversations per step
+    lr: float = 3e-3  # cosine decay to 0 after warmup_steps of linear warmup
+    warmup_steps: int = 5
+    seed: int = 0
+    # the conversations' samples: generated ones of ``synthetic`` (e.g. [reading]), ``size`` of them
+    # drawn with ``seed`` (a stream apart from the RL samples' when it differs from data.seed)
+    data: DataConfig = field(default_factory=lambda: DataConfig(size=256, seed=1))
 
 
 @dataclass(frozen=True)

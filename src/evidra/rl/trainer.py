@@ -43,6 +43,7 @@ from evidra.rl.policy import Reference, load_policy
 from evidra.rl.run_config import RLConfig
 from evidra.rl.runs.checkpoint import TrainState, resume_newest, save_and_prune
 from evidra.rl.runs.folder import RunFolder
+from evidra.rl.sft.cold_start import with_cold_start, world_size
 from evidra.rl.tasks import Task, config_task, task_samples
 from evidra.rl.update import (
     MicroBatch,
@@ -79,6 +80,9 @@ class RLTrainer:
 
         task = task if task is not None else config_task(cfg.method, cfg.data, "rl_trainer")
         validate_rl_config(cfg, task)  # every name and option, before anything heavy loads
+        processes = accelerator.num_processes if accelerator is not None else world_size()
+        # model.cold_start: RL starts from the base model's SFT on the task's oracle (built once, cached)
+        cfg, self.cold_start = with_cold_start(cfg, task, processes)
         device = accelerator.device if accelerator is not None else default_device()
         cfg = replace(cfg, model=resolve_model_dtype(cfg.model, device))  # dtype: auto -> this hardware's
         self.cfg = cfg
@@ -186,10 +190,13 @@ class RLTrainer:
             self.local_batch, keep, max_rounds=a.max_sampling_rounds, on_short="partial"
         )
         result = sampler.collect(generate)
+        totals = [r.total for _, results in sampled for r in results if math.isfinite(r.total)]
         stats = {
             "sampling/rounds": float(result.rounds),
             "sampling/groups": float(result.generated),
             "sampling/filtered_groups": float(result.filtered),
+            # what the policy earns before the filter (reward/* reads the kept groups only)
+            "sampling/reward_mean": sum(totals) / len(totals) if totals else math.nan,
         }
         return result.groups, sampled, stats
 

@@ -24,6 +24,7 @@ from evidra.rl.run_config import (
     RunConfig,
     SFTConfig,
 )
+from evidra.rl.sft.cold_start import check_cold_start
 from evidra.rl.tasks import Task
 from evidra.safeio.sink import check_report_to
 
@@ -195,6 +196,7 @@ def validate_rl_config(cfg: RLConfig, task: Task) -> None:
             "(or run.sharding=none|fsdp2 with vLLM)"
         )
     _check_scoped(cfg.algo, task)
+    check_cold_start(cfg.model.cold_start, task)
     training_precision(cfg.model)
     try:  # the recipe's sft section must make a valid SFT config too
         validate_sft_config(sft_stage(cfg))

@@ -93,6 +93,7 @@ def build_evisrag(cfg: EvisragOptions, resources: Resources) -> Task:
         scope_names=scope_names,
         scopes=scopes,
         from_benchmark=adapter(IMAGE_QA, with_sufficiency, name="evisrag"),
+        from_synthetic=adapter(IMAGE_QA, with_sufficiency, name="evisrag"),  # e.g. data.synthetic=[reading]
     )
 
 

@@ -84,6 +84,7 @@ def make_lang2act_task(
         reward=reward,
         oracle=oracle,
         from_benchmark=adapter(IMAGE_QA, name=name),
+        from_synthetic=adapter(IMAGE_QA, name=name),  # e.g. data.synthetic=[reading]
     )
 
 

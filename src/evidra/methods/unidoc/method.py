@@ -112,6 +112,7 @@ def make_unidoc_task(judge: Any, weights: Mapping[str, float], corpora: SelectCo
         score_episodes=partial(score_episodes, reward=reward),
         score_steps=reward.score_steps,
         from_benchmark=corpora.from_benchmark,
+        from_synthetic=corpora.from_synthetic,
     )
 
 

@@ -85,6 +85,10 @@ def _build(root: Path, n_docs: int, seed: int) -> SynthCorpus:
     return corpus
 
 
+def _has_text_layer(sample: Sample) -> str | None:
+    return None if any(p.words for p in sample.pages) else "without a text layer to search (BM25)"
+
+
 class Corpora:
     """The search corpora of one task: key (a Sample's ``corpus``) -> (searcher, pages by id).
 
@@ -139,6 +143,13 @@ class Corpora:
         key = f"{cfg.source}:{Path(cfg.path).resolve()}"
         self.known[key] = (searcher, pages)
         return [replace(s, corpus=key) for s in kept]
+
+    def from_synthetic(self, samples: list[Sample], cfg: DataConfig) -> list[Sample]:
+        """Generated samples (``data.synthetic``, e.g. ``[reading]``), each searched over its own
+        pages with BM25 on their text layer: a one-page sample's search always finds its page, so
+        the retrieval reward pays for searching at all and the answer reward for reading."""
+        checks = (is_answerable, has_gold_pages, images_on_disk, _has_text_layer)
+        return usable(samples, checks, f"search on {'+'.join(cfg.synthetic)}")
 
     def _store(self, store: str) -> tuple[Searcher, dict[str, Page]]:
         """The BM25 index and pages of one page store, built once."""
@@ -227,6 +238,7 @@ def make_vragrl_task(
         oracle=oracle,
         score_episodes=partial(score_episodes, reward=reward),
         from_benchmark=corpora.from_benchmark,
+        from_synthetic=corpora.from_synthetic,
     )
 
 
