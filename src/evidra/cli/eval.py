@@ -102,7 +102,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {DEFAULT_API_KEY_ENV}; none is sent when it is unset)",
     )
     model.add_argument(
-        "--arch", default="qwen2_5_vl", help="resize of the endpoint model's images (default qwen2_5_vl)"
+        "--arch",
+        default="qwen2_5_vl",
+        help="the image frame an endpoint's boxes are read in when no box convention applies (default "
+        "qwen2_5_vl); the size images are sent at and the boxes' convention follow --box-format",
     )
     add_box_format_arg(
         model,
