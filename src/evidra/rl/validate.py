@@ -17,6 +17,7 @@ from evidra.rewards.guards import GuardConfig
 from evidra.rl.parallel.precision import training_precision
 from evidra.rl.run_config import (
     AlgoConfig,
+    ColdStartConfig,
     DataConfig,
     OptimConfig,
     RLConfig,
@@ -24,7 +25,6 @@ from evidra.rl.run_config import (
     RunConfig,
     SFTConfig,
 )
-from evidra.rl.sft.cold_start import check_cold_start
 from evidra.rl.tasks import Task
 from evidra.safeio.sink import check_report_to
 
@@ -248,3 +248,23 @@ def local_batch_size(cfg: RLConfig | SFTConfig, processes: int) -> int:
     if mini and mini % processes:
         raise ConfigError(f"algo.mini_batch_size={mini} must be divisible by the {processes} processes")
     return cfg.run.batch_size // processes
+
+
+def check_cold_start(cold: ColdStartConfig, task: Task) -> None:
+    """One-line errors for a cold start that cannot run, before anything loads."""
+    if cold.steps < 0 or cold.batch_size < 1 or cold.warmup_steps < 0:
+        raise ConfigError(
+            f"model.cold_start needs steps >= 0, batch_size >= 1 and warmup_steps >= 0, got steps "
+            f"{cold.steps}, batch_size {cold.batch_size}, warmup_steps {cold.warmup_steps}"
+        )
+    if not cold.lr > 0:
+        raise ConfigError(f"model.cold_start.lr must be > 0, got {cold.lr}")
+    if cold.steps and task.oracle is None:
+        raise ConfigError(
+            f"task {task.name!r} has no oracle conversations to cold-start from; set model.cold_start.steps=0"
+        )
+    if cold.data.synthetic and task.from_synthetic is None:
+        raise ConfigError(
+            f"task {task.name!r} trains on its own generated data only; remove "
+            "model.cold_start.data.synthetic"
+        )

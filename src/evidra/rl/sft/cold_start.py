@@ -46,6 +46,7 @@ from evidra.core.jsonvalue import JSON
 from evidra.models.references import recorded_ref
 from evidra.rl.run_config import ColdStartConfig, OptimConfig, RLConfig, RunConfig, SFTConfig
 from evidra.rl.tasks import Task
+from evidra.rl.validate import check_cold_start
 from evidra.safeio.cache import private_cache_dir
 from evidra.safeio.jsonfiles import parse_json, read_capped_text
 
@@ -126,26 +127,6 @@ def sft_config(cfg: RLConfig, out: Path) -> SFTConfig:
     )
     data = replace(cold.data, task=cfg.data.task)
     return SFTConfig(method=dict(cfg.method), model=model, data=data, optim=optim, run=run)
-
-
-def check_cold_start(cold: ColdStartConfig, task: Task) -> None:
-    """One-line errors for a cold start that cannot run, before anything loads."""
-    if cold.steps < 0 or cold.batch_size < 1 or cold.warmup_steps < 0:
-        raise ConfigError(
-            f"model.cold_start needs steps >= 0, batch_size >= 1 and warmup_steps >= 0, got steps "
-            f"{cold.steps}, batch_size {cold.batch_size}, warmup_steps {cold.warmup_steps}"
-        )
-    if not cold.lr > 0:
-        raise ConfigError(f"model.cold_start.lr must be > 0, got {cold.lr}")
-    if cold.steps and task.oracle is None:
-        raise ConfigError(
-            f"task {task.name!r} has no oracle conversations to cold-start from; set model.cold_start.steps=0"
-        )
-    if cold.data.synthetic and task.from_synthetic is None:
-        raise ConfigError(
-            f"task {task.name!r} trains on its own generated data only; remove "
-            "model.cold_start.data.synthetic"
-        )
 
 
 def with_cold_start(cfg: RLConfig, task: Task, processes: int = 1) -> tuple[RLConfig, ColdStart | None]:
