@@ -305,3 +305,26 @@ def test_images_over_the_pixel_cap_are_skipped_before_decoding(
     assert (data.rows, data.skipped, len(data.conversations)) == (9, 8, 1)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 8 and all("over the cap of 50000000 pixels" in m and "\n" not in m for m in lines)
+
+
+def test_messages_rows_of_hostile_shapes_are_skipped_with_a_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    reply = {"role": "assistant", "content": "a"}
+    rows: list[Any] = [
+        {"messages": [{"role": ["user"], "content": "q"}, reply]},  # a role that is no string
+        {"messages": [{"role": "user", "content": [3]}, reply]},  # a content part that is no object
+        {"messages": ["user: q", reply]},  # a message that is no object
+        {"messages": [{"role": "user", "content": None}, reply]},  # content neither text nor parts
+        {"messages": [{"role": "user", "content": "q"}, reply]},  # kept
+    ]
+    with caplog.at_level(logging.WARNING, logger="evidra.rl.sft.files"):
+        data = read_sft_data(_write(tmp_path / "m.jsonl", rows), "messages")
+    assert (len(data.conversations), data.skipped) == (1, 4)
+    reasons = [r.getMessage().split(" skipped: ")[1] for r in caplog.records]
+    assert reasons == [
+        "message {'role': ['user'], 'content': 'q'} has no role of system, user, assistant or tool",
+        "unsupported content part 3",
+        "message 'user: q' has no role of system, user, assistant or tool",
+        "message content must be a string or a list of parts, got None",
+    ]

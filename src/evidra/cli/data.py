@@ -29,11 +29,9 @@ if TYPE_CHECKING:
     from evidra.core.types import Sample
     from evidra.methods.lang2act.toolbox import CurationModel
     from evidra.methods.method import Method
-    from evidra.models.generation import SamplingParams
     from evidra.models.loading import VLM
     from evidra.rl.run_config import RLConfig
     from evidra.rl.tasks import Task
-    from evidra.rollout import RolloutLimits
 
 logger = logging.getLogger(__name__)
 
@@ -238,20 +236,6 @@ def _policy(model: str | None, cfg: RLConfig, out: Path) -> VLM:
     return load_vlm(path, min_pixels=cfg.model.min_pixels, max_pixels=cfg.model.max_pixels)
 
 
-def _sampling(cfg: RLConfig) -> tuple[SamplingParams, RolloutLimits]:
-    from evidra.models.generation import SamplingParams
-
-    r = cfg.rollout
-    params = SamplingParams(
-        max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        top_k=r.top_k,
-        min_new_tokens=r.min_new_tokens,
-    )
-    return params, r.limits()
-
-
 # --- stages ----------------------------------------------------------------------------------
 
 
@@ -347,7 +331,7 @@ def run_filter(args: argparse.Namespace) -> int:
     cfg, task, samples = _recipe(args, "filter", policy=True)
     out = Path(args.out)
     vlm = _policy(args.model, cfg, out)
-    params, limits = _sampling(cfg)
+    params, limits = cfg.rollout.sampling(), cfg.rollout.limits()
     with LazyBar(total=len(samples), unit="sample", desc=f"sampling {args.k} each") as progress:
         successes = sample_successes(
             HFBackend(vlm),
@@ -408,7 +392,7 @@ def _stage1_trajectories(args: argparse.Namespace, out: Path) -> list[str]:
 
     cfg, task, samples = _recipe(args, "toolbox", policy=True)
     vlm = _policy(args.model, cfg, out)
-    params, limits = _sampling(cfg)
+    params, limits = cfg.rollout.sampling(), cfg.rollout.limits()
     backend, texts = HFBackend(vlm), []
     with LazyBar(total=len(samples), unit="sample", desc="stage-1 trajectories") as progress:
         for i in range(0, len(samples), STAGE1_BATCH):

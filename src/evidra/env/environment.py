@@ -9,7 +9,7 @@ every paradigm.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -18,7 +18,6 @@ from evidra.core.types import Message, Parsed, Sample
 
 if TYPE_CHECKING:
     from evidra.core.box_formats import BoxFormat
-    from evidra.env.search import Searcher
     from evidra.retrieval.interfaces import Hit
 
 
@@ -103,6 +102,14 @@ class ReadsBoxes(Protocol):
     environment's own frame, as evidra's trained policies write them."""
 
     box_format: BoxFormat | None
+
+
+class Searcher(Protocol):
+    """What the environment needs of an index (BM25Retriever, engine retrievers, SearchClient)."""
+
+    def search(
+        self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
+    ) -> list[list[Hit]]: ...
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ VRAG-RL reward's NDCG (Eq. 7-9) reads them. The index is anything with the retri
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from evidra.core import imagefiles
 from evidra.core.box_formats import BoxFormat, on_shown
@@ -45,6 +45,7 @@ from evidra.core.geometry import (
 from evidra.core.tagscan import parse_digits
 from evidra.core.types import ImagePart, Message, Page, Parsed, Sample
 from evidra.env.environment import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
+from evidra.env.environment import Searcher as Searcher  # callers import it from here
 from evidra.paradigms.paradigm import Paradigm
 from evidra.paradigms.search_agent import SearchAgent, with_fetch
 
@@ -72,14 +73,6 @@ UNKNOWN_PAGE_MESSAGE = (
     "The search for <search>{query}</search> returned page {page_id}, which is not in this corpus; "
     "try another query."
 )
-
-
-class Searcher(Protocol):
-    """What the environment needs of an index (BM25Retriever, engine retrievers, SearchClient)."""
-
-    def search(
-        self, queries: Sequence[str], k: int = 10, exclude: Sequence[Collection[str]] | None = None
-    ) -> list[list[Hit]]: ...
 
 
 def bm25_searcher(pages: Iterable[Page]) -> BM25Retriever:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from torch import Tensor
     from transformers import PreTrainedModel
 
-    from evidra.models.generation import SamplingParams
     from evidra.models.hf_types import HFModel, KVCache
+    from evidra.models.sampling import SamplingParams
 
 
 class TokenMask(Protocol):

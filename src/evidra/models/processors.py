@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 from evidra.core.errors import ModelLoadError
 
 if TYPE_CHECKING:
+    # transformers' own names, not models.hf_types' aliases: hf_types imports TextProcessor from here
+    from transformers import BatchEncoding as Encoding
+    from transformers import PreTrainedTokenizerBase as Tokenizer
     from transformers import ProcessorMixin
 
     from evidra.models.chat import ChatMessage
-    from evidra.models.hf_types import Encoding, Tokenizer
 
 _BASES = {
     "qwen2_vl": "Qwen2VLProcessor",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from evidra.models.sampling import SamplingParams
 from evidra.models.vllm_backend import VLLMConfig
 from evidra.rewards.guards import GuardConfig
 
@@ -112,6 +113,16 @@ class RolloutConfig:
     max_context_tokens: int = 0
     backend: Literal["hf", "vllm"] = "hf"  # who generates: the policy's transformers model, or vLLM
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # backend=vllm: colocated engine or a server
+
+    def sampling(self) -> SamplingParams:
+        """How the policy samples each turn under these settings."""
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_new_tokens=self.min_new_tokens,
+        )
 
     def limits(self) -> RolloutLimits:
         """The rollout loop's limits of these settings."""

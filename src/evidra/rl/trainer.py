@@ -25,7 +25,6 @@ from evidra.core.config import to_dict
 from evidra.core.devices import peak_memory_gb
 from evidra.core.errors import TrainingError
 from evidra.core.types import Sample
-from evidra.models.generation import SamplingParams
 from evidra.models.vision_cache import VisionFeatureCache
 from evidra.rewards.guards import guarded
 from evidra.rewards.reward import RewardResult
@@ -143,14 +142,7 @@ class RLTrainer:
     # rollouts -----------------------------------------------------------------------------
     def _rollout(self, samples: list[Sample]) -> list[Group]:
         r = self.cfg.rollout
-        params = SamplingParams(
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            min_new_tokens=r.min_new_tokens,
-        )
-        limits = r.limits()
+        params, limits = r.sampling(), r.limits()
         self.vlm.model.eval()
         with self.engine.generation(self.model):
             episodes = rollout(self.backend, self.task.make_env, samples, r.group_size, params, limits)

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from evidra.core import imagefiles
 from evidra.core.errors import InvalidInputError
+from evidra.core.jsonvalue import JSON
 from evidra.core.registry import Registry
 from evidra.core.types import ImagePart, Message, Part, Role, TextPart
 from evidra.data.loaders._records import inside_folder
@@ -60,8 +60,8 @@ class SFTFormat:
     (``None`` for a row kept in the file but not trained on, such as a rejected trajectory)."""
 
     name: str
-    claims: Callable[[Mapping[str, Any]], bool]
-    read: Callable[[Mapping[str, Any], RowSource], list[Message] | None]
+    claims: Callable[[Mapping[str, JSON]], bool]
+    read: Callable[[Mapping[str, JSON], RowSource], list[Message] | None]
 
 
 SFT_FORMATS: Registry[SFTFormat] = Registry("SFT data format")
@@ -76,7 +76,7 @@ def _data_url_image(url: str) -> ImagePart:
     )
 
 
-def resolve_image(ref: Any, where: RowSource) -> ImagePart:
+def resolve_image(ref: JSON, where: RowSource) -> ImagePart:
     """An image reference of a row (path, ``file://`` path, data URL, or ``{"path"|"url"}``) as
     an ``ImagePart``; ``SkippedRow`` if it is remote, outside the file's folder, or unreadable.
 
@@ -106,7 +106,7 @@ def resolve_image(ref: Any, where: RowSource) -> ImagePart:
     return ImagePart(str(path.absolute()))
 
 
-def _row_images(row: Mapping[str, Any]) -> list[Any]:
+def _row_images(row: Mapping[str, JSON]) -> list[JSON]:
     images = row.get("images", row.get("image"))
     if images is None:
         return []
@@ -131,7 +131,7 @@ _MESSAGES_ROLES: dict[str, Role] = {
 }
 
 
-def _bare(item: Any) -> bool:
+def _bare(item: JSON) -> bool:
     """``{"type": "image"}`` without a source: a placeholder for the row's next image."""
     return (
         isinstance(item, Mapping)
@@ -140,12 +140,14 @@ def _bare(item: Any) -> bool:
     )
 
 
-def _messages_parts(content: Any, images: Iterator[Any], where: RowSource) -> list[Part]:
+def _messages_parts(content: str | list[JSON], images: Iterator[JSON], where: RowSource) -> list[Part]:
     if isinstance(content, str):
         return [TextPart(content)]
     parts: list[Part] = []
     for item in content:
-        kind = item.get("type") if isinstance(item, Mapping) else None
+        if not isinstance(item, Mapping):
+            raise SkippedRow(f"unsupported content part {item!r:.60}")
+        kind = item.get("type")
         if kind == "text":
             parts.append(TextPart(str(item.get("text", ""))))
         elif _bare(item):
@@ -160,36 +162,38 @@ def _messages_parts(content: Any, images: Iterator[Any], where: RowSource) -> li
     return parts
 
 
-def _checked_messages(row: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _checked_messages(row: Mapping[str, JSON]) -> list[tuple[Role, str | list[JSON]]]:
+    """Each message's role and content, once every message has a known role and a string or a
+    list of parts as content."""
     messages = row.get("messages")
     if not isinstance(messages, list):
         raise SkippedRow("no 'messages' list")
+    checked: list[tuple[Role, str | list[JSON]]] = []
     for m in messages:
-        if not isinstance(m, Mapping) or m.get("role") not in _MESSAGES_ROLES:
+        role = m.get("role") if isinstance(m, Mapping) else None
+        if not isinstance(m, Mapping) or not isinstance(role, str) or role not in _MESSAGES_ROLES:
             raise SkippedRow(f"message {m!r:.60} has no role of system, user, assistant or tool")
         if m.get("tool_calls"):
             raise SkippedRow("a message has tool_calls; write the call into the assistant's content")
         content = m.get("content", "")
         if not isinstance(content, (str, list)):
             raise SkippedRow(f"message content must be a string or a list of parts, got {content!r:.40}")
-    return messages
+        checked.append((_MESSAGES_ROLES[role], content))
+    return checked
 
 
-def read_messages_row(row: Mapping[str, Any], where: RowSource) -> list[Message]:
+def read_messages_row(row: Mapping[str, JSON], where: RowSource) -> list[Message]:
     """A TRL/OpenAI ``messages`` row as a conversation; ``SkippedRow`` when it cannot be trained on."""
     messages, images = _checked_messages(row), _row_images(row)
-    bare = sum(_bare(p) for m in messages if isinstance(m.get("content"), list) for p in m["content"])
+    bare = sum(_bare(p) for _, content in messages if isinstance(content, list) for p in content)
     if bare != len(images):
         raise SkippedRow(f"{bare} image placeholders but {len(images)} images")
     queue = iter(images)
-    out = [
-        Message(_MESSAGES_ROLES[m["role"]], tuple(_messages_parts(m.get("content", ""), queue, where)))
-        for m in messages
-    ]
+    out = [Message(role, tuple(_messages_parts(content, queue, where))) for role, content in messages]
     return _conversation(out)
 
 
-def _claims_messages(row: Mapping[str, Any]) -> bool:
+def _claims_messages(row: Mapping[str, JSON]) -> bool:
     messages = row.get("messages")
     return isinstance(messages, list) and any(
         isinstance(m, Mapping) and isinstance(m.get("content"), list) for m in messages
@@ -203,7 +207,7 @@ _USER_SIDE = {"human": "user", "user": "user", "observation": "user", "tool": "u
 _ASSISTANT_SIDE = {"gpt": "assistant", "assistant": "assistant", "function_call": "assistant"}
 
 
-def _turn(m: Any) -> tuple[str, Any]:
+def _turn(m: JSON) -> tuple[str, JSON]:
     if not isinstance(m, Mapping):
         raise SkippedRow(f"turn {m!r:.60} is not an object")
     return str(m.get("from", m.get("role", ""))), m.get("value", m.get("content"))
@@ -219,18 +223,12 @@ def _split_images(text: str, images: Iterator[ImagePart]) -> list[Part]:
     return parts
 
 
-def read_sharegpt_row(row: Mapping[str, Any], where: RowSource) -> list[Message]:
-    """A LLaMA-Factory ShareGPT row as a conversation; ``SkippedRow`` when LLaMA-Factory would
-    refuse it (a role out of turn, no closing assistant turn, ``<image>`` count != images)."""
-    listed = row.get("conversations", row.get("messages"))
-    if not isinstance(listed, list):
-        raise SkippedRow("no 'conversations' or 'messages' list")
-    turns = [_turn(m) for m in listed]
-    system = row.get("system") or ""
-    if turns and turns[0][0] == "system":
-        system, turns = turns[0][1], turns[1:]
+def _turn_texts(turns: list[tuple[str, JSON]]) -> list[str]:
+    """The text of each turn, once the turns alternate user side and assistant side and end on
+    the assistant side, as LLaMA-Factory requires."""
     if not turns:
         raise SkippedRow("no assistant turn to learn from")
+    texts = []
     for i, (tag, value) in enumerate(turns):
         side = _USER_SIDE if i % 2 == 0 else _ASSISTANT_SIDE
         if tag not in side:
@@ -238,33 +236,51 @@ def read_sharegpt_row(row: Mapping[str, Any], where: RowSource) -> list[Message]
             raise SkippedRow(f"turn {i + 1} is {tag!r} where a {expected} turn belongs")
         if not isinstance(value, str):
             raise SkippedRow(f"turn {i + 1} has no text value")
+        texts.append(value)
     if len(turns) % 2:
         ended = (
             "no assistant turn to learn from" if len(turns) == 1 else "the last turn is not an assistant turn"
         )
         raise SkippedRow(f"{ended} (LLaMA-Factory needs user/assistant pairs)")
+    return texts
+
+
+def read_sharegpt_row(row: Mapping[str, JSON], where: RowSource) -> list[Message]:
+    """A LLaMA-Factory ShareGPT row as a conversation; ``SkippedRow`` when LLaMA-Factory would
+    refuse it (a role out of turn, no closing assistant turn, ``<image>`` count != images)."""
+    listed = row.get("conversations", row.get("messages"))
+    if not isinstance(listed, list):
+        raise SkippedRow("no 'conversations' or 'messages' list")
+    turns = [_turn(m) for m in listed]
+    system: JSON = row.get("system") or ""
+    if turns and turns[0][0] == "system":
+        system, turns = turns[0][1], turns[1:]
+    texts = _turn_texts(turns)
     refs = _row_images(row)
-    placeholders = sum(value.count(IMAGE_TOKEN) for _, value in turns)
+    placeholders = sum(text.count(IMAGE_TOKEN) for text in texts)
     if placeholders != len(refs):
         raise SkippedRow(f"{placeholders} {IMAGE_TOKEN} placeholders but {len(refs)} images")
     images = iter([resolve_image(ref, where) for ref in refs])
     out = [Message.text("system", str(system))] if system else []
-    for i, (_, value) in enumerate(turns):
+    for i, text in enumerate(texts):
         role: Role = "user" if i % 2 == 0 else "assistant"
-        out.append(Message(role, tuple(_split_images(value, images))))
+        out.append(Message(role, tuple(_split_images(text, images))))
     return _conversation(out)
 
 
-def _claims_sharegpt(row: Mapping[str, Any]) -> bool:
+def _claims_sharegpt(row: Mapping[str, JSON]) -> bool:
     if isinstance(row.get("conversations"), list):
         return True
     messages = row.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, Mapping) for m in messages):
+    if not isinstance(messages, list):
         return False
-    if any("from" in m or "value" in m for m in messages):
+    turns = [m for m in messages if isinstance(m, Mapping)]
+    if len(turns) != len(messages):
+        return False
+    if any("from" in m or "value" in m for m in turns):
         return True
-    texts = [m.get("content") for m in messages]
-    strings = all(isinstance(t, str) for t in texts)
+    texts = [t for m in turns if isinstance(t := m.get("content"), str)]
+    strings = len(texts) == len(turns)
     return strings and (bool(_row_images(row)) or any(IMAGE_TOKEN in t for t in texts))
 
 
