@@ -129,6 +129,8 @@ def test_what_cannot_cold_start_is_refused_in_one_line() -> None:
         with_cold_start(_cfg("model.cold_start.batch_size=0"), key_value)
     with pytest.raises(ConfigError, match=r"model\.cold_start\.lr must be > 0"):
         with_cold_start(_cfg("model.cold_start.lr=0"), key_value)
+    with pytest.raises(ConfigError, match=r"needs vision_steps >= 0 and vision_lr > 0, got vision_steps -1"):
+        with_cold_start(_cfg("model.cold_start.vision_steps=-1"), key_value)
     with pytest.raises(
         ConfigError, match=r"own generated data only; remove model\.cold_start\.data\.synthetic"
     ):
@@ -157,3 +159,36 @@ def test_the_cold_start_is_built_once_and_rl_starts_from_it(monkeypatch: pytest.
     monkeypatch.setattr(cold_start, "build", no_second_build)
     again, cached = with_cold_start(cfg, task, processes=2)  # cached: several processes may read it
     assert again == started and cached is not None and cached.loss_last == made.loss_last
+
+
+def test_a_warmed_tower_stays_frozen_in_the_sft_and_an_unwarmed_one_trains(tmp_path: Path) -> None:
+    cfg = _cfg("model.cold_start.vision_steps=5")
+    plain = cold_start.sft_config(cfg, tmp_path / "run")
+    warmed = cold_start.sft_config(cfg, tmp_path / "run", tmp_path / "warm")
+    assert plain.model.path == "tiny:qwen2_5_vl" and not plain.model.freeze_vision
+    assert warmed.model.path == str(tmp_path / "warm") and warmed.model.freeze_vision
+    assert cold_start_key(cfg) != cold_start_key(_cfg())  # a warm-up is part of what is cached
+
+
+@pytest.mark.slow  # a tiny model's tower warmed 3 steps on 8 generated pages: a few seconds
+def test_the_warm_up_writes_a_model_whose_tower_alone_changed(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    cfg = _cfg(
+        "method.name=lat",
+        "data.synthetic=[reading]",
+        "model.cold_start.vision_steps=3",
+        "model.cold_start.data.synthetic=[reading]",
+        f"model.cold_start.data.path={tmp_path / 'pages'}",
+        "model.cold_start.data.size=8",
+        "model.min_pixels=28224",
+        "model.max_pixels=28224",
+    )
+    from evidra.methods import build_task
+
+    warm = cold_start.warm_vision(cfg, build_task({"name": "lat"}), tmp_path / "work")
+    base = load_file(next((tmp_path / "work" / "models").rglob("model.safetensors")))
+    after = load_file(warm / "model.safetensors")
+    assert (warm / "tokenizer.json").is_file() and (warm / "config.json").is_file()
+    changed = {k for k in base if not base[k].equal(after[k])}
+    assert changed and all("visual" in k for k in changed)

@@ -80,8 +80,8 @@ class DataConfig:
 @dataclass(frozen=True)
 class ColdStartConfig:
     """``model.cold_start``: a short SFT of the base model on the task's oracle conversations (the
-    cold start the papers run before RL), full fine-tuning of every weight (vision tower included)
-    at the run's dtype and pixel limits, then RL starts from it. Built once per set of inputs
+    cold start the papers run before RL), full fine-tuning (of every weight, or of all but a warmed
+    vision tower) at the run's dtype and pixel limits, then RL starts from it. Built once per set of inputs
     (base model, method section, pixel limits, these settings, evidra's version) and cached."""
 
     steps: int = 0  # SFT steps; 0: no cold start
@@ -89,6 +89,11 @@ class ColdStartConfig:
     lr: float = 3e-3  # cosine decay to 0 after warmup_steps of linear warmup
     warmup_steps: int = 5
     seed: int = 0
+    # a glyph warm-up of the vision tower before the SFT (evidra.models.vision_warmup): steps of 16
+    # pages at vision_lr on the data's text layers; the SFT then keeps the tower frozen. 0: none, the
+    # SFT trains every weight (a random tower learns no small glyphs that way)
+    vision_steps: int = 0
+    vision_lr: float = 2e-3
     # the conversations' samples: generated ones of ``synthetic`` (e.g. [reading]), ``size`` of them
     # drawn with ``seed`` (a stream apart from the RL samples' when it differs from data.seed)
     data: DataConfig = field(default_factory=lambda: DataConfig(size=256, seed=1))

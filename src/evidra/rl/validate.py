@@ -259,6 +259,11 @@ def check_cold_start(cold: ColdStartConfig, task: Task) -> None:
         )
     if not cold.lr > 0:
         raise ConfigError(f"model.cold_start.lr must be > 0, got {cold.lr}")
+    if cold.vision_steps < 0 or not cold.vision_lr > 0:
+        raise ConfigError(
+            f"model.cold_start needs vision_steps >= 0 and vision_lr > 0, got vision_steps "
+            f"{cold.vision_steps}, vision_lr {cold.vision_lr}"
+        )
     if cold.steps and task.oracle is None:
         raise ConfigError(
             f"task {task.name!r} has no oracle conversations to cold-start from; set model.cold_start.steps=0"

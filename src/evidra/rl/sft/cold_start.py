@@ -13,12 +13,14 @@ recipe asks for the cold start under ``model``:
         data: {synthetic: [reading], size: 256, seed: 1}
 
 ``train rl`` then fine-tunes ``model.path`` for ``steps`` steps on the oracle conversations of the
-recipe's task over ``cold_start.data`` (full fine-tuning of every weight, vision tower included,
-at the run's dtype and pixel limits) and trains RL from the exported result. The result is built
-once and cached: ``<cache>/cold-start/<task>-<key>``, where ``<cache>`` is the folder the tiny
-models are built in (``$XDG_CACHE_HOME/evidra/tiny``) and ``<key>`` a hash of everything that
-determines it (the base model reference, the method section, the pixel limits and dtype, the
-``cold_start`` section and evidra's version). A later run with the same inputs reuses it.
+recipe's task over ``cold_start.data`` (full fine-tuning at the run's dtype and pixel limits) and
+trains RL from the exported result. With ``vision_steps`` the vision tower is first warmed on the
+data's pages (``evidra.models.vision_warmup``: which character sits in each patch, read from the
+text layer) and stays frozen in the SFT; without, the SFT trains every weight, tower included. The
+result is built once and cached: ``<cache>/cold-start/<task>-<key>``, where ``<cache>`` is the
+folder the tiny models are built in (``$XDG_CACHE_HOME/evidra/tiny``) and ``<key>`` a hash of
+everything that determines it (the base model reference, the method section, the pixel limits and
+dtype, the ``cold_start`` section and evidra's version). A later run with the same inputs reuses it.
 
 A cached folder is read back only after it checks out: it holds regular files only, each named in
 its ``cold_start.json`` manifest with its size and SHA-256, none a pickle format (weights are
@@ -45,7 +47,7 @@ from evidra.core.errors import ConfigError, EvidraError
 from evidra.core.jsonvalue import JSON
 from evidra.models.references import recorded_ref
 from evidra.rl.run_config import ColdStartConfig, OptimConfig, RLConfig, RunConfig, SFTConfig
-from evidra.rl.tasks import Task
+from evidra.rl.tasks import Task, task_samples
 from evidra.rl.validate import check_cold_start
 from evidra.safeio.cache import private_cache_dir
 from evidra.safeio.jsonfiles import parse_json, read_capped_text
@@ -104,14 +106,16 @@ def cold_start_key(cfg: RLConfig) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def sft_config(cfg: RLConfig, out: Path) -> SFTConfig:
-    """The SFT run of ``cfg``'s cold start, written into ``out``."""
+def sft_config(cfg: RLConfig, out: Path, base: Path | None = None) -> SFTConfig:
+    """The SFT run of ``cfg``'s cold start, written into ``out``, from ``base`` (a warmed model
+    folder, whose tower the SFT keeps frozen) or ``model.path`` (every weight trained)."""
     cold = cfg.model.cold_start
     model = replace(
         cfg.model,
+        path=str(base) if base is not None else cfg.model.path,
         cold_start=ColdStartConfig(),
         lora=replace(cfg.model.lora, enabled=False),
-        freeze_vision=False,
+        freeze_vision=base is not None,
         gradient_checkpointing=False,
     )
     optim = OptimConfig(lr=cold.lr, schedule="cosine", warmup_steps=cold.warmup_steps, max_grad_norm=1.0)
@@ -171,7 +175,8 @@ def build(cfg: RLConfig, task: Task, folder: Path, key: str) -> ColdStart:
     )
     start = time.perf_counter()
     try:
-        trainer = SFTTrainer(sft_config(cfg, work / "run"), task=task)
+        warmed = warm_vision(cfg, task, work) if cfg.model.cold_start.vision_steps else None
+        trainer = SFTTrainer(sft_config(cfg, work / "run", warmed), task=task)
         losses = [m["loss"] for m in trainer.train()]
         model = trainer.export(work / "model")
         seconds = time.perf_counter() - start
@@ -191,6 +196,36 @@ def build(cfg: RLConfig, task: Task, folder: Path, key: str) -> ColdStart:
         seconds,
     )
     return made
+
+
+def warm_vision(cfg: RLConfig, task: Task, work: Path) -> Path:
+    """The base model with its vision tower warmed on the cold start's pages (their text layers),
+    written to ``work/warm``: the base folder's files, its weights replaced."""
+    from evidra.models.loading import load_vlm
+    from evidra.models.references import resolve_model_ref
+    from evidra.models.vision_warmup import warm_up_vision
+
+    cold = cfg.model.cold_start
+    base = resolve_model_ref(cfg.model.path, tiny_cache=work / "models")
+    vlm = load_vlm(base, min_pixels=cfg.model.min_pixels, max_pixels=cfg.model.max_pixels)
+    pages = [
+        page for sample in task_samples(task, replace(cold.data, task=cfg.data.task)) for page in sample.pages
+    ]
+    start = time.perf_counter()
+    losses = warm_up_vision(vlm, pages, steps=cold.vision_steps, lr=cold.vision_lr, seed=cold.seed)
+    logger.info(
+        "cold start: vision warm-up loss %.3f -> %.3f over %d steps in %.0f s",
+        losses[0],
+        losses[-1],
+        len(losses),
+        time.perf_counter() - start,
+    )
+    warm = work / "warm"
+    shutil.copytree(
+        base, warm, symlinks=False, ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json")
+    )
+    vlm.model.save_pretrained(warm)
+    return warm
 
 
 def _sha256(path: Path) -> str:
