@@ -15,11 +15,12 @@ from evidra.models.tiny import build_tiny
 from evidra.models.vision_warmup import (
     ALPHABET,
     BLANK,
+    SLOTS,
     Grid,
     char_centres,
     char_class,
     n_classes,
-    patch_targets,
+    token_targets,
     warm_up_vision,
 )
 
@@ -40,20 +41,20 @@ def test_classes_are_blank_the_alphabet_and_one_for_anything_else() -> None:
     assert char_class("%") == len(ALPHABET) + 1 == n_classes() - 1 and BLANK == 0
 
 
-def test_targets_follow_the_merged_tokens_then_their_patches() -> None:
-    # 56 px page, 14 px patches, 2 x 2 merge: 4 x 4 patches, 2 x 2 merged tokens
-    page = _page(56, Word("AB", Box(0, 0, 28, 14)), Word("7", Box(30, 30, 40, 50)))
-    targets = patch_targets(page, Grid(patch=14, merge=2, rows=4, cols=4))
+def test_each_token_reads_its_characters_left_to_right_then_blanks() -> None:
+    # 56 px page, 14 px patches, 2 x 2 merge: 2 x 2 merged tokens of 28 px, three slots each
+    page = _page(56, Word("BA", Box(0, 0, 28, 14)), Word("7", Box(30, 30, 40, 50)))
+    targets = token_targets(page, Grid(patch=14, merge=2, rows=4, cols=4))
     a, b, seven = char_class("A"), char_class("B"), char_class("7")
-    # token (0,0): patches (0,0) A, (0,1) B, (1,0), (1,1); token (0,1), token (1,0): blank;
-    # token (1,1): patch (2,2) holds the 7's centre (35, 40)
-    assert targets == [a, b, 0, 0, *[0] * 8, seven, 0, 0, 0]
+    # token (0,0) holds B at x 7 and A at x 21; token (1,1) the 7's centre (35, 40)
+    assert targets == [b, a, BLANK, *[BLANK] * 6, seven, BLANK, BLANK]
+    assert len(targets) == 4 * SLOTS
 
 
 def test_a_page_seen_smaller_scales_its_centres() -> None:
     page = _page(112, Word("A", Box(60, 60, 80, 80)))  # centre (70, 70) of 112 px is (35, 35) of 56 px
-    targets = patch_targets(page, Grid(patch=14, merge=2, rows=4, cols=4))
-    assert targets.index(char_class("A")) == 12 and targets.count(BLANK) == 15
+    targets = token_targets(page, Grid(patch=14, merge=2, rows=4, cols=4))
+    assert targets.index(char_class("A")) == 3 * SLOTS and targets.count(BLANK) == 4 * SLOTS - 1
 
 
 @pytest.fixture(scope="module")

@@ -5,17 +5,19 @@ config starts from a random one, and trained only through the language model's l
 learn glyphs that fill a small part of a page: the language model settles on the answers' prior
 within a few dozen steps and the gradient reaching the tower fades (``benchmarks/reading_probe.py``
 shows a digit two image tokens wide staying at chance for 1,500 steps). This module gives the
-tower the pretraining it lacks, with a dense target on every image token: for each patch of the
-page, the character whose centre falls in it (or none), read from the page's text layer. A linear
-head on the merged image tokens, one prediction per patch of the merge, is trained with the tower
-and then dropped.
+tower the pretraining it lacks, with a dense target on every image token: the characters whose
+centres fall in the token's cell, left to right, read from the page's text layer (``SLOTS`` per
+token, the rest blank). A linear head on the merged image tokens is trained with the tower, then
+dropped; the tower is then kept frozen while the language model learns on top of it.
 
-A tower warmed this way for ~150 steps reads every character cell of evidra's ``reading`` pages,
-and a language model trained on top of it with the tower frozen learns to copy what it sees
-(docs/learning.md has the numbers).
+The target is per merged token, not per patch, on purpose: the language model sees merged tokens,
+and a character read the same way wherever it sits inside its token is one linear direction to
+find, where a per-patch target puts it in one of four (``reading_probe.py --vision-warmup``:
+two digits in their own cells are read at 0.56 after 300 steps over a tower warmed per token, 0.08
+over one warmed per patch).
 
-Character boxes are the word's box split evenly by its characters, exact for a monospaced font and
-close for the others: the target is a proxy for where the glyphs are, not a transcription to
+Character centres are the word's box split evenly by its characters, exact for a monospaced font
+and close for the others: the target is a proxy for where the glyphs are, not a transcription to
 score.
 """
 
@@ -39,8 +41,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-BLANK = 0  # class of a patch with no character centre; ALPHABET[i] is class i + 1, any other mark the last
-BLANK_WEIGHT = 0.1  # most patches are blank: they count a tenth in the loss
+BLANK = 0  # class of an empty slot; ALPHABET[i] is class i + 1, any other character the last
+BLANK_WEIGHT = 0.1  # most slots are blank: they count a tenth in the loss
+SLOTS = 3  # characters read per merged token (three 12-pixel glyphs fit in a 28-pixel cell)
 
 
 @dataclass(frozen=True)
@@ -76,28 +79,28 @@ def char_centres(page: Page) -> list[tuple[str, float, float]]:
     return out
 
 
-def patch_targets(page: Page, grid: Grid) -> list[int]:
-    """One class per patch, in the order of the merged tokens' output: each merged token (row-major)
-    then its ``merge x merge`` patches (row-major). The page is seen resized to the grid's size."""
+def token_targets(page: Page, grid: Grid) -> list[int]:
+    """``SLOTS`` classes per merged image token, in the tower's output order (row-major): the
+    characters whose centres fall in the token's cell, left to right (top to bottom for a tie),
+    then blanks. The page is seen resized to the grid's size."""
+    side = grid.patch * grid.merge
+    rows, cols = grid.rows // grid.merge, grid.cols // grid.merge
     sx = grid.cols * grid.patch / max(1, page.width)
     sy = grid.rows * grid.patch / max(1, page.height)
-    classes = [[BLANK] * grid.cols for _ in range(grid.rows)]
+    cells: list[list[tuple[float, float, int]]] = [[] for _ in range(rows * cols)]
     for ch, x, y in char_centres(page):
-        col, row = int(x * sx // grid.patch), int(y * sy // grid.patch)
-        if 0 <= row < grid.rows and 0 <= col < grid.cols and classes[row][col] == BLANK:
-            classes[row][col] = char_class(ch)
-    m = grid.merge
-    return [
-        classes[br * m + i][bc * m + j]
-        for br in range(grid.rows // m)
-        for bc in range(grid.cols // m)
-        for i in range(m)
-        for j in range(m)
-    ]
+        col, row = int(x * sx // side), int(y * sy // side)
+        if 0 <= row < rows and 0 <= col < cols:
+            cells[row * cols + col].append((x, y, char_class(ch)))
+    out: list[int] = []
+    for found in cells:
+        classes = [c for _, _, c in sorted(found)][:SLOTS]
+        out.extend(classes + [BLANK] * (SLOTS - len(classes)))
+    return out
 
 
 class VisionWarmup:
-    """The tower of ``vlm`` and a per-patch character head, trained together on pages with words."""
+    """The tower of ``vlm`` and a per-token character head, trained together on pages with words."""
 
     def __init__(self, vlm: VLM, *, lr: float = 2e-3, seed: int = 0) -> None:
         import torch
@@ -111,7 +114,7 @@ class VisionWarmup:
         width = int(getattr(config, "out_hidden_size", 0) or vlm.model.config.get_text_config().hidden_size)
         self.tower = vlm.model.model.visual
         generator = torch.Generator().manual_seed(seed)
-        head = torch.nn.Linear(width, self.merge**2 * n_classes())
+        head = torch.nn.Linear(width, SLOTS * n_classes())
         with torch.no_grad():
             head.weight.normal_(0.0, width**-0.5, generator=generator)
             head.bias.zero_()
@@ -120,7 +123,7 @@ class VisionWarmup:
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
 
     def logits(self, images: Sequence[Image]) -> tuple[torch.Tensor, list[Grid]]:
-        """Per-patch class logits (patches, classes) of ``images``, and each image's grid."""
+        """Class logits (tokens x SLOTS, classes) of ``images``, and each image's grid."""
         processor = getattr(self.vlm.processor, "image_processor", None)
         if processor is None:
             raise InvalidInputError("vision warm-up: the model has no image processor (a text-only model)")
@@ -135,12 +138,12 @@ class VisionWarmup:
         return self.head(features).reshape(-1, n_classes()), grids
 
     def loss(self, pages: Sequence[Page]) -> tuple[torch.Tensor, float]:
-        """The weighted cross-entropy on ``pages`` and the share of character patches read right."""
+        """The weighted cross-entropy on ``pages`` and the share of character slots read right."""
         import torch
 
         logits, grids = self.logits([page.open_image() for page in pages])
         target = torch.tensor(
-            [c for page, grid in zip(pages, grids, strict=True) for c in patch_targets(page, grid)],
+            [c for page, grid in zip(pages, grids, strict=True) for c in token_targets(page, grid)],
             device=logits.device,
         )
         weight = torch.where(target == BLANK, BLANK_WEIGHT, 1.0).to(logits.dtype)
@@ -161,20 +164,6 @@ class VisionWarmup:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(loss.detach()), read
-
-    def accuracy(self, pages: Sequence[Page], batch_size: int = 16) -> float:
-        """Share of character patches of ``pages`` whose class is the argmax (no gradient)."""
-        import torch
-
-        self.tower.eval()
-        right = total = 0.0
-        with torch.no_grad():
-            for i in range(0, len(pages), batch_size):
-                chunk = pages[i : i + batch_size]
-                marked = sum(1 for p in chunk for _ in char_centres(p))
-                _, read = self.loss(chunk)
-                right, total = right + read * marked, total + marked
-        return right / total if total else 1.0
 
 
 def warm_up_vision(

@@ -69,3 +69,18 @@ def test_registered_as_a_synthetic_source_and_a_training_mixture(tmp_path: Path)
 def test_bad_sizes_are_refused(tmp_path: Path, n: int, size: int) -> None:
     with pytest.raises(InvalidInputError, match="reading pages"):
         generate_reading(tmp_path, n, size=size)
+
+
+def test_one_entry_pages_hold_only_the_label_asked_for(tmp_path: Path) -> None:
+    samples = synthetic_samples("reading.one", tmp_path, 9, seed=2, split="train")
+    for s in samples:
+        labels = [w.text for w in s.pages[0].words if w.text in LABELS]
+        assert len(labels) == 1 and labels[0] in s.question, (s.id, labels)
+        assert [w.text for w in s.pages[0].words if w.text.isdigit()] == [s.answers[0]]
+    assert {s.extras["kind"] for s in samples} == set(KINDS)
+
+
+@pytest.mark.parametrize("entries", [(), (0,), (2, 7)])
+def test_impossible_entry_counts_are_refused(tmp_path: Path, entries: tuple[int, ...]) -> None:
+    with pytest.raises(InvalidInputError, match=r"entries must be 1-6 labels per page"):
+        generate_reading(tmp_path, 2, entries=entries)

@@ -59,6 +59,7 @@ class _Canvas:
     image: Image
     draw: ImageDraw
     font: Font
+    entries: tuple[int, ...] = (2, 3)  # how many labels a page may hold
     words: list[Word] = field(default_factory=list)
 
     def text(self, x: float, y: float, text: str, size: int) -> Box:
@@ -155,7 +156,7 @@ def _entries(rng: random.Random, k: int) -> list[tuple[str, str]]:
 
 def _words_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
     """Two or three ``LABEL number`` lines, left-aligned at a random place."""
-    entries = _entries(rng, rng.choice((2, 3)))
+    entries = _entries(rng, rng.choice(c.entries))
     size = rng.randint(18, 24)
     widest = max(c.width(f"{label} {value}", size) for label, value in entries)
     x = _snapped(rng, side - widest - 4)
@@ -172,7 +173,7 @@ def _words_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
 
 def _table_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
     """A gridded table: a label column and a number column, two or three rows."""
-    entries = _entries(rng, rng.choice((2, 3)))
+    entries = _entries(rng, rng.choice(c.entries))
     size = rng.randint(14, 18)
     row_h = float(CELL)
     pad = (row_h - c.height(size)) / 2
@@ -195,7 +196,7 @@ def _table_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
 
 def _chart_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
     """Two or three bars on a baseline: the number above each bar, its label below."""
-    entries = _entries(rng, rng.choice((2, 3)))
+    entries = _entries(rng, rng.choice(c.entries))
     size = rng.randint(12, 14) if len(entries) == 3 else rng.randint(14, 18)
     slot = (side - 8) / len(entries)
     line = c.height(size)
@@ -219,12 +220,14 @@ def _chart_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
 _KIND_DRAW = {"words": _words_page, "table": _table_page, "chart": _chart_page}
 
 
-def _page(rng: random.Random, kind: Kind, side: int) -> tuple[bytes, list[Word], _Fact]:
+def _page(
+    rng: random.Random, kind: Kind, side: int, entries: tuple[int, ...]
+) -> tuple[bytes, list[Word], _Fact]:
     """One page of ``kind``: its PNG bytes, its text layer and the fact it asks about."""
     from PIL import Image, ImageDraw
 
     image = Image.new("RGB", (side, side), "white")
-    canvas = _Canvas(image, ImageDraw.Draw(image), rng.choice(FONTS))
+    canvas = _Canvas(image, ImageDraw.Draw(image), rng.choice(FONTS), entries)
     facts = _KIND_DRAW[kind](rng, canvas, side)
     buf = io.BytesIO()
     image.save(buf, format="PNG", compress_level=3)
@@ -232,12 +235,24 @@ def _page(rng: random.Random, kind: Kind, side: int) -> tuple[bytes, list[Word],
 
 
 def generate_reading(
-    out_dir: str | Path, n: int, *, seed: int = 0, split: str = "train", size: int = 168
+    out_dir: str | Path,
+    n: int,
+    *,
+    seed: int = 0,
+    split: str = "train",
+    size: int = 168,
+    entries: tuple[int, ...] = (2, 3),
 ) -> list[Sample]:
     """``n`` one-page samples (kinds in turn: words, table, chart) written as PNGs under ``out_dir``.
 
-    The same ``n``, ``seed``, ``split`` and ``size`` give the same pages, page ids and questions.
+    ``entries``: how many labels a page may hold (``(1,)``: one, so the question's label is the only
+    one on the page and answering is reading its number). The same arguments give the same pages,
+    page ids and questions.
     """
+    if not entries or not all(1 <= k <= len(LABELS) for k in entries):
+        raise InvalidInputError(
+            f"reading pages: entries must be 1-{len(LABELS)} labels per page, got {entries}"
+        )
     if not 0 <= n <= MAX_SAMPLES:
         raise InvalidInputError(f"reading pages: n must be between 0 and {MAX_SAMPLES}, got {n}")
     if not 112 <= size <= 1024:
@@ -248,7 +263,7 @@ def generate_reading(
     samples = []
     for i in range(n):
         kind = KINDS[i % len(KINDS)]
-        data, words, fact = _page(rng, kind, size)
+        data, words, fact = _page(rng, kind, size, entries)
         sid = f"reading-{split}-{seed}-{i:04d}"
         path = out / f"{sid}.png"
         path.write_bytes(data)
