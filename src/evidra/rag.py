@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Box, CoordSpace, Message, Page, Parsed, Sample, Step
@@ -59,6 +59,37 @@ DEFAULT_PARADIGM = "coe"  # LAT's chain of evidence: every step cites a page and
 UNREADABLE = "the model's answer could not be read"  # said instead of an answer that did not parse
 DEFAULT_MAX_NEW_TOKENS = 256  # a paradigm's answer: a few short tagged steps
 STRUCTURED_MAX_NEW_TOKENS = 1024  # a JSON answer spends ~40 tokens of keys and box per step besides its text
+
+
+class LoadOptions(TypedDict, total=False):
+    """The options of ``RAG.load`` that ``RAG.from_documents`` passes on to it."""
+
+    paradigm: str
+    k: int
+    max_pages: int
+    params: SamplingParams | None
+    dtype: str
+    device: str
+    max_pixels: int | None
+    encoder: str | Path
+    fusion: Fusion | None
+    endpoint: str | None
+    model_name: str | None
+    api_key_env: str
+    structured: bool | None
+    box_format: str | None
+
+
+class _GenerateOptions(TypedDict, total=False):
+    """What ``generate`` is given besides the chat: only the options in use."""
+
+    on_text: OnText
+    mask: TokenMask
+
+
+class _SourceFields(TypedDict, total=False):
+    file: str
+    page_number: int | None
 
 
 @dataclass(frozen=True)
@@ -250,7 +281,7 @@ class RAG:
         store: str | Path | None = None,
         index: str | Path | None = None,
         dpi: float = 150.0,
-        **load_options: Any,
+        **load_options: Unpack[LoadOptions],
     ) -> RAG:
         """Ingest ``documents`` into ``store``, index it with ``retriever``, and ``load`` the result.
 
@@ -261,9 +292,9 @@ class RAG:
         """
         from evidra.corpus import PageStore, ingest
 
-        chosen = {k: load_options.get(k) for k in ("endpoint", "model_name", "box_format")}
+        endpoint, model_name = load_options.get("endpoint"), load_options.get("model_name")
         key_env = load_options.get("api_key_env", DEFAULT_API_KEY_ENV)
-        _check_model(model, chosen["endpoint"], chosen["model_name"], key_env, chosen["box_format"])
+        _check_model(model, endpoint, model_name, key_env, load_options.get("box_format"))
         _check_refs(model, encoder_model if retriever != "bm25" else "")  # before any page is ingested
         keep: tempfile.TemporaryDirectory[str] | None = None
         if store is None:
@@ -388,7 +419,7 @@ class RAG:
             )
             return done.text, done.finish_reason
         mask = self._answer_mask(pages)
-        extra: dict[str, Any] = {"on_text": on_text} if on_text is not None else {}
+        extra: _GenerateOptions = {"on_text": on_text} if on_text is not None else {}
         if mask is not None:
             extra["mask"] = mask
         (gen,) = generate(self.vlm, [chat], p, **extra)
@@ -676,7 +707,7 @@ def verdict_citation(v: StepVerdict, pages: Sequence[Page]) -> Citation:
     )
 
 
-def _source(page: Page | None) -> dict[str, Any]:
+def _source(page: Page | None) -> _SourceFields:
     """The ``file`` and ``page_number`` fields of a citation of ``page``."""
     if page is None:
         return {}

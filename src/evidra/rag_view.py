@@ -14,7 +14,7 @@ everywhere.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from evidra.core.types import Page
@@ -27,7 +27,61 @@ NO_HITS = "no relevant page: nothing in the index matches the question"
 ANSWER_COLOR, STEP_COLOR, UNSUPPORTED_COLOR = "#16a34a", "#2563eb", "#dc2626"
 
 
-def citation_record(c: Citation) -> dict[str, Any]:
+class CitationRecord(TypedDict):
+    """A cited step as ``evidra ask --json`` writes it."""
+
+    step: int
+    text: str
+    cite: str | None
+    page: str | None
+    file: str | None
+    page_number: int | None
+    page_index: int | None  # 1-based
+    box: list[float] | None
+    score: float | None
+    supported: bool | None
+    reason: str
+
+
+class PageRecord(TypedDict):
+    """A page shown to the model, as ``evidra ask --json`` writes it."""
+
+    rank: int
+    cite: str
+    page_id: str
+    file: str | None
+    source: str | None
+    page_number: int | None
+    score: float | None
+    doc_id: str | None
+    title: str | None
+    meta: dict[str, str]
+
+
+class RetrievedRecord(TypedDict):
+    rank: int
+    page_id: str
+    score: float
+
+
+class AnswerRecord(TypedDict):
+    """An answer as ``evidra ask --json`` writes it."""
+
+    question: str
+    answer: str | None
+    no_hits: bool
+    pages: list[str]
+    cited_pages: list[PageRecord]
+    steps: list[CitationRecord]
+    answer_box: CitationRecord | None
+    retrieved: list[RetrievedRecord]
+    index: list[str]
+    finish_reason: str | None
+    errors: list[str]
+    output: str
+
+
+def citation_record(c: Citation) -> CitationRecord:
     """A cited step (or the answer's citation, step 0) as JSON."""
     return {
         "step": c.step,
@@ -44,9 +98,7 @@ def citation_record(c: Citation) -> dict[str, Any]:
     }
 
 
-def page_record(
-    page: Page, rank: int, hit: Hit | None = None, meta: PageMeta | None = None
-) -> dict[str, Any]:
+def page_record(page: Page, rank: int, hit: Hit | None = None, meta: PageMeta | None = None) -> PageRecord:
     """A page shown to the model (with its retrieval score, when retrieved, and its document's
     id, title and user metadata, when known) as JSON."""
     return {
@@ -63,7 +115,7 @@ def page_record(
     }
 
 
-def answer_record(answer: Answer) -> dict[str, Any]:
+def answer_record(answer: Answer) -> AnswerRecord:
     scored = {h.page_id: h for h in answer.retrieved}
     metas = {m.page_id: m for m in answer.sources}
     return {
@@ -86,20 +138,20 @@ def answer_record(answer: Answer) -> dict[str, Any]:
     }
 
 
-def _where(record: dict[str, Any]) -> str:
+def _where(record: CitationRecord) -> str:
     page = record["cite"] or "no page"
     if not record["box"]:
         return page
     return f"{page}, box (" + ", ".join(f"{c:g}" for c in record["box"]) + ")"
 
 
-def format_citation(record: dict[str, Any]) -> str:
+def format_citation(record: CitationRecord) -> str:
     """One human line per cited step: number, page (file and page number), box, then the text."""
     name = "answer" if record["step"] == 0 else f"step {record['step']}"
     return f"{name}: {_where(record)}: {record['text']}"
 
 
-def format_verdict(record: dict[str, Any]) -> str:
+def format_verdict(record: CitationRecord) -> str:
     """One human line per verified step: number, verdict and why, page, box, then the step text."""
     verdict = "supported" if record["supported"] else "unsupported"
     return f"step {record['step']}: {verdict} [{record['reason']}] {_where(record)}: {record['text']}"

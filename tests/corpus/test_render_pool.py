@@ -17,6 +17,7 @@ import pytest
 from pdf_bombs import deflate_bomb, tiny_glyphs
 
 from evidra.core.errors import CorpusError
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.corpus import Cancelled, InProcess, Limits, RenderPool
 from evidra.corpus.pdfwriter import PdfCanvas, write_pdf
 
@@ -173,15 +174,44 @@ def test_replies_are_checked_as_hostile_input() -> None:
     with pytest.raises(malformed, match="not a reply"):
         render_pool._decode(bytearray(b'{"t": "exec"}'))
     with pytest.raises(malformed, match="over the cap of 100"):
-        render_pool._raw_size({"w": 20, "h": 10}, 100)
+        render_pool._size({"w": 20, "h": 10}, 100)
     with pytest.raises(malformed, match="a page of True x 1"):
-        render_pool._raw_size({"w": True, "h": 1}, 100)
-    page = {"n": 2, "w": 2, "h": 1, "dpi": None, "words": [["ok", 0, 0, 1, 1]]}
+        render_pool._size({"w": True, "h": 1}, 100)
+    assert render_pool._size({"w": 2, "h": 1}, 100) == (2, 1)
+    page: JSONObject = {"n": 2, "w": 2, "h": 1, "dpi": None, "words": [["ok", 0, 0, 1, 1]]}
     with pytest.raises(malformed, match="page 2 where page 1 was due"):
-        render_pool._page(page, bytearray(6), 1)
+        render_pool._page(page, bytearray(6), 1, (2, 1))
     with pytest.raises(malformed, match="words that are not"):
-        render_pool._page({**page, "words": [["x", 1, 1, 0, 0]]}, bytearray(6), 2)  # x2 < x1
-    assert [w.text for w in render_pool._page(page, bytearray(6), 2).words] == ["ok"]
+        render_pool._page({**page, "words": [["x", 1, 1, 0, 0]]}, bytearray(6), 2, (2, 1))  # x2 < x1
+    assert [w.text for w in render_pool._page(page, bytearray(6), 2, (2, 1)).words] == ["ok"]
+
+
+@pytest.mark.parametrize("words", ["words", {"a": 1}, 7, [["ok", 0, 0, 1]], [["ok", 0, None, 1, 1]], ["ok"]])
+def test_a_page_reply_with_words_of_the_wrong_shape_is_malformed(words: JSON) -> None:
+    page: JSONObject = {"n": 1, "w": 2, "h": 1, "dpi": None, "words": words}
+    with pytest.raises(render_pool._Malformed, match="words that are not"):
+        render_pool._page(page, bytearray(6), 1, (2, 1))
+
+
+class _OneReply:
+    """A worker that sends one reply header."""
+
+    def __init__(self, header: bytes) -> None:
+        self.header = header
+
+    def receive(self, size: int, deadline: float, cancel: threading.Event | None) -> bytearray:
+        return bytearray(self.header)
+
+
+def test_a_reply_without_a_log_carries_no_warnings() -> None:
+    # the log is optional (``_decode``): reading the reply's lines must not need it
+    job = render_pool._job("render", "pdf", "a.pdf", 72.0, Limits(), b"")
+    talk = render_pool._Talk(_OneReply(b'{"t": "done"}'), job, Limits(), None)
+    assert talk.next().kind == "done" and talk.clean
+    assert render_pool._decode(bytearray(b'{"t": "done"}')) == ({"t": "done"}, [])
+    assert render_pool._decode(bytearray(b'{"t": "done", "log": ["w"]}'))[1] == ["w"]
+    with pytest.raises(render_pool._Malformed, match="a log that is not a list of lines"):
+        render_pool._decode(bytearray(b'{"t": "done", "log": ["w", 3]}'))
 
 
 _EXIT_SCRIPT = """

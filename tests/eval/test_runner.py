@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from evidra.core.errors import InvalidInputError
 from evidra.core.geometry import vision_spec
 from evidra.core.types import Box, EvidenceBox, Page, Sample
 from evidra.eval.runner import EnvFactory, RawEpisode, RunConfig, read_cache, run_eval
@@ -71,6 +72,39 @@ def test_scores_cache_and_resume(tmp_path: Path) -> None:
     assert preds[2].answer is None and preds[2].scores["anls"] == 0.0 and preds[2].scores["format_ok"] == 0.0
     other = RunConfig("docvqa", "direct", "another-model").key
     assert read_cache(tmp_path / "predictions.jsonl", other) == {}
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        [1, 2],
+        {"sample_id": "a"},  # no texts
+        {"sample_id": "a", "texts": "abc"},
+        {"sample_id": "a", "texts": ["t"], "answer_box": [1, 2]},
+        {"sample_id": "a", "texts": ["t"], "scores": {"anls": [1]}},
+        {"sample_id": "a", "texts": ["t"], "steps": [{"text": "s", "page": "0", "box": None}]},
+        {"sample_id": "a", "texts": ["t"], "infos": [{"action": "zoom", "crop": [1, 2]}]},
+        {"sample_id": "a", "texts": ["t"], "infos": [{"action": "search", "query": 3}]},
+    ],
+)
+def test_a_damaged_cache_row_is_one_line_naming_the_file(tmp_path: Path, row: object) -> None:
+    key = RunConfig("docvqa", "direct", "scripted").key
+    cache = tmp_path / "predictions.jsonl"
+    cache.write_text(json.dumps({**key, **row} if isinstance(row, dict) else row) + "\n")
+    with pytest.raises(
+        InvalidInputError, match=r"predictions\.jsonl:1 .*delete predictions\.jsonl to recompute"
+    ):
+        read_cache(cache, key)
+
+
+def test_a_cache_row_reads_back_with_its_defaults(tmp_path: Path) -> None:
+    key = RunConfig("docvqa", "direct", "scripted").key
+    cache = tmp_path / "predictions.jsonl"
+    row = {"sample_id": "a", "texts": ["t"], "answer_box": [1, 2, 3, 4.5], "n_tokens": "7"}
+    cache.write_text(json.dumps({**key, **row}) + "\n")
+    (pred,) = read_cache(cache, key).values()
+    assert pred.answer is None and pred.answer_box == (1.0, 2.0, 3.0, 4.5) and pred.n_tokens == 7
+    assert pred.errors == () and pred.infos == () and pred.finished is True
 
 
 def test_summary_and_tables(tmp_path: Path) -> None:

@@ -129,6 +129,22 @@ def test_schemas_and_the_tool_config_verl_reads(tmp_path: Path) -> None:
             CropTool({"type": "native"}, bad)
 
 
+class _DumpsNoFunction:
+    """A schema object (not a dict) whose dump holds no ``function``."""
+
+    def model_dump(self, *, exclude_unset: bool = False, exclude_none: bool = False) -> dict[str, object]:
+        return {"type": "function"}
+
+
+def test_a_schema_object_without_parameters_or_a_bad_penalty_is_one_config_line() -> None:
+    with pytest.raises(ConfigError, match=r"parameters \[\] must be \['box'\]"):
+        CropTool({"type": "native"}, _DumpsNoFunction())
+    for penalty in ("high", [1], None):
+        with pytest.raises(ConfigError, match=r"^invalid_penalty must be a number, got "):
+            CropTool({"type": "native", "invalid_penalty": penalty})
+    assert CropTool({"type": "native", "invalid_penalty": "-0.5"}).invalid_penalty == -0.5
+
+
 @pytest.mark.skipif(VERL_AVAILABLE, reason="the plain classes are used only where verl is not installed")
 def test_one_trajectory_through_the_agent_loops_calls(store: tuple[Path, dict[str, str]]) -> None:
     path, ids = store

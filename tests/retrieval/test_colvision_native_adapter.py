@@ -16,7 +16,12 @@ from native_checkpoints import embeddings, write_native, write_native_adapter
 from evidra.core.errors import ModelLoadError
 from evidra.core.types import Page
 from evidra.retrieval.encoders import load_encoder
-from evidra.retrieval.encoders.colvision_native import LAYOUTS, rename_adapter_config
+from evidra.retrieval.encoders.colvision_native import (
+    LAYOUTS,
+    colpali_engine_classes,
+    native_family,
+    rename_adapter_config,
+)
 from evidra.retrieval.interfaces import EncoderOptions
 
 QUERIES = ["founding year", "total revenue of the company"]
@@ -141,6 +146,25 @@ def test_adapter_targets_are_resolved_on_colpali_engine_names(tmp_path: Path) ->
     assert out["rank_pattern"] == {re.escape(f"{lm}.1.self_attn.q_proj"): 16}
     assert out["modules_to_save"] == ["embedding_proj_layer"]  # the LM head has no place here
     assert out["layers_to_transform"] is None and out["r"] == 4
+
+
+def test_a_malformed_adapter_config_is_one_line(tmp_path: Path) -> None:
+    _, old = LAYOUTS["colqwen2"]
+    (tmp_path / "adapter_config.json").write_text("[1, 2]")
+    with pytest.raises(ModelLoadError, match=r"adapter_config\.json' is a list, not a JSON object"):
+        rename_adapter_config(tmp_path, old, ["vlm"])
+    cfg = {"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"], "modules_to_save": ["lm_head", 3]}
+    (tmp_path / "adapter_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="modules_to_save must be a list of module names"):
+        rename_adapter_config(tmp_path, old, ["vlm"])
+
+
+@pytest.mark.parametrize(
+    "config", [{"model_type": []}, {"model_type": {}}, {"model_type": "qwen2_vl", "architectures": 3}]
+)
+def test_a_config_with_odd_fields_is_no_native_checkpoint(tmp_path: Path, config: dict[str, object]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert native_family(tmp_path) is None and colpali_engine_classes(tmp_path) == []
 
 
 def test_an_adapter_with_foreign_names_is_refused(

@@ -308,3 +308,14 @@ def test_qdrant_refuses_foreign_and_wrong_dimension_collections(tmp_path: Path) 
         QdrantIndex.connect(DIM, path=str(tmp_path / "qd"), collection="other")
     with QdrantIndex.connect(DIM, path=str(tmp_path / "qd"), collection="pages", create=False) as again:
         assert len(again) == 0  # the failed opens released the directory lock
+
+
+def test_qdrant_refuses_a_point_without_a_page_id(tmp_path: Path) -> None:
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import models
+
+    with QdrantIndex.connect(DIM, location=":memory:", collection="pages") as qd:
+        vectors = {"multi": [[1.0] * DIM], "pooled": [[1.0] * DIM]}
+        qd.client.upsert("pages", points=[models.PointStruct(id=1, vector=vectors, payload={"doc": "x"})])
+        with pytest.raises(CorpusError, match=r"'pages' holds a point with no 'page_id'"):
+            qd.page_ids()

@@ -186,3 +186,30 @@ def test_a_qdrant_url_in_a_file_gets_no_key_unless_the_user_allows_it(
     assert spec is not None and spec.url == url and spec._api_key() is None  # withheld
     monkeypatch.setenv("EVIDRA_KEY_HOSTS", "QDRANT_API_KEY@collector.example:6333")
     assert spec._api_key() == "qk-secret"  # the user's own environment allows this pair
+
+
+@pytest.mark.parametrize(
+    ("qdrant", "match"),
+    [
+        (["http://x:6333"], "the Qdrant spec is a list, not an object"),
+        ({"url": "http://x:6333", "candidates": "many"}, "'candidates' is a string, not an integer"),
+        ({"path": "qdrant", "pooling": "median"}, "pooling 'median'"),
+        ({"path": "qdrant", "shards": 2}, r"unknown keys \['shards'\]"),
+    ],
+)
+def test_a_qdrant_spec_of_other_kinds_is_one_line(tmp_path: Path, qdrant: object, match: str) -> None:
+    from evidra.retrieval.lifecycle.manifest import IndexSpec, read_spec, write_manifest
+    from evidra.retrieval.lifecycle.qdrant_build import STAGING_NOTE, drop_noted
+
+    root = tmp_path / "idx"
+    root.mkdir()
+    write_manifest(
+        root, IndexSpec(encoder="colqwen2", backend="qdrant-edge", qdrant=QdrantSpec(path="qdrant"))
+    )
+    written = json.loads((root / MANIFEST).read_text())
+    written["qdrant"] = qdrant
+    (root / MANIFEST).write_text(json.dumps(written))
+    with pytest.raises(CorpusError, match=rf"is malformed \(.*{match}.*\); rebuild the index"):
+        read_spec(root)
+    (tmp_path / STAGING_NOTE).write_text(json.dumps(qdrant))  # a staging note is only logged
+    drop_noted(tmp_path)

@@ -14,9 +14,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.app.crops import crop_frame
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.core.types import Box, Page
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class Evidence:
     box: Box | None
     crop: Box | None = None  # the region a crop shows: the box grown to whole lines (``crops``)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSONObject:
         return {
             "step": self.step,
             "text": self.text,
@@ -55,7 +56,7 @@ class Evidence:
         }
 
 
-def _rounded(box: Box | None) -> list[float] | None:
+def _rounded(box: Box | None) -> list[JSON] | None:
     return [round(c, 1) for c in box.as_tuple()] if box is not None else None
 
 
@@ -95,9 +96,9 @@ def matched_words(page: Page, query: str, limit: int = 24) -> list[Box]:
     return out
 
 
-def page_json(page: Page, score: float | None = None, matches: list[Box] | None = None) -> dict[str, Any]:
+def page_json(page: Page, score: float | None = None, matches: list[Box] | None = None) -> JSONObject:
     """A page as the app's pages and scripts see it (its image at ``/pages/<id>/image``)."""
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "page_id": page.id,
         "label": citation_label(page),
         "document": page.source,
@@ -115,7 +116,7 @@ def page_json(page: Page, score: float | None = None, matches: list[Box] | None 
     return out
 
 
-def answer_json(answer: Answer) -> dict[str, Any]:
+def answer_json(answer: Answer) -> JSONObject:
     """The answer, its evidence and the pages it was given, as the app sends it; ``parsed`` says
     whether the model's output held a readable answer (``answer`` is None when not)."""
     from evidra.rag_view import NO_HITS
@@ -139,7 +140,7 @@ def sources_line(answer: Answer) -> str:
     cited = []
     for e in evidence(answer):
         if e.label and e.box is not None:
-            cited.append(f"{e.label} [{', '.join(f'{c:g}' for c in e.as_json()['box'])}]")
+            cited.append(f"{e.label} [{', '.join(f'{round(c, 1):g}' for c in e.box.as_tuple())}]")
         elif e.label:
             cited.append(e.label)
     unique = list(dict.fromkeys(cited))

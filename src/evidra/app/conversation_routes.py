@@ -10,7 +10,7 @@ keeps each answer with ``keep``: in the conversation its body names, else in a n
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from evidra.app.errors import NotFound
 from evidra.app.history import conversation_json, export_html, export_markdown, kept_turn, shown_steps
+from evidra.core.jsonvalue import JSONObject
 from evidra.corpus.conversations import Conversation, Turn, checked_id
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def conversation_routes(workspace: Workspace) -> list[Route]:
     async def one(request: Request) -> Response:
         cid = checked_id(request.path_params["conversation_id"])
 
-        def read(store: PageStore, kept: Conversations) -> dict[str, Any]:
+        def read(store: PageStore, kept: Conversations) -> JSONObject:
             conversation = _named(kept, cid)
             return conversation_json(conversation, _pages(store, _cited_ids(conversation)))
 

@@ -17,10 +17,11 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.app.citations import citation_label, evidence, page_json
 from evidra.app.crops import crop_frame, crop_png
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.core.types import Box, Page
 from evidra.corpus.conversations import Cited, Conversation, Turn
 
@@ -70,11 +71,11 @@ def _box(coords: tuple[float, float, float, float] | None, page: Page | None) ->
     return Box(x1, y1, x2, y2)
 
 
-def _box_json(box: Box | None) -> list[float] | None:
+def _box_json(box: Box | None) -> list[JSON] | None:
     return [round(c, 1) for c in box.as_tuple()] if box is not None else None
 
 
-def _cited_json(c: Cited, pages: Mapping[str, Page]) -> dict[str, Any]:
+def _cited_json(c: Cited, pages: Mapping[str, Page]) -> JSONObject:
     page = pages.get(c.page_id) if c.page_id else None
     box = _box(c.box, page)
     return {
@@ -89,7 +90,7 @@ def _cited_json(c: Cited, pages: Mapping[str, Page]) -> dict[str, Any]:
     }
 
 
-def turn_json(turn: Turn, pages: Mapping[str, Page]) -> dict[str, Any]:
+def turn_json(turn: Turn, pages: Mapping[str, Page]) -> JSONObject:
     """A stored turn as ``/api/ask``'s answer event has it; ``pages`` are the store's pages it
     names (a page no longer in the store is left out, its citations kept without a box)."""
     from evidra.rag_view import NO_HITS
@@ -110,7 +111,7 @@ def turn_json(turn: Turn, pages: Mapping[str, Page]) -> dict[str, Any]:
     }
 
 
-def conversation_json(conversation: Conversation, pages: Mapping[str, Page]) -> dict[str, Any]:
+def conversation_json(conversation: Conversation, pages: Mapping[str, Page]) -> JSONObject:
     return {
         "id": conversation.id,
         "title": conversation.title,

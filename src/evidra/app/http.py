@@ -4,14 +4,16 @@ and the streamed reply that holds a question's place until it ends."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import ContentStream, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from evidra.core.errors import InvalidInputError
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.http.server_limits import HttpError, read_body
 from evidra.retrieval.service.uvicorn_limits import MAX_CONNECTIONS
 
@@ -58,7 +60,7 @@ class ServeOptions:
             raise InvalidInputError(f"the API key is empty; set {API_KEY_ENV} to a secret or leave it unset")
 
 
-def _depth(value: Any, limit: int) -> int:
+def _depth(value: JSON, limit: int) -> int:
     stack, deepest = [(value, 1)], 0
     while stack:
         item, d = stack.pop()
@@ -70,7 +72,7 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-async def read_json(request: Request, options: ServeOptions) -> dict[str, Any]:
+async def read_json(request: Request, options: ServeOptions) -> JSONObject:
     """A JSON object body (400 for anything else)."""
     body = await read_body(request, options.max_body, options.idle_timeout_s)
     try:
@@ -110,8 +112,15 @@ class HeldStream(StreamingResponse):
     """A streamed answer that holds its question's place (``Workspace.admit``) until the reply
     ends, however it ends (done, the client gone, or never started)."""
 
-    def __init__(self, ticket: AskTicket, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        ticket: AskTicket,
+        content: ContentStream,
+        *,
+        media_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(content, media_type=media_type, headers=headers)
         self.ticket = ticket
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from evidra.app.citations import answer_json, citation_label, page_json
 from evidra.app.http import ServeOptions, k_of, question_of
 from evidra.core.errors import EvidraError, MissingDependencyError
+from evidra.core.jsonvalue import JSON
 from evidra.http.server_limits import HttpError
 
 if TYPE_CHECKING:
@@ -40,7 +42,11 @@ INSTRUCTIONS = (
 )
 
 
-def _checked(fn: Any) -> Any:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _checked(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     """Refusals of the app's limits as one-line tool errors (``ToolError``: an anticipated failure,
     which the host's model reads; any other exception is reported as a crash)."""
     import functools
@@ -48,7 +54,7 @@ def _checked(fn: Any) -> Any:
     from mcp.server.mcpserver.exceptions import ToolError
 
     @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
         except (HttpError, EvidraError) as exc:
@@ -103,12 +109,13 @@ def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPS
 
     @server.tool(structured_output=False)
     @_checked
-    async def search(query: str, k: int = 5) -> list[Any]:
+    async def search(query: str, k: int = 5) -> list[object]:
         """Pages of the user's documents that match ``query`` (BM25 or the visual index), best
         first: a JSON list of hits, then each hit's page image (PNG) after its label."""
         found = await workspace.search(question_of(query, options), k_of(k, 5, options))
         images = await asyncio.to_thread(_hit_images, [_image_path(workspace, page) for _, page in found])
-        hits, content = [], []
+        hits: list[JSON] = []
+        content: list[object] = []
         for (hit, page), png in zip(found, images, strict=True):
             record = page_json(page, hit.score)
             del record["image"]  # a URL of this server, which an agent host cannot fetch
@@ -120,7 +127,7 @@ def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPS
 
     @server.tool(structured_output=False)
     @_checked
-    async def page(page_id: str) -> list[Any]:
+    async def page(page_id: str) -> list[object]:
         """The image of one page (from `search` or `ask`) with its citation label."""
         found = await workspace.page(page_id)
         image = await workspace.image_file(page_id)  # a PNG, JPEG or WebP by its first bytes
@@ -130,7 +137,7 @@ def build_mcp(workspace: Workspace, options: ServeOptions | None = None) -> MCPS
 
     @server.tool()
     @_checked
-    async def ask(question: str, k: int = 3) -> dict[str, Any]:
+    async def ask(question: str, k: int = 3) -> dict[str, Any]:  # the SDK reads it: the output schema
         """Answer ``question`` from the top ``k`` pages; every step cites a document, page and box."""
         answer = await workspace.ask(question_of(question, options), k_of(k, options.k, options))
         return answer_json(answer)

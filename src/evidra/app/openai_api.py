@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -34,6 +34,7 @@ from evidra.app.http import HeldStream, ServeOptions, k_of, read_json
 from evidra.app.messages import conversation
 from evidra.app.streams import Done, Failed, Piece, answer_events
 from evidra.core.errors import EvidraError
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.http.server_limits import HttpError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def tail(answer: Answer) -> str:
     return "\n\n" + "\n".join(lines)
 
 
-def _evidence_fields(answer: Answer) -> dict[str, Any]:
+def _evidence_fields(answer: Answer) -> JSONObject:
     return {
         "evidence": [e.as_json() for e in evidence(answer)],
         "pages": [page_json(p) for p in answer.pages],
@@ -99,7 +100,7 @@ def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
                 )
         except HttpError as exc:
             return _openai_error(exc.status, str(exc))
-        head = {
+        head: JSONObject = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "created": int(time.time()),
             "model": options.model_name,
@@ -124,29 +125,33 @@ def chat_routes(workspace: Workspace, options: ServeOptions) -> list[Route]:
     ]
 
 
-async def _whole(workspace: Workspace, turn: Turn, head: dict[str, Any]) -> Response:
+async def _whole(workspace: Workspace, turn: Turn, head: JSONObject) -> Response:
     try:
         answer = await workspace.ask(turn.question, turn.k, history=turn.history)
     except Busy as exc:
         return _openai_error(503, str(exc))
     except EvidraError as exc:
         return _openai_error(400, str(exc))
-    message = {"role": "assistant", "content": answer.output + tail(answer)}
-    choice = {"index": 0, "message": message, "finish_reason": FINISH.get(answer.finish_reason, "stop")}
+    message: JSONObject = {"role": "assistant", "content": answer.output + tail(answer)}
+    choice: JSONObject = {
+        "index": 0,
+        "message": message,
+        "finish_reason": FINISH.get(answer.finish_reason, "stop"),
+    }
     return JSONResponse(
         {**head, "object": "chat.completion", "choices": [choice], **_evidence_fields(answer)}
     )
 
 
-def _sse(record: dict[str, Any]) -> bytes:
+def _sse(record: JSONObject) -> bytes:
     return f"data: {json.dumps(record, ensure_ascii=False)}\n\n".encode()
 
 
 async def _chunks(
-    workspace: Workspace, turn: Turn, head: dict[str, Any], ticket: AskTicket
+    workspace: Workspace, turn: Turn, head: JSONObject, ticket: AskTicket
 ) -> AsyncIterator[bytes]:
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    def chunk(delta: JSONObject, finish: str | None = None, **extra: JSON) -> bytes:
+        choice: JSONObject = {"index": 0, "delta": delta, "finish_reason": finish}
         return _sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
     yield chunk({"role": "assistant", "content": ""})

@@ -12,9 +12,10 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import EvidraError
+from evidra.core.jsonvalue import JSONObject
 from evidra.models.streaming import StreamCancelled
 
 if TYPE_CHECKING:
@@ -103,17 +104,17 @@ async def answer_events(
         gone.set()
 
 
-Report = Callable[[dict[str, Any]], None]
+Report = Callable[[JSONObject], None]
 
 
 async def progress_events(
-    work: Callable[[Report], Awaitable[dict[str, Any]]],
-) -> AsyncIterator[dict[str, Any]]:
+    work: Callable[[Report], Awaitable[JSONObject]],
+) -> AsyncIterator[JSONObject]:
     """The progress records ``work`` reports (from any thread) as they come, then its result."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    queue: asyncio.Queue[JSONObject | None] = asyncio.Queue()
 
-    def report(record: dict[str, Any]) -> None:
+    def report(record: JSONObject) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, record)
 
     async def run() -> None:

@@ -32,9 +32,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar
+from typing import IO, TYPE_CHECKING, Literal, TypedDict, TypeVar, TypeVarTuple, Unpack
 
 from evidra.app.errors import Busy, NotFound
+from evidra.core.jsonvalue import JSONObject
 from evidra.safeio.staging import pid_in_name, process_alive
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 JobState = Literal["queued", "ingesting", "indexing", "done", "failed", "cancelled"]
 ENDED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 KEEP_ENDED = 100  # ended jobs listed, the newest
@@ -73,7 +75,7 @@ class Upload:
     cancel_requested: bool = False
     ended: float | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSONObject:
         seconds = (self.ended or time.time()) - self.received
         return {
             "id": self.id,
@@ -93,6 +95,23 @@ class Upload:
             "cancel_requested": self.cancel_requested,
             "seconds": round(seconds, 2),
         }
+
+
+class _Changes(TypedDict, total=False):
+    """The fields of ``Upload`` that a job's progress replaces."""
+
+    state: JobState
+    files_done: int
+    files_total: int
+    pages_done: int
+    added: int
+    unchanged: int
+    index_done: int
+    index_total: int
+    indexed: int
+    failed: tuple[FailedFile, ...]
+    error: str
+    ended: float | None
 
 
 @dataclass
@@ -232,7 +251,7 @@ class Uploads:
             self._end(job_id, "cancelled")  # it never started
         return self.get(job_id)
 
-    async def after_jobs(self, fn: Callable[..., T], *args: Any) -> T:
+    async def after_jobs(self, fn: Callable[[Unpack[Ts]], T], *args: Unpack[Ts]) -> T:
         """``fn(*args)`` on the ingest thread, once the jobs queued before it have ended."""
         return await asyncio.wrap_future(self._thread.submit(fn, *args))
 
@@ -310,7 +329,7 @@ class Uploads:
 
     # -- either side ---------------------------------------------------------------------------
 
-    def _update(self, job_id: str, **changes: Any) -> None:
+    def _update(self, job_id: str, **changes: Unpack[_Changes]) -> None:
         if changes.get("state") in ENDED:
             changes["ended"] = time.time()
         with self._lock:

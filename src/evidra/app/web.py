@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
@@ -53,6 +53,7 @@ from evidra.app.openai_api import chat_routes
 from evidra.app.streams import Done, Failed, Found, Piece, Report, answer_events, progress_events
 from evidra.app.workspace import ingestible_name
 from evidra.core.errors import EvidraError, InvalidInputError
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.core.templating import render
 from evidra.http.server_limits import HttpError, error_response, read_body, stream_body
 from evidra.retrieval.service.app import AccessLog
@@ -65,11 +66,11 @@ STATIC = {"app.css": "text/css", "app.js": "text/javascript"}
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _html(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+def _html(template: str, status: int = 200, **context: object) -> HTMLResponse:
     return HTMLResponse(render(f"app/{template}", **context), status_code=status)
 
 
-def _ndjson(events: AsyncIterator[dict[str, Any]], ticket: AskTicket | None = None) -> StreamingResponse:
+def _ndjson(events: AsyncIterator[JSONObject], ticket: AskTicket | None = None) -> StreamingResponse:
     async def lines() -> AsyncIterator[bytes]:
         async for event in events:
             yield (json.dumps(event, ensure_ascii=False) + "\n").encode()
@@ -80,10 +81,10 @@ def _ndjson(events: AsyncIterator[dict[str, Any]], ticket: AskTicket | None = No
     return StreamingResponse(lines(), media_type=NDJSON, headers=headers)
 
 
-def event_json(event: Found | Piece | Done | Failed) -> dict[str, Any]:
+def event_json(event: Found | Piece | Done | Failed) -> JSONObject:
     """One NDJSON line of ``/api/ask``."""
     if isinstance(event, Found):
-        pages = [page_json(page, hit.score) for hit, page in event.pages]
+        pages: list[JSON] = [page_json(page, hit.score) for hit, page in event.pages]
         return {"type": "pages", "pages": pages, "ms": event.ms}
     if isinstance(event, Piece):
         return {"type": "token", "text": event.text, "ms": event.ms}
@@ -168,7 +169,7 @@ class Pages:
         return JSONResponse(self.workspace.uploads.cancel(request.path_params["job_id"]).as_json())
 
     async def index(self, request: Request) -> Response:
-        async def work(report: Report) -> dict[str, Any]:
+        async def work(report: Report) -> JSONObject:
             added = await self.workspace.index_new(lambda done, total: report(_progress(done, total)))
             return {"type": "done", "added": added}
 
@@ -186,7 +187,7 @@ class Pages:
         kept = await check_conversation(self.workspace, body.get("conversation"))
         ticket = self.workspace.admit()  # Busy (503) here, before the stream starts
 
-        async def events() -> AsyncIterator[dict[str, Any]]:
+        async def events() -> AsyncIterator[JSONObject]:
             async for event in answer_events(self.workspace, question, k, history, ticket):
                 if isinstance(event, Done):
                     yield {**event_json(event), **await self._keep(kept, event)}
@@ -195,7 +196,7 @@ class Pages:
 
         return _ndjson(events(), ticket)
 
-    async def _keep(self, conversation: str | None, done: Done) -> dict[str, Any]:
+    async def _keep(self, conversation: str | None, done: Done) -> JSONObject:
         """The answer kept in its conversation: the ids to reopen it by, or why it was not kept."""
         try:
             cid, turn = await keep(self.workspace, conversation, done.answer)
@@ -268,7 +269,7 @@ def build_app(workspace: Workspace, options: ServeOptions, *, loopback_only: boo
     return SecurityHeaders(app)
 
 
-def _progress(done: int, total: int) -> dict[str, Any]:
+def _progress(done: int, total: int) -> JSONObject:
     return {"type": "progress", "done": done, "total": total}
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, Unpack
 
 from evidra.app.errors import Busy, NotFound, Unsupported
 from evidra.app.uploads import Uploads, remove_leftovers
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 DEFAULT_INDEX = "index-bm25"
 SAFE_PART = re.compile(r"[^A-Za-z0-9._ ()+-]+")
 MAX_NAME = 120  # characters per path part of an uploaded file's name
@@ -331,10 +332,10 @@ class Workspace:
 
     # -- on the data thread --------------------------------------------------------------------
 
-    async def _on_data(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _on_data(self, fn: Callable[[Unpack[Ts]], T], *args: Unpack[Ts]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._data, fn, *args)
 
-    async def _on_model(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _on_model(self, fn: Callable[[Unpack[Ts]], T], *args: Unpack[Ts]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._model, fn, *args)
 
     def _open(self) -> None:

@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         _out(f"output: {answer.output}", keep="\n")
     steps = result["steps"]
     if answer.verified:
-        supported = sum(r["supported"] for r in steps)
+        supported = sum(r["supported"] is True for r in steps)
         _out(f"evidence: {supported}/{len(steps)} steps supported (tau {args.tau})")
         for record in steps:
             _out("  " + format_verdict(record))

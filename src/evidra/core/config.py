@@ -34,7 +34,8 @@ from evidra.core.errors import ConfigError
 T = TypeVar("T")
 
 
-def _coerce(value: object, tp: Any, where: str) -> object:
+def _coerce(value: object, tp: object, where: str) -> object:
+    """``value`` as the annotation ``tp`` of a config field (a type, a union, a Literal...) wants it."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return value
@@ -78,7 +79,9 @@ def _coerce(value: object, tp: Any, where: str) -> object:
             return float(value)
         except ValueError:
             pass
-    if tp in (int, str) and isinstance(value, tp) and not isinstance(value, bool):
+    if tp is str and isinstance(value, str):
+        return value
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     raise ConfigError(f"{where} must be {getattr(tp, '__name__', tp)}, got {value!r}")
 

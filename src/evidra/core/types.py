@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from evidra.core.errors import InvalidInputError
+from evidra.core.jsonvalue import JSON, json_kind, need_object
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -192,6 +193,7 @@ class EvidenceBox:
 
 
 AnswerType = Literal["str", "int", "float", "list", "none", "bool"]
+ANSWER_TYPES: tuple[AnswerType, ...] = get_args(AnswerType)
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,7 @@ class Sample:
 
 
 Role = Literal["system", "user", "assistant"]
+ROLES: tuple[Role, ...] = get_args(Role)
 
 
 @dataclass(frozen=True)
@@ -447,6 +450,29 @@ def _part(item: Mapping[str, object]) -> Part:
     raise ValueError(f"unknown part type {item['type']!r}")
 
 
-def messages_from_json(rows: Sequence[dict[str, Any]]) -> list[Message]:
-    """The inverse of ``messages_to_json``."""
-    return [Message(r["role"], tuple(_part(p) for p in r["content"])) for r in rows]
+def _role(value: JSON) -> Role:
+    for role in ROLES:
+        if value == role:
+            return role
+    raise InvalidInputError(f"Message.role must be system, user or assistant, got {value!r}")
+
+
+def _json_list(value: JSON, what: str) -> list[JSON]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} is {json_kind(value)}, not a list")
+    return value
+
+
+def messages_from_json(rows: JSON) -> list[Message]:
+    """The inverse of ``messages_to_json``; a ``TypeError``, ``KeyError`` or ``ValueError`` for
+    anything else.
+
+    >>> messages_from_json([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])[0].content
+    (TextPart(text='hi', type='text'),)
+    """
+    out = []
+    for row in _json_list(rows, "the messages"):
+        message = need_object(row, "a message")
+        parts = _json_list(message["content"], "a message's content")
+        out.append(Message(_role(message["role"]), tuple(_part(need_object(p, "a part")) for p in parts)))
+    return out

@@ -26,7 +26,6 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import CorpusError, InvalidInputError
 
@@ -211,7 +210,7 @@ class Conversations:
             )
 
 
-def _record(turn: Turn) -> dict[str, Any]:
+def _record(turn: Turn) -> dict[str, object]:
     out = asdict(turn)
     del out["id"], out["created"]
     return out
@@ -282,7 +281,7 @@ def _turn(turn_id: object, created: object, record: object) -> Turn | None:
         return None
 
 
-def _summary(row: tuple[Any, ...]) -> Summary | None:
+def _summary(row: tuple[object, ...]) -> Summary | None:
     cid, title, created, updated, turns = row
     if not (isinstance(cid, str) and ID.fullmatch(cid) and isinstance(title, str)):
         return None
@@ -292,5 +291,5 @@ def _summary(row: tuple[Any, ...]) -> Summary | None:
         title[:120],
         float(created) if isinstance(created, num) else 0.0,
         float(updated) if isinstance(updated, num) else 0.0,
-        int(turns),
+        turns if isinstance(turns, int) else 0,  # count(*): always an integer
     )

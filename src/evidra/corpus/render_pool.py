@@ -27,9 +27,10 @@ import time
 import weakref
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from evidra.core.errors import CorpusError, EvidraError
+from evidra.core.jsonvalue import JSON, JSONObject, json_kind
 from evidra.core.types import Box, Word
 from evidra.corpus.limits import DEFAULT_MAX_WORKER_BYTES, Limits
 from evidra.corpus.pdf import RenderedPage
@@ -95,7 +96,7 @@ class _Worker:
     def _wait_ready(self) -> None:
         """Wait for the worker's first reply, so no job's deadline pays for its start."""
         try:
-            ready = _decode(self.receive(MAX_REPLY_HEADER_BYTES, time.monotonic() + START_S, None))
+            ready, _ = _decode(self.receive(MAX_REPLY_HEADER_BYTES, time.monotonic() + START_S, None))
         except (_TooSlow, _Died, _Malformed) as exc:
             self.kill()
             raise OSError(f"a render worker did not start ({type(exc).__name__.strip('_')})") from None
@@ -221,26 +222,29 @@ class _Reply:
 _REPLIES = frozenset({"ready", "open", "page", "done", "title", "error"})
 
 
-def _decode(frame: bytearray) -> dict[str, Any]:
+def _decode(frame: bytearray) -> tuple[JSONObject, list[str]]:
+    """A reply header, and the warnings it carries (``log``: none when absent)."""
     try:
-        message = json.loads(frame)
+        message: JSON = json.loads(frame)
     except ValueError as exc:
         raise _Malformed(f"not JSON ({exc})") from None
     if not isinstance(message, dict) or message.get("t") not in _REPLIES:
         raise _Malformed("not a reply")
     log = message.get("log", [])
-    if not isinstance(log, list) or not all(isinstance(line, str) for line in log):
+    lines = [line for line in log if isinstance(line, str)] if isinstance(log, list) else []
+    if not isinstance(log, list) or len(lines) != len(log):
         raise _Malformed("a log that is not a list of lines")
-    return message
+    return message, lines
 
 
-def _raw_size(message: dict[str, Any], max_pixels: int) -> int:
+def _size(message: JSONObject, max_pixels: int) -> tuple[int, int]:
+    """The width and height of a page reply, checked against ``max_pixels``."""
     width, height = message.get("w"), message.get("h")
     if type(width) is not int or type(height) is not int or width < 1 or height < 1:
         raise _Malformed(f"a page of {width!r} x {height!r} pixels")
     if width * height > max_pixels:
         raise _Malformed(f"a page of {width} x {height} pixels, over the cap of {max_pixels}")
-    return width * height * 3
+    return width, height
 
 
 def _text(value: object) -> str:
@@ -249,23 +253,36 @@ def _text(value: object) -> str:
     return value
 
 
-def _page(message: dict[str, Any], raw: bytearray, number: int) -> RenderedPage:
+def _coordinate(value: JSON) -> float:
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"a coordinate that is {json_kind(value)}")
+    return float(value)
+
+
+def _word(row: JSON) -> Word:
+    if not isinstance(row, list) or len(row) != 5:
+        raise ValueError(f"a word that is {json_kind(row)}, not 5 values")
+    text, x1, y1, x2, y2 = row
+    return Word(_text(text), Box(_coordinate(x1), _coordinate(y1), _coordinate(x2), _coordinate(y2)))
+
+
+def _page(message: JSONObject, raw: bytearray, number: int, size: tuple[int, int]) -> RenderedPage:
     """The page a worker sent, checked as hostile input: the parent trusts no worker."""
     from PIL import Image
 
     if message.get("n") != number:
         raise _Malformed(f"page {message.get('n')!r} where page {number} was due")
     dpi = message.get("dpi")
-    if dpi is not None and (type(dpi) not in (int, float) or not 0 < dpi < 1e6):
+    if dpi is not None and (isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not 0 < dpi < 1e6):
         raise _Malformed(f"a dpi of {dpi!r}")
+    rows = message.get("words", [])
     try:
-        words = tuple(
-            Word(_text(text), Box(float(x1), float(y1), float(x2), float(y2)))
-            for text, x1, y1, x2, y2 in message.get("words", [])
-        )
+        if not isinstance(rows, list):
+            raise TypeError(f"{json_kind(rows)}, not a list")
+        words = tuple(_word(row) for row in rows)
     except (TypeError, ValueError, EvidraError) as exc:
         raise _Malformed(f"words that are not [text, x1, y1, x2, y2] ({exc})") from None
-    image = Image.frombytes("RGB", (message["w"], message["h"]), raw)
+    image = Image.frombytes("RGB", size, raw)
     return RenderedPage(number, image, words, None if dpi is None else float(dpi))
 
 
@@ -290,8 +307,8 @@ class _Talk:
     def next(self) -> _Reply:
         deadline = time.monotonic() + self.limits.page_timeout_s
         try:
-            message = _decode(self.worker.receive(MAX_REPLY_HEADER_BYTES, deadline, self.cancel))
-            for line in message["log"]:
+            message, log = _decode(self.worker.receive(MAX_REPLY_HEADER_BYTES, deadline, self.cancel))
+            for line in log:
                 logger.warning("%s", line)
             return self._reply(message, deadline)
         except _TooSlow:
@@ -304,17 +321,18 @@ class _Talk:
                 f"{self.job.name}: unreadable (the {renderer} sent a malformed reply {self.where}: {exc})"
             ) from None
 
-    def _reply(self, message: dict[str, Any], deadline: float) -> _Reply:
-        kind = message["t"]
+    def _reply(self, message: JSONObject, deadline: float) -> _Reply:
+        kind = str(message["t"])  # one of _REPLIES (``_decode``)
         if kind == "error":
             self.clean = True
             reason = str(message.get("message", "")).replace("\n", " ")[:MAX_REASON_CHARS]
             raise CorpusError(reason or f"{self.job.name}: unreadable")
         if kind == "page":
-            raw = self.worker.receive(_raw_size(message, self.limits.max_pixels), deadline, self.cancel)
-            if len(raw) != message["w"] * message["h"] * 3:
-                raise _Malformed(f"{len(raw)} bytes for a {message['w']} x {message['h']} RGB page")
-            page = _page(message, raw, self.pages + 1)
+            width, height = _size(message, self.limits.max_pixels)
+            raw = self.worker.receive(width * height * 3, deadline, self.cancel)
+            if len(raw) != width * height * 3:
+                raise _Malformed(f"{len(raw)} bytes for a {width} x {height} RGB page")
+            page = _page(message, raw, self.pages + 1, (width, height))
             self.pages += 1
             return _Reply(kind, page=page)
         self.opened = self.opened or kind == "open"

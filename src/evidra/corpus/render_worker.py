@@ -27,9 +27,9 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from evidra.core.errors import CorpusError
 from evidra.corpus.renderer import DocKind, render_document
@@ -95,7 +95,7 @@ def send_frame(sock: socket.socket, payload: bytes | bytearray) -> None:
         sock.sendall(payload)
 
 
-def encode(message: dict[str, Any]) -> bytes:
+def encode(message: Mapping[str, object]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode("utf-8")
 
 
@@ -168,7 +168,7 @@ class _Replies:
     warnings: _Warnings
     name: str = ""  # the document of the job being answered
 
-    def send(self, message: dict[str, Any], raw: bytes | None = None) -> None:
+    def send(self, message: Mapping[str, object], raw: bytes | None = None) -> None:
         head = encode({**message, "log": self.warnings.drain()})
         if len(head) > MAX_REPLY_HEADER_BYTES:
             where = f"page {message['n']}" if "n" in message else "its title"

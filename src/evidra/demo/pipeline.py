@@ -25,11 +25,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Sample
-from evidra.demo.summary import HeldOutPages, ModelAnswers, ModelSummary, write_demo_report
+from evidra.demo.summary import (
+    HeldOutPages,
+    HeldOutReward,
+    ModelAnswers,
+    ModelSummary,
+    Training,
+    write_demo_report,
+)
 
 if TYPE_CHECKING:
     from evidra.models.loading import VLM
@@ -58,7 +65,7 @@ class DemoResult:
     model: str  # what answered: the tiny model (described) or the given checkpoint folder
     answers: tuple[ModelSummary, ...]  # per model that answered: before and after training, or one
     seconds: float
-    training: dict[str, Any] | None = None  # curves and held-out rewards of the learning stage
+    training: Training | None = None  # curves and held-out rewards of the learning stage
     held_out: tuple[ModelSummary, ...] = ()  # per phase: its answers to the held-out questions shown
 
 
@@ -179,7 +186,7 @@ def run_demo(
     samples, docs_dir = _questions(n_docs, seed, out)
     images = _display_images(samples, docs_dir, out)
     ask = _Answering(samples, max_new_tokens, batch_size, say)
-    training: dict[str, Any] | None = None
+    training: Training | None = None
     held: HeldOutPages | None = None
     if given is not None:
         say(f"loading {model}")
@@ -247,7 +254,7 @@ class _Answering:
 class _Learned:
     """What the learning stage gives the report."""
 
-    training: dict[str, Any]  # curves and held-out rewards (report.json's summary.training)
+    training: Training  # curves and held-out rewards (report.json's summary.training)
     model_dir: str  # the trained model
     held_out: HeldOutPages
     held_out_docs: Path  # the folder of the held-out questions' PDFs
@@ -313,7 +320,7 @@ def _learn(
         max_new_tokens=max_new_tokens,
         progress=say,
     )
-    training = {
+    training: Training = {
         "task": TASK,
         "sft_steps": sft_steps,
         "rl_steps": rl_steps,
@@ -327,7 +334,7 @@ def _learn(
     return _Learned(training, resolve_trained_model(trained), _held_out_pages(result), docs)
 
 
-def _mean_reward(held: HeldOut) -> dict[str, object]:
+def _mean_reward(held: HeldOut) -> HeldOutReward:
     return {"reward": held.reward, "components": held.components, "samples": held.samples}
 
 

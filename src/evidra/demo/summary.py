@@ -17,11 +17,14 @@ import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from evidra.core.errors import MissingDependencyError
 from evidra.core.templating import render
 from evidra.core.types import Box, Page, Parsed, Sample
+
+if TYPE_CHECKING:
+    from evidra.eval.viewer import ViewerBox, ViewerRecord
 
 GOLD = "#16a34a"  # gold answer box: green, solid; the gold evidence region: green, dotted
 STEP = "#2563eb"  # the model's cited step boxes: blue, dashed
@@ -100,7 +103,27 @@ def _page_id(sample: Sample, index: int | None) -> str | None:
     return sample.pages[index].id if index is not None and 0 <= index < len(sample.pages) else None
 
 
-def _page_boxes(sample: Sample, page_index: int, parsed: Parsed | None) -> tuple[Any, ...]:
+class HeldOutReward(TypedDict):
+    """The mean held-out reward of one phase of training."""
+
+    reward: float
+    components: dict[str, float]
+    samples: int
+
+
+class Training(TypedDict):
+    """What the learning stage did: its curves and held-out rewards (report.json's summary.training)."""
+
+    task: str
+    sft_steps: int
+    rl_steps: int
+    train_questions: int
+    held_out: dict[str, HeldOutReward]  # per phase: before, after_sft, after_rl
+    sft_loss: list[float]
+    rl_reward: list[float]
+
+
+def _page_boxes(sample: Sample, page_index: int, parsed: Parsed | None) -> tuple[ViewerBox, ...]:
     from evidra.eval.viewer import ViewerBox
 
     page = sample.pages[page_index]
@@ -140,7 +163,9 @@ def _inside(box: Box, width: int, height: int) -> bool:
     return 0 <= box.x1 < box.x2 <= width and 0 <= box.y1 < box.y2 <= height
 
 
-def _record(sample: Sample, images: Mapping[str, str], answers: ModelAnswers | None, index: int) -> Any:
+def _record(
+    sample: Sample, images: Mapping[str, str], answers: ModelAnswers | None, index: int
+) -> ViewerRecord:
     from evidra.eval.viewer import ViewerPage, ViewerRecord
 
     parsed = answers.parsed[index] if answers is not None else None
@@ -174,7 +199,7 @@ def write_demo_report(
     images: Mapping[str, str],
     *,
     model_name: str,
-    training: dict[str, Any] | None,
+    training: Training | None,
     given_model: bool,
     held_out: HeldOutPages | None = None,
 ) -> Path:
@@ -249,7 +274,7 @@ class _Chart:
     alt: str
 
 
-def _charts(training: dict[str, Any]) -> tuple[_Chart, ...] | None:
+def _charts(training: Training) -> tuple[_Chart, ...] | None:
     """The training charts as embedded PNGs; None without matplotlib."""
     try:
         from evidra.eval.plots import bar_chart_png, line_chart_png
@@ -285,7 +310,7 @@ def _charts(training: dict[str, Any]) -> tuple[_Chart, ...] | None:
 
 
 def _preamble(
-    model_name: str, summaries: Sequence[ModelSummary], training: dict[str, Any] | None, given: bool
+    model_name: str, summaries: Sequence[ModelSummary], training: Training | None, given: bool
 ) -> str:
     """The summary (and, after training, the learning curves) above the question cards."""
     held = training["held_out"] if training else {}

@@ -11,8 +11,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 
+from evidra.core.jsonfields import (
+    get_bool,
+    get_int,
+    get_list,
+    get_opt_bool,
+    get_opt_float,
+    get_opt_str,
+    get_str,
+)
+from evidra.core.jsonvalue import JSON, json_kind, need_int
 from evidra.core.registry import Registry
 from evidra.core.types import Message, Parsed, Sample
 
@@ -56,15 +66,52 @@ class StepInfo:
         return out
 
     @classmethod
-    def from_json(cls, row: Mapping[str, Any]) -> StepInfo:
-        """The inverse of ``to_json``; keys it does not know (older rows) are ignored."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in row.items() if k in known}
-        if values.get("crop") is not None:
-            values["crop"] = tuple(int(v) for v in values["crop"])
-        values["retrieved"] = tuple(str(v) for v in values.get("retrieved") or ())
-        values["candidates"] = tuple(str(v) for v in values.get("candidates") or ())
-        return cls(**values)
+    def from_json(cls, row: Mapping[str, JSON]) -> StepInfo:
+        """The inverse of ``to_json``; keys it does not know (older rows) are ignored, a field of
+        another type is a ``TypeError`` naming it."""
+        return cls(
+            action=get_str(row, "action", "answer"),
+            invalid=get_bool(row, "invalid", False),
+            reason=get_str(row, "reason", ""),
+            answer=get_opt_str(row, "answer"),
+            query=get_opt_str(row, "query"),
+            page_id=get_opt_str(row, "page_id"),
+            crop=_crop(row.get("crop")),
+            area_ratio=get_opt_float(row, "area_ratio"),
+            hit=get_opt_bool(row, "hit"),
+            retrieved=tuple(str(v) for v in get_list(row, "retrieved")),
+            candidates=tuple(str(v) for v in get_list(row, "candidates")),
+            invalid_count=get_int(row, "invalid_count", 0),
+            turn=get_int(row, "turn", 0),
+            turn_limit=get_bool(row, "turn_limit", False),
+        )
+
+
+def _crop(value: JSON) -> tuple[int, int, int, int] | None:
+    """A stored ``crop``: four whole page pixels, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 4:
+        raise TypeError(f"'crop' is {json_kind(value)}, not [x1, y1, x2, y2]")
+    x1, y1, x2, y2 = (need_int(v, "a crop coordinate") for v in value)
+    return x1, y1, x2, y2
+
+
+class StepFields(TypedDict, total=False):
+    """The ``StepInfo`` fields one step sets; the environment adds its counts (``invalid_count``,
+    ``turn``) and, where it keeps them, the pages ``retrieved`` so far."""
+
+    action: str
+    invalid: bool
+    reason: str
+    answer: str | None
+    query: str | None
+    page_id: str | None
+    crop: tuple[int, int, int, int] | None
+    area_ratio: float | None
+    hit: bool | None
+    candidates: tuple[str, ...]
+    turn_limit: bool
 
 
 @dataclass(frozen=True)
@@ -123,6 +170,7 @@ class SearchRequest:
     exclude: frozenset[str]
 
 
+@runtime_checkable
 class BatchedSearch(Protocol):
     """An environment whose searches the rollout loop may run in a batch for it."""
 

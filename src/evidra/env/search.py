@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Unpack
 
 from evidra.core import imagefiles
 from evidra.core.box_formats import BoxFormat, on_shown
@@ -44,7 +44,7 @@ from evidra.core.geometry import (
 )
 from evidra.core.tagscan import parse_digits
 from evidra.core.types import ImagePart, Message, Page, Parsed, Sample
-from evidra.env.environment import ENVIRONMENTS, SearchRequest, StepInfo, StepResult
+from evidra.env.environment import ENVIRONMENTS, SearchRequest, StepFields, StepInfo, StepResult
 from evidra.env.environment import Searcher as Searcher  # callers import it from here
 from evidra.paradigms.paradigm import Paradigm
 from evidra.paradigms.search_agent import SearchAgent, with_fetch
@@ -261,7 +261,7 @@ class SearchEnv:
         reply = Message.text("user", template.format(reason=reason))
         return self._result((reply,), False, action=action, invalid=True, reason=reason)
 
-    def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
+    def _result(self, obs: tuple[Message, ...], done: bool, **info: Unpack[StepFields]) -> StepResult:
         step = StepInfo(**info, retrieved=tuple(self.retrieved), invalid_count=self.invalid, turn=self.turns)
         return StepResult(obs, done, step, parsed=self._parsed[1] if self._parsed is not None else None)
 

@@ -12,12 +12,12 @@ convention, ``evidra.core.box_formats``) a zoom box is read by it instead of as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Unpack
 
 from evidra.core.box_formats import BoxFormat
 from evidra.core.geometry import VRAG_MAX_PIXELS, VRAG_MIN_PIXELS, process_image_size
 from evidra.core.types import Box, ImagePart, Message, Page, Parsed, Sample, TextPart
-from evidra.env.environment import ENVIRONMENTS, StepInfo, StepResult
+from evidra.env.environment import ENVIRONMENTS, StepFields, StepInfo, StepResult
 from evidra.env.search import resized, too_thin
 from evidra.paradigms.paradigm import Paradigm
 
@@ -102,7 +102,7 @@ class ZoomEnv:
         reply = Message.text("user", INVALID_MESSAGE.format(reason=reason))
         return self._result((reply,), False, action="invalid", invalid=True, reason=reason)
 
-    def _result(self, obs: tuple[Message, ...], done: bool, **info: Any) -> StepResult:
+    def _result(self, obs: tuple[Message, ...], done: bool, **info: Unpack[StepFields]) -> StepResult:
         info_ = StepInfo(**info, invalid_count=self.invalid, turn=self.rounds)
         return StepResult(obs, done, info_, parsed=self._parsed)
 

@@ -19,11 +19,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from evidra.core.box_formats import BoxFormat
 from evidra.core.errors import InvalidInputError
 from evidra.core.geometry import ImageFrame, VisionSpec, clip_box, convert_box, model_input_size
+from evidra.core.jsonfields import as_number, get_list, get_opt_int, get_opt_str
+from evidra.core.jsonvalue import JSON, json_kind, need_int, need_object
 from evidra.core.types import Box, CoordSpace, Message, Page, Parsed, Sample, Span
 from evidra.env.environment import Environment, ReadsBoxes, StepInfo
 from evidra.env.single_turn import SingleTurnEnv
@@ -257,25 +259,47 @@ def prediction_to_json(p: Prediction, key: Mapping[str, str]) -> str:
     return json.dumps({**key, **row}, default=str)
 
 
-def _box(value: Any) -> tuple[float, float, float, float] | None:
-    return (float(value[0]), float(value[1]), float(value[2]), float(value[3])) if value else None
+def _box(value: JSON) -> tuple[float, float, float, float] | None:
+    """A stored box: four numbers, or None for any empty value."""
+    if not value:
+        return None
+    if not isinstance(value, list) or len(value) < 4:
+        raise TypeError(f"a box is {json_kind(value)}, not [x1, y1, x2, y2]")
+    x1, y1, x2, y2 = (as_number(v, "a box coordinate") for v in value[:4])
+    return x1, y1, x2, y2
 
 
-def prediction_from_json(row: Mapping[str, Any]) -> Prediction:
-    steps = tuple(StepBox(s["text"], s["page"], _box(s["box"])) for s in row.get("steps", ()))
+def _texts(value: JSON, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{what} is {json_kind(value)}, not a list of text")
+    return tuple(str(v) for v in value)
+
+
+def _step(value: JSON) -> StepBox:
+    step = need_object(value, "a step")
+    text, page = step["text"], step["page"]
+    if not isinstance(text, str) or (page is not None and not isinstance(page, int)):
+        raise TypeError(f"a step's text is {json_kind(text)} and its page {json_kind(page)}")
+    return StepBox(text, page, _box(step["box"]))
+
+
+def prediction_from_json(row: Mapping[str, JSON]) -> Prediction:
+    """A prediction cache row (``prediction_to_json``); a field of another kind is a ``TypeError``
+    or ``KeyError`` naming it."""
+    scores = need_object(row.get("scores", {}), "scores")
     return Prediction(
         sample_id=str(row["sample_id"]),
-        texts=tuple(row["texts"]),
-        answer=row.get("answer"),
-        answer_page=row.get("answer_page"),
+        texts=_texts(row["texts"], "texts"),
+        answer=get_opt_str(row, "answer"),
+        answer_page=get_opt_int(row, "answer_page"),
         answer_box=_box(row.get("answer_box")),
-        steps=steps,
-        infos=tuple(StepInfo.from_json(i) for i in row.get("infos", ())),
-        errors=tuple(row.get("errors", ())),
-        n_tokens=int(row.get("n_tokens", 0)),
-        latency_s=float(row.get("latency_s", 0.0)),
+        steps=tuple(_step(s) for s in get_list(row, "steps")),
+        infos=tuple(StepInfo.from_json(need_object(i, "a step info")) for i in get_list(row, "infos")),
+        errors=_texts(row.get("errors", []), "errors"),
+        n_tokens=need_int(row.get("n_tokens", 0), "n_tokens"),
+        latency_s=as_number(row.get("latency_s", 0.0), "latency_s"),
         finished=bool(row.get("finished", True)),
-        scores={k: float(v) for k, v in row.get("scores", {}).items()},
+        scores={k: as_number(v, f"score {k!r}") for k, v in scores.items()},
     )
 
 
@@ -290,8 +314,18 @@ def read_cache(path: Path, key: Mapping[str, str]) -> dict[str, Prediction]:
         except ValueError:  # torn by a killed run, or not UTF-8
             logger.warning("%s:%d: skipping a torn cache line", path, n)
             continue
+        if not isinstance(row, dict):
+            raise InvalidInputError(
+                f"{path}:{n} is {json_kind(row)}, not a prediction row; delete {path.name} to recompute"
+            )
         if all(row.get(k) == v for k, v in key.items()):
-            done[str(row["sample_id"])] = prediction_from_json(row)
+            try:
+                done[str(row["sample_id"])] = prediction_from_json(row)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InvalidInputError(
+                    f"{path}:{n} is not a prediction row ({type(exc).__name__}: {exc}); "
+                    f"delete {path.name} to recompute"
+                ) from None
     return done
 
 

@@ -38,7 +38,7 @@ import os
 import threading
 import zlib
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from evidra.core.errors import EvidraError
 from evidra.core.jsonvalue import JSON
@@ -173,10 +173,11 @@ class LoopThread:
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.thread.is_alive()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    # a coroutine as asyncio drives it: what it yields is the loop's business, it is sent None
+    def run(self, coro: Coroutine[object, None, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def close(self, last: Coroutine[Any, Any, Any] | None = None) -> None:
+    def close(self, last: Coroutine[object, None, object] | None = None) -> None:
         """Run ``last`` (closing a connection pool, say) for at most 5 s, then stop the loop."""
         if self.thread.is_alive() and self.pid == os.getpid():
             if last is not None:

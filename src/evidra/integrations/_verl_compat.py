@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 from evidra.core.errors import ConfigError
 from evidra.integrations.trl_env import ToolSpec
@@ -33,21 +33,44 @@ class PlainToolResponse:
         return not self.text and not self.image and not self.video
 
 
+class ToolSchema(Protocol):
+    """What evidra reads of a tool schema: verl's pydantic ``OpenAIFunctionToolSchema``, or
+    ``PlainToolSchema`` without verl."""
+
+    def model_dump(self, *, exclude_unset: bool = ..., exclude_none: bool = ...) -> Mapping[str, object]: ...
+
+
+class ResponseFields(TypedDict, total=False):
+    """A tool response's fields; an absent one is left out (verl's ``ToolResponse`` refuses None)."""
+
+    text: str
+    image: list[PILImage]
+
+
+class MakeResponse(Protocol):
+    """verl's ``ToolResponse`` class, or ``PlainToolResponse`` without verl."""
+
+    def __call__(self, **fields: Unpack[ResponseFields]) -> object: ...
+
+
 class PlainToolSchema:
     """An OpenAI function tool schema offering what verl's loop reads of its pydantic one."""
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, object]) -> None:
+        _check_schema(schema)  # one ConfigError line unless it is a function tool schema
         self.schema = dict(schema)
-        self.name = str(schema["function"]["name"])
+        function = schema["function"]
+        assert isinstance(function, Mapping)  # _check_schema
+        self.name = str(function["name"])
 
-    def model_dump(self, **_: Any) -> dict[str, Any]:
+    def model_dump(self, *, exclude_unset: bool = False, exclude_none: bool = False) -> dict[str, object]:
         return dict(self.schema)
 
 
 class PlainBaseTool:
     """``BaseTool``'s constructor when verl is absent (verl's also prints the schema)."""
 
-    def __init__(self, config: dict[str, Any], tool_schema: Any) -> None:
+    def __init__(self, config: dict[str, object], tool_schema: PlainToolSchema) -> None:
         self.config = config
         self.tool_schema = tool_schema
         self.name = tool_schema.name
@@ -57,8 +80,8 @@ if VERL_AVAILABLE:
     from verl.tools.base_tool import BaseTool
     from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-    _Base: Any = BaseTool
-    _Response: Any = ToolResponse
+    _Base: Any = BaseTool  # a base class chosen at import: mypy reads a variable base only as Any
+    _Response: MakeResponse = ToolResponse
 else:
     _Base, _Response = PlainBaseTool, PlainToolResponse
 
@@ -97,7 +120,7 @@ def openai_schema(spec: ToolSpec) -> dict[str, object]:
 _HOW = "write it as evidra.integrations.verl_tools.openai_schema(Tool.spec) does"
 
 
-def schema_object(schema: Mapping[str, Any]) -> Any:
+def schema_object(schema: Mapping[str, object]) -> ToolSchema:
     """verl's ``OpenAIFunctionToolSchema`` of a schema dict (a ``PlainToolSchema`` without verl);
     a ``ConfigError`` in one line, with verl or without, where the dict is not such a schema."""
     _check_schema(schema)
@@ -134,5 +157,5 @@ def _check_schema(schema: Mapping[str, object]) -> None:
         )
 
 
-def schema_dict(schema: Any) -> dict[str, Any]:
+def schema_dict(schema: ToolSchema) -> dict[str, object]:
     return dict(schema.model_dump(exclude_unset=True, exclude_none=True))

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 from uuid import uuid4
 
 from evidra.core import imagefiles
@@ -49,6 +49,8 @@ from evidra.env.environment import Environment
 from evidra.integrations._verl_compat import (
     VERL_AVAILABLE,
     PlainToolResponse,
+    ResponseFields,
+    ToolSchema,
     _Base,
     _Response,
     openai_schema,
@@ -142,7 +144,7 @@ class EvidraTool(_Base):
     options: ClassVar[frozenset[str]] = frozenset()  # config keys besides type and invalid_penalty
 
     @classmethod
-    def check_config(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+    def check_config(cls, config: Mapping[str, object]) -> dict[str, object]:
         """The tool's config, checked: known keys only."""
         known = cls.options | {"type", "invalid_penalty"}
         unknown = sorted(set(config) - known)
@@ -150,22 +152,27 @@ class EvidraTool(_Base):
             raise ConfigError(f"{cls.__name__} config: unknown keys {unknown}; known: {sorted(known)}")
         return dict(config)
 
-    def __init__(self, config: Mapping[str, Any] | None = None, tool_schema: Any = None) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, object] | None = None,
+        tool_schema: ToolSchema | Mapping[str, object] | None = None,
+    ) -> None:
         config = self.check_config(config or {"type": "native"})
-        schema = tool_schema if tool_schema is not None else openai_schema(self.spec)
-        schema = schema_object(schema) if isinstance(schema, Mapping) else schema
-        given = set(schema_dict(schema)["function"].get("parameters", {}).get("properties", {}))
+        given_schema = tool_schema if tool_schema is not None else openai_schema(self.spec)
+        schema = schema_object(given_schema) if isinstance(given_schema, Mapping) else given_schema
+        given = _parameter_names(schema)
         if given != set(self.spec.params):
             raise ConfigError(
                 f"{type(self).__name__}: the tool_schema's parameters {sorted(given)} must be "
                 f"{sorted(self.spec.params)}, the arguments of {self.spec.name!r}"
             )
         super().__init__(config, schema)
-        self.invalid_penalty = float(config.get("invalid_penalty", 0.0))
+        self.invalid_penalty = _penalty(config.get("invalid_penalty", 0.0))
         self._created: dict[str, dict[str, object]] = {}  # instance id -> the row's create kwargs
 
-    def get_openai_tool_schema(self) -> Any:
-        return self.tool_schema
+    def get_openai_tool_schema(self) -> ToolSchema:
+        schema: ToolSchema = self.tool_schema  # set by the base class, verl's (untyped) or the plain one
+        return schema
 
     def make_sample(self, fields: Mapping[str, object]) -> Sample:
         """The episode's sample from the row's create kwargs (``sample_from_fields``)."""
@@ -180,7 +187,7 @@ class EvidraTool(_Base):
         instance_id: str | None = None,
         create_kwargs: Mapping[str, object] | None = None,
         **kwargs: object,
-    ) -> tuple[str, Any]:
+    ) -> tuple[str, object]:
         """Remember the row's create kwargs (verl passes them as ``create_kwargs=``; older loops
         spread them as keywords) for the episode this call may start."""
         instance_id = instance_id or str(uuid4())
@@ -217,7 +224,7 @@ class EvidraTool(_Base):
 
     async def execute(
         self, instance_id: str, parameters: Mapping[str, object], **kwargs: object
-    ) -> tuple[Any, float, dict[str, bool]]:
+    ) -> tuple[object, float, dict[str, bool]]:
         """Play the call as the environment's action; the observation is the tool's response."""
         agent_data = kwargs.get("agent_data")
         session = self._session(instance_id, agent_data)
@@ -236,7 +243,11 @@ class EvidraTool(_Base):
             session.reward += reward
         _record(agent_data, session.episode if session is not None else None, invalid)
         # verl's ToolResponse refuses image=None: absent fields are left out
-        fields = {k: v for k, v in (("text", text), ("image", images)) if v}
+        fields: ResponseFields = {}
+        if text:
+            fields["text"] = text
+        if images:
+            fields["image"] = images
         return _Response(**fields), reward, {"invalid": invalid, "done": done}
 
     @staticmethod
@@ -257,6 +268,25 @@ class EvidraTool(_Base):
         """Forget the call's instance; a session kept by instance id goes with it."""
         self._created.pop(instance_id, None)
         _BY_INSTANCE.pop(f"{self.env_kind}:{instance_id}", None)
+
+
+def _parameter_names(schema: ToolSchema) -> set[str]:
+    """The parameters a tool schema declares (``function.parameters.properties``); none where it
+    holds no such mapping."""
+    function = schema_dict(schema).get("function")
+    parameters = function.get("parameters", {}) if isinstance(function, Mapping) else {}
+    properties = parameters.get("properties", {}) if isinstance(parameters, Mapping) else {}
+    return {str(name) for name in properties} if isinstance(properties, Mapping) else set()
+
+
+def _penalty(value: object) -> float:
+    """The config's ``invalid_penalty`` as a number, or one line naming it."""
+    if isinstance(value, (int, float, str)):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"invalid_penalty must be a number, got {value!r}")
 
 
 def _arguments(spec: ToolSpec) -> str:
@@ -300,7 +330,7 @@ class SearchTool(EvidraTool):
     options = frozenset({"index", "store", "top_k", "max_turns"})
 
     @classmethod
-    def check_config(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+    def check_config(cls, config: Mapping[str, object]) -> dict[str, object]:
         checked = super().check_config(config)
         if not (checked.get("index") or checked.get("store")):
             raise ConfigError("SearchTool config needs index (a directory or serve-index URL) or store")

@@ -14,7 +14,6 @@ import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.metrics.anls import _anls_value, normalized_levenshtein
@@ -76,7 +75,7 @@ def _mmlb_anls(gold: str, pred: str) -> float:
     return _anls_value(normalized_levenshtein(gold, pred), 0.5, "zero")
 
 
-def _as_list(value: object) -> list[Any]:
+def _as_list(value: object) -> list[object]:
     """A list answer: parse ``"[...]"`` safely (literal_eval, then JSON); scalars are wrapped."""
     if isinstance(value, str) and value.startswith("["):
         for parse in (ast.literal_eval, json.loads):

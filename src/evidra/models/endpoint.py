@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TypedDict, Unpack
 
 from evidra.core.box_formats import BoxFormat
 from evidra.core.jsonvalue import JSONObject
@@ -49,6 +49,16 @@ class Completion:
     completion_tokens: int
     finish_reason: str
     latency_s: float
+
+
+class EndpointOptions(TypedDict, total=False):
+    """``ChatEndpoint``'s options besides the URL, the model and the image size."""
+
+    api_key: str | None
+    timeout_s: float
+    retries: int
+    api_key_env: str
+    max_wait_s: float
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,9 @@ class ChatEndpoint:
         object.__setattr__(self, "client", ChatClient(config))
 
     @classmethod
-    def for_model(cls, base_url: str, model: str, box_format: BoxFormat, **options: Any) -> ChatEndpoint:
+    def for_model(
+        cls, base_url: str, model: str, box_format: BoxFormat, **options: Unpack[EndpointOptions]
+    ) -> ChatEndpoint:
         """The endpoint of a model whose family's box convention is ``box_format``: every image goes
         at the size that family's own resize gives it (``BoxFormat.sent_size``), the frame in which
         its pixel boxes are read back."""

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from evidra.core.errors import ConfigError, InvalidInputError
 from evidra.core.jsonvalue import JSON, JSONObject
@@ -440,10 +440,10 @@ class _LoopThread(LoopThread):
         self.client = AsyncChatClient(config)
         self.run(self.client.__aenter__())
 
-    def submit(self, coro: Coroutine[Any, Any, T]) -> T:
+    def submit(self, coro: Coroutine[object, None, T]) -> T:
         return self.run(coro)
 
-    def close(self, last: Coroutine[Any, Any, Any] | None = None) -> None:
+    def close(self, last: Coroutine[object, None, object] | None = None) -> None:
         super().close(last or self.client.__aexit__())
 
 
@@ -460,10 +460,11 @@ class ChatClient:
         self._lock = threading.Lock()
         self._runner: _LoopThread | None = None
 
-    def __getstate__(self) -> dict[str, Any]:  # a pickled client (another process) starts its own loop
+    # a pickled client (another process) starts its own loop
+    def __getstate__(self) -> dict[str, ClientConfig]:
         return {"config": self.config}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, ClientConfig]) -> None:
         self.__init__(state["config"])  # type: ignore[misc]
 
     def _loop_thread(self) -> _LoopThread:
@@ -506,7 +507,7 @@ class ChatClient:
             runner.close()
 
 
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+def run_sync(coro: Coroutine[object, None, T]) -> T:
     """Run ``coro`` to completion from blocking code, in a worker thread when this thread
     already runs an event loop (a notebook, an async caller)."""
     try:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
+from evidra.core.jsonvalue import JSON
 from evidra.core.tagscan import find_named_blocks, finite_float
 from evidra.core.types import Action, Box, CoordSpace, Message, Page, Parsed, Sample
 from evidra.paradigms.paradigm import PARADIGMS, first_tag
@@ -114,16 +115,20 @@ def with_fetch(agent: SearchAgent) -> SearchAgent:
 PARADIGMS.add("search_agent", SearchAgent)
 
 
-def validate_bbox_action(content: str) -> list[Any] | Literal["INVALID"]:
+def validate_bbox_action(content: str) -> list[float] | Literal["INVALID"]:
     """Released ``<bbox>`` check: a JSON list of 4 values all ``>= 0``, else ``"INVALID"``.
 
     No ``x1 < x2`` check and no upper bound, as released; any parse or comparison error is
     an invalid action (the environment then inserts its invalid-action message).
     """
     try:
-        value = json.loads(content)
-        if len(value) == 4 and all(x >= 0 for x in value):
-            return list(value)
+        value: JSON = json.loads(content)
     except Exception:  # upstream: a bare except around parse + comparison
         return "INVALID"
+    if not isinstance(value, list):  # an object or text of 4 fails upstream's ``>= 0`` comparison
+        return "INVALID"
+    # what upstream's ``>= 0`` accepts without a TypeError: numbers (true and false among them)
+    numbers = [x for x in value if isinstance(x, (int, float))]
+    if len(value) == 4 == len(numbers) and all(x >= 0 for x in numbers):
+        return numbers
     return "INVALID"

@@ -7,15 +7,17 @@ Needs the ``pytesseract`` package and the ``tesseract`` binary (Debian:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import MissingDependencyError, require
 
 if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
     from evidra.core.types import Page
 
 
-def ocr_words(image: Any, *, lang: str = "eng", min_conf: float = 0.0) -> list[str]:
+def ocr_words(image: PILImage, *, lang: str = "eng", min_conf: float = 0.0) -> list[str]:
     """Words tesseract reads on a PIL image, in reading order."""
     require("pytesseract", "ocr")
     import pytesseract

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from evidra.rewards.judge_protocol import Judge, JudgeItem, Verdict
 
@@ -71,10 +70,10 @@ class FallbackJudge:
                     )
             return self._chosen
 
-    def __getstate__(self) -> dict[str, Any]:  # a copy in another process probes on its own
+    def __getstate__(self) -> dict[str, object]:  # a copy in another process probes on its own
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 

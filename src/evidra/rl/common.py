@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from evidra.rl.run_config import OptimConfig
 from evidra.rl.runs.checkpoint import TrainState
 
 if TYPE_CHECKING:
     import torch
+    from torch.optim.lr_scheduler import LRScheduler
 
 T = TypeVar("T")
 
@@ -30,7 +31,9 @@ def warmup_steps(cfg: OptimConfig, total_steps: int) -> int:
     return math.ceil(cfg.warmup_ratio * total_steps)
 
 
-def make_optimizer(model: Any, cfg: OptimConfig, total_steps: int = 1) -> tuple[Any, Any]:
+def make_optimizer(
+    model: torch.nn.Module, cfg: OptimConfig, total_steps: int = 1
+) -> tuple[torch.optim.AdamW, LRScheduler]:
     """AdamW over the trainable parameters and its schedule over ``total_steps`` scheduler steps.
 
     The schedules are transformers' (``get_scheduler``): linear warmup from 0 over the warmup

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from evidra.core.errors import EvidraError
 from evidra.models.generation import Generation
@@ -33,6 +33,9 @@ from evidra.models.processors import TextProcessor
 from evidra.rl.algo.mismatch import logprob_mismatch
 from evidra.rl.update import MicroBatch, episode_tensors
 from evidra.rollout import Episode
+
+if TYPE_CHECKING:
+    from evidra.models.hf_types import HFModel
 
 CheckKind = Literal["images", "ids", "logprobs"]
 KINDS: tuple[CheckKind, ...] = ("images", "ids", "logprobs")
@@ -159,7 +162,7 @@ def image_problems_of(vlm: VLM, ep: Episode) -> list[str]:
 
 
 @contextmanager
-def _feature_rows(model: Any) -> Iterator[list[int]]:
+def _feature_rows(model: HFModel) -> Iterator[list[int]]:
     """Rows of features the vision tower returns during the block, one entry per call."""
     tower = next((m for name, m in model.named_modules() if name.endswith("visual")), None)
     rows: list[int] = []
@@ -167,7 +170,7 @@ def _feature_rows(model: Any) -> Iterator[list[int]]:
         yield rows
         return
 
-    def hook(_module: Any, _args: Any, output: Any) -> None:
+    def hook(_module: object, _args: object, output: Any) -> None:  # output: whatever the tower returns
         pooled = getattr(output, "pooler_output", None)
         rows.append(int((pooled if pooled is not None else output[0]).shape[0]))
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from evidra.core.config import load_config
 from evidra.core.types import Sample
@@ -142,7 +141,7 @@ def cold_start_then_grpo(
             f"rollout.temperature={temperature}",
         ],
     )
-    trainer: Any = RLTrainer(rl_cfg, task=task)
+    trainer = RLTrainer(rl_cfg, task=task)
     rl_reward = tuple(m.get("reward/mean", float("nan")) for m in trainer.train())
     after_rl = evaluate_task(trainer.vlm, task, test, max_new_tokens)
     return LearningResult(before, after_sft, after_rl, sft_loss, rl_reward, out / "rl", tuple(test))

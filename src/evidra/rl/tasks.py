@@ -13,7 +13,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import ConfigError
 from evidra.core.registry import Registry
@@ -28,6 +28,8 @@ from evidra.safeio.cache import private_cache_dir
 
 if TYPE_CHECKING:
     from evidra.models.hf_types import Tokenizer
+    from evidra.models.loading import VLM
+    from evidra.rollout import Episode
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ class Task:
     scopes: Callable[[Trajectory, Tokenizer], Mapping[str, tuple[Span, ...]]] | None = None
     # (policy VLM, episodes) -> one result per episode: rewards that need the policy model or the
     # environments' infos (CAVE's teacher-forced credits, VRAG-RL's retrieved pages); replaces score
-    score_episodes: Callable[[Any, Sequence[Any]], list[RewardResult]] | None = None
+    score_episodes: Callable[[VLM, Sequence[Episode]], list[RewardResult]] | None = None
     # (final parse, sample, policy turns, the environment's step infos) -> result: a reward that
     # reads what the environment did (UniDoc-RL's candidates, selections and crops), for the
     # evaluation of finished episodes; None: ``reward`` on the final parse
@@ -74,7 +76,7 @@ def plain_task(name: str) -> Task:
     return TASKS.get(name)
 
 
-def config_task(method: Mapping[str, Any], data: DataConfig, entry: str) -> Task:
+def config_task(method: Mapping[str, object], data: DataConfig, entry: str) -> Task:
     """The task of a config handed to a trainer without one: the plain task ``data.task`` names.
 
     A config that names a paper method (``method.name``) is an error naming ``entry``, the

@@ -264,7 +264,7 @@ class RLTrainer:
             **_episode_metrics(episodes),
             **update,
             **stats,
-            "lr": self.scheduler.get_last_lr()[0],
+            "lr": float(self.scheduler.get_last_lr()[0]),
             "time/rollout_s": rollout_s,
             "time/step_s": time.perf_counter() - start,
             "throughput/policy_tokens_per_s": sum(e.trajectory.num_policy_tokens for e in episodes)

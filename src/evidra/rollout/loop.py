@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Parsed, Sample, Span, Trajectory
-from evidra.env.environment import Environment, StepInfo
+from evidra.env.environment import BatchedSearch, Environment, SearchRequest, StepInfo
 from evidra.models.context import Context, encode_messages, encode_turn
 from evidra.models.generation import Generation, SamplingParams, generate_contexts
 from evidra.models.loading import VLM
@@ -204,18 +204,20 @@ def prefetch_searches(episodes: Sequence[_Running], texts: Sequence[str]) -> int
     """Run the searches the environments are about to make as one batch per index (and result
     depth), handing each environment its hits; returns the number of searches batched. The
     hits are those of one-by-one searches: each query keeps its own exclusions."""
-    batches: dict[tuple[int, int], list[tuple[Any, Any]]] = {}
+    batches: dict[tuple[int, int], list[tuple[BatchedSearch, SearchRequest]]] = {}
     for ep, text in zip(episodes, texts, strict=True):
-        pending = getattr(ep.env, "pending_search", None)
-        request = pending(text) if pending is not None else None
+        env = ep.env
+        if not isinstance(env, BatchedSearch):
+            continue
+        request = env.pending_search(text)
         if request is not None:
-            batches.setdefault((id(request.searcher), request.k), []).append((ep.env, request))
+            batches.setdefault((id(request.searcher), request.k), []).append((env, request))
     for entries in batches.values():
         searcher, k = entries[0][1].searcher, entries[0][1].k
         queries = [r.query for _, r in entries]
         hits = searcher.search(queries, k=k, exclude=[set(r.exclude) for _, r in entries])
-        for (env, _), found in zip(entries, hits, strict=True):
-            env.prefetch(found)
+        for (searching, _), found in zip(entries, hits, strict=True):
+            searching.prefetch(found)
     return sum(len(e) for e in batches.values())
 
 

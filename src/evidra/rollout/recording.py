@@ -10,11 +10,14 @@ of the ``Trajectory`` the rollout loop assembled from them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.models.context import Context
 from evidra.models.generation import Generation, SamplingParams
 from evidra.rollout.loop import GenerationBackend
+
+if TYPE_CHECKING:
+    from evidra.models.hf_types import Processor
 
 
 class RecordingBackend:
@@ -25,7 +28,7 @@ class RecordingBackend:
         self._after: dict[tuple[int, ...], list[Generation]] = {}
 
     @property
-    def processor(self) -> Any:
+    def processor(self) -> Processor:
         return self.inner.processor
 
     def generate(self, contexts: Sequence[Context], params: SamplingParams) -> list[Generation]:

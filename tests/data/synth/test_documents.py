@@ -154,6 +154,12 @@ def test_the_corpus_cache_keeps_the_words(pdf_corpus: tuple[SynthCorpus, dict[st
     old["documents"][0]["page_words"] = [[["word", 5.0, 1.0, 2.0, 3.0]]]  # x2 < x1: not a box
     with pytest.raises(InvalidInputError, match="not a synthetic corpus cache"):
         corpus_from_json(json.dumps(old))
+    # questions whose fields are of another kind (once kept as they were) are refused alike
+    for field, value in (("kind", "poem"), ("answers", "42"), ("page_number", "1"), ("answerable", 1)):
+        damaged = json.loads(corpus_to_json(corpus))
+        damaged["questions"][0][field] = value
+        with pytest.raises(InvalidInputError, match="not a synthetic corpus cache"):
+            corpus_from_json(json.dumps(damaged))
 
 
 def test_generation_is_deterministic_per_seed_and_fast(tmp_path: Path) -> None:

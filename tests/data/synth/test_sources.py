@@ -89,6 +89,24 @@ def test_every_typed_field_survives_the_json_round_trip() -> None:
     assert sample_from_json(row) == sample
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"evidence_box": ["p1"]},  # once an IndexError, which the cache's rebuild did not catch
+        {"gold_boxes": [["p1", [1, 2]]]},
+        {"pages": [["p1", "a.png", "wide", 40, "a.pdf", 1, None]]},
+        {"answers": "forty-two"},
+        {"answer_type": "decimal"},
+        {"extras": [1]},
+        {"qrels": {"p1": "high"}},
+    ],
+)
+def test_a_damaged_cache_row_is_an_error_the_cache_rebuilds_on(damage: dict[str, object]) -> None:
+    row = {**sample_to_json(Sample(id="s", question="q?", answers=("42",), dataset="d")), **damage}
+    with pytest.raises((TypeError, KeyError, ValueError)):  # what ``build_once`` rebuilds after
+        sample_from_json(json.loads(json.dumps(row)))
+
+
 def test_two_images_become_one_image_of_panels(tmp_path: Path) -> None:
     (pair,) = [s for s in mixture(["tracer.subimage"], tmp_path, 1)]
     source, candidate = pair.pages

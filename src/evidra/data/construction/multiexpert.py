@@ -34,12 +34,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import ImagePart, Message, Sample, TextPart, messages_to_json
 from evidra.data.construction.distill import done_ids, run_pool
-from evidra.env.environment import StepInfo
+from evidra.env.environment import Environment, StepInfo
 from evidra.env.search import SearchEnv
 from evidra.metrics.anls import anls
 from evidra.models.endpoint import ChatEndpoint, EndpointError
@@ -269,7 +268,7 @@ def _image_folder(out: Path, sample_id: str) -> Path:
 
 def multiexpert(
     samples: Sequence[Sample],
-    make_env: Callable[[Sample], Any],
+    make_env: Callable[[Sample], Environment],
     lm: ChatEndpoint,
     expert: ChatEndpoint | None,
     out: str | Path,
@@ -290,10 +289,19 @@ def multiexpert(
     counts: Counter[str] = Counter()
     buckets: Counter[str] = Counter()
 
+    def search_env(sample: Sample) -> SearchEnv:
+        env = make_env(sample)
+        if not isinstance(env, SearchEnv):
+            raise InvalidInputError(
+                f"multi-expert sampling plays the search environment: use a task whose "
+                f"environment is 'search' (vragrl), not {type(env).__name__}"
+            )
+        return env
+
     def work(sample: Sample) -> None:
         try:
             played = [
-                play(sample, make_env(sample), lm, expert, cfg) for _ in range(cfg.samples_per_question)
+                play(sample, search_env(sample), lm, expert, cfg) for _ in range(cfg.samples_per_question)
             ]
         except EndpointError as exc:
             logger.warning("a teacher failed on %s: %s", sample.id, exc)
@@ -314,11 +322,8 @@ def multiexpert(
                 counts["accepted"] += int(ok)
                 buckets[bucket(ep)] += int(ok)
 
-    if todo and not isinstance(make_env(todo[0]), SearchEnv):
-        raise InvalidInputError(
-            f"multi-expert sampling plays the search environment: use a task whose "
-            f"environment is 'search' (vragrl), not {type(make_env(todo[0])).__name__}"
-        )
+    if todo:
+        search_env(todo[0])  # the task's environment is the search one, before any teacher is asked
     if progress is not None and len(todo) < len(samples):
         progress(len(samples) - len(todo))
     run_pool(work, todo, cfg.concurrency, progress)

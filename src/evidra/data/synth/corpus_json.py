@@ -15,15 +15,18 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar, get_args
 
 from evidra.core.errors import EvidraError, InvalidInputError
+from evidra.core.jsonfields import as_number
+from evidra.core.jsonvalue import JSON, json_kind, need_object
 from evidra.core.types import Box, CoordSpace, Word
-from evidra.data.synth.documents import SynthCorpus, SynthDocument, SynthQuestion
+from evidra.data.synth.documents import Kind, SynthCorpus, SynthDocument, SynthQuestion
 from evidra.safeio.jsonfiles import MAX_FILE_BYTES, read_capped_text
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+_KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
 def corpus_to_json(corpus: SynthCorpus) -> str:
@@ -55,12 +58,26 @@ def words_to_json(words: Sequence[Word]) -> list[list[str | float]]:
     return [[w.text, w.box.x1, w.box.y1, w.box.x2, w.box.y2] for w in words]
 
 
-def words_from_json(rows: Sequence[Any]) -> tuple[Word, ...]:
+def words_from_json(rows: JSON) -> tuple[Word, ...]:
     """Inverse of :func:`words_to_json` (``ValueError``/``TypeError`` on anything else)."""
-    return tuple(Word(str(t), Box(float(x1), float(y1), float(x2), float(y2))) for t, x1, y1, x2, y2 in rows)
+    return tuple(_word(row) for row in _list(rows, "a page's words"))
 
 
-def _document_json(d: SynthDocument) -> dict[str, Any]:
+def _word(row: JSON) -> Word:
+    text, *coords = _list(row, "a word")
+    if len(coords) != 4:
+        raise ValueError(f"a word has {len(coords) + 1} values, not [text, x1, y1, x2, y2]")
+    x1, y1, x2, y2 = (as_number(v, "a word's coordinate") for v in coords)
+    return Word(str(text), Box(x1, y1, x2, y2))
+
+
+def _list(value: JSON, what: str) -> list[JSON]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} is {json_kind(value)}, not a list")
+    return value
+
+
+def _document_json(d: SynthDocument) -> dict[str, object]:
     words = [words_to_json(page) for page in d.page_words]
     return {**dataclasses.asdict(replace(d, page_words=())), "page_words": words}
 
@@ -101,15 +118,56 @@ def corpus_from_json(text: str) -> SynthCorpus:
         raise InvalidInputError(f"not a synthetic corpus cache ({type(exc).__name__}: {exc})") from exc
 
 
-def _question(q: dict[str, Any]) -> SynthQuestion:
-    def box(v: list[Any] | None) -> Box | None:
-        return (
-            None if v is None else Box(float(v[0]), float(v[1]), float(v[2]), float(v[3]), CoordSpace(v[4]))
-        )
+def _question(value: JSON) -> SynthQuestion:
+    q = need_object(value, "a question")
+    answers = _list(q["answers"], "answers")
+    if not all(isinstance(a, str) for a in answers):
+        raise TypeError("answers must be a list of text")
+    if not isinstance(q["answerable"], bool):
+        raise TypeError(f"answerable is {json_kind(q['answerable'])}, not true or false")
+    return SynthQuestion(
+        id=_text(q["id"], "id"),
+        question=_text(q["question"], "question"),
+        answers=tuple(str(a) for a in answers),
+        kind=_kind(q["kind"]),
+        doc_id=_text(q["doc_id"], "doc_id"),
+        source=_text(q["source"], "source"),
+        page_number=_optional_int(q["page_number"], "page_number"),
+        page_id=None if q["page_id"] is None else _text(q["page_id"], "page_id"),
+        gold_box=_box(q["gold_box"]),
+        evidence_box=_box(q["evidence_box"]),
+        evidence_text=_text(q["evidence_text"], "evidence_text"),
+        answerable=q["answerable"],
+    )
 
-    fields = {f: q[f] for f in _QUESTION_FIELDS}
-    fields["answers"] = tuple(fields["answers"])
-    return SynthQuestion(**fields, gold_box=box(q["gold_box"]), evidence_box=box(q["evidence_box"]))
+
+def _text(value: JSON, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {json_kind(value)}, not text")
+    return value
+
+
+def _optional_int(value: JSON, what: str) -> int | None:
+    if value is not None and not isinstance(value, int):
+        raise TypeError(f"{what} is {json_kind(value)}, not an integer")
+    return value
+
+
+def _kind(value: JSON) -> Kind:
+    for kind in _KINDS:
+        if value == kind:
+            return kind
+    raise ValueError(f"kind {value!r} is none of {_KINDS}")
+
+
+def _box(value: JSON) -> Box | None:
+    if value is None:
+        return None
+    v = _list(value, "a box")
+    if len(v) < 5 or not isinstance(v[4], str):
+        raise TypeError("a box is not [x1, y1, x2, y2, space]")
+    x1, y1, x2, y2 = (as_number(c, "a box coordinate") for c in v[:4])
+    return Box(x1, y1, x2, y2, CoordSpace(v[4]))
 
 
 def build_once(

@@ -23,11 +23,12 @@ import os
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import InvalidInputError, RegistryError
+from evidra.core.jsonfields import as_number, get_opt_bool, get_opt_str
+from evidra.core.jsonvalue import JSON, json_kind, need_int, need_object
 from evidra.core.registry import Registry
-from evidra.core.types import Box, CoordSpace, EvidenceBox, Page, Sample
+from evidra.core.types import ANSWER_TYPES, AnswerType, Box, CoordSpace, EvidenceBox, Page, Sample
 from evidra.data.synth.corpus_json import build_once, words_from_json, words_to_json
 from evidra.data.synth.tracer import TASKS as TRACER_TASKS
 from evidra.data.synth.tracer import generate_tracer
@@ -144,8 +145,11 @@ def _box(b: Box) -> list[float | str]:
     return [b.x1, b.y1, b.x2, b.y2, b.space.value]
 
 
-def _unbox(v: Sequence[Any]) -> Box:
-    return Box(float(v[0]), float(v[1]), float(v[2]), float(v[3]), CoordSpace(v[4]))
+def _unbox(v: JSON) -> Box:
+    if not isinstance(v, list) or len(v) != 5 or not isinstance(v[4], str):
+        raise TypeError(f"a box is {json_kind(v)}, not [x1, y1, x2, y2, space]")
+    x1, y1, x2, y2 = (as_number(c, "a box coordinate") for c in v[:4])
+    return Box(x1, y1, x2, y2, CoordSpace(v[4]))
 
 
 def _plain(value: object) -> object:
@@ -159,7 +163,7 @@ def _plain(value: object) -> object:
     return value
 
 
-def _unplain(value: Any) -> Any:
+def _unplain(value: JSON) -> object:
     if isinstance(value, dict):
         return (
             _unbox(value["__box__"])
@@ -194,39 +198,90 @@ def sample_to_json(s: Sample) -> dict[str, object]:
     }
 
 
-def sample_from_json(row: dict[str, Any]) -> Sample:
-    """Inverse of :func:`sample_to_json` (a row written before a field existed leaves it unset)."""
-    pages = tuple(_page(values) for values in row["pages"])
-    boxes = tuple(EvidenceBox(str(pid), _unbox(b)) for pid, b in row["gold_boxes"])
+def sample_from_json(value: JSON) -> Sample:
+    """Inverse of :func:`sample_to_json` (a row written before a field existed leaves it unset);
+    a row of another shape is a ``TypeError``, ``KeyError`` or ``ValueError``."""
+    row = need_object(value, "a sample row")
     evidence = row.get("evidence_box")
+    extras = need_object(row["extras"], "extras")
     return Sample(
-        id=row["id"],
-        question=row["question"],
-        answers=tuple(row["answers"]),
-        pages=pages,
-        corpus=row.get("corpus"),
-        gold_pages=tuple(row["gold_pages"]),
-        gold_boxes=boxes,
-        gold_evidence=row["gold_evidence"],
+        id=_text(row["id"], "id"),
+        question=_text(row["question"], "question"),
+        answers=_strings(row["answers"], "answers"),
+        pages=tuple(_page(values) for values in _items(row["pages"], "pages")),
+        corpus=get_opt_str(row, "corpus"),
+        gold_pages=_strings(row["gold_pages"], "gold_pages"),
+        gold_boxes=tuple(_evidence_box(b) for b in _items(row["gold_boxes"], "gold_boxes")),
+        gold_evidence={k: str(v) for k, v in need_object(row["gold_evidence"], "gold_evidence").items()},
         answerable=bool(row["answerable"]),
-        sufficient=row.get("sufficient"),
-        answer_type=row.get("answer_type"),
-        dataset=row["dataset"],
-        extras=_unplain(row["extras"]),
-        qrels=row.get("qrels") or {},
-        evidence_box=EvidenceBox(str(evidence[0]), _unbox(evidence[1])) if evidence else None,
+        sufficient=get_opt_bool(row, "sufficient"),
+        answer_type=_answer_type(row.get("answer_type")),
+        dataset=_text(row["dataset"], "dataset"),
+        extras={k: _unplain(v) for k, v in extras.items()},
+        qrels={k: _grade(v) for k, v in need_object(row.get("qrels") or {}, "qrels").items()},
+        evidence_box=_evidence_box(evidence) if evidence else None,
     )
+
+
+def _text(value: JSON, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {json_kind(value)}, not text")
+    return value
+
+
+def _items(value: JSON, what: str) -> list[JSON]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} is {json_kind(value)}, not a list")
+    return value
+
+
+def _strings(value: JSON, what: str) -> tuple[str, ...]:
+    items = _items(value, what)
+    if not all(isinstance(v, str) for v in items):
+        raise TypeError(f"{what} must be a list of text")
+    return tuple(str(v) for v in items)
+
+
+def _grade(value: JSON) -> float:
+    """A page's graded relevance, as stored (an integer stays one)."""
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"a qrel grade is {json_kind(value)}, not a number")
+    return value
+
+
+def _evidence_box(value: JSON) -> EvidenceBox:
+    """A ``[page id, box]`` pair."""
+    pair = _items(value, "an evidence box")
+    if len(pair) != 2:
+        raise TypeError(f"an evidence box has {len(pair)} items, not [page id, box]")
+    return EvidenceBox(str(pair[0]), _unbox(pair[1]))
+
+
+def _answer_type(value: JSON) -> AnswerType | None:
+    for kind in ANSWER_TYPES:
+        if value == kind:
+            return kind
+    if value is not None:
+        raise ValueError(f"answer_type {value!r} is none of {ANSWER_TYPES}")
+    return None
 
 
 def _page_json(p: Page) -> list[object]:
     return [p.id, p.image_path, p.width, p.height, p.source, p.page_number, p.dpi, words_to_json(p.words)]
 
 
-def _page(values: Sequence[Any]) -> Page:
+def _page(values: JSON) -> Page:
     """A page row of :func:`sample_to_json`; a row written before words were kept has 7 fields."""
-    i, path, w, h, src, num, dpi, *rest = values
+    i, path, w, h, src, num, dpi, *rest = _items(values, "a page row")
     words = words_from_json(rest[0]) if rest else ()
-    return Page(str(i), str(path), int(w), int(h), str(src), int(num), words, dpi)
+    if dpi is not None and not isinstance(dpi, (int, float)):
+        raise TypeError(f"a page's dpi is {json_kind(dpi)}, not a number")
+    width, height, number = (
+        need_int(w, "a page width"),
+        need_int(h, "a page height"),
+        need_int(num, "a page number"),
+    )
+    return Page(str(i), str(path), width, height, str(src), number, words, dpi)
 
 
 # ---- one image per sample (CAVE's zoom tool works on one image) ---------------------------------

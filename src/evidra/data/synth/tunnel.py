@@ -19,13 +19,20 @@ import math
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from PIL import Image, ImageDraw
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.types import Sample
-from evidra.data.synth._draw import COLORS, region_around, regular_polygon, save_sample, transform_points
+from evidra.data.synth._draw import (
+    COLORS,
+    Point,
+    region_around,
+    regular_polygon,
+    save_sample,
+    transform_points,
+)
 
 CHAIN_COLORS = (
     "red",
@@ -101,14 +108,40 @@ def _board_ports() -> list[tuple[float, float]]:
     return [(bx + 60 + 80 * (k % 2), by + 40 + 60 * (k // 2)) for k in range(10)]
 
 
-def _components(rng: random.Random, n: int) -> list[dict[str, Any]]:
+class _Component(TypedDict):
+    """A box on the circuit board (``meta.components``)."""
+
+    name: str
+    rect: list[int]  # x1, y1, x2, y2
+    ports: list[Point]
+    fill: tuple[int, int, int]
+
+
+class _Wire(TypedDict):
+    port: int  # 1-based breadboard port
+    comp: str
+    path: list[Point]
+    color: str
+
+
+class _Shape(TypedDict):
+    """One polygon of an object-re-identification composite."""
+
+    cx: float
+    cy: float
+    r: float
+    points: list[Point]
+    color: str
+
+
+def _components(rng: random.Random, n: int) -> list[_Component]:
     slots = [(x, 20) for x in (20, 140, 260, 420, 540, 680)] + [
         (x, 520) for x in (20, 140, 260, 420, 540, 680)
     ]
     slots += [(20, 180), (20, 300), (680, 180), (680, 300)]
-    comps = []
+    comps: list[_Component] = []
     for k, (x, y) in enumerate(rng.sample(slots, n)):
-        ports = [(x + 20 + 30 * j, y + 30.0) for j in range(rng.randint(1, 3))]
+        ports: list[Point] = [(x + 20 + 30 * j, y + 30.0) for j in range(rng.randint(1, 3))]
         fill = (rng.randint(190, 240), rng.randint(190, 240), rng.randint(190, 240))  # pastel
         comps.append({"name": f"C{k + 1}", "rect": [x, y, x + 100, y + 60], "ports": ports, "fill": fill})
     return comps
@@ -145,7 +178,7 @@ def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max
     board = _board_ports()
     wired = rng.sample(range(10), min(rng.randint(2, max_wires), len(free), 10))
     all_ports = board + [p for c in comps for p in c["ports"]]
-    wires = []
+    wires: list[_Wire] = []
     for port in wired:
         comp, end = free.pop()
         path = _wire_path(rng, board[port], end, [p for p in all_ports if p not in (board[port], end)])
@@ -182,10 +215,10 @@ def circuits(rng: random.Random, out: Path, sid: str, n_components: int = 4, max
 # ---- object re-identification ---------------------------------------------------------------------
 
 
-def _composite(rng: random.Random) -> list[dict[str, Any]]:
+def _composite(rng: random.Random) -> list[_Shape]:
     """2-5 polygons, each placed against an earlier one (distance r_i + r_ref - U(0, 0.1 min r));
     polygons inscribed in that radius may still not touch, so callers check connectivity."""
-    shapes: list[dict[str, Any]] = []
+    shapes: list[_Shape] = []
     for _ in range(rng.randint(2, 5)):
         r = rng.uniform(0.07, 0.20) * 512 / 2
         if not shapes:
@@ -212,7 +245,7 @@ def is_connected(image: Image.Image) -> bool:
     return ink.histogram()[0] == 0
 
 
-def _connected_composite(rng: random.Random, tries: int = 50) -> list[dict[str, Any]]:
+def _connected_composite(rng: random.Random, tries: int = 50) -> list[_Shape]:
     """A composite that is one connected blob and fits the canvas (rejection sampling)."""
     for _ in range(tries):
         shapes = _composite(rng)
@@ -222,7 +255,7 @@ def _connected_composite(rng: random.Random, tries: int = 50) -> list[dict[str, 
     return shapes[:1]  # one shape is always connected
 
 
-def _render(shapes: list[dict[str, Any]]) -> Image.Image:
+def _render(shapes: list[_Shape]) -> Image.Image:
     image = Image.new("RGB", (512, 512), "white")
     draw = ImageDraw.Draw(image)
     for s in shapes:
@@ -235,7 +268,9 @@ def objreid(rng: random.Random, out: Path, sid: str) -> Sample:
     ("yes"), or that copy with 1-2 shapes jittered by translation, rotation or scale ("no")."""
     shapes = _connected_composite(rng)
     angle, scale = rng.uniform(-math.pi, math.pi), rng.uniform(0.5, 1.5)  # suite: U(0.3, 2); kept on canvas
-    moved = [{**s, "points": transform_points(s["points"], angle, scale, (256, 256))} for s in shapes]
+    moved: list[_Shape] = [
+        {**s, "points": transform_points(s["points"], angle, scale, (256, 256))} for s in shapes
+    ]
     same = rng.random() < 0.5
     jittered: list[int] = []
     if not same:

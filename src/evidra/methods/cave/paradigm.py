@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from evidra.core.jsonvalue import JSON
 from evidra.core.tagscan import find_blocks, finite_float
 from evidra.core.types import Action, Box, CoordSpace, ImagePart, Message, Page, Parsed, Sample, TextPart
 from evidra.paradigms.paradigm import PARADIGMS, first_tag
@@ -34,13 +34,13 @@ ZOOM_SYSTEM = (
 def parse_zoom_call(payload: str) -> tuple[Box | None, str | None]:
     """``(box, error)`` of a tool-call JSON payload; never raises on model output."""
     try:
-        call = json.loads(payload)
+        call: JSON = json.loads(payload)
     except (ValueError, RecursionError):
         return None, "the tool call is not valid JSON"
     if not isinstance(call, dict) or call.get("name") != TOOL_NAME:
         return None, f"unknown tool; the only tool is {TOOL_NAME}"
     args = call.get("arguments")
-    raw: Any = args.get("bbox_2d") if isinstance(args, dict) else None
+    raw: JSON = args.get("bbox_2d") if isinstance(args, dict) else None
     if not isinstance(raw, list) or len(raw) != 4:
         return None, "arguments.bbox_2d must be a list [x1, y1, x2, y2]"
     coords = [finite_float(v) for v in raw if isinstance(v, (int, float)) and not isinstance(v, bool)]

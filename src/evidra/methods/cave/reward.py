@@ -6,7 +6,7 @@ by one mapping, as a ``RewardFn`` (anchors only) and over whole episodes with th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core.types import Parsed, Sample, Trajectory
 from evidra.methods.cave.credits import (
@@ -25,6 +25,7 @@ from evidra.rewards.reward import REWARDS, RewardResult, check_weights
 
 if TYPE_CHECKING:
     from evidra.models.loading import VLM
+    from evidra.rollout import Episode
 
 
 def _outcome_texts(parsed: Parsed, trajectory: Trajectory | None) -> tuple[str, ...]:
@@ -82,7 +83,7 @@ class CaveReward:
             return RewardResult.unscored("judge")
         return cave_reward([StateScore(0.0, 0.0)], [None], anchors, self.params, self.weights)
 
-    def score_episodes(self, vlm: VLM, episodes: Sequence[Any]) -> list[RewardResult]:
+    def score_episodes(self, vlm: VLM, episodes: Sequence[Episode]) -> list[RewardResult]:
         """Outcome + process credits of each episode; teacher forcing batched over all of them."""
         rows = []
         for ep in episodes:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.methods.cave.credits import StateScore
 from evidra.models.branches import Branch, branch_logits, pack, packable, prefix_context
@@ -27,6 +27,8 @@ from evidra.models.context import Context, collate_split
 from evidra.models.loading import VLM
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from evidra.models.hf_types import Tokenizer
 
 ANSWER_PREFIX = "<answer> "
@@ -98,7 +100,7 @@ def state_prefixes(
     return [prefix_context(context, prompt_len + start, image_token_id) for start in turn_starts]
 
 
-def _entropy(logits: Any, top_k: int) -> Any:
+def _entropy(logits: Tensor, top_k: int) -> Tensor:
     """Top-k entropy / log k of each row of ``logits`` (renormalised over the top k), in [0, 1]."""
     import torch
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.registry import Registry
@@ -367,9 +366,10 @@ class EvisragReward:
         return RewardResult.weighted(values, self.weights, scopes=scopes)
 
 
-def evisrag_reward(variant: str = "paper", **options: Any) -> EvisragReward:
-    """The EVisRAG reward of a registered variant (``EVISRAG_RULES``: paper | upstream)."""
-    return EvisragReward(EVISRAG_RULES.get(variant), **options)
+def evisrag_reward(variant: str = "paper", *, weights: Mapping[str, float] | None = None) -> EvisragReward:
+    """The EVisRAG reward of a registered variant (``EVISRAG_RULES``: paper | upstream); ``weights``
+    as ``EvisragReward``'s (None: every component weight 1)."""
+    return EvisragReward(EVISRAG_RULES.get(variant), {} if weights is None else weights)
 
 
 REWARDS.add("evisrag", evisrag_reward("paper"))

@@ -16,7 +16,6 @@ import re
 from bisect import bisect_left
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from evidra.core.tagscan import find_blocks, first_block, parse_digits, starts_of
 
@@ -73,7 +72,7 @@ class StrictFormat:
     errors: tuple[str, ...] = ()
     parsed: Mapping[str, str] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"valid": self.valid, "errors": list(self.errors), "parsed": dict(self.parsed)}
 
 

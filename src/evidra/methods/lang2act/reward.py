@@ -27,7 +27,7 @@ import logging
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.registry import Registry
@@ -85,16 +85,29 @@ def _judge_scores(judge: Judge, items: list[JudgeItem]) -> list[float | None]:
     return [v.as_score() for v in verdicts]
 
 
-def _record(overall: float | None, **scores: float | None) -> dict[str, Any]:
-    record: dict[str, Any] = {"overall": overall, **scores}
+class UpstreamInput(TypedDict, total=False):
+    """One entry of the released scorers' ``reward_inputs``."""
+
+    response: str
+    ground_truth: str | None
+    prompt: str | None
+    num_images: int  # toolrl.py only; DEFAULT_NUM_IMAGES when absent
+
+
+# a released scorer's record: ``overall`` and the ``*_score`` components, ``scored`` False when unjudged
+UpstreamScore = dict[str, float | bool | None]
+
+
+def _record(overall: float | None, **scores: float | None) -> UpstreamScore:
+    record: UpstreamScore = {"overall": overall, **scores}
     if overall is None:
         record["scored"] = False  # the judge stayed unavailable: upstream wrote 0.0 here
     return record
 
 
 def toolrl_compute_score_upstream(
-    reward_inputs: Sequence[Mapping[str, Any]], judge: Judge
-) -> list[dict[str, Any]]:
+    reward_inputs: Sequence[UpstreamInput], judge: Judge
+) -> list[UpstreamScore]:
     """toolrl.py ``compute_score``: strict format gate, then
     ``clip(0.8 * answer + 0.1 * format + 0.1 * tool, 0, 1)`` rounded to 6 decimals.
 
@@ -129,8 +142,8 @@ def toolrl_compute_score_upstream(
 
 
 def actionrl_compute_score_upstream(
-    reward_inputs: Sequence[Mapping[str, Any]], judge: Judge
-) -> list[dict[str, Any]]:
+    reward_inputs: Sequence[UpstreamInput], judge: Judge
+) -> list[UpstreamScore]:
     """actionrl.py ``compute_score``: ``round(0.8 * answer + 0.2 * format, 6)``; the judge is
     called iff the stripped gold and the stripped answer are both non-empty (query = prompt or "")."""
     formats: list[float] = []
@@ -289,9 +302,17 @@ class Lang2ActReward:
         return RewardResult(total=self.rules.finish(weighted_sum(values, self.weights)), components=values)
 
 
-def lang2act_reward(variant: str = "toolrl", **options: Any) -> Lang2ActReward:
-    """The Lang2Act reward of a registered variant (``LANG2ACT_RULES``) with ``options``."""
-    return Lang2ActReward(LANG2ACT_RULES.get(variant), **options)
+def lang2act_reward(
+    variant: str = "toolrl",
+    *,
+    judge: Judge | None = None,
+    weights: Mapping[str, float] | None = None,
+    toolbox: Collection[str] = TOOLBOX,
+    numeric_tools: Collection[str] = NUMERIC_TOOLS,
+) -> Lang2ActReward:
+    """The Lang2Act reward of a registered variant (``LANG2ACT_RULES``); the options are
+    ``Lang2ActReward``'s."""
+    return Lang2ActReward(LANG2ACT_RULES.get(variant), judge, weights, toolbox, numeric_tools)
 
 
 def format_reward(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from evidra.core.errors import InvalidInputError
 from evidra.openai.client import DEFAULT_API_KEY_ENV, ChatClient, endpoint_config
@@ -229,6 +229,16 @@ def stage2_hint(args: str, numeric: bool) -> str:
     return args if numeric or _IMAGE_HINT.search(args) else f"Image k: {args}"
 
 
+class ToolRow(TypedDict):
+    """One tool of a curated toolbox as its JSON file lists it (``Toolbox.rows``)."""
+
+    name: str
+    args: str
+    description: str
+    numeric: bool
+    count: int
+
+
 @dataclass(frozen=True)
 class Toolbox:
     tools: tuple[tuple[PoolTool, int], ...]
@@ -238,9 +248,9 @@ class Toolbox:
     errors: int
     numeric: frozenset[str] = frozenset()  # the tools whose applications all passed values only
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[ToolRow]:
         """``{name, args, description, numeric, count}`` per tool, args as stage 2 shows them."""
-        rows = []
+        rows: list[ToolRow] = []
         for tool, count in self.tools:
             numeric = tool.name in self.numeric
             hint = stage2_hint(tool.args, numeric)

@@ -24,7 +24,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from evidra.core.types import Box, Page, Parsed, Sample, Trajectory
 from evidra.methods.lat.parse import StepCitation, StepPlan
@@ -166,7 +166,7 @@ def _gold_of(sample: Sample) -> tuple[tuple[float, float, float, float] | None, 
     return gold.box.as_tuple(), index
 
 
-def _open(page: Page) -> Any:
+def _open(page: Page) -> PILImage | None:
     try:
         return page.open_image()
     except OSError:
@@ -174,9 +174,21 @@ def _open(page: Page) -> Any:
         return None
 
 
-def lat_reward(variant: str = "paper", **options: Any) -> LatReward:
-    """The LAT reward of a registered variant (``LAT_RULES``: paper | upstream) with ``options``."""
-    return LatReward(rules=LAT_RULES.get(variant), **options)
+def lat_reward(
+    variant: str = "paper",
+    *,
+    weights: Mapping[str, float] | None = None,
+    similarity: StepSimilarity | None = None,
+    config: LatConfig | None = None,
+) -> LatReward:
+    """The LAT reward of a registered variant (``LAT_RULES``: paper | upstream); the options are
+    ``LatReward``'s (None: its default)."""
+    return LatReward(
+        rules=LAT_RULES.get(variant),
+        weights=dict(WEIGHTS) if weights is None else weights,
+        similarity=similarity,
+        config=LatConfig() if config is None else config,
+    )
 
 
 REWARDS.add("lat", LatReward())

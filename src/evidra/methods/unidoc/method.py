@@ -17,7 +17,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import ConfigError
 from evidra.core.geometry import Displayed, page_box_to_displayed
@@ -38,6 +38,8 @@ from evidra.rl.tasks import Task
 
 if TYPE_CHECKING:
     from evidra.models.loading import VLM
+    from evidra.rewards.judge_protocol import Judge
+    from evidra.rollout import Episode
 
 MAX_TURNS = 11  # released max_turns=10 action turns, then one final answer turn
 
@@ -45,7 +47,7 @@ MAX_TURNS = 11  # released max_turns=10 action turns, then one final answer turn
 class SelectCorpora(Corpora):
     """VRAG-RL's corpora with UniDoc-RL's environment (``candidates`` pages per search)."""
 
-    def __init__(self, searcher: Any = None, index: str = "", candidates: int = 3) -> None:
+    def __init__(self, searcher: Searcher | None = None, index: str = "", candidates: int = 3) -> None:
         super().__init__(searcher, index)
         self.candidates = candidates
 
@@ -58,7 +60,7 @@ class SelectCorpora(Corpora):
         return SelectSearchEnv(searcher, pages, max_turns=MAX_TURNS, candidates=self.candidates)
 
 
-def score_episodes(vlm: VLM, episodes: Sequence[Any], reward: UniDocReward) -> list[RewardResult]:
+def score_episodes(vlm: VLM, episodes: Sequence[Episode], reward: UniDocReward) -> list[RewardResult]:
     """The dense reward per episode, its actions read from the environment's infos; one judge call."""
     batch = [(ep.final_parsed(parse_unidoc), ep.sample, ep.trajectory, tuple(ep.infos)) for ep in episodes]
     return reward.score_batch(batch)
@@ -99,7 +101,7 @@ def oracle(sample: Sample, candidates: int = 3) -> list[Message]:
     return play_script(env, sample, turns)
 
 
-def make_unidoc_task(judge: Any, weights: Mapping[str, float], corpora: SelectCorpora) -> Task:
+def make_unidoc_task(judge: Judge | None, weights: Mapping[str, float], corpora: SelectCorpora) -> Task:
     """The UniDoc-RL task whose answer reward asks ``judge`` and whose components weigh ``weights``."""
     reward = UniDocReward(judge, weights)
     return Task(

@@ -6,7 +6,6 @@ against the gold answers)."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from evidra.core.types import ImagePart, Message, Sample, TextPart
 from evidra.data.construction.distill import DistillContext, Verdict
@@ -20,11 +19,11 @@ GROUNDING_PROMPT = (
 )
 
 
-def _reground(sample: Sample, text: str, ctx: DistillContext) -> tuple[str, list[dict[str, Any]]]:
+def _reground(sample: Sample, text: str, ctx: DistillContext) -> tuple[str, list[dict[str, str | None]]]:
     """Replace each ``<bbox>`` of the trajectory with the grounding model's box for it."""
     if ctx.annotator is None or not sample.pages:
         return text, []
-    changes: list[dict[str, Any]] = []
+    changes: list[dict[str, str | None]] = []
     annotator = ctx.annotator
 
     def swap(m: re.Match[str]) -> str:

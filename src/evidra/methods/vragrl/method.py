@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from evidra.core.errors import ConfigError, InvalidInputError
 from evidra.core.geometry import Displayed, page_box_to_displayed
@@ -51,6 +51,7 @@ from evidra.rl.tasks import Task, usable
 if TYPE_CHECKING:
     from evidra.data.synth.documents import SynthCorpus
     from evidra.models.loading import VLM
+    from evidra.rollout import Episode
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ class Corpora:
         return SearchEnv(searcher, pages, max_turns=MAX_TURNS, fetch=self.fetch)
 
 
-def _scored_text(vlm: VLM, ep: Any, rules: VragRLRules) -> str:
+def _scored_text(vlm: VLM, ep: Episode, rules: VragRLRules) -> str:
     """What the reward reads: the last policy turn (paper; the reward also reads every policy turn
     from the trajectory), or the whole decoded response with its observation turns (rules that read
     ``whole_response``, as the released reward does, so text the environment inserts counts too)."""
@@ -179,7 +180,7 @@ def _scored_text(vlm: VLM, ep: Any, rules: VragRLRules) -> str:
     return ep.trajectory.texts[-1] if ep.trajectory.texts else ""
 
 
-def score_episodes(vlm: VLM, episodes: Sequence[Any], reward: VragRLReward) -> list[RewardResult]:
+def score_episodes(vlm: VLM, episodes: Sequence[Episode], reward: VragRLReward) -> list[RewardResult]:
     """VRAG-RL Eq. 12 per episode, the retrieved pages read from the environment's infos."""
     batch = []
     for ep in episodes:

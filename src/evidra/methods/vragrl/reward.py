@@ -28,7 +28,6 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from evidra.core.errors import InvalidInputError
 from evidra.core.registry import Registry
@@ -348,9 +347,12 @@ class VragRLReward:
         return RewardResult.weighted(values, self.weights)
 
 
-def vragrl_reward(variant: str = "paper", **options: Any) -> VragRLReward:
-    """The VRAG-RL reward of a registered variant (``VRAGRL_RULES``: paper | upstream) with ``options``."""
-    return VragRLReward(rules=VRAGRL_RULES.get(variant), **options)
+def vragrl_reward(
+    variant: str = "paper", *, judge: Judge | None = None, weights: Mapping[str, float] | None = None
+) -> VragRLReward:
+    """The VRAG-RL reward of a registered variant (``VRAGRL_RULES``: paper | upstream); the options
+    are ``VragRLReward``'s."""
+    return VragRLReward(judge, weights, rules=VRAGRL_RULES.get(variant))
 
 
 def retrieval_reward(parsed: Parsed, sample: Sample, trajectory: Trajectory | None = None) -> RewardResult:

@@ -27,15 +27,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 import numpy as np
 
+from evidra.core.jsonvalue import JSON, JSONObject, json_kind
 from evidra.retrieval.encoders._bm25_params import BM25Params
 from evidra.retrieval.encoders._bm25_terms import IDF_METHOD, METHOD, TermCounts, bm25s_module
 from evidra.retrieval.encoders._bm25_text import LANGUAGES
 from evidra.safeio.jsonfiles import MAX_FILE_BYTES, read_capped_text
 from evidra.safeio.staging import fsync_path
+
+if TYPE_CHECKING:
+    import bm25s
 
 MANIFEST = "bm25.index.json"
 LEGACY_FILE = "bm25.json"  # the single JSON file of evidra before the bm25s engine
@@ -55,7 +59,7 @@ class Stored:
     ids: list[str]
     images: list[str]
     counts: TermCounts
-    engine: Any  # bm25s.BM25, or None when no page has a token
+    engine: bm25s.BM25 | None  # None when no page has a token
 
 
 def write_index(
@@ -64,7 +68,7 @@ def write_index(
     ids: Sequence[str],
     images: Sequence[str],
     counts: TermCounts,
-    engine: Any,
+    engine: bm25s.BM25 | None,
 ) -> Path:
     """Save into directory ``root`` (see the module docstring); returns the manifest's path."""
     root.mkdir(parents=True, exist_ok=True)
@@ -140,7 +144,7 @@ def _reading(name: str) -> Iterator[None]:
 def _read_folder(root: Path, folder: Path) -> Stored:
     with _reading("pages.json"):
         pages = _json(folder / "pages.json")
-        k1, b = float(pages["k1"]), float(pages["b"])
+        k1, b = _float(pages["k1"]), _float(pages["b"])
         params = _params(pages, k1, b)
     ids, images = pages.get("ids"), pages.get("images")
     if not _strings(ids) or not _strings(images) or len(ids) != len(images) or len(set(ids)) != len(ids):
@@ -165,7 +169,14 @@ def _read_folder(root: Path, folder: Path) -> Stored:
     return Stored(params, list(ids), absolute, counts, engine)
 
 
-def _params(pages: dict[str, Any], k1: float, b: float) -> BM25Params:
+def _float(value: JSON) -> float:
+    """``float(value)`` of a number or its text; anything else a ``TypeError`` (read as unreadable)."""
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"float() argument must be a string or a real number, not {json_kind(value)}")
+    return float(value)
+
+
+def _params(pages: JSONObject, k1: float, b: float) -> BM25Params:
     """The parameters ``pages.json`` records; an index without an analyzer used plain tokens."""
     language, stopwords, stem = pages.get("language", "none"), pages.get("stopwords"), pages.get("stem")
     if not isinstance(language, str) or language not in LANGUAGES:
@@ -201,7 +212,7 @@ def _check_declared(path: Path, most: dict[str, int]) -> None:
                 )
 
 
-def _check_engine(engine: Any, k1: float, b: float, n_pages: int, n_terms: int) -> None:
+def _check_engine(engine: bm25s.BM25, k1: float, b: float, n_pages: int, n_terms: int) -> None:
     data, indices, indptr = (engine.scores[key] for key in ("data", "indices", "indptr"))
     if (engine.k1, engine.b, engine.method, engine.idf_method) != (k1, b, METHOD, IDF_METHOD):
         raise IndexFileError("the bm25s parameters differ from pages.json")
@@ -237,21 +248,21 @@ def _check_csr(indptr: np.ndarray, indices: np.ndarray, what: str) -> None:
         raise IndexFileError(f"{what} hold negative indices")
 
 
-def _vocab(vocab_dict: Any) -> tuple[str, ...]:
+def _vocab(vocab_dict: object) -> tuple[str, ...]:
     if not isinstance(vocab_dict, dict) or sorted(vocab_dict.values()) != list(range(len(vocab_dict))):
         raise IndexFileError("the bm25s vocabulary does not number its terms 0..V-1")
     by_id = sorted(vocab_dict.items(), key=lambda item: item[1])
     return tuple(str(term) for term, _ in by_id)
 
 
-def _json(path: Path) -> dict[str, Any]:
-    data = json.loads(read_capped_text(path, "BM25 index file", MAX_FILE_BYTES, "rebuild the index"))
+def _json(path: Path) -> JSONObject:
+    data: JSON = json.loads(read_capped_text(path, "BM25 index file", MAX_FILE_BYTES, "rebuild the index"))
     if not isinstance(data, dict):
         raise IndexFileError(f"{path.name} is not a JSON object")
     return data
 
 
-def _strings(value: Any) -> TypeGuard[list[str]]:
+def _strings(value: object) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 

@@ -19,7 +19,8 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,8 +31,8 @@ METHOD, IDF_METHOD = "atire", "lucene"
 SCORE_DTYPE = "float32"
 
 
-def bm25s_module() -> Any:
-    """``bm25s``, imported on first use (``import evidra`` stays light)."""
+def bm25s_module() -> ModuleType:
+    """``bm25s``, imported on first use (``import evidra`` stays light); bm25s ships no types."""
     import bm25s
 
     # bm25s sets its logger to DEBUG on import, which would print its build notes under any

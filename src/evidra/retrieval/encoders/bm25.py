@@ -32,7 +32,7 @@ import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from evidra.retrieval.encoders._bm25_files import IndexFileError, read_index, wr
 from evidra.retrieval.encoders._bm25_params import BM25Params
 from evidra.retrieval.encoders._bm25_terms import TermCounts, build_engine, top_rows
 from evidra.retrieval.interfaces import Exclude, Hit, check_exclude, check_k
+
+if TYPE_CHECKING:
+    import bm25s
 
 __all__ = ["BM25Params", "BM25Retriever"]
 
@@ -59,14 +62,16 @@ class BM25Retriever:
         params: BM25Params = BM25Params(),  # noqa: B008 (frozen)
         images: Sequence[str] | None = None,
         *,
-        engine: Any = None,
+        engine: bm25s.BM25 | None = None,
     ) -> None:
         """Pages ``ids`` with their term ``counts``; ``engine`` is a bm25s index already built from them."""
         self.params = params
         self._terms = params.analyzer.terms
         self._set(ids, counts, images, engine)
 
-    def _set(self, ids: Sequence[str], counts: TermCounts, images: Sequence[str] | None, engine: Any) -> None:
+    def _set(
+        self, ids: Sequence[str], counts: TermCounts, images: Sequence[str] | None, engine: bm25s.BM25 | None
+    ) -> None:
         if len(ids) != len(counts) or (images is not None and len(images) != len(ids)):
             raise InvalidInputError(f"got {len(ids)} page ids for the term counts of {len(counts)} pages")
         self._ids = list(ids)

@@ -25,12 +25,13 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from evidra.core.errors import ModelLoadError
+from evidra.core.jsonvalue import JSON, JSONObject, as_object
 from evidra.safeio.confined import inside
 from evidra.safeio.jsonfiles import read_capped_text
 
@@ -120,20 +121,26 @@ def native_family(folder: Path) -> str | None:
     """``colqwen2`` / ``colpali`` for a checkpoint colpali-engine saved itself, else None."""
     cfg = _read_config(folder)
     model_type = cfg.get("model_type")
-    if model_type not in NATIVE_CLASSES:
+    if not isinstance(model_type, str) or model_type not in NATIVE_CLASSES:
         return None
     cls, family = NATIVE_CLASSES[model_type]
-    return family if cls in (cfg.get("architectures") or []) else None
+    return family if cls in _architectures(cfg) else None
 
 
 def colpali_engine_classes(folder: Path) -> list[str]:
     """The Col* class names a config.json records (colpali-engine's own format), else []."""
-    return [str(n) for n in _read_config(folder).get("architectures") or [] if str(n).startswith("Col")]
+    return [str(n) for n in _architectures(_read_config(folder)) if str(n).startswith("Col")]
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
+def _architectures(cfg: JSONObject) -> list[JSON]:
+    """The ``architectures`` a config.json lists (none unless it is a list)."""
+    names = cfg.get("architectures")
+    return names if isinstance(names, list) else []
+
+
+def _read_config(folder: Path) -> JSONObject:
     try:
-        cfg = json.loads(read_capped_text(folder / "config.json", "checkpoint config"))
+        cfg: JSON = json.loads(read_capped_text(folder / "config.json", "checkpoint config"))
     except (OSError, ValueError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
@@ -280,14 +287,17 @@ def write_renamed_adapter(
     return True
 
 
-def rename_adapter_config(folder: Path, layout: Layout, module_names: Iterable[str]) -> dict[str, Any]:
+def rename_adapter_config(folder: Path, layout: Layout, module_names: Iterable[str]) -> JSONObject:
     """The adapter_config.json of ``folder`` for transformers' ``module_names``: its targets resolved
     the way peft resolves them, on each module's colpali-engine name, then listed by full name."""
     from peft import PeftConfig
     from peft.tuners.tuners_utils import check_target_module_exists
     from peft.utils.other import get_pattern_key
 
-    config = json.loads(read_capped_text(folder / "adapter_config.json", "adapter config"))
+    where = f"the adapter config {str(folder / 'adapter_config.json')!r}"
+    config = as_object(
+        json.loads(read_capped_text(folder / "adapter_config.json", "adapter config")), where, ModelLoadError
+    )
     if config.get("target_parameters"):
         raise ModelLoadError(
             f"the adapter in {str(folder)!r} targets parameters by colpali-engine name, which is not "
@@ -296,15 +306,22 @@ def rename_adapter_config(folder: Path, layout: Layout, module_names: Iterable[s
     parsed = PeftConfig.from_pretrained(str(folder))
     sources = {name: layout.source(name) for name in module_names}
     targets = [n for n, s in sources.items() if s is not None and check_target_module_exists(parsed, s)]
-    out = {**config, "target_modules": targets, "exclude_modules": None}
+    out: JSONObject = {**config, "target_modules": [*targets], "exclude_modules": None}
     out |= {"layers_to_transform": None, "layers_pattern": None}  # already applied above
     for field in ("rank_pattern", "alpha_pattern"):
-        pattern = config.get(field) or {}
+        pattern = as_object(config.get(field) or {}, f"{where}: {field}", ModelLoadError)
         picked = {t: get_pattern_key(list(pattern), sources[t] or t) for t in targets}
         out[field] = {re.escape(t): pattern[k] for t, k in picked.items() if k in pattern}
-    saved = [_rename_module(m, layout) for m in config.get("modules_to_save") or []]
+    saved = [_rename_module(m, layout) for m in _module_names(config.get("modules_to_save") or [], where)]
     out["modules_to_save"] = [m for m in saved if m is not None] or None
     return out
+
+
+def _module_names(value: JSON, where: str) -> list[str]:
+    """``modules_to_save`` of an adapter config: a list of module names, or one line naming it."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ModelLoadError(f"{where}: modules_to_save must be a list of module names")
+    return [name for name in value if isinstance(name, str)]
 
 
 def _rename_module(name: str, layout: Layout) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
@@ -27,6 +27,8 @@ from evidra.retrieval.encoders._batching import batches, check_texts
 from evidra.retrieval.interfaces import ENCODERS, EncoderOptions
 
 if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
     from evidra.core.types import Page
     from evidra.models.loading import VLM
 
@@ -97,7 +99,7 @@ class SingleVectorEncoder:
     def dim(self) -> int:
         return int(self.vlm.model.config.get_text_config().hidden_size)
 
-    def _encode(self, text: list[str], images: list[Any] | None) -> Tensor:
+    def _encode(self, text: list[str], images: list[PILImage] | None) -> Tensor:
         inputs = self.vlm.processor(text=text, images=images, return_tensors="pt", padding=True)
         inputs = inputs.to(self.options.device)
         with torch.inference_mode():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -51,7 +50,7 @@ def check_embeddings(
     return out
 
 
-def refuse_present(store: Any, page_ids: Sequence[str]) -> None:
+def refuse_present(store: ShardStore, page_ids: Sequence[str]) -> None:
     """``add`` refuses pages the index already holds (``update`` replaces them)."""
     present = store.contains(page_ids)
     if present:

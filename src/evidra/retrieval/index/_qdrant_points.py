@@ -11,7 +11,8 @@ engine embedded in the process) store a page the same way, so both build their p
 * payload: the caller's fields, then ``page_id`` and ``image_path``.
 
 Their filter classes are spelled alike (``Filter``, ``FieldCondition``, ``MatchValue``,
-``MatchAny``), so ``payload_filter`` builds either from the module it is given. What the two
+``MatchAny``) but are two engines' own classes, so ``payload_filter`` checks the terms and hands
+them to the ``FilterBuilder`` each index gives it. What the two
 indexes do alike around their engines' calls (``add``, ``add_batches``, ``page_ids``, whether a
 page is stored) is ``PointStore``'s, over the one call each engine spells its own way.
 """
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Literal, TypeAlias, TypeVar
 
 import numpy as np
 import torch
@@ -33,6 +34,12 @@ from evidra.retrieval.interfaces import Exclude, Hit, PageBatch, check_exclude, 
 from evidra.retrieval.pooling import cluster_pool, mean_pool
 
 Pooling = Literal["mean", "clustered"]
+Scalar: TypeAlias = str | int | bool  # a payload value a filter matches
+Payload: TypeAlias = dict[str, object]  # a point's payload: the engines store any JSON-like value
+PointOffset: TypeAlias = int | str | uuid.UUID | None  # where a scroll resumes; None: the start or the end
+FilterT = TypeVar("FilterT")
+# an engine's filter from the (key, value) pairs a payload must equal and the page ids to skip
+FilterBuilder: TypeAlias = Callable[[list[tuple[str, Scalar]], list[str]], FilterT]
 
 _NAMESPACE = uuid.UUID("6f1c1c9e-4c1b-4f55-9d0e-2f1f3a0d7a11")
 
@@ -41,9 +48,13 @@ def point_id(page_id: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, page_id))
 
 
-def check_pooling(pooling: str) -> None:
-    if pooling not in ("mean", "clustered"):
-        raise InvalidInputError(f"pooling {pooling!r}: use 'mean' or 'clustered'")
+def check_pooling(pooling: str) -> Pooling:
+    """``pooling`` if it names a pooling, else one line naming the two."""
+    if pooling == "mean":
+        return "mean"
+    if pooling == "clustered":
+        return "clustered"
+    raise InvalidInputError(f"pooling {pooling!r}: use 'mean' or 'clustered'")
 
 
 def page_vectors(
@@ -59,8 +70,8 @@ def page_vectors(
 
 
 def payloads_of(
-    page_ids: Sequence[str], image_paths: Sequence[str] | None, extra: Sequence[Mapping[str, Any]] | None
-) -> list[dict[str, Any]]:
+    page_ids: Sequence[str], image_paths: Sequence[str] | None, extra: Sequence[Mapping[str, object]] | None
+) -> list[Payload]:
     """Each page's payload: the caller's fields, then ``page_id`` and ``image_path`` (which win)."""
     images = list(image_paths) if image_paths is not None else [""] * len(page_ids)
     more = list(extra) if extra is not None else [{}] * len(page_ids)
@@ -72,24 +83,24 @@ def payloads_of(
 
 
 # a page as a point: its id, its named vectors (``multi``, ``pooled``) as nested lists, its payload
-PagePoint = tuple[str, dict[str, list[list[float]]], dict[str, Any]]
+PagePoint = tuple[str, dict[str, list[list[float]]], Payload]
 
 
 def query_filters(
-    models: Any,
+    build: FilterBuilder[FilterT],
     queries: Sequence[Tensor],
     dim: int,
     k: int,
     exclude: Exclude,
-    where: Mapping[str, Any] | None,
-) -> list[tuple[list[list[float]], Any]]:
+    where: Mapping[str, object] | None,
+) -> list[tuple[list[list[float]], FilterT | None]]:
     """Each query's vectors as nested lists and its ``payload_filter``, after checking ``k``,
     ``exclude`` and the queries."""
     check_k(k)
     excl = check_exclude(exclude, len(queries))
     check_queries(queries, dim)
     return [
-        (q.float().tolist(), payload_filter(models, skip, where))
+        (q.float().tolist(), payload_filter(build, skip, where))
         for q, skip in zip(queries, excl, strict=True)
     ]
 
@@ -100,27 +111,24 @@ def check_queries(queries: Sequence[Tensor], dim: int) -> None:
             raise InvalidInputError(f"query {i} must have shape (L >= 1, {dim}), got {tuple(q.shape)}")
 
 
-def payload_filter(models: Any, skip: Collection[str], where: Mapping[str, Any] | None) -> Any:
-    """Points whose payload equals every value of ``where`` and whose page is not in ``skip``;
-    None when that is every point. ``models`` is ``qdrant_client.models`` or ``qdrant_edge``."""
+def payload_filter(
+    build: FilterBuilder[FilterT], skip: Collection[str], where: Mapping[str, object] | None
+) -> FilterT | None:
+    """Points whose payload equals every value of ``where`` and whose page is not in ``skip``, as
+    ``build`` spells it for its engine; None when that is every point."""
+    equal: list[tuple[str, Scalar]] = []
     for key, value in (where or {}).items():
         if not isinstance(key, str) or not isinstance(value, str | int | bool):
             raise InvalidInputError(
                 f"where {key!r}: {value!r} is a {type(value).__name__}; filter on text, integers or booleans"
             )
-    must: list[Any] = [
-        models.FieldCondition(key=key, match=models.MatchValue(value=value))
-        for key, value in (where or {}).items()
-    ]
-    must_not: list[Any] = (
-        [models.FieldCondition(key="page_id", match=models.MatchAny(any=sorted(skip)))] if skip else []
-    )
-    if not must and not must_not:
+        equal.append((key, value))
+    if not equal and not skip:
         return None
-    return models.Filter(must=must or None, must_not=must_not or None)
+    return build(equal, sorted(skip))
 
 
-def hit_of(payload: Mapping[str, Any] | None, score: float) -> Hit:
+def hit_of(payload: Mapping[str, object] | None, score: float) -> Hit:
     payload = payload or {}
     return Hit(str(payload.get("page_id", "")), float(score), str(payload.get("image_path", "")))
 
@@ -139,7 +147,7 @@ class AddByUpdate(ABC):
         """Which of ``point_ids`` are stored (one request)."""
 
     @abstractmethod
-    def _scroll(self, offset: Any) -> tuple[list[str], Any]:
+    def _scroll(self, offset: PointOffset) -> tuple[list[str], PointOffset]:
         """The page ids of up to 1,000 points from ``offset`` on, and the next offset (None at the end)."""
 
     @abstractmethod
@@ -148,7 +156,7 @@ class AddByUpdate(ABC):
         page_ids: Sequence[str],
         embeddings: Sequence[Tensor],
         image_paths: Sequence[str] | None = None,
-        payloads: Sequence[Mapping[str, Any]] | None = None,
+        payloads: Sequence[Mapping[str, object]] | None = None,
     ) -> None: ...
 
     def __contains__(self, page_id: object) -> bool:
@@ -163,7 +171,7 @@ class AddByUpdate(ABC):
 
     def page_ids(self) -> list[str]:
         out: list[str] = []
-        offset = None
+        offset: PointOffset = None
         while True:
             ids, offset = self._scroll(offset)
             out += ids
@@ -175,7 +183,7 @@ class AddByUpdate(ABC):
         page_ids: Sequence[str],
         embeddings: Sequence[Tensor],
         image_paths: Sequence[str] | None,
-        payloads: Sequence[Mapping[str, Any]] | None,
+        payloads: Sequence[Mapping[str, object]] | None,
     ) -> list[PagePoint]:
         """The pages as points, after checking them (nested lists: both engines take them twice
         as fast as numpy arrays)."""
@@ -200,7 +208,7 @@ class AddByUpdate(ABC):
         page_ids: Sequence[str],
         embeddings: Sequence[Tensor],
         image_paths: Sequence[str] | None = None,
-        payloads: Sequence[Mapping[str, Any]] | None = None,
+        payloads: Sequence[Mapping[str, object]] | None = None,
     ) -> None:
         present = self._present(page_ids)
         if present:

@@ -30,20 +30,25 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from torch import Tensor
 
 from evidra.core.errors import CorpusError, require
 from evidra.retrieval.index._qdrant_points import (
     AddByUpdate,
+    PointOffset,
     Pooling,
+    Scalar,
     check_pooling,
     hit_of,
     point_id,
     query_filters,
 )
 from evidra.retrieval.interfaces import Exclude, Hit, PageBatch
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient, models
 
 __all__ = ["QdrantIndex", "check_server", "point_id"]
 
@@ -56,7 +61,7 @@ def _reason(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _collection_exists(client: Any, collection: str, where: str, *, remote: bool) -> bool:
+def _collection_exists(client: QdrantClient, collection: str, where: str, *, remote: bool) -> bool:
     """The first request to the server; failing, it names the server and the way out."""
     try:
         return bool(client.collection_exists(collection))
@@ -91,7 +96,7 @@ class QdrantIndex(AddByUpdate):
 
     def __init__(
         self,
-        client: Any,
+        client: QdrantClient,
         collection: str,
         dim: int,
         *,
@@ -154,7 +159,7 @@ class QdrantIndex(AddByUpdate):
         vectors = self.client.get_collection(self.collection).config.params.vectors
         multi = vectors.get("multi") if isinstance(vectors, dict) else None
         problem = ""
-        if multi is None or "pooled" not in vectors:
+        if multi is None or not isinstance(vectors, dict) or "pooled" not in vectors:
             problem = "was not made by evidra (no 'multi' and 'pooled' vectors); pick another collection name"
         elif multi.size != self.dim:
             problem = f"holds {multi.size}-d vectors, not {self.dim}-d; it was built with another encoder"
@@ -204,7 +209,7 @@ class QdrantIndex(AddByUpdate):
         page_ids: Sequence[str],
         embeddings: Sequence[Tensor],
         image_paths: Sequence[str] | None = None,
-        payloads: Sequence[Mapping[str, Any]] | None = None,
+        payloads: Sequence[Mapping[str, object]] | None = None,
     ) -> None:
         from qdrant_client import models
 
@@ -239,24 +244,33 @@ class QdrantIndex(AddByUpdate):
         found = self.client.retrieve(self.collection, ids=point_ids, with_payload=False)
         return {str(point.id) for point in found}
 
-    def _scroll(self, offset: Any) -> tuple[list[str], Any]:
+    def _scroll(self, offset: PointOffset) -> tuple[list[str], PointOffset]:
         points, offset = self.client.scroll(
             self.collection, limit=1000, offset=offset, with_payload=["page_id"]
         )
-        return [str(p.payload["page_id"]) for p in points], offset
+        return [self._page_id(p.payload) for p in points], offset
+
+    def _page_id(self, payload: Mapping[str, object] | None) -> str:
+        """A point's ``page_id``, or one line saying the collection holds a point evidra did not write."""
+        if payload is None or "page_id" not in payload:
+            raise CorpusError(
+                f"Qdrant collection {self.collection!r} holds a point with no 'page_id' in its payload; "
+                "it was not made by evidra: pick another collection or rebuild it"
+            )
+        return str(payload["page_id"])
 
     def search(
         self,
         queries: Sequence[Tensor],
         k: int = 10,
         exclude: Exclude = None,
-        where: Mapping[str, Any] | None = None,
+        where: Mapping[str, object] | None = None,
     ) -> list[list[Hit]]:
         """Top ``k`` per query; ``where`` keeps points whose payload equals every given value."""
         from qdrant_client import models
 
         requests = []
-        for vec, flt in query_filters(models, queries, self.dim, k, exclude, where):
+        for vec, flt in query_filters(_filter, queries, self.dim, k, exclude, where):
             prefetch = (
                 models.Prefetch(query=vec, using="pooled", limit=max(self.candidates, k), filter=flt)
                 if self.candidates > 0
@@ -271,3 +285,16 @@ class QdrantIndex(AddByUpdate):
             return []
         responses = self.client.query_batch_points(self.collection, requests=requests)
         return [[hit_of(p.payload, p.score) for p in r.points] for r in responses]
+
+
+def _filter(equal: list[tuple[str, Scalar]], skip: list[str]) -> models.Filter:
+    """``payload_filter``'s terms as qdrant-client's filter."""
+    from qdrant_client import models
+
+    must: list[models.Condition] = [
+        models.FieldCondition(key=key, match=models.MatchValue(value=value)) for key, value in equal
+    ]
+    must_not: list[models.Condition] = (
+        [models.FieldCondition(key="page_id", match=models.MatchAny(any=skip))] if skip else []
+    )
+    return models.Filter(must=must or None, must_not=must_not or None)

@@ -29,14 +29,16 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from torch import Tensor
 
 from evidra.core.errors import CorpusError, InvalidInputError, require
 from evidra.retrieval.index._qdrant_points import (
     AddByUpdate,
+    PointOffset,
     Pooling,
+    Scalar,
     check_pooling,
     hit_of,
     point_id,
@@ -51,11 +53,9 @@ CONFIG = "edge_config.json"  # what marks a folder as a shard
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _edge() -> Any:
+def _need_edge() -> None:
+    """Raise the one line naming the extra to install when Qdrant Edge is missing."""
     require("qdrant_edge", "qdrant")
-    import qdrant_edge
-
-    return qdrant_edge
 
 
 @contextmanager
@@ -126,7 +126,9 @@ def check_layout(folder: Path, dim: int) -> None:
 
 
 def _config(dim: int, on_disk: bool) -> qdrant_edge.EdgeConfig:
-    qe = _edge()
+    _need_edge()
+    import qdrant_edge as qe
+
     maxsim = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
     multi = qe.EdgeVectorParams(
         size=dim,
@@ -167,23 +169,39 @@ class EdgeQdrantIndex(AddByUpdate):
 
     @classmethod
     def create(
-        cls, folder: str | Path, dim: int, *, on_disk: bool = False, **options: Any
+        cls,
+        folder: str | Path,
+        dim: int,
+        *,
+        on_disk: bool = False,
+        pool_factor: int = 4,
+        candidates: int = 200,
+        pooling: str = "mean",
     ) -> EdgeQdrantIndex:
-        """A new, empty shard at ``folder`` (missing or empty); ``options``: ``pool_factor``,
-        ``candidates``, ``pooling``. ``on_disk`` leaves the full vectors on disk, read as needed."""
+        """A new, empty shard at ``folder`` (missing or empty), searched with ``pool_factor``,
+        ``candidates`` and ``pooling``. ``on_disk`` leaves the full vectors on disk, read as needed."""
         path = Path(folder)
-        check_pooling(options.get("pooling", "mean"))
+        chosen = check_pooling(pooling)
         if path.exists() and any(path.iterdir()):
             raise InvalidInputError(f"{path} is not empty; a new Qdrant Edge shard needs an empty folder")
-        qe = _edge()
+        _need_edge()
+        import qdrant_edge as qe
+
         with _engine_errors(f"cannot create a Qdrant Edge shard at {path}"):
             shard = qe.EdgeShard.create(str(path), _config(dim, on_disk))
             shard.update(qe.UpdateOperation.create_field_index("page_id", qe.PayloadSchemaType.Keyword))
-        return cls(shard, path, dim, **options)
+        return cls(shard, path, dim, pool_factor=pool_factor, candidates=candidates, pooling=chosen)
 
     @classmethod
     def open(
-        cls, folder: str | Path, dim: int, *, root: str | Path | None = None, **options: Any
+        cls,
+        folder: str | Path,
+        dim: int,
+        *,
+        root: str | Path | None = None,
+        pool_factor: int = 4,
+        candidates: int = 200,
+        pooling: str = "mean",
     ) -> EdgeQdrantIndex:
         """The shard at ``folder``, which must hold ``dim``-d ``multi`` and ``pooled`` vectors;
         with ``root``, every link in it must resolve inside ``root`` (``check_confined``)."""
@@ -195,10 +213,14 @@ class EdgeQdrantIndex(AddByUpdate):
             )
         check_confined(path, Path(root) if root is not None else path)
         check_layout(path, dim)
-        qe = _edge()
+        _need_edge()
+        import qdrant_edge as qe
+
         with _engine_errors(f"cannot open the Qdrant Edge shard at {path}"):
             shard = qe.EdgeShard.load(str(path))  # with no config: nothing is rewritten
-        return cls(shard, path, dim, **options)
+        return cls(
+            shard, path, dim, pool_factor=pool_factor, candidates=candidates, pooling=check_pooling(pooling)
+        )
 
     def close(self) -> None:
         """Flush and release the shard (and its lock)."""
@@ -219,11 +241,13 @@ class EdgeQdrantIndex(AddByUpdate):
         page_ids: Sequence[str],
         embeddings: Sequence[Tensor],
         image_paths: Sequence[str] | None = None,
-        payloads: Sequence[Mapping[str, Any]] | None = None,
+        payloads: Sequence[Mapping[str, object]] | None = None,
     ) -> None:
-        qe = _edge()
+        _need_edge()
+        import qdrant_edge as qe
+
         pages = self._points(page_ids, embeddings, image_paths, payloads)
-        points = [qe.Point(pid, vectors, payload) for pid, vectors, payload in pages]
+        points = [qe.Point(pid, dict(vectors), payload) for pid, vectors, payload in pages]
         if points:
             with _engine_errors(f"cannot write to the Qdrant Edge shard at {self.folder}"):
                 self.shard.update(qe.UpdateOperation.upsert_points(points))
@@ -237,7 +261,9 @@ class EdgeQdrantIndex(AddByUpdate):
         return n
 
     def delete(self, page_ids: Sequence[str]) -> int:
-        qe = _edge()
+        _need_edge()
+        import qdrant_edge as qe
+
         present = self._present(page_ids)
         if present:
             with _engine_errors(f"cannot delete from the Qdrant Edge shard at {self.folder}"):
@@ -248,14 +274,19 @@ class EdgeQdrantIndex(AddByUpdate):
     # -- reading -------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return int(self.shard.count(_edge().CountRequest(exact=True)))
+        _need_edge()
+        import qdrant_edge as qe
+
+        return int(self.shard.count(qe.CountRequest(exact=True)))
 
     def _stored(self, point_ids: list[str]) -> set[str]:
         found = self.shard.retrieve([*point_ids], with_payload=False, with_vector=False)
         return {str(record.id) for record in found}
 
-    def _scroll(self, offset: Any) -> tuple[list[str], Any]:
-        qe = _edge()
+    def _scroll(self, offset: PointOffset) -> tuple[list[str], PointOffset]:
+        _need_edge()
+        import qdrant_edge as qe
+
         fields = qe.PayloadSelector.Include(["page_id"])
         records, offset = self.shard.scroll(qe.ScrollRequest(offset=offset, limit=1000, with_payload=fields))
         return [str((r.payload or {}).get("page_id", "")) for r in records], offset
@@ -265,12 +296,14 @@ class EdgeQdrantIndex(AddByUpdate):
         queries: Sequence[Tensor],
         k: int = 10,
         exclude: Exclude = None,
-        where: Mapping[str, Any] | None = None,
+        where: Mapping[str, object] | None = None,
     ) -> list[list[Hit]]:
         """Top ``k`` per query; ``where`` keeps points whose payload equals every given value."""
-        qe = _edge()
+        _need_edge()
+        import qdrant_edge as qe
+
         requests = []
-        for vec, flt in query_filters(qe, queries, self.dim, k, exclude, where):
+        for vec, flt in query_filters(_filter, queries, self.dim, k, exclude, where):
             prefetch = (
                 [
                     qe.Prefetch(
@@ -294,3 +327,16 @@ class EdgeQdrantIndex(AddByUpdate):
         with _engine_errors(f"cannot search the Qdrant Edge shard at {self.folder}"):
             results = self.shard.query_batch(qe.QueryBatchRequest(requests))
         return [[hit_of(p.payload, p.score) for p in points] for points in results]
+
+
+def _filter(equal: list[tuple[str, Scalar]], skip: list[str]) -> qdrant_edge.Filter:
+    """``payload_filter``'s terms as Qdrant Edge's filter."""
+    import qdrant_edge as qe
+
+    must: list[qdrant_edge.ConditionType] = [
+        qe.FieldCondition(key=key, match=qe.MatchValue(value=value)) for key, value in equal
+    ]
+    must_not: list[qdrant_edge.ConditionType] = (
+        [qe.FieldCondition(key="page_id", match=qe.MatchAny(any=skip))] if skip else []
+    )
+    return qe.Filter(must=must or None, must_not=must_not or None)

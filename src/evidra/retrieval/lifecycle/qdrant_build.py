@@ -22,11 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from evidra.core.errors import InvalidInputError
+from evidra.core.jsonfields import get_bool, get_int, get_str
+from evidra.core.jsonvalue import JSON, need_object
 from evidra.safeio.jsonfiles import read_capped_text
 from evidra.safeio.keys import KeyPolicy
 
@@ -39,6 +41,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STAGING_NOTE = "qdrant-staging.json"  # in a build's staging folder: the collection it fills
+Pooling = Literal["mean", "clustered"]
+
+
+def _pooling(value: str) -> Pooling:
+    if value == "mean":
+        return "mean"
+    if value == "clustered":
+        return "clustered"
+    raise ValueError(f"pooling {value!r}: use 'mean' or 'clustered'")
 
 
 @dataclass(frozen=True)
@@ -50,7 +61,7 @@ class QdrantSpec:
     collection: str = "evidra_pages"  # server: a build makes it an alias of the collection it filled
     candidates: int = 200  # pooled prefetch size; 0 scores the full multi-vectors exhaustively
     pool_factor: int = 4
-    pooling: Literal["mean", "clustered"] = "mean"  # prefetch vectors: consecutive runs | k-means
+    pooling: Pooling = "mean"  # prefetch vectors: consecutive runs | k-means
     prefer_grpc: bool = False
     # True only when the user named ``url`` on the command line; never read from or written to a
     # file, so a manifest or staging note cannot send $QDRANT_API_KEY to a server it names
@@ -88,9 +99,22 @@ class QdrantSpec:
         return out
 
     @classmethod
-    def from_record(cls, raw: dict[str, Any]) -> QdrantSpec:
-        """The spec a file holds; whatever it says, its URL counts as named by the file."""
-        return cls(**{k: v for k, v in raw.items() if k != "key_from_user"})
+    def from_record(cls, raw: JSON) -> QdrantSpec:
+        """The spec a file holds (a ``TypeError`` or ``ValueError`` for a key or value it cannot
+        hold); whatever it says, its URL counts as named by the file."""
+        row = need_object(raw, "the Qdrant spec")
+        unknown = sorted(set(row) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"the Qdrant spec has unknown keys {unknown[:5]}")
+        return cls(
+            url=get_str(row, "url", cls.url),
+            path=get_str(row, "path", cls.path),
+            collection=get_str(row, "collection", cls.collection),
+            candidates=get_int(row, "candidates", cls.candidates),
+            pool_factor=get_int(row, "pool_factor", cls.pool_factor),
+            pooling=_pooling(get_str(row, "pooling", cls.pooling)),
+            prefer_grpc=get_bool(row, "prefer_grpc", cls.prefer_grpc),
+        )
 
     def check_server(self) -> None:
         """Fail fast when ``url`` names a server that does not answer (Qdrant Edge: nothing to do)."""

@@ -16,9 +16,12 @@ importance ratio of the first update (it should be 1). This measures it per step
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evidra.core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class Mismatch:
         return {f"{prefix}/logp_abs_mean": self.mean_abs, f"{prefix}/logp_abs_max": self.max_abs}
 
 
-def logprob_mismatch(sampler_logprobs: Any, trainer_logprobs: Any, mask: Any) -> Mismatch:
+def logprob_mismatch(sampler_logprobs: Tensor, trainer_logprobs: Tensor, mask: Tensor) -> Mismatch:
     """|Δ log p| between two ``(B, L)`` log-prob tensors over the tokens where ``mask`` is 1."""
 
     if sampler_logprobs.shape != trainer_logprobs.shape or sampler_logprobs.shape != mask.shape:

@@ -22,7 +22,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, NoReturn, NotRequired, TypedDict, cast
 
 from evidra.core.config import dump_config
 from evidra.core.errors import CheckpointError
@@ -207,11 +207,8 @@ def dump_run_config(cfg: RLConfig | SFTConfig, path: str | Path) -> Path:
 
     from evidra.models.references import recorded_ref
 
-    model: Any = getattr(cfg, "model", None)
-    base = getattr(model, "path", None)
-    frozen_records = hasattr(cfg, "__dataclass_fields__") and hasattr(model, "__dataclass_fields__")
-    if frozen_records and isinstance(base, str) and base:
-        cfg = replace(cfg, model=replace(model, path=recorded_ref(base)))
+    if cfg.model.path:
+        cfg = replace(cfg, model=replace(cfg.model, path=recorded_ref(cfg.model.path)))
     return dump_config(cfg, path)
 
 

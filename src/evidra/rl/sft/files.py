@@ -16,10 +16,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from evidra.core.errors import ConfigError
-from evidra.core.jsonvalue import JSONObject
+from evidra.core.jsonvalue import JSON, JSONObject
 from evidra.core.types import Message, messages_from_json
 from evidra.rl.sft.formats import SFT_FORMATS, RowSource, SFTFormat, SkippedRow
 from evidra.safeio.jsonfiles import read_json_lines
@@ -27,7 +26,7 @@ from evidra.safeio.jsonfiles import read_json_lines
 logger = logging.getLogger(__name__)
 
 
-def read_evidra_row(row: Mapping[str, Any], where: RowSource) -> list[Message] | None:
+def read_evidra_row(row: Mapping[str, JSON], where: RowSource) -> list[Message] | None:
     """An ``evidra data distill`` row: ``None`` when rejected; a malformed row is a ``ConfigError``
     (evidra wrote it); a row whose image is gone is skipped. Paths are used as written."""
     if not row.get("accepted"):
@@ -84,7 +83,7 @@ def _json_rows(path: Path) -> list[tuple[int, JSONObject]]:
     return rows
 
 
-def detect_format(rows: Sequence[Mapping[str, Any]], path: str = "") -> str:
+def detect_format(rows: Sequence[Mapping[str, JSON]], path: str = "") -> str:
     """The format of a file's rows: the first format (in the order evidra, sharegpt, messages)
     that claims a row; text-only ``messages`` rows with string contents read alike as TRL or
     LLaMA-Factory rows and count as ``messages``.

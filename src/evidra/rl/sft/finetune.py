@@ -200,7 +200,7 @@ class SFTTrainer:
             )
         self.scheduler.step()
         self.state = TrainState(self.state.step + 1, self.state.data_epoch, self.state.data_offset)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         return {
             "loss": loss_sum,
             "tokens": float(tokens),
