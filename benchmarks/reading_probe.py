@@ -20,6 +20,12 @@ every ``--every`` steps; chance is about 0.5 for ``shade``, 0.1 for the digits (
 
     OMP_NUM_THREADS=1 python benchmarks/reading_probe.py                   # all cases, 300 steps
     OMP_NUM_THREADS=1 python benchmarks/reading_probe.py --cases page_digit big_digit --steps 600
+
+``--vision-warmup N`` first trains the tower N steps on 512 other pages of the case with a dense
+target (``evidra.models.vision_warmup``: the characters in each image token, from where the
+digits were drawn) and then freezes it, as a pretrained tower would be:
+
+    OMP_NUM_THREADS=1 python benchmarks/reading_probe.py --cases cell_digits --vision-warmup 150
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from evidra.data.synth.reading import generate_reading
+from evidra.core.types import Box, Word
+from evidra.core.types import Page as TextPage
 from evidra.models.loading import VLM, load_vlm
 from evidra.models.tiny import build_tiny
 from evidra.models.vision_warmup import warm_up_vision
@@ -60,46 +67,47 @@ def _font(size: int) -> object:
     return ImageFont.load_default(size=size)
 
 
-def shade(rng: random.Random) -> Page:
+def _digit(image: Image, xy: tuple[float, float], ch: str, size: int, words: list[Word] | None) -> None:
+    """Draw ``ch`` centred at ``xy``; keep it as a word of the page's text layer when asked."""
+    from PIL import ImageDraw
+
+    draw, font = ImageDraw.Draw(image), _font(size)
+    draw.text(xy, ch, font=font, fill="black", anchor="mm")
+    if words is not None:
+        words.append(Word(ch, Box(*(float(v) for v in draw.textbbox(xy, ch, font=font, anchor="mm")))))
+
+
+def shade(rng: random.Random, words: list[Word] | None = None) -> Page:
     answer = rng.choice(("11", "22"))
     return _blank("white" if answer == "11" else "black"), answer
 
 
-def page_digit(rng: random.Random) -> Page:
-    from PIL import ImageDraw
-
+def page_digit(rng: random.Random, words: list[Word] | None = None) -> Page:
     digit = str(rng.randint(0, 9))
     image = _blank()
-    ImageDraw.Draw(image).text((SIDE / 2, SIDE / 2), digit, font=_font(140), fill="black", anchor="mm")
+    _digit(image, (SIDE / 2, SIDE / 2), digit, 140, words)
     return image, digit * 2
 
 
-def big_digit(rng: random.Random) -> Page:
-    from PIL import ImageDraw
-
+def big_digit(rng: random.Random, words: list[Word] | None = None) -> Page:
     digit = str(rng.randint(0, 9))
     image = _blank()
     centre = (rng.randint(24, SIDE - 24), rng.randint(30, SIDE - 30))
-    ImageDraw.Draw(image).text(centre, digit, font=_font(56), fill="black", anchor="mm")
+    _digit(image, centre, digit, 56, words)
     return image, digit * 2
 
 
-def cell_digits(rng: random.Random) -> Page:
-    from PIL import ImageDraw
-
+def cell_digits(rng: random.Random, words: list[Word] | None = None) -> Page:
     number = str(rng.randint(10, 99))
     image = _blank()
-    draw = ImageDraw.Draw(image)
     row, col = rng.randint(0, SIDE // CELL - 1), rng.randint(0, SIDE // CELL - 2)
-    font = _font(rng.randint(18, 24))
+    size = rng.randint(18, 24)
     for k, ch in enumerate(number):
-        draw.text(
-            (CELL * (col + k) + CELL / 2, CELL * row + CELL / 2), ch, font=font, fill="black", anchor="mm"
-        )
+        _digit(image, (CELL * (col + k) + CELL / 2, CELL * row + CELL / 2), ch, size, words)
     return image, number
 
 
-CASES: dict[str, Callable[[random.Random], Page]] = {
+CASES: dict[str, Callable[..., Page]] = {  # (rng, words=None): the page and its answer
     "shade": shade,
     "page_digit": page_digit,
     "big_digit": big_digit,
@@ -138,10 +146,18 @@ def accuracy(vlm: VLM, pages: Sequence[Page]) -> float:
     return float(right.all(-1).float().mean())
 
 
-def warm_and_freeze(vlm: VLM, steps: int, folder: Path) -> None:
-    """Warm the tower ``steps`` steps on 512 ``reading`` pages (their text layers), then freeze it."""
-    samples = generate_reading(folder / "reading", 512, seed=0, size=SIDE)
-    losses = warm_up_vision(vlm, [page for s in samples for page in s.pages], steps=steps)
+def warm_and_freeze(vlm: VLM, case: str, steps: int, folder: Path) -> None:
+    """Warm the tower ``steps`` steps on 512 pages of ``case`` (the glyphs drawn, as the pages' text
+    layer; other pages than the probe's), then freeze it."""
+    draw, rng, pages = CASES[case], random.Random(f"warm-up/{case}"), []
+    (folder / "warm-up").mkdir(parents=True, exist_ok=True)
+    for i in range(512):
+        words: list[Word] = []
+        image, _ = draw(rng, words)
+        path = folder / "warm-up" / f"{case}-{i}.png"
+        image.save(path)
+        pages.append(TextPage(f"{case}-{i}", str(path), SIDE, SIDE, path.name, 1, tuple(words)))
+    losses = warm_up_vision(vlm, pages, steps=steps)
     print(f"vision warm-up: loss {losses[0]:.3f} -> {losses[-1]:.3f} over {steps} steps", flush=True)
     for param in vlm.model.model.visual.parameters():
         param.requires_grad_(False)
@@ -165,7 +181,7 @@ def probe(
     vlm = load_vlm(model_dir)
     start, loss, acc = time.perf_counter(), math.nan, 0.0
     if warmup:
-        warm_and_freeze(vlm, warmup, folder)
+        warm_and_freeze(vlm, case, warmup, folder)
     vlm.model.train()
     draw = CASES[case]
     held_out = [draw(random.Random(f"held-out/{i}")) for i in range(96)]
@@ -198,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         dest="warmup",
         type=int,
         default=0,
-        help="warm the tower this many steps on reading pages' glyphs, then freeze it (0: none)",
+        help="warm the tower this many steps on the case's glyphs (other pages), then freeze it (0: none)",
     )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
