@@ -107,11 +107,62 @@ def cell_digits(rng: random.Random, words: list[Word] | None = None) -> Page:
     return image, number
 
 
+def free_number(rng: random.Random, words: list[Word] | None = None) -> Page:
+    """A two-digit number 18-24 px high anywhere on the page (not aligned with the token cells)."""
+    number = str(rng.randint(10, 99))
+    image = _blank()
+    size = rng.randint(18, 24)
+    x, y = rng.uniform(12, SIDE - 36), rng.uniform(14, SIDE - 14)
+    for k, ch in enumerate(number):
+        _digit(image, (x + k * size * 0.6, y), ch, size, words)
+    return image, number
+
+
+def label_number(rng: random.Random, words: list[Word] | None = None) -> Page:
+    """``free_number`` after a colour word on its line ("BLUE 47"), as the reading pages draw it."""
+    from PIL import ImageDraw
+
+    number = str(rng.randint(10, 99))
+    image = _blank()
+    size = rng.randint(18, 24)
+    label = rng.choice(("RED", "BLUE", "GREEN", "GOLD", "PINK", "GRAY"))
+    font = _font(size)
+    draw = ImageDraw.Draw(image)
+    width = draw.textlength(label, font=font)
+    x, y = rng.uniform(4, SIDE - width - 40), rng.uniform(14, SIDE - 14)
+    draw.text((x, y), label, font=font, fill="black", anchor="lm")
+    if words is not None:
+        words.append(
+            Word(label, Box(*(float(v) for v in draw.textbbox((x, y), label, font=font, anchor="lm"))))
+        )
+    for k, ch in enumerate(number):
+        _digit(image, (x + width + size * 0.5 + k * size * 0.6, y), ch, size, words)
+    return image, number
+
+
+def grid_number(rng: random.Random, words: list[Word] | None = None) -> Page:
+    """``label_number`` drawn on the half-token grid: one character per 14-pixel column, each line
+    on a token row, so every glyph sits inside one image token."""
+    number = str(rng.randint(10, 99))
+    image = _blank()
+    size = rng.randint(14, 18)
+    text = f"{rng.choice(('RED', 'BLUE', 'GREEN', 'GOLD', 'PINK', 'GRAY'))} {number}"
+    half = CELL // 2
+    col, row = rng.randint(0, SIDE // half - len(text)), rng.randint(0, SIDE // CELL - 1)
+    for k, ch in enumerate(text):
+        if ch != " ":
+            _digit(image, (half * (col + k) + half / 2, CELL * row + CELL / 2), ch, size, words)
+    return image, number
+
+
 CASES: dict[str, Callable[..., Page]] = {  # (rng, words=None): the page and its answer
     "shade": shade,
     "page_digit": page_digit,
     "big_digit": big_digit,
     "cell_digits": cell_digits,
+    "free_number": free_number,
+    "label_number": label_number,
+    "grid_number": grid_number,
 }
 QUESTION = "What number?"
 
