@@ -15,9 +15,10 @@ from evidra.data.synth.reading import KINDS, LABELS, generate_reading
 from evidra.data.synth.sources import SYNTHETIC, mixture, synthetic_samples
 
 
-@pytest.fixture(scope="module")
-def pages(tmp_path_factory: pytest.TempPathFactory) -> list[Sample]:
-    return generate_reading(tmp_path_factory.mktemp("reading"), 12, seed=3, split="train")
+@pytest.fixture(scope="module", params=[False, True], ids=["free", "grid"])
+def pages(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> list[Sample]:
+    grid = bool(request.param)
+    return generate_reading(tmp_path_factory.mktemp("reading"), 12, seed=3, split="train", grid=grid)
 
 
 def _ink(path: str, box: Box) -> float:
@@ -48,7 +49,8 @@ def test_every_kind_asks_for_a_number_written_inside_its_gold_box(pages: list[Sa
         assert b.x1 >= 0 and b.x2 <= page.width and b.y1 >= 0 and b.y2 <= page.height
 
 
-def test_same_seed_same_pages_and_test_split_differs(tmp_path: Path, pages: list[Sample]) -> None:
+def test_same_seed_same_pages_and_test_split_differs(tmp_path: Path) -> None:
+    pages = generate_reading(tmp_path / "first", 12, seed=3, split="train")
     again = generate_reading(tmp_path / "again", 12, seed=3, split="train")
     assert [s.pages[0].id for s in again] == [s.pages[0].id for s in pages]
     assert [s.question for s in again] == [s.question for s in pages]
@@ -84,3 +86,17 @@ def test_one_entry_pages_hold_only_the_label_asked_for(tmp_path: Path) -> None:
 def test_impossible_entry_counts_are_refused(tmp_path: Path, entries: tuple[int, ...]) -> None:
     with pytest.raises(InvalidInputError, match=r"entries must be 1-6 labels per page"):
         generate_reading(tmp_path, 2, entries=entries)
+
+
+def test_on_the_grid_every_glyph_sits_inside_one_image_token(tmp_path: Path) -> None:
+    samples = synthetic_samples("reading.grid", tmp_path, 30, seed=4, split="train")
+    gray = {s.id: np.asarray(Image.open(s.pages[0].image_path).convert("L")) for s in samples}
+    for s in samples:
+        for word in s.pages[0].words:
+            b = word.box  # the word's characters: one 14-pixel column each, on one 28-pixel row
+            assert int(b.y1) // 28 == int(b.y2 - 1) // 28, (s.id, word)
+            columns = [c for c in range(int(b.x1) // 14, int(b.x2 - 1) // 14 + 1)]
+            inked = [
+                c for c in columns if (gray[s.id][int(b.y1) : int(b.y2), c * 14 : c * 14 + 14] < 128).any()
+            ]
+            assert len(inked) == len(word.text), (s.id, word, inked)

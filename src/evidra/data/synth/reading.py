@@ -28,6 +28,7 @@ so nothing depends on fonts installed on the machine.
 from __future__ import annotations
 
 import io
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ KINDS: tuple[Kind, ...] = ("words", "table", "chart")
 FONTS: tuple[Font, ...] = ("sans", "bold", "pixel")
 DATASET = "synth_reading"
 CELL = 28  # pixels of one image token of a Qwen2.5-VL (a 2 x 2 merge of 14-pixel patches)
+HALF = CELL // 2  # a column of the grid layout: one 14-pixel patch
+GRID_MAX_SIZE = 15  # on the grid a glyph stays inside its 14-pixel column (bold capitals: 13 px)
 MAX_SAMPLES = 100_000  # pages per call: a typo of n must not fill the disk
 
 
@@ -60,11 +63,20 @@ class _Canvas:
     draw: ImageDraw
     font: Font
     entries: tuple[int, ...] = (2, 3)  # how many labels a page may hold
+    grid: bool = False  # one character per half-token column, each line centred on a token row
     words: list[Word] = field(default_factory=list)
 
-    def text(self, x: float, y: float, text: str, size: int) -> Box:
-        """Draw ``text`` with its top-left near (x, y); keep it as a word; return its box."""
-        if self.font == "pixel":
+    @property
+    def row_step(self) -> float:
+        """The vertical step lines are placed on: a token row on the grid, half of one otherwise."""
+        return CELL if self.grid else CELL / 2
+
+    def text(self, x: float, y: float, text: str, size: int, below: bool = False) -> Box:
+        """Draw ``text`` with its top-left near (x, y); keep it as a word; return its box. On the
+        grid the line moves to the token row above its centre (``below``: the row below)."""
+        if self.grid:
+            box = self._grid_text(x, y + self.height(size) / 2, text, size, below)
+        elif self.font == "pixel":
             box = self._pixel_text(x, y, text, size)
         else:
             box = self._vector_text(x, y, text, size)
@@ -72,6 +84,8 @@ class _Canvas:
         return box
 
     def width(self, text: str, size: int) -> float:
+        if self.grid:
+            return float(HALF * len(text))
         if self.font == "pixel":
             from PIL import ImageFont
 
@@ -88,6 +102,36 @@ class _Canvas:
             return float((bitmap[3] - bitmap[1]) * _pixel_scale(size))
         vector = _scalable(size).getbbox("RED 09")
         return float(vector[3] - vector[1]) + (2 if self.font == "bold" else 0)
+
+    def _grid_text(self, x: float, centre_y: float, text: str, size: int, below: bool) -> Box:
+        """Each character centred in its own half-token column, from the column at or after ``x``."""
+        rows = self.image.height // CELL
+        row = (math.ceil if below else math.floor)((centre_y - CELL / 2) / CELL)
+        cy = CELL * min(max(row, 0), rows - 1) + CELL / 2
+        columns = self.image.width // HALF
+        first = min(max(math.ceil(x / HALF - 1e-6), 0), max(0, columns - len(text)))
+        boxes = [
+            self._glyph(HALF * (first + k) + HALF / 2, cy, ch, min(size, GRID_MAX_SIZE))
+            for k, ch in enumerate(text)
+            if not ch.isspace()
+        ]
+        return _union(boxes)
+
+    def _glyph(self, cx: float, cy: float, ch: str, size: int) -> Box:
+        """One character centred at (cx, cy) in the page's font; its box."""
+        if self.font == "pixel":
+            from PIL import ImageFont
+
+            left, top, right, bottom = ImageFont.load_default_imagefont().getbbox(ch)
+            k = _pixel_scale(size)
+            return self._pixel_text(cx - (right - left) * k / 2, cy - (bottom - top) * k / 2, ch, size)
+        stroke = 1 if self.font == "bold" else 0
+        font = _scalable(size)
+        self.draw.text(
+            (cx, cy), ch, font=font, fill=(0, 0, 0), anchor="mm", stroke_width=stroke, stroke_fill=(0, 0, 0)
+        )
+        x1, y1, x2, y2 = self.draw.textbbox((cx, cy), ch, font=font, anchor="mm", stroke_width=stroke)
+        return Box(float(x1), float(y1), float(x2), float(y2))
 
     def _vector_text(self, x: float, y: float, text: str, size: int) -> Box:
         """Draw with the ink's top at ``y`` (not the font's ascender line)."""
@@ -143,11 +187,11 @@ class _Fact:
     evidence_text: str
 
 
-def _snapped(rng: random.Random, room: float) -> float:
+def _snapped(rng: random.Random, room: float, step: float = CELL / 2) -> float:
     """A random offset in [4, room] on the half-cell grid: the places of a page's text are few, and
     each line sits on the image tokens' grid (the layout varies, the coordinates to learn repeat)."""
-    steps = max(0, int((room - 4) // (CELL / 2)))
-    return 4 + rng.randint(0, steps) * CELL / 2
+    steps = max(0, int((room - 4) // step))
+    return 4 + rng.randint(0, steps) * step
 
 
 def _entries(rng: random.Random, k: int) -> list[tuple[str, str]]:
@@ -160,12 +204,13 @@ def _words_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
     size = rng.randint(18, 24)
     widest = max(c.width(f"{label} {value}", size) for label, value in entries)
     x = _snapped(rng, side - widest - 4)
-    y = _snapped(rng, side - CELL * len(entries) - 4)
+    y = _snapped(rng, side - CELL * len(entries) - 4, c.row_step)
     facts = []
     for k, (label, value) in enumerate(entries):
         top = y + k * CELL + (CELL - c.height(size)) / 2
         label_box = c.text(x, top, label, size)
-        value_box = c.text(label_box.x2 + size * 0.4, top, value, size)
+        gap = x + c.width(f"{label} ", size) if c.grid else label_box.x2 + size * 0.4
+        value_box = c.text(gap, top, value, size)
         question = f"What number is next to {label}?"
         facts.append(_Fact(question, value, value_box, _union([label_box, value_box]), f"{label} {value}"))
     return facts
@@ -177,17 +222,20 @@ def _table_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
     size = rng.randint(14, 18)
     row_h = float(CELL)
     pad = (row_h - c.height(size)) / 2
-    col0 = max(c.width(label, size) for label, _ in entries) + 2 * pad
-    col1 = c.width("99", size) + 2 * pad
+    across = HALF if c.grid else pad  # on the grid: one empty column each side of a cell's text
+    col0 = max(c.width(label, size) for label, _ in entries) + 2 * across
+    col1 = c.width("99", size) + 2 * across
     x = _snapped(rng, side - col0 - col1 - 4)
-    y = _snapped(rng, side - row_h * len(entries) - 4)
+    y = _snapped(rng, side - row_h * len(entries) - 4, c.row_step)
+    if c.grid:  # the cells' borders on the token grid's lines
+        x, y = HALF * round(x / HALF), CELL * round(y / CELL)
     facts = []
     for k, (label, value) in enumerate(entries):
         top = y + k * row_h
         c.draw.rectangle([x, top, x + col0 + col1, top + row_h], outline=(0, 0, 0))
         c.draw.line([(x + col0, top), (x + col0, top + row_h)], fill=(0, 0, 0))
-        c.text(x + pad, top + pad, label, size)
-        value_box = c.text(x + col0 + pad, top + pad, value, size)
+        c.text(x + across, top + pad, label, size)
+        value_box = c.text(x + col0 + across, top + pad, value, size)
         row = Box(x, top, x + col0 + col1, top + row_h)
         question = f"What is the value of {label} in the table?"
         facts.append(_Fact(question, value, value_box, row, f"{label} {value}"))
@@ -210,7 +258,7 @@ def _chart_page(rng: random.Random, c: _Canvas, side: int) -> list[_Fact]:
         bar = Box(centre - slot * 0.25, base - height, centre + slot * 0.25, base)
         c.draw.rectangle([bar.x1, bar.y1, bar.x2, bar.y2], fill=rng.choice(((60, 110, 190), (90, 90, 90))))
         value_box = c.text(centre - c.width(value, size) / 2, bar.y1 - line - 4, value, size)
-        label_box = c.text(centre - c.width(label, size) / 2, base + 3, label, size)
+        label_box = c.text(centre - c.width(label, size) / 2, base + 3, label, size, below=True)
         question = f"What is the value of the {label} bar in the chart?"
         evidence = _union([bar, value_box, label_box])
         facts.append(_Fact(question, value, value_box, evidence, f"{label} {value}"))
@@ -221,13 +269,13 @@ _KIND_DRAW = {"words": _words_page, "table": _table_page, "chart": _chart_page}
 
 
 def _page(
-    rng: random.Random, kind: Kind, side: int, entries: tuple[int, ...]
+    rng: random.Random, kind: Kind, side: int, entries: tuple[int, ...], grid: bool
 ) -> tuple[bytes, list[Word], _Fact]:
     """One page of ``kind``: its PNG bytes, its text layer and the fact it asks about."""
     from PIL import Image, ImageDraw
 
     image = Image.new("RGB", (side, side), "white")
-    canvas = _Canvas(image, ImageDraw.Draw(image), rng.choice(FONTS), entries)
+    canvas = _Canvas(image, ImageDraw.Draw(image), rng.choice(FONTS), entries, grid)
     facts = _KIND_DRAW[kind](rng, canvas, side)
     buf = io.BytesIO()
     image.save(buf, format="PNG", compress_level=3)
@@ -242,12 +290,15 @@ def generate_reading(
     split: str = "train",
     size: int = 168,
     entries: tuple[int, ...] = (2, 3),
+    grid: bool = False,
 ) -> list[Sample]:
     """``n`` one-page samples (kinds in turn: words, table, chart) written as PNGs under ``out_dir``.
 
     ``entries``: how many labels a page may hold (``(1,)``: one, so the question's label is the only
-    one on the page and answering is reading its number). The same arguments give the same pages,
-    page ids and questions.
+    one on the page and answering is reading its number). ``grid``: every character centred in its
+    own 14-pixel column and every line on a 28-pixel token row, so no glyph straddles two image
+    tokens (what a tiny tower learns to read; docs/learning.md). The same arguments give the same
+    pages, page ids and questions.
     """
     if not entries or not all(1 <= k <= len(LABELS) for k in entries):
         raise InvalidInputError(
@@ -263,7 +314,7 @@ def generate_reading(
     samples = []
     for i in range(n):
         kind = KINDS[i % len(KINDS)]
-        data, words, fact = _page(rng, kind, size, entries)
+        data, words, fact = _page(rng, kind, size, entries, grid)
         sid = f"reading-{split}-{seed}-{i:04d}"
         path = out / f"{sid}.png"
         path.write_bytes(data)

@@ -51,12 +51,15 @@ def _documents(out: Path, n: int, seed: int, split: str) -> list[Sample]:
     return list(corpus.samples(dataset="synth_documents"))[:n]
 
 
-def _reading(out: Path, n: int, seed: int, split: str, entries: tuple[int, ...] = (2, 3)) -> list[Sample]:
+def _reading(
+    out: Path, n: int, seed: int, split: str, entries: tuple[int, ...] = (2, 3), grid: bool = False
+) -> list[Sample]:
     """Small pages of a few large labels and numbers, a table or a chart (``synth.reading``)."""
     from evidra.data.synth.reading import generate_reading
 
-    name = "reading" if entries == (2, 3) else "reading_one"
-    return generate_reading(out / f"{name}_{split}_{seed}", n, seed=seed, split=split, entries=entries)
+    name = "reading" + ("_one" if entries == (1,) else "") + ("_grid" if grid else "")
+    folder = out / f"{name}_{split}_{seed}"
+    return generate_reading(folder, n, seed=seed, split=split, entries=entries, grid=grid)
 
 
 def _tunnel(task: str, out: Path, n: int, seed: int, split: str) -> list[Sample]:
@@ -70,6 +73,8 @@ def _tracer(task: str, out: Path, n: int, seed: int, split: str) -> list[Sample]
 SYNTHETIC.add("documents", _documents)
 SYNTHETIC.add("reading", _reading)
 SYNTHETIC.add("reading.one", partial(_reading, entries=(1,)))  # one label per page: reading alone
+SYNTHETIC.add("reading.grid", partial(_reading, grid=True))  # every glyph inside one image token
+SYNTHETIC.add("reading.grid.one", partial(_reading, entries=(1,), grid=True))
 for _task in TUNNEL_TASKS:
     SYNTHETIC.add(f"tunnel.{_task}", partial(_tunnel, _task))
 for _task in TRACER_TASKS:
