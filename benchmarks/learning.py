@@ -62,6 +62,7 @@ class Setting:
     """Sizes of one run; ``--quick`` shrinks them to a smoke test."""
 
     seeds: int = 3
+    source: str = "reading.grid"  # the pages (evidra.data.synth.reading): glyphs inside image tokens
     hidden: int = 128
     layers: int = 4  # of the language model (the vision tower has two)
     train: int = 4096  # training pages (SFT examples and RL prompts): about one pass, nothing memorised
@@ -138,7 +139,7 @@ def _overrides(s: Setting, data: Path, seed: int) -> list[str]:
     language model and merger once the tower is warmed; of every weight without the warm-up)."""
     return [
         f"model.freeze_vision={str(s.vision_steps > 0).lower()}",
-        "data.synthetic=[reading]",
+        f"data.synthetic=[{s.source}]",
         f"data.path={data}",
         f"data.size={s.train}",
         f"data.seed={seed}",
@@ -223,7 +224,7 @@ def run_seed(s: Setting, seed: int, root: Path, test: Sequence[Sample], log: log
     if s.vision_steps:
         pages = [
             p
-            for x in synthetic_samples("reading", root / "data", s.train, seed=seed, split="train")
+            for x in synthetic_samples(s.source, root / "data", s.train, seed=seed, split="train")
             for p in x.pages
         ]
         run.vision_loss = warm_up_vision(
@@ -303,7 +304,7 @@ def plot(runs: Sequence[SeedRun], path: Path) -> Path | None:
 
 def _setting(args: argparse.Namespace) -> Setting:
     base = QUICK if args.quick else Setting()
-    names = ("seeds", "sft_steps", "rl_steps", "hidden", "train", "vision_steps")
+    names = ("seeds", "sft_steps", "rl_steps", "hidden", "train", "vision_steps", "source")
     changes = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     return Setting(**{**asdict(base), **changes})
 
@@ -316,6 +317,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--rl-steps", dest="rl_steps", type=int)
     p.add_argument("--hidden", type=int, help="the tiny model's width (default 128)")
     p.add_argument("--train", type=int, help="training pages (default 4096)")
+    p.add_argument(
+        "--source", help="the pages: reading.grid (default), reading, reading.one, reading.grid.one"
+    )
     p.add_argument("--vision-steps", dest="vision_steps", type=int, help="glyph warm-up steps (0: none)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--out", default="", help="folder for learning.png / .json (default: a temporary one)")
@@ -329,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="evidra-learning-") as tmp:
         out = Path(args.out or tmp)
         out.mkdir(parents=True, exist_ok=True)
-        test = synthetic_samples("reading", Path(tmp) / "heldout", s.test, seed=0, split="test")
+        test = synthetic_samples(s.source, Path(tmp) / "heldout", s.test, seed=0, split="test")
         runs = [run_seed(s, seed, Path(tmp), test, log) for seed in range(s.seeds)]
         minutes = (time.perf_counter() - start) / 60
         print(f"setting: {s}")
