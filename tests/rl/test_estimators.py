@@ -33,6 +33,24 @@ def test_dr_grpo_ignores_scale_by_std() -> None:
     assert out.sequence is not None and out.sequence.tolist() == [0.75, -0.25, -0.25, -0.25]
 
 
+def test_grpo_estimators_hand_on_every_grouping_option() -> None:
+    # groups by index: "a" = rollouts 0, 2 (rewards 1, 0); "b" = rollout 1 alone once rollout 3 is
+    # invalid, so it gets 0 (singleton="zero"). Group "a": mean 0.5, biased std 0.5, so GRPO gives
+    # ±0.5 / (0.5 + eps 1.5) = ±0.25 and Dr.GRPO ±0.5 (the unbiased std, 0.7071, would give ±0.2265)
+    x = AdvantageInputs(
+        torch.tensor([1.0, 3.0, 0.0, 5.0]),
+        index=["a", "b", "a", "b"],
+        valid=torch.tensor([True, True, True, False]),
+        eps=1.5,
+        std="biased",
+        singleton="zero",
+    )
+    grpo = ADVANTAGES.get("grpo").fn(x).sequence
+    dr_grpo = ADVANTAGES.get("dr_grpo").fn(x).sequence
+    assert grpo is not None and torch.allclose(grpo, torch.tensor([0.25, 0.0, -0.25, 0.0]))
+    assert dr_grpo is not None and torch.allclose(dr_grpo, torch.tensor([0.5, 0.0, -0.5, 0.0]))
+
+
 def test_scoped_estimators_read_the_channels() -> None:
     # two rollouts in one group, channel 0 on tokens [0, 2), channel 1 on [1, 3)
     rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0]])  # (2, K=2)

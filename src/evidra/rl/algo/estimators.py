@@ -20,8 +20,8 @@ tensor([[ 0.8660,  0.8660],
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol, TypedDict
 
 from torch import Tensor
 
@@ -40,6 +40,17 @@ from evidra.rl.algo.advantages import (
     similarity_baseline_advantages,
     turn_credit_advantages,
 )
+
+
+class GroupOptions(TypedDict):
+    """The keywords every group-normalising function of ``advantages`` takes alike."""
+
+    index: Index
+    valid: Tensor | None
+    scale_by_std: bool
+    eps: float
+    std: StdKind
+    singleton: Singleton
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +81,17 @@ class AdvantageInputs:
         if self.scope_rewards is None or self.scope_masks is None:
             raise ConfigError(f"advantage {estimator} needs a task with scope names (its reward channels)")
         return self.scope_rewards, self.scope_masks
+
+    def group_options(self) -> GroupOptions:
+        """How rollouts are grouped and normalised, as the keywords of ``advantages``' functions."""
+        return GroupOptions(
+            index=self.index,
+            valid=self.valid,
+            scale_by_std=self.scale_by_std,
+            eps=self.eps,
+            std=self.std,
+            singleton=self.singleton,
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,48 +148,23 @@ def estimator(
     return decorator
 
 
-def _grpo(x: AdvantageInputs, scale_by_std: bool) -> Tensor:
-    return grpo(
-        x.rewards,
-        x.group_size,
-        index=x.index,
-        valid=x.valid,
-        scale_by_std=scale_by_std,
-        eps=x.eps,
-        std=x.std,
-        singleton=x.singleton,
-    )
-
-
 @estimator("grpo")
 def grpo_estimator(x: AdvantageInputs) -> Advantages:
     """GRPO: each rollout's reward normalised in its group (``scale_by_std`` off gives Dr.GRPO)."""
-    return Advantages(sequence=_grpo(x, x.scale_by_std))  # (N,)
+    return Advantages(sequence=grpo(x.rewards, x.group_size, **x.group_options()))  # (N,)
 
 
 @estimator("dr_grpo")
 def dr_grpo_estimator(x: AdvantageInputs) -> Advantages:
     """Dr.GRPO: reward minus the group mean, whatever ``scale_by_std`` says."""
-    return Advantages(sequence=_grpo(x, False))  # (N,)
+    return grpo_estimator(replace(x, scale_by_std=False))  # (N,)
 
 
 @estimator("rs_grpo", needs_scopes=True)
 def rs_grpo_estimator(x: AdvantageInputs) -> Advantages:
     """EVisRAG RS-GRPO (Eq. 7-10): channel rewards averaged per token scope, then normalised."""
     rewards, masks = x.channels("rs_grpo")  # (N, K), (N, K, L)
-    return Advantages(
-        tokens=rs_grpo_advantages(
-            rewards,
-            masks,
-            x.group_size,
-            index=x.index,
-            valid=x.valid,
-            scale_by_std=x.scale_by_std,
-            eps=x.eps,
-            std=x.std,
-            singleton=x.singleton,
-        )
-    )
+    return Advantages(tokens=rs_grpo_advantages(rewards, masks, x.group_size, **x.group_options()))
 
 
 @estimator("router", needs_scopes=True, per_scope_loss=True)
@@ -175,16 +172,7 @@ def router_estimator(x: AdvantageInputs) -> Advantages:
     """EVisRAG's released ``compute_router_outcome_advantage``: every channel z-scored in its group
     on its own (so the x3 weights of accuracy and evidence cancel), each on its own scope."""
     rewards, masks = x.channels("router")  # (N, K), (N, K, L)
-    adv = router_advantages(
-        rewards,
-        x.group_size,
-        index=x.index,
-        valid=x.valid,
-        scale_by_std=x.scale_by_std,
-        eps=x.eps,
-        std=x.std,
-        singleton=x.singleton,
-    )  # (N, K)
+    adv = router_advantages(rewards, x.group_size, **x.group_options())  # (N, K)
     return Advantages(scoped=ScopedAdvantages.broadcast(adv, masks))
 
 
@@ -202,13 +190,8 @@ def turn_credit_estimator(x: AdvantageInputs) -> Advantages:
             x.turn_spans,
             x.length,
             x.group_size,
-            index=x.index,
-            valid=x.valid,
             normalize=x.turn_norm,
-            scale_by_std=x.scale_by_std,
-            eps=x.eps,
-            std=x.std,
-            singleton=x.singleton,
+            **x.group_options(),
         )
     )
 
@@ -226,11 +209,6 @@ def spo_estimator(x: AdvantageInputs) -> Advantages:
         x.turn_spans,
         x.length,
         x.group_size,
-        index=x.index,
-        valid=x.valid,
-        scale_by_std=x.scale_by_std,
-        eps=x.eps,
-        std=x.std,
-        singleton=x.singleton,
+        **x.group_options(),
     )  # (N, L)
     return Advantages(tokens=tokens)
