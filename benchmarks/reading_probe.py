@@ -26,6 +26,12 @@ target (``evidra.models.vision_warmup``: the characters in each image token, fro
 digits were drawn) and then freezes it, as a pretrained tower would be:
 
     OMP_NUM_THREADS=1 python benchmarks/reading_probe.py --cases cell_digits --vision-warmup 150
+
+``--ask-label`` asks for the number next to the page's label (cases that draw one) instead of
+"What number?"; ``--question-first`` puts the question before the image:
+
+    OMP_NUM_THREADS=1 python benchmarks/reading_probe.py --cases grid_fonts --steps 800 --every 100 \
+        --vision-warmup 150 --ask-label --question-first
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +50,7 @@ import torch
 
 from evidra.core.types import Box, Word
 from evidra.core.types import Page as TextPage
+from evidra.data.synth.reading import LABELS
 from evidra.models.loading import VLM, load_vlm
 from evidra.models.tiny import build_tiny
 from evidra.models.vision_warmup import warm_up_vision
@@ -125,7 +133,7 @@ def label_number(rng: random.Random, words: list[Word] | None = None) -> Page:
     number = str(rng.randint(10, 99))
     image = _blank()
     size = rng.randint(18, 24)
-    label = rng.choice(("RED", "BLUE", "GREEN", "GOLD", "PINK", "GRAY"))
+    label = rng.choice(LABELS)
     font = _font(size)
     draw = ImageDraw.Draw(image)
     width = draw.textlength(label, font=font)
@@ -137,6 +145,7 @@ def label_number(rng: random.Random, words: list[Word] | None = None) -> Page:
         )
     for k, ch in enumerate(number):
         _digit(image, (x + width + size * 0.5 + k * size * 0.6, y), ch, size, words)
+    image.info["label"] = label
     return image, number
 
 
@@ -146,12 +155,35 @@ def grid_number(rng: random.Random, words: list[Word] | None = None) -> Page:
     number = str(rng.randint(10, 99))
     image = _blank()
     size = rng.randint(14, 18)
-    text = f"{rng.choice(('RED', 'BLUE', 'GREEN', 'GOLD', 'PINK', 'GRAY'))} {number}"
+    label = rng.choice(LABELS)
+    text = f"{label} {number}"
     half = CELL // 2
     col, row = rng.randint(0, SIDE // half - len(text)), rng.randint(0, SIDE // CELL - 1)
     for k, ch in enumerate(text):
         if ch != " ":
             _digit(image, (half * (col + k) + half / 2, CELL * row + CELL / 2), ch, size, words)
+    image.info["label"] = label
+    return image, number
+
+
+def grid_fonts(rng: random.Random, words: list[Word] | None = None) -> Page:
+    """``grid_number`` in the ``reading`` pages' three fonts, drawn by their grid layout."""
+    from PIL import ImageDraw
+
+    from evidra.data.synth.reading import FONTS, HALF, _Canvas
+
+    number = str(rng.randint(10, 99))
+    image = _blank()
+    canvas = _Canvas(image, ImageDraw.Draw(image), rng.choice(FONTS), grid=True)
+    label = rng.choice(LABELS)
+    col, row = rng.randint(0, SIDE // HALF - len(label) - 3), rng.randint(0, SIDE // CELL - 1)
+    size = rng.randint(14, 18)
+    top = CELL * row + (CELL - canvas.height(size)) / 2
+    canvas.text(HALF * col, top, label, size)
+    canvas.text(HALF * (col + len(label) + 1), top, number, size)
+    if words is not None:
+        words.extend(canvas.words)
+    image.info["label"] = label
     return image, number
 
 
@@ -163,16 +195,34 @@ CASES: dict[str, Callable[..., Page]] = {  # (rng, words=None): the page and its
     "free_number": free_number,
     "label_number": label_number,
     "grid_number": grid_number,
+    "grid_fonts": grid_fonts,
 }
 QUESTION = "What number?"
 
 
-def encode(vlm: VLM, pages: Sequence[Page]) -> dict[str, torch.Tensor]:
+@dataclass(frozen=True)
+class Prompt:
+    """How a page is asked: ``ask_label`` names the page's label in the question ("What number is
+    next to BLUE?", where the case drew one), ``question_first`` puts the question before the image."""
+
+    ask_label: bool = False
+    question_first: bool = False
+
+    def chat(self, image: Image) -> list[dict[str, object]]:
+        label = image.info.get("label")
+        question = f"What number is next to {label}?" if self.ask_label and label else QUESTION
+        parts: list[dict[str, str]] = [{"type": "image"}, {"type": "text", "text": question}]
+        return [{"role": "user", "content": parts[::-1] if self.question_first else parts}]
+
+
+def encode(vlm: VLM, pages: Sequence[Page], prompt: Prompt = Prompt()) -> dict[str, torch.Tensor]:
     """The chat of each page with its answer appended; labels on the answer and its end token."""
     processor = vlm.processor
-    chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
-    prompt = processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    texts = [f"{prompt}{answer}<|im_end|>" for _, answer in pages]
+    texts = [
+        processor.apply_chat_template(prompt.chat(image), add_generation_prompt=True, tokenize=False)
+        + f"{answer}<|im_end|>"
+        for image, answer in pages
+    ]
     batch = dict(
         processor(text=texts, images=[image for image, _ in pages], return_tensors="pt", padding=True)
     )
@@ -183,11 +233,11 @@ def encode(vlm: VLM, pages: Sequence[Page]) -> dict[str, torch.Tensor]:
     return batch
 
 
-def accuracy(vlm: VLM, pages: Sequence[Page]) -> float:
+def accuracy(vlm: VLM, pages: Sequence[Page], prompt: Prompt = Prompt()) -> float:
     """Pages whose answer digits (not the end token) are all the argmax, teacher-forced."""
     vlm.model.eval()
     with torch.no_grad():
-        batch = encode(vlm, pages)
+        batch = encode(vlm, pages, prompt)
         labels = batch.pop("labels")
         predicted = vlm.model(**batch).logits.argmax(-1)
     vlm.model.train()
@@ -215,7 +265,14 @@ def warm_and_freeze(vlm: VLM, case: str, steps: int, folder: Path) -> None:
 
 
 def probe(
-    case: str, steps: int, every: int, batch: int, lr: float, folder: Path, warmup: int = 0
+    case: str,
+    steps: int,
+    every: int,
+    batch: int,
+    lr: float,
+    folder: Path,
+    warmup: int = 0,
+    prompt: Prompt = Prompt(),
 ) -> tuple[float, float, float]:
     """Train a fresh tiny model on ``case`` (its tower warmed and frozen first when ``warmup``);
     print held-out accuracy as it goes; last acc, loss, seconds."""
@@ -240,14 +297,14 @@ def probe(
     trained = [p for p in vlm.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
     for step in range(1, steps + 1):
-        out = vlm.model(**encode(vlm, [draw(stream) for _ in range(batch)]))
+        out = vlm.model(**encode(vlm, [draw(stream) for _ in range(batch)], prompt))
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimizer.step()
         optimizer.zero_grad()
         loss = float(out.loss.detach())
         if step % every == 0 or step == steps:
-            acc = accuracy(vlm, held_out)
+            acc = accuracy(vlm, held_out, prompt)
             print(f"{case} step {step}: loss {loss:.3f} held-out acc {acc:.3f}", flush=True)
     return acc, loss, time.perf_counter() - start
 
@@ -267,12 +324,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=0,
         help="warm the tower this many steps on the case's glyphs (other pages), then freeze it (0: none)",
     )
+    p.add_argument("--ask-label", action="store_true", help="name the page's label in the question")
+    p.add_argument("--question-first", action="store_true", help="put the question before the image")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    prompt = Prompt(args.ask_label, args.question_first)
     with tempfile.TemporaryDirectory(prefix="evidra-reading-probe-") as tmp:
         for case in args.cases:
             acc, loss, seconds = probe(
-                case, args.steps, args.every, args.batch, args.lr, Path(tmp), args.warmup
+                case, args.steps, args.every, args.batch, args.lr, Path(tmp), args.warmup, prompt
             )
             print(
                 f"RESULT case={case} warmup={args.warmup} steps={args.steps} acc={acc:.3f} loss={loss:.3f} "

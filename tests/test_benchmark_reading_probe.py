@@ -87,3 +87,25 @@ def test_two_digits_in_their_cells_are_read_over_a_warmed_tower(tmp_path: Path) 
         "cell_digits", steps=200, every=200, batch=16, lr=2e-3, folder=tmp_path, warmup=150
     )
     assert acc > 0.1  # chance is 0.011; without the warm-up 0.010 after 300 steps
+
+
+def test_the_prompt_names_the_label_and_puts_the_question_where_asked() -> None:
+    probe = _probe()
+    image, number = probe.grid_fonts(random.Random(5))
+    label = image.info["label"]
+    assert label in probe.LABELS and len(number) == 2
+    plain = probe.Prompt().chat(image)[0]["content"]
+    assert plain == [{"type": "image"}, {"type": "text", "text": "What number?"}]
+    named = probe.Prompt(ask_label=True, question_first=True).chat(image)[0]["content"]
+    assert named == [{"type": "text", "text": f"What number is next to {label}?"}, {"type": "image"}]
+    blank, _ = probe.cell_digits(random.Random(5))  # no label drawn: the plain question
+    assert probe.Prompt(ask_label=True).chat(blank)[0]["content"][1]["text"] == "What number?"
+
+
+def test_grid_fonts_pages_carry_the_label_and_the_number_as_words() -> None:
+    probe = _probe()
+    for seed in range(6):
+        words: list = []
+        image, number = probe.grid_fonts(random.Random(seed), words)
+        assert [w.text for w in words] == [image.info["label"], number]
+        assert all(0 <= w.box.x1 < w.box.x2 <= probe.SIDE for w in words)
