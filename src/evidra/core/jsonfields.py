@@ -81,15 +81,3 @@ def get_list(row: Mapping[str, JSON], key: str) -> list[JSON]:
     if not isinstance(value, list):
         raise _wrong(key, value, "a list")
     return value
-
-
-def as_number(value: JSON, what: str) -> float:
-    """``float(value)`` of a number or of its text (``ValueError`` for other text), else a
-    ``TypeError`` naming ``what``.
-
-    >>> as_number("0.5", "latency_s"), as_number(2, "latency_s")
-    (0.5, 2.0)
-    """
-    if not isinstance(value, (int, float, str)):
-        raise TypeError(f"{what} is {json_kind(value)}, not a number")
-    return float(value)

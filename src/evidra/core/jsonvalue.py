@@ -93,3 +93,15 @@ def need_int(value: JSON, what: str) -> int:
     if not isinstance(value, (int, float, str)):
         raise TypeError(f"{what} is {json_kind(value)}, not a number")
     return int(value)
+
+
+def need_float(value: JSON, what: str) -> float:
+    """``float(value)`` of a number or of its text (``ValueError`` for other text), else a
+    ``TypeError`` naming ``what``, as ``need_int``.
+
+    >>> need_float("0.5", "latency_s"), need_float(2, "latency_s")
+    (0.5, 2.0)
+    """
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"{what} is {json_kind(value)}, not a number")
+    return float(value)

@@ -24,8 +24,8 @@ from typing import Protocol
 from evidra.core.box_formats import BoxFormat
 from evidra.core.errors import InvalidInputError
 from evidra.core.geometry import ImageFrame, VisionSpec, clip_box, convert_box, model_input_size
-from evidra.core.jsonfields import as_number, get_list, get_opt_int, get_opt_str
-from evidra.core.jsonvalue import JSON, json_kind, need_int, need_object
+from evidra.core.jsonfields import get_list, get_opt_int, get_opt_str
+from evidra.core.jsonvalue import JSON, json_kind, need_float, need_int, need_object
 from evidra.core.types import Box, CoordSpace, Message, Page, Parsed, Sample, Span
 from evidra.env.environment import Environment, ReadsBoxes, StepInfo
 from evidra.env.single_turn import SingleTurnEnv
@@ -265,7 +265,7 @@ def _box(value: JSON) -> tuple[float, float, float, float] | None:
         return None
     if not isinstance(value, list) or len(value) < 4:
         raise TypeError(f"a box is {json_kind(value)}, not [x1, y1, x2, y2]")
-    x1, y1, x2, y2 = (as_number(v, "a box coordinate") for v in value[:4])
+    x1, y1, x2, y2 = (need_float(v, "a box coordinate") for v in value[:4])
     return x1, y1, x2, y2
 
 
@@ -297,9 +297,9 @@ def prediction_from_json(row: Mapping[str, JSON]) -> Prediction:
         infos=tuple(StepInfo.from_json(need_object(i, "a step info")) for i in get_list(row, "infos")),
         errors=_texts(row.get("errors", []), "errors"),
         n_tokens=need_int(row.get("n_tokens", 0), "n_tokens"),
-        latency_s=as_number(row.get("latency_s", 0.0), "latency_s"),
+        latency_s=need_float(row.get("latency_s", 0.0), "latency_s"),
         finished=bool(row.get("finished", True)),
-        scores={k: as_number(v, f"score {k!r}") for k, v in scores.items()},
+        scores={k: need_float(v, f"score {k!r}") for k, v in scores.items()},
     )
 
 

@@ -128,3 +128,10 @@ def test_two_images_become_one_image_of_panels(tmp_path: Path) -> None:
     dx = source.width + 24 if evidence.page_id == candidate.id else 0
     b = evidence.box
     assert moved.box.as_tuple() == (b.x1 + dx, b.y1, b.x2 + dx, b.y2)
+
+
+def test_a_registered_name_is_that_source_not_the_family_under_it() -> None:
+    # reading.one, reading.grid and reading.grid.one are registered beside reading
+    assert expand(["reading"]) == ["reading"]
+    assert expand(["reading.grid"]) == ["reading.grid"]
+    assert expand(["reading", "reading.grid.one"]) == ["reading", "reading.grid.one"]

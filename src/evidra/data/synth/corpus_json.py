@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TypeVar, get_args
 
 from evidra.core.errors import EvidraError, InvalidInputError
-from evidra.core.jsonfields import as_number
-from evidra.core.jsonvalue import JSON, json_kind, need_object
+from evidra.core.jsonvalue import JSON, json_kind, need_float, need_object
 from evidra.core.types import Box, CoordSpace, Word
 from evidra.data.synth.documents import Kind, SynthCorpus, SynthDocument, SynthQuestion
 from evidra.safeio.jsonfiles import MAX_FILE_BYTES, read_capped_text
@@ -32,14 +31,11 @@ _KINDS: tuple[Kind, ...] = get_args(Kind)
 def corpus_to_json(corpus: SynthCorpus) -> str:
     """The corpus as JSON (boxes as ``[x1, y1, x2, y2, space]``): a cache nothing can execute."""
 
-    def box(b: Box | None) -> list[float | str] | None:
-        return None if b is None else [b.x1, b.y1, b.x2, b.y2, b.space.value]
-
     questions = [
         {
             **{f: getattr(q, f) for f in _QUESTION_FIELDS},
-            "gold_box": box(q.gold_box),
-            "evidence_box": box(q.evidence_box),
+            "gold_box": None if q.gold_box is None else box_to_json(q.gold_box),
+            "evidence_box": None if q.evidence_box is None else box_to_json(q.evidence_box),
         }
         for q in corpus.questions
     ]
@@ -67,7 +63,7 @@ def _word(row: JSON) -> Word:
     text, *coords = _list(row, "a word")
     if len(coords) != 4:
         raise ValueError(f"a word has {len(coords) + 1} values, not [text, x1, y1, x2, y2]")
-    x1, y1, x2, y2 = (as_number(v, "a word's coordinate") for v in coords)
+    x1, y1, x2, y2 = (need_float(v, "a word's coordinate") for v in coords)
     return Word(str(text), Box(x1, y1, x2, y2))
 
 
@@ -161,12 +157,19 @@ def _kind(value: JSON) -> Kind:
 
 
 def _box(value: JSON) -> Box | None:
-    if value is None:
-        return None
-    v = _list(value, "a box")
-    if len(v) < 5 or not isinstance(v[4], str):
-        raise TypeError("a box is not [x1, y1, x2, y2, space]")
-    x1, y1, x2, y2 = (as_number(c, "a box coordinate") for c in v[:4])
+    return None if value is None else box_from_json(value)
+
+
+def box_to_json(b: Box) -> list[float | str]:
+    """A box as the caches store it: ``[x1, y1, x2, y2, space]``."""
+    return [b.x1, b.y1, b.x2, b.y2, b.space.value]
+
+
+def box_from_json(v: JSON) -> Box:
+    """The box ``box_to_json`` wrote, or a ``TypeError``/``ValueError`` naming what is wrong."""
+    if not isinstance(v, list) or len(v) != 5 or not isinstance(v[4], str):
+        raise TypeError(f"a box is {json_kind(v)}, not [x1, y1, x2, y2, space]")
+    x1, y1, x2, y2 = (need_float(c, "a box coordinate") for c in v[:4])
     return Box(x1, y1, x2, y2, CoordSpace(v[4]))
 
 

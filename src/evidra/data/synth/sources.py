@@ -25,11 +25,17 @@ from functools import partial
 from pathlib import Path
 
 from evidra.core.errors import InvalidInputError, RegistryError
-from evidra.core.jsonfields import as_number, get_opt_bool, get_opt_str
+from evidra.core.jsonfields import get_opt_bool, get_opt_str
 from evidra.core.jsonvalue import JSON, json_kind, need_int, need_object
 from evidra.core.registry import Registry
-from evidra.core.types import ANSWER_TYPES, AnswerType, Box, CoordSpace, EvidenceBox, Page, Sample
-from evidra.data.synth.corpus_json import build_once, words_from_json, words_to_json
+from evidra.core.types import ANSWER_TYPES, AnswerType, Box, EvidenceBox, Page, Sample
+from evidra.data.synth.corpus_json import (
+    box_from_json,
+    box_to_json,
+    build_once,
+    words_from_json,
+    words_to_json,
+)
 from evidra.data.synth.tracer import TASKS as TRACER_TASKS
 from evidra.data.synth.tracer import generate_tracer
 from evidra.data.synth.tunnel import TASKS as TUNNEL_TASKS
@@ -89,14 +95,15 @@ def synthetic_samples(
 
 
 def expand(names: Sequence[str]) -> list[str]:
-    """Source names with each family name replaced by its members, in order, without repeats.
+    """Source names with each family name replaced by its members, in order, without repeats. A
+    name that is itself a source stands for that source alone (``reading`` is not ``reading.*``).
 
-    >>> expand(["tunnel", "documents"])
-    ['tunnel.chain', 'tunnel.circuits', 'tunnel.objreid', 'documents']
+    >>> expand(["tunnel", "documents", "reading"])
+    ['tunnel.chain', 'tunnel.circuits', 'tunnel.objreid', 'documents', 'reading']
     """
     out: list[str] = []
     for name in names:
-        members = [m for m in SYNTHETIC.names() if m.startswith(f"{name}.")]
+        members = [] if name in SYNTHETIC else [m for m in SYNTHETIC.names() if m.startswith(f"{name}.")]
         if not members and name not in SYNTHETIC:
             known = sorted({m.split(".")[0] for m in SYNTHETIC.names()} | set(SYNTHETIC.names()))
             close = difflib.get_close_matches(name, known, n=3)
@@ -146,21 +153,10 @@ def mixture(
 # ---- a JSON cache of samples (nothing in it can run) -------------------------------------------
 
 
-def _box(b: Box) -> list[float | str]:
-    return [b.x1, b.y1, b.x2, b.y2, b.space.value]
-
-
-def _unbox(v: JSON) -> Box:
-    if not isinstance(v, list) or len(v) != 5 or not isinstance(v[4], str):
-        raise TypeError(f"a box is {json_kind(v)}, not [x1, y1, x2, y2, space]")
-    x1, y1, x2, y2 = (as_number(c, "a box coordinate") for c in v[:4])
-    return Box(x1, y1, x2, y2, CoordSpace(v[4]))
-
-
 def _plain(value: object) -> object:
     """JSON-able ``value``: a Box becomes ``{"__box__": [...]}``, tuples become lists."""
     if isinstance(value, Box):
-        return {"__box__": _box(value)}
+        return {"__box__": box_to_json(value)}
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -171,7 +167,7 @@ def _plain(value: object) -> object:
 def _unplain(value: JSON) -> object:
     if isinstance(value, dict):
         return (
-            _unbox(value["__box__"])
+            box_from_json(value["__box__"])
             if set(value) == {"__box__"}
             else {k: _unplain(v) for k, v in value.items()}
         )
@@ -191,14 +187,14 @@ def sample_to_json(s: Sample) -> dict[str, object]:
         "pages": pages,
         "corpus": s.corpus,
         "gold_pages": list(s.gold_pages),
-        "gold_boxes": [[b.page_id, _box(b.box)] for b in s.gold_boxes],
+        "gold_boxes": [[b.page_id, box_to_json(b.box)] for b in s.gold_boxes],
         "gold_evidence": dict(s.gold_evidence),
         "answerable": s.answerable,
         "sufficient": s.sufficient,
         "answer_type": s.answer_type,
         "dataset": s.dataset,
         "extras": _plain(dict(s.extras)),
-        "evidence_box": [evidence.page_id, _box(evidence.box)] if evidence is not None else None,
+        "evidence_box": [evidence.page_id, box_to_json(evidence.box)] if evidence is not None else None,
         "qrels": dict(s.qrels),
     }
 
@@ -259,7 +255,7 @@ def _evidence_box(value: JSON) -> EvidenceBox:
     pair = _items(value, "an evidence box")
     if len(pair) != 2:
         raise TypeError(f"an evidence box has {len(pair)} items, not [page id, box]")
-    return EvidenceBox(str(pair[0]), _unbox(pair[1]))
+    return EvidenceBox(str(pair[0]), box_from_json(pair[1]))
 
 
 def _answer_type(value: JSON) -> AnswerType | None:

@@ -180,7 +180,7 @@ def rebuild_policy(ckpt: TrainedCheckpoint) -> VLM:
     return vlm
 
 
-def _copy_processor_files(base: Path, out: Path) -> None:
+def copy_processor_files(base: Path, out: Path) -> None:
     """Processor, tokenizer and chat-template files of the base, in its (stock) layout.
 
     Saving evidra's image-only processor would name its private class in the files, which
@@ -221,7 +221,7 @@ def _write_merged(vlm: VLM, ckpt: TrainedCheckpoint, base: Path, out: Path) -> N
     # training keeps fp32 masters of a bf16 run; the exported model is in the run's dtype
     merged.model.to(getattr(torch, ckpt.model.dtype))
     merged.model.save_pretrained(out)
-    _copy_processor_files(base, out)
+    copy_processor_files(base, out)
     _apply_pixel_limits(out, ckpt.model)
 
 

@@ -200,10 +200,11 @@ def build(cfg: RLConfig, task: Task, folder: Path, key: str) -> ColdStart:
 
 def warm_vision(cfg: RLConfig, task: Task, work: Path) -> Path:
     """The base model with its vision tower warmed on the cold start's pages (their text layers),
-    written to ``work/warm``: the base folder's files, its weights replaced."""
+    written to ``work/warm``: the warmed weights and the base's processor files, as an export."""
     from evidra.models.loading import load_vlm
     from evidra.models.references import resolve_model_ref
     from evidra.models.vision_warmup import warm_up_vision
+    from evidra.rl.runs.export import copy_processor_files
 
     cold = cfg.model.cold_start
     base = resolve_model_ref(cfg.model.path, tiny_cache=work / "models")
@@ -221,10 +222,8 @@ def warm_vision(cfg: RLConfig, task: Task, work: Path) -> Path:
         time.perf_counter() - start,
     )
     warm = work / "warm"
-    shutil.copytree(
-        base, warm, symlinks=False, ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json")
-    )
     vlm.model.save_pretrained(warm)
+    copy_processor_files(base, warm)
     return warm
 
 
